@@ -1,0 +1,32 @@
+"""Errors that name where the bad input is (file:line, pin, patch) so an operator can fix it."""
+
+from __future__ import annotations
+
+
+class ReprostackError(Exception):
+    """Base error: the message is complete and meant for the operator; the CLI prints it and exits 2."""
+
+
+class LockError(ReprostackError):
+    """`upstreams.lock` is malformed: message is `FILE:LINE: FIELD: what is wrong`."""
+
+    def __init__(self, path: str, line: int | None, field: str, message: str):
+        self.path, self.line, self.field = path, line, field
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"{where}: {field}: {message}")
+
+
+class FetchError(ReprostackError):
+    """A pinned source could not be fetched or did not verify (wrong commit or tree hash)."""
+
+
+class PatchError(ReprostackError):
+    """A patch series entry does not apply with zero fuzz, or the result is not the pinned tree."""
+
+
+class BuildError(ReprostackError):
+    """A kernel build failed its preflight or its compiler step; names the step and the log."""
+
+
+class GateError(ReprostackError):
+    """A gate spec is malformed or a gate could not be set up (not a gate FAIL: that is a report)."""

@@ -1,0 +1,275 @@
+"""Load and validate `upstreams.lock` into typed, immutable pins.
+
+Invariants (checked here, relied on by every later stage):
+- every git pin is a 40-hex commit id plus its 40-hex tree hash; a ref (`refs/...`) is only a hint of
+  where that commit can be fetched from, never what is built;
+- a patch series names each entry by commit id (cherry-pick) or by a committed file under `patches/`;
+  a series always comes with the `patched-tree` it must produce;
+- unknown keys, duplicate keys and wrong types are errors that name `FILE:LINE: field`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .errors import LockError
+
+LOCKFILE = "upstreams.lock"
+
+
+@dataclass(frozen=True)
+class Submodule:
+    """A submodule pinned at its gitlink commit (the superproject tree is the authority for `rev`)."""
+
+    path: str
+    url: str
+    rev: str
+    tree: str | None = None
+    fetch_refs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    """One entry of a patch series.
+
+    kind: "cherry-pick" (value: a commit id in the upstream's history or a hint ref), "mbox"
+    (a committed `git format-patch` file applied with `git am --keep-cr`) or "diff" (a plain diff
+    applied with `git apply`). `tree` is the expected tree after this entry, when pinned.
+    """
+
+    kind: str
+    value: str
+    upstream_status: str
+    ref: str | None = None
+    description: str | None = None
+    tree: str | None = None
+    index: int = 0  # 1-based position in the series
+
+    @property
+    def label(self) -> str:
+        short = self.value[:12] if self.kind == "cherry-pick" else self.value
+        return f"#{self.index} {self.kind} {short}"
+
+
+@dataclass(frozen=True)
+class GitPin:
+    """A git upstream pinned by commit and tree, with its submodules and patch series."""
+
+    name: str
+    url: str
+    rev: str
+    tree: str
+    original: str | None = None
+    fetch_refs: tuple[str, ...] = ()
+    submodules: tuple[Submodule, ...] = ()
+    patches: tuple[PatchEntry, ...] = ()
+    patched_tree: str | None = None
+    kind: str = "git"
+
+    def hint_refs(self) -> tuple[str, ...]:
+        """All refs that may carry this pin's commits: `fetch-refs` plus every patch entry's `ref`."""
+        refs = list(self.fetch_refs)
+        for p in self.patches:
+            if p.ref and p.ref not in refs:
+                refs.append(p.ref)
+        return tuple(refs)
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class WheelPin:
+    """A Python wheel pinned by version and the sha256 of each accepted file (pip --require-hashes)."""
+
+    name: str
+    version: str
+    files: tuple[WheelFile, ...]
+    index: str | None = None
+    kind: str = "wheel"
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The whole lockfile. `sha256` is of the file's bytes and goes into every report's provenance."""
+
+    path: Path
+    sha256: str
+    upstreams: dict[str, GitPin | WheelPin] = field(default_factory=dict)
+    lines: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def get(self, name: str) -> GitPin | WheelPin:
+        """Return the pin named `name`; raises LockError naming the known pins when absent."""
+        if name not in self.upstreams:
+            known = ", ".join(sorted(self.upstreams))
+            raise LockError(str(self.path), None, f"upstreams.{name}", f"no such pin (known: {known})")
+        return self.upstreams[name]
+
+    def git(self, name: str) -> GitPin:
+        pin = self.get(name)
+        if not isinstance(pin, GitPin):
+            raise LockError(str(self.path), self.line_of(("upstreams", name)), f"upstreams.{name}",
+                            f"is kind {pin.kind}, a git pin is needed here")
+        return pin
+
+    def line_of(self, path: tuple) -> int | None:
+        """Line (1-based) of the YAML node at `path` (keys and list indices), or its nearest parent."""
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.lines.get((), None)
+
+
+def _schema() -> dict:
+    text = resources.files("reprostack").joinpath("schemas/lock.schema.json").read_text()
+    return json.loads(text)
+
+
+def _compose(text: str, path: str) -> tuple[object, dict[tuple, int]]:
+    """Parse YAML keeping the line of every node; duplicate keys are errors."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise LockError(path, 1, "(file)", "empty lockfile")
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as e:
+        line = e.problem_mark.line + 1 if e.problem_mark else None
+        raise LockError(path, line, "(yaml)", str(e.problem)) from None
+    finally:
+        loader.dispose()
+    lines: dict[tuple, int] = {}
+
+    def walk(n, p):
+        lines[p] = n.start_mark.line + 1
+        if isinstance(n, yaml.MappingNode):
+            seen = {}
+            for k, v in n.value:
+                key = k.value
+                if key in seen:
+                    raise LockError(path, k.start_mark.line + 1, _dotted(p + (key,)),
+                                    f"duplicate key (first at line {seen[key]})")
+                seen[key] = k.start_mark.line + 1
+                walk(v, p + (key,))
+                lines[p + (key,)] = k.start_mark.line + 1
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, p + (i,))
+
+    walk(node, ())
+    return data, lines
+
+
+def _dotted(p: tuple) -> str:
+    out = ""
+    for part in p:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(root)"
+
+
+def _explain(err: jsonschema.ValidationError) -> str:
+    if err.validator == "additionalProperties":
+        return err.message.replace("Additional properties are not allowed", "unknown key")
+    if err.validator == "pattern" and isinstance(err.instance, str):
+        hint = ""
+        if "{40}" in err.validator_value and (err.instance.startswith("refs/") or len(err.instance) < 40):
+            hint = " (a mutable ref or short id is not a pin: give the full 40-hex commit and put the ref in `ref`/`fetch-refs`)"
+        return f"{err.instance!r} does not match {err.validator_value!r}{hint}"
+    if err.validator == "type" and isinstance(err.instance, int) and err.validator_value == "string":
+        return f"{err.instance!r} was read as a number: quote it"
+    if err.validator == "oneOf":
+        return "a patch entry needs exactly one of cherry-pick / mbox / diff"
+    return err.message
+
+
+def _best_error(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
+    # The deepest error points at the offending field instead of at a whole `allOf` branch.
+    def depth(e):
+        leaf = e
+        while leaf.context:
+            leaf = max(leaf.context, key=lambda c: len(c.absolute_path))
+        return len(leaf.absolute_path)
+    err = max(errors, key=depth)
+    while err.context and err.validator not in ("oneOf",):
+        err = max(err.context, key=lambda c: len(c.absolute_path))
+    return err
+
+
+def load(path: str | Path = LOCKFILE, root: str | Path | None = None) -> Lock:
+    """Read, validate and type `path`.
+
+    root: project root against which `patches/...` files are checked (default: the lockfile's folder).
+    Returns a Lock. Raises LockError naming `FILE:LINE: field` for the first problem found: YAML syntax,
+    duplicate keys, unknown keys, a non-immutable pin, a missing patch file, a submodule or patch
+    series inconsistent with itself.
+    """
+    path = Path(path)
+    root = Path(root) if root is not None else path.resolve().parent
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise LockError(str(path), None, "(file)", e.strerror or str(e)) from None
+    data, lines = _compose(raw.decode("utf-8"), str(path))
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = list(validator.iter_errors(data))
+    if errors:
+        err = _best_error(errors)
+        p = tuple(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            if extra:
+                p = p + (extra[0],)
+        line = _line(lines, p)
+        raise LockError(str(path), line, _dotted(p), _explain(err))
+
+    upstreams: dict[str, GitPin | WheelPin] = {}
+    for name, u in data["upstreams"].items():
+        if u["kind"] == "git":
+            upstreams[name] = _git_pin(name, u, path, root, lines)
+        else:
+            upstreams[name] = WheelPin(
+                name=u["name"], version=str(u["version"]), index=u.get("index"),
+                files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u["files"]))
+    return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
+
+
+def _line(lines: dict[tuple, int], p: tuple) -> int | None:
+    while p and p not in lines:
+        p = p[:-1]
+    return lines.get(p)
+
+
+def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
+    subs = tuple(
+        Submodule(path=sp, url=s["url"], rev=s["rev"], tree=s.get("tree"),
+                  fetch_refs=tuple(s.get("fetch-refs", ())))
+        for sp, s in (u.get("submodules") or {}).items())
+    patches = []
+    for i, p in enumerate(u.get("patches") or (), start=1):
+        kind = next(k for k in ("cherry-pick", "mbox", "diff") if k in p)
+        if kind != "cherry-pick":
+            f = root / p[kind]
+            if not f.is_file():
+                at = ("upstreams", name, "patches", i - 1, kind)
+                raise LockError(str(path), _line(lines, at), _dotted(at), f"patch file {p[kind]} not found under {root}")
+        patches.append(PatchEntry(kind=kind, value=p[kind], upstream_status=p["upstream-status"],
+                                  ref=p.get("ref"), description=p.get("description"),
+                                  tree=p.get("tree"), index=i))
+    if patches and patches[-1].tree and patches[-1].tree != u["patched-tree"]:
+        at = ("upstreams", name, "patched-tree")
+        raise LockError(str(path), _line(lines, at), _dotted(at),
+                        f"differs from the last series entry's tree {patches[-1].tree}")
+    return GitPin(name=name, url=u["url"], rev=u["rev"], tree=u["tree"], original=u.get("original"),
+                  fetch_refs=tuple(u.get("fetch-refs", ())), submodules=subs, patches=tuple(patches),
+                  patched_tree=u.get("patched-tree"))
