@@ -1,0 +1,12 @@
+"""Fetch pinned sources into a content-addressed cache, materialize working trees, carry them in bundles.
+
+One module per concern, invariants in each docstring: `cache` (layout, markers, locks), `verify`
+(what "verified" means), `git` (fetching a git pin), `checkout` (working trees), `bundle` (offline transport).
+"""
+
+from .bundle import import_bundle, write_bundle
+from .cache import Cache
+from .checkout import materialize
+from .git import FetchedGit, fetch_git, mirrors_from_env
+
+__all__ = ["fetch_git", "materialize", "write_bundle", "import_bundle", "Cache", "FetchedGit", "mirrors_from_env"]

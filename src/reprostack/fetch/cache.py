@@ -1,0 +1,155 @@
+"""Content-addressed source cache: one bare repository per upstream URL, one *verified* marker per (url, rev).
+
+Layout under the cache root (default `paths.cache_dir()`):
+
+    git/<key>.git                 bare repo holding every commit fetched for that URL (from any mirror/bundle)
+    git/<key>.lock                flock'ed while anything writes git/<key>.git
+    verified/<key>/<rev>.json     marker: commit <rev> was verified complete (records its tree, and
+                                  whether its first parent's tree is present too, for cherry-picks)
+    tmp/                          scratch space for bundle imports (same filesystem as the repos)
+
+where <key> = sha256(normalised url)[:16] + "-" + the URL's basename.
+
+Invariants:
+- an entry (url, rev) is *good* only when its marker exists. Markers are written atomically (temp file +
+  os.replace) and only after verification, so a fetch killed half-way never leaves a good entry,
+  whatever objects it left behind;
+- a bare repo is created atomically (init in a temp dir, then rename): it either exists whole or not at all;
+- a marker records facts about a commit (its tree, parent present), never about a pin: callers compare
+  those facts with the lock;
+- the cache never drops objects by itself: gc.auto=0, and each verified commit is held by a ref
+  `refs/reprostack/<sha>`;
+- the key is the pin's public URL, never a mirror's, so changing mirrors never changes the cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from .. import paths
+from ..gitcmd import git
+
+_REPO_CONFIG = (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"))
+
+
+def normalise_url(url: str) -> str:
+    """Canonical form of a repository URL: scheme and host lower-cased, no trailing `/` or `.git`;
+    a local path becomes an absolute `file://` URL. Two spellings of one repository share one cache entry."""
+    u = url.strip()
+    if "://" in u:
+        scheme, rest = u.split("://", 1)
+        host, sep, path = rest.partition("/")
+        u = f"{scheme.lower()}://{host.lower()}{sep}{path}"
+    elif not _is_scp_like(u):
+        u = "file://" + os.path.abspath(os.path.expanduser(u))
+    u = u.rstrip("/")
+    if u.endswith(".git"):
+        u = u[:-4].rstrip("/")
+    return u
+
+
+def _is_scp_like(u: str) -> bool:
+    head = u.split(":", 1)[0]
+    return ":" in u and "/" not in head and not u.startswith((".", "~"))
+
+
+def url_key(url: str) -> str:
+    """`<sha256 of normalised url>[:16]-<basename>`: the name of the URL's repo and marker folder."""
+    norm = normalise_url(url)
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", re.split(r"[/:]", norm)[-1]) or "repo"
+    return f"{hashlib.sha256(norm.encode()).hexdigest()[:16]}-{base.lstrip('.') or 'repo'}"
+
+
+class Cache:
+    """The source cache rooted at `root` (default `paths.cache_dir()`); see the module docstring."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root is not None else paths.cache_dir()
+
+    def __repr__(self) -> str:
+        return f"Cache({str(self.root)!r})"
+
+    def repo_dir(self, url: str) -> Path:
+        """Path of the bare repo for `url` (it may not exist yet)."""
+        return self.root / "git" / f"{url_key(url)}.git"
+
+    def scratch_dir(self) -> Path:
+        """A folder on the cache's filesystem for temporary files (created on demand)."""
+        d = self.root / "tmp"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    @contextmanager
+    def lock(self, url: str) -> Iterator[Path]:
+        """Hold the exclusive flock of `url`'s repo for the `with` block; yields the repo path.
+
+        Every writer (fetch, bundle import, bundle export) takes it, so two processes never fetch
+        into one repo at once. Blocks until the lock is free.
+        """
+        repo = self.repo_dir(url)
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        with open(repo.with_name(f"{url_key(url)}.lock"), "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield repo
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def ensure_repo(self, url: str) -> Path:
+        """Return `url`'s bare repo, creating it (atomically) when absent. Call under `lock(url)`."""
+        repo = self.repo_dir(url)
+        if (repo / "HEAD").is_file():
+            return repo
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=repo.parent))
+        git("init", "--bare", "-q", str(tmp))
+        for key, value in (*_REPO_CONFIG, ("reprostack.url", url)):
+            git("config", key, value, cwd=tmp)
+        os.rename(tmp, repo)
+        return repo
+
+    def marker_path(self, url: str, rev: str) -> Path:
+        return self.root / "verified" / url_key(url) / f"{rev}.json"
+
+    def read_marker(self, url: str, rev: str) -> dict | None:
+        """The verified marker of (url, rev) as a dict (url, rev, tree, with_parent), or None."""
+        try:
+            data = json.loads(self.marker_path(url, rev).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and data.get("rev") == rev else None
+
+    def write_marker(self, url: str, rev: str, *, tree: str, with_parent: bool = False) -> Path:
+        """Record that `rev` was verified complete with tree `tree` (atomic). Call only after verifying.
+
+        `with_parent` is sticky: once a commit was verified with its parent, a later plain
+        verification does not downgrade the marker.
+        """
+        old = self.read_marker(url, rev) or {}
+        data = {"url": url, "rev": rev, "tree": tree,
+                "with_parent": bool(with_parent or (old.get("with_parent") and old.get("tree") == tree))}
+        path = self.marker_path(url, rev)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{rev}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def drop_marker(self, url: str, rev: str) -> None:
+        """Forget that (url, rev) was verified (the objects stay)."""
+        self.marker_path(url, rev).unlink(missing_ok=True)

@@ -1,0 +1,75 @@
+"""Materialize a fetched pin as a fresh working tree: detached HEAD at pin.rev, submodules at their gitlinks.
+
+Invariants:
+- the working tree borrows objects from the cache repos through `objects/info/alternates` (what
+  `git clone --shared` sets up), so nothing is copied and every cherry-pick commit fetched into the
+  cache is reachable from the tree's object database. We `git init` + write alternates (+ copy the
+  cache's `shallow` file) instead of calling `git clone --shared`: for a shallow source (our exact-SHA
+  fetches) clone ignores --shared/--local and only transfers branches and tags, which a cache repo
+  keyed by commit does not have;
+- submodules come from their own cache repos at the gitlink the superproject records: never from the
+  network, never from `.gitmodules` URLs. Each is a nested repository at dest/<path>;
+- the result is checked (superproject tree == pin.tree, each submodule HEAD == its gitlink); on any
+  failure dest is removed, so a dest that exists was fully materialized;
+- the tree depends on the cache: deleting the cache repos breaks it (run `git repack -a -d` in it to
+  make it standalone).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..errors import FetchError
+from ..gitcmd import GitFailed, git
+from .git import FetchedGit
+
+
+def materialize(fetched: FetchedGit, dest: Path) -> Path:
+    """Create a working tree of `fetched.pin` at `dest` (which must not exist) and return dest.
+
+    HEAD is detached at pin.rev; each submodule is checked out at its gitlink from its cache repo.
+    Raises FetchError: dest exists; a checkout fails; the result's tree or a submodule HEAD is not
+    what the lock says.
+    """
+    pin = fetched.pin
+    dest = Path(dest)
+    if dest.exists() or dest.is_symlink():
+        raise FetchError(f"{pin.name}: {dest} already exists; materialize makes a fresh tree "
+                         f"(remove it or choose another destination)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _shared_checkout(fetched.repo, dest, pin.rev)
+        for sub in pin.submodules:
+            _shared_checkout(fetched.submodules[sub.path], dest / sub.path, sub.rev)
+        _check(dest, fetched)
+    except GitFailed as e:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise FetchError(f"{pin.name}: materializing {pin.rev[:8]} into {dest} failed: {e}") from None
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return dest
+
+
+def _shared_checkout(bare: Path, worktree: Path, rev: str) -> None:
+    """`git init` worktree, borrow bare's objects (alternates, shallow list), check out rev detached."""
+    git("init", "-q", "--template=", str(worktree))
+    gitdir = worktree / ".git"
+    info = gitdir / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(f"{(Path(bare) / 'objects').resolve()}\n")
+    if (Path(bare) / "shallow").is_file():
+        shutil.copyfile(Path(bare) / "shallow", gitdir / "shallow")
+    git("checkout", "-q", "--detach", rev, cwd=worktree)
+
+
+def _check(dest: Path, fetched: FetchedGit) -> None:
+    pin = fetched.pin
+    tree = git("rev-parse", "HEAD^{tree}", cwd=dest)
+    if tree != pin.tree:
+        raise FetchError(f"{pin.name}: materialized tree at {pin.rev[:8]} is {tree}, lock says {pin.tree}")
+    for sub in pin.submodules:
+        head = git("rev-parse", "HEAD", cwd=dest / sub.path)
+        if head != sub.rev:
+            raise FetchError(f"{pin.name}: submodule {sub.path} checked out at {head}, lock says {sub.rev}")

@@ -1,0 +1,250 @@
+"""Fetch a git pin (commit + tree, its cherry-pick commits, its submodules) into the source cache.
+
+Invariants:
+- we fetch by commit id, never by what a ref points at: a moved tag or force-pushed branch changes
+  nothing; refs are only hints of where a commit can be found;
+- order of sources for each repository: a good cache entry, then the given bundles, then the network
+  (never with offline=True). Objects already in the cache but without a marker are verified again
+  before they count;
+- network order: exact-SHA shallow fetch (`git fetch --depth=1 URL SHA`; cherry-picks with --depth=2 so
+  their parent comes along); if the server refuses SHA-in-want ("not our ref", "unadvertised object"),
+  fetch each hint ref (`fetch-refs` plus patch entries' `ref`) in full, then all heads and tags. Any
+  other failure (unknown host, not a repository, timeout) is a FetchError at once: no retries, no hang
+  (gitcmd disables prompts and sets a timeout);
+- mirrors use git's own URL rewriting: `git -c url.<MIRROR>.insteadOf=<PREFIX> fetch <public url>`;
+  the longest matching prefix wins, the cache is still keyed by the public URL. A mirror that is a local
+  path is made absolute. `REPROSTACK_MIRRORS=PREFIX=MIRROR[,PREFIX=MIRROR...]` adds mirrors
+  (explicit `mirrors=` entries take precedence);
+- a submodule is fetched into its own cache repo at the gitlink the superproject tree records;
+  the lock's submodule rev must equal that gitlink;
+- nothing counts as fetched until `verify.verify_commits` passed and the markers were written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..errors import FetchError
+from ..gitcmd import GitFailed, git
+from ..lock import GitPin
+from . import verify
+from .cache import Cache
+from .verify import Wanted
+
+MIRRORS_ENV = "REPROSTACK_MIRRORS"
+
+# Server refused a fetch by id, or does not have it: try the hint refs next.
+_REFUSED = re.compile(r"not our ref|unadvertised object|couldn't find remote ref|no such remote ref"
+                      r"|does not support shallow", re.I)
+_NO_SUCH_REF = re.compile(r"couldn't find remote ref|no such remote ref", re.I)
+
+
+@dataclass(frozen=True)
+class FetchedGit:
+    """A git pin present and verified in the cache: `repo` is the superproject's bare repo,
+    `submodules` maps each submodule path to its own bare repo."""
+
+    pin: GitPin
+    repo: Path
+    submodules: dict[str, Path] = field(default_factory=dict)
+
+
+def mirrors_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Parse `REPROSTACK_MIRRORS` = `PREFIX=MIRROR[,PREFIX=MIRROR...]` into {public prefix: mirror}.
+
+    Returns {} when unset or empty. Raises FetchError on an entry without `=`.
+    """
+    raw = (os.environ if environ is None else environ).get(MIRRORS_ENV, "")
+    out: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in raw.split(","))):
+        prefix, sep, mirror = item.partition("=")
+        if not sep or not prefix.strip() or not mirror.strip():
+            raise FetchError(f"{MIRRORS_ENV}: {item!r} is not PREFIX=MIRROR")
+        out[prefix.strip()] = mirror.strip()
+    return out
+
+
+def cherry_picks(pin: GitPin) -> tuple[str, ...]:
+    """The commit ids of the pin's cherry-pick entries, in series order."""
+    return tuple(p.value for p in pin.patches if p.kind == "cherry-pick")
+
+
+def wanted(pin: GitPin) -> tuple[Wanted, list[tuple[str, Wanted]]]:
+    """What the cache must hold for `pin`: the superproject, and (path, Wanted) per submodule."""
+    top = Wanted(pin.name, pin.url, pin.rev, pin.tree, cherry_picks(pin), pin.hint_refs())
+    subs = [(s.path, Wanted(f"{pin.name}:{s.path}", s.url, s.rev, s.tree, (), s.fetch_refs))
+            for s in pin.submodules]
+    return top, subs
+
+
+def fetch_git(pin: GitPin, *, cache: Cache, offline: bool = False, mirrors: Mapping[str, str] | None = None,
+              bundles: Sequence[Path] = (), timeout: float = 600) -> FetchedGit:
+    """Make `pin` (rev, cherry-pick commits, submodules) present and verified in `cache`.
+
+    Args:
+      pin: the git pin from upstreams.lock.
+      cache: the source cache to fill.
+      offline: never touch the network; succeed only from the cache or from `bundles`.
+      mirrors: {public URL prefix: mirror URL or local path}, on top of REPROSTACK_MIRRORS.
+      bundles: archives written by `write_bundle`, imported when the cache lacks something.
+      timeout: seconds allowed for each git command.
+    Returns FetchedGit(pin, bare superproject repo, {submodule path: bare repo}).
+    Raises FetchError: the URL is unreachable; the commit is gone from the server (names the hint refs
+    tried); a tree differs from the lock; a submodule gitlink differs from the lock; offline and the
+    pin is neither cached nor in a bundle; a bundle is corrupted.
+    """
+    mirror_map = {**mirrors_from_env(), **(mirrors or {})}
+    top, subs = wanted(pin)
+    if bundles and not all(_good(cache, w, timeout) for w in (top, *(w for _, w in subs))):
+        from .bundle import import_bundle  # bundle imports verify/cache only; late import avoids a cycle
+        for b in bundles:
+            import_bundle(Path(b), cache)
+    how = dict(cache=cache, offline=offline, mirrors=mirror_map, timeout=timeout, bundles=tuple(bundles))
+    repo = _ensure(top, **how)
+    _check_gitlinks(repo, pin, timeout)
+    sub_repos = {path: _ensure(w, **how) for path, w in subs}
+    return FetchedGit(pin=pin, repo=repo, submodules=sub_repos)
+
+
+def _good(cache: Cache, want: Wanted, timeout: float) -> bool:
+    return verify.is_good(cache, cache.repo_dir(want.url), want, timeout)
+
+
+def _ensure(want: Wanted, *, cache: Cache, offline: bool, mirrors: Mapping[str, str], timeout: float,
+            bundles: tuple[Path, ...]) -> Path:
+    """Bring one repository's commits into the cache (under its lock) and mark them verified."""
+    with cache.lock(want.url) as repo:
+        if verify.is_good(cache, repo, want, timeout):
+            return repo
+        if not verify.missing_objects(repo, want.object_names(), timeout):
+            pass  # objects present (earlier fetch killed before its marker, or a bundle): verify again
+        elif offline:
+            raise FetchError(_offline_message(want, cache, bundles))
+        else:
+            repo = cache.ensure_repo(want.url)
+            _fetch_from_network(repo, want, mirrors, timeout)
+        trees = verify.verify_commits(repo, want, timeout)
+        verify.mark_verified(cache, want, trees, repo, timeout)
+        return repo
+
+
+def _offline_message(want: Wanted, cache: Cache, bundles: tuple[Path, ...]) -> str:
+    where = f"the bundles {', '.join(map(str, bundles))} do not hold it" if bundles else "no bundle was given"
+    return (f"{want.label}: {want.url} @ {want.rev[:12]} is not in the cache {cache.root} and {where} "
+            f"(offline: the network is not used). On a node with network access run `reprostack fetch`, "
+            f"then `reprostack bundle`, copy the bundle here and pass it with --bundle.")
+
+
+def _insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
+    args: list[str] = []
+    for prefix, mirror in mirrors.items():
+        target = _absolute_mirror(mirror)
+        if "=" in target:
+            raise FetchError(f"mirror {mirror!r} for {prefix!r}: '=' cannot be passed to git -c")
+        args += ["-c", f"url.{target}.insteadOf={prefix}"]
+    return args
+
+
+def _absolute_mirror(mirror: str) -> str:
+    if "://" in mirror or (":" in mirror.split("/", 1)[0] and not mirror.startswith((".", "/", "~"))):
+        return mirror
+    return os.path.abspath(os.path.expanduser(mirror))
+
+
+def _effective_url(url: str, mirrors: Mapping[str, str]) -> str:
+    """`url` after insteadOf rewriting (longest prefix wins, as in git)."""
+    best = max((p for p in mirrors if url.startswith(p)), key=len, default=None)
+    return url if best is None else _absolute_mirror(mirrors[best]) + url[len(best):]
+
+
+def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], timeout: float) -> None:
+    """Fetch `want`'s commits by id; fall back to hint refs, then all heads and tags. See module docstring."""
+    cfg = _insteadof_args(mirrors)
+
+    def fetch(*args: str) -> None:
+        git(*cfg, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", *args, cwd=repo, timeout=timeout)
+
+    def incomplete() -> list[str]:
+        return verify.missing_objects(repo, want.object_names(), timeout)
+
+    def fail(e: GitFailed) -> FetchError:
+        return _unreachable(want, e, mirrors, timeout)
+
+    try:
+        absent_now = set(incomplete())
+        if f"{want.rev}^{{tree}}" in absent_now:
+            fetch("--depth=1", want.url, f"+{want.rev}:refs/reprostack/{want.rev}")
+        picks = [c for c in want.cherry_picks if {f"{c}^{{tree}}", f"{c}^1^{{tree}}"} & absent_now]
+        if picks:
+            fetch("--depth=2", want.url, *(f"+{c}:refs/reprostack/{c}" for c in picks))
+        return
+    except GitFailed as e:
+        if e.timed_out or not _REFUSED.search(e.stderr):
+            raise fail(e) from None
+    tried: list[str] = []
+    absent: list[str] = []
+    for ref in want.hint_refs:
+        if not incomplete():
+            return
+        try:
+            fetch(want.url, f"+{ref}:refs/reprostack/hints/{ref.removeprefix('refs/')}")
+            tried.append(ref)
+        except GitFailed as e:
+            if e.timed_out or not _NO_SUCH_REF.search(e.stderr):
+                raise fail(e) from None
+            absent.append(ref)
+    if incomplete():
+        try:
+            fetch(want.url, "+refs/heads/*:refs/reprostack/heads/*", "+refs/tags/*:refs/reprostack/tags/*")
+        except GitFailed as e:
+            raise fail(e) from None
+    gone = incomplete()
+    if gone:
+        raise FetchError(_gone_message(want, gone, tried, absent, mirrors))
+
+
+def _gone_message(want: Wanted, gone: list[str], tried: list[str], absent: list[str],
+                  mirrors: Mapping[str, str]) -> str:
+    commits = [c for c in want.commits if any(g.startswith(c) for g in gone)]
+    what = ", ".join(c[:12] for c in commits) or ", ".join(gone)
+    hints = ", ".join(tried) if tried else "none"
+    if absent:
+        hints += f"; not on the server: {', '.join(absent)}"
+    if not want.hint_refs:
+        hints = "none in the lock"
+    return (f"{want.label}: commit {what} is gone from the server {want.url}{_via(want.url, mirrors)}: "
+            f"it cannot be fetched by id, nor from the hint refs tried ({hints}), nor from any branch or tag "
+            f"(force-pushed and pruned?). Pin a commit the server still has, add a `fetch-refs` hint that "
+            f"reaches it, or fetch from a mirror or bundle that still holds it.")
+
+
+def _via(url: str, mirrors: Mapping[str, str]) -> str:
+    eff = _effective_url(url, mirrors)
+    return f" (via mirror {eff})" if eff != url else ""
+
+
+def _unreachable(want: Wanted, e: GitFailed, mirrors: Mapping[str, str], timeout: float) -> FetchError:
+    if e.timed_out:
+        why = f"git fetch timed out after {timeout:g}s"
+    else:
+        lines = [ln.strip() for ln in e.stderr.strip().splitlines() if ln.strip()]
+        why = " / ".join(lines[:3]) or f"git exit {e.returncode}"
+    return FetchError(f"{want.label}: cannot fetch {want.rev[:12]} from {want.url}{_via(want.url, mirrors)}: {why}")
+
+
+def _check_gitlinks(repo: Path, pin: GitPin, timeout: float) -> None:
+    """Each lock submodule must be a gitlink (mode 160000) at its rev in the tree at pin.rev."""
+    for sub in pin.submodules:
+        entry = git("ls-tree", pin.rev, "--", sub.path, cwd=repo, timeout=timeout)
+        fields = entry.split(None, 3)
+        if len(fields) < 3 or fields[0] != "160000" or fields[1] != "commit":
+            found = entry or "nothing"
+            raise FetchError(f"{pin.name}: {sub.path} is not a submodule in the tree at {pin.rev[:8]} "
+                             f"(found {found}); the lock lists it as a submodule at {sub.rev}")
+        if fields[2] != sub.rev:
+            raise FetchError(f"{pin.name}: tree at {pin.rev[:8]} has submodule {sub.path} at {fields[2]}, "
+                             f"lock says {sub.rev}")

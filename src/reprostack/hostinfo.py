@@ -1,0 +1,140 @@
+"""Host inventory for report provenance: GPUs, driver, CUDA driver version, EFA devices, NCCL runtime.
+
+Nothing here raises on a missing tool or sysfs entry: what cannot be read becomes an empty value plus a line
+in `notes`, so a report can always be written.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+_QUERY = ["--query-gpu=index,name,driver_version,memory.total,pci.bus_id", "--format=csv,noheader,nounits"]
+_CUDA_VERSION = re.compile(r"CUDA Version:\s*([0-9.]+)")
+_TIMEOUT_S = 30
+_COUNTERS = ("tx_bytes", "rx_bytes")
+
+
+def _run(argv: list[str]) -> tuple[str | None, str | None]:
+    """(stdout, None) on success, (None, why) otherwise."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return None, f"{argv[0]}: not found"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{argv[0]}: {e}"
+    if p.returncode != 0:
+        first = (p.stdout + p.stderr).strip().splitlines()[:1]
+        return None, f"{' '.join(argv[:2])}: exit {p.returncode}" + (f": {first[0]}" if first else "")
+    return p.stdout, None
+
+
+def gpus(nvidia_smi: str = "nvidia-smi") -> tuple[list[dict], list[str]]:
+    """(GPUs, notes) from `nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id`.
+
+    Each GPU: {"index": int, "name": str, "driver_version": str, "memory_total_mib": int, "pci_bus_id": str}
+    (memory.total with nounits is MiB). An absent binary or a failure gives [] and a note.
+    """
+    out, why = _run([nvidia_smi, *_QUERY])
+    if out is None:
+        return [], [why]
+    found, notes = [], []
+    for row in csv.reader(out.splitlines()):
+        row = [c.strip() for c in row]
+        if not row or row == [""]:
+            continue
+        try:
+            idx, name, driver, mem, bus = row
+            found.append({"index": int(idx), "name": name, "driver_version": driver,
+                          "memory_total_mib": int(float(mem)), "pci_bus_id": bus})
+        except ValueError:
+            notes.append(f"nvidia-smi: unparsed row {','.join(row)!r}")
+    return found, notes
+
+
+def gpu_count(nvidia_smi: str = "nvidia-smi") -> int:
+    """Number of GPUs nvidia-smi lists (0 when it is absent or fails)."""
+    return len(gpus(nvidia_smi)[0])
+
+
+def cuda_driver_version(nvidia_smi: str = "nvidia-smi") -> tuple[str | None, str | None]:
+    """(version, note): the CUDA version the driver supports, from the `CUDA Version: 13.0` in nvidia-smi's header."""
+    out, why = _run([nvidia_smi])
+    if out is None:
+        return None, why
+    m = _CUDA_VERSION.search(out)
+    return (m.group(1), None) if m else (None, "nvidia-smi: no 'CUDA Version' in its header")
+
+
+def _read_int(p: Path) -> int | None:
+    try:
+        return int(p.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def rdma_devices(sysfs_root: str | os.PathLike = "/sys") -> tuple[list[dict], list[dict]]:
+    """(efa, others) from `<sysfs_root>/class/infiniband/*`: a device is EFA when its `device/driver` symlink
+    ends in `efa`. EFA entries: {"name", "pci", "ports": {port: {"tx_bytes": int, "rx_bytes": int}}} (counters
+    from `ports/<p>/hw_counters/`, only those present; pods often expose none). Others: {"name", "driver"}."""
+    base = Path(sysfs_root) / "class" / "infiniband"
+    efa, others = [], []
+    if not base.is_dir():
+        return efa, others
+    for dev in sorted(base.iterdir()):
+        try:
+            driver = os.path.basename(os.readlink(dev / "device" / "driver"))
+        except OSError:
+            driver = None
+        if driver != "efa":
+            others.append({"name": dev.name, "driver": driver})
+            continue
+        try:
+            pci = os.path.basename(os.path.realpath(dev / "device"))
+        except OSError:
+            pci = None
+        ports = {}
+        pdir = dev / "ports"
+        for port in sorted(pdir.iterdir()) if pdir.is_dir() else []:
+            counters = {c: v for c in _COUNTERS if (v := _read_int(port / "hw_counters" / c)) is not None}
+            if counters:
+                ports[port.name] = counters
+        efa.append({"name": dev.name, "pci": pci, "ports": ports})
+    return efa, others
+
+
+def efa_tx_bytes(info_or_devices) -> int | None:
+    """Sum of tx_bytes over all EFA ports (a `collect()` dict or its `efa_devices` list); None when no
+    port exposes the counter. Take it before and after a gate for the bytes it sent."""
+    devs = info_or_devices.get("efa_devices", []) if isinstance(info_or_devices, dict) else info_or_devices
+    vals = [c["tx_bytes"] for d in devs for c in d["ports"].values() if "tx_bytes" in c]
+    return sum(vals) if vals else None
+
+
+def collect(*, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = "/sys",
+            nvidia_smi: str = "nvidia-smi") -> dict:
+    """Host inventory as a JSON-ready dict.
+
+    Keys: hostname, kernel (uname -r), os, machine, cpu_count, python, gpus (see `gpus`), gpu_count,
+    driver_version (of GPU 0), cuda_driver_version, efa_devices, other_rdma_devices, nccl_runtime (as given by
+    the caller: the library the gate actually loads, which this process cannot know), notes.
+    """
+    found, notes = gpus(nvidia_smi)
+    cuda, why = cuda_driver_version(nvidia_smi) if found else (None, None)
+    if why:
+        notes.append(why)
+    efa, others = rdma_devices(sysfs_root)
+    if not efa:
+        notes.append(f"no EFA device under {Path(sysfs_root) / 'class' / 'infiniband'}")
+    return {
+        "hostname": socket.gethostname(), "kernel": platform.release(), "os": platform.system(),
+        "machine": platform.machine(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+        "gpus": found, "gpu_count": len(found), "driver_version": found[0]["driver_version"] if found else None,
+        "cuda_driver_version": cuda, "efa_devices": efa, "other_rdma_devices": others,
+        "nccl_runtime": nccl_runtime, "notes": notes,
+    }

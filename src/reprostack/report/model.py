@@ -1,0 +1,174 @@
+"""Gate report model: checks with thresholds, artifacts with sha256, and the pass/fail/skip/error verdict.
+
+A gate passes only when it ran to completion, produced at least one check, and every check passed: a gate
+without evidence is not a pass (DESIGN.md "Reports"; "a number without that evidence is not evidence").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+RESULTS = ("pass", "fail", "skip", "error")
+OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
+
+
+def utc_now() -> str:
+    """Current time as ISO-8601 UTC with seconds, e.g. `2026-07-06T22:54:01Z`."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _json_value(v):
+    """Non-finite floats become strings ("nan", "inf"): JSON has no NaN."""
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+
+@dataclass(frozen=True)
+class Check:
+    """One measured metric against its threshold: `value op threshold`, e.g. dc_p50_us 443.6 <= 740 (us)."""
+
+    metric: str
+    unit: str
+    value: float | int | str | bool | None
+    op: str
+    threshold: float | int | str | bool
+    passed: bool
+    note: str | None = None
+
+    def describe(self) -> str:
+        """One line: `dc_p50_us = 443.6 us (needs <= 740)`."""
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.metric} = {self.value}{unit} (needs {self.op} {self.threshold})"
+
+    def to_dict(self) -> dict:
+        """Schema form: the `passed` field is written as `pass`; non-finite floats as strings."""
+        return {"metric": self.metric, "unit": self.unit, "value": _json_value(self.value), "op": self.op,
+                "threshold": _json_value(self.threshold), "pass": self.passed, "note": self.note}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Check:
+        """Inverse of to_dict."""
+        return cls(d["metric"], d["unit"], d["value"], d["op"], d["threshold"], d["pass"], d.get("note"))
+
+
+def evaluate(metric: str, unit: str, value, op: str, threshold, note: str | None = None) -> Check:
+    """Build a Check: passed is `value <op> threshold`. A None or NaN value, or values that cannot be
+    compared, never pass (the note says why). Raises ValueError for an op not in `<= < >= > ==`."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; one of {', '.join(OPS)}")
+    if value is None:
+        return Check(metric, unit, None, op, threshold, False, note or "no value measured")
+    if isinstance(value, float) and math.isnan(value):
+        return Check(metric, unit, value, op, threshold, False, note or "value is NaN")
+    try:
+        passed = bool(OPS[op](value, threshold))
+    except TypeError as e:
+        return Check(metric, unit, value, op, threshold, False, note or f"not comparable: {e}")
+    return Check(metric, unit, value, op, threshold, passed, note)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A kept file: `path` (as given, or relative to the report folder), lowercase hex `sha256`, size `bytes`."""
+
+    path: str
+    sha256: str
+    bytes: int
+
+    def to_dict(self) -> dict:
+        """`{"path", "sha256", "bytes"}`."""
+        return {"path": self.path, "sha256": self.sha256, "bytes": self.bytes}
+
+
+def artifact_for(path: str | Path, *, relative_to: str | Path | None = None) -> Artifact:
+    """Hash a file (streamed, 1 MiB chunks). Raises FileNotFoundError/OSError when it cannot be read."""
+    p = Path(path)
+    h, n = hashlib.sha256(), 0
+    with open(p, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            n += len(chunk)
+    shown = p
+    if relative_to is not None:
+        try:
+            shown = p.resolve().relative_to(Path(relative_to).resolve())
+        except ValueError:
+            shown = p
+    return Artifact(str(shown), h.hexdigest(), n)
+
+
+def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None) -> tuple[str, str]:
+    """(result, reason) of a gate that was attempted (a skip is decided by the caller, see `skipped`).
+
+    - not ran_ok (crash, timeout, setup failure: no trustworthy measurement) -> "error", failure_reason;
+    - ran but no checks (no evidence) -> "fail";
+    - any check failed -> "fail", naming the failed checks;
+    - else "pass".
+    """
+    if not ran_ok:
+        return "error", failure_reason or "the gate did not run to completion"
+    if not checks:
+        return "fail", failure_reason or "no checks were evaluated (no evidence)"
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        return "fail", "; ".join(c.describe() + (f": {c.note}" if c.note else "") for c in failed)
+    return "pass", f"{len(checks)} check(s) passed"
+
+
+@dataclass
+class GateReport:
+    """One gate's report (schema: reprostack/schemas/report.schema.json).
+
+    result: pass | fail | skip | error; provenance: lock sha256, revs, patched trees, image digests, host
+    inventory (see reprostack.hostinfo); data: gate-specific tables (e.g. test_ep phase stats); started/ended:
+    ISO-8601 UTC; duration_s: seconds; required: whether the gate counts for the exit code.
+    """
+
+    gate: str
+    profile: str
+    result: str
+    reason: str = ""
+    checks: list[Check] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
+    artifacts: list[Artifact] = field(default_factory=list)
+    started: str | None = None
+    ended: str | None = None
+    duration_s: float | None = None
+    data: dict = field(default_factory=dict)
+    required: bool = True
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        if self.result not in RESULTS:
+            raise ValueError(f"gate {self.gate!r}: result must be one of {RESULTS}, not {self.result!r}")
+
+    def to_dict(self) -> dict:
+        """The `<gate>.json` document (validated by the writers against report.schema.json)."""
+        return {"schema_version": self.schema_version, "gate": self.gate, "profile": self.profile,
+                "result": self.result, "reason": self.reason, "required": self.required,
+                "checks": [c.to_dict() for c in self.checks], "provenance": self.provenance,
+                "artifacts": [a.to_dict() for a in self.artifacts], "started": self.started, "ended": self.ended,
+                "duration_s": self.duration_s, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GateReport:
+        """Read a `<gate>.json` document back (no validation; see writers.validate_report)."""
+        return cls(d["gate"], d["profile"], d["result"], d.get("reason", ""),
+                   [Check.from_dict(c) for c in d.get("checks", [])], d.get("provenance", {}),
+                   [Artifact(**a) for a in d.get("artifacts", [])], d.get("started"), d.get("ended"),
+                   d.get("duration_s"), d.get("data", {}), d.get("required", True),
+                   d.get("schema_version", SCHEMA_VERSION))
+
+
+def skipped(gate: str, profile: str, reason: str, *, required: bool = True, provenance: dict | None = None) -> GateReport:
+    """A skip report; `reason` is mandatory (a skipped required gate never lets the run pass)."""
+    if not reason:
+        raise ValueError(f"gate {gate!r}: a skip needs a reason")
+    now = utc_now()
+    return GateReport(gate, profile, "skip", reason, provenance=provenance or {}, started=now, ended=now,
+                      duration_s=0.0, required=required)

@@ -1,0 +1,183 @@
+"""Write gate reports: `<gate>.json` each, `summary.json`, `summary.md`, `junit.xml`; and the exit code.
+
+Every file is written atomically (temp file in the same folder, fsync, os.replace) and every JSON report is
+validated against reprostack/schemas/report.schema.json before it is written.
+
+Exit codes (`exit_code`): 0 every required gate is present and passed; 1 a required gate failed or errored;
+3 no required gate failed but one was skipped or is missing (or nothing was required). 2 is left to the CLI
+for operator errors (ReprostackError).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+
+from .model import SCHEMA_VERSION, GateReport, utc_now
+
+EXIT_PASS, EXIT_FAILED, EXIT_NOT_PROVEN = 0, 1, 3
+_RESERVED = {"summary", "junit"}
+
+
+@cache
+def report_schema() -> dict:
+    """The report JSON schema (its `$defs/summary` describes summary.json)."""
+    return json.loads(resources.files("reprostack").joinpath("schemas/report.schema.json").read_text())
+
+
+def validate_report(d: dict) -> None:
+    """Raise jsonschema.ValidationError when `d` is not a valid gate report."""
+    jsonschema.Draft202012Validator(report_schema()).validate(d)
+
+
+def validate_summary(d: dict) -> None:
+    """Raise jsonschema.ValidationError when `d` is not a valid summary.json."""
+    s = report_schema()
+    jsonschema.Draft202012Validator({"$defs": s["$defs"], "$ref": "#/$defs/summary"}).validate(d)
+
+
+def _required(reports: list[GateReport], required: set[str] | None) -> set[str]:
+    return set(required) if required is not None else {r.gate for r in reports if r.required}
+
+
+def exit_code(reports: list[GateReport], required: set[str] | None = None) -> int:
+    """0 only when every required gate is present with result "pass" (see module doc for 1 and 3).
+
+    required: gate names; None means the reports marked `required`. An empty required set gives 3: nothing
+    was proven. Gates not required do not change the code.
+    """
+    need = _required(reports, required)
+    by_gate = {r.gate: r for r in reports}
+    if any(by_gate[g].result in ("fail", "error") for g in need if g in by_gate):
+        return EXIT_FAILED
+    if not need or any(g not in by_gate or by_gate[g].result != "pass" for g in need):
+        return EXIT_NOT_PROVEN
+    return EXIT_PASS
+
+
+def _finite(v):
+    """Copy of a JSON-like value with non-finite floats as strings ("nan", "inf"): JSON has no NaN."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _atomic_write(path: Path, data: str) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _cell(v) -> str:
+    s = "" if v is None else str(v)
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
+    out = ["# reprostack gate summary", "", f"Exit code {code} (0 pass, 1 a required gate failed or errored, "
+           "3 a required gate skipped or missing).", "", "| gate | profile | result | reason |", "|---|---|---|---|"]
+    out += [f"| {_cell(r.gate)}{'' if r.gate in need else ' (optional)'} | {_cell(r.profile)} | "
+            f"{r.result.upper()} | {_cell(r.reason)} |" for r in reports]
+    out += [f"| {_cell(g)} | | MISSING | required gate has no report |"
+            for g in sorted(need - {r.gate for r in reports})]
+    for r in reports:
+        out += ["", f"## {r.gate}", ""]
+        if r.checks:
+            out += ["| metric | value | op | threshold | unit | pass |", "|---|---|---|---|---|---|"]
+            out += [f"| {_cell(c.metric)} | {_cell(c.value)} | {_cell(c.op)} | {_cell(c.threshold)} | "
+                    f"{_cell(c.unit)} | {'yes' if c.passed else 'NO'} |" for c in r.checks]
+        else:
+            out.append("No checks.")
+        out += ["", f"Started {r.started}, ended {r.ended}, {r.duration_s} s.", "", "### provenance", ""]
+        out += [f"- {_cell(k)}: `{json.dumps(v, sort_keys=True)}`" for k, v in sorted(r.provenance.items())] or ["(none)"]
+        if r.artifacts:
+            out += ["", "### artifacts", ""] + [f"- `{a.path}` sha256 {a.sha256} ({a.bytes} bytes)" for a in r.artifacts]
+    return "\n".join(out) + "\n"
+
+
+def _junit(reports: list[GateReport]) -> str:
+    suite = ET.Element("testsuite", name="reprostack", timestamp=utc_now())
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+
+    def case(name: str, classname: str, time_s=None) -> ET.Element:
+        counts["tests"] += 1
+        return ET.SubElement(suite, "testcase", name=name, classname=classname, time=f"{time_s or 0:.3f}")
+
+    for r in reports:
+        tc = case(r.gate, f"reprostack.{r.gate}", r.duration_s)
+        if r.result == "fail":
+            counts["failures"] += 1
+            ET.SubElement(tc, "failure", message=r.reason, type="fail").text = r.reason
+        elif r.result == "error":
+            counts["errors"] += 1
+            ET.SubElement(tc, "error", message=r.reason, type="error").text = r.reason
+        elif r.result == "skip":
+            counts["skipped"] += 1
+            ET.SubElement(tc, "skipped", message=r.reason)
+        for c in r.checks:
+            cc = case(f"{r.gate}.{c.metric}", f"reprostack.{r.gate}")
+            if not c.passed:
+                counts["failures"] += 1
+                msg = c.describe() + (f": {c.note}" if c.note else "")
+                ET.SubElement(cc, "failure", message=msg, type="check").text = msg
+    for k, v in counts.items():
+        suite.set(k, str(v))
+    suite.set("time", f"{sum(r.duration_s or 0 for r in reports):.3f}")
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def write_reports(reports: list[GateReport], out_dir: str | Path, *, required: set[str] | None = None) -> dict[str, Path]:
+    """Write all report files into out_dir (created); returns {file name: path}, e.g. {"micro.json": ...,
+    "summary.json": ..., "summary.md": ..., "junit.xml": ...}.
+
+    required: as for `exit_code` (recorded in summary.json with the exit code and the missing gates).
+    Raises ValueError for duplicate or reserved gate names (`summary`, `junit`) and
+    jsonschema.ValidationError for a report that does not match the schema (nothing is written then).
+    """
+    out = Path(out_dir)
+    names = [r.gate for r in reports]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate gate names in reports: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    if _RESERVED & set(names):
+        raise ValueError(f"reserved gate name(s): {sorted(_RESERVED & set(names))}")
+    docs = [_finite(r.to_dict()) for r in reports]
+    for d in docs:
+        validate_report(d)
+    need, code = _required(reports, required), exit_code(reports, required)
+    summary = {
+        "schema_version": SCHEMA_VERSION, "generated": utc_now(), "exit_code": code, "required": sorted(need),
+        "missing": sorted(need - set(names)),
+        "gates": [{"gate": r.gate, "profile": r.profile, "result": r.result, "reason": r.reason,
+                   "required": r.gate in need, "report": f"{r.gate}.json",
+                   "checks_passed": sum(c.passed for c in r.checks), "checks_total": len(r.checks)} for r in reports],
+    }
+    validate_summary(summary)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {f"{d['gate']}.json": _atomic_write(out / f"{d['gate']}.json", json.dumps(d, indent=2, allow_nan=False) + "\n")
+             for d in docs}
+    paths["summary.json"] = _atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    paths["summary.md"] = _atomic_write(out / "summary.md", _markdown(reports, code, need))
+    paths["junit.xml"] = _atomic_write(out / "junit.xml", _junit(reports))
+    return paths

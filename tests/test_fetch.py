@@ -1,0 +1,350 @@
+"""reprostack.fetch against real local git repositories (no network): fetch by SHA and its fallbacks,
+verification, offline use, bundles, mirrors, checkout."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+import gitrepos as gr
+from reprostack.errors import FetchError
+from reprostack.fetch import (Cache, FetchedGit, fetch_git, import_bundle, materialize, mirrors_from_env,
+                              write_bundle)
+from reprostack.fetch import verify
+from reprostack.fetch.cache import normalise_url, url_key
+from reprostack.gitcmd import git
+from reprostack.lock import GitPin, PatchEntry, Submodule
+
+SUB = "third-party/lib"
+
+
+@dataclass
+class World:
+    """Two server repos: `up` (superproject, gitlink to `lib` at SUB) and `lib`.
+
+    main: u1 -> u2 (adds the submodule at lib_v2) -> rev -> u4; refs/pull/7/head: rev -> p1 -> p2
+    (p1, p2 reachable only from that ref). pin: rev + cherry-picks p1, p2 (ref refs/pull/7/head).
+    """
+
+    up: Path
+    lib: Path
+    lib_v1: str
+    lib_v2: str
+    rev: str
+    u4: str
+    p1: str
+    p2: str
+    pin: GitPin
+
+
+def make_world(root: Path, *, up_url: str | None = None, lib_url: str | None = None) -> World:
+    lib = gr.init_repo(root / "lib")
+    lib_v1 = gr.commit_files(lib, {"lib.h": "int lib(void); // v1\n"}, "lib v1")
+    lib_v2 = gr.commit_files(lib, {"lib.h": "int lib(void); // v2\n"}, "lib v2")
+    up = gr.init_repo(root / "up")
+    gr.commit_files(up, {"README": "up\n", "src/a.c": "int a;\n"}, "u1")
+    gr.add_submodule(up, SUB, "https://example.invalid/org/lib", lib_v2)
+    rev = gr.commit_files(up, {"src/b.c": "int b;\n"}, "u3: the pinned commit")
+    u4 = gr.commit_files(up, {"src/c.c": "int c;\n"}, "u4: main moves on")
+    p1, p2 = gr.make_pull_ref(up, 7, rev, [({"feature.txt": "one\n"}, "p1"),
+                                          ({"feature.txt": "one\ntwo\n"}, "p2")])
+    pin = GitPin(
+        name="up", url=up_url or str(up), rev=rev, tree=gr.tree_of(up, rev),
+        submodules=(Submodule(SUB, lib_url or str(lib), lib_v2, gr.tree_of(lib, lib_v2)),),
+        patches=(PatchEntry("cherry-pick", p1, "Submitted [PR #7]", ref="refs/pull/7/head", index=1),
+                 PatchEntry("cherry-pick", p2, "Submitted [PR #7]", ref="refs/pull/7/head", index=2)))
+    return World(up, lib, lib_v1, lib_v2, rev, u4, p1, p2, pin)
+
+
+@pytest.fixture(autouse=True)
+def _no_env_mirrors(monkeypatch):
+    monkeypatch.delenv("REPROSTACK_MIRRORS", raising=False)
+
+
+@pytest.fixture
+def world(tmp_path) -> World:
+    return make_world(tmp_path / "srv")
+
+
+def refs_of(repo: Path) -> set[str]:
+    return set(git("for-each-ref", "--format=%(refname)", cwd=repo).split())
+
+
+def speak_protocol_v0(cache: Cache, *urls: str) -> None:
+    """Make the cache's fetches use protocol v0, where a local server enforces uploadpack.allow*SHA1InWant
+    (protocol v2 upload-pack serves any object it has)."""
+    for url in urls:
+        gr.set_config(cache.ensure_repo(url), "protocol.version", "0")
+
+
+def assert_fetched(f: FetchedGit, w: World, cache: Cache) -> None:
+    assert f.repo == cache.repo_dir(w.pin.url) and set(f.submodules) == {SUB}
+    assert gr.tree_of(f.repo, w.rev) == w.pin.tree
+    for c in (w.p1, w.p2):  # cherry-picks and their parents are complete
+        assert gr.has_object(f.repo, f"{c}^1^{{tree}}")
+    assert gr.tree_of(f.submodules[SUB], w.lib_v2) == w.pin.submodules[0].tree
+    assert cache.read_marker(w.pin.url, w.rev)["tree"] == w.pin.tree
+    assert cache.read_marker(w.pin.url, w.p1)["with_parent"] is True
+    assert cache.read_marker(w.pin.submodules[0].url, w.lib_v2) is not None
+
+
+def test_fetch_by_sha_then_materialize(world, tmp_path):
+    cache = Cache(tmp_path / "cache")
+    f = fetch_git(world.pin, cache=cache)
+    assert_fetched(f, world, cache)
+    assert not any(r.startswith("refs/reprostack/hints/") for r in refs_of(f.repo))  # no fallback needed
+    assert gr.has_object(f.repo, world.u4) is False  # shallow: only what the pin needs
+
+    dest = materialize(f, tmp_path / "wt")
+    assert git("rev-parse", "HEAD^{tree}", cwd=dest) == world.pin.tree
+    assert git("rev-parse", "HEAD", cwd=dest) == world.rev
+    assert git("symbolic-ref", "-q", "HEAD", cwd=dest, check=False) == ""  # detached
+    assert (dest / SUB / "lib.h").read_text() == "int lib(void); // v2\n"
+    assert git("status", "--porcelain", cwd=dest) == ""
+    git("cherry-pick", world.p1, world.p2, cwd=dest)  # the patch stage's operation works offline
+    assert git("rev-parse", "HEAD^{tree}", cwd=dest) == gr.tree_of(world.up, world.p2)
+
+    with pytest.raises(FetchError, match="already exists"):
+        materialize(f, dest)
+
+
+@pytest.mark.parametrize("allow_any_sha", [True, False])
+def test_sha_in_want_allowed_or_refused(world, tmp_path, allow_any_sha):
+    for server in (world.up, world.lib):
+        gr.set_config(server, "uploadpack.allowAnySHA1InWant", "true" if allow_any_sha else "false")
+    cache = Cache(tmp_path / "cache")
+    speak_protocol_v0(cache, world.pin.url, world.pin.submodules[0].url)
+    f = fetch_git(world.pin, cache=cache)
+    assert_fetched(f, world, cache)
+    refs = refs_of(f.repo)
+    if allow_any_sha:
+        assert not any(r.startswith("refs/reprostack/hints/") for r in refs)
+    else:  # refused -> the hint ref was enough; heads/tags were not needed for the superproject
+        assert "refs/reprostack/hints/pull/7/head" in refs
+        assert not any(r.startswith("refs/reprostack/heads/") for r in refs)
+        # lib_v2 is lib's advertised branch tip: even a refusing v0 server serves it by id
+        assert refs_of(f.submodules[SUB]) == {f"refs/reprostack/{world.lib_v2}"}
+
+
+def test_wrong_tree_is_an_error_and_not_marked(world, tmp_path):
+    cache = Cache(tmp_path / "cache")
+    pin = replace(world.pin, tree="0" * 40)
+    with pytest.raises(FetchError, match=rf"up: tree at {world.rev[:8]} is {world.pin.tree}, lock says 0{{40}}"):
+        fetch_git(pin, cache=cache)
+    assert cache.read_marker(pin.url, world.rev) is None
+    with pytest.raises(FetchError, match="lock says 0{40}"):  # objects are there now: still refused offline
+        fetch_git(pin, cache=cache, offline=True)
+
+
+def test_submodule_gitlink_must_match_the_lock(world, tmp_path):
+    sub = replace(world.pin.submodules[0], rev=world.lib_v1)
+    pin = replace(world.pin, submodules=(sub,))
+    with pytest.raises(FetchError) as e:
+        fetch_git(pin, cache=Cache(tmp_path / "cache"))
+    assert world.lib_v2 in str(e.value) and world.lib_v1 in str(e.value) and SUB in str(e.value)
+
+
+def test_moved_tag_does_not_matter(world, tmp_path):
+    gr.tag(world.up, "v1", world.rev)
+    pin = replace(world.pin, fetch_refs=("refs/tags/v1",))
+    assert_fetched(fetch_git(pin, cache=Cache(tmp_path / "c1")), world, Cache(tmp_path / "c1"))
+    gr.tag(world.up, "v1", world.u4, force=True)  # the tag moves on; the pin names a commit
+    for cache, v0 in ((Cache(tmp_path / "c2"), False), (Cache(tmp_path / "c3"), True)):
+        if v0:
+            speak_protocol_v0(cache, pin.url, pin.submodules[0].url)
+        assert_fetched(fetch_git(pin, cache=cache), world, cache)
+
+
+@pytest.mark.parametrize("v0", [False, True])
+def test_force_pushed_and_pruned_commit_is_gone(world, tmp_path, v0):
+    gone = gr.commit_files(world.up, {"src/d.c": "int d;\n"}, "u5: force-pushed away later")
+    pin = GitPin(name="up", url=str(world.up), rev=gone, tree=gr.tree_of(world.up, gone),
+                 fetch_refs=("refs/heads/main", "refs/heads/release"))
+    gr.force_push_away(world.up, "main", world.u4)
+    assert not gr.has_object(world.up, gone)
+    cache = Cache(tmp_path / "cache")
+    if v0:
+        speak_protocol_v0(cache, pin.url)
+    with pytest.raises(FetchError) as e:
+        fetch_git(pin, cache=cache)
+    msg = str(e.value)
+    assert f"commit {gone[:12]} is gone from the server" in msg
+    assert "refs/heads/main" in msg and "not on the server: refs/heads/release" in msg
+
+
+def test_typo_url_fails_fast(world, tmp_path):
+    pin = replace(world.pin, url=str(tmp_path / "srv" / "upp"), submodules=(), patches=())
+    with pytest.raises(FetchError, match=r"up: cannot fetch .* from .*/srv/upp: .*does not appear to be a git repository"):
+        fetch_git(pin, cache=Cache(tmp_path / "cache"), timeout=30)
+
+
+def test_offline_with_empty_cache(world, tmp_path):
+    with pytest.raises(FetchError, match=r"up: .* is not in the cache .*reprostack fetch.*reprostack bundle"):
+        fetch_git(world.pin, cache=Cache(tmp_path / "cache"), offline=True)
+    assert not (tmp_path / "cache" / "verified").exists()
+
+
+def test_offline_after_fetch_needs_no_server(world, tmp_path):
+    cache = Cache(tmp_path / "cache")
+    fetch_git(world.pin, cache=cache)
+    world.up.rename(tmp_path / "srv" / "up-gone")
+    world.lib.rename(tmp_path / "srv" / "lib-gone")
+    f = fetch_git(world.pin, cache=cache, offline=True)
+    assert_fetched(f, world, cache)
+    assert fetch_git(world.pin, cache=cache).repo == f.repo  # online but cached: no network either
+    assert git("rev-parse", "HEAD^{tree}", cwd=materialize(f, tmp_path / "wt")) == world.pin.tree
+
+
+def test_killed_fetch_is_not_good(world, tmp_path, monkeypatch):
+    cache = Cache(tmp_path / "cache")
+    real = verify.verify_commits
+    lib_url = world.pin.submodules[0].url
+
+    def killed(repo, want, *a, **k):
+        if want.url == lib_url:
+            raise KeyboardInterrupt("killed after the objects arrived, before verification")
+        return real(repo, want, *a, **k)
+
+    monkeypatch.setattr(verify, "verify_commits", killed)
+    with pytest.raises(KeyboardInterrupt):
+        fetch_git(world.pin, cache=cache)
+    repo = cache.repo_dir(lib_url)
+    assert cache.read_marker(world.pin.url, world.rev) is not None  # the superproject finished
+    assert gr.has_object(repo, world.lib_v2)  # the submodule's objects arrived ...
+    assert cache.read_marker(lib_url, world.lib_v2) is None  # ... but nothing counts as good
+    assert not verify.is_good(cache, repo, verify.Wanted("lib", lib_url, world.lib_v2))
+
+    calls = []
+    monkeypatch.setattr(verify, "verify_commits", lambda r, w, *a, **k: calls.append(w.label) or real(r, w, *a, **k))
+    world.up.rename(tmp_path / "srv" / "up-gone")
+    world.lib.rename(tmp_path / "srv" / "lib-gone")
+    f = fetch_git(world.pin, cache=cache, offline=True)  # what is there is verified again, not trusted
+    assert calls == ["up:third-party/lib"]
+    assert_fetched(f, world, cache)
+
+
+def test_objects_without_marker_are_verified_not_trusted(world, tmp_path):
+    cache = Cache(tmp_path / "cache")
+    with cache.lock(world.pin.url) as repo:  # a fetch that died before its marker: objects, no marker
+        cache.ensure_repo(world.pin.url)
+        git("fetch", "-q", str(world.up), f"+{world.rev}:refs/x", cwd=repo)
+    bad = replace(world.pin, tree="1" * 40, submodules=(), patches=())
+    with pytest.raises(FetchError, match="lock says 1{40}"):
+        fetch_git(bad, cache=cache, offline=True)
+    assert cache.read_marker(bad.url, world.rev) is None
+
+
+def test_bundle_round_trip_to_an_empty_cache_without_servers(world, tmp_path):
+    src = Cache(tmp_path / "net-cache")
+    f = fetch_git(world.pin, cache=src)
+    out = write_bundle([f], tmp_path / "out" / "sources.tar")
+    assert out.is_file() and not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        manifest = json.load(tar.extractfile("manifest.json"))
+    assert names[0] == "manifest.json" and set(names) == {"manifest.json", "up.bundle", "up--third-party+lib.bundle"}
+    up = manifest["upstreams"]["up"]
+    assert manifest["schema_version"] == 1
+    assert (up["url"], up["rev"], up["tree"], up["commits"]) == (world.pin.url, world.rev, world.pin.tree,
+                                                                 [world.p1, world.p2])
+    assert up["shallow"] and len(up["sha256"]) == 64
+    assert up["submodules"][SUB]["rev"] == world.lib_v2
+
+    world.up.rename(tmp_path / "srv" / "up-gone")
+    world.lib.rename(tmp_path / "srv" / "lib-gone")
+    gpu = Cache(tmp_path / "gpu-cache")
+    f2 = fetch_git(world.pin, cache=gpu, offline=True, bundles=[out])
+    assert_fetched(f2, world, gpu)
+    dest = materialize(f2, tmp_path / "wt")
+    assert git("rev-parse", "HEAD^{tree}", cwd=dest) == world.pin.tree
+    assert (dest / SUB / "lib.h").read_text() == "int lib(void); // v2\n"
+    git("cherry-pick", world.p1, world.p2, cwd=dest)
+    assert (dest / "feature.txt").read_text() == "one\ntwo\n"
+
+    other = GitPin(name="other", url="https://example.invalid/org/other", rev="a" * 40, tree="b" * 40)
+    with pytest.raises(FetchError, match=r"other: .*the bundles .*sources.tar do not hold it"):
+        fetch_git(other, cache=gpu, offline=True, bundles=[out])
+
+
+def test_corrupted_bundle(world, tmp_path):
+    out = write_bundle([fetch_git(world.pin, cache=Cache(tmp_path / "c1"))], tmp_path / "s.tar")
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(out) as src, tarfile.open(bad, "w") as dst:
+        for m in src.getmembers():
+            data = bytearray(src.extractfile(m).read())
+            if m.name == "up.bundle":
+                data[len(data) // 2] ^= 0xFF
+            dst.addfile(m, io.BytesIO(bytes(data)))
+    cache = Cache(tmp_path / "c2")
+    with pytest.raises(FetchError, match=r"up\.bundle is corrupted: sha256 [0-9a-f]{64}, manifest says"):
+        import_bundle(bad, cache)
+    with pytest.raises(FetchError, match="up.bundle is corrupted"):
+        fetch_git(world.pin, cache=cache, offline=True, bundles=[bad])
+    assert not (cache.root / "verified").exists()
+    (tmp_path / "junk.tar").write_bytes(b"not a tar")
+    with pytest.raises(FetchError, match="cannot read the archive"):
+        import_bundle(tmp_path / "junk.tar", cache)
+
+
+def test_mirror_via_insteadof(tmp_path, monkeypatch):
+    w = make_world(tmp_path / "srv", up_url="https://example.invalid/org/up",
+                   lib_url="https://example.invalid/org/lib")
+    cache = Cache(tmp_path / "cache")
+    f = fetch_git(w.pin, cache=cache, mirrors={"https://example.invalid/org": str(tmp_path / "srv")})
+    assert_fetched(f, w, cache)
+    assert f.repo.name.endswith("-up.git")  # keyed by the public URL, not the mirror
+
+    monkeypatch.setenv("REPROSTACK_MIRRORS", f"https://example.invalid/org/up={w.up},"
+                                             f"https://example.invalid/org/lib={w.lib}")
+    assert fetch_git(w.pin, cache=Cache(tmp_path / "cache2")).submodules[SUB].is_dir()
+
+    monkeypatch.delenv("REPROSTACK_MIRRORS")
+    with pytest.raises(FetchError, match=r"cannot fetch .* from https://example.invalid/org/up"):
+        fetch_git(w.pin, cache=Cache(tmp_path / "cache3"), mirrors={"https://example.invalid/org": str(tmp_path / "nope")})
+
+
+def test_mirrors_from_env():
+    assert mirrors_from_env({}) == {}
+    env = {"REPROSTACK_MIRRORS": " https://a/x=/m/x , https://b/y=file:///m/y?q=1 "}
+    assert mirrors_from_env(env) == {"https://a/x": "/m/x", "https://b/y": "file:///m/y?q=1"}
+    with pytest.raises(FetchError, match="REPROSTACK_MIRRORS"):
+        mirrors_from_env({"REPROSTACK_MIRRORS": "https://a/x"})
+
+
+def test_concurrent_fetches_share_one_cache(world, tmp_path):
+    cache = Cache(tmp_path / "cache")
+    barrier = threading.Barrier(3)
+
+    def one(_):
+        barrier.wait()
+        return fetch_git(world.pin, cache=cache)
+
+    with ThreadPoolExecutor(3) as ex:
+        results = list(ex.map(one, range(3)))
+    for f in results:
+        assert_fetched(f, world, cache)
+    git("fsck", "--connectivity-only", "--no-dangling", cwd=results[0].repo)
+
+
+def test_cache_layout_and_url_normalisation(tmp_path):
+    cache = Cache(tmp_path)
+    a = cache.repo_dir("https://GitHub.com/deepseek-ai/DeepEP.git/")
+    assert a == cache.repo_dir("https://github.com/deepseek-ai/DeepEP")
+    assert a.parent == tmp_path / "git" and a.name.endswith("-DeepEP.git") and len(a.name) == 16 + 1 + len("DeepEP.git")
+    assert a != cache.repo_dir("https://github.com/deepseek-ai/deepep")
+    assert normalise_url("/srv/x/") == "file:///srv/x" == normalise_url("file:///srv/x.git")
+    assert Cache().root.is_absolute()
+    marker = cache.write_marker("https://h/r", "c" * 40, tree="d" * 40, with_parent=True)
+    assert marker == tmp_path / "verified" / url_key("https://h/r") / f"{'c' * 40}.json"
+    assert cache.read_marker("https://h/r", "c" * 40) == {"url": "https://h/r", "rev": "c" * 40, "tree": "d" * 40,
+                                                          "with_parent": True}
+    cache.write_marker("https://h/r", "c" * 40, tree="d" * 40)  # with_parent is sticky
+    assert cache.read_marker("https://h/r", "c" * 40)["with_parent"] is True
+    assert [p.name for p in marker.parent.iterdir()] == [marker.name]  # no temp files left behind

@@ -1,0 +1,105 @@
+"""Tests of run_with_watchdog: exit codes pass through, output reaches the log, nothing survives a timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from reprostack.gates.watchdog import WATCHDOG_TAG, run_with_watchdog
+
+
+def gone(pid: int) -> bool:
+    """True when pid no longer runs: no such process, or a zombie waiting for its (new) parent to reap it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2:].split()[0] in ("Z", "X")
+
+
+def run_py(tmp_path: Path, code: str, **kw):
+    kw.setdefault("timeout_s", 10)
+    kw.setdefault("grace_s", 0.5)
+    return run_with_watchdog([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path,
+                             log_path=tmp_path / "logs" / "run.log", echo=False, **kw)
+
+
+def test_exit_code_and_output_pass_through(tmp_path, capsys):
+    code = "import sys\nprint('hello', flush=True)\nprint('to stderr', file=sys.stderr)\nsys.exit(3)"
+    out = run_with_watchdog([sys.executable, "-c", code], env=None, cwd=tmp_path, timeout_s=10,
+                            log_path=tmp_path / "logs" / "run.log", echo=True)
+    assert (out.returncode, out.timed_out, out.signal_name, out.killed_pids, out.note) == (3, False, None, (), None)
+    log = out.log_path.read_text()
+    assert "hello\n" in log and "to stderr\n" in log and WATCHDOG_TAG not in log
+    assert "hello" in capsys.readouterr().out
+
+
+def test_stdin_is_devnull_and_cwd_env_apply(tmp_path):
+    env = dict(os.environ, REPRO_X="42")
+    code = "import os,sys\nprint(repr(sys.stdin.read()), os.getcwd(), os.environ['REPRO_X'])"
+    out = run_with_watchdog([sys.executable, "-c", code], env=env, cwd=tmp_path, timeout_s=10,
+                            log_path=tmp_path / "run.log", echo=False)
+    assert out.returncode == 0
+    assert out.log_path.read_text().strip() == f"'' {tmp_path} 42"
+
+
+def test_signal_death_is_named(tmp_path):
+    out = run_py(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert out.returncode == -signal.SIGSEGV and out.signal_name == "SIGSEGV" and not out.timed_out
+
+
+def test_timeout_kills_group_that_ignores_sigterm(tmp_path):
+    code = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = os.fork()
+if child == 0:
+    while True:
+        time.sleep(1)
+print(f"pids {os.getpid()} {child}", flush=True)
+sys.stdout.write("partial line without newline")
+sys.stdout.flush()
+while True:
+    time.sleep(1)
+"""
+    t0 = time.monotonic()
+    out = run_py(tmp_path, code, timeout_s=1.0, grace_s=0.5)
+    assert time.monotonic() - t0 < 8
+    assert out.timed_out and out.returncode == -signal.SIGKILL and out.signal_name == "SIGKILL"
+    log = out.log_path.read_text()
+    leader, child = (int(x) for x in log.split("pids ")[1].split()[:2])
+    assert gone(leader) and gone(child)
+    assert {leader, child} <= set(out.killed_pids)
+    last = log.splitlines()[-1]
+    assert last == f"{WATCHDOG_TAG} timeout after 1 s: SIGTERM to pgid {leader}, SIGKILL after 0.5 s"
+    assert "partial line without newline\n" in log and out.note == last
+
+
+def test_timeout_polite_process_needs_no_sigkill(tmp_path):
+    out = run_py(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(60)", timeout_s=1.0, grace_s=5)
+    assert out.timed_out and out.returncode == -signal.SIGTERM
+    assert out.log_path.read_text().splitlines()[-1].endswith("group gone within 5 s, no SIGKILL")
+
+
+def test_leftover_group_members_after_normal_exit_are_reaped(tmp_path):
+    code = """
+import os, time
+child = os.fork()
+if child == 0:
+    os.close(1); os.close(2)  # let the log pipe close
+    time.sleep(60)
+    os._exit(0)
+print(f"child {child}", flush=True)
+"""
+    out = run_py(tmp_path, code, grace_s=2)
+    assert out.returncode == 0 and not out.timed_out
+    child = int(out.log_path.read_text().split("child ")[1].split()[0])
+    assert gone(child) and child in out.killed_pids
+    assert "left in pgid" in out.note
