@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import jsonschema
-import yaml
-
 from .errors import LockError
+from .yamlsrc import compose, dotted as _dotted, line_of as _line, validate
 
 LOCKFILE = "upstreams.lock"
 
@@ -136,76 +134,6 @@ def _schema() -> dict:
     return json.loads(text)
 
 
-def _compose(text: str, path: str) -> tuple[object, dict[tuple, int]]:
-    """Parse YAML keeping the line of every node; duplicate keys are errors."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise LockError(path, 1, "(file)", "empty lockfile")
-        data = loader.construct_document(node)
-    except yaml.MarkedYAMLError as e:
-        line = e.problem_mark.line + 1 if e.problem_mark else None
-        raise LockError(path, line, "(yaml)", str(e.problem)) from None
-    finally:
-        loader.dispose()
-    lines: dict[tuple, int] = {}
-
-    def walk(n, p):
-        lines[p] = n.start_mark.line + 1
-        if isinstance(n, yaml.MappingNode):
-            seen = {}
-            for k, v in n.value:
-                key = k.value
-                if key in seen:
-                    raise LockError(path, k.start_mark.line + 1, _dotted(p + (key,)),
-                                    f"duplicate key (first at line {seen[key]})")
-                seen[key] = k.start_mark.line + 1
-                walk(v, p + (key,))
-                lines[p + (key,)] = k.start_mark.line + 1
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                walk(v, p + (i,))
-
-    walk(node, ())
-    return data, lines
-
-
-def _dotted(p: tuple) -> str:
-    out = ""
-    for part in p:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(root)"
-
-
-def _explain(err: jsonschema.ValidationError) -> str:
-    if err.validator == "additionalProperties":
-        return err.message.replace("Additional properties are not allowed", "unknown key")
-    if err.validator == "pattern" and isinstance(err.instance, str):
-        hint = ""
-        if "{40}" in err.validator_value and (err.instance.startswith("refs/") or len(err.instance) < 40):
-            hint = " (a mutable ref or short id is not a pin: give the full 40-hex commit and put the ref in `ref`/`fetch-refs`)"
-        return f"{err.instance!r} does not match {err.validator_value!r}{hint}"
-    if err.validator == "type" and isinstance(err.instance, int) and err.validator_value == "string":
-        return f"{err.instance!r} was read as a number: quote it"
-    if err.validator == "oneOf":
-        return "a patch entry needs exactly one of cherry-pick / mbox / diff"
-    return err.message
-
-
-def _best_error(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
-    # The deepest error points at the offending field instead of at a whole `allOf` branch.
-    def depth(e):
-        leaf = e
-        while leaf.context:
-            leaf = max(leaf.context, key=lambda c: len(c.absolute_path))
-        return len(leaf.absolute_path)
-    err = max(errors, key=depth)
-    while err.context and err.validator not in ("oneOf",):
-        err = max(err.context, key=lambda c: len(c.absolute_path))
-    return err
-
-
 def load(path: str | Path = LOCKFILE, root: str | Path | None = None) -> Lock:
     """Read, validate and type `path`.
 
@@ -220,18 +148,8 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None) -> Lock:
         raw = path.read_bytes()
     except OSError as e:
         raise LockError(str(path), None, "(file)", e.strerror or str(e)) from None
-    data, lines = _compose(raw.decode("utf-8"), str(path))
-    validator = jsonschema.Draft202012Validator(_schema())
-    errors = list(validator.iter_errors(data))
-    if errors:
-        err = _best_error(errors)
-        p = tuple(err.absolute_path)
-        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            if extra:
-                p = p + (extra[0],)
-        line = _line(lines, p)
-        raise LockError(str(path), line, _dotted(p), _explain(err))
+    data, lines = compose(raw.decode("utf-8"), str(path), LockError)
+    validate(data, lines, _schema(), str(path), LockError)
 
     upstreams: dict[str, GitPin | WheelPin] = {}
     for name, u in data["upstreams"].items():
@@ -242,12 +160,6 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None) -> Lock:
                 name=u["name"], version=str(u["version"]), index=u.get("index"),
                 files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u["files"]))
     return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
-
-
-def _line(lines: dict[tuple, int], p: tuple) -> int | None:
-    while p and p not in lines:
-        p = p[:-1]
-    return lines.get(p)
 
 
 def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:

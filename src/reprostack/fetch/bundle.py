@@ -48,7 +48,7 @@ def write_bundle(fetched: Sequence[FetchedGit], out: Path) -> Path:
     Returns out.
     Raises FetchError: two pins share a name; `git bundle create` fails.
     """
-    out = Path(out)
+    out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     names = [f.pin.name for f in fetched]
     if len(set(names)) != len(names):

@@ -52,6 +52,26 @@ def materialize(fetched: FetchedGit, dest: Path) -> Path:
     return dest
 
 
+def checkout_submodules(fetched: FetchedGit, tree: Path) -> None:
+    """Check out every submodule of `fetched.pin` at its gitlink inside the working tree `tree`.
+
+    Used for a patched tree, whose superproject was rebuilt by the patch stage (a series must not move
+    a gitlink: the submodule revs are the lock's). Raises FetchError when a checkout fails.
+    """
+    for sub in fetched.pin.submodules:
+        path = Path(tree) / sub.path
+        gitlink = git("ls-tree", "HEAD", "--", sub.path, cwd=tree).split()
+        if len(gitlink) < 3 or gitlink[2] != sub.rev:
+            raise FetchError(f"{fetched.pin.name}: {sub.path} gitlink in {tree} is "
+                             f"{gitlink[2] if len(gitlink) > 2 else 'absent'}, lock says {sub.rev}")
+        if (path / ".git").exists():
+            continue
+        try:
+            _shared_checkout(fetched.submodules[sub.path], path, sub.rev)
+        except GitFailed as e:
+            raise FetchError(f"{fetched.pin.name}: submodule {sub.path} checkout failed: {e}") from None
+
+
 def _shared_checkout(bare: Path, worktree: Path, rev: str) -> None:
     """`git init` worktree, borrow bare's objects (alternates, shallow list), check out rev detached."""
     git("init", "-q", "--template=", str(worktree))

@@ -1,0 +1,141 @@
+"""`reprostack` command line: one subcommand per stage, each a thin call into the engine.
+
+Exit codes: 0 ok / every required gate passed; 1 a gate failed or errored; 3 a required gate was
+skipped or missing; 2 bad input or a stage that could not run (the message names file, line or pin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import lock as lockmod
+from . import paths, sources
+from .errors import ReprostackError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
+    p.add_argument("--cache", default=None, help=f"cache root (default: ${paths.CACHE_ENV} or the user cache dir)")
+    p.add_argument("--offline", action="store_true", help="use only the cache and --bundle archives, never the network")
+    p.add_argument("--bundle", action="append", default=[], metavar="FILE", help="source bundle written by `reprostack bundle`")
+    p.add_argument("--mirror", action="append", default=[], metavar="URL=PATH",
+                   help="fetch URL (prefix) from PATH instead (git insteadOf); also $REPROSTACK_MIRRORS")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("lock", help="validate upstreams.lock")
+    p.add_argument("action", choices=["check"])
+    p.add_argument("--lock", default=None)
+
+    for name, helptext in (("fetch", "fetch pinned sources into the cache and verify commit and tree"),
+                           ("patch", "build the patched trees (fetch first) and verify patched-tree")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("names", nargs="*", help="pins (default: every git pin)")
+        _common(p)
+
+    p = sub.add_parser("bundle", help="write fetched sources into one archive for nodes without network")
+    p.add_argument("names", nargs="*")
+    p.add_argument("-o", "--output", required=True, help="archive to write (e.g. out/sources.tar)")
+    _common(p)
+
+    p = sub.add_parser("gate", help="run a gate and write its reports")
+    p.add_argument("gate", choices=["micro"])
+    _gate_args(p)
+
+    p = sub.add_parser("all-gates", help="run every gate in dependency order; one combined report")
+    _gate_args(p)
+    return ap
+
+
+def _gate_args(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--out", default="out/gates", help="report folder (default: out/gates)")
+    p.add_argument("--profile", default=None, help="hardware profile of gates/<gate>.yaml (default: detect)")
+    p.add_argument("--python", default=sys.executable, help="interpreter that holds torch (default: this one)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--arch", default=None, help="CUDA arch, e.g. 90 (default: from nvidia-smi)")
+    p.add_argument("--nodes", type=int, default=None)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master-addr", default=None)
+    p.add_argument("--master-port", type=int, default=None)
+    p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
+
+
+def _load(args) -> tuple[lockmod.Lock, Path]:
+    lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
+    return lockmod.load(lock_path), lock_path.resolve().parent
+
+
+def _fetch_opts(args) -> sources.FetchOptions:
+    mirrors = {}
+    for m in args.mirror:
+        if "=" not in m:
+            raise ReprostackError(f"--mirror {m!r}: expected URL=PATH")
+        k, v = m.split("=", 1)
+        mirrors[k] = v
+    return sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
+                                     mirrors=mirrors, bundles=args.bundle)
+
+
+def _git_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
+    return names or [n for n, p in lock.upstreams.items() if isinstance(p, lockmod.GitPin)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ReprostackError as e:
+        print(f"reprostack: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args) -> int:
+    if args.cmd == "lock":
+        lock, _ = _load(args)
+        print(f"{lock.path}: ok ({len(lock.upstreams)} pins, sha256 {lock.sha256})")
+        return 0
+    lock, root = _load(args)
+    opts = _fetch_opts(args)
+    if args.cmd == "fetch":
+        for n in _git_names(lock, args.names):
+            f = sources.fetch(lock.git(n), opts)
+            print(f"{n}: {f.pin.rev} tree {f.pin.tree} ok ({len(f.submodules)} submodule(s))")
+        return 0
+    if args.cmd == "patch":
+        for n in _git_names(lock, args.names):
+            st = sources.prepare(lock, n, opts, root)
+            print(f"{n}: {st.path} tree {st.tree} {'(reused)' if st.reused else ''}".rstrip())
+        return 0
+    if args.cmd == "bundle":
+        from .fetch import write_bundle
+        fetched = [sources.fetch(lock.git(n), opts) for n in _git_names(lock, args.names)]
+        out = write_bundle(fetched, Path(args.output))
+        print(f"{out}: {out.stat().st_size} bytes ({', '.join(f.pin.name for f in fetched)})")
+        return 0
+    return _gates(args, lock, root, opts)
+
+
+def _gates(args, lock, root, opts) -> int:
+    from .gates.micro import MicroOptions, run_micro
+    from .report import exit_code, write_reports
+    mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
+                      python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
+                      node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
+                      modes=args.modes)
+    reports = [run_micro(mo)]  # all-gates: only gate 1 exists so far; later gates append in order
+    written = write_reports(reports, Path(args.out), required={r.gate for r in reports})
+    for r in reports:
+        print(f"{r.gate} [{r.profile}]: {r.result.upper()} — {r.reason}")
+    print(f"reports: {Path(args.out).resolve()} ({', '.join(sorted(written))})")
+    return exit_code(reports, {r.gate for r in reports})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

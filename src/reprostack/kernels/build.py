@@ -1,0 +1,160 @@
+"""Build NCCL and DeepEP into `<cache>/builds/<component>-<key>`, where key = sha256 of everything the
+binary depends on (source tree, recipe bytes, toolchain versions, arch, flags, the keys of what it links).
+
+Invariants: an output dir exists only complete (built in a temp dir, `build.json` written, then
+renamed); an existing dir with the same key is reused without running a compiler; logs are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BuildError
+from . import preflight
+from .recipe import Recipe, render
+from .toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class Built:
+    """A finished build: `out` holds the outputs and `build.json`; `reused` when no compiler ran."""
+
+    component: str
+    key: str
+    out: Path
+    reused: bool
+    seconds: float
+    info: dict
+
+    @property
+    def log(self) -> Path:
+        return self.out / "build.log"
+
+
+def build_key(fields: dict) -> str:
+    """sha256 over the canonical JSON of `fields` (64 hex)."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _jobs(jobs: int | None) -> int:
+    return jobs or max(1, len(os.sched_getaffinity(0)))
+
+
+def _run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, timeout: float) -> None:
+    with open(log, "ab") as f:
+        f.write(f"$ {' '.join(argv)}\n".encode())
+        f.flush()
+        try:
+            p = subprocess.run(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{step}: timed out after {timeout:.0f} s; log: {log}") from None
+        except OSError as e:
+            raise BuildError(f"{step}: cannot run {argv[0]}: {e}") from None
+    if p.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise BuildError(f"{step}: exit {p.returncode}; log: {log}\n" + "\n".join(tail))
+
+
+def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
+    key = build_key(fields)
+    out = Path(cache) / "builds" / f"{component}-{key[:16]}"
+    manifest = out / "build.json"
+    if manifest.is_file():
+        info = json.loads(manifest.read_text())
+        if info.get("key") == key:
+            return Built(component, key, out, True, 0.0, info)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    logs = out.parent / "logs"
+    logs.mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{component}-", dir=out.parent))
+    log = tmp / "build.log"
+    t0 = time.monotonic()
+    try:
+        info = make(tmp, log)
+    except BaseException:
+        kept = logs / f"{component}-{key[:16]}-failed.log"
+        if log.exists():
+            shutil.copyfile(log, kept)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    seconds = round(time.monotonic() - t0, 1)
+    info = {"component": component, "key": key, "fields": fields, "seconds": seconds, **info}
+    (tmp / "build.json").write_text(json.dumps(info, indent=1, sort_keys=True))
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return Built(component, key, out, False, seconds, info)
+
+
+def build_nccl(src: Path, tree: str, recipe: Recipe, tc: Toolchain, cache: Path, *, jobs: int | None = None,
+               timeout: float = 3600) -> Built:
+    """Build NCCL from source tree `src` (pinned tree hash `tree`); outputs in `<out>/build/{include,lib}`.
+
+    Raises BuildError: the source is not an NCCL tree; make fails (message names the step and the log).
+    """
+    version = preflight.nccl_source_version(src)
+    make_vars = {k: render(v, tc.arch) for k, v in recipe.make_vars.items()}
+    fields = {"component": "nccl", "tree": tree, "recipe": hashlib.sha256(recipe.text.encode()).hexdigest(),
+              "nvcc": tc.nvcc_version, "arch": tc.arch, "make_vars": make_vars, "targets": list(recipe.make_targets)}
+
+    def make(tmp: Path, log: Path) -> dict:
+        env = dict(os.environ)
+        env["CUDA_HOME"] = str(Path(tc.nvcc).resolve().parent.parent)
+        argv = ["make", "-C", str(src), f"-j{_jobs(jobs)}", *recipe.make_targets, f"BUILDDIR={tmp / 'build'}",
+                *(f"{k}={v}" for k, v in make_vars.items())]
+        _run_logged(argv, cwd=src, env=env, log=log, step="nccl: make src.build", timeout=timeout)
+        built = preflight.nccl_header_version(tmp / "build" / "include")
+        if built != version:
+            raise BuildError(f"nccl: built nccl.h says {built}, source version.mk says {version}")
+        return {"version": version, "lib": "build/lib/libnccl.so.2", "include": "build/include"}
+
+    return _reuse_or_build(cache, "nccl", fields, make)
+
+
+def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Built, cache: Path, *,
+                 jobs: int | None = None, timeout: float = 3600) -> Built:
+    """Build DeepEP (`_C` + the Python package) into `<out>/site`, against `nccl` and tc's NVSHMEM.
+
+    Preflight first: NCCL header >= recipe floor, NVSHMEM root complete. Also makes `<out>/overlay`
+    (see runtime.make_overlay). Raises BuildError naming the failed step and the log.
+    """
+    nccl_root = nccl.out / "build"
+    nccl_version = preflight.nccl_header_version(nccl_root / "include")
+    if recipe.nccl_floor:
+        preflight.check_floor(f"{nccl_root}/include/nccl.h", nccl_version, recipe.nccl_floor)
+    nvshmem = preflight.check_nvshmem_root(os.environ.get("EP_NVSHMEM_ROOT_DIR") or tc.nvshmem_root)
+    env_vars = {k: render(v, tc.arch) for k, v in recipe.env.items()}
+    fields = {"component": "deepep", "tree": tree, "recipe": hashlib.sha256(recipe.text.encode()).hexdigest(),
+              "toolchain": tc.key_fields(), "nccl": nccl.key, "nvshmem": str(nvshmem), "env": env_vars}
+
+    def make(tmp: Path, log: Path) -> dict:
+        from .runtime import make_overlay
+        work = tmp / "src"
+        shutil.copytree(src, work, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+        final = Path(cache) / "builds" / f"deepep-{build_key(fields)[:16]}"
+        env = dict(os.environ)
+        env.update(env_vars)
+        env.update({"EP_NCCL_ROOT_DIR": str(nccl_root), "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
+                    "MAX_JOBS": str(_jobs(jobs)), "EP_JIT_CACHE_DIR": str(final / "jit"),
+                    "CUDA_HOME": str(Path(tc.nvcc).resolve().parent.parent)})
+        argv = [tc.python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+                "--no-cache-dir", "--no-compile", "--target", str(tmp / "site"), str(work)]
+        _run_logged(argv, cwd=work, env=env, log=log, step="deepep: pip install (setup.py build_ext)", timeout=timeout)
+        shutil.rmtree(work)
+        make_overlay(Path(tc.torch_site), nccl_root / "lib", tmp / "overlay")
+        so = sorted((tmp / "site" / "deep_ep").glob("_C*.so"))
+        if not so:
+            raise BuildError(f"deepep: no deep_ep/_C*.so produced; log: {log}")
+        return {"nccl_version": nccl_version, "nvshmem_root": str(nvshmem), "site": "site", "overlay": "overlay",
+                "extension": str(so[0].relative_to(tmp))}
+
+    return _reuse_or_build(cache, "deepep", fields, make)

@@ -1,0 +1,57 @@
+"""Kernel build recipes: `kernels/<component>.yaml`, validated, with `{arch}` placeholders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import BuildError
+
+_KEYS = {"component", "source", "needs", "make", "env", "nccl-floor"}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One component's recipe. `text` (the file's bytes) is part of the build key."""
+
+    component: str
+    source: str
+    path: Path
+    text: str
+    needs: tuple[str, ...] = ()
+    make_targets: tuple[str, ...] = ()
+    make_vars: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    nccl_floor: str | None = None
+
+
+def load_recipe(root: Path, component: str) -> Recipe:
+    """Read `<root>/kernels/<component>.yaml`. Raises BuildError naming the file and the bad key."""
+    path = Path(root) / "kernels" / f"{component}.yaml"
+    try:
+        text = path.read_text()
+        d = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as e:
+        raise BuildError(f"{path}: cannot read recipe: {e}") from None
+    if not isinstance(d, dict):
+        raise BuildError(f"{path}: a recipe is a mapping")
+    unknown = set(d) - _KEYS
+    if unknown:
+        raise BuildError(f"{path}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+    for k in ("component", "source"):
+        if not isinstance(d.get(k), str):
+            raise BuildError(f"{path}: `{k}` (a string) is required")
+    if d["component"] != component:
+        raise BuildError(f"{path}: component is {d['component']!r}, file name says {component!r}")
+    make = d.get("make") or {}
+    return Recipe(component=component, source=d["source"], path=path, text=text,
+                  needs=tuple(d.get("needs") or ()), make_targets=tuple(make.get("targets") or ()),
+                  make_vars=dict(make.get("vars") or {}), env={k: str(v) for k, v in (d.get("env") or {}).items()},
+                  nccl_floor=d.get("nccl-floor"))
+
+
+def render(value: str, arch: str) -> str:
+    """Fill `{arch}` (e.g. "90") and `{arch_dotted}` (e.g. "9.0") in a recipe value."""
+    return value.format(arch=arch, arch_dotted=f"{arch[:-1]}.{arch[-1]}")

@@ -1,0 +1,73 @@
+"""The run-time environment of the built kernels: exactly one NCCL, the pinned one, in the process.
+
+Why an overlay: the torch wheel loads `libnccl.so.2` through an RPATH (`$ORIGIN/../../nvidia/nccl/lib`,
+not RUNPATH), so LD_LIBRARY_PATH cannot redirect it, and LD_PRELOAD ends with two NCCLs mapped (seen on
+the H200, DESIGN.md). The overlay is a folder put first on PYTHONPATH: `torch` is a symlink to the
+image's torch package and `nvidia/<pkg>` symlinks to the image's NVIDIA wheels, except `nvidia/nccl/lib`,
+which holds our NCCL. glibc expands $ORIGIN from the path it opened (symlinks are not resolved), so
+torch's RPATH lands on our NCCL. The image's site-packages are never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from ..errors import BuildError
+
+
+def make_overlay(torch_site: Path, nccl_lib: Path, dest: Path) -> Path:
+    """Create the overlay at `dest` for the torch installed in `torch_site`, with NCCL from `nccl_lib`."""
+    dest = Path(dest)
+    (dest / "nvidia" / "nccl" / "lib").mkdir(parents=True)
+    os.symlink(Path(torch_site) / "torch", dest / "torch", target_is_directory=True)
+    nvidia = Path(torch_site) / "nvidia"
+    if nvidia.is_dir():
+        for d in sorted(nvidia.iterdir()):
+            if d.name not in ("nccl", "__pycache__", "__init__.py"):
+                os.symlink(d, dest / "nvidia" / d.name)
+    libs = sorted(Path(nccl_lib).glob("libnccl.so*"))
+    if not libs:
+        raise BuildError(f"no libnccl.so* in {nccl_lib}")
+    for f in libs:
+        os.symlink(f.resolve(), dest / "nvidia" / "nccl" / "lib" / f.name)
+    return dest
+
+
+def runtime_env(deepep_out: Path, base: dict | None = None) -> dict:
+    """Environment for a process that imports torch + deep_ep from the build at `deepep_out`."""
+    env = dict(os.environ if base is None else base)
+    paths = [str(deepep_out / "overlay"), str(deepep_out / "site")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+_CHECK = r"""
+import json, os
+import torch, torch.distributed
+import deep_ep
+libs = sorted({os.path.realpath(l.split()[-1]) for l in open('/proc/self/maps')
+               if len(l.split()) >= 6 and os.path.basename(l.split()[-1]).startswith('libnccl')})
+print(json.dumps({"mapped": libs, "torch_nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                  "deep_ep": os.path.dirname(deep_ep.__file__)}))
+"""
+
+
+def check_one_nccl(python: str, env: dict, nccl_lib: Path, *, timeout: float = 300) -> dict:
+    """Import torch, torch.distributed and deep_ep in `env`; exactly one libnccl must be mapped and it
+    must be the pinned build in `nccl_lib`. Returns {"mapped": [...], "torch_nccl": "2.30.4", ...}.
+
+    Raises BuildError naming every NCCL found (or the import error).
+    """
+    p = subprocess.run([python, "-c", _CHECK], env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise BuildError("importing torch + deep_ep in the kernel environment failed:\n" + p.stderr.strip()[-2000:])
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    want = {str(f.resolve()) for f in Path(nccl_lib).glob("libnccl.so*")}
+    if len(info["mapped"]) != 1 or info["mapped"][0] not in want:
+        raise BuildError(f"expected exactly one NCCL, the pinned build in {nccl_lib}; mapped: {info['mapped']}")
+    return info

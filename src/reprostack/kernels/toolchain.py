@@ -1,0 +1,99 @@
+"""What a kernel build depends on besides sources: nvcc, the Python that holds torch, the GPU arch."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+
+from ..errors import BuildError
+
+_PROBE = r"""
+import json, os, sys, sysconfig
+out = {"python": sys.executable, "python_version": sys.version.split()[0],
+       "purelib": sysconfig.get_paths()["purelib"]}
+try:
+    import torch
+    out.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
+               torch_site=os.path.dirname(os.path.dirname(torch.__file__)))
+except Exception as e:
+    out["torch_error"] = f"{type(e).__name__}: {e}"
+try:
+    import nvidia.nvshmem as m
+    out["nvshmem_root"] = list(m.__path__)[0]
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Versions that go into the build key. arch: compute capability without dot, e.g. "90" (H200)."""
+
+    python: str
+    python_version: str
+    torch: str
+    torch_cuda: str | None
+    torch_site: str
+    nvcc: str
+    nvcc_version: str
+    arch: str
+    nvshmem_root: str | None
+
+    def key_fields(self) -> dict:
+        d = asdict(self)
+        d.pop("python")  # the interpreter path is not what the binary depends on; its version is
+        return d
+
+
+def nvcc_version(nvcc: str) -> str:
+    """`release X.Y` of `nvcc --version`. Raises BuildError when nvcc is missing or unreadable."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"nvcc at {nvcc!r} did not run: {e} (set CUDA_HOME or put nvcc on PATH)") from None
+    m = re.search(r"release (\d+\.\d+)", out)
+    if not m:
+        raise BuildError(f"cannot read the release from `{nvcc} --version`: {out.strip()[:200]}")
+    return m.group(1)
+
+
+def gpu_arch(nvidia_smi: str = "nvidia-smi") -> str | None:
+    """Compute capability of GPU 0 as "90", from `nvidia-smi --query-gpu=compute_cap`; None without GPU."""
+    if os.environ.get("REPROSTACK_CUDA_ARCH"):
+        return os.environ["REPROSTACK_CUDA_ARCH"].replace(".", "")
+    if not shutil.which(nvidia_smi):
+        return None
+    try:
+        out = subprocess.run([nvidia_smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0].replace(".", "") if out else None
+
+
+def detect(python: str, *, arch: str | None = None) -> Toolchain:
+    """Probe `python` (which must import torch), nvcc and the GPU arch.
+
+    Raises BuildError: torch not importable by `python`; no nvcc; no arch (no GPU and none given).
+    """
+    try:
+        probe = json.loads(subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
+                                          timeout=300, check=True).stdout)
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
+        raise BuildError(f"cannot probe {python}: {e}") from None
+    if "torch" not in probe:
+        raise BuildError(f"{python} cannot import torch ({probe.get('torch_error')}); kernels are built "
+                         f"against the torch of the Python that will run them")
+    cuda_home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    nvcc = shutil.which("nvcc") or os.path.join(cuda_home, "bin", "nvcc")
+    arch = arch or gpu_arch()
+    if not arch:
+        raise BuildError("no GPU found to take the CUDA arch from; pass --arch (e.g. 90) or set REPROSTACK_CUDA_ARCH")
+    return Toolchain(python=python, python_version=probe["python_version"], torch=probe["torch"],
+                     torch_cuda=probe.get("torch_cuda"), torch_site=probe["torch_site"], nvcc=nvcc,
+                     nvcc_version=nvcc_version(nvcc), arch=arch, nvshmem_root=probe.get("nvshmem_root"))

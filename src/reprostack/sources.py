@@ -1,0 +1,125 @@
+"""Stage `sources`: a pin of the lock -> a verified, patched working tree in the cache.
+
+fetch (reprostack.fetch) -> materialize at the pinned rev -> apply the patch series
+(reprostack.patch) -> check out submodules at their gitlinks. The result lives at
+`<cache>/trees/<name>-<patched tree>` (content-addressed by the tree it must have): a second call
+finds it and only re-checks its tree hash. Nothing is written there unless the whole series
+applied and the tree is the lock's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .errors import FetchError
+from .fetch import Cache, FetchedGit, checkout_submodules, fetch_git, materialize, mirrors_from_env
+from .gitcmd import git
+from .lock import GitPin, Lock
+from .patch import apply_series
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """A ready source tree: `path` is a git working tree whose HEAD^{tree} is `tree`."""
+
+    pin: GitPin
+    path: Path
+    tree: str
+    patched: bool
+    reused: bool
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    """How to get sources: cache root, offline (cache and bundles only), mirrors, bundle archives."""
+
+    cache: Cache
+    offline: bool = False
+    mirrors: Mapping[str, str] | None = None
+    bundles: Sequence[Path] = ()
+    timeout: float = 600.0
+
+    @classmethod
+    def make(cls, cache_root: Path | None = None, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,
+             bundles: Sequence[Path] = ()) -> "FetchOptions":
+        """Options with mirrors from `mirrors` on top of $REPROSTACK_MIRRORS (PREFIX=MIRROR,...)."""
+        m = dict(mirrors_from_env())
+        m.update(mirrors or {})
+        return cls(Cache(cache_root), offline=offline, mirrors=m, bundles=tuple(Path(b) for b in bundles))
+
+
+def fetch(pin: GitPin, opts: FetchOptions) -> FetchedGit:
+    """Fetch `pin` (rev, series commits, submodules) into the cache, verified. Raises FetchError."""
+    return fetch_git(pin, cache=opts.cache, offline=opts.offline, mirrors=opts.mirrors,
+                     bundles=opts.bundles, timeout=opts.timeout)
+
+
+def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> SourceTree:
+    """Return the patched (or plain, when the pin has no series) source tree of pin `name`.
+
+    Raises LockError (unknown pin), FetchError (fetch/verify), PatchError (series does not apply or the
+    tree is not `patched-tree`).
+    """
+    pin = lock.git(name)
+    want = pin.patched_tree or pin.tree
+    final = opts.cache.root / "trees" / f"{name}-{want}"
+    if final.is_dir():
+        if _tree_of(final) == want:
+            return SourceTree(pin, final, want, bool(pin.patches), reused=True)
+        shutil.rmtree(final)  # a tree that no longer verifies is never reused
+    fetched = fetch(pin, opts)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent) as tmp:
+        src = materialize(fetched, Path(tmp) / "src")
+        if pin.patches:
+            staged = Path(tmp) / "patched"
+            apply_series(pin, src, staged, project_root)
+            checkout_submodules(fetched, staged)
+        else:
+            staged = src
+        _detach_objects(staged)
+        got = _tree_of(staged)
+        if got != want:
+            raise FetchError(f"{name}: prepared tree is {got}, lock says {want}")
+        staged.rename(final)
+    return SourceTree(pin, final, want, bool(pin.patches), reused=False)
+
+
+def _tree_of(path: Path) -> str | None:
+    try:
+        return git("rev-parse", "HEAD^{tree}", cwd=path)
+    except Exception:
+        return None
+
+
+def _detach_objects(tree: Path) -> None:
+    """Point every repo in `tree` straight at the cache's object stores (not at the scratch `src`).
+
+    The scratch checkouts borrow objects through chains of `objects/info/alternates`; the chain is
+    flattened to the object dirs that outlive the scratch (the cache repos, which are shallow, so no
+    repack), keeping the tree usable after its scratch source is deleted.
+    """
+    for gitdir in [tree / ".git", *[p for p in tree.glob("*/**/.git")]]:
+        alt = gitdir / "objects" / "info" / "alternates"
+        if alt.is_file():
+            alt.write_text("".join(f"{d}\n" for d in _alternates_closure(gitdir / "objects", tree)))
+
+
+def _alternates_closure(objects: Path, scratch_root: Path) -> list[Path]:
+    seen: list[Path] = []
+    todo = [objects]
+    while todo:
+        alt = todo.pop(0) / "info" / "alternates"
+        if not alt.is_file():
+            continue
+        for line in alt.read_text().splitlines():
+            d = Path(line.strip()).resolve()
+            if line.strip() and d not in seen and d != objects:
+                seen.append(d)
+                todo.append(d)
+    scratch = scratch_root.resolve().parent
+    return [d for d in seen if scratch not in d.parents]
