@@ -65,6 +65,7 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-addr", default=None)
     p.add_argument("--master-port", type=int, default=None)
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
+    p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
 
 
 def _load(args) -> tuple[lockmod.Lock, Path]:
@@ -128,7 +129,7 @@ def _gates(args, lock, root, opts) -> int:
     mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
                       python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
                       node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-                      modes=args.modes)
+                      modes=args.modes, timeout_s=args.timeout)
     reports = [run_micro(mo)]  # all-gates: only gate 1 exists so far; later gates append in order
     written = write_reports(reports, Path(args.out), required={r.gate for r in reports})
     for r in reports:

@@ -47,6 +47,7 @@ class MicroOptions:
     master_addr: str | None = None
     master_port: int | None = None
     modes: str = "first"
+    timeout_s: float | None = None
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -121,7 +122,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
         deepep = kbuild.build_deepep(trees["deepep"].path, trees["deepep"].tree, load_recipe(opts.root, "deepep"),
                                      tc, nccl, opts.fetch.cache.root, jobs=opts.jobs)
         timings["deepep_build_s"] = round(time.monotonic() - t, 2)
-        prov["kernels"] = {b.component: {"key": b.key, "reused": b.reused, "build_seconds": b.info.get("seconds")}
+        prov["kernels"] = {b.component: {"key": b.key, "reused": b.reused, "build_seconds": b.info.get("seconds"),
+                                         **({"libstdcxx": b.info["libstdcxx"]} if "libstdcxx" in b.info else {})}
                            for b in (nccl, deepep)}
         prov["toolchain"] = tc.key_fields()
         env = runtime.runtime_env(deepep.out)
@@ -130,7 +132,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
         t = time.monotonic()
         one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
         timings["nccl_check_s"] = round(time.monotonic() - t, 2)
-        host["nccl_runtime"] = one["torch_nccl"]
+        host["nccl_runtime"] = one["runtime"]
+        data["torch_built_with_nccl"] = one["torch_built_with"]
         data["nccl_mapped"] = one["mapped"]
     except ReprostackError as e:
         rep = GateReport(GATE, profile.name, "error", f"setup: {e}", provenance=prov)
@@ -155,7 +158,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
     data["command"] = launch.argv
     data["env"] = {k: env[k] for k in sorted({*spec.env, *profile.env, *launch.env, "PYTHONPATH"}) if k in env}
-    outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path), timeout_s=spec.timeout_s,
+    outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path), timeout_s=opts.timeout_s or spec.timeout_s,
                                 log_path=log)
     timings["test_s"] = round(outcome.duration_s, 2)
     logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
@@ -177,8 +180,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
 
     checks = [evaluate("ranks_x_phases_missing", "lines", len(parsed.problems), "==", 0,
                        note="; ".join(parsed.problems) or None),
-              evaluate("nccl_runtime", "version", one["torch_nccl"], "==", trees["nccl"].pin.original.lstrip("v").split("-")[0]
-                       if trees["nccl"].pin.original else one["torch_nccl"], note=f"mapped: {one['mapped'][0]}")]
+              evaluate("nccl_runtime", "version", one["runtime"], "==", nccl.info["version"],
+                       note=f"ncclGetVersion of the only NCCL mapped: {one['mapped'][0]}")]
     metrics = {"dc_p50_us": parsed.dc_p50_us,
                "dispatch_p50_us": parsed.phases["dispatch"].p50 if "dispatch" in parsed.phases else None,
                "combine_p50_us": parsed.phases["combine"].p50 if "combine" in parsed.phases else None}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import BuildError
 from . import preflight
+from .elfcheck import check_private_libstdcxx
 from .recipe import Recipe, render
 from .toolchain import Toolchain
 
@@ -108,7 +109,7 @@ def build_nccl(src: Path, tree: str, recipe: Recipe, tc: Toolchain, cache: Path,
 
     def make(tmp: Path, log: Path) -> dict:
         env = dict(os.environ)
-        env["CUDA_HOME"] = str(Path(tc.nvcc).resolve().parent.parent)
+        env["CUDA_HOME"] = tc.cuda_home
         argv = ["make", "-C", str(src), f"-j{_jobs(jobs)}", *recipe.make_targets, f"BUILDDIR={tmp / 'build'}",
                 *(f"{k}={v}" for k, v in make_vars.items())]
         _run_logged(argv, cwd=src, env=env, log=log, step="nccl: make src.build", timeout=timeout)
@@ -145,7 +146,7 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         env.update(env_vars)
         env.update({"EP_NCCL_ROOT_DIR": str(nccl_root), "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
                     "MAX_JOBS": str(_jobs(jobs)), "EP_JIT_CACHE_DIR": str(final / "jit"),
-                    "CUDA_HOME": str(Path(tc.nvcc).resolve().parent.parent)})
+                    "CUDA_HOME": tc.cuda_home})
         argv = [tc.python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
                 "--no-cache-dir", "--no-compile", "--target", str(tmp / "site"), str(work)]
         _run_logged(argv, cwd=work, env=env, log=log, step="deepep: pip install (setup.py build_ext)", timeout=timeout)
@@ -154,7 +155,8 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         so = sorted((tmp / "site" / "deep_ep").glob("_C*.so"))
         if not so:
             raise BuildError(f"deepep: no deep_ep/_C*.so produced; log: {log}")
+        libstdcxx = check_private_libstdcxx(so[0])
         return {"nccl_version": nccl_version, "nvshmem_root": str(nvshmem), "site": "site", "overlay": "overlay",
-                "extension": str(so[0].relative_to(tmp))}
+                "extension": str(so[0].relative_to(tmp)), "libstdcxx": libstdcxx}
 
     return _reuse_or_build(cache, "deepep", fields, make)

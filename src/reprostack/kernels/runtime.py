@@ -47,19 +47,27 @@ def runtime_env(deepep_out: Path, base: dict | None = None) -> dict:
 
 
 _CHECK = r"""
-import json, os
+import ctypes, json, os
 import torch, torch.distributed
 import deep_ep
 libs = sorted({os.path.realpath(l.split()[-1]) for l in open('/proc/self/maps')
                if len(l.split()) >= 6 and os.path.basename(l.split()[-1]).startswith('libnccl')})
-print(json.dumps({"mapped": libs, "torch_nccl": ".".join(map(str, torch.cuda.nccl.version())),
+runtime = None
+if len(libs) == 1:
+    v = ctypes.c_int()
+    if ctypes.CDLL(libs[0]).ncclGetVersion(ctypes.byref(v)) == 0:
+        runtime = f"{v.value // 10000}.{v.value % 10000 // 100}.{v.value % 100}"
+print(json.dumps({"mapped": libs, "runtime": runtime,
+                  "torch_built_with": ".".join(map(str, torch.cuda.nccl.version())),
                   "deep_ep": os.path.dirname(deep_ep.__file__)}))
 """
 
 
 def check_one_nccl(python: str, env: dict, nccl_lib: Path, *, timeout: float = 300) -> dict:
     """Import torch, torch.distributed and deep_ep in `env`; exactly one libnccl must be mapped and it
-    must be the pinned build in `nccl_lib`. Returns {"mapped": [...], "torch_nccl": "2.30.4", ...}.
+    must be the pinned build in `nccl_lib`. Returns {"mapped": [path], "runtime": "2.30.4" (ncclGetVersion of
+    the mapped library), "torch_built_with": "2.28.9" (torch.cuda.nccl.version() is torch's compile-time
+    header version, not what is loaded), "deep_ep": path}.
 
     Raises BuildError naming every NCCL found (or the import error).
     """

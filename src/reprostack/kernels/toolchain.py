@@ -41,13 +41,23 @@ class Toolchain:
     torch_site: str
     nvcc: str
     nvcc_version: str
+    cuda_home: str
     arch: str
     nvshmem_root: str | None
 
     def key_fields(self) -> dict:
         d = asdict(self)
-        d.pop("python")  # the interpreter path is not what the binary depends on; its version is
+        for path_only in ("python", "nvcc", "cuda_home"):  # where a tool is is not what the binary depends on
+            d.pop(path_only)
         return d
+
+
+def cuda_home(nvcc: str) -> str:
+    """$CUDA_HOME, else the toolkit folder above nvcc (holding include/cuda.h), else /usr/local/cuda."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    guess = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    return guess if os.path.isfile(os.path.join(guess, "include", "cuda.h")) else "/usr/local/cuda"
 
 
 def nvcc_version(nvcc: str) -> str:
@@ -89,11 +99,12 @@ def detect(python: str, *, arch: str | None = None) -> Toolchain:
     if "torch" not in probe:
         raise BuildError(f"{python} cannot import torch ({probe.get('torch_error')}); kernels are built "
                          f"against the torch of the Python that will run them")
-    cuda_home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-    nvcc = shutil.which("nvcc") or os.path.join(cuda_home, "bin", "nvcc")
+    toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    nvcc = shutil.which("nvcc") or os.path.join(toolkit, "bin", "nvcc")
     arch = arch or gpu_arch()
     if not arch:
         raise BuildError("no GPU found to take the CUDA arch from; pass --arch (e.g. 90) or set REPROSTACK_CUDA_ARCH")
     return Toolchain(python=python, python_version=probe["python_version"], torch=probe["torch"],
                      torch_cuda=probe.get("torch_cuda"), torch_site=probe["torch_site"], nvcc=nvcc,
-                     nvcc_version=nvcc_version(nvcc), arch=arch, nvshmem_root=probe.get("nvshmem_root"))
+                     nvcc_version=nvcc_version(nvcc), cuda_home=cuda_home(nvcc), arch=arch,
+                     nvshmem_root=probe.get("nvshmem_root"))
