@@ -7,7 +7,6 @@ skipped or missing; 2 bad input or a stage that could not run (the message names
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 

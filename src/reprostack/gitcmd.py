@@ -19,7 +19,7 @@ class GitFailed(Exception):
 
     def __init__(self, argv: Sequence[str], returncode: int | None, stdout: str, stderr: str, timed_out: bool = False):
         self.argv, self.returncode, self.stdout, self.stderr, self.timed_out = list(argv), returncode, stdout, stderr, timed_out
-        what = f"timed out" if timed_out else f"exit {returncode}"
+        what = "timed out" if timed_out else f"exit {returncode}"
         super().__init__(f"git {' '.join(argv[1:])}: {what}: {stderr.strip()[-2000:]}")
 
 

@@ -68,7 +68,7 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
     want = pin.patched_tree or pin.tree
     final = opts.cache.root / "trees" / f"{name}-{want}"
     if final.is_dir():
-        if _tree_of(final) == want:
+        if _intact(final, pin, want):
             return SourceTree(pin, final, want, bool(pin.patches), reused=True)
         shutil.rmtree(final)  # a tree that no longer verifies is never reused
     fetched = fetch(pin, opts)
@@ -89,6 +89,18 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
     return SourceTree(pin, final, want, bool(pin.patches), reused=False)
 
 
+def _intact(path: Path, pin: GitPin, want: str) -> bool:
+    """HEAD's tree is `want`, no tracked file is modified, every submodule is at its gitlink."""
+    if _tree_of(path) != want:
+        return False
+    try:
+        if git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=none", cwd=path):
+            return False
+        return all(git("rev-parse", "HEAD", cwd=path / s.path) == s.rev for s in pin.submodules)
+    except Exception:
+        return False
+
+
 def _tree_of(path: Path) -> str | None:
     try:
         return git("rev-parse", "HEAD^{tree}", cwd=path)
@@ -106,7 +118,15 @@ def _detach_objects(tree: Path) -> None:
     for gitdir in [tree / ".git", *[p for p in tree.glob("*/**/.git")]]:
         alt = gitdir / "objects" / "info" / "alternates"
         if alt.is_file():
-            alt.write_text("".join(f"{d}\n" for d in _alternates_closure(gitdir / "objects", tree)))
+            dirs = _alternates_closure(gitdir / "objects", tree)
+            alt.write_text("".join(f"{d}\n" for d in dirs))
+            # the cache repos are shallow: their boundary commits must be known here too, or history
+            # walks (git log, fsck) stop with "missing parent"
+            shallow = sorted({c for d in dirs if (d.parent / "shallow").is_file()
+                              for c in (d.parent / "shallow").read_text().split()}
+                             | set((gitdir / "shallow").read_text().split() if (gitdir / "shallow").is_file() else ()))
+            if shallow:
+                (gitdir / "shallow").write_text("".join(f"{c}\n" for c in shallow))
 
 
 def _alternates_closure(objects: Path, scratch_root: Path) -> list[Path]:

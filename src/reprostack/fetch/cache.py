@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import paths
+from ..atomicfile import write_text_atomic
 from ..gitcmd import git
 
 _REPO_CONFIG = (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"))
@@ -138,17 +139,7 @@ class Cache:
                 "with_parent": bool(with_parent or (old.get("with_parent") and old.get("tree") == tree))}
         path = self.marker_path(url, rev)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{rev}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_text_atomic(path, json.dumps(data, sort_keys=True))
 
     def drop_marker(self, url: str, rev: str) -> None:
         """Forget that (url, rev) was verified (the objects stay)."""

@@ -152,7 +152,9 @@ def _insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
 def _absolute_mirror(mirror: str) -> str:
     if "://" in mirror or (":" in mirror.split("/", 1)[0] and not mirror.startswith((".", "/", "~"))):
         return mirror
-    return os.path.abspath(os.path.expanduser(mirror))
+    path = os.path.abspath(os.path.expanduser(mirror))
+    # keep a trailing slash: `PREFIX/=DIR/` must rewrite PREFIX/x to DIR/x, not DIRx
+    return path + "/" if mirror.endswith("/") and not path.endswith("/") else path
 
 
 def _effective_url(url: str, mirrors: Mapping[str, str]) -> str:

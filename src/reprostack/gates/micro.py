@@ -8,7 +8,6 @@ ERROR with the classified failure and the raw log.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field

@@ -76,19 +76,19 @@ def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     out.parent.mkdir(parents=True, exist_ok=True)
     logs = out.parent / "logs"
     logs.mkdir(exist_ok=True)
+    # the log lives outside the temp dir, so an error message names a file that is still there
+    log = logs / f"{component}-{key[:16]}.log"
+    log.write_text("")
     tmp = Path(tempfile.mkdtemp(prefix=f".{component}-", dir=out.parent))
-    log = tmp / "build.log"
     t0 = time.monotonic()
     try:
         info = make(tmp, log)
     except BaseException:
-        kept = logs / f"{component}-{key[:16]}-failed.log"
-        if log.exists():
-            shutil.copyfile(log, kept)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     seconds = round(time.monotonic() - t0, 1)
     info = {"component": component, "key": key, "fields": fields, "seconds": seconds, **info}
+    shutil.copyfile(log, tmp / "build.log")
     (tmp / "build.json").write_text(json.dumps(info, indent=1, sort_keys=True))
     if out.exists():
         shutil.rmtree(out)

@@ -1,11 +1,14 @@
 """The run-time environment of the built kernels: exactly one NCCL, the pinned one, in the process.
 
-Why an overlay: the torch wheel loads `libnccl.so.2` through an RPATH (`$ORIGIN/../../nvidia/nccl/lib`,
-not RUNPATH), so LD_LIBRARY_PATH cannot redirect it, and LD_PRELOAD ends with two NCCLs mapped (seen on
-the H200, DESIGN.md). The overlay is a folder put first on PYTHONPATH: `torch` is a symlink to the
-image's torch package and `nvidia/<pkg>` symlinks to the image's NVIDIA wheels, except `nvidia/nccl/lib`,
-which holds our NCCL. glibc expands $ORIGIN from the path it opened (symlinks are not resolved), so
-torch's RPATH lands on our NCCL. The image's site-packages are never written.
+The image's torch (2.11.0+cu130 on the H200) was built with NCCL 2.28.9 and finds `libnccl.so.2` in its
+own `nvidia/nccl/lib`: through an RPATH (not RUNPATH, so LD_LIBRARY_PATH cannot redirect it) and through
+`torch/__init__.py:_load_global_deps`, which preloads the NVIDIA libraries it needs by searching
+`sys.path` for `nvidia/<pkg>/lib` (so LD_PRELOAD of ours ended with two NCCLs mapped, DESIGN.md).
+The overlay is a folder put first on PYTHONPATH: `nvidia/<pkg>` symlinks to the image's NVIDIA wheels,
+except `nvidia/nccl/lib`, which holds our NCCL, so torch's own preload picks ours and every later
+`libnccl.so.2` lookup is satisfied by that soname; `torch` is a symlink to the image's torch package.
+The image's site-packages are never written. Whether it worked is not assumed: `check_one_nccl` reads
+/proc/self/maps of a process that imported torch and deep_ep (on the H200: one NCCL, ours).
 """
 
 from __future__ import annotations

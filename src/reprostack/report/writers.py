@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from functools import cache
 from importlib import resources
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import jsonschema
 
+from ..atomicfile import write_text_atomic
 from .model import SCHEMA_VERSION, GateReport, utc_now
 
 EXIT_PASS, EXIT_FAILED, EXIT_NOT_PROVEN = 0, 1, 3
@@ -72,21 +71,6 @@ def _finite(v):
     if isinstance(v, (list, tuple)):
         return [_finite(x) for x in v]
     return v
-
-
-def _atomic_write(path: Path, data: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _cell(v) -> str:
@@ -175,9 +159,9 @@ def write_reports(reports: list[GateReport], out_dir: str | Path, *, required: s
     }
     validate_summary(summary)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {f"{d['gate']}.json": _atomic_write(out / f"{d['gate']}.json", json.dumps(d, indent=2, allow_nan=False) + "\n")
+    paths = {f"{d['gate']}.json": write_text_atomic(out / f"{d['gate']}.json", json.dumps(d, indent=2, allow_nan=False) + "\n")
              for d in docs}
-    paths["summary.json"] = _atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    paths["summary.md"] = _atomic_write(out / "summary.md", _markdown(reports, code, need))
-    paths["junit.xml"] = _atomic_write(out / "junit.xml", _junit(reports))
+    paths["summary.json"] = write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    paths["summary.md"] = write_text_atomic(out / "summary.md", _markdown(reports, code, need))
+    paths["junit.xml"] = write_text_atomic(out / "junit.xml", _junit(reports))
     return paths

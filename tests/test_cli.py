@@ -1,0 +1,173 @@
+"""`reprostack` CLI, called in-process (reprostack.cli.main): exit codes 0 / 2 / 3 and what it prints.
+
+The stack's lock names public-looking URLs (https://example.invalid/org/...) and every fetch goes through
+`--mirror URL=PATH` to local server folders, as an operator behind a mirror would run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from reprostack.cli import main
+from test_sources import make_stack, take_servers_away, write_project
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASE_URL = "https://example.invalid/org"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    """No env mirrors, a default cache inside tmp_path, and a PATH without nvidia-smi (only git)."""
+    monkeypatch.delenv("REPROSTACK_MIRRORS", raising=False)
+    monkeypatch.delenv("REPROSTACK_CUDA_ARCH", raising=False)
+    monkeypatch.setenv("REPROSTACK_CACHE", str(tmp_path / "default-cache"))
+    bin_dir = tmp_path / "bin-no-gpu"
+    bin_dir.mkdir()
+    os.symlink(shutil.which("git"), bin_dir / "git")
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def world(tmp_path):
+    """(stack, lock path, common args: --lock, --cache, --mirror)."""
+    stack = make_stack(tmp_path / "srv")
+    lock = write_project(tmp_path / "project", stack, base=BASE_URL)
+    args = ["--lock", str(lock), "--cache", str(tmp_path / "cache"), "--mirror", f"{BASE_URL}={stack.srv}"]
+    return stack, lock, args
+
+
+# --------------------------------------------------------------------------- lock check
+
+
+def test_lock_check_real_lock(capsys):
+    lock = REPO_ROOT / "upstreams.lock"
+    code, out, err = run(capsys, "lock", "check", "--lock", str(lock))
+    assert code == 0 and err == ""
+    assert out.strip() == f"{lock}: ok (2 pins, sha256 {hashlib.sha256(lock.read_bytes()).hexdigest()})"
+
+
+def test_lock_check_finds_the_project_root(tmp_path, monkeypatch, capsys):
+    (tmp_path / "proj" / "sub" / "dir").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "upstreams.lock", tmp_path / "proj" / "upstreams.lock")
+    monkeypatch.chdir(tmp_path / "proj" / "sub" / "dir")
+    code, out, _ = run(capsys, "lock", "check")
+    assert code == 0 and out.startswith(f"{tmp_path / 'proj' / 'upstreams.lock'}: ok (2 pins")
+
+
+def test_lock_check_bad_lock(tmp_path, capsys):
+    text = (REPO_ROOT / "upstreams.lock").read_text()
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if "rev: 1933fdd6" in l)
+    bad = tmp_path / "upstreams.lock"
+    bad.write_text(text.replace("rev: 1933fdd6360a8bfccaa0166bd71bce363d32e5b6", "rev: refs/tags/v2.30.4-1"))
+    code, out, err = run(capsys, "lock", "check", "--lock", str(bad))
+    assert code == 2 and out == ""
+    assert err.startswith(f"reprostack: error: {bad}:{line}: upstreams.nccl.rev: 'refs/tags/v2.30.4-1' does not match")
+    assert "a mutable ref or short id is not a pin" in err
+
+
+def test_usage_error_is_argparse_exit_2(capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["lock", "verify"])
+    assert ei.value.code == 2
+    assert "invalid choice: 'verify'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- fetch / patch / bundle / gate
+
+
+def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
+    stack, lock, args = world
+
+    code, out, err = run(capsys, "fetch", *args)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [f"deepep: {stack.rev} tree {stack.tree} ok (1 submodule(s))",
+                                f"nccl: {stack.nccl_rev} tree {stack.nccl_tree} ok (0 submodule(s))"]
+
+    code, out, err = run(capsys, "patch", "deepep", *args)
+    trees = tmp_path / "cache" / "trees"
+    assert (code, err) == (0, "")
+    assert out.strip() == f"deepep: {trees / f'deepep-{stack.patched}'} tree {stack.patched}"
+    code, out, _ = run(capsys, "patch", "deepep", *args)
+    assert code == 0 and out.strip().endswith("(reused)")
+
+    archive = tmp_path / "carry" / "sources.tar"
+    code, out, err = run(capsys, "bundle", "-o", str(archive), *args)
+    assert (code, err) == (0, "")
+    assert out.strip() == f"{archive}: {archive.stat().st_size} bytes (deepep, nccl)"
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert {"manifest.json", "deepep.bundle", "deepep--third-party+fmt.bundle", "nccl.bundle"} <= names
+
+    # a node without network: servers gone, a fresh cache, only the bundle
+    take_servers_away(stack)
+    out_dir = tmp_path / "reports"
+    code, out, err = run(capsys, "gate", "micro", "--lock", str(lock), "--cache", str(tmp_path / "node-cache"),
+                         "--offline", "--bundle", str(archive), "--out", str(out_dir))
+    assert code == 3, err
+    assert out.splitlines()[0].startswith("micro [-]: SKIP — no GPU on this host")
+    doc = json.loads((out_dir / "micro.json").read_text())
+    assert doc["result"] == "skip" and "no GPU" in doc["reason"]
+    assert doc["provenance"]["upstreams"]["deepep"]["patched_tree"] == stack.patched
+    assert json.loads((out_dir / "summary.json").read_text())["exit_code"] == 3
+    assert "<skipped" in (out_dir / "junit.xml").read_text()
+    assert sorted(os.listdir(tmp_path / "node-cache" / "trees")) == [f"deepep-{stack.patched}",
+                                                                      f"nccl-{stack.nccl_tree}"]
+
+
+def test_all_gates_without_gpu_is_not_a_pass(world, tmp_path, capsys):
+    _, _, args = world
+    code, out, _ = run(capsys, "all-gates", *args, "--out", str(tmp_path / "reports"))
+    assert code == 3 and "micro [-]: SKIP" in out
+
+
+def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, capsys):
+    _, _, args = world
+    for cmd in (["fetch"], ["patch"], ["gate", "micro", "--out", str(tmp_path / "reports")]):
+        code, out, err = run(capsys, *cmd, *args, "--offline")
+        assert code == 2, cmd
+        assert re.match(r"reprostack: error: (deepep|nccl): https://example\.invalid/org/\1 @ [0-9a-f]{12} is not in "
+                        r"the cache ", err), err
+        assert "is not in the cache" in err and "no bundle was given" in err
+        assert "run `reprostack fetch`, then `reprostack bundle`" in err and "pass it with --bundle" in err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_without_mirror_the_public_url_is_unreachable(world, tmp_path, capsys):
+    _, lock, _ = world
+    code, _, err = run(capsys, "fetch", "nccl", "--lock", str(lock), "--cache", str(tmp_path / "c"),
+                       "--mirror", "https://example.invalid/other/=/nonexistent/")
+    assert code == 2 and err.startswith("reprostack: error: nccl: cannot fetch ")
+    assert "https://example.invalid/org/nccl" in err
+
+
+def test_mirror_prefix_with_trailing_slash(world, tmp_path, capsys):
+    stack, lock, _ = world
+    code, _, err = run(capsys, "fetch", "nccl", "--lock", str(lock), "--cache", str(tmp_path / "c"),
+                       "--mirror", f"{BASE_URL}/={stack.srv}/")
+    assert (code, err) == (0, "")
+
+
+def test_bad_mirror_argument(world, capsys):
+    _, lock, _ = world
+    code, _, err = run(capsys, "fetch", "--lock", str(lock), "--mirror", "no-equals-sign")
+    assert code == 2 and err.strip() == "reprostack: error: --mirror 'no-equals-sign': expected URL=PATH"
+
+
+def test_unknown_pin(world, capsys):
+    _, lock, args = world
+    code, _, err = run(capsys, "fetch", "deep-ep", *args)
+    assert code == 2 and err.strip() == f"reprostack: error: {lock}: upstreams.deep-ep: no such pin (known: deepep, nccl)"
