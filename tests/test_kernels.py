@@ -358,7 +358,7 @@ def test_make_overlay(tmp_path):
     assert (nv / "nccl" / "lib" / "libnccl.so.2").read_text() == "our NCCL"
     # torch's preload of its CUDA wheels globs <sys.path entry>/nvidia/nccl/lib/libnccl.so.*[0-9] in path order:
     # with the runtime PYTHONPATH (overlay first, then the image's site) the first hit is our NCCL
-    search = runtime.runtime_env(tmp_path, {"PYTHONPATH": str(site)})["PYTHONPATH"].split(os.pathsep)
+    search = runtime.runtime_env(tmp_path, {})["PYTHONPATH"].split(os.pathsep) + [str(site)]
     assert search[0] == str(dest)
     hits = [h for entry in search for h in sorted(Path(entry).glob("nvidia/nccl/lib/libnccl.so.*[0-9]"))]
     assert hits[0].resolve() == (lib / "libnccl.so.2.30.4").resolve() and hits[0].read_text() == "our NCCL"
@@ -373,11 +373,12 @@ def test_make_overlay_without_nccl_lib(tmp_path):
         runtime.make_overlay(site, tmp_path / "empty", tmp_path / "overlay")
 
 
-def test_runtime_env_puts_overlay_then_site_first(tmp_path):
+def test_runtime_env_is_overlay_then_site_only(tmp_path):
     out = tmp_path / "deepep-0123"
     base = {"PYTHONPATH": "/opt/extra", "HOME": "/root"}
     env = runtime.runtime_env(out, base)
-    assert env["PYTHONPATH"].split(os.pathsep) == [str(out / "overlay"), str(out / "site"), "/opt/extra"]
+    # the caller's PYTHONPATH (e.g. reprostack's own dependencies) never reaches the test process
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(out / "overlay"), str(out / "site")]
     assert env["HOME"] == "/root" and base["PYTHONPATH"] == "/opt/extra"  # base not modified
     env = runtime.runtime_env(out, {"PYTHONPATH": ""})
     assert env["PYTHONPATH"] == os.pathsep.join([str(out / "overlay"), str(out / "site")])

@@ -42,10 +42,9 @@ def make_overlay(torch_site: Path, nccl_lib: Path, dest: Path) -> Path:
 def runtime_env(deepep_out: Path, base: dict | None = None) -> dict:
     """Environment for a process that imports torch + deep_ep from the build at `deepep_out`."""
     env = dict(os.environ if base is None else base)
-    paths = [str(deepep_out / "overlay"), str(deepep_out / "site")]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    # replaced, not extended: the test process sees the image's Python, the overlay and deep_ep, and
+    # nothing of the tool's own environment (e.g. reprostack's dependencies)
+    env["PYTHONPATH"] = os.pathsep.join([str(deepep_out / "overlay"), str(deepep_out / "site")])
     return env
 
 
