@@ -206,14 +206,14 @@ def test_binary_hunk_with_full_index_applies(up, ws):
 
 def test_binary_apply_failure_is_named(up, ws, monkeypatch):
     # Should an abbreviated binary hunk get past the pre-check, git's own message comes through, named.
-    import reprostack.patch as patch_mod
+    import reprostack.patch.precheck as precheck_mod
     src, project, out = ws
     body = diff_bytes(up, up["base"], up["bin1"], "--binary").decode()
     full = body.split("\n")[1]
     a, b = full.split()[1].split("..")
     d = write_patch(project, "0001-bin.diff", plain_diff(
         "Reverse data.\n\nUpstream-Status: Pending\n", body.replace(full, f"index {a[:7]}..{b[:7]} 100644").encode()))
-    monkeypatch.setattr(patch_mod, "_abbreviated_binary", lambda text: [])
+    monkeypatch.setattr(precheck_mod, "_abbreviated_binary", lambda text: [])
     with pytest.raises(SeriesError) as ei:
         apply_series(pin_of(up, [entry("diff", d, "Pending")], up.tree("bin1")), src, out / "dest", project)
     assert "cannot apply binary patch to 'data.bin' without full index line" in str(ei.value)
@@ -222,12 +222,12 @@ def test_binary_apply_failure_is_named(up, ws, monkeypatch):
 
 
 def test_patch_file_without_upstream_status_fails_before_anything(up, ws, monkeypatch):
-    import reprostack.patch as patch_mod
+    import reprostack.patch.apply as apply_mod
     src, project, out = ws
     d = write_patch(project, "0002-nostatus.diff", plain_diff("Change line 15.\n", diff_bytes(up, up["f1"], up["f3"])))
     pin = pin_of(up, [pick(up["f1"]), entry("diff", d, "Pending")], up.tree("f3"))
     made = []
-    monkeypatch.setattr(patch_mod.tempfile, "mkdtemp", lambda *a, **k: made.append(1) or pytest.fail("scratch made"))
+    monkeypatch.setattr(apply_mod.tempfile, "mkdtemp", lambda *a, **k: made.append(1) or pytest.fail("scratch made"))
     with pytest.raises(SeriesError) as ei:
         apply_series(pin, src, out / "dest", project)
     msg = str(ei.value)

@@ -1,0 +1,272 @@
+"""Replay: a scratch repository next to `dest`, each entry applied and tree-checked, then moved into place."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..gitcmd import GitFailed, git
+from ..lock import GitPin, PatchEntry
+from .errors import SeriesError, _git_msg
+from .failures import _apply_failure, _conflict_hunks
+from .headers import PatchHeader, _comment_block, _split_plain
+from .precheck import _label, _patch_file, check_series
+
+# Every setting that could change what a replay produces, pinned (global/system config is already off).
+_PINNED_CONFIG = (
+    "core.autocrlf=false", "core.safecrlf=false", "core.quotePath=false", "core.hooksPath=/dev/null",
+    "merge.renames=true", "merge.directoryRenames=conflict", "merge.conflictStyle=merge",
+    "merge.renormalize=false", "diff.renames=true",
+    "rerere.enabled=false", "rerere.autoUpdate=false",
+    "apply.whitespace=nowarn", "apply.ignoreWhitespace=no",
+    "am.threeWay=false", "am.keepcr=true", "am.messageId=false", "mailinfo.scissors=false",
+    "commit.gpgSign=false", "gc.auto=0", "maintenance.auto=false", "advice.detachedHead=false",
+    "init.defaultBranch=reprostack",
+)
+_CONFIG_ARGS = tuple(a for kv in _PINNED_CONFIG for a in ("-c", kv))
+
+
+@dataclass(frozen=True)
+class AppliedEntry:
+    """One series entry as replayed: `commit` is the new commit id in `dest`, `tree` its tree."""
+
+    label: str
+    kind: str
+    value: str
+    upstream_status: str
+    commit: str
+    tree: str
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    """A verified patched tree at `path`: `head`/`tree` are the final commit and tree."""
+
+    upstream: str
+    base_rev: str
+    base_tree: str
+    entries: list[AppliedEntry]
+    head: str
+    tree: str
+    path: Path
+
+
+class _Scratch:
+    """The scratch repository: git with the pinned config, run in its work tree."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __call__(self, *args: str, check: bool = True, input_bytes: bytes | None = None) -> str:
+        return git(*_CONFIG_ARGS, *args, cwd=self.path, check=check, input_bytes=input_bytes)
+
+    def head(self) -> tuple[str, str]:
+        head, tree = self("rev-parse", "HEAD", "HEAD^{tree}").split()
+        return head, tree
+
+
+class _EntryFailed(Exception):
+    def __init__(self, reason: str, files=(), hunks=(), details=(), tree: str | None = None, changed=()):
+        self.reason, self.files, self.hunks, self.details, self.tree = reason, list(files), list(hunks), list(details), tree
+        self.changed = list(changed)
+
+
+def _objects_dir(src: Path) -> Path:
+    p = Path(git("rev-parse", "--git-path", "objects", cwd=src))
+    return (p if p.is_absolute() else src / p).resolve()
+
+
+def _pick(g: _Scratch, e: PatchEntry) -> None:
+    try:
+        g("cherry-pick", "-x", "--strategy=ort", e.value)
+    except GitFailed as err:
+        out = f"{err.stdout}\n{err.stderr}"
+        unmerged = [f for f in g("diff", "--name-only", "--diff-filter=U", check=False).splitlines() if f]
+        conflicts = [l.strip() for l in out.splitlines() if l.startswith("CONFLICT")]
+        if unmerged or conflicts:
+            files = list(unmerged)
+            for c in conflicts:
+                m = re.search(r"Merge conflict in (.*)$", c)
+                if m and m.group(1) not in files:
+                    files.append(m.group(1))
+            raise _EntryFailed("3-way merge conflict (zero fuzz: a conflict is never resolved)", files,
+                               _conflict_hunks(g.path, unmerged), conflicts) from None
+        if "now empty" in out or "nothing to commit" in out:
+            raise _EntryFailed("the change is already in the base: the cherry-pick is empty (upstream may have "
+                               "merged it: drop the entry or re-pin the base)") from None
+        raise _EntryFailed("git cherry-pick failed", details=[_git_msg(err)]) from None
+
+
+def _am(g: _Scratch, path: Path) -> None:
+    try:
+        g("am", "--keep-cr", "--no-3way", "--whitespace=nowarn", "--", str(path))
+    except GitFailed as err:
+        out = f"{err.stdout}\n{err.stderr}"
+        files, hunks, errors = _apply_failure(out, path.read_bytes().decode("utf-8", "replace"))
+        reason = "does not apply with zero fuzz (git am --keep-cr, no 3-way)"
+        if "Patch is empty" in out:
+            reason = "a mail of it is empty"
+        raise _EntryFailed(reason, files, hunks, errors or [_git_msg(err)]) from None
+
+
+def _apply_diff(g: _Scratch, path: Path, header: PatchHeader) -> None:
+    text = path.read_bytes().decode("utf-8", "replace")
+    try:
+        g("apply", "--index", "--whitespace=nowarn", "--", str(path))
+    except GitFailed as err:
+        files, hunks, errors = _apply_failure(f"{err.stdout}\n{err.stderr}", text)
+        raise _EntryFailed("does not apply with zero fuzz (git apply --index)", files, hunks,
+                           errors or [_git_msg(err)]) from None
+    comment, _ = _split_plain(text)
+    block = "\n".join(_comment_block(comment)).strip()
+    message = block if block else f"{header.description}\n\nUpstream-Status: {header.upstream_status}"
+    try:
+        g("commit", "-q", "--no-verify", "--cleanup=strip", "-F", "-", input_bytes=(message + "\n").encode())
+    except GitFailed as err:
+        reason = "changes nothing on this base (already applied?)" if "nothing" in err.stdout + err.stderr else "commit failed"
+        raise _EntryFailed(reason, details=[_git_msg(err)]) from None
+
+
+def _changed(g: _Scratch, a: str, b: str, limit: int = 20) -> list[str]:
+    if not _exists(g, f"{a}^{{tree}}"):
+        return []
+    out = g("diff-tree", "-r", "--name-status", "--no-renames", a, b, check=False).splitlines()
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def _exists(g: _Scratch, oid: str) -> bool:
+    try:
+        g("cat-file", "-e", oid)
+        return True
+    except GitFailed:
+        return False
+
+
+def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: str | Path) -> SeriesResult:
+    """Replay `pin.patches` onto `pin.rev` and put the verified result at `dest`, or nothing at all.
+
+    Args:
+        pin: a git pin with its patch series and `patched_tree`.
+        src: a repository at `pin.rev` whose object db already holds every cherry-pick commit (made by
+            the fetch stage). Only its object db is read; its work tree is left alone.
+        dest: where the patched work tree goes; it must not exist. Its parent is created if needed.
+        project_root: the folder the lock's `patches/...` paths are relative to.
+    Returns:
+        SeriesResult(upstream, base_rev, base_tree, entries, head, tree, path=dest). `dest` is a git work
+        tree at `head` (detached; `refs/reprostack/base` marks `pin.rev`) borrowing objects from `src`.
+    Raises:
+        PatchError (a SeriesError with the facts as attributes): `dest` exists; the pre-check failed
+        (see `check_series`; nothing was created); an entry did not apply with zero fuzz; an entry's
+        pinned `tree` or the final `patched_tree` differs from what was produced. The message names the
+        upstream, the entry ("#3 of 5 cherry-pick 146cc356aa00"), its Upstream-Status, the files and
+        hunks that failed, "pinned base <rev>, actual base <HEAD before the entry>" and, for a tree
+        mismatch, the expected and actual trees. The scratch is removed and `dest` does not appear.
+    """
+    src, dest, project_root = Path(src), Path(dest), Path(project_root)
+    if dest.exists() or dest.is_symlink():
+        raise SeriesError(f"{pin.name}: destination {dest} already exists; the patch stage never overwrites",
+                          upstream=pin.name)
+    headers = check_series(pin, src, project_root)
+    objects = _objects_dir(src)
+    total = len(pin.patches)
+    expected = pin.patched_tree if total else (pin.patched_tree or pin.tree)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.patching-", dir=dest.parent))
+    done = False
+    try:
+        g = _Scratch(scratch)
+        g("init", "-q")
+        alternates = Path(g("rev-parse", "--git-path", "objects/info/alternates"))
+        alternates = alternates if alternates.is_absolute() else scratch / alternates
+        alternates.write_text(f"{objects}\n")
+        g("checkout", "-q", "--detach", pin.rev)
+        base_rev, base_tree = g.head()
+        if base_tree != pin.tree:  # check_series saw it already; this guards the checkout itself
+            raise SeriesError(f"{pin.name}: base {base_rev} checked out with tree {base_tree}, pinned {pin.tree}",
+                              upstream=pin.name, expected_tree=pin.tree, actual_tree=base_tree)
+        g("update-ref", "refs/reprostack/base", base_rev)
+
+        entries: list[AppliedEntry] = []
+        for pos, e in enumerate(pin.patches, 1):
+            label = _label(pos, total, e)
+            before, before_tree = g.head()
+            try:
+                if e.kind == "cherry-pick":
+                    _pick(g, e)
+                elif e.kind == "mbox":
+                    _am(g, _patch_file(project_root, e.value))
+                else:
+                    _apply_diff(g, _patch_file(project_root, e.value), headers[pos])
+                head, tree = g.head()
+                if head == before:
+                    raise _EntryFailed("produced no commit")
+                if e.tree and tree != e.tree:
+                    raise _EntryFailed(f"tree checkpoint mismatch: expected tree {e.tree}, actual tree {tree}",
+                                       changed=_changed(g, e.tree, tree) or
+                                       [f"(expected tree {e.tree[:12]} is not in the object db; this entry changed:)"]
+                                       + _changed(g, before_tree, tree), tree=tree)
+            except _EntryFailed as f:
+                raise _entry_error(pin, g, dest, pos, e, label, before, before_tree, f) from None
+            entries.append(AppliedEntry(label=label, kind=e.kind, value=e.value, upstream_status=e.upstream_status,
+                                        commit=head, tree=tree))
+
+        head, tree = g.head()
+        if tree != expected:
+            changed = _changed(g, expected, tree) or [f"(expected tree {expected} is not in the object db; "
+                                                      f"the series changed:)"] + _changed(g, base_tree, tree)
+            msg = (f"{pin.name}: the series applied but produced the wrong tree: expected tree {expected} "
+                   f"(patched-tree), actual tree {tree} (HEAD {head})\n"
+                   f"  pinned base {pin.rev}, actual base {base_rev}; {total} entries applied\n"
+                   + "".join(f"  {l}\n" for l in changed)
+                   + f"  nothing was written: {dest} was not created")
+            raise SeriesError(msg, upstream=pin.name, expected_tree=expected, actual_tree=tree)
+        dirty = g("status", "--porcelain", "--untracked-files=all").splitlines()
+        if dirty:
+            raise SeriesError(f"{pin.name}: the work tree differs from the verified tree after the series:\n"
+                              + "".join(f"  {l}\n" for l in dirty[:20])
+                              + f"  nothing was written: {dest} was not created", upstream=pin.name)
+        if dest.exists() or dest.is_symlink():
+            raise SeriesError(f"{pin.name}: {dest} appeared while the series was applied; not overwritten",
+                              upstream=pin.name)
+        os.chmod(scratch, 0o755)
+        try:
+            os.replace(scratch, dest)
+        except OSError as err:
+            raise SeriesError(f"{pin.name}: cannot move the verified tree to {dest}: {err}", upstream=pin.name) from None
+        done = True
+    finally:
+        if not done:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return SeriesResult(upstream=pin.name, base_rev=base_rev, base_tree=base_tree, entries=entries,
+                        head=head, tree=tree, path=dest)
+
+
+def _entry_error(pin: GitPin, g: _Scratch, dest: Path, pos: int, e: PatchEntry, label: str, before: str,
+                 before_tree: str, f: _EntryFailed) -> SeriesError:
+    lines = [f"{pin.name}: {label} (Upstream-Status: {e.upstream_status}): {f.reason}"]
+    if e.description:
+        lines.append(f"description: {e.description}")
+    if e.kind != "cherry-pick":
+        lines.append(f"patch file: {e.value}")
+    if f.files:
+        lines.append(f"files: {', '.join(f.files)}")
+    if f.hunks:
+        lines.append(f"hunks: {'; '.join(f.hunks)}")
+    base = f"pinned base {pin.rev}, actual base {before} (tree {before_tree}"
+    base += ")" if pos == 1 else (", after entry #1)" if pos == 2 else f", after entries #1..#{pos - 1})")
+    if e.kind == "cherry-pick":
+        parent = g("rev-parse", "-q", "--verify", f"{e.value}^", check=False)
+        if parent:
+            base += f"; the commit's own parent is {parent}"
+    lines.append(base)
+    lines.extend(f"git: {d}" for d in f.details[:12])
+    lines.extend(f.changed)
+    lines.append(f"nothing was written: the scratch tree was removed and {dest} was not created")
+    return SeriesError("\n  ".join(lines), upstream=pin.name, label=label, position=pos,
+                       upstream_status=e.upstream_status, files=tuple(f.files), hunks=tuple(f.hunks),
+                       expected_tree=e.tree if f.tree else None, actual_tree=f.tree)
