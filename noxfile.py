@@ -63,6 +63,14 @@ def bundle(session: nox.Session) -> None:
     session.run("reprostack", "bundle", *session.posargs)
 
 
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build images from containers/ on the Docker engine at $DOCKER_HOST
+    (`-- [IMAGE...] [--offline] [--test-base] [--base-override BASE=IMAGE]`); logs + images.json in out/build."""
+    _install(session)
+    session.run("reprostack", "build", *session.posargs)
+
+
 def _out(posargs: list) -> str:
     return posargs[posargs.index("--out") + 1] if "--out" in posargs[:-1] else "out/gates"
 

@@ -43,6 +43,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="archive to write (e.g. out/sources.tar)")
     _common(p)
 
+    p = sub.add_parser("build", help="build images from containers/<image>/ on the Docker engine ($DOCKER_HOST)")
+    from .containers import command as containers_command
+    containers_command.add_arguments(p)
+    _common(p)
+
     p = sub.add_parser("gate", help="run a gate and write its reports")
     p.add_argument("gate", choices=["micro"])
     _gate_args(p)
@@ -119,6 +124,9 @@ def _dispatch(args) -> int:
         out = write_bundle(fetched, Path(args.output))
         print(f"{out}: {out.stat().st_size} bytes ({', '.join(f.pin.name for f in fetched)})")
         return 0
+    if args.cmd == "build":
+        from .containers import command as containers_command
+        return containers_command.run(args, lock, root, opts)
     return _gates(args, lock, root, opts)
 
 

@@ -1,0 +1,465 @@
+"""Stage `build` (images): recipes + lock + patched trees -> images on a Docker engine, via the docker SDK.
+
+For each image, parent first (`recipe.build_order`):
+1. resolve the FROM image: the parent's image id (built just before), a pinned registry base
+   (`repo:tag@sha256:...`, pulled by digest unless present or --offline), a `local:` image, or a local
+   image substituted by an override; a registry base without a digest is an error naming the recipe;
+2. render the Dockerfile and build args from the lock (render.py) and check its rules;
+3. write the context (context.py): the rendered Dockerfile, the recipe's `files:`, the patched trees
+   of `sources:` (sources.prepare: fetched, patched and verified; tracked files only, no .git);
+4. key = sha256 of (recipe folder digest, rendered Dockerfile, context tar sha256, FROM identity,
+   build args, content labels); tag = `<namespace>/<image>:<key[:16]>`;
+5. an image with that tag and key label exists -> reused, no build call; else build with
+   network_mode="none", pull=False, the provenance labels, the full log in `<out>/logs/`.
+
+SOURCE_DATE_EPOCH (tar mtimes, `org.opencontainers.image.created`): $SOURCE_DATE_EPOCH or the option
+when set; else per image the newest committer time of the upstream revs it copies, and at least its
+parent's; 0 for an image with neither. Deliberately not the lock file's commit time: that would
+change every context on every lock commit and rebuild every image for a one-pin change.
+
+Labels that describe the whole lock (`dev.reprostack.lock-sha256`) are not part of the key: an image
+whose inputs did not change is reused under a newer lock and keeps the lock it was first built from;
+the build summary (`<out>/images.json`) names the current lock and each image id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from .. import sources as sources_mod
+from ..atomicfile import write_text_atomic
+from ..gitcmd import git
+from ..lock import GitPin, Lock
+from . import render as R
+from .context import Context
+from .errors import ContainerError, EngineUnavailable, ImageBuildError, RecipeError
+from .recipe import Recipe, build_order, check_bases, load_all, missing_digest, override_for, overrides_from_env
+
+KEY_VERSION = 1
+L_KEY = "dev.reprostack.key"
+L_IMAGE = "dev.reprostack.image"
+L_LOCK = "dev.reprostack.lock-sha256"
+L_UPSTREAMS = "dev.reprostack.upstreams"
+L_RECIPE = "dev.reprostack.recipe-sha256"
+L_OVERRIDE = "dev.reprostack.base-override"
+OCI = "org.opencontainers.image."
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+NOT_IN_KEY = (L_LOCK,)
+API_LABELS = (L_LOCK, L_KEY)  # set through the build API, not the Dockerfile (not key inputs)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What `build_images` needs besides the image names.
+
+    fetch: how to get the patched trees (sources.FetchOptions); required when a recipe has `sources:`.
+    namespace: repository prefix of the tags (tests use their own).
+    base_overrides: {recipe base (with or without digest): local image}; None reads $REPROSTACK_BASE_OVERRIDE.
+    source_date_epoch: None reads $SOURCE_DATE_EPOCH, else the per-image default (module doc).
+    """
+
+    root: Path
+    lock: Lock
+    fetch: sources_mod.FetchOptions | None = None
+    out_dir: Path = Path("out/build")
+    namespace: str = "reprostack"
+    offline: bool = False
+    base_overrides: Mapping[str, str] | None = None
+    source_date_epoch: int | None = None
+    client: object | None = None
+    console: Console | None = None
+    show_progress: bool = True
+    timeout_s: float = 6 * 3600
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    """One image of a build: `status` is "built" (a build ran) or "reused" (the tag existed: no build call)."""
+
+    name: str
+    tag: str
+    image_id: str
+    status: str
+    seconds: float
+    context_bytes: int
+    context_sha256: str
+    key: str
+    from_ref: str
+    epoch: int
+    log: Path | None
+    labels: dict = field(default_factory=dict)
+
+    @property
+    def reused(self) -> bool:
+        return self.status == "reused"
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["log"] = str(self.log) if self.log else None
+        return d
+
+
+@dataclass
+class _Plan:
+    recipe: Recipe
+    from_ref: str          # what FROM names (an image id)
+    from_identity: str     # what the key hashes (parent id, pinned base ref, local image id)
+    base_name: str         # for org.opencontainers.image.base.name
+    epoch: int
+    dockerfile: str
+    instructions: list
+    args: dict
+    labels: dict
+    context: Context
+    upstreams: dict
+    label_block: str = ""
+
+
+def connect(timeout_s: float = 6 * 3600):
+    """A docker SDK client for $DOCKER_HOST (or the default socket), checked with a ping."""
+    import docker
+    import docker.errors
+
+    where = os.environ.get("DOCKER_HOST", "the default socket (unix:///var/run/docker.sock)")
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except (docker.errors.DockerException, OSError) as e:
+        raise EngineUnavailable(f"no Docker engine answers at {where}: {e}. Start dockerd (README: containers) "
+                                f"and set DOCKER_HOST") from None
+    return client
+
+
+def image_key(fields: Mapping) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def label_instruction(labels: Mapping[str, str]) -> str:
+    """`LABEL "k"="v" ...` (sorted, one instruction) with quotes, backslashes and `$` escaped."""
+    def q(x: str) -> str:
+        if "\n" in x or "\r" in x:
+            raise ContainerError(f"label value {x[:60]!r}... holds a newline")
+        return '"' + x.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+    body = " \\\n      ".join(f"{q(k)}={q(v)}" for k, v in sorted(labels.items()))
+    return f"# ---- provenance labels, added by reprostack\nLABEL {body}\n"
+
+
+def rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(int(epoch), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _env_epoch(opt: int | None) -> int | None:
+    if opt is not None:
+        return int(opt)
+    v = os.environ.get("SOURCE_DATE_EPOCH")
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ContainerError(f"SOURCE_DATE_EPOCH={v!r} is not an integer (seconds since 1970)") from None
+
+
+def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) -> tuple[str, dict, dict]:
+    """Render `recipe`'s Dockerfile, build args and extra labels from `lock` (no engine, no trees).
+    Returns (Dockerfile text, args, labels); raises RecipeError naming the file and line."""
+    for i, s in enumerate(recipe.sources):
+        pin = lock.upstreams.get(s.upstream)
+        if not isinstance(pin, GitPin):
+            what = "not in the lock" if pin is None else f"a {pin.kind} pin (only git pins have trees)"
+            raise RecipeError(recipe.path, s.line, f"sources[{i}].upstream", f"{s.upstream!r} is {what}")
+    if recipe.source and recipe.source not in lock.upstreams:
+        raise RecipeError(recipe.path, recipe.line("source"), "source", f"{recipe.source!r} is not in the lock")
+    values = R.template_values(lock, image=recipe.name, from_ref=from_ref, epoch=epoch,
+                               source_dests={s.upstream: s.dest for s in recipe.sources})
+    text = R.render(recipe.dockerfile_text, values, recipe.dockerfile)
+    R.check_dockerfile(recipe.dockerfile_text, text, recipe.dockerfile)
+    args = {k: R.render_value(v, values, recipe.path, recipe.line("args", k), f"args.{k}") for k, v in recipe.args.items()}
+    labels = {k: R.render_value(v, values, recipe.path, recipe.line("labels", k), f"labels.{k}")
+              for k, v in recipe.labels.items()}
+    return text, args, labels
+
+
+class _Builder:
+    def __init__(self, opts: BuildOptions):
+        self.o = opts
+        self.client = opts.client or connect(opts.timeout_s)
+        self.overrides = dict(overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
+        self.env_epoch = _env_epoch(opts.source_date_epoch)
+        self.trees: dict[str, sources_mod.SourceTree] = {}
+        self.done: dict[str, ImageResult] = {}
+        self.epochs: dict[str, int] = {}
+        self.ups: dict[str, dict] = {}
+        self.console = opts.console or Console(stderr=True)
+        fetch = opts.fetch
+        if fetch is not None and opts.offline and not fetch.offline:
+            fetch = dataclasses.replace(fetch, offline=True)
+        self.fetch = fetch
+        self.out = Path(opts.out_dir)
+
+    # ------------------------------------------------------------------ FROM
+    def _from(self, r: Recipe) -> tuple[str, str, str, str | None]:
+        """(FROM ref, identity for the key, base name for labels, override note)."""
+        import docker.errors
+
+        if r.parent:
+            parent = self.done[r.parent]
+            return parent.image_id, parent.image_id, parent.tag, None
+        base = r.base
+        local = override_for(base, self.overrides)
+        if local is None and base.kind == "local":
+            local = base.name
+        if local is not None:
+            try:
+                img = self.client.images.get(local)
+            except docker.errors.ImageNotFound:
+                hint = (" (the test base: `reprostack build --test-base`, or the test suite, imports it)"
+                        if local.startswith("reprostack-test/") else "")
+                raise RecipeError(r.path, r.line("base"), "base",
+                                  f"local image {local!r} is not in this engine{hint}") from None
+            note = None if (base.kind == "local" and local == base.name) else f"{base.text} -> {local} ({img.id})"
+            return img.id, img.id, local, note
+        if base.digest is None:
+            raise missing_digest(r)
+        repo = _repo_of(base.name)
+        pinned = f"{repo}@{base.digest}"
+        try:
+            img = self.client.images.get(pinned)
+        except docker.errors.ImageNotFound:
+            if self.o.offline:
+                raise ContainerError(f"{r.path}: base {base.text} is not in this engine and --offline forbids "
+                                     f"pulling it: `docker load` the images bundle first") from None
+            img = self._pull(r, repo, base.digest)
+        return img.id, pinned, base.text, None
+
+    def _pull(self, r: Recipe, repo: str, digest: str):
+        import docker.errors
+
+        self.console.print(f"[bold]{r.name}[/]: pulling {repo}@{digest}")
+        try:
+            for ev in self.client.api.pull(repo, tag=digest, stream=True, decode=True):
+                if "error" in ev:
+                    raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {ev['error']}")
+            return self.client.images.get(f"{repo}@{digest}")
+        except docker.errors.APIError as e:
+            raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {e.explanation or e}") from None
+
+    # ------------------------------------------------------------------ plan
+    def _tree(self, name: str) -> sources_mod.SourceTree:
+        if name not in self.trees:
+            if self.fetch is None:
+                raise ContainerError(f"the recipes need the patched tree of {name!r}: no fetch options given")
+            self.trees[name] = sources_mod.prepare(self.o.lock, name, self.fetch, self.o.root)
+        return self.trees[name]
+
+    def _epoch(self, r: Recipe) -> int:
+        if self.env_epoch is not None:
+            return self.env_epoch
+        e = self.epochs.get(r.parent, 0) if r.parent else 0
+        for s in r.sources:
+            t = self._tree(s.upstream)
+            try:
+                e = max(e, int(git("show", "-s", "--format=%ct", t.pin.rev, cwd=t.path)))
+            except Exception:
+                pass  # a rev whose commit object is not at hand adds nothing
+        return e
+
+    def plan(self, r: Recipe) -> _Plan:
+        from_ref, identity, base_name, note = self._from(r)
+        epoch = self._epoch(r)
+        text, args, extra_labels = render_recipe(r, self.o.lock, from_ref=from_ref, epoch=epoch)
+        ctx = Context(epoch)
+        ups = dict(self.ups.get(r.parent, {})) if r.parent else {}
+        for s in r.sources:
+            t = self._tree(s.upstream)
+            ctx.add_git_tree(s.dest, t.path, origin=f"{r.path}: sources {s.upstream}")
+            ups[s.upstream] = {"url": t.pin.url, "rev": t.pin.rev, "tree": t.pin.tree,
+                               "patched-tree": t.tree, "patches": len(t.pin.patches),
+                               "submodules": {m.path: m.rev for m in t.pin.submodules}}
+        for f in r.files:
+            ctx.add_file(f.dest, r.dir / f.src, executable=f.executable or None, origin=f"{r.path}: files {f.src}")
+        labels = dict(extra_labels)
+        labels.update({
+            OCI + "created": rfc3339(epoch),
+            OCI + "base.name": base_name,
+            OCI + "base.digest": identity if identity.startswith("sha256:") else identity.rpartition("@")[2],
+            L_IMAGE: r.name,
+            L_RECIPE: r.recipe_sha256,
+            L_UPSTREAMS: json.dumps(ups, sort_keys=True, separators=(",", ":")),
+            L_LOCK: self.o.lock.sha256,
+        })
+        if r.description:
+            labels.setdefault(OCI + "description", " ".join(r.description.split()))
+        if r.source:
+            pin = self.o.lock.get(r.source)
+            labels[OCI + "source"] = getattr(pin, "url", "") or ""
+            labels[OCI + "revision"] = getattr(pin, "rev", "") or getattr(pin, "version", "")
+        elif not r.parent:
+            labels[OCI + "source"] = r.base.name if r.base else ""
+            labels[OCI + "revision"] = labels[OCI + "base.digest"]
+        if note:
+            labels[L_OVERRIDE] = note
+        # One LABEL instruction for the labels that follow from the key's inputs (one build step, not one
+        # per label as the API's `labels` would take); the lock's sha256 and the key go through the API.
+        content = {k: v for k, v in labels.items() if k not in API_LABELS}
+        block = label_instruction(content)
+        ctx.add_bytes("Dockerfile", (text if text.endswith("\n") else text + "\n").encode() + block.encode(),
+                      origin=str(r.dockerfile))
+        return _Plan(r, from_ref, identity, base_name, epoch, text, R.instructions(text), args, labels, ctx, ups,
+                     block)
+
+    # ------------------------------------------------------------------ build
+    def image(self, r: Recipe, progress: Progress) -> ImageResult:
+        import docker.errors
+
+        t0 = time.monotonic()
+        p = self.plan(r)
+        tmp_dir = self.out / "tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, ctx_path = tempfile.mkstemp(prefix=f"{r.name}-", suffix=".tar", dir=tmp_dir)
+        os.close(fd)
+        try:
+            ctx_sha, ctx_size = p.context.write_tar(Path(ctx_path))
+            fields = {"v": KEY_VERSION, "image": r.name, "recipe": r.recipe_sha256,
+                      "dockerfile": hashlib.sha256(p.dockerfile.encode()).hexdigest(), "context": ctx_sha,
+                      "from": p.from_identity, "args": p.args,
+                      "labels": {k: v for k, v in p.labels.items() if k not in NOT_IN_KEY}}
+            key = image_key(fields)
+            tag = f"{self.o.namespace}/{r.name}:{key[:16]}"
+            api_labels = {k: v for k, v in p.labels.items() if k in API_LABELS}
+            api_labels[L_KEY] = key
+            try:
+                img = self.client.images.get(tag)
+                if (img.labels or {}).get(L_KEY) == key:
+                    self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
+                    return ImageResult(r.name, tag, img.id, "reused", time.monotonic() - t0, ctx_size, ctx_sha, key,
+                                       p.from_ref, p.epoch, None, dict(img.labels))
+            except docker.errors.ImageNotFound:
+                pass
+            log = self.out / "logs" / f"{r.name}-{key[:16]}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            image_id = self._run_build(r, p, Path(ctx_path), ctx_size, tag, api_labels, log, fields, progress)
+        finally:
+            Path(ctx_path).unlink(missing_ok=True)
+        self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
+        img = self.client.images.get(image_id)
+        return ImageResult(r.name, tag, img.id, "built", time.monotonic() - t0, ctx_size, ctx_sha, key, p.from_ref,
+                           p.epoch, log, dict(img.labels or {}))
+
+    def _run_build(self, r: Recipe, p: _Plan, ctx_path: Path, ctx_size: int, tag: str, labels: dict, log: Path,
+                   fields: dict, progress: Progress) -> str:
+        import docker.errors
+
+        n_steps = len(p.instructions) + 1 + len(labels)  # + our LABEL line + one step per API label
+        task = progress.add_task(f"{r.name}: starting", total=n_steps)
+        step_n, step_text = 0, "(before the first step)"
+        image_id = None
+        line_buf = ""
+        with open(log, "w", encoding="utf-8") as lf, open(ctx_path, "rb") as ctx:
+            lf.write(f"# reprostack build of image {r.name} -> {tag}\n# recipe {r.path}\n"
+                     f"# context {ctx_size} bytes, SOURCE_DATE_EPOCH {p.epoch}\n"
+                     f"# key inputs {json.dumps(fields, sort_keys=True)}\n# ---- Dockerfile (rendered)\n")
+            lf.write("".join(f"#  {i:3d}  {l}\n" for i, l in enumerate(p.dockerfile.splitlines(), start=1)))
+            lf.write("".join(f"#       {l}\n" for l in p.label_block.splitlines()))
+            lf.write("# ---- engine output\n")
+            lf.flush()
+
+            def fail(detail: str):
+                lf.flush()
+                tail = _ANSI.sub("", "\n".join(log.read_text(errors="replace").splitlines()[-15:]))
+                raise ImageBuildError(r.name, self._step_name(r, p, step_n, step_text), log, detail.strip(), tail=tail)
+
+            try:
+                stream = self.client.api.build(
+                    fileobj=ctx, custom_context=True, tag=tag, buildargs=p.args, labels=labels,
+                    network_mode="none", pull=False, rm=True, forcerm=True, decode=True, dockerfile="Dockerfile")
+                for ev in stream:
+                    if "stream" in ev:
+                        s = ev["stream"]
+                        lf.write(s)
+                        line_buf += s
+                        while "\n" in line_buf:
+                            line, line_buf = line_buf.split("\n", 1)
+                            if line.startswith("Step ") and " : " in line:
+                                head, step_text = line.split(" : ", 1)
+                                try:
+                                    step_n = int(head.split()[1].split("/")[0])
+                                except (IndexError, ValueError):
+                                    pass
+                                progress.update(task, completed=step_n - 1,
+                                                description=f"{r.name}: {head.lower()} {step_text[:60]}")
+                    elif "aux" in ev and isinstance(ev["aux"], dict) and "ID" in ev["aux"]:
+                        image_id = ev["aux"]["ID"]
+                    elif "error" in ev:
+                        lf.write(f"\n# ERROR: {ev['error']}\n")
+                        fail(ev["error"])
+                    elif "status" in ev:
+                        lf.write(f"{ev['status']}\n")
+                    lf.flush()
+            except docker.errors.APIError as e:
+                lf.write(f"\n# ERROR: {e.explanation or e}\n")
+                fail(str(e.explanation or e))
+            except (docker.errors.DockerException, OSError) as e:  # engine went away mid-build
+                lf.write(f"\n# ERROR: {e}\n")
+                fail(f"engine connection: {e}")
+            if image_id is None:
+                fail("the engine reported no image id")
+        progress.update(task, completed=n_steps, description=f"{r.name}: built")
+        return image_id
+
+    @staticmethod
+    def _step_name(r: Recipe, p: _Plan, n: int, text: str) -> str:
+        if 1 <= n <= len(p.instructions):
+            ins = p.instructions[n - 1]
+            return f"{n}/{len(p.instructions)} `{ins.short()}` ({r.dockerfile}:{ins.line})"
+        if n > len(p.instructions):
+            return f"{n} `{text}` (labels added by reprostack)"
+        return "0 (sending the context / parsing the Dockerfile)"
+
+
+def _repo_of(name: str) -> str:
+    """`repo[:tag]` -> repo (a ':' after the last '/' is the tag; a registry port is kept)."""
+    head, slash, last = name.rpartition("/")
+    return f"{head}{slash}{last.split(':', 1)[0]}"
+
+
+def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageResult]:
+    """Build `names` (default: every recipe under containers/) and their parents, parent first.
+
+    Returns one ImageResult per image in build order; writes `<out>/images.json` (lock sha256 and the
+    results). Raises RecipeError (a recipe or Dockerfile is wrong; names file:line), ImageBuildError
+    (a step failed; names the image, the step and the log), ContainerError, EngineUnavailable,
+    FetchError/PatchError (a source tree could not be prepared).
+    """
+    recipes = load_all(opts.root, list(names) if names else None)
+    order = build_order(recipes, list(names) if names else list(recipes))
+    check_bases({n: recipes[n] for n in order},
+                overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
+    b = _Builder(opts)
+    results: list[ImageResult] = []
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=b.console, disable=not opts.show_progress, transient=False) as prog:
+        for n in order:
+            res = b.image(recipes[n], prog)
+            b.done[n] = res
+            results.append(res)
+            prog.console.print(f"[bold]{n}[/]: {res.status} {res.tag} ({res.image_id[:19]}, {res.seconds:.1f} s, "
+                               f"context {res.context_bytes / 1024:.0f} KiB)")
+    b.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(b.out / "images.json", json.dumps(
+        {"lock": str(opts.lock.path), "lock_sha256": opts.lock.sha256, "images": [r.as_dict() for r in results]},
+        indent=2, sort_keys=True) + "\n")
+    return results

@@ -1,0 +1,434 @@
+"""Stage `build` (images): recipes, the deterministic context, and real builds on a Docker engine.
+
+The engine is the one of tests/dockerd.py (DOCKER_HOST, or a dockerd started for the session; containers
+get no network). The base is the busybox image `reprostack-test/base:1` made from Debian's busybox-static,
+never a registry. Sources are the local git stack of test_sources.py (a `deepep` pin with a one-commit
+cherry-pick series and a submodule, an `nccl` pin), prepared by reprostack.sources into a cache in tmp_path.
+Each test tags its images under its own namespace, so no test reuses another's images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import gitrepos as gr
+import patchrepos
+import dockerd
+from reprostack import lock as lockmod
+from reprostack import sources
+from reprostack.containers import (BuildOptions, ImageBuildError, RecipeError, build_images, load_all,
+                                   render_recipe, tree_in_image)
+from reprostack.containers.context import Context
+from reprostack.containers.engine import rfc3339
+from reprostack.containers.recipe import load_recipe, parse_overrides, recipe_digest
+from reprostack.fetch import Cache
+from test_sources import SUB, lock_text, make_stack
+
+docker_client, test_base = dockerd.docker_client, dockerd.test_base  # session fixtures (tests/dockerd.py)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CUDA = "nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu22.04"
+IN_IMAGE = "/opt/reprostack/src/deepep"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for k in ("REPROSTACK_MIRRORS", "REPROSTACK_BASE_OVERRIDE", "SOURCE_DATE_EPOCH"):
+        monkeypatch.delenv(k, raising=False)
+
+
+@pytest.fixture
+def stack(tmp_path):
+    return make_stack(tmp_path / "srv")
+
+
+def make_project(root: Path, stack, recipes=("selftest", "selftest-child")) -> Path:
+    """A project root: the stack's lock plus copies of the committed recipes `recipes`."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "upstreams.lock").write_text(lock_text(stack))
+    for r in recipes:
+        shutil.copytree(REPO_ROOT / "containers" / r, root / "containers" / r)
+    return root
+
+
+def add_recipe(root: Path, name: str, image_yaml: str, dockerfile: str, files: dict | None = None) -> Path:
+    d = root / "containers" / name
+    d.mkdir(parents=True)
+    (d / "image.yaml").write_text(image_yaml)
+    (d / "Dockerfile").write_text(dockerfile)
+    for k, v in (files or {}).items():
+        (d / k).write_text(v)
+    return d
+
+
+def options(root: Path, tmp_path: Path, client, ns: str, **kw) -> BuildOptions:
+    kw.setdefault("console", Console(file=io.StringIO(), width=160))
+    return BuildOptions(root=root, lock=lockmod.load(root / "upstreams.lock"),
+                        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")), out_dir=tmp_path / "out",
+                        namespace=ns, client=client, **kw)
+
+
+@pytest.fixture
+def ns(docker_client):
+    """A tag namespace of this test's own; its tags are removed afterwards."""
+    name = f"rstest-{uuid.uuid4().hex[:10]}"
+    yield name
+    for img in docker_client.images.list(filters={"reference": f"{name}/*"}):
+        for t in img.tags:
+            if t.startswith(name + "/"):
+                docker_client.images.remove(t, force=True)
+
+
+class BuildSpy:
+    """Records the tag of every build call the engine makes (the no-op check is: no call at all)."""
+
+    def __init__(self, client, monkeypatch):
+        self.tags: list[str] = []
+        orig = client.api.build
+
+        def spy(*a, **kw):
+            self.tags.append(kw.get("tag"))
+            return orig(*a, **kw)
+        monkeypatch.setattr(client.api, "build", spy)
+
+
+def run_in(client, image: str, *cmd: str) -> str:
+    return client.containers.run(image, list(cmd), network_mode="none", remove=True).decode()
+
+
+def by_name(results) -> dict:
+    return {r.name: r for r in results}
+
+
+# --------------------------------------------------------------------------- context (no engine)
+
+
+def tar_entries(data: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        return t.getmembers()
+
+
+def test_context_is_deterministic_whatever_the_disk_says(stack, tmp_path):
+    root = make_project(tmp_path / "project", stack)
+    lock = lockmod.load(root / "upstreams.lock")
+    tree = sources.prepare(lock, "deepep", sources.FetchOptions(cache=Cache(tmp_path / "cache")), root)
+    copy = tmp_path / "copy"
+    shutil.copytree(tree.path, copy, symlinks=True)  # same tracked content, other inode/mtimes
+
+    def ctx(path: Path) -> Context:
+        c = Context(epoch=1_700_000_000)
+        c.add_git_tree("src/deepep", path)
+        c.add_file("files/hello.txt", root / "containers/selftest/hello.txt")
+        c.add_bytes("Dockerfile", b"FROM x\n")
+        return c
+
+    first = ctx(tree.path).tar()
+    for p in copy.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            os.utime(p, (1234567890, 1234567890))
+            p.chmod(p.stat().st_mode | 0o020)  # group-writable on disk: not what the tar says
+    (copy / "untracked.o").write_bytes(b"build output")  # untracked: never in a context
+    assert ctx(tree.path).tar() == first
+    assert hashlib.sha256(ctx(copy).tar()).hexdigest() == hashlib.sha256(first).hexdigest()
+
+    sha, size = ctx(copy).write_tar(tmp_path / "c.tar")
+    assert (sha, size) == (hashlib.sha256(first).hexdigest(), len(first))
+
+    entries = tar_entries(first)
+    names = [e.name for e in entries]
+    assert names == sorted(names, key=str.encode)
+    assert not [n for n in names if n == ".git" or "/.git/" in n + "/" or n.endswith("/.git")]
+    assert "src/deepep/untracked.o" not in names
+    assert f"src/deepep/{SUB}/include/fmt/core.h" in names  # the submodule's checked-out files
+    assert {(e.uid, e.gid, e.uname, e.gname, e.mtime) for e in entries} == {(0, 0, "", "", 1_700_000_000)}
+    assert {e.mode for e in entries if e.isfile()} <= {0o644, 0o755}
+    assert {e.mode for e in entries if e.isdir()} == {0o755}
+    with tarfile.open(fileobj=io.BytesIO(first)) as t:
+        assert t.extractfile("src/deepep/csrc/ep.cpp").read() == b"int kMaxQps = 6;  // EP_EFA_MAX_QPS\n"
+
+    later = ctx(tree.path)
+    later.epoch = 1_700_000_001  # another SOURCE_DATE_EPOCH is another context
+    assert later.tar() != first
+    c = Context()
+    c.add_bytes("a", b"1")
+    with pytest.raises(Exception, match="given twice"):
+        c.add_bytes("a", b"2")
+    with pytest.raises(Exception, match="without '..'"):
+        c.add_bytes("../x", b"2")
+
+
+def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
+    from reprostack.gitcmd import git
+
+    repo = gr.init_repo(tmp_path / "r")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / "data.txt").write_text("x\n")
+    os.symlink("data.txt", repo / "link")
+    git("add", "run.sh", "data.txt", "link", cwd=repo)
+    git("commit", "-q", "-m", "files", cwd=repo)
+    (repo / "data.txt").chmod(0o700)  # the disk says executable; git (the pinned tree) says 100644
+    c = Context()
+    c.add_git_tree("t", repo)
+    e = {x.name: x for x in tar_entries(c.tar())}
+    assert e["t/run.sh"].mode == 0o755 and e["t/data.txt"].mode == 0o644
+    assert e["t/link"].issym() and e["t/link"].linkname == "data.txt"
+
+
+# --------------------------------------------------------------------------- recipes (no engine)
+
+
+def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
+    recipes = load_all(REPO_ROOT)
+    assert {"substrate", "deepep", "selftest", "selftest-child"} <= set(recipes)
+    lock = lockmod.load(REPO_ROOT / "upstreams.lock")
+    fake_parent = "sha256:" + "ab" * 32
+    for name in ("substrate", "deepep"):
+        text, args, labels = render_recipe(recipes[name], lock, from_ref=fake_parent)
+        assert f"\nFROM {fake_parent}\n" in text
+        assert "{{" not in text and "git clone" not in text
+    text, args, labels = render_recipe(recipes["deepep"], lock, from_ref=fake_parent)
+    nccl, deepep = lock.git("nccl"), lock.git("deepep")
+    assert args == {"CUDA_ARCH": "90", "NCCL_REV": nccl.rev, "DEEPEP_PATCHED_TREE": deepep.patched_tree}
+    assert "COPY src/nccl /opt/reprostack/src/nccl" in text and "COPY src/deepep /opt/reprostack/src/deepep" in text
+    assert labels["org.opencontainers.image.title"] == f"reprostack deepep (DeepEP V2 over NCCL {nccl.original})"
+    assert recipes["deepep"].parent == "substrate" and recipes["substrate"].base.digest is None
+
+
+def test_missing_base_digest_is_an_error_naming_the_recipe(tmp_path, stack):
+    """The committed substrate names the CUDA base by tag only (its digest is not resolved yet): building it
+    fails before any engine work, naming containers/substrate/image.yaml and its `base` line."""
+    root = make_project(tmp_path / "project", stack, recipes=("substrate", "deepep"))
+    opts = BuildOptions(root=root, lock=lockmod.load(root / "upstreams.lock"), client=object(),
+                        out_dir=tmp_path / "out", base_overrides={})
+    with pytest.raises(RecipeError) as ei:
+        build_images(["deepep"], opts)
+    msg = str(ei.value)
+    base_line = next(i for i, l in enumerate((root / "containers/substrate/image.yaml").read_text().splitlines(), 1)
+                     if l.startswith("base:"))
+    assert msg.startswith(f"{root}/containers/substrate/image.yaml:{base_line}: base: ")
+    assert f"'{CUDA}' has no digest" in msg and "REPROSTACK_BASE_OVERRIDE" in msg and "nox -s lock" in msg
+    # the override (by repo:tag) lifts exactly that requirement
+    assert parse_overrides(f"{CUDA}=reprostack-test/base:1") == {CUDA: "reprostack-test/base:1"}
+
+
+@pytest.mark.parametrize("dockerfile, line, what", [
+    ("FROM {{ from }}\nFROM ubuntu:22.04\n", 2, "an image is only ever FROM"),
+    ("FROM {{ from }}\nRUN git clone https://github.com/x/y\n", 2, "no `git clone`"),
+    ("FROM {{ from }}\nADD https://example.invalid/x.tar.gz /x\n", 2, "ADD of a URL"),
+    ("FROM {{ from }}\n\nRUN echo {{ upstreams.nope.rev }}\n", 3, "unknown template field"),
+    ("# a comment\nRUN true\n", 2, "the first instruction must be FROM"),
+])
+def test_dockerfile_rules_name_the_line(tmp_path, stack, dockerfile, line, what):
+    root = make_project(tmp_path / "project", stack, recipes=())
+    add_recipe(root, "bad", "base: local:reprostack-test/base:1\n", dockerfile)
+    with pytest.raises(RecipeError, match=what) as ei:
+        render_recipe(load_recipe(root, "bad"), lockmod.load(root / "upstreams.lock"), from_ref="sha256:" + "0" * 64)
+    assert str(ei.value).startswith(f"{root}/containers/bad/Dockerfile:{line}: ")
+
+
+def test_stage_alias_and_recipe_errors(tmp_path, stack):
+    root = make_project(tmp_path / "project", stack, recipes=())
+    lock = lockmod.load(root / "upstreams.lock")
+    add_recipe(root, "ok", "base: local:reprostack-test/base:1\n",
+               "FROM {{ from }} AS build\nRUN true\nFROM build\nRUN echo {{ upstreams.nccl.rev }}\n")
+    text, _, _ = render_recipe(load_recipe(root, "ok"), lock, from_ref="sha256:" + "0" * 64)
+    assert f"RUN echo {lock.git('nccl').rev}" in text
+    add_recipe(root, "both", "base: local:x\nparent: ok\n", "FROM {{ from }}\n")
+    with pytest.raises(RecipeError, match="exactly one of `parent`"):
+        load_recipe(root, "both")
+    add_recipe(root, "typo", "parnet: ok\n", "FROM {{ from }}\n")
+    with pytest.raises(RecipeError, match=r"image.yaml:1: parnet: unknown key"):
+        load_recipe(root, "typo")
+    add_recipe(root, "orphan", "parent: nosuch\n", "FROM {{ from }}\n")
+    with pytest.raises(RecipeError, match=r"orphan/image.yaml:1: parent: no recipe 'nosuch'"):
+        load_all(root, ["orphan"])
+    add_recipe(root, "cyc-a", "parent: cyc-b\n", "FROM {{ from }}\n")
+    add_recipe(root, "cyc-b", "parent: cyc-a\n", "FROM {{ from }}\n")
+    with pytest.raises(RecipeError, match="parent cycle"):
+        build_images(["cyc-a"], BuildOptions(root=root, lock=lock, client=object()))
+    add_recipe(root, "badsrc", "base: local:x\nsources: [{upstream: nosuch}]\n", "FROM {{ from }}\n")
+    with pytest.raises(RecipeError, match=r"badsrc/image.yaml:2: sources\[0\].upstream: 'nosuch' is not in the lock"):
+        render_recipe(load_recipe(root, "badsrc"), lock, from_ref="sha256:" + "0" * 64)
+    add_recipe(root, "baddigest", "base: x/y:1@sha256:abc\n", "FROM {{ from }}\n")
+    with pytest.raises(RecipeError, match=r"baddigest/image.yaml:1: base: 'sha256:abc' is not a digest"):
+        load_recipe(root, "baddigest")
+
+
+# --------------------------------------------------------------------------- builds on the engine
+
+
+def test_selftest_chain_builds_with_labels_and_the_patched_tree_inside(stack, tmp_path, docker_client, test_base, ns):
+    root = make_project(tmp_path / "project", stack)
+    opts = options(root, tmp_path, docker_client, ns, source_date_epoch=1_767_225_600)
+    results = build_images(["selftest-child"], opts)
+    assert [(r.name, r.status) for r in results] == [("selftest", "built"), ("selftest-child", "built")]
+    parent, child = results
+    lock = opts.lock
+
+    # tags are the content keys; FROM is the parent's image id
+    for r in results:
+        assert r.tag == f"{ns}/{r.name}:{r.key[:16]}" and docker_client.images.get(r.tag).id == r.image_id
+        assert r.context_bytes > 0 and r.log.is_file() and r.epoch == 1_767_225_600
+    assert parent.from_ref == test_base and child.from_ref == parent.image_id
+
+    # labels
+    L = docker_client.images.get(child.tag).labels
+    assert L["org.opencontainers.image.created"] == "2026-01-01T00:00:00Z"
+    assert L["org.opencontainers.image.source"] == stack.url("deepep")
+    assert L["org.opencontainers.image.revision"] == stack.rev
+    assert L["org.opencontainers.image.base.digest"] == parent.image_id
+    assert L["org.opencontainers.image.base.name"] == parent.tag
+    assert L["dev.reprostack.lock-sha256"] == lock.sha256
+    assert L["dev.reprostack.recipe-sha256"] == recipe_digest(root / "containers/selftest-child")
+    assert L["dev.reprostack.key"] == child.key
+    ups = json.loads(L["dev.reprostack.upstreams"])
+    assert ups == {"deepep": {"url": stack.url("deepep"), "rev": stack.rev, "tree": stack.tree,
+                              "patched-tree": stack.patched, "patches": 1, "submodules": {SUB: stack.fmt_rev}}}
+    P = docker_client.images.get(parent.tag).labels
+    assert P["org.opencontainers.image.base.name"] == "reprostack-test/base:1"
+    assert P["org.opencontainers.image.base.digest"] == test_base
+    assert P["dev.reprostack.upstreams"] == "{}"
+    assert P["org.opencontainers.image.title"] == "reprostack selftest"
+
+    # the patched source inside the image is the lock's patched tree (submodule as its gitlink), no .git
+    inside = tree_in_image(docker_client, child.tag, IN_IMAGE, lock.git("deepep"))
+    assert inside.tree == stack.patched == lock.git("deepep").patched_tree
+    assert inside.submodule_trees == {SUB: stack.fmt_tree}
+    assert run_in(docker_client, child.tag, "sh", "-c", f"find {IN_IMAGE} -name .git | wc -l").strip() == "0"
+    assert run_in(docker_client, child.tag, "cat", f"{IN_IMAGE}/csrc/ep.cpp") == "int kMaxQps = 6;  // EP_EFA_MAX_QPS\n"
+    assert run_in(docker_client, child.tag, "stat", "-c", "%Y %u:%g %a", f"{IN_IMAGE}/csrc/ep.cpp").split() == \
+        ["1767225600", "0:0", "644"]
+    assert run_in(docker_client, child.tag, "cat", "/opt/reprostack/src/deepep.patched-tree").strip() == stack.patched
+    assert run_in(docker_client, parent.tag, "cat", "/opt/reprostack/selftest/hello.txt") == \
+        (REPO_ROOT / "containers/selftest/hello.txt").read_text()
+
+    # the build log and the summary are kept
+    log = child.log.read_text()
+    assert "Step 1/" in log and "# ---- Dockerfile (rendered)" in log and "Successfully tagged" in log
+    summary = json.loads((tmp_path / "out" / "images.json").read_text())
+    assert summary["lock_sha256"] == lock.sha256
+    assert [(i["name"], i["image_id"]) for i in summary["images"]] == [(r.name, r.image_id) for r in results]
+
+
+def test_second_build_is_a_noop(stack, tmp_path, docker_client, test_base, ns, monkeypatch):
+    root = make_project(tmp_path / "project", stack)
+    first = build_images(["selftest-child"], options(root, tmp_path, docker_client, ns))
+    spy = BuildSpy(docker_client, monkeypatch)
+    again = build_images(["selftest-child"], options(root, tmp_path, docker_client, ns))
+    assert spy.tags == []  # no build call at all
+    assert [r.status for r in again] == ["reused", "reused"]
+    assert [(r.tag, r.image_id, r.context_sha256) for r in again] == [(r.tag, r.image_id, r.context_sha256) for r in first]
+    assert all(r.log is None for r in again)
+
+
+def test_one_byte_change_rebuilds_that_image_and_its_children_only(stack, tmp_path, docker_client, test_base, ns,
+                                                                   monkeypatch):
+    root = make_project(tmp_path / "project", stack)
+    first = by_name(build_images(["selftest-child"], options(root, tmp_path, docker_client, ns)))
+    spy = BuildSpy(docker_client, monkeypatch)
+
+    # one byte of the patch series changes (6 -> 7): a new pick, a new patched tree in the lock
+    (pick2,) = gr.make_pull_ref(stack.srv / "deepep", 613, stack.rev,
+                                [({"csrc/ep.cpp": "int kMaxQps = 7;  // EP_EFA_MAX_QPS\n"}, "EFA auto-QP cap v2")])
+    s2 = replace(stack, pick=pick2, patched=gr.tree_of(stack.srv / "deepep", pick2))
+    (root / "upstreams.lock").write_text(lock_text(s2).replace("refs/pull/612/head", "refs/pull/613/head"))
+    second = by_name(build_images(["selftest-child"], options(root, tmp_path, docker_client, ns)))
+    assert second["selftest"].status == "reused" and second["selftest"].image_id == first["selftest"].image_id
+    assert second["selftest-child"].status == "built"
+    assert second["selftest-child"].image_id != first["selftest-child"].image_id
+    assert spy.tags == [second["selftest-child"].tag]
+    inside = tree_in_image(docker_client, second["selftest-child"].tag, IN_IMAGE,
+                           lockmod.load(root / "upstreams.lock").git("deepep"))
+    assert inside.tree == s2.patched != stack.patched
+
+    # one byte of a file only the parent's context holds: the parent and its child are rebuilt
+    hello = root / "containers/selftest/hello.txt"
+    hello.write_bytes(hello.read_bytes().replace(b"hello", b"jello", 1))
+    spy.tags.clear()
+    third = by_name(build_images(["selftest-child"], options(root, tmp_path, docker_client, ns)))
+    assert [third[n].status for n in ("selftest", "selftest-child")] == ["built", "built"]
+    assert spy.tags == [third["selftest"].tag, third["selftest-child"].tag]
+    assert third["selftest-child"].from_ref == third["selftest"].image_id != first["selftest"].image_id
+    assert third["selftest-child"].key != second["selftest-child"].key  # its FROM (the parent id) changed
+
+
+def test_broken_step_names_the_image_the_step_and_the_log(stack, tmp_path, docker_client, test_base, ns):
+    root = make_project(tmp_path / "project", stack, recipes=("selftest",))
+    add_recipe(root, "broken", "parent: selftest\n",
+               "FROM {{ from }}\n# the next step passes\nRUN echo before-the-failure\n"
+               "RUN echo failing-step \\\n && exit 3\nRUN echo never-reached\n")
+    opts = options(root, tmp_path, docker_client, ns)
+    with pytest.raises(ImageBuildError) as ei:
+        build_images(["broken"], opts)
+    e = ei.value
+    assert e.image == "broken"
+    assert e.step == f"3/4 `RUN echo failing-step && exit 3` ({root}/containers/broken/Dockerfile:4)"
+    assert "returned a non-zero code: 3" in e.detail
+    assert str(e).startswith("image broken: step 3/4 `RUN echo failing-step && exit 3`")
+    assert f"full log: {e.log}" in str(e)
+    log = e.log.read_text()
+    assert e.log.parent == tmp_path / "out" / "logs" and "before-the-failure" in log and "failing-step" in log
+    assert "never-reached\n" not in log.split("# ---- engine output")[1]
+    assert not docker_client.images.list(filters={"reference": f"{ns}/broken"})
+    # the parent was built and is kept: the next attempt reuses it
+    assert docker_client.images.list(filters={"reference": f"{ns}/selftest"})
+
+
+def test_base_override_and_default_epoch_from_the_source_commit(stack, tmp_path, docker_client, test_base, ns,
+                                                                monkeypatch):
+    """A registry base given by tag only builds when REPROSTACK_BASE_OVERRIDE substitutes a local image (and the
+    image says so); without SOURCE_DATE_EPOCH the epoch is the newest committer time of the revs it copies."""
+    up = patchrepos.make_upstream(tmp_path / "srv2")  # commits dated 1700000000 + n
+    root = make_project(tmp_path / "project", stack, recipes=())
+    (root / "upstreams.lock").write_text(lock_text(stack) + f"""\
+  extra:
+    kind: git
+    url: {up.path}
+    rev: {up['f2']}
+    tree: {up.tree('f2')}
+""")
+    add_recipe(root, "cudalike", f"base: {CUDA}\nsource: extra\nsources: [{{upstream: extra, dest: src/extra}}]\n",
+               "FROM {{ from }}\nCOPY {{ sources.extra.dest }} /opt/extra\n")
+    monkeypatch.setenv("REPROSTACK_BASE_OVERRIDE", f"{CUDA}=reprostack-test/base:1")
+    (r,) = build_images(["cudalike"], options(root, tmp_path, docker_client, ns))
+    L = r.labels
+    assert r.status == "built" and r.from_ref == test_base and r.epoch == 1_700_000_002
+    assert L["dev.reprostack.base-override"] == f"{CUDA} -> reprostack-test/base:1 ({test_base})"
+    assert L["org.opencontainers.image.created"] == rfc3339(1_700_000_002) == "2023-11-14T22:13:22Z"
+    assert L["org.opencontainers.image.source"] == str(up.path) and L["org.opencontainers.image.revision"] == up["f2"]
+    assert run_in(docker_client, r.tag, "stat", "-c", "%Y", "/opt/extra/b.txt").strip() == "1700000002"
+    assert run_in(docker_client, r.tag, "cat", "/opt/extra/b.txt") == "bravo\ncharlie\n"
+
+
+def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_base, ns, capsys):
+    """`reprostack build` = reprostack.cli's shared source options + containers.command (no cli.py change needed
+    to test it): builds, prints one line per image, and a second run reuses."""
+    import argparse
+
+    from reprostack import cli
+    from reprostack.containers import command
+
+    root = make_project(tmp_path / "project", stack)
+    p = argparse.ArgumentParser()
+    command.add_arguments(p)
+    cli._common(p)
+    argv = ["selftest", "--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache"),
+            "--out", str(tmp_path / "out"), "--namespace", ns, "--test-base", "--offline"]
+    for status in ("built", "reused"):
+        args = p.parse_args(argv)
+        lock, lroot = cli._load(args)
+        assert command.run(args, lock, lroot, cli._fetch_opts(args)) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith(f"selftest: {status} {ns}/selftest:") and out[1].startswith("summary: ")
