@@ -3,7 +3,7 @@
 Why: a `.so` that carries its own libstdc++ (no `libstdc++.so.6` in NEEDED) and exports its std::
 symbols mixes them with the process's shared libstdc++ (torch's): `std::locale::id` indices then
 disagree and `use_facet` hands out the wrong facet. Seen on the lent H200 (2026-11-29): SIGSEGV in
-std::regex inside DeepEP's first dispatch; reproduced on the CPU as std::bad_cast (tests/test_elfcheck.py).
+std::regex inside DeepEP's first dispatch; reproduced on the CPU as std::bad_cast (tests/test_kernels.py).
 """
 
 from __future__ import annotations
