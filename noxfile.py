@@ -71,27 +71,46 @@ def build(session: nox.Session) -> None:
     session.run("reprostack", "build", *session.posargs)
 
 
-def _out(posargs: list) -> str:
-    return posargs[posargs.index("--out") + 1] if "--out" in posargs[:-1] else "out/gates"
+def _gate(session: nox.Session, *command: str) -> int:
+    """Run a gate command into a fresh report folder and return the exit code its summary records.
+
+    The summary is deleted first and must be written again: a crash (a traceback exits 1 too) can never be
+    read as the verdict of an earlier run."""
+    args = list(session.posargs)
+    out = "out/gates"
+    for i, a in enumerate(args):
+        if a == "--out" and i + 1 < len(args):
+            out = args[i + 1]
+        elif a.startswith("--out="):
+            out = a.split("=", 1)[1]
+    summary = Path(out, "summary.json")
+    summary.unlink(missing_ok=True)
+    session.run("reprostack", *command, "--python", TORCH_PYTHON, *args, success_codes=[0, 1, 3])
+    if not summary.is_file():
+        session.error(f"no {summary} was written: the gate did not finish (see the output above)")
+    data = json.loads(summary.read_text())
+    reason = "; ".join(f"{g['gate']}: {g['result'].upper()} {g['reason']}" for g in data["gates"])
+    return data["exit_code"], reason
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate_micro(session: nox.Session) -> None:
     """Gate 1: sources -> NCCL + DeepEP kernels -> test_ep.py -> report. Without a GPU the gate is
-    reported as SKIP (exit 3) and the session is marked skipped with the gate's reason — never passed."""
+    reported as SKIP and the session is marked skipped with the gate's reason (nox then exits 0: read
+    out/gates/summary.json or use `reprostack gate micro`, which exits 3); never reported as passed."""
     _install(session)
-    session.run("reprostack", "gate", "micro", "--python", TORCH_PYTHON, *session.posargs, success_codes=[0, 1, 3])
-    summary = json.loads(Path(_out(session.posargs), "summary.json").read_text())
-    rc = summary["exit_code"]
-    reason = "; ".join(f"{g['gate']}: {g['reason']}" for g in summary["gates"])
+    rc, reason = _gate(session, "gate", "micro")
     if rc == 3:
-        session.skip(f"SKIP (not a pass): {reason}")
+        session.skip(f"not a pass: {reason}")
     if rc != 0:
         session.error(f"gate failed: {reason}")
 
 
 @nox.session(default=False, tags=["gpu"])
 def all_gates(session: nox.Session) -> None:
-    """Every gate in dependency order, one combined report; non-zero unless all required gates passed."""
+    """Every gate in dependency order, one combined report; fails unless every required gate passed
+    (a skipped required gate fails this session)."""
     _install(session)
-    session.run("reprostack", "all-gates", "--python", TORCH_PYTHON, *session.posargs)
+    rc, reason = _gate(session, "all-gates")
+    if rc != 0:
+        session.error(f"not every required gate passed: {reason}")

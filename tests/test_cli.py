@@ -152,6 +152,7 @@ def test_without_mirror_the_public_url_is_unreachable(world, tmp_path, capsys):
                        "--mirror", "https://example.invalid/other/=/nonexistent/")
     assert code == 2 and err.startswith("reprostack: error: nccl: cannot fetch ")
     assert "https://example.invalid/org/nccl" in err
+    assert "hint: without access to the upstream hosts" in err and "--offline --bundle FILE" in err
 
 
 def test_mirror_prefix_with_trailing_slash(world, tmp_path, capsys):
@@ -171,3 +172,21 @@ def test_unknown_pin(world, capsys):
     _, lock, args = world
     code, _, err = run(capsys, "fetch", "deep-ep", *args)
     assert code == 2 and err.strip() == f"reprostack: error: {lock}: upstreams.deep-ep: no such pin (known: deepep, nccl)"
+
+
+def test_typo_profile_is_an_error_even_without_gpu(world, tmp_path, capsys):
+    _, _, args = world
+    out = tmp_path / "reports"
+    code, _, err = run(capsys, "gate", "micro", *args, "--profile", "nosuch", "--out", str(out))
+    assert code == 2 and "no profile 'nosuch' (known: h200-ep1, p5en-efa-ep16)" in err
+    assert not (out / "summary.json").exists()
+
+
+def test_internal_error_is_exit_2_never_1(world, tmp_path, capsys):
+    """A crash of the tool must not look like a gate verdict (1 = a gate failed)."""
+    stack, lock, _ = world
+    not_a_dir = tmp_path / "cache-is-a-file"
+    not_a_dir.write_text("")
+    code, _, err = run(capsys, "fetch", "--lock", str(lock), "--cache", str(not_a_dir),
+                       "--mirror", f"{BASE_URL}={stack.srv}")
+    assert code == 2 and "internal error" in err and "Traceback" in err

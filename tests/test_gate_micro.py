@@ -190,7 +190,7 @@ def test_micro_without_gpu_is_a_skip_and_exit_3(tmp_path, gpu_less, profile):
 
     rep = run_micro(opts)
     assert rep.gate == "micro" and rep.result == "skip" and rep.required is True
-    assert rep.reason.startswith("no GPU on this host (nvidia-smi lists none): sources were fetched, patched and verified")
+    assert rep.reason.startswith("no GPU on this host (nvidia-smi lists none): sources were verified and patched")
     assert f"deepep {stack.patched[:12]}" in rep.reason and f"nccl {stack.nccl_tree[:12]}" in rep.reason
     assert rep.profile == (profile or "-")
     assert rep.checks == []  # nothing was measured

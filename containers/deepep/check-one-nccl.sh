@@ -1,5 +1,5 @@
 #!/bin/sh
-# Exactly one NCCL for the process (DESIGN.md: torch's own libnccl.so.2 first -> missing
+# Exactly one NCCL for the process (docs/campaign.md: torch's own libnccl.so.2 first -> missing
 # ncclCommQueryProperties; LD_PRELOAD trips DeepEP's duplicate-runtime check): the venv's nvidia/nccl
 # must resolve to the pinned build given as $1.
 set -eu

@@ -1,18 +1,20 @@
 """`reprostack` command line: one subcommand per stage, each a thin call into the engine.
 
 Exit codes: 0 ok / every required gate passed; 1 a gate failed or errored; 3 a required gate was
-skipped or missing; 2 bad input or a stage that could not run (the message names file, line or pin).
+skipped or missing; 2 bad input, a stage that could not run (the message names file, line or pin) or an
+internal error (printed with its traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from . import lock as lockmod
 from . import paths, sources
-from .errors import ReprostackError
+from .errors import FetchError, ReprostackError
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -96,9 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return _dispatch(args)
+    except FetchError as e:
+        print(f"reprostack: error: {e}\n{_NO_NETWORK_HINT}", file=sys.stderr)
+        return 2
     except ReprostackError as e:
         print(f"reprostack: error: {e}", file=sys.stderr)
         return 2
+    except Exception:  # never exit 1 (= a gate failed) for a crash of the tool itself
+        traceback.print_exc()
+        print("reprostack: internal error (the traceback above); no verdict was reached", file=sys.stderr)
+        return 2
+
+
+_NO_NETWORK_HINT = ("hint: without access to the upstream hosts, fetch through local mirrors (--mirror URL=PATH or "
+                    "REPROSTACK_MIRRORS=URL=PATH,...) or from a bundle (--offline --bundle FILE; README: "
+                    "'A GPU node without internet')")
 
 
 def _dispatch(args) -> int:

@@ -70,6 +70,7 @@ def write_bundle(fetched: Sequence[FetchedGit], out: Path) -> Path:
             upstreams[pin.name] = entry
         manifest = {"schema_version": SCHEMA_VERSION, "upstreams": upstreams}
         fd, part = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+        os.fchmod(fd, 0o644)  # an archive to hand to other nodes, not a private temp file
         os.close(fd)
         try:
             with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:

@@ -81,6 +81,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
     t0, started = time.monotonic(), utc_now()
     timings: dict[str, float] = {}
     spec = load_spec(opts.root, GATE)
+    if opts.profile:
+        spec.profile(opts.profile)  # a typo'd profile is an error, also on a host that will skip
     host = hostinfo.collect()
 
     t = time.monotonic()
@@ -98,7 +100,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
         return report
 
     if host["gpu_count"] == 0:
-        why = ("no GPU on this host (nvidia-smi lists none): sources were fetched, patched and verified "
+        why = ("no GPU on this host (nvidia-smi lists none): sources were verified and patched "
                f"(deepep {trees['deepep'].tree[:12]}, nccl {trees['nccl'].tree[:12]}); kernels and test_ep not run")
         return finish(skipped(GATE, opts.profile or "-", why, provenance=prov))
     profile = choose_profile(spec, opts.profile, host)

@@ -3,7 +3,7 @@
 The image's torch (2.11.0+cu130 on the H200) was built with NCCL 2.28.9 and finds `libnccl.so.2` in its
 own `nvidia/nccl/lib`: through an RPATH (not RUNPATH, so LD_LIBRARY_PATH cannot redirect it) and through
 `torch/__init__.py:_load_global_deps`, which preloads the NVIDIA libraries it needs by searching
-`sys.path` for `nvidia/<pkg>/lib` (so LD_PRELOAD of ours ended with two NCCLs mapped, DESIGN.md).
+`sys.path` for `nvidia/<pkg>/lib` (so LD_PRELOAD of ours ended with two NCCLs mapped, docs/campaign.md).
 The overlay is a folder put first on PYTHONPATH: `nvidia/<pkg>` symlinks to the image's NVIDIA wheels,
 except `nvidia/nccl/lib`, which holds our NCCL, so torch's own preload picks ours and every later
 `libnccl.so.2` lookup is satisfied by that soname; `torch` is a symlink to the image's torch package.

@@ -1,7 +1,7 @@
 """Gate report model: checks with thresholds, artifacts with sha256, and the pass/fail/skip/error verdict.
 
 A gate passes only when it ran to completion, produced at least one check, and every check passed: a gate
-without evidence is not a pass (DESIGN.md "Reports"; "a number without that evidence is not evidence").
+without evidence is not a pass ("a number without that evidence is not evidence").
 """
 
 from __future__ import annotations
