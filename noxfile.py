@@ -37,9 +37,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lock(session: nox.Session) -> None:
-    """Validate upstreams.lock (`-- --lock FILE`)."""
+    """Validate upstreams.lock (`-- [check] [--lock FILE]`); `-- wheels [PIN...] [--check]` resolves each wheel
+    pin with pip and fills (or, with --check, verifies) its files and sha256 in the lock."""
     _install(session)
-    session.run("reprostack", "lock", "check", *session.posargs)
+    args = list(session.posargs)
+    if not args or args[0] not in ("check", "wheels"):
+        args = ["check", *args]
+    session.run("reprostack", "lock", *args)
 
 
 @nox.session

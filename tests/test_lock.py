@@ -78,7 +78,7 @@ def test_real_lock():
     lock = load(REAL_LOCK)
     assert lock.path == REAL_LOCK
     assert lock.sha256 == hashlib.sha256(REAL_LOCK.read_bytes()).hexdigest()
-    assert set(lock.upstreams) == {"deepep", "nccl"}
+    assert set(lock.upstreams) == {"deepep", "nccl", "aiperf"}
 
     dp = lock.git("deepep")
     assert isinstance(dp, GitPin) and dp.kind == "git"
@@ -98,6 +98,11 @@ def test_real_lock():
     assert nccl.rev == "1933fdd6360a8bfccaa0166bd71bce363d32e5b6" and nccl.original == "v2.30.4-1"
     assert nccl.patches == () and nccl.patched_tree is None and nccl.submodules == ()
     assert nccl.fetch_refs == ("refs/tags/v2.30.4-1",) == nccl.hint_refs()
+
+    aiperf = lock.get("aiperf")  # resolved with `reprostack lock wheels aiperf` (pip against PyPI)
+    assert (aiperf.kind, aiperf.name, aiperf.version) == ("wheel", "aiperf", "0.10.0")
+    assert [(f.filename, f.sha256) for f in aiperf.files] == [
+        ("aiperf-0.10.0-py3-none-any.whl", "cf8c01d0fd8f45a9e29abddc9cdbd404586c17a05834044c4c3720d272d6591d")]
 
     text = REAL_LOCK.read_text()
     assert lock.line_of(("upstreams", "deepep", "patches", 0)) == line_of(text, f"- cherry-pick: {PICK}")
@@ -282,7 +287,7 @@ def test_get_unknown_pin_lists_known_pins():
     lock = load(REAL_LOCK)
     with pytest.raises(LockError) as ei:
         lock.get("deep-ep")
-    assert str(ei.value) == f"{REAL_LOCK}: upstreams.deep-ep: no such pin (known: deepep, nccl)"
+    assert str(ei.value) == f"{REAL_LOCK}: upstreams.deep-ep: no such pin (known: aiperf, deepep, nccl)"
 
 
 def test_git_on_a_wheel_pin(tmp_path):

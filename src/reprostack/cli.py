@@ -30,8 +30,11 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("lock", help="validate upstreams.lock")
-    p.add_argument("action", choices=["check"])
+    p = sub.add_parser("lock", help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip")
+    p.add_argument("action", choices=["check", "wheels"],
+                   help="check: validate the lockfile; wheels: resolve each wheel pin's files with pip and write "
+                        "their sha256 into the lock (only the `files:` blocks change)")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="wheels: [PIN...] [--check] (see `lock wheels -h`)")
     p.add_argument("--lock", default=None)
 
     for name, helptext in (("fetch", "fetch pinned sources into the cache and verify commit and tree"),
@@ -117,6 +120,19 @@ _NO_NETWORK_HINT = ("hint: without access to the upstream hosts, fetch through l
 
 def _dispatch(args) -> int:
     if args.cmd == "lock":
+        wp = argparse.ArgumentParser(prog=f"reprostack lock {args.action}",
+                                     description="resolve wheel pins with pip; fill (default) or --check their files")
+        wp.add_argument("--lock", default=args.lock)
+        if args.action == "wheels":
+            wp.add_argument("names", nargs="*", help="pins (default: every wheel pin)")
+            wp.add_argument("--check", action="store_true",
+                            help="compare the lock with what pip resolves and fail on any difference; write nothing")
+        wargs = wp.parse_intermixed_args(args.rest)
+        args.lock = wargs.lock
+        if args.action == "wheels":
+            from . import lockwheels
+            lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
+            return lockwheels.run(lock_path, wargs.names, wargs.check)
         lock, _ = _load(args)
         print(f"{lock.path}: ok ({len(lock.upstreams)} pins, sha256 {lock.sha256})")
         return 0

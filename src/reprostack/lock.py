@@ -95,6 +95,8 @@ class WheelPin:
     files: tuple[WheelFile, ...]
     index: str | None = None
     kind: str = "wheel"
+    python_version: str | None = None  # target interpreter of `files` (pip --python-version); None: the running one
+    platforms: tuple[str, ...] = ()    # target platform tags (pip --platform), one resolved file each
 
 
 @dataclass(frozen=True)
@@ -134,13 +136,14 @@ def _schema() -> dict:
     return json.loads(text)
 
 
-def load(path: str | Path = LOCKFILE, root: str | Path | None = None) -> Lock:
+def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_unfilled: bool = False) -> Lock:
     """Read, validate and type `path`.
 
     root: project root against which `patches/...` files are checked (default: the lockfile's folder).
     Returns a Lock. Raises LockError naming `FILE:LINE: field` for the first problem found: YAML syntax,
     duplicate keys, unknown keys, a non-immutable pin, a missing patch file, a submodule or patch
     series inconsistent with itself.
+    allow_unfilled: accept wheel pins without `files` (only `reprostack lock wheels`, which fills them).
     """
     path = Path(path)
     root = Path(root) if root is not None else path.resolve().parent
@@ -149,7 +152,10 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None) -> Lock:
     except OSError as e:
         raise LockError(str(path), None, "(file)", e.strerror or str(e)) from None
     data, lines = compose(raw.decode("utf-8"), str(path), LockError)
-    validate(data, lines, _schema(), str(path), LockError)
+    schema = _schema()
+    if allow_unfilled:
+        schema["$defs"]["wheel"]["required"].remove("files")
+    validate(data, lines, schema, str(path), LockError)
 
     upstreams: dict[str, GitPin | WheelPin] = {}
     for name, u in data["upstreams"].items():
@@ -158,7 +164,8 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None) -> Lock:
         else:
             upstreams[name] = WheelPin(
                 name=u["name"], version=str(u["version"]), index=u.get("index"),
-                files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u["files"]))
+                files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u.get("files", ())),
+                python_version=u.get("python-version"), platforms=tuple(u.get("platforms", ())))
     return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
 
 

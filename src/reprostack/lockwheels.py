@@ -1,0 +1,275 @@
+"""`reprostack lock wheels`: resolve each `kind: wheel` pin's files and sha256 with pip, then fill or check the lock.
+
+How a pin is resolved: pip itself (never hand-written index scraping) is asked which file it would install for
+`name==version`: `python -m pip install --dry-run --ignore-installed --no-deps --only-binary=:all: --report -
+--target TMP [--index-url INDEX] [--python-version V] [--platform P] name==version`, once per entry of the pin's
+`platforms` (once for the running interpreter when it has none). The file's sha256 comes from the report's
+`download_info.archive_info.hashes`; when the index gave none, the file is downloaded with `pip download
+--no-deps` into a temporary folder and hashed. A version pip cannot resolve is an error, never a placeholder.
+
+The files come only from the pin's `index` (or pip's configured index when it has none): `PIP_FIND_LINKS`,
+`PIP_EXTRA_INDEX_URL` and `PIP_NO_INDEX` are removed from pip's environment, so a local wheel folder can not
+stand in for the index.
+
+Fill (default): only the `files:` block of each resolved pin is rewritten (or appended to the pin when it has
+none); every other byte of the lockfile stays as it is. The new text is loaded and validated again and written
+atomically; on any error nothing is written.
+Check (`--check`): the lock's files must be exactly the resolved ones; every difference is reported as
+`FILE:LINE: upstreams.PIN.files...: problem`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import yaml
+
+from . import lock as lockmod
+from .atomicfile import write_text_atomic
+from .errors import LockError, ReprostackError
+
+_DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    pin: str
+    files: tuple[lockmod.WheelFile, ...]
+
+
+def _canon(name: str) -> str:
+    import re
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pip_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    return env
+
+
+def _target_args(pin: lockmod.WheelPin, platform: str | None) -> list[str]:
+    args = ["--only-binary=:all:", "--no-deps", "--no-cache-dir"]
+    if pin.index:
+        args += ["--index-url", pin.index]
+    if pin.python_version:
+        args += ["--python-version", pin.python_version]
+    if platform:
+        args += ["--platform", platform]
+    return args
+
+
+def _where(lock: lockmod.Lock, name: str, *path) -> str:
+    at = ("upstreams", name) + tuple(path)
+    line = lock.line_of(at)
+    field = lockmod._dotted(at)
+    return f"{lock.path}:{line}: {field}" if line else f"{lock.path}: {field}"
+
+
+def _run_pip(args: list[str], what: str, timeout: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
+                              env=_pip_env(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ReprostackError(f"{what}: pip did not answer within {timeout:.0f}s") from None
+
+
+def _tail(text: str, n: int = 8) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return "\n  ".join(lines[-n:])
+
+
+def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0) -> Resolved:
+    """Ask pip which wheel file(s) `name==version` resolves to for the pin's targets, with their sha256."""
+    pin = lock.get(name)
+    if not isinstance(pin, lockmod.WheelPin):
+        raise LockError(str(lock.path), lock.line_of(("upstreams", name)), f"upstreams.{name}",
+                        f"is kind {pin.kind}, `lock wheels` takes wheel pins")
+    req = f"{pin.name}=={pin.version}"
+    found: dict[str, str] = {}
+    for platform in pin.platforms or (None,):
+        target = f"{req}" + (f" for {platform}" if platform else "") + (
+            f" (python {pin.python_version})" if pin.python_version else "")
+        what = f"{_where(lock, name, 'version')}: {target}"
+        with tempfile.TemporaryDirectory(prefix="reprostack-lockwheels-") as tmp:
+            cp = _run_pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
+                           "--target", str(Path(tmp, "target")), *_target_args(pin, platform), req], what, timeout)
+            if cp.returncode != 0:
+                raise ReprostackError(f"{what}: pip found no matching wheel (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
+            try:
+                report = json.loads(cp.stdout)
+                items = report["install"]
+            except (ValueError, KeyError, TypeError):
+                raise ReprostackError(f"{what}: pip gave no installation report:\n  {_tail(cp.stdout + cp.stderr)}") from None
+            if len(items) != 1:
+                raise ReprostackError(f"{what}: pip's report lists {len(items)} distributions, expected exactly 1")
+            item = items[0]
+            meta, info = item.get("metadata", {}), item.get("download_info", {})
+            if _canon(meta.get("name", "")) != _canon(pin.name) or meta.get("version") != pin.version:
+                raise ReprostackError(f"{what}: pip resolved {meta.get('name')}=={meta.get('version')}, not {req}")
+            url = info.get("url", "")
+            filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+            if not filename.endswith(".whl"):
+                raise ReprostackError(f"{what}: pip resolved {url!r}, not a wheel")
+            sha = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
+            if not sha:
+                sha = _download_hash(pin, platform, req, filename, Path(tmp, "dl"), what, timeout)
+        if found.get(filename, sha) != sha:
+            raise ReprostackError(f"{what}: {filename} resolved with two different sha256")
+        found[filename] = sha
+    return Resolved(name, tuple(lockmod.WheelFile(f, s) for f, s in sorted(found.items())))
+
+
+def _download_hash(pin, platform, req, filename, dest: Path, what: str, timeout: float) -> str:
+    cp = _run_pip(["download", "--quiet", "-d", str(dest), *_target_args(pin, platform), req], what, timeout)
+    if cp.returncode != 0:
+        raise ReprostackError(f"{what}: pip download failed (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
+    f = dest / filename
+    if not f.is_file():
+        got = ", ".join(sorted(p.name for p in dest.iterdir())) if dest.is_dir() else "nothing"
+        raise ReprostackError(f"{what}: pip download gave {got}, not {filename}")
+    h = hashlib.sha256()
+    with f.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def wheel_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
+    if names:
+        for n in names:
+            lock.get(n)
+        return list(names)
+    return [n for n, p in lock.upstreams.items() if isinstance(p, lockmod.WheelPin)]
+
+
+def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
+    """Every difference between the lock's files and the resolved ones, as `FILE:LINE: field: problem`."""
+    problems = []
+    for r in resolved:
+        pin = lock.get(r.pin)
+        want = {f.filename: f.sha256 for f in r.files}
+        have = {f.filename: (i, f.sha256) for i, f in enumerate(pin.files)}
+        if not pin.files:
+            problems.append(f"{_where(lock, r.pin)}: no files pinned (pip resolves {', '.join(want)}; "
+                            f"run `reprostack lock wheels {r.pin}`)")
+            continue
+        for fn, sha in want.items():
+            if fn not in have:
+                problems.append(f"{_where(lock, r.pin, 'files')}: {fn} (sha256 {sha}) is what pip resolves for "
+                                f"{pin.name}=={pin.version} and is missing from the lock")
+            elif have[fn][1] != sha:
+                problems.append(f"{_where(lock, r.pin, 'files', have[fn][0], 'sha256')}: {fn}: lock has "
+                                f"{have[fn][1]}, the index serves {sha}")
+        for fn, (i, _) in have.items():
+            if fn not in want:
+                problems.append(f"{_where(lock, r.pin, 'files', i, 'filename')}: {fn} is not what pip resolves for "
+                                f"{pin.name}=={pin.version} (resolved: {', '.join(want)})")
+    return problems
+
+
+def _span(text: str, name: str) -> tuple[int, int, int, bool]:
+    """(first line, last line, key column, has_files) of the pin's `files:` block, 0-based and inclusive;
+    without a `files` key: the pin's last line (the block is inserted after it) and has_files False."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+
+    def child(node, key):
+        for k, v in node.value:
+            if k.value == key:
+                return k, v
+        raise KeyError(key)
+
+    _, ups = child(root, "upstreams")
+    _, pin_node = child(ups, name)
+
+    def last_line(node) -> int:
+        if isinstance(node, yaml.ScalarNode):
+            end = node.end_mark
+            return end.line if end.column > 0 or end.line == node.start_mark.line else end.line - 1
+        if isinstance(node, yaml.MappingNode):
+            return max(max(last_line(k), last_line(v)) for k, v in node.value)
+        if isinstance(node, yaml.SequenceNode):
+            if not node.value:
+                return node.end_mark.line
+            return max(last_line(v) for v in node.value)
+        return node.end_mark.line
+
+    col = pin_node.value[0][0].start_mark.column
+    try:
+        key, val = child(pin_node, "files")
+    except KeyError:
+        return last_line(pin_node) + 1, last_line(pin_node), col, False
+    return key.start_mark.line, max(key.start_mark.line, last_line(val)), col, True
+
+
+def render_files(files: tuple[lockmod.WheelFile, ...], col: int) -> list[str]:
+    ind = " " * col
+    out = [f"{ind}files:\n"]
+    for f in files:
+        sha = f.sha256 if any(c.isalpha() for c in f.sha256) else f'"{f.sha256}"'  # all digits would read as a number
+        out += [f"{ind}  - filename: {f.filename}\n", f"{ind}    sha256: {sha}\n"]
+    return out
+
+
+def fill_text(text: str, resolved: list[Resolved]) -> str:
+    """`text` with the `files:` block of each resolved pin replaced (or appended); nothing else changes."""
+    for r in resolved:
+        lines = text.splitlines(keepends=True)
+        first, last, col, has = _span(text, r.pin)
+        new = render_files(r.files, col)
+        if has:
+            lines[first:last + 1] = new
+        else:
+            if last < len(lines) and not lines[last].endswith("\n"):
+                lines[last] += "\n"
+            lines[last + 1:last + 1] = new
+        text = "".join(lines)
+    return text
+
+
+def run(lock_path: Path, names: list[str], do_check: bool, out=print) -> int:
+    lock = lockmod.load(lock_path, allow_unfilled=True)
+    todo = wheel_names(lock, names)
+    if not todo:
+        out(f"{lock.path}: no wheel pins")
+        return 0
+    resolved = []
+    for n in todo:
+        r = resolve_pin(lock, n)
+        resolved.append(r)
+        out(f"{n}: " + ", ".join(f"{f.filename} sha256 {f.sha256}" for f in r.files))
+    if do_check:
+        problems = check(lock, resolved)
+        if problems:
+            raise ReprostackError(f"{len(problems)} wheel pin problem(s):\n" + "\n".join(problems))
+        lockmod.load(lock_path)  # the strict load: every wheel pin has its files
+        out(f"{lock.path}: {len(resolved)} wheel pin(s) match the index")
+        return 0
+    old = lock_path.read_bytes().decode("utf-8")
+    new = fill_text(old, resolved)
+    if new == old:
+        out(f"{lock.path}: unchanged")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="reprostack-lock-") as tmp:
+        probe = Path(tmp, lock_path.name)
+        probe.write_text(new, encoding="utf-8")
+        try:
+            filled = lockmod.load(probe, root=lock_path.resolve().parent, allow_unfilled=True)
+        except LockError as e:
+            raise ReprostackError(f"internal error: the filled lock does not validate, nothing written: {e}") from None
+        left = check(filled, resolved)
+        if left:
+            raise ReprostackError("internal error: the filled lock differs from what pip resolved, nothing written:\n"
+                                  + "\n".join(left))
+    mode = lock_path.stat().st_mode & 0o7777
+    write_text_atomic(lock_path, new, mode=mode)
+    out(f"{lock.path}: wrote files of {', '.join(r.pin for r in resolved)}")
+    return 0
