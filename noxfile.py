@@ -38,10 +38,11 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lock(session: nox.Session) -> None:
     """Validate upstreams.lock (`-- [check] [--lock FILE]`); `-- wheels [PIN...] [--check]` resolves each wheel
-    pin with pip and fills (or, with --check, verifies) its files and sha256 in the lock."""
+    pin with pip and fills (or, with --check, verifies) its files and sha256 in the lock; `-- images [PIN...]
+    [--check]` resolves each image pin's repo:tag to the registry's manifest digest and fills (or verifies) it."""
     _install(session)
     args = list(session.posargs)
-    if not args or args[0] not in ("check", "wheels"):
+    if not args or args[0] not in ("check", "wheels", "images"):
         args = ["check", *args]
     session.run("reprostack", "lock", *args)
 

@@ -30,11 +30,14 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("lock", help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip")
-    p.add_argument("action", choices=["check", "wheels"],
+    p = sub.add_parser("lock", help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
+                                    "`lock images` fills/checks base image digests from the registry")
+    p.add_argument("action", choices=["check", "wheels", "images"],
                    help="check: validate the lockfile; wheels: resolve each wheel pin's files with pip and write "
-                        "their sha256 into the lock (only the `files:` blocks change)")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="wheels: [PIN...] [--check] (see `lock wheels -h`)")
+                        "their sha256 into the lock (only the `files:` blocks change); images: resolve each image "
+                        "pin's repo:tag to its manifest digest (registry API v2) and write it (only `digest:` lines)")
+    p.add_argument("rest", nargs=argparse.REMAINDER,
+                   help="wheels/images: [PIN...] [--check] (see `lock wheels -h`, `lock images -h`)")
     p.add_argument("--lock", default=None)
 
     for name, helptext in (("fetch", "fetch pinned sources into the cache and verify commit and tree"),
@@ -120,19 +123,23 @@ _NO_NETWORK_HINT = ("hint: without access to the upstream hosts, fetch through l
 
 def _dispatch(args) -> int:
     if args.cmd == "lock":
-        wp = argparse.ArgumentParser(prog=f"reprostack lock {args.action}",
-                                     description="resolve wheel pins with pip; fill (default) or --check their files")
+        desc = {"wheels": "resolve wheel pins with pip; fill (default) or --check their files",
+                "images": "resolve image pins' repo:tag to the registry's manifest digest; fill (default) or --check "
+                          "their digest"}.get(args.action, "validate the lockfile")
+        wp = argparse.ArgumentParser(prog=f"reprostack lock {args.action}", description=desc)
         wp.add_argument("--lock", default=args.lock)
-        if args.action == "wheels":
-            wp.add_argument("names", nargs="*", help="pins (default: every wheel pin)")
+        if args.action in ("wheels", "images"):
+            wp.add_argument("names", nargs="*", help=f"pins (default: every {args.action[:-1]} pin)")
             wp.add_argument("--check", action="store_true",
-                            help="compare the lock with what pip resolves and fail on any difference; write nothing")
+                            help="compare the lock with what the index/registry serves and fail on any difference; "
+                                 "write nothing")
         wargs = wp.parse_intermixed_args(args.rest)
         args.lock = wargs.lock
-        if args.action == "wheels":
-            from . import lockwheels
+        if args.action in ("wheels", "images"):
+            from . import lockimages, lockwheels
             lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
-            return lockwheels.run(lock_path, wargs.names, wargs.check)
+            mod = lockwheels if args.action == "wheels" else lockimages
+            return mod.run(lock_path, wargs.names, wargs.check)
         lock, _ = _load(args)
         print(f"{lock.path}: ok ({len(lock.upstreams)} pins, sha256 {lock.sha256})")
         return 0

@@ -100,15 +100,31 @@ class WheelPin:
 
 
 @dataclass(frozen=True)
+class ImagePin:
+    """A container image pinned by its registry manifest digest; `repo:tag` is only where it was resolved from."""
+
+    name: str
+    repo: str
+    tag: str
+    digest: str | None  # sha256:<64 hex>; None only in a lock loaded with allow_unfilled
+    kind: str = "image"
+
+    @property
+    def ref(self) -> str:
+        """`repo:tag@digest` (the pinned reference a Dockerfile FROM takes), `repo:tag` while unfilled."""
+        return f"{self.repo}:{self.tag}" + (f"@{self.digest}" if self.digest else "")
+
+
+@dataclass(frozen=True)
 class Lock:
     """The whole lockfile. `sha256` is of the file's bytes and goes into every report's provenance."""
 
     path: Path
     sha256: str
-    upstreams: dict[str, GitPin | WheelPin] = field(default_factory=dict)
+    upstreams: dict[str, GitPin | WheelPin | ImagePin] = field(default_factory=dict)
     lines: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
 
-    def get(self, name: str) -> GitPin | WheelPin:
+    def get(self, name: str) -> GitPin | WheelPin | ImagePin:
         """Return the pin named `name`; raises LockError naming the known pins when absent."""
         if name not in self.upstreams:
             known = ", ".join(sorted(self.upstreams))
@@ -143,7 +159,8 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     Returns a Lock. Raises LockError naming `FILE:LINE: field` for the first problem found: YAML syntax,
     duplicate keys, unknown keys, a non-immutable pin, a missing patch file, a submodule or patch
     series inconsistent with itself.
-    allow_unfilled: accept wheel pins without `files` (only `reprostack lock wheels`, which fills them).
+    allow_unfilled: accept wheel pins without `files` and image pins without `digest` (only `reprostack lock
+    wheels` / `lock images`, which fill them).
     """
     path = Path(path)
     root = Path(root) if root is not None else path.resolve().parent
@@ -155,12 +172,15 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     schema = _schema()
     if allow_unfilled:
         schema["$defs"]["wheel"]["required"].remove("files")
+        schema["$defs"]["image"]["required"].remove("digest")
     validate(data, lines, schema, str(path), LockError)
 
-    upstreams: dict[str, GitPin | WheelPin] = {}
+    upstreams: dict[str, GitPin | WheelPin | ImagePin] = {}
     for name, u in data["upstreams"].items():
         if u["kind"] == "git":
             upstreams[name] = _git_pin(name, u, path, root, lines)
+        elif u["kind"] == "image":
+            upstreams[name] = ImagePin(name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"))
         else:
             upstreams[name] = WheelPin(
                 name=u["name"], version=str(u["version"]), index=u.get("index"),

@@ -46,7 +46,8 @@ from ..lock import GitPin, Lock
 from . import render as R
 from .context import Context
 from .errors import ContainerError, EngineUnavailable, ImageBuildError, RecipeError
-from .recipe import Recipe, build_order, check_bases, load_all, missing_digest, override_for, overrides_from_env
+from .recipe import (Recipe, build_order, check_bases, load_all, missing_digest, override_for, overrides_from_env,
+                     resolve_lock_bases)
 
 KEY_VERSION = 1
 L_KEY = "dev.reprostack.key"
@@ -444,7 +445,7 @@ def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageR
     (a step failed; names the image, the step and the log), ContainerError, EngineUnavailable,
     FetchError/PatchError (a source tree could not be prepared).
     """
-    recipes = load_all(opts.root, list(names) if names else None)
+    recipes = resolve_lock_bases(load_all(opts.root, list(names) if names else None), opts.lock)
     order = build_order(recipes, list(names) if names else list(recipes))
     check_bases({n: recipes[n] for n in order},
                 overrides_from_env() if opts.base_overrides is None else opts.base_overrides)

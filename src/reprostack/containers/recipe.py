@@ -6,6 +6,7 @@ image.yaml (schema: schemas/container.schema.json; errors name `FILE:LINE: field
     parent: substrate                  # another recipe, built first; or, exactly one of the two:
     base: nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:<64 hex>   # pinned registry image
     # base: local:reprostack-test/base:1   # an image made on this machine (never pulled)
+    # base: lock:cuda-13-devel             # an image pin of upstreams.lock (its repo:tag@digest)
     source: deepep                     # the pin this image builds: OCI source/revision labels
     args: {NCCL_REV: "{{ upstreams.nccl.rev }}"}       # build args, rendered from the lock
     sources: [{upstream: nccl, dest: src/nccl}]        # patched trees into the context (no .git)
@@ -35,12 +36,14 @@ from .errors import RecipeError
 CONTAINERS_DIR = "containers"
 OVERRIDE_ENV = "REPROSTACK_BASE_OVERRIDE"
 LOCAL_PREFIX = "local:"
+LOCK_PREFIX = "lock:"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
 class BaseRef:
-    """A FROM image named by a recipe. kind: "registry" (repo[:tag][@digest]) or "local" (an image of this engine)."""
+    """A FROM image named by a recipe. kind: "registry" (repo[:tag][@digest]), "local" (an image of this engine) or
+    "lock" (`lock:PIN`, an image pin of upstreams.lock; `resolve_lock_bases` turns it into the pinned registry ref)."""
 
     text: str
     kind: str
@@ -56,6 +59,8 @@ def parse_base(text: str) -> BaseRef:
     """Split a recipe's `base:` into its parts. Raises ValueError for a malformed digest."""
     if text.startswith(LOCAL_PREFIX):
         return BaseRef(text, "local", text[len(LOCAL_PREFIX):], None)
+    if text.startswith(LOCK_PREFIX):
+        return BaseRef(text, "lock", text[len(LOCK_PREFIX):], None)
     name, _, digest = text.partition("@")
     if digest and not _DIGEST.match(digest):
         raise ValueError(f"{digest!r} is not a digest (sha256:<64 lowercase hex>)")
@@ -209,6 +214,32 @@ def build_order(recipes: Mapping[str, Recipe], names: list[str]) -> list[str]:
     for n in sorted(names):
         visit(n, [])
     return order
+
+
+def resolve_lock_bases(recipes: Mapping[str, Recipe], lock) -> dict[str, Recipe]:
+    """`recipes` with each `base: lock:PIN` replaced by the lock's image pin as `repo:tag@digest` (a registry base,
+    so overrides on `repo:tag` still apply). Raises RecipeError naming the recipe's `base` line when PIN is not
+    an image pin of the lock or has no digest."""
+    from dataclasses import replace
+
+    from ..lock import ImagePin
+
+    out = {}
+    for n, r in recipes.items():
+        b = r.base
+        if b is not None and b.kind == "lock":
+            pin = lock.upstreams.get(b.name)
+            if not isinstance(pin, ImagePin):
+                known = ", ".join(sorted(k for k, p in lock.upstreams.items() if isinstance(p, ImagePin))) or "none"
+                raise RecipeError(r.path, r.line("base"), "base",
+                                  f"{b.text!r}: {lock.path} has no image pin {b.name!r} (image pins: {known})")
+            if not pin.digest:
+                raise RecipeError(r.path, r.line("base"), "base",
+                                  f"{b.text!r}: image pin {b.name!r} has no digest yet (`nox -s lock -- images "
+                                  f"{b.name}` resolves it from the registry)")
+            r = replace(r, base=BaseRef(pin.ref, "registry", f"{pin.repo}:{pin.tag}", pin.digest))
+        out[n] = r
+    return out
 
 
 def parse_overrides(text: str | None) -> dict[str, str]:

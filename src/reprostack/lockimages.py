@@ -1,0 +1,287 @@
+"""`reprostack lock images`: resolve each `kind: image` pin's `repo:tag` to its manifest digest, then fill or check.
+
+How a pin is resolved: the registry's own HTTP API v2 (the Docker Registry / OCI distribution spec), no engine
+needed: `HEAD /v2/<name>/manifests/<tag>` with an Accept header that takes an OCI image index, a Docker manifest
+list, an OCI image manifest and a Docker schema-2 manifest, and the digest is the `Docker-Content-Digest` header.
+That is the digest `docker pull repo:tag` records in `RepoDigests` (for a multi-arch image: the index's, so the
+pin stays valid on every architecture). A registry that sends no such header is asked with GET and the body is
+hashed. Anonymous bearer tokens (`WWW-Authenticate: Bearer realm=...`, as nvcr.io and Docker Hub use for public
+images) are fetched when the registry asks for them.
+
+Registry host: the first component of `repo` when it holds a `.` or `:` or is `localhost`, else Docker Hub
+(`registry-1.docker.io`, one-component names under `library/`). HTTPS always, except for loopback hosts
+(`localhost`, 127.0.0.0/8, ::1), which are spoken to over plain HTTP, as dockerd treats them as insecure registries.
+
+A tag the registry does not know, an unreachable registry or an answer without a valid digest is an error naming
+`FILE:LINE: upstreams.PIN.tag` and the reference, never a placeholder.
+
+Fill (default): only the `digest:` line of each resolved pin is rewritten (or appended to the pin when it has
+none); every other byte of the lockfile stays as it is. The new text is loaded and validated again and written
+atomically; on any error nothing is written.
+Check (`--check`): the lock's digest must be exactly the registry's; each difference is reported as
+`FILE:LINE: upstreams.PIN.digest: problem`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import lock as lockmod
+from .atomicfile import write_text_atomic
+from .errors import LockError, ReprostackError
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DOCKER_HUB = "registry-1.docker.io"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    pin: str
+    digest: str
+
+
+class RegistryError(ReprostackError):
+    pass
+
+
+def split_repo(repo: str) -> tuple[str, str]:
+    """`repo` -> (registry host[:port], repository name inside it)."""
+    first, sep, rest = repo.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    if first in ("docker.io", "index.docker.io") and sep:
+        repo = rest
+    return DOCKER_HUB, repo if "/" in repo else f"library/{repo}"
+
+
+def _is_loopback(host: str) -> bool:
+    h = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    h = h.strip("[]")
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def manifest_url(repo: str, tag: str) -> str:
+    host, name = split_repo(repo)
+    scheme = "http" if _is_loopback(host) else "https"
+    return f"{scheme}://{host}/v2/{name}/manifests/{urllib.parse.quote(tag, safe='')}"
+
+
+def _bearer_token(challenge: str, timeout: float) -> str | None:
+    """An anonymous token for a `Bearer realm="...",service="...",scope="..."` challenge, None if not Bearer."""
+    if not challenge.lower().startswith("bearer "):
+        return None
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    realm = params.pop("realm", None)
+    if not realm:
+        return None
+    url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(params)
+    with urllib.request.urlopen(urllib.request.Request(url), timeout=timeout) as r:
+        body = json.loads(r.read().decode("utf-8"))
+    return body.get("token") or body.get("access_token")
+
+
+def _request(url: str, method: str, token: str | None, timeout: float):
+    headers = {"Accept": ", ".join(MANIFEST_TYPES)}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return urllib.request.urlopen(urllib.request.Request(url, method=method, headers=headers), timeout=timeout)
+
+
+def _error_text(e: urllib.error.HTTPError) -> str:
+    try:
+        body = e.read().decode("utf-8", "replace")
+        errs = json.loads(body).get("errors") or []
+        detail = "; ".join(f"{x.get('code')}: {x.get('message')}" for x in errs)
+    except Exception:  # noqa: BLE001 - an unreadable error body only loses detail
+        detail = ""
+    return f"HTTP {e.code}" + (f" ({detail})" if detail else "")
+
+
+def _fetch(url: str, method: str, timeout: float):
+    """(headers, body) of `method url`; an anonymous bearer token is fetched once when the registry asks."""
+    token = None
+    while True:
+        try:
+            with _request(url, method, token, timeout) as r:
+                return r.headers, (r.read() if method == "GET" else b"")
+        except urllib.error.HTTPError as e:
+            if e.code == 401 and token is None:
+                try:
+                    token = _bearer_token(e.headers.get("WWW-Authenticate", ""), timeout)
+                except (OSError, ValueError) as te:
+                    raise RegistryError(f"{url}: could not get an anonymous token: {te}") from None
+                if token:
+                    continue
+            detail = _error_text(e) if method == "GET" else f"HTTP {e.code} {e.reason}"
+            raise RegistryError(f"{method} {url}: {detail}") from None
+        except (OSError, ValueError) as e:
+            raise RegistryError(f"{method} {url}: {getattr(e, 'reason', None) or e}") from None
+
+
+def registry_digest(repo: str, tag: str, timeout: float = 60.0) -> str:
+    """The manifest digest the registry serves for `repo:tag`. Raises RegistryError with the reason."""
+    url = manifest_url(repo, tag)
+    headers, _ = _fetch(url, "HEAD", timeout)
+    digest = headers.get("Docker-Content-Digest")
+    if digest and _DIGEST.match(digest):
+        return digest
+    headers, body = _fetch(url, "GET", timeout)  # no usable header: hash the manifest itself
+    computed = "sha256:" + hashlib.sha256(body).hexdigest()
+    sent = headers.get("Docker-Content-Digest")
+    if sent and sent != computed:
+        raise RegistryError(f"GET {url}: Docker-Content-Digest {sent} but the manifest hashes to {computed}")
+    return computed
+
+
+def _where(lock: lockmod.Lock, name: str, *path) -> str:
+    at = ("upstreams", name) + tuple(path)
+    line = lock.line_of(at)
+    field = lockmod._dotted(at)
+    return f"{lock.path}:{line}: {field}" if line else f"{lock.path}: {field}"
+
+
+def _image_pin(lock: lockmod.Lock, name: str) -> lockmod.ImagePin:
+    pin = lock.get(name)
+    if not isinstance(pin, lockmod.ImagePin):
+        raise LockError(str(lock.path), lock.line_of(("upstreams", name)), f"upstreams.{name}",
+                        f"is kind {pin.kind}, `lock images` takes image pins")
+    return pin
+
+
+def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 60.0) -> Resolved:
+    pin = _image_pin(lock, name)
+    try:
+        return Resolved(name, registry_digest(pin.repo, pin.tag, timeout))
+    except RegistryError as e:
+        raise ReprostackError(f"{_where(lock, name, 'tag')}: {pin.repo}:{pin.tag} does not resolve: {e}") from None
+
+
+def image_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
+    if names:
+        for n in names:
+            _image_pin(lock, n)
+        return list(names)
+    return [n for n, p in lock.upstreams.items() if isinstance(p, lockmod.ImagePin)]
+
+
+def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
+    """Every difference between the lock's digests and the registry's, as `FILE:LINE: field: problem`."""
+    problems = []
+    for r in resolved:
+        pin = _image_pin(lock, r.pin)
+        if not pin.digest:
+            problems.append(f"{_where(lock, r.pin)}: no digest pinned (the registry serves {r.digest} for "
+                            f"{pin.repo}:{pin.tag}; run `reprostack lock images {r.pin}`)")
+        elif pin.digest != r.digest:
+            problems.append(f"{_where(lock, r.pin, 'digest')}: lock has {pin.digest}, the registry serves "
+                            f"{r.digest} for {pin.repo}:{pin.tag}")
+    return problems
+
+
+def _digest_line(text: str, name: str) -> tuple[int, int, bool]:
+    """(line, key column, has_digest), 0-based: the `digest:` line of the pin, or the pin's last line (the new
+    line goes after it) when it has none."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+
+    def child(node, key):
+        for k, v in node.value:
+            if k.value == key:
+                return k, v
+        raise KeyError(key)
+
+    _, ups = child(root, "upstreams")
+    _, pin_node = child(ups, name)
+    if not isinstance(pin_node, yaml.MappingNode) or pin_node.flow_style:
+        raise ReprostackError(f"upstreams.{name}: an image pin must be a block mapping to be filled")
+    col = pin_node.value[0][0].start_mark.column
+    try:
+        key, val = child(pin_node, "digest")
+    except KeyError:
+        last = max(v.end_mark.line - (1 if v.end_mark.column == 0 and v.end_mark.line > v.start_mark.line else 0)
+                   for _, v in pin_node.value)
+        return last, col, False
+    if val.end_mark.line != key.start_mark.line:
+        raise ReprostackError(f"upstreams.{name}.digest: spans several lines; write it on one line")
+    return key.start_mark.line, col, True
+
+
+def fill_text(text: str, resolved: list[Resolved]) -> str:
+    """`text` with the `digest:` line of each resolved pin replaced (or appended); nothing else changes."""
+    for r in resolved:
+        lines = text.splitlines(keepends=True)
+        line, col, has = _digest_line(text, r.pin)
+        if has:
+            old = lines[line]
+            m = re.match(r"^(\s*digest:\s*)(\"[^\"]*\"|'[^']*'|[^\s#]*)(.*?)(\r?\n)?$", old, re.S)
+            if not m:
+                raise ReprostackError(f"upstreams.{r.pin}.digest: cannot rewrite line {line + 1}: {old!r}")
+            lines[line] = m.group(1) + r.digest + m.group(3) + (m.group(4) or "")
+        else:
+            if not lines[line].endswith("\n"):
+                lines[line] += "\n"
+            lines.insert(line + 1, f"{' ' * col}digest: {r.digest}\n")
+        text = "".join(lines)
+    return text
+
+
+def run(lock_path: Path, names: list[str], do_check: bool, out=print, timeout: float = 60.0) -> int:
+    lock = lockmod.load(lock_path, allow_unfilled=True)
+    todo = image_names(lock, names)
+    if not todo:
+        out(f"{lock.path}: no image pins")
+        return 0
+    resolved = []
+    for n in todo:
+        r = resolve_pin(lock, n, timeout)
+        resolved.append(r)
+        pin = lock.get(n)
+        out(f"{n}: {pin.repo}:{pin.tag} -> {r.digest}")
+    if do_check:
+        problems = check(lock, resolved)
+        if problems:
+            raise ReprostackError(f"{len(problems)} image pin problem(s):\n" + "\n".join(problems))
+        lockmod.load(lock_path)  # the strict load: every image pin has its digest
+        out(f"{lock.path}: {len(resolved)} image pin(s) match the registry")
+        return 0
+    old = lock_path.read_bytes().decode("utf-8")
+    new = fill_text(old, resolved)
+    if new == old:
+        out(f"{lock.path}: unchanged")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="reprostack-lock-") as tmp:
+        probe = Path(tmp, lock_path.name)
+        probe.write_text(new, encoding="utf-8")
+        try:
+            filled = lockmod.load(probe, root=lock_path.resolve().parent, allow_unfilled=True)
+        except LockError as e:
+            raise ReprostackError(f"internal error: the filled lock does not validate, nothing written: {e}") from None
+        left = check(filled, resolved)
+        if left:
+            raise ReprostackError("internal error: the filled lock differs from what the registry serves, "
+                                  "nothing written:\n" + "\n".join(left))
+    mode = lock_path.stat().st_mode & 0o7777
+    write_text_atomic(lock_path, new, mode=mode)
+    out(f"{lock.path}: wrote digest of {', '.join(r.pin for r in resolved)}")
+    return 0
