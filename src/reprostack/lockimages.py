@@ -28,7 +28,6 @@ import hashlib
 import ipaddress
 import json
 import re
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from . import lock as lockmod
-from .atomicfile import write_text_atomic
+from . import lockfill
 from .errors import LockError, ReprostackError
 
 MANIFEST_TYPES = (
@@ -247,41 +246,12 @@ def fill_text(text: str, resolved: list[Resolved]) -> str:
 
 
 def run(lock_path: Path, names: list[str], do_check: bool, out=print, timeout: float = 60.0) -> int:
-    lock = lockmod.load(lock_path, allow_unfilled=True)
-    todo = image_names(lock, names)
-    if not todo:
-        out(f"{lock.path}: no image pins")
-        return 0
-    resolved = []
-    for n in todo:
-        r = resolve_pin(lock, n, timeout)
-        resolved.append(r)
-        pin = lock.get(n)
-        out(f"{n}: {pin.repo}:{pin.tag} -> {r.digest}")
-    if do_check:
-        problems = check(lock, resolved)
-        if problems:
-            raise ReprostackError(f"{len(problems)} image pin problem(s):\n" + "\n".join(problems))
-        lockmod.load(lock_path)  # the strict load: every image pin has its digest
-        out(f"{lock.path}: {len(resolved)} image pin(s) match the registry")
-        return 0
-    old = lock_path.read_bytes().decode("utf-8")
-    new = fill_text(old, resolved)
-    if new == old:
-        out(f"{lock.path}: unchanged")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="reprostack-lock-") as tmp:
-        probe = Path(tmp, lock_path.name)
-        probe.write_text(new, encoding="utf-8")
-        try:
-            filled = lockmod.load(probe, root=lock_path.resolve().parent, allow_unfilled=True)
-        except LockError as e:
-            raise ReprostackError(f"internal error: the filled lock does not validate, nothing written: {e}") from None
-        left = check(filled, resolved)
-        if left:
-            raise ReprostackError("internal error: the filled lock differs from what the registry serves, "
-                                  "nothing written:\n" + "\n".join(left))
-    mode = lock_path.stat().st_mode & 0o7777
-    write_text_atomic(lock_path, new, mode=mode)
-    out(f"{lock.path}: wrote digest of {', '.join(r.pin for r in resolved)}")
-    return 0
+    """Fill or check image pins (see reprostack.lockfill.run); `timeout` per registry request, seconds."""
+    def describe(lock: lockmod.Lock, r: Resolved) -> str:
+        pin = lock.get(r.pin)
+        return f"{pin.repo}:{pin.tag} -> {r.digest}"
+
+    kind = lockfill.PinKind(what="image", field="digest", source="the registry", names=image_names,
+                            resolve=lambda lock, n: resolve_pin(lock, n, timeout), describe=describe,
+                            check=check, fill_text=fill_text)
+    return lockfill.run(kind, lock_path, names, do_check, out)

@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 import yaml
 
 from . import lock as lockmod
-from .atomicfile import write_text_atomic
+from . import lockfill
 from .errors import LockError, ReprostackError
 
 _DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX")
@@ -235,41 +235,11 @@ def fill_text(text: str, resolved: list[Resolved]) -> str:
     return text
 
 
+KIND = lockfill.PinKind(
+    what="wheel", field="files", source="the index", names=wheel_names, resolve=resolve_pin,
+    describe=lambda lock, r: ", ".join(f"{f.filename} sha256 {f.sha256}" for f in r.files), check=check, fill_text=fill_text)
+
+
 def run(lock_path: Path, names: list[str], do_check: bool, out=print) -> int:
-    lock = lockmod.load(lock_path, allow_unfilled=True)
-    todo = wheel_names(lock, names)
-    if not todo:
-        out(f"{lock.path}: no wheel pins")
-        return 0
-    resolved = []
-    for n in todo:
-        r = resolve_pin(lock, n)
-        resolved.append(r)
-        out(f"{n}: " + ", ".join(f"{f.filename} sha256 {f.sha256}" for f in r.files))
-    if do_check:
-        problems = check(lock, resolved)
-        if problems:
-            raise ReprostackError(f"{len(problems)} wheel pin problem(s):\n" + "\n".join(problems))
-        lockmod.load(lock_path)  # the strict load: every wheel pin has its files
-        out(f"{lock.path}: {len(resolved)} wheel pin(s) match the index")
-        return 0
-    old = lock_path.read_bytes().decode("utf-8")
-    new = fill_text(old, resolved)
-    if new == old:
-        out(f"{lock.path}: unchanged")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="reprostack-lock-") as tmp:
-        probe = Path(tmp, lock_path.name)
-        probe.write_text(new, encoding="utf-8")
-        try:
-            filled = lockmod.load(probe, root=lock_path.resolve().parent, allow_unfilled=True)
-        except LockError as e:
-            raise ReprostackError(f"internal error: the filled lock does not validate, nothing written: {e}") from None
-        left = check(filled, resolved)
-        if left:
-            raise ReprostackError("internal error: the filled lock differs from what pip resolved, nothing written:\n"
-                                  + "\n".join(left))
-    mode = lock_path.stat().st_mode & 0o7777
-    write_text_atomic(lock_path, new, mode=mode)
-    out(f"{lock.path}: wrote files of {', '.join(r.pin for r in resolved)}")
-    return 0
+    """Fill or check wheel pins (see reprostack.lockfill.run)."""
+    return lockfill.run(KIND, lock_path, names, do_check, out)

@@ -1,0 +1,71 @@
+"""The shared fill/check pipeline of `reprostack lock wheels|images`: resolve the named pins from their
+source, then either compare with the lock (`--check`) or rewrite only those pins' lines, validate the
+result by loading it, and write it atomically — on any error nothing is written."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import lock as lockmod
+from .atomicfile import write_text_atomic
+from .errors import LockError, ReprostackError
+
+
+@dataclass(frozen=True)
+class PinKind:
+    """What differs between kinds: `what` ("wheel"), the filled field (`files`), the source ("the index"),
+    and the kind's functions: names(lock, names), resolve(lock, name), describe(lock, resolved) -> str,
+    check(lock, resolved) -> [problem], fill_text(text, resolved) -> text."""
+
+    what: str
+    field: str
+    source: str
+    names: Callable
+    resolve: Callable
+    describe: Callable
+    check: Callable
+    fill_text: Callable
+
+
+def run(kind: PinKind, lock_path: Path, names: list[str], do_check: bool, out=print) -> int:
+    """Fill (default) or check the `kind` pins named (all of that kind when none). Returns 0; raises
+    ReprostackError listing every problem (check) or why nothing was written (fill)."""
+    lock = lockmod.load(lock_path, allow_unfilled=True)
+    todo = kind.names(lock, names)
+    if not todo:
+        out(f"{lock.path}: no {kind.what} pins")
+        return 0
+    resolved = []
+    for n in todo:
+        r = kind.resolve(lock, n)
+        resolved.append(r)
+        out(f"{n}: {kind.describe(lock, r)}")
+    if do_check:
+        problems = kind.check(lock, resolved)
+        if problems:
+            raise ReprostackError(f"{len(problems)} {kind.what} pin problem(s):\n" + "\n".join(problems))
+        lockmod.load(lock_path)  # the strict load: every pin of the kind is filled
+        out(f"{lock.path}: {len(resolved)} {kind.what} pin(s) match {kind.source}")
+        return 0
+    old = lock_path.read_bytes().decode("utf-8")
+    new = kind.fill_text(old, resolved)
+    if new == old:
+        out(f"{lock.path}: unchanged")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="reprostack-lock-") as tmp:
+        probe = Path(tmp, lock_path.name)
+        probe.write_text(new, encoding="utf-8")
+        try:
+            filled = lockmod.load(probe, root=lock_path.resolve().parent, allow_unfilled=True)
+        except LockError as e:
+            raise ReprostackError(f"internal error: the filled lock does not validate, nothing written: {e}") from None
+        left = kind.check(filled, resolved)
+        if left:
+            raise ReprostackError(f"internal error: the filled lock differs from what {kind.source} gives, "
+                                  "nothing written:\n" + "\n".join(left))
+    write_text_atomic(lock_path, new, mode=lock_path.stat().st_mode & 0o7777)
+    out(f"{lock.path}: wrote {kind.field} of {', '.join(r.pin for r in resolved)}")
+    return 0
