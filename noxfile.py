@@ -119,3 +119,18 @@ def all_gates(session: nox.Session) -> None:
     rc, reason = _gate(session, "all-gates")
     if rc != 0:
         session.error(f"not every required gate passed: {reason}")
+
+
+@nox.session(default=False)
+def verify(session: nox.Session) -> None:
+    """Recompute published claims from raw AIPerf artifacts (`-- DIR... [--claims FILE] [--out DIR]`; no DIR:
+    the published exports in tests/fixtures/published-2026-07); verify.json + verify.md in out/verify. Fails on
+    a mismatch (1), an unreadable artifact or claims file (2) or a missing artifact (3)."""
+    _install(session)
+    args = list(session.posargs)
+    opts_with_value = {"--claims", "--out"}
+    positional = [a for i, a in enumerate(args)
+                  if not a.startswith("-") and (i == 0 or args[i - 1] not in opts_with_value)]
+    if not positional:
+        args = ["tests/fixtures/published-2026-07", *args]
+    session.run("reprostack", "verify", *args)

@@ -62,6 +62,15 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("all-gates", help="run every gate in dependency order; one combined report")
     _gate_args(p)
+
+    p = sub.add_parser("verify", help="recompute published claims from raw AIPerf artifacts; verify.json + verify.md",
+                       description="Recompute every claim of --claims from the AIPerf artifacts under DIR (the first "
+                                   "DIR holding all of a claim's artifacts is used). Exit 0: every claim matched or is "
+                                   "a declared ambiguity; 1: a mismatch; 3: an artifact missing; 2: an artifact or the "
+                                   "claims file could not be read.")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="folder(s) of AIPerf artifacts (<arm>/<cell>/...)")
+    p.add_argument("--claims", default=None, help="claims file (default: claims/published.yaml of the project root)")
+    p.add_argument("--out", default="out/verify", help="report folder (default: out/verify)")
     return ap
 
 
@@ -143,6 +152,8 @@ def _dispatch(args) -> int:
         lock, _ = _load(args)
         print(f"{lock.path}: ok ({len(lock.upstreams)} pins, sha256 {lock.sha256})")
         return 0
+    if args.cmd == "verify":
+        return _verify(args)
     lock, root = _load(args)
     opts = _fetch_opts(args)
     if args.cmd == "fetch":
@@ -180,6 +191,21 @@ def _gates(args, lock, root, opts) -> int:
         print(f"{r.gate} [{r.profile}]: {r.result.upper()} — {r.reason}")
     print(f"reports: {Path(args.out).resolve()} ({', '.join(sorted(written))})")
     return exit_code(reports, {r.gate for r in reports})
+
+
+def _verify(args) -> int:
+    from .verify import run_verify
+    claims = Path(args.claims) if args.claims else paths.project_root() / "claims" / "published.yaml"
+    rc, results, written = run_verify([Path(d) for d in args.dirs], claims, Path(args.out))
+    for r in results:
+        if r.verdict != "match":
+            print(f"{r.claim.id}: {r.verdict.upper()}" + (f" — {r.detail}" if r.detail else ""), file=sys.stderr)
+    counts = {}
+    for r in results:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    print(f"verify: {len(results)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + f"; exit {rc}")
+    print(f"reports: {Path(args.out).resolve()} ({', '.join(sorted(written))})")
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,0 +1,228 @@
+"""Published-claim verification: each claim of `claims/*.yaml` is recomputed from the raw AIPerf artifacts
+found under one of the given folders and judged.
+
+Verdicts: `match` (|recomputed - published| <= rounding/2, i.e. the published figure is the recomputed value
+rounded to its stated precision), `ambiguous` (the claim carries an `ambiguity:` note and is off by more than
+half a rounding step but no more than one whole step, which is what a double rounding such as
+67.2488 -> 67.25 -> 67.3 can do: surfaced in the table, not a failure), `mismatch`, `artifact missing`
+(no folder holds every artifact the claim names) and `error` (an artifact exists but cannot be read, e.g. an
+unsupported AIPerf schema).
+
+Exit codes (run_verify): 0 every claim matched or is a declared ambiguity; 1 at least one mismatch;
+3 no mismatch but an artifact is missing; 2 an artifact could not be read or the claims file is invalid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..atomicfile import write_text_atomic
+from ..errors import ReprostackError
+from ..yamlsrc import compose, validate
+from .aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export, parse_records
+
+VERDICTS = ("match", "ambiguous", "mismatch", "artifact missing", "error")
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_MISSING = 0, 1, 2, 3
+
+
+class ClaimsError(ReprostackError):
+    """The claims file is malformed: `FILE:LINE: FIELD: what is wrong`."""
+
+    def __init__(self, path: str, line: int | None, field: str, message: str):
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"{where}: {field}: {message}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    gate: str
+    arm: str
+    cell: str
+    metric: str
+    stat: str
+    value: float
+    unit: str
+    rounding: float
+    artifacts: tuple
+    source: str
+    ambiguity: str | None
+    line: int | None
+
+
+@dataclass
+class Result:
+    claim: Claim
+    verdict: str
+    recomputed: float | None = None
+    unit: str | None = None
+    ratio: float | None = None
+    detail: str = ""
+    artifacts: tuple = ()
+
+
+def load_claims(path: Path) -> list[Claim]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ClaimsError(str(path), None, "(file)", e.strerror or str(e)) from None
+    data, lines = compose(text, str(path), ClaimsError)
+    schema = json.loads(resources.files("reprostack").joinpath("schemas/claims.schema.json").read_text())
+    validate(data, lines, schema, str(path), ClaimsError)
+    claims, seen = [], {}
+    for i, c in enumerate(data["claims"]):
+        line = lines.get(("claims", i))
+        if c["id"] in seen:
+            raise ClaimsError(str(path), lines.get(("claims", i, "id")), f"claims[{i}].id",
+                              f"duplicate id {c['id']!r} (first at line {seen[c['id']]})")
+        seen[c["id"]] = line
+        stat = c.get("stat", "avg")
+        if c["metric"] in ("request_count", "error_count", "completed_requests") and "stat" in c:
+            raise ClaimsError(str(path), lines.get(("claims", i, "stat")), f"claims[{i}].stat",
+                              f"{c['metric']} is a count summed over the artifacts; it takes no stat")
+        claims.append(Claim(id=c["id"], gate=c["gate"], arm=c["arm"], cell=c["cell"], metric=c["metric"], stat=stat,
+                            value=float(c["value"]), unit=c["unit"], rounding=float(c["rounding"]),
+                            artifacts=tuple(c["artifacts"]), source=c["source"], ambiguity=c.get("ambiguity"),
+                            line=line))
+    return claims
+
+
+def _find(dirs: list[Path], rels: tuple) -> list[Path] | None:
+    """The first folder that holds every artifact of the claim (a claim is never recomputed from a mix)."""
+    for d in dirs:
+        paths = [Path(d) / r for r in rels]
+        if all(p.is_file() for p in paths):
+            return paths
+    return None
+
+
+def _recompute(claim: Claim, paths: list[Path]) -> tuple[float, str]:
+    if claim.metric in ("request_count", "error_count", "completed_requests"):
+        total, unit = 0, "requests"
+        for p in paths:
+            if p.name == EXPORT_JSONL:
+                rc = parse_records(p)
+                total += {"request_count": rc.total, "error_count": rc.errors, "completed_requests": rc.completed}[claim.metric]
+            elif p.name == EXPORT_JSON:
+                ex = parse_export(p)
+                if claim.metric == "request_count":
+                    v, unit = ex.value("request_count")
+                    total += int(v)
+                elif claim.metric == "error_count":
+                    total += ex.error_count
+                else:
+                    raise AiperfSchemaError(f"{p}: completed_requests is counted from {EXPORT_JSONL}, not {EXPORT_JSON}")
+            else:
+                raise AiperfSchemaError(f"{p}: not an AIPerf export ({EXPORT_JSON} or {EXPORT_JSONL})")
+        return float(total), unit
+    if len(paths) != 1 or paths[0].name != EXPORT_JSON:
+        raise AiperfSchemaError(f"claim {claim.id}: {claim.metric} is read from exactly one {EXPORT_JSON}")
+    return parse_export(paths[0]).value(claim.metric, claim.stat)
+
+
+def judge(claim: Claim, recomputed: float) -> str:
+    diff = abs(recomputed - claim.value)
+    eps = 1e-9 * max(1.0, abs(claim.value))
+    if diff <= claim.rounding / 2 + eps:
+        return "match"
+    if claim.ambiguity and diff <= claim.rounding + eps:
+        return "ambiguous"
+    return "mismatch"
+
+
+def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
+    out = []
+    for c in claims:
+        paths = _find(dirs, c.artifacts)
+        if paths is None:
+            missing = sorted({r for r in c.artifacts if not any((Path(d) / r).is_file() for d in dirs)}) or list(c.artifacts)
+            out.append(Result(c, "artifact missing", detail=f"not under {', '.join(map(str, dirs))}: {', '.join(missing)}"))
+            continue
+        try:
+            value, unit = _recompute(c, paths)
+        except (AiperfSchemaError, KeyError) as e:
+            out.append(Result(c, "error", detail=str(e).strip("'\""), artifacts=tuple(map(str, paths))))
+            continue
+        if unit != c.unit:
+            out.append(Result(c, "mismatch", value, unit, detail=f"unit: published {c.unit!r}, export {unit!r}",
+                              artifacts=tuple(map(str, paths))))
+            continue
+        ratio = value / c.value if c.value else None  # no ratio to a published 0
+        verdict = judge(c, value)
+        detail = c.ambiguity if verdict == "ambiguous" else ""
+        out.append(Result(c, verdict, value, unit, ratio, detail, tuple(map(str, paths))))
+    return out
+
+
+def exit_code(results: list[Result]) -> int:
+    verdicts = {r.verdict for r in results}
+    if "error" in verdicts:
+        return EXIT_ERROR
+    if "mismatch" in verdicts:
+        return EXIT_MISMATCH
+    if "artifact missing" in verdicts:
+        return EXIT_MISSING
+    return EXIT_OK
+
+
+def _fmt(v: float | None, rounding: float | None = None) -> str:
+    if v is None:
+        return "—"
+    if rounding is not None and rounding >= 1 and float(v).is_integer():
+        return str(int(v))
+    return f"{v:.4f}".rstrip("0").rstrip(".") if abs(v) < 1e6 else f"{v:.6g}"
+
+
+def render_md(results: list[Result], claims_path: Path, dirs: list[Path], rc: int) -> str:
+    counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
+    head = [f"# Published-claim verification", "",
+            f"claims: `{claims_path}`; artifacts: {', '.join(f'`{d}`' for d in dirs)}", "",
+            "verdicts: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n) + f"; exit code {rc}", "",
+            "| claim | published | recomputed | ratio | verdict |", "|---|---|---|---|---|"]
+    rows = []
+    for r in results:
+        c = r.claim
+        pub = f"{_fmt(c.value, c.rounding)} {c.unit} (±{_fmt(c.rounding / 2)})"
+        rec = f"{_fmt(r.recomputed, c.rounding)} {r.unit}" if r.recomputed is not None else "—"
+        ratio = f"{r.ratio:.4f}" if r.ratio is not None and math.isfinite(r.ratio) else "—"
+        verdict = f"**{r.verdict}**" if r.verdict != "match" else r.verdict
+        if r.detail:
+            verdict += f": {r.detail}"
+        name = f"`{c.id}` {c.arm} {c.cell} {c.metric}" + (f" {c.stat}" if c.metric not in (
+            "request_count", "error_count", "completed_requests") else "")
+        rows.append(f"| {name} | {pub} | {rec} | {ratio} | {verdict.replace('|', '/')} |")
+    return "\n".join(head + rows) + "\n"
+
+
+def render_json(results: list[Result], claims_path: Path, dirs: list[Path], rc: int) -> str:
+    items = []
+    for r in results:
+        d = asdict(r.claim)
+        d["artifacts"] = list(d["artifacts"])
+        items.append({"claim": d, "verdict": r.verdict, "recomputed": r.recomputed, "recomputed_unit": r.unit,
+                      "ratio": r.ratio if r.ratio is None or math.isfinite(r.ratio) else None,
+                      "detail": r.detail, "artifact_paths": list(r.artifacts)})
+    return json.dumps({"claims_file": str(claims_path), "dirs": [str(d) for d in dirs], "exit_code": rc,
+                       "counts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
+                       "results": items}, indent=2) + "\n"
+
+
+def run_verify(dirs: list[Path], claims_path: Path, out_dir: Path) -> tuple[int, list[Result], dict]:
+    """Load claims, verify against `dirs`, write verify.json + verify.md atomically into `out_dir`."""
+    dirs = [Path(d) for d in dirs]
+    for d in dirs:
+        if not d.is_dir():
+            raise ReprostackError(f"{d}: not a folder (verify DIR... takes folders of AIPerf artifacts)")
+    claims = load_claims(claims_path)
+    results = verify_claims(claims, dirs)
+    rc = exit_code(results)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {"verify.json": write_text_atomic(out_dir / "verify.json", render_json(results, claims_path, dirs, rc)),
+               "verify.md": write_text_atomic(out_dir / "verify.md", render_md(results, claims_path, dirs, rc))}
+    return rc, results, written

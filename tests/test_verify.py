@@ -1,0 +1,181 @@
+"""Third-party verification on the real published AIPerf 0.10.0 exports (schema 1.3) in tests/fixtures."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprostack import cli
+from reprostack.verify import AiperfSchemaError, ClaimsError, load_claims, parse_export, parse_records, run_verify
+
+ROOT = Path(__file__).resolve().parents[1]
+PUB = ROOT / "tests" / "fixtures" / "published-2026-07"
+CLAIMS = ROOT / "claims" / "published.yaml"
+ARMS = ("vllm-epnc1", "sglang", "trtllm-shim")
+
+
+def _by_id(results):
+    return {r.claim.id: r for r in results}
+
+
+def test_parser_reads_published_schema_13_with_units():
+    ex = parse_export(PUB / "sglang" / "c8" / "profile_export_aiperf.json")
+    assert (ex.layout, ex.schema_version, ex.aiperf_version) == ("1.3", "1.3", "0.10.0")
+    assert ex.value("output_token_throughput") == (pytest.approx(67.24880243965279), "tokens/sec")
+    assert ex.value("output_token_throughput_per_user", "p50") == (pytest.approx(8.544811658539162), "tokens/sec/user")
+    assert ex.value("time_to_first_token", "p50") == (pytest.approx(365.0808795), "ms")
+    assert ex.value("inter_token_latency", "p50") == (pytest.approx(117.03008094094487), "ms")
+    assert ex.request_count == 64 and ex.error_count == 0 and ex.was_cancelled is False
+    # input_config / run_info / telemetry are not metrics
+    assert "input_config" not in ex.metrics and "telemetry_data" not in ex.metrics
+
+
+@pytest.mark.parametrize("arm,c32", [("vllm-epnc1", 144.6), ("sglang", 255.2), ("trtllm-shim", 586.7)])
+def test_c32_agg_figures_rederived(arm, c32):
+    v, unit = parse_export(PUB / arm / "c32" / "profile_export_aiperf.json").value("output_token_throughput")
+    assert unit == "tokens/sec" and round(v, 1) == c32
+
+
+def test_request_counts_per_arm_232_and_records():
+    for arm in ARMS:
+        counts = [parse_export(PUB / arm / c / "profile_export_aiperf.json").request_count for c in ("c4", "c8", "c32")]
+        assert counts == [40, 64, 128]
+    for c, n in (("c4", 40), ("c8", 64), ("c32", 128)):
+        rc = parse_records(PUB / "trtllm-shim" / c / "profile_export.jsonl")
+        assert (rc.total, rc.completed, rc.errors, rc.cancelled) == (n, n, 0, 0)
+
+
+def test_records_count_errors_and_cancelled(tmp_path):
+    src = (PUB / "trtllm-shim" / "c4" / "profile_export.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in src[:5]]
+    recs[1]["error"] = {"code": 500, "type": "HTTPError", "message": "boom"}
+    recs[2]["error"] = {"code": 500, "type": "HTTPError", "message": "boom"}
+    recs[3]["metadata"]["was_cancelled"] = True
+    p = tmp_path / "profile_export.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    rc = parse_records(p)
+    assert (rc.total, rc.completed, rc.errors, rc.cancelled, rc.error_types) == (5, 2, 2, 1, {"HTTPError": 2})
+
+
+def _flat_and_legacy(tmp_path):
+    """The two older layouts, derived from the published 1.3 export (same metric objects, different envelope)."""
+    d = json.loads((PUB / "sglang" / "c8" / "profile_export_aiperf.json").read_text())
+    skip = {"schema_version", "aiperf_version", "benchmark_id", "input_config", "run_info", "telemetry_data",
+            "was_cancelled", "error_summary", "start_time", "end_time"}
+    metrics = {k: v for k, v in d.items() if k not in skip}
+    flat = dict(metrics, input_config=d["input_config"],
+                execution_metadata={"was_cancelled": False, "error_summary": [{"error_details": {"code": 500}, "count": 3}]},
+                ai_perf_v1={k: {"tag": k, "header": k} for k in metrics})
+    legacy = {"input_config": d["input_config"], "was_cancelled": False, "error_summary": [],
+              "records": {k: dict(v, tag=k, header=k) for k, v in metrics.items()}}
+    v10 = dict(metrics, schema_version="1.0", error_summary=[])
+    out = {}
+    for name, data in (("flat", flat), ("legacy", legacy), ("v10", v10)):
+        p = tmp_path / name / "profile_export_aiperf.json"
+        p.parent.mkdir()
+        p.write_text(json.dumps(data))
+        out[name] = p
+    return out
+
+
+def test_flat_and_legacy_layouts(tmp_path):
+    files = _flat_and_legacy(tmp_path)
+    for name, layout, errors in (("flat", "flat-1.0", 3), ("legacy", "legacy-records", 0), ("v10", "flat-1.0", 0)):
+        ex = parse_export(files[name])
+        assert ex.layout == layout and ex.error_count == errors
+        assert ex.value("output_token_throughput") == (pytest.approx(67.24880243965279), "tokens/sec")
+        assert ex.value("time_to_first_token", "p50")[1] == "ms" and ex.request_count == 64
+
+
+def test_unsupported_schema_is_a_clear_error(tmp_path):
+    d = json.loads((PUB / "vllm-epnc1" / "c4" / "profile_export_aiperf.json").read_text())
+    d["schema_version"] = "2.0"
+    p = tmp_path / "vllm-epnc1" / "c4" / "profile_export_aiperf.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(d))
+    with pytest.raises(AiperfSchemaError, match=r"schema_version '2\.0' .*not supported; supported: 1\.0, 1\.3"):
+        parse_export(p)
+    with pytest.raises(AiperfSchemaError, match="not an AIPerf export layout"):
+        (tmp_path / "x.json").write_text("{}")
+        parse_export(tmp_path / "x.json")
+    # in verify: the claim is an error naming file and version, exit 2
+    out = tmp_path / "out"
+    assert cli.main(["verify", str(tmp_path), str(PUB), "--out", str(out)]) == 2
+    assert json.loads((out / "verify.json").read_text())["exit_code"] == 2
+    r = _by_id(run_verify([tmp_path, PUB], CLAIMS, out)[1])
+    assert r["vllm-epnc1.c4.agg"].verdict == "error" and "'2.0'" in r["vllm-epnc1.c4.agg"].detail
+    assert r["sglang.c32.agg"].verdict == "match"  # other arms come from the second DIR
+
+
+def test_published_fixtures_all_match_and_6723_surfaced(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["verify", str(PUB), "--out", str(out)]) == 0
+    data = json.loads((out / "verify.json").read_text())
+    verdicts = {r["claim"]["id"]: r["verdict"] for r in data["results"]}
+    assert verdicts.pop("sglang.c8.agg.alt") == "ambiguous"
+    assert set(verdicts.values()) == {"match"}
+    for cid in ("vllm-epnc1.c32.agg", "sglang.c32.agg", "trtllm-shim.c32.agg", "sglang.c8.agg"):
+        assert cid in verdicts
+    assert {verdicts[f"{a}.requests"] for a in ARMS} == {"match"}
+    md = (out / "verify.md").read_text()
+    assert "| claim | published | recomputed | ratio | verdict |" in md
+    row67 = [l for l in md.splitlines() if "sglang.c8.agg" in l]
+    assert len(row67) == 2 and any("67.2 tokens/sec" in l and "| match |" in l for l in row67)
+    assert any("67.3 tokens/sec" in l and "**ambiguous**" in l and "67.2488" in l for l in row67)
+    assert "sglang.c8.agg.alt: AMBIGUOUS" in capsys.readouterr().err
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_missing_artifact(tmp_path):
+    d = tmp_path / "pub"
+    shutil.copytree(PUB, d)
+    (d / "trtllm-shim" / "c32" / "profile_export.jsonl").unlink()
+    (d / "vllm-epnc1" / "c8" / "profile_export_aiperf.json").unlink()
+    out = tmp_path / "out"
+    assert cli.main(["verify", str(d), "--out", str(out)]) == 3
+    r = {x["claim"]["id"]: x for x in json.loads((out / "verify.json").read_text())["results"]}
+    assert r["vllm-epnc1.c8.agg"]["verdict"] == "artifact missing"
+    assert r["vllm-epnc1.requests"]["verdict"] == "artifact missing"   # never summed from 2 of 3 cells
+    assert "vllm-epnc1/c8/profile_export_aiperf.json" in r["vllm-epnc1.c8.agg"]["detail"]
+    assert r["trtllm-shim.completed.records"]["verdict"] == "artifact missing"
+    assert r["trtllm-shim.requests"]["verdict"] == "match"
+
+
+def test_tampered_number_is_a_mismatch(tmp_path):
+    d = tmp_path / "pub"
+    shutil.copytree(PUB, d)
+    p = d / "trtllm-shim" / "c32" / "profile_export_aiperf.json"
+    text = p.read_text()
+    assert '"avg": 586.6902013375798' in text
+    p.write_text(text.replace('"avg": 586.6902013375798', '"avg": 586.6402013375798'))  # 586.64 rounds to 586.6
+    jl = d / "sglang" / "c8" / "profile_export_aiperf.json"
+    jl.write_text(jl.read_text().replace('"avg": 67.24880243965279', '"avg": 67.1488'))  # beyond one step of 67.3
+    out = tmp_path / "out"
+    assert cli.main(["verify", str(d), "--out", str(out)]) == 1
+    r = {x["claim"]["id"]: x for x in json.loads((out / "verify.json").read_text())["results"]}
+    assert r["trtllm-shim.c32.agg"]["verdict"] == "mismatch"
+    assert r["trtllm-shim.c32.agg"]["recomputed"] == pytest.approx(586.6402013375798)
+    assert r["sglang.c8.agg.alt"]["verdict"] == "mismatch"  # a declared ambiguity does not hide a real change
+    assert r["sglang.c8.agg"]["verdict"] == "mismatch"
+    assert "**mismatch**" in (out / "verify.md").read_text()
+
+
+def test_every_claim_value_is_printed_in_its_source_document():
+    for c in load_claims(CLAIMS):
+        text = (ROOT / c.source).read_text()
+        shown = str(int(c.value)) if c.rounding >= 1 else f"{c.value:.1f}"
+        assert re.search(rf"(?<![\d.]){re.escape(shown)}(?![\d])", text), (c.id, shown, c.source)
+    ids = {c.id for c in load_claims(CLAIMS)}
+    assert {f"{a}.{c}.agg" for a in ARMS for c in ("c4", "c8", "c32")} <= ids
+
+
+def test_claims_file_errors_name_file_and_line(tmp_path):
+    p = tmp_path / "claims.yaml"
+    p.write_text(CLAIMS.read_text().replace("    rounding: 0.1\n", "    rounding: -1\n", 1))
+    with pytest.raises(ClaimsError, match=r"claims\.yaml:\d+: claims\[0\]\.rounding"):
+        load_claims(p)
+    assert cli.main(["verify", str(PUB), "--claims", str(p), "--out", str(tmp_path / "o")]) == 2
