@@ -180,7 +180,7 @@ def _fmt(v: float | None, rounding: float | None = None) -> str:
 
 def render_md(results: list[Result], claims_path: Path, dirs: list[Path], rc: int) -> str:
     counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
-    head = [f"# Published-claim verification", "",
+    head = ["# Published-claim verification", "",
             f"claims: `{claims_path}`; artifacts: {', '.join(f'`{d}`' for d in dirs)}", "",
             "verdicts: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n) + f"; exit code {rc}", "",
             "| claim | published | recomputed | ratio | verdict |", "|---|---|---|---|---|"]
