@@ -7,13 +7,17 @@ class ReprostackError(Exception):
     """Base error: the message is complete and meant for the operator; the CLI prints it and exits 2."""
 
 
-class LockError(ReprostackError):
-    """`upstreams.lock` is malformed: message is `FILE:LINE: FIELD: what is wrong`."""
+class LocatedError(ReprostackError):
+    """An operator-edited file is malformed: message is `FILE:LINE: FIELD: what is wrong`."""
 
     def __init__(self, path: str, line: int | None, field: str, message: str):
         self.path, self.line, self.field = path, line, field
         where = f"{path}:{line}" if line else str(path)
         super().__init__(f"{where}: {field}: {message}")
+
+
+class LockError(LocatedError):
+    """`upstreams.lock` is malformed."""
 
 
 class FetchError(ReprostackError):

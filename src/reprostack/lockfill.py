@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
 from . import lock as lockmod
 from .atomicfile import write_text_atomic
 from .errors import LockError, ReprostackError
@@ -69,3 +71,17 @@ def run(kind: PinKind, lock_path: Path, names: list[str], do_check: bool, out=pr
     write_text_atomic(lock_path, new, mode=lock_path.stat().st_mode & 0o7777)
     out(f"{lock.path}: wrote {kind.field} of {', '.join(r.pin for r in resolved)}")
     return 0
+
+
+def child(node: yaml.MappingNode, key: str) -> tuple[yaml.Node, yaml.Node]:
+    """(key node, value node) of `key` in a YAML mapping node; KeyError when absent."""
+    for k, v in node.value:
+        if k.value == key:
+            return k, v
+    raise KeyError(key)
+
+
+def pin_node(text: str, name: str) -> yaml.Node:
+    """The YAML node of `upstreams.<name>` in the lockfile text (lines and columns for in-place edits)."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    return child(child(root, "upstreams")[1], name)[1]

@@ -202,21 +202,12 @@ def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
 def _digest_line(text: str, name: str) -> tuple[int, int, bool]:
     """(line, key column, has_digest), 0-based: the `digest:` line of the pin, or the pin's last line (the new
     line goes after it) when it has none."""
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-
-    def child(node, key):
-        for k, v in node.value:
-            if k.value == key:
-                return k, v
-        raise KeyError(key)
-
-    _, ups = child(root, "upstreams")
-    _, pin_node = child(ups, name)
+    pin_node = lockfill.pin_node(text, name)
     if not isinstance(pin_node, yaml.MappingNode) or pin_node.flow_style:
         raise ReprostackError(f"upstreams.{name}: an image pin must be a block mapping to be filled")
     col = pin_node.value[0][0].start_mark.column
     try:
-        key, val = child(pin_node, "digest")
+        key, val = lockfill.child(pin_node, "digest")
     except KeyError:
         last = max(v.end_mark.line - (1 if v.end_mark.column == 0 and v.end_mark.line > v.start_mark.line else 0)
                    for _, v in pin_node.value)

@@ -179,16 +179,7 @@ def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
 def _span(text: str, name: str) -> tuple[int, int, int, bool]:
     """(first line, last line, key column, has_files) of the pin's `files:` block, 0-based and inclusive;
     without a `files` key: the pin's last line (the block is inserted after it) and has_files False."""
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-
-    def child(node, key):
-        for k, v in node.value:
-            if k.value == key:
-                return k, v
-        raise KeyError(key)
-
-    _, ups = child(root, "upstreams")
-    _, pin_node = child(ups, name)
+    pin_node = lockfill.pin_node(text, name)
 
     def last_line(node) -> int:
         if isinstance(node, yaml.ScalarNode):
@@ -204,7 +195,7 @@ def _span(text: str, name: str) -> tuple[int, int, int, bool]:
 
     col = pin_node.value[0][0].start_mark.column
     try:
-        key, val = child(pin_node, "files")
+        key, val = lockfill.child(pin_node, "files")
     except KeyError:
         return last_line(pin_node) + 1, last_line(pin_node), col, False
     return key.start_mark.line, max(key.start_mark.line, last_line(val)), col, True

@@ -8,14 +8,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..errors import GateError
+from ..errors import GateError, LocatedError
 from ..yamlsrc import compose, validate
 
 
-class GateSpecError(GateError):
-    def __init__(self, path: str, line: int | None, fieldname: str, message: str):
-        where = f"{path}:{line}" if line else path
-        super().__init__(f"{where}: {fieldname}: {message}")
+class GateSpecError(LocatedError, GateError):
+    """`gates/<gate>.yaml` is malformed."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..atomicfile import write_text_atomic
-from ..errors import ReprostackError
+from ..errors import LocatedError, ReprostackError
 from ..yamlsrc import compose, validate
 from .aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export, parse_records
 
@@ -29,12 +29,8 @@ VERDICTS = ("match", "ambiguous", "mismatch", "artifact missing", "error")
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_MISSING = 0, 1, 2, 3
 
 
-class ClaimsError(ReprostackError):
-    """The claims file is malformed: `FILE:LINE: FIELD: what is wrong`."""
-
-    def __init__(self, path: str, line: int | None, field: str, message: str):
-        where = f"{path}:{line}" if line else str(path)
-        super().__init__(f"{where}: {field}: {message}")
+class ClaimsError(LocatedError):
+    """The claims file is malformed."""
 
 
 @dataclass(frozen=True)
