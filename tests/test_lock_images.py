@@ -12,6 +12,7 @@ from reprostack import cli
 from reprostack import lock as lockmod
 from reprostack import lockimages
 from reprostack.errors import LockError
+from lockfiles import lock_head
 
 docker_client, test_base = dockerd.docker_client, dockerd.test_base  # session fixtures (tests/dockerd.py)
 registry = registry_mod.registry                                       # session fixture (tests/registry.py)
@@ -35,15 +36,7 @@ def pushed(registry, docker_client, test_base):
 
 def _lock(tmp_path, repo: str, tag: str, digest_line: str = "") -> tuple:
     p = tmp_path / "upstreams.lock"
-    p.write_text(f"""\
-# header comment: kept byte for byte
-lockfile-version: 1
-upstreams:
-  src:
-    kind: git   # trailing comment
-    url: https://example.invalid/src
-    rev: {REV}
-    tree: {TREE}
+    p.write_text(lock_head(REV, TREE) + f"""\
   # the test base, resolved by `reprostack lock images`
   base:
     kind: image

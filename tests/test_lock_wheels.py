@@ -18,6 +18,7 @@ import pytest
 
 from reprostack import cli
 from reprostack.lock import load
+from lockfiles import lock_head
 
 
 def _wheel(dest: Path, name: str, version: str, tag: str = "py3-none-any") -> Path:
@@ -95,15 +96,7 @@ TREE = "186344a19c36d5dceb2c386fb0b6b0a2f08e9e75"
 
 def _lock(tmp_path: Path, url: str, version: str = "1.0", simple: str = "simple") -> Path:
     p = tmp_path / "upstreams.lock"
-    p.write_text(f"""\
-# header comment: kept byte for byte
-lockfile-version: 1
-upstreams:
-  src:
-    kind: git   # trailing comment
-    url: https://example.invalid/src
-    rev: {REV}
-    tree: {TREE}
+    p.write_text(lock_head(REV, TREE) + f"""\
   # the demo wheel, resolved by `reprostack lock wheels`
   demo:
     kind: wheel

@@ -140,11 +140,12 @@ class Lock:
 
     def line_of(self, path: tuple) -> int | None:
         """Line (1-based) of the YAML node at `path` (keys and list indices), or its nearest parent."""
-        while path:
-            if path in self.lines:
-                return self.lines[path]
-            path = path[:-1]
-        return self.lines.get((), None)
+        return _line(self.lines, path)
+
+    def where(self, *path) -> str:
+        """`FILE:LINE: field` (or `FILE: field`) of the node at `path`, e.g. ("upstreams", "aiperf", "files")."""
+        line = self.line_of(path)
+        return f"{self.path}:{line}: {_dotted(path)}" if line else f"{self.path}: {_dotted(path)}"
 
 
 def _schema() -> dict:

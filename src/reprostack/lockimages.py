@@ -155,10 +155,7 @@ def registry_digest(repo: str, tag: str, timeout: float = 60.0) -> str:
 
 
 def _where(lock: lockmod.Lock, name: str, *path) -> str:
-    at = ("upstreams", name) + tuple(path)
-    line = lock.line_of(at)
-    field = lockmod._dotted(at)
-    return f"{lock.path}:{line}: {field}" if line else f"{lock.path}: {field}"
+    return lock.where("upstreams", name, *path)
 
 
 def _image_pin(lock: lockmod.Lock, name: str) -> lockmod.ImagePin:

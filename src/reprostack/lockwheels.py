@@ -68,10 +68,7 @@ def _target_args(pin: lockmod.WheelPin, platform: str | None) -> list[str]:
 
 
 def _where(lock: lockmod.Lock, name: str, *path) -> str:
-    at = ("upstreams", name) + tuple(path)
-    line = lock.line_of(at)
-    field = lockmod._dotted(at)
-    return f"{lock.path}:{line}: {field}" if line else f"{lock.path}: {field}"
+    return lock.where("upstreams", name, *path)
 
 
 def _run_pip(args: list[str], what: str, timeout: float) -> subprocess.CompletedProcess:
