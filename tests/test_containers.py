@@ -191,17 +191,24 @@ def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
 
 def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     recipes = load_all(REPO_ROOT)
-    assert {"substrate", "deepep", "selftest", "selftest-child"} <= set(recipes)
+    assert {"substrate", "deepep", "vllm", "sglang", "selftest", "selftest-child"} <= set(recipes)
     lock = lockmod.load(REPO_ROOT / "upstreams.lock")
     fake_parent = "sha256:" + "ab" * 32
-    for name in ("substrate", "deepep"):
+    for name in ("substrate", "deepep", "vllm", "sglang"):
         text, args, labels = render_recipe(recipes[name], lock, from_ref=fake_parent)
         assert f"\nFROM {fake_parent}\n" in text
         assert "{{" not in text and "git clone" not in text
     text, args, labels = render_recipe(recipes["deepep"], lock, from_ref=fake_parent)
     nccl, deepep = lock.git("nccl"), lock.git("deepep")
-    assert args == {"CUDA_ARCH": "90", "NCCL_REV": nccl.rev, "DEEPEP_PATCHED_TREE": deepep.patched_tree}
+    assert args == {"CUDA_ARCH": "90", "NCCL_REV": nccl.rev, "DEEPEP_PATCHED_TREE": deepep.patched_tree,
+                    "OFI_REV": lock.git("aws-ofi-nccl").rev}
     assert "COPY src/nccl /opt/reprostack/src/nccl" in text and "COPY src/deepep /opt/reprostack/src/deepep" in text
+    assert "COPY src/aws-ofi-nccl /opt/reprostack/src/aws-ofi-nccl" in text
+    # the gate images install their wheel set on top and check every pin set of the image
+    for name in ("vllm", "sglang"):
+        text, _, _ = render_recipe(recipes[name], lock, from_ref=fake_parent)
+        assert f"COPY wheels/{name} /tmp/wheels" in text and "--require-hashes" in text and "--no-deps" in text
+        assert recipes[name].parent == "deepep" and lock.get(f"{name}-wheels").on == "substrate-wheels"
     assert labels["org.opencontainers.image.title"] == f"reprostack deepep (DeepEP V2 over NCCL {nccl.original})"
     assert recipes["deepep"].parent == "substrate" and recipes["substrate"].base.digest is None
 
@@ -432,3 +439,75 @@ def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_
         assert command.run(args, lock, lroot, cli._fetch_opts(args)) == 0
         out = capsys.readouterr().out.splitlines()
         assert out[0].startswith(f"selftest: {status} {ns}/selftest:") and out[1].startswith("summary: ")
+
+
+# --------------------------------------------------------------------------- wheels and image bundles
+
+
+def test_wheel_set_goes_into_the_image_verified(stack, tmp_path, docker_client, test_base, ns):
+    """A recipe's `wheels:` puts the pinned wheels (taken from a wheelhouse, sha256 checked), requirements.txt
+    with --hash lines and pins.json into the context; inside the image the bytes still match the lock."""
+    from wheelindex import make_wheel, sha256 as wsha
+    built = tmp_path / "house"
+    built.mkdir()
+    a, b = make_wheel(built, "app", "1.0", ("lib==1.0",)), make_wheel(built, "lib", "2.0")
+    root = make_project(tmp_path / "project", stack, recipes=("selftest",))
+    with open(root / "upstreams.lock", "a") as f:
+        f.write(f"""\
+  demo-set:
+    kind: wheelset
+    python-version: "3.11"
+    platform-tags: [any]
+    requirements: [app==1.0]
+    overrides: [lib==2.0]
+    files:
+      - {{name: app, version: "1.0", filename: {a.name}, sha256: {wsha(a)}}}
+      - {{name: lib, version: "2.0", filename: {b.name}, sha256: {wsha(b)}}}
+""")
+    add_recipe(root, "wheeled", "parent: selftest\nwheels:\n  - {pin: demo-set, dest: wheels/demo}\n",
+               "FROM {{ from }}\nCOPY {{ wheels.demo-set.dest }} /opt/wheels\n"
+               "RUN cd /opt/wheels && sed -n 's/^\\([^=]*\\)==\\([^ ]*\\) --hash=sha256:\\(.*\\)$/\\3/p' requirements.txt"
+               " > want && ls *.whl | xargs sha256sum | cut -d' ' -f1 | sort > got && sort want | cmp - got\n")
+    opts = options(root, tmp_path, docker_client, ns, wheelhouses=[built], offline=True)
+    results = by_name(build_images(["wheeled"], opts))
+    tag = results["wheeled"].tag
+    assert run_in(docker_client, tag, "cat", "/opt/wheels/requirements.txt") == \
+        f"app==1.0 --hash=sha256:{wsha(a)}\nlib==2.0 --hash=sha256:{wsha(b)}\n"
+    pins = json.loads(run_in(docker_client, tag, "cat", "/opt/wheels/pins.json"))
+    assert pins["packages"] == {"app": "1.0", "lib": "2.0"} and pins["overrides"] == ["lib"]
+    ups = json.loads(docker_client.images.get(tag).labels["dev.reprostack.upstreams"])
+    assert ups["demo-set"]["wheels"] == 2
+    # a wheel whose bytes differ from the lock never reaches a context
+    (built / a.name).write_bytes(b.read_bytes())
+    import reprostack.errors as rerr
+    with pytest.raises(rerr.FetchError, match="sha256"):
+        build_images(["wheeled"], options(root, tmp_path / "again", docker_client, ns, wheelhouses=[built], offline=True))
+
+
+def test_images_bundle_saves_and_loads_with_ids_checked(stack, tmp_path, docker_client, test_base, ns, capsys):
+    from reprostack.containers.bundle import load_bundle, save_bundle
+    from reprostack.containers.errors import ContainerError
+    root = make_project(tmp_path / "project", stack)
+    results = build_images(["selftest-child"], options(root, tmp_path, docker_client, ns))
+    child = results[-1]
+    out = tmp_path / "images.tar"
+    saved = save_bundle(docker_client, [(child.name, child.tag)], out)
+    assert [(s.name, s.tag, s.image_id) for s in saved] == [(child.name, child.tag, child.image_id)]
+    docker_client.images.remove(child.tag, force=True)
+    loaded = load_bundle(docker_client, out)
+    assert [(s.tag, s.image_id) for s in loaded] == [(child.tag, child.image_id)]
+    assert docker_client.images.get(child.tag).id == child.image_id
+    # a corrupt member is refused before the engine sees it
+    raw = bytearray(out.read_bytes())
+    i = raw.find(b"manifest.json")
+    assert i > 0
+    with tarfile.open(out) as t:
+        m = t.getmember(f"images/{child.name}.tar")
+    raw[m.offset_data + 100] ^= 0xFF
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(ContainerError, match="corrupt bundle"):
+        load_bundle(docker_client, bad)
+    with pytest.raises(ContainerError, match="not in this engine"):
+        save_bundle(docker_client, [("nope", f"{ns}/nope:0")], tmp_path / "x.tar")
+    assert not (tmp_path / "x.tar").exists()

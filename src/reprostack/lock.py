@@ -100,6 +100,45 @@ class WheelPin:
 
 
 @dataclass(frozen=True)
+class WheelsetFile:
+    """One distribution of a wheelset: canonical project name, version, wheel file and its sha256."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class WheelsetPin:
+    """A closed set of wheels for one target interpreter: `requirements` with every dependency pip resolves for
+    them, then each `overrides` entry put in place of the distribution of the same name (resolved alone,
+    without its dependencies: the campaign's NCCL/NVSHMEM wheels replace the versions torch pins). `files` is the
+    whole set, one wheel per distribution, each with its sha256 (installed with pip --require-hashes --no-deps)."""
+
+    name: str
+    requirements: tuple[str, ...]
+    python_version: str
+    platform_tags: tuple[str, ...]
+    files: tuple[WheelsetFile, ...]
+    overrides: tuple[str, ...] = ()
+    index: str | None = None
+    on: str | None = None  # a wheelset this one is installed on top of: resolved against it, holds only the rest
+    kind: str = "wheelset"
+
+    def file(self, dist: str) -> WheelsetFile | None:
+        """The file of distribution `dist` (any spelling of its name), or None."""
+        want = canonical_name(dist)
+        return next((f for f in self.files if f.name == want), None)
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalized project name: runs of `-_.` become `-`, lower case."""
+    import re
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
 class ImagePin:
     """A container image pinned by its registry manifest digest; `repo:tag` is only where it was resolved from."""
 
@@ -121,10 +160,10 @@ class Lock:
 
     path: Path
     sha256: str
-    upstreams: dict[str, GitPin | WheelPin | ImagePin] = field(default_factory=dict)
+    upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = field(default_factory=dict)
     lines: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
 
-    def get(self, name: str) -> GitPin | WheelPin | ImagePin:
+    def get(self, name: str) -> GitPin | WheelPin | WheelsetPin | ImagePin:
         """Return the pin named `name`; raises LockError naming the known pins when absent."""
         if name not in self.upstreams:
             known = ", ".join(sorted(self.upstreams))
@@ -160,7 +199,7 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     Returns a Lock. Raises LockError naming `FILE:LINE: field` for the first problem found: YAML syntax,
     duplicate keys, unknown keys, a non-immutable pin, a missing patch file, a submodule or patch
     series inconsistent with itself.
-    allow_unfilled: accept wheel pins without `files` and image pins without `digest` (only `reprostack lock
+    allow_unfilled: accept wheel and wheelset pins without `files` and image pins without `digest` (only `reprostack lock
     wheels` / `lock images`, which fill them).
     """
     path = Path(path)
@@ -174,12 +213,15 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     if allow_unfilled:
         schema["$defs"]["wheel"]["required"].remove("files")
         schema["$defs"]["image"]["required"].remove("digest")
+        schema["$defs"]["wheelset"]["required"].remove("files")
     validate(data, lines, schema, str(path), LockError)
 
-    upstreams: dict[str, GitPin | WheelPin | ImagePin] = {}
+    upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}
     for name, u in data["upstreams"].items():
         if u["kind"] == "git":
             upstreams[name] = _git_pin(name, u, path, root, lines)
+        elif u["kind"] == "wheelset":
+            upstreams[name] = _wheelset_pin(name, u, path, lines)
         elif u["kind"] == "image":
             upstreams[name] = ImagePin(name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"))
         else:
@@ -187,6 +229,16 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
                 name=u["name"], version=str(u["version"]), index=u.get("index"),
                 files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u.get("files", ())),
                 python_version=u.get("python-version"), platforms=tuple(u.get("platforms", ())))
+    for name, pin in upstreams.items():
+        if isinstance(pin, WheelsetPin) and pin.on is not None:
+            base = upstreams.get(pin.on)
+            if not isinstance(base, WheelsetPin) or pin.on == name:
+                at = ("upstreams", name, "installed-on")
+                raise LockError(str(path), _line(lines, at), _dotted(at), f"{pin.on!r} is not another wheelset pin")
+            if (base.python_version, base.platform_tags) != (pin.python_version, pin.platform_tags):
+                at = ("upstreams", name, "python-version")
+                raise LockError(str(path), _line(lines, at), _dotted(at),
+                                f"differs from the target of {pin.on!r} (python-version and platform-tags must match)")
     return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
 
 
@@ -213,3 +265,26 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
     return GitPin(name=name, url=u["url"], rev=u["rev"], tree=u["tree"], original=u.get("original"),
                   fetch_refs=tuple(u.get("fetch-refs", ())), submodules=subs, patches=tuple(patches),
                   patched_tree=u.get("patched-tree"))
+
+
+def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
+    files = tuple(WheelsetFile(f["name"], str(f["version"]), f["filename"], f["sha256"]) for f in u.get("files", ()))
+    seen: dict[str, int] = {}
+    for i, f in enumerate(files):
+        if f.name in seen:
+            at = ("upstreams", name, "files", i, "name")
+            raise LockError(str(path), _line(lines, at), _dotted(at),
+                            f"{f.name} is pinned twice (also files[{seen[f.name]}]): a wheelset has one wheel per distribution")
+        seen[f.name] = i
+    for key in ("requirements", "overrides"):
+        for i, req in enumerate(u.get(key, ())):
+            dist, version = req.split("==", 1)
+            f = next((x for x in files if x.name == canonical_name(dist)), None)
+            if files and (f is None or f.version != version):
+                at = ("upstreams", name, key, i)
+                got = f"{f.name}=={f.version}" if f else "nothing"
+                raise LockError(str(path), _line(lines, at), _dotted(at),
+                                f"{req} but `files` pins {got} (run `reprostack lock wheels {name}`)")
+    return WheelsetPin(name=name, requirements=tuple(u["requirements"]), python_version=str(u["python-version"]),
+                       platform_tags=tuple(u["platform-tags"]), files=files, overrides=tuple(u.get("overrides", ())),
+                       index=u.get("index"), on=u.get("installed-on"))

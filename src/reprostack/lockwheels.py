@@ -7,9 +7,10 @@ How a pin is resolved: pip itself (never hand-written index scraping) is asked w
 `download_info.archive_info.hashes`; when the index gave none, the file is downloaded with `pip download
 --no-deps` into a temporary folder and hashed. A version pip cannot resolve is an error, never a placeholder.
 
-The files come only from the pin's `index` (or pip's configured index when it has none): `PIP_FIND_LINKS`,
-`PIP_EXTRA_INDEX_URL` and `PIP_NO_INDEX` are removed from pip's environment, so a local wheel folder can not
-stand in for the index.
+The files come only from the pin's `index` (PyPI when it has none): pip's config files are not read and
+`PIP_FIND_LINKS`, `PIP_EXTRA_INDEX_URL`, `PIP_INDEX_URL`, `PIP_CONSTRAINT` and `PIP_NO_INDEX` are removed from its
+environment, so neither a local wheel folder nor a machine's constraints can shape a pin (cert and proxy
+variables still apply).
 
 Fill (default): only the `files:` block of each resolved pin is rewritten (or appended to the pin when it has
 none); every other byte of the lockfile stays as it is. The new text is loaded and validated again and written
@@ -36,7 +37,7 @@ from . import lock as lockmod
 from . import lockfill
 from .errors import LockError, ReprostackError
 
-_DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX")
+_DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_INDEX_URL")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ def _canon(name: str) -> str:
 def _pip_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    env["PIP_CONFIG_FILE"] = os.devnull  # a machine's pip.conf (extra indexes, constraints) never shapes a pin
     return env
 
 
@@ -84,12 +86,16 @@ def _tail(text: str, n: int = 8) -> str:
     return "\n  ".join(lines[-n:])
 
 
-def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0) -> Resolved:
-    """Ask pip which wheel file(s) `name==version` resolves to for the pin's targets, with their sha256."""
+def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0):
+    """Ask pip which wheel file(s) `name==version` resolves to for the pin's targets, with their sha256
+    (a wheelset pin: its whole closure, see reprostack.lockwheelset)."""
     pin = lock.get(name)
+    if isinstance(pin, lockmod.WheelsetPin):
+        from . import lockwheelset
+        return lockwheelset.resolve(lock, name)
     if not isinstance(pin, lockmod.WheelPin):
         raise LockError(str(lock.path), lock.line_of(("upstreams", name)), f"upstreams.{name}",
-                        f"is kind {pin.kind}, `lock wheels` takes wheel pins")
+                        f"is kind {pin.kind}, `lock wheels` takes wheel and wheelset pins")
     req = f"{pin.name}=={pin.version}"
     found: dict[str, str] = {}
     for platform in pin.platforms or (None,):
@@ -133,6 +139,10 @@ def _download_hash(pin, platform, req, filename, dest: Path, what: str, timeout:
     if not f.is_file():
         got = ", ".join(sorted(p.name for p in dest.iterdir())) if dest.is_dir() else "nothing"
         raise ReprostackError(f"{what}: pip download gave {got}, not {filename}")
+    return _sha256_file(f)
+
+
+def _sha256_file(f: Path) -> str:
     h = hashlib.sha256()
     with f.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -145,7 +155,7 @@ def wheel_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
         for n in names:
             lock.get(n)
         return list(names)
-    return [n for n, p in lock.upstreams.items() if isinstance(p, lockmod.WheelPin)]
+    return [n for n, p in lock.upstreams.items() if isinstance(p, (lockmod.WheelPin, lockmod.WheelsetPin))]
 
 
 def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
@@ -153,6 +163,10 @@ def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
     problems = []
     for r in resolved:
         pin = lock.get(r.pin)
+        if isinstance(pin, lockmod.WheelsetPin):
+            from . import lockwheelset
+            problems += lockwheelset.check(lock, r)
+            continue
         want = {f.filename: f.sha256 for f in r.files}
         have = {f.filename: (i, f.sha256) for i, f in enumerate(pin.files)}
         if not pin.files:
@@ -198,12 +212,18 @@ def _span(text: str, name: str) -> tuple[int, int, int, bool]:
     return key.start_mark.line, max(key.start_mark.line, last_line(val)), col, True
 
 
-def render_files(files: tuple[lockmod.WheelFile, ...], col: int) -> list[str]:
+def render_files(files, col: int) -> list[str]:
+    """The `files:` block at indent `col`: `filename` + `sha256` per wheel (a wheelset's files lead with `name`
+    and `version`)."""
     ind = " " * col
     out = [f"{ind}files:\n"]
     for f in files:
         sha = f.sha256 if any(c.isalpha() for c in f.sha256) else f'"{f.sha256}"'  # all digits would read as a number
-        out += [f"{ind}  - filename: {f.filename}\n", f"{ind}    sha256: {sha}\n"]
+        if isinstance(f, lockmod.WheelsetFile):
+            out += [f"{ind}  - name: {f.name}\n", f'{ind}    version: "{f.version}"\n',
+                    f"{ind}    filename: {f.filename}\n", f"{ind}    sha256: {sha}\n"]
+        else:
+            out += [f"{ind}  - filename: {f.filename}\n", f"{ind}    sha256: {sha}\n"]
     return out
 
 
@@ -223,9 +243,15 @@ def fill_text(text: str, resolved: list[Resolved]) -> str:
     return text
 
 
+def _describe(r) -> str:
+    if r.files and isinstance(r.files[0], lockmod.WheelsetFile):
+        return f"{len(r.files)} wheels: " + ", ".join(f"{f.name}=={f.version}" for f in r.files)
+    return ", ".join(f"{f.filename} sha256 {f.sha256}" for f in r.files)
+
+
 KIND = lockfill.PinKind(
     what="wheel", field="files", source="the index", names=wheel_names, resolve=resolve_pin,
-    describe=lambda lock, r: ", ".join(f"{f.filename} sha256 {f.sha256}" for f in r.files), check=check, fill_text=fill_text)
+    describe=lambda lock, r: _describe(r), check=check, fill_text=fill_text)
 
 
 def run(lock_path: Path, names: list[str], do_check: bool, out=print) -> int:

@@ -42,7 +42,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from .. import sources as sources_mod
 from ..atomicfile import write_text_atomic
 from ..gitcmd import git
-from ..lock import GitPin, Lock
+from ..fetch.wheels import fetch_wheels
+from ..lock import GitPin, Lock, WheelPin, WheelsetPin
 from . import render as R
 from .context import Context
 from .errors import ContainerError, EngineUnavailable, ImageBuildError, RecipeError
@@ -84,6 +85,7 @@ class BuildOptions:
     console: Console | None = None
     show_progress: bool = True
     timeout_s: float = 6 * 3600
+    wheelhouses: Sequence[Path] = ()
 
 
 @dataclass(frozen=True)
@@ -182,10 +184,16 @@ def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) 
         if not isinstance(pin, GitPin):
             what = "not in the lock" if pin is None else f"a {pin.kind} pin (only git pins have trees)"
             raise RecipeError(recipe.path, s.line, f"sources[{i}].upstream", f"{s.upstream!r} is {what}")
+    for i, w in enumerate(recipe.wheels):
+        pin = lock.upstreams.get(w.pin)
+        if not isinstance(pin, (WheelPin, WheelsetPin)):
+            what = "not in the lock" if pin is None else f"a {pin.kind} pin, not a wheel or wheelset"
+            raise RecipeError(recipe.path, w.line, f"wheels[{i}].pin", f"{w.pin!r} is {what}")
     if recipe.source and recipe.source not in lock.upstreams:
         raise RecipeError(recipe.path, recipe.line("source"), "source", f"{recipe.source!r} is not in the lock")
     values = R.template_values(lock, image=recipe.name, from_ref=from_ref, epoch=epoch,
-                               source_dests={s.upstream: s.dest for s in recipe.sources})
+                               source_dests={s.upstream: s.dest for s in recipe.sources},
+                               wheel_dests={w.pin: w.dest for w in recipe.wheels})
     text = R.render(recipe.dockerfile_text, values, recipe.dockerfile)
     R.check_dockerfile(recipe.dockerfile_text, text, recipe.dockerfile)
     args = {k: R.render_value(v, values, recipe.path, recipe.line("args", k), f"args.{k}") for k, v in recipe.args.items()}
@@ -290,6 +298,8 @@ class _Builder:
             ups[s.upstream] = {"url": t.pin.url, "rev": t.pin.rev, "tree": t.pin.tree,
                                "patched-tree": t.tree, "patches": len(t.pin.patches),
                                "submodules": {m.path: m.rev for m in t.pin.submodules}}
+        for w in r.wheels:
+            ups[w.pin] = self._add_wheels(ctx, r, w)
         for f in r.files:
             ctx.add_file(f.dest, r.dir / f.src, executable=f.executable or None, origin=f"{r.path}: files {f.src}")
         labels = dict(extra_labels)
@@ -321,6 +331,25 @@ class _Builder:
                       origin=str(r.dockerfile))
         return _Plan(r, from_ref, identity, base_name, epoch, text, R.instructions(text), args, labels, ctx, ups,
                      block)
+
+    def _add_wheels(self, ctx: Context, r: Recipe, w) -> dict:
+        """Put pin `w.pin`'s verified wheels under `w.dest`, with `requirements.txt` (name==version --hash=sha256,
+        for `pip install --no-index --no-deps --require-hashes`) and `pins.json` ({name: version}, overrides
+        marked) for the installed-vs-lock check; returns the pin's provenance for the upstreams label."""
+        pin = self.o.lock.get(w.pin)
+        where = f"{r.path}: wheels {w.pin}"
+        wheels = fetch_wheels(self.o.lock, w.pin, cache_root=self.fetch.cache.root if self.fetch else None,
+                              wheelhouses=self.o.wheelhouses, offline=self.o.offline)
+        for lw in wheels:
+            ctx.add_file(f"{w.dest}/{lw.filename}", lw.path, executable=False, origin=where)
+        ctx.add_bytes(f"{w.dest}/requirements.txt", "".join(
+            f"{lw.name}=={lw.version} --hash=sha256:{lw.sha256}\n" for lw in wheels).encode(), origin=where)
+        overrides = sorted(o.split("==")[0].lower() for o in getattr(pin, "overrides", ()))
+        pins = {"pin": w.pin, "lock-sha256": self.o.lock.sha256,
+                "packages": {lw.name: lw.version for lw in wheels}, "overrides": overrides}
+        ctx.add_bytes(f"{w.dest}/pins.json", (json.dumps(pins, indent=1, sort_keys=True) + "\n").encode(), origin=where)
+        return {"kind": pin.kind, "wheels": len(wheels),
+                "sha256": hashlib.sha256("".join(lw.sha256 for lw in wheels).encode()).hexdigest()}
 
     # ------------------------------------------------------------------ build
     def image(self, r: Recipe, progress: Progress) -> ImageResult:

@@ -10,6 +10,7 @@ image.yaml (schema: schemas/container.schema.json; errors name `FILE:LINE: field
     source: deepep                     # the pin this image builds: OCI source/revision labels
     args: {NCCL_REV: "{{ upstreams.nccl.rev }}"}       # build args, rendered from the lock
     sources: [{upstream: nccl, dest: src/nccl}]        # patched trees into the context (no .git)
+    wheels: [{pin: substrate-wheels, dest: wheels}]    # pinned wheels + requirements.txt (--hash) + pins.json
     files: [{src: check.sh, dest: files/check.sh}]     # files of this folder into the context
     labels: {org.opencontainers.image.title: DeepEP}   # extra labels (templates too)
 
@@ -75,6 +76,13 @@ class SourceSpec:
 
 
 @dataclass(frozen=True)
+class WheelsSpec:
+    pin: str
+    dest: str
+    line: int | None
+
+
+@dataclass(frozen=True)
 class FileSpec:
     src: str
     dest: str
@@ -98,6 +106,7 @@ class Recipe:
     sources: tuple[SourceSpec, ...]
     files: tuple[FileSpec, ...]
     labels: Mapping[str, str]
+    wheels: tuple[WheelsSpec, ...] = ()
     description: str = ""
     recipe_sha256: str = ""
     lines: dict = field(default_factory=dict, repr=False, compare=False)
@@ -145,6 +154,8 @@ def load_recipe(root: Path, name: str) -> Recipe:
 
     sources = tuple(SourceSpec(s["upstream"], s.get("dest", f"src/{s['upstream']}"), line_of(lines, ("sources", i)))
                     for i, s in enumerate(data.get("sources") or ()))
+    wheels = tuple(WheelsSpec(w["pin"], w.get("dest", f"wheels/{w['pin']}"), line_of(lines, ("wheels", i)))
+                   for i, w in enumerate(data.get("wheels") or ()))
     files = []
     for i, f in enumerate(data.get("files") or ()):
         src = rdir / f["src"]
@@ -156,7 +167,7 @@ def load_recipe(root: Path, name: str) -> Recipe:
     return Recipe(name=name, dir=rdir, path=path, dockerfile=dockerfile,
                   dockerfile_text=dockerfile.read_bytes().decode("utf-8"), parent=data.get("parent"), base=base,
                   source=data.get("source"), args=dict(data.get("args") or {}), sources=sources,
-                  files=tuple(files), labels=dict(data.get("labels") or {}),
+                  files=tuple(files), labels=dict(data.get("labels") or {}), wheels=wheels,
                   description=data.get("description", ""), recipe_sha256=recipe_digest(rdir), lines=lines)
 
 

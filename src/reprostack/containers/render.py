@@ -11,6 +11,7 @@ Values (see `template_values`):
   upstreams.<pin>.{url,rev,tree,patched_tree,original}   git pins (patched_tree = tree without a series)
   upstreams.<pin>.{name,version}                          wheel pins
   sources.<pin>.dest                    where the recipe put that pin's tree inside the context
+  wheels.<pin>.dest                     where the recipe put that pin's wheels (+ requirements.txt, pins.json)
 
 Dockerfile rules (a build never reaches outside the context): every FROM is `{{ from }}` or an earlier
 stage; no `git clone`; no ADD of a URL.
@@ -30,7 +31,7 @@ _FIELD = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}")
 
 
 def template_values(lock: Lock, *, image: str, from_ref: str, epoch: int,
-                    source_dests: Mapping[str, str]) -> dict[str, str]:
+                    source_dests: Mapping[str, str], wheel_dests: Mapping[str, str] | None = None) -> dict[str, str]:
     """The flat {dotted name: value} map a recipe template may use."""
     v = {"from": from_ref, "image.name": image, "lock.sha256": lock.sha256, "source_date_epoch": str(epoch)}
     for name, pin in lock.upstreams.items():
@@ -42,6 +43,8 @@ def template_values(lock: Lock, *, image: str, from_ref: str, epoch: int,
             v.update({p + "name": pin.name, p + "version": pin.version})
     for name, dest in source_dests.items():
         v[f"sources.{name}.dest"] = dest
+    for name, dest in (wheel_dests or {}).items():
+        v[f"wheels.{name}.dest"] = dest
     return v
 
 

@@ -1,0 +1,131 @@
+"""Wheels of a `kind: wheelset` (or `kind: wheel`) pin, fetched into the cache and verified by sha256.
+
+Layout under the cache root: `wheels/<sha256>/<filename>`, written atomically (temp file + rename) and only
+after its sha256 matched the lock, so a file there is always the pinned bytes.
+
+Where a missing wheel comes from, in order: a wheelhouse folder (`--wheelhouse`, `$REPROSTACK_WHEELHOUSE`;
+a file of the right name whose sha256 differs is an error, never used), then, unless offline, pip itself
+(`pip download --no-deps --require-hashes` from the pin's index, pip's config files not read).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .. import paths
+from ..errors import FetchError
+from ..lock import Lock, WheelPin, WheelsetPin
+
+WHEELHOUSE_ENV = "REPROSTACK_WHEELHOUSE"
+
+
+@dataclass(frozen=True)
+class LocalWheel:
+    """One verified wheel in the cache: distribution name, version, filename, sha256, path."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    path: Path
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def wheelhouses_from_env() -> list[Path]:
+    """Folders named by $REPROSTACK_WHEELHOUSE (os.pathsep-separated)."""
+    return [Path(p) for p in os.environ.get(WHEELHOUSE_ENV, "").split(os.pathsep) if p]
+
+
+def _entries(pin) -> list[tuple[str, str, str, str]]:
+    if isinstance(pin, WheelsetPin):
+        return [(f.name, f.version, f.filename, f.sha256) for f in pin.files]
+    return [(pin.name, pin.version, f.filename, f.sha256) for f in pin.files]
+
+
+def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheelhouses: Sequence[Path] = (),
+                 offline: bool = False, timeout_s: float = 3600.0) -> list[LocalWheel]:
+    """Every wheel of pin `name`, verified, in the cache; returns them in the lock's order.
+    Raises FetchError naming the pin, the file and where it looked when a wheel is missing (offline) or a
+    file's sha256 differs from the lock."""
+    pin = lock.get(name)
+    if not isinstance(pin, (WheelPin, WheelsetPin)) or not pin.files:
+        raise FetchError(f"{lock.where('upstreams', name)}: not a wheel/wheelset pin with files")
+    root = Path(cache_root) if cache_root is not None else paths.cache_dir()
+    out, missing = [], []
+    for dist, version, filename, sha in _entries(pin):
+        dest = root / "wheels" / sha / filename
+        if not dest.is_file():
+            for house in wheelhouses:
+                cand = Path(house) / filename
+                if cand.is_file():
+                    got = _sha256(cand)
+                    if got != sha:
+                        raise FetchError(f"{cand}: sha256 {got}, but {lock.where('upstreams', name, 'files')} pins "
+                                         f"{filename} as {sha}")
+                    _place(cand, dest)
+                    break
+        if dest.is_file():
+            out.append(LocalWheel(dist, version, filename, sha, dest))
+        else:
+            missing.append((dist, version, filename, sha, dest))
+    if missing and offline:
+        looked = ", ".join(str(h) for h in wheelhouses) or "no wheelhouse given"
+        raise FetchError(f"{lock.where('upstreams', name)}: {len(missing)} wheel(s) not in the cache or a wheelhouse "
+                         f"({looked}) and --offline forbids downloading: " + ", ".join(m[2] for m in missing[:5])
+                         + (" ..." if len(missing) > 5 else ""))
+    if missing:
+        _download(lock, name, pin, missing, root, timeout_s)
+        out += [LocalWheel(d, v, f, s, p) for d, v, f, s, p in missing]
+    order = {e[2]: i for i, e in enumerate(_entries(pin))}
+    return sorted(out, key=lambda w: order[w.filename])
+
+
+def _place(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=dest.parent)
+    os.close(fd)
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
+
+
+def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float) -> None:
+    from ..lockwheels import _pip_env
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wheels-", dir=root / "tmp") as tmp:
+        req = Path(tmp, "requirements.txt")
+        req.write_text("".join(f"{d}=={v} --hash=sha256:{s}\n" for d, v, _, s, _ in missing))
+        args = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+                "--only-binary=:all:", "-d", str(Path(tmp, "dl")), "-r", str(req)]
+        if pin.index:
+            args += ["--index-url", pin.index]
+        if pin.python_version:
+            args += ["--python-version", pin.python_version]
+        for tag in getattr(pin, "platform_tags", ()) or getattr(pin, "platforms", ()):
+            args += ["--platform", tag]
+        try:
+            cp = subprocess.run(args, capture_output=True, text=True, env=_pip_env(), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise FetchError(f"{lock.where('upstreams', name)}: pip download did not finish in {timeout_s:.0f}s") from None
+        if cp.returncode != 0:
+            tail = "\n  ".join(cp.stderr.strip().splitlines()[-6:])
+            raise FetchError(f"{lock.where('upstreams', name)}: pip download failed (exit {cp.returncode}):\n  {tail}")
+        for d, v, f, s, dest in missing:
+            got_path = Path(tmp, "dl", f)
+            if not got_path.is_file() or _sha256(got_path) != s:
+                raise FetchError(f"{lock.where('upstreams', name)}: pip download did not give {f} with sha256 {s}")
+            _place(got_path, dest)
