@@ -203,6 +203,15 @@ def test_tag_policy_takes_newest_version(s, capsys):
     assert pin.submodules[0].rev == s.c["s1"]  # gitlink not moved yet at v1.10
 
 
+def test_pr_policy_tracks_the_pr_head(s):
+    s.lock.write_text(s.lock.read_text().replace("{track: branch, ref: refs/heads/main}", "{track: pr, number: 1}"))
+    git("commit", "-qam", "track PR 1", cwd=s.project)
+    assert run(s, "--no-commit") == 0
+    data = json.loads((s.project / f"out/bump/demo-{s.c['p1'][:8]}.json").read_text())
+    assert data["new_rev"] == s.c["p1"] and data["target"]["ref"] == "refs/pull/1/head"
+    assert [e["outcome"] for e in data["entries"]] == ["upstreamed", "kept", "kept", "kept", "kept", "kept"]
+
+
 def test_outdated_table_and_json(s, capsys):
     out = s.project / "od"
     assert cli.main(["outdated", "demo", "--lock", str(s.lock), "--json", "--out", str(out)]) == 0
