@@ -134,3 +134,19 @@ def verify(session: nox.Session) -> None:
     if not positional:
         args = ["tests/fixtures/published-2026-07", *args]
     session.run("reprostack", "verify", *args)
+
+
+@nox.session(default=False)
+def bump(session: nox.Session) -> None:
+    """Move a git pin to its policy target and replay its series (`-- UPSTREAM [--to REF] [--branch B]
+    [--no-commit] [--allow-rewind] [--lock FILE] [--mirror U=P]`): writes upstreams.lock and refreshed patches,
+    commits them on a new branch, PR body in out/bump/. Fails at a conflict (its report is written, nothing else)."""
+    _install(session)
+    session.run("reprostack", "bump", *session.posargs)
+
+
+@nox.session(default=False)
+def outdated(session: nox.Session) -> None:
+    """Per git pin: commits and days behind its policy target (`-- [PIN...] [--json]`); out/bump/outdated.json."""
+    _install(session)
+    session.run("reprostack", "outdated", *session.posargs)

@@ -51,6 +51,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="archive to write (e.g. out/sources.tar)")
     _common(p)
 
+    p = sub.add_parser("bump", help="move a git pin to a newer upstream revision, replay its series, write lock + branch "
+                                    "+ PR body",
+                       description="Move pin UPSTREAM to its policy target (or --to REF), replay the patch series "
+                                   "there (kept / refreshed / upstreamed / conflict, zero fuzz), verify, then write "
+                                   "upstreams.lock and refreshed patches and commit them on a new branch. The PR body "
+                                   "goes to --out. Exit 0: bumped or already current; 1: stopped at a conflict (report "
+                                   "written, nothing else); 2: bad input or an error (nothing written).")
+    p.add_argument("upstream", help="the git pin to bump")
+    p.add_argument("--to", default=None, metavar="REF",
+                   help="target: a 40-hex commit, refs/..., or a branch or tag name (default: the pin's policy)")
+    p.add_argument("--branch", default=None, help="branch to commit on (default: bump-<pin>-<new8>)")
+    p.add_argument("--no-commit", action="store_true", help="write the lock and patch files only, no branch/commit")
+    p.add_argument("--allow-rewind", action="store_true",
+                   help="accept a target that does not descend from the pinned rev (a rewritten upstream)")
+    p.add_argument("--out", default="out/bump", help="report folder (default: out/bump)")
+    _common(p)
+
+    p = sub.add_parser("outdated", help="per git pin: commits and days behind its policy target (table + JSON)")
+    p.add_argument("names", nargs="*", help="pins (default: every git pin)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--out", default="out/bump", help="folder of outdated.json (default: out/bump)")
+    _common(p)
+
     p = sub.add_parser("build", help="build images from containers/<image>/ on the Docker engine ($DOCKER_HOST)")
     from .containers import command as containers_command
     containers_command.add_arguments(p)
@@ -172,10 +195,64 @@ def _dispatch(args) -> int:
         out = write_bundle(fetched, Path(args.output))
         print(f"{out}: {out.stat().st_size} bytes ({', '.join(f.pin.name for f in fetched)})")
         return 0
+    if args.cmd == "bump":
+        return _bump(args, root, opts, argv_of(args))
+    if args.cmd == "outdated":
+        return _outdated(args, lock, opts)
     if args.cmd == "build":
         from .containers import command as containers_command
         return containers_command.run(args, lock, root, opts)
     return _gates(args, lock, root, opts)
+
+
+def argv_of(args) -> list[str]:
+    """The bump's own arguments as typed (for the PR body's "Produced by")."""
+    out = [args.upstream]
+    for flag, value in (("--to", args.to), ("--branch", args.branch), ("--lock", args.lock)):
+        if value:
+            out += [flag, value]
+    out += [f for f, on in (("--no-commit", args.no_commit), ("--allow-rewind", args.allow_rewind)) if on]
+    return out
+
+
+def _bump(args, root: Path, opts, argv: list[str]) -> int:
+    from .bump import BumpConflict, plan_bump, write_bump, write_report
+    lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
+    r = plan_bump(lock_path, args.upstream, opts, to=args.to, project_root=root, allow_rewind=args.allow_rewind,
+                  args=argv)
+    if r.status == "current":
+        print(f"{r.upstream}: already at {r.new_rev} ({r.target.how}); nothing to do")
+        return 0
+    if r.status == "conflict":
+        md = write_report(r, Path(args.out))
+        print(f"reprostack: error: {BumpConflict(r)}", file=sys.stderr)
+        print(f"report: {md.resolve()}")
+        return 1
+    branch = None if args.no_commit else (args.branch or f"bump-{r.upstream}-{r.new_rev[:8]}")
+    write_bump(r, branch)
+    md = write_report(r, Path(args.out))
+    counts = {}
+    for o in r.replay.outcomes:
+        counts[o.outcome] = counts.get(o.outcome, 0) + 1
+    print(f"{r.title}: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "no patch series"))
+    print(f"{r.lock_path}: rev {r.new_rev} tree {r.new_tree}" + (f" patched-tree {r.patched_tree}" if r.patched_tree else ""))
+    if r.branch:
+        print(f"branch: {r.branch} (commit {r.commit})")
+    print(f"PR body: {md.resolve()}")
+    return 0
+
+
+def _outdated(args, lock, opts) -> int:
+    from .bump.outdated import outdated, table, to_json, write_json
+    rows = outdated(lock, args.names, opts)
+    out = write_json(rows, Path(args.out) / "outdated.json")
+    if args.json:
+        print(to_json(rows), end="")
+    else:
+        from rich.console import Console
+        Console().print(table(rows))
+        print(f"json: {out.resolve()}")
+    return 2 if any(r.error for r in rows) else 0
 
 
 def _gates(args, lock, root, opts) -> int:

@@ -28,6 +28,10 @@ class PatchError(ReprostackError):
     """A patch series entry does not apply with zero fuzz, or the result is not the pinned tree."""
 
 
+class BumpError(ReprostackError):
+    """A bump could not be planned or written (target ref missing or moved, a dirty lock, a branch that exists)."""
+
+
 class BuildError(ReprostackError):
     """A kernel build failed its preflight or its compiler step; names the step and the log."""
 

@@ -23,9 +23,16 @@ class GitFailed(Exception):
         super().__init__(f"git {' '.join(argv[1:])}: {what}: {stderr.strip()[-2000:]}")
 
 
-def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for git: no terminal prompt, no askpass, no system/global config, fixed identity."""
+def git_env(extra: Mapping[str, str] | None = None, *, user: bool = False) -> dict[str, str]:
+    """Environment for git: no terminal prompt, no askpass, no system/global config, fixed identity.
+
+    user=True keeps the user's own config, GIT_* variables, identity and clock (only prompts stay off):
+    for the one commit that is the user's (a bump branch), never for anything that must be reproducible.
+    """
     env = dict(os.environ)
+    if user:
+        env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(extra or {})})
+        return env
     for k in list(env):
         if k.startswith("GIT_") and k not in ("GIT_SSL_CAINFO", "GIT_SSH_COMMAND"):
             del env[k]
@@ -46,15 +53,18 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def git(*args: str, cwd: str | Path | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-        env: Mapping[str, str] | None = None, check: bool = True, input_bytes: bytes | None = None) -> str:
+        env: Mapping[str, str] | None = None, check: bool = True, input_bytes: bytes | None = None,
+        user: bool = False, stderr: bool = False) -> str:
     """Run `git ARGS` in `cwd` and return stdout (text, stripped of the final newline).
 
     Raises GitFailed on non-zero exit (when `check`) or on timeout (the process is killed).
-    `env` adds variables on top of git_env(). Commit dates are fixed so cherry-picks are reproducible.
+    `env` adds variables on top of git_env(). Commit dates are fixed so cherry-picks are reproducible;
+    `user=True`: the user's config, identity and clock instead (see git_env). `stderr=True`: git's stderr
+    is appended to what is returned (for what git reports only there, e.g. `apply --verbose`).
     """
     argv = ["git", *args]
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=git_env(env), timeout=timeout,
+        proc = subprocess.run(argv, cwd=cwd, env=git_env(env, user=user), timeout=timeout,
                               stdin=subprocess.DEVNULL if input_bytes is None else None,
                               input=input_bytes, capture_output=True)
     except subprocess.TimeoutExpired as e:
@@ -62,6 +72,8 @@ def git(*args: str, cwd: str | Path | None = None, timeout: float = DEFAULT_TIME
     out, err = _text(proc.stdout), _text(proc.stderr)
     if check and proc.returncode != 0:
         raise GitFailed(argv, proc.returncode, out, err)
+    if stderr:
+        out += err
     return out[:-1] if out.endswith("\n") else out
 
 

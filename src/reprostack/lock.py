@@ -57,6 +57,28 @@ class PatchEntry:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """Where `reprostack bump` moves a git pin to (the lock's optional `policy:`; absent: the default branch head).
+
+    track: "branch" (`ref`, default the remote's default branch), "tag" (the newest tag, in git's version
+    order, whose name matches the glob `pattern`) or "pr" (the head of pull request `number`).
+    """
+
+    track: str = "branch"
+    ref: str | None = None
+    pattern: str | None = None
+    number: int | None = None
+
+    def describe(self) -> str:
+        """One line for reports: "branch refs/heads/main", "newest tag matching v*", "PR #612 head"."""
+        if self.track == "tag":
+            return f"newest tag matching {self.pattern}"
+        if self.track == "pr":
+            return f"PR #{self.number} head"
+        return f"branch {self.ref}" if self.ref else "default branch head"
+
+
+@dataclass(frozen=True)
 class GitPin:
     """A git upstream pinned by commit and tree, with its submodules and patch series."""
 
@@ -70,6 +92,7 @@ class GitPin:
     patches: tuple[PatchEntry, ...] = ()
     patched_tree: str | None = None
     kind: str = "git"
+    policy: Policy | None = None
 
     def hint_refs(self) -> tuple[str, ...]:
         """All refs that may carry this pin's commits: `fetch-refs` plus every patch entry's `ref`."""
@@ -264,7 +287,7 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
                         f"differs from the last series entry's tree {patches[-1].tree}")
     return GitPin(name=name, url=u["url"], rev=u["rev"], tree=u["tree"], original=u.get("original"),
                   fetch_refs=tuple(u.get("fetch-refs", ())), submodules=subs, patches=tuple(patches),
-                  patched_tree=u.get("patched-tree"))
+                  patched_tree=u.get("patched-tree"), policy=Policy(**u["policy"]) if "policy" in u else None)
 
 
 def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:

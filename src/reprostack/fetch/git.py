@@ -110,6 +110,29 @@ def fetch_git(pin: GitPin, *, cache: Cache, offline: bool = False, mirrors: Mapp
     return FetchedGit(pin=pin, repo=repo, submodules=sub_repos)
 
 
+def fetch_commit(label: str, url: str, rev: str, *, cache: Cache, offline: bool = False,
+                 mirrors: Mapping[str, str] | None = None, timeout: float = 600) -> tuple[Path, str]:
+    """Make the one commit `rev` of `url` present and verified in `cache`, whatever its tree.
+
+    Used where the tree is what we want to learn (a submodule's new gitlink during a bump).
+    Returns (the URL's bare cache repo, the tree of `rev`). Raises FetchError as fetch_git does.
+    """
+    mirror_map = {**mirrors_from_env(), **(mirrors or {})}
+    want = Wanted(label, url, rev)
+    repo = _ensure(want, cache=cache, offline=offline, mirrors=mirror_map, timeout=timeout, bundles=())
+    return repo, git("rev-parse", f"{rev}^{{tree}}", cwd=repo, timeout=timeout)
+
+
+def insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
+    """`-c url.<MIRROR>.insteadOf=<PREFIX>` arguments for git (local mirror paths made absolute)."""
+    return _insteadof_args(mirrors)
+
+
+def via(url: str, mirrors: Mapping[str, str]) -> str:
+    """" (via mirror X)" when `url` is rewritten to a mirror, else "" (for error messages)."""
+    return _via(url, mirrors)
+
+
 def _good(cache: Cache, want: Wanted, timeout: float) -> bool:
     return verify.is_good(cache, cache.repo_dir(want.url), want, timeout)
 

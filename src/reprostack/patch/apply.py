@@ -27,7 +27,7 @@ _PINNED_CONFIG = (
     "commit.gpgSign=false", "gc.auto=0", "maintenance.auto=false", "advice.detachedHead=false",
     "init.defaultBranch=reprostack",
 )
-_CONFIG_ARGS = tuple(a for kv in _PINNED_CONFIG for a in ("-c", kv))
+CONFIG_ARGS = tuple(a for kv in _PINNED_CONFIG for a in ("-c", kv))
 
 
 @dataclass(frozen=True)
@@ -55,32 +55,39 @@ class SeriesResult:
     path: Path
 
 
-class _Scratch:
-    """The scratch repository: git with the pinned config, run in its work tree."""
+class Scratch:
+    """The scratch repository: git with the pinned config (CONFIG_ARGS), run in its work tree `path`.
+
+    Shared with the bump stage (reprostack.bump.replay), which replays a series onto a new base the same way.
+    """
 
     def __init__(self, path: Path):
         self.path = path
 
     def __call__(self, *args: str, check: bool = True, input_bytes: bytes | None = None) -> str:
-        return git(*_CONFIG_ARGS, *args, cwd=self.path, check=check, input_bytes=input_bytes)
+        return git(*CONFIG_ARGS, *args, cwd=self.path, check=check, input_bytes=input_bytes)
 
     def head(self) -> tuple[str, str]:
         head, tree = self("rev-parse", "HEAD", "HEAD^{tree}").split()
         return head, tree
 
 
-class _EntryFailed(Exception):
+class EntryFailed(Exception):
+    """One entry did not apply: `reason`, the `files`/`hunks` at fault, git's `details`."""
+
     def __init__(self, reason: str, files=(), hunks=(), details=(), tree: str | None = None, changed=()):
         self.reason, self.files, self.hunks, self.details, self.tree = reason, list(files), list(hunks), list(details), tree
         self.changed = list(changed)
 
 
-def _objects_dir(src: Path) -> Path:
+def objects_dir(src: Path) -> Path:
+    """The absolute object directory of the repository `src` (bare or not), for `objects/info/alternates`."""
     p = Path(git("rev-parse", "--git-path", "objects", cwd=src))
     return (p if p.is_absolute() else src / p).resolve()
 
 
-def _pick(g: _Scratch, e: PatchEntry) -> None:
+def pick(g: Scratch, e: PatchEntry) -> None:
+    """Cherry-pick entry `e` (3-way, never resolved). Raises EntryFailed: conflict (files, hunks), empty, other."""
     try:
         g("cherry-pick", "-x", "--strategy=ort", e.value)
     except GitFailed as err:
@@ -93,15 +100,16 @@ def _pick(g: _Scratch, e: PatchEntry) -> None:
                 m = re.search(r"Merge conflict in (.*)$", c)
                 if m and m.group(1) not in files:
                     files.append(m.group(1))
-            raise _EntryFailed("3-way merge conflict (zero fuzz: a conflict is never resolved)", files,
+            raise EntryFailed("3-way merge conflict (zero fuzz: a conflict is never resolved)", files,
                                _conflict_hunks(g.path, unmerged), conflicts) from None
         if "now empty" in out or "nothing to commit" in out:
-            raise _EntryFailed("the change is already in the base: the cherry-pick is empty (upstream may have "
+            raise EntryFailed("the change is already in the base: the cherry-pick is empty (upstream may have "
                                "merged it: drop the entry or re-pin the base)") from None
-        raise _EntryFailed("git cherry-pick failed", details=[_git_msg(err)]) from None
+        raise EntryFailed("git cherry-pick failed", details=[_git_msg(err)]) from None
 
 
-def _am(g: _Scratch, path: Path) -> None:
+def am(g: Scratch, path: Path) -> None:
+    """`git am --keep-cr --no-3way` the mbox `path`. Raises EntryFailed naming the files and hunks that failed."""
     try:
         g("am", "--keep-cr", "--no-3way", "--whitespace=nowarn", "--", str(path))
     except GitFailed as err:
@@ -110,16 +118,19 @@ def _am(g: _Scratch, path: Path) -> None:
         reason = "does not apply with zero fuzz (git am --keep-cr, no 3-way)"
         if "Patch is empty" in out:
             reason = "a mail of it is empty"
-        raise _EntryFailed(reason, files, hunks, errors or [_git_msg(err)]) from None
+        raise EntryFailed(reason, files, hunks, errors or [_git_msg(err)]) from None
 
 
-def _apply_diff(g: _Scratch, path: Path, header: PatchHeader) -> None:
+def apply_diff(g: Scratch, path: Path, header: PatchHeader) -> None:
+    """`git apply --index` the plain diff `path` and commit it with its comment block as message.
+
+    Raises EntryFailed naming the files and hunks that failed, or when it changes nothing."""
     text = path.read_bytes().decode("utf-8", "replace")
     try:
         g("apply", "--index", "--whitespace=nowarn", "--", str(path))
     except GitFailed as err:
         files, hunks, errors = _apply_failure(f"{err.stdout}\n{err.stderr}", text)
-        raise _EntryFailed("does not apply with zero fuzz (git apply --index)", files, hunks,
+        raise EntryFailed("does not apply with zero fuzz (git apply --index)", files, hunks,
                            errors or [_git_msg(err)]) from None
     comment, _ = _split_plain(text)
     block = "\n".join(_comment_block(comment)).strip()
@@ -128,17 +139,17 @@ def _apply_diff(g: _Scratch, path: Path, header: PatchHeader) -> None:
         g("commit", "-q", "--no-verify", "--cleanup=strip", "-F", "-", input_bytes=(message + "\n").encode())
     except GitFailed as err:
         reason = "changes nothing on this base (already applied?)" if "nothing" in err.stdout + err.stderr else "commit failed"
-        raise _EntryFailed(reason, details=[_git_msg(err)]) from None
+        raise EntryFailed(reason, details=[_git_msg(err)]) from None
 
 
-def _changed(g: _Scratch, a: str, b: str, limit: int = 20) -> list[str]:
+def _changed(g: Scratch, a: str, b: str, limit: int = 20) -> list[str]:
     if not _exists(g, f"{a}^{{tree}}"):
         return []
     out = g("diff-tree", "-r", "--name-status", "--no-renames", a, b, check=False).splitlines()
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
 
 
-def _exists(g: _Scratch, oid: str) -> bool:
+def _exists(g: Scratch, oid: str) -> bool:
     try:
         g("cat-file", "-e", oid)
         return True
@@ -171,7 +182,7 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
         raise SeriesError(f"{pin.name}: destination {dest} already exists; the patch stage never overwrites",
                           upstream=pin.name)
     headers = check_series(pin, src, project_root)
-    objects = _objects_dir(src)
+    objects = objects_dir(src)
     total = len(pin.patches)
     expected = pin.patched_tree if total else (pin.patched_tree or pin.tree)
 
@@ -179,7 +190,7 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
     scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.patching-", dir=dest.parent))
     done = False
     try:
-        g = _Scratch(scratch)
+        g = Scratch(scratch)
         g("init", "-q")
         alternates = Path(g("rev-parse", "--git-path", "objects/info/alternates"))
         alternates = alternates if alternates.is_absolute() else scratch / alternates
@@ -197,20 +208,20 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
             before, before_tree = g.head()
             try:
                 if e.kind == "cherry-pick":
-                    _pick(g, e)
+                    pick(g, e)
                 elif e.kind == "mbox":
-                    _am(g, _patch_file(project_root, e.value))
+                    am(g, _patch_file(project_root, e.value))
                 else:
-                    _apply_diff(g, _patch_file(project_root, e.value), headers[pos])
+                    apply_diff(g, _patch_file(project_root, e.value), headers[pos])
                 head, tree = g.head()
                 if head == before:
-                    raise _EntryFailed("produced no commit")
+                    raise EntryFailed("produced no commit")
                 if e.tree and tree != e.tree:
-                    raise _EntryFailed(f"tree checkpoint mismatch: expected tree {e.tree}, actual tree {tree}",
+                    raise EntryFailed(f"tree checkpoint mismatch: expected tree {e.tree}, actual tree {tree}",
                                        changed=_changed(g, e.tree, tree) or
                                        [f"(expected tree {e.tree[:12]} is not in the object db; this entry changed:)"]
                                        + _changed(g, before_tree, tree), tree=tree)
-            except _EntryFailed as f:
+            except EntryFailed as f:
                 raise _entry_error(pin, g, dest, pos, e, label, before, before_tree, f) from None
             entries.append(AppliedEntry(label=label, kind=e.kind, value=e.value, upstream_status=e.upstream_status,
                                         commit=head, tree=tree))
@@ -246,8 +257,8 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
                         head=head, tree=tree, path=dest)
 
 
-def _entry_error(pin: GitPin, g: _Scratch, dest: Path, pos: int, e: PatchEntry, label: str, before: str,
-                 before_tree: str, f: _EntryFailed) -> SeriesError:
+def _entry_error(pin: GitPin, g: Scratch, dest: Path, pos: int, e: PatchEntry, label: str, before: str,
+                 before_tree: str, f: EntryFailed) -> SeriesError:
     lines = [f"{pin.name}: {label} (Upstream-Status: {e.upstream_status}): {f.reason}"]
     if e.description:
         lines.append(f"description: {e.description}")

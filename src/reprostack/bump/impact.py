@@ -1,0 +1,50 @@
+"""What a new revision of an upstream invalidates: the kernels built from it (and those that need them), the
+gates that run those kernels, the images whose recipes copy its source. Read from the project's own files
+(`kernels/*.yaml` source/needs, `gates/*.yaml` kernels, `containers/*/image.yaml` source/sources)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..errors import ReprostackError
+from ..gates.spec import load_spec
+from ..kernels.recipe import load_recipe
+
+
+@dataclass(frozen=True)
+class Impact:
+    """Sorted names: kernels to rebuild, gates to re-run, images to rebuild (each empty when none)."""
+
+    kernels: tuple[str, ...]
+    gates: tuple[str, ...]
+    images: tuple[str, ...]
+
+
+def impact(root: Path, upstream: str) -> Impact:
+    """The kernels, gates and images of the project at `root` that depend on pin `upstream`.
+
+    Raises ReprostackError (a BuildError / GateSpecError naming the file) for a recipe or spec that does not load.
+    """
+    root = Path(root)
+    recipes = {p.stem: load_recipe(root, p.stem) for p in sorted((root / "kernels").glob("*.yaml"))}
+    kernels = {n for n, r in recipes.items() if r.source == upstream}
+    grown = True
+    while grown:  # a kernel built against an affected kernel is affected too
+        more = {n for n, r in recipes.items() if set(r.needs) & kernels} - kernels
+        kernels |= more
+        grown = bool(more)
+    gates = [p.stem for p in sorted((root / "gates").glob("*.yaml"))
+             if set(load_spec(root, p.stem).kernels) & kernels]
+    images = []
+    for p in sorted((root / "containers").glob("*/image.yaml")):
+        try:
+            d = yaml.safe_load(p.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ReprostackError(f"{p}: cannot read: {e}") from None
+        used = {d.get("source")} | {s.get("upstream") for s in d.get("sources") or () if isinstance(s, dict)}
+        if upstream in used:
+            images.append(p.parent.name)
+    return Impact(tuple(sorted(kernels)), tuple(gates), tuple(images))

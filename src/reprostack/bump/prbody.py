@@ -1,0 +1,167 @@
+"""The PR body of a bump (Markdown): what moved, what the series became, the lock diff, what to re-run, how.
+
+Pure formatting of a `engine.BumpResult`; nothing here touches git or the network.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from datetime import datetime
+
+_GITHUB = re.compile(r"^https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?$")
+HEAD_TAIL = 3  # commits shown at each end of a long log
+
+
+def web_url(url: str) -> str | None:
+    """The repository's web URL when it is on GitHub (compare and commit links), else None."""
+    m = _GITHUB.match(url)
+    return f"https://github.com/{m.group(1)}/{m.group(2)}" if m else None
+
+
+def compare_url(url: str, old: str, new: str) -> str | None:
+    """`https://github.com/O/R/compare/OLD...NEW` for a GitHub URL, else None."""
+    web = web_url(url)
+    return f"{web}/compare/{old}...{new}" if web else None
+
+
+def title(name: str, old: str, new: str, count: int) -> str:
+    """`Roll NAME OLD8..NEW8 (N commits)`: the commit and PR title."""
+    return f"Roll {name} {old[:8]}..{new[:8]} ({count} commit{'s' if count != 1 else ''})"
+
+
+def _commit_link(url: str, sha: str, n: int = 8) -> str:
+    web = web_url(url)
+    return f"[`{sha[:n]}`]({web}/commit/{sha})" if web else f"`{sha[:n]}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _days(a: str, b: str) -> int:
+    return int((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() // 86400)
+
+
+def lock_diff(old: str, new: str, path: str = "upstreams.lock") -> str:
+    """Unified diff (3 lines of context) between two lock texts."""
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        f"a/{path}", f"b/{path}"))
+
+
+def render(r) -> str:
+    """Markdown PR body of the BumpResult `r` (bumped or stopped at a conflict)."""
+    out: list[str] = []
+    add = out.append
+    n = len(r.commits)
+    add(f"## {title(r.upstream, r.old_rev, r.new_rev, n)}\n")
+    if r.status == "conflict":
+        c = r.replay.conflict
+        add(f"> **Stopped at a conflict**: {c.label} ({c.entry.upstream_status}) does not apply to the new "
+            f"revision with zero fuzz. `upstreams.lock`, `patches/` and the working tree were left as they were; "
+            f"no branch was made. Resolve the entry (refresh the patch or re-pin it), then re-run the command below.\n")
+    add(f"`{r.upstream}` ({r.url}) moves from {_commit_link(r.url, r.old_rev)} to {_commit_link(r.url, r.new_rev)}: "
+        f"**{n} commit{'s' if n != 1 else ''}**, {r.old_date[:10]} → {r.new_date[:10]} "
+        f"({_days(r.old_date, r.new_date)} days of upstream history).\n")
+    add(f"- target: {r.target.how}")
+    cmp = compare_url(r.url, r.old_rev, r.new_rev)
+    add(f"- compare: {cmp}" if cmp else f"- compare: `git log {r.old_rev[:12]}..{r.new_rev[:12]}` in {r.url}")
+    add(f"- old: `{r.old_rev}` (tree `{r.old_tree}`)")
+    add(f"- new: `{r.new_rev}` (tree `{r.new_tree}`)")
+    if r.status == "bumped":
+        add(f"- patched tree: `{r.old_patched_tree or r.old_tree}` → `{r.patched_tree or r.new_tree}`")
+    add("")
+
+    add(f"### Upstream commits ({n}, newest first" +
+        (f"; the first and last {HEAD_TAIL} shown)" if n > 2 * HEAD_TAIL else ")") + "\n")
+    if n:
+        add("| commit | date | author | subject |")
+        add("|---|---|---|---|")
+        shown = r.commits if n <= 2 * HEAD_TAIL else r.commits[:HEAD_TAIL] + [None] + r.commits[-HEAD_TAIL:]
+        for c in shown:
+            if c is None:
+                add(f"| … | | | *{n - 2 * HEAD_TAIL} more* |")
+            else:
+                add(f"| {_commit_link(r.url, c.sha)} | {c.date[:10]} | {_cell(c.author)} | {_cell(c.subject)} |")
+        add("")
+
+    add("### Patch series\n")
+    if r.replay.outcomes:
+        add("| # | entry | Upstream-Status | outcome | detail | new tree |")
+        add("|---|---|---|---|---|---|")
+        for o in r.replay.outcomes:
+            e = o.entry
+            what = f"cherry-pick {_commit_link(r.url, e.value, 12)}" if e.kind == "cherry-pick" else f"{e.kind} `{e.value}`"
+            if e.description:
+                what += f"<br>{_cell(e.description)}"
+            add(f"| {o.position} | {what} | {_cell(e.upstream_status)} | **{o.outcome}** | {_cell(o.detail)} | "
+                + (f"`{o.tree[:12]}`" if o.tree else "") + " |")
+        counts = {k: sum(1 for o in r.replay.outcomes if o.outcome == k)
+                  for k in ("kept", "refreshed", "upstreamed", "conflict", "not-tried")}
+        add("\n" + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k != "not-tried") + ".")
+        if r.status == "conflict":
+            c = r.replay.conflict
+            add(f"\n**Conflict** in {c.label}:")
+            add(f"- files: {', '.join(f'`{f}`' for f in c.files) or '(see detail)'}")
+            for h in c.hunks:
+                add(f"- hunk: `{h}`")
+            if r.conflict_commits:
+                add("- upstream commits of this range that touch these files: " + ", ".join(
+                    f"{_commit_link(r.url, k.sha)} {_cell(k.subject)}" for k in r.conflict_commits))
+            if c.excerpt:
+                fence = "~~~~" if "```" in c.excerpt else "```"
+                add(f"\nThe conflict as git left it:\n\n{fence}diff")
+                add(c.excerpt)
+                add(fence)
+        add("")
+    else:
+        add("The pin has no patch series.\n")
+
+    if r.submodules:
+        add("### Submodules\n")
+        add("| path | old | new |")
+        add("|---|---|---|")
+        for s in r.submodules:
+            moved = "unchanged" if s.old_rev == s.new_rev else _commit_link(s.url, s.new_rev)
+            add(f"| `{s.path}` | {_commit_link(s.url, s.old_rev)} | {moved} (tree `{s.new_tree[:12]}`) |")
+        add("")
+    if r.new_gitlinks:
+        add("New gitlinks at the new revision, not pinned in the lock (add them if the build needs them): "
+            + ", ".join(f"`{p}` → `{c[:12]}`" for p, c in r.new_gitlinks.items()) + "\n")
+
+    add("### Lock diff\n")
+    if r.status == "bumped":
+        add("```diff")
+        add(lock_diff(r.old_lock_text, r.new_lock_text, r.lock_name).rstrip("\n"))
+        add("```")
+        for p in r.refreshed:
+            add(f"\nRefreshed patch file: `{p}` (re-exported so that it applies at offset 0).")
+        add("\nVerified before anything was written: the new lock validates; `fetch` verified the new rev, tree, "
+            "submodules and cherry-picks; the series replayed by the patch stage gives `patched-tree`"
+            + (" with every entry at offset 0." if r.replay.remaining else "."))
+    else:
+        add("None: nothing was written.")
+    add("")
+
+    add("### Gates to re-run\n")
+    imp = r.impact
+    if imp.gates or imp.kernels or imp.images:
+        for g in imp.gates:
+            add(f"- gate `{g}`: `nox -s gate_{g}` (GPU)")
+        if imp.kernels:
+            add(f"- kernels rebuilt by those gates: {', '.join(f'`{k}`' for k in imp.kernels)}")
+        for i in imp.images:
+            add(f"- image `{i}`: `nox -s build -- {i}`")
+    else:
+        add(f"No gate, kernel or image of this project uses `{r.upstream}`.")
+    add("- always: `nox -s tests`, `nox -s patch -- " + r.upstream + "`")
+    add("")
+
+    add("### Produced by\n")
+    args = " ".join(shlex.quote(a) for a in r.args)
+    add("```bash")
+    add(f"{r.env_prefix}nox -s bump -- {args}".strip())
+    add(f"# the same: reprostack bump {args}")
+    add("```")
+    return "\n".join(out).rstrip("\n") + "\n"

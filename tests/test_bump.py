@@ -1,0 +1,323 @@
+"""Bump: every outcome of a replay onto a new upstream revision, on real local git repos (no network)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bumprepos import URL, Scenario, make
+from reprostack import cli
+from reprostack import lock as lockmod
+from reprostack.bump import lockedit
+from reprostack.errors import LockError
+from reprostack.gitcmd import git
+from reprostack.sources import FetchOptions, prepare
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Scenario:
+    return make(tmp_path_factory.mktemp("bump"))
+
+
+@pytest.fixture
+def s(pristine, tmp_path, monkeypatch) -> Scenario:
+    """A fresh copy of the scenario (the bump writes into the project), mirrors and cache set."""
+    root = tmp_path / "s"
+    shutil.copytree(pristine.up.parent, root, symlinks=True)
+    sc = Scenario(up=root / "up", sub=root / "sub", project=root / "project", c=dict(pristine.c))
+    monkeypatch.setenv("REPROSTACK_MIRRORS", sc.mirrors())
+    monkeypatch.setenv("REPROSTACK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(sc.project)
+    return sc
+
+
+def run(s: Scenario, *args: str) -> int:
+    return cli.main(["bump", "demo", "--lock", str(s.lock), *args])
+
+
+def snapshot(s: Scenario) -> dict[str, bytes]:
+    return {str(p.relative_to(s.project)): p.read_bytes() for p in sorted(s.project.rglob("*"))
+            if p.is_file() and ".git" not in p.parts and "out" not in p.parts}
+
+
+def branches(s: Scenario) -> list[str]:
+    return git("for-each-ref", "--format=%(refname:short)", "refs/heads", cwd=s.project).split()
+
+
+def test_bump_kept_refreshed_upstreamed(s, capsys):
+    old_text = s.lock.read_text()
+    old_e = (s.project / "patches/demo/0002-e.patch").read_bytes()
+    assert run(s) == 0
+    out = capsys.readouterr().out
+    assert "Roll demo" in out and "PR body:" in out
+
+    data = json.loads((s.project / f"out/bump/demo-{s.c['main'][:8]}.json").read_text())
+    outcomes = {e["position"]: e["outcome"] for e in data["entries"]}
+    assert outcomes == {1: "kept", 2: "upstreamed", 3: "upstreamed", 4: "refreshed", 5: "refreshed", 6: "kept"}
+    how = {e["position"]: e["detail"] for e in data["entries"]}
+    assert how[2].startswith("reachable") and how[3].startswith("patch-id")
+    assert data["entries"][2]["upstream_commit"] == s.c["p2r"]
+    assert data["commits"] == 4 and data["status"] == "bumped"
+
+    # the lock: new rev/tree/patched-tree, entries dropped, trees added, submodule moved; the rest kept
+    lock = lockmod.load(s.lock)
+    pin = lock.git("demo")
+    assert (pin.rev, pin.tree) == (s.c["main"], s.tree(s.c["main"]))
+    assert [e.kind for e in pin.patches] == ["cherry-pick", "mbox", "diff", "mbox"]
+    assert all(e.tree for e in pin.patches) and pin.patches[-1].tree == pin.patched_tree
+    assert pin.submodules[0].rev == s.c["s2"]
+    assert pin.submodules[0].tree == git("rev-parse", f"{s.c['s2']}^{{tree}}", cwd=s.sub)
+    assert pin.original == f"main @ 2023-11-24 ({s.c['main'][:8]})"
+    new_text = s.lock.read_text()
+    assert new_text.splitlines()[:4] == old_text.splitlines()[:4]         # header comment + `demo:   # ...`
+    assert new_text.split("  # another pin: never touched\n")[1] == old_text.split("  # another pin: never touched\n")[1]
+    assert "# flow style" in new_text and "# merged upstream after a rebase" not in new_text  # dropped with its entry
+    assert lock.git("other").rev == s.c["base"]
+
+    # refreshed files apply at offset 0 now; the kept file is untouched
+    assert (s.project / "patches/demo/0002-e.patch").read_bytes() == old_e
+    assert "@@ -29,7 +29,7 @@" in (s.project / "patches/demo/0001-c.patch").read_text()   # was -27
+    d = (s.project / "patches/demo/d.diff").read_text()
+    assert d.startswith("# d: patch line 18\n#\n# Upstream-Status: Inappropriate [test only]\n") and "@@ -18,7" in d
+
+    # the commit on a new branch: title, trailers, exactly the written files
+    assert git("rev-parse", "--abbrev-ref", "HEAD", cwd=s.project) == f"bump-demo-{s.c['main'][:8]}"
+    msg = git("log", "-1", "--format=%B", cwd=s.project)
+    assert msg.splitlines()[0] == f"Roll demo {s.c['base'][:8]}..{s.c['main'][:8]} (4 commits)"
+    trailers = git("interpret-trailers", "--parse", cwd=s.project, input_bytes=msg.encode())
+    assert f"Bump-Upstream: demo\nBump-Old-Rev: {s.c['base']}\nBump-New-Rev: {s.c['main']}" in trailers
+    assert sorted(git("show", "--name-only", "--format=", "HEAD", cwd=s.project).split()) == \
+        ["patches/demo/0001-c.patch", "patches/demo/d.diff", "upstreams.lock"]
+    assert git("status", "--porcelain", "--untracked-files=no", cwd=s.project) == ""
+
+    # the PR body
+    body = (s.project / f"out/bump/demo-{s.c['main'][:8]}.md").read_text()
+    assert f"{URL}/compare/{s.c['base']}...{s.c['main']}" in body
+    for word in ("**kept**", "**refreshed**", "**upstreamed**", "```diff", "+    rev: " + s.c["main"],
+                 "nox -s bump -- demo", "Offset".lower()):
+        assert word in body, word
+
+    # the patch stage accepts the new lock as it is
+    st = prepare(lockmod.load(s.lock), "demo", FetchOptions.make(), s.project)
+    assert st.tree == pin.patched_tree
+    assert (st.path / "c.txt").read_text().splitlines()[31] == "c30 patched"
+
+
+def test_conflict_writes_nothing_and_names_entry_files_hunks(s, capsys):
+    before, heads = snapshot(s), branches(s)
+    assert run(s, "--to", "rival") == 1
+    err = capsys.readouterr().err
+    assert f"#1 cherry-pick {s.c['p1'][:12]}" in err and "Submitted [PR #1]" in err
+    assert "files: a.txt" in err and "hunks: a.txt:" in err and "nothing was written" in err
+    assert snapshot(s) == before and branches(s) == heads
+    assert git("status", "--porcelain", cwd=s.project) == ""
+    body = (s.project / f"out/bump/demo-{s.c['rival'][:8]}.md").read_text()
+    assert "**conflict**" in body and "Stopped at a conflict" in body and "rival: a5" in body
+    assert "<<<<<<<" in body and "None: nothing was written." in body
+    assert "**not-tried**" in body  # the entries after it
+
+
+def test_conflict_in_a_patch_file_names_its_hunk(s, capsys):
+    c = s.project / "patches/demo/0002-e.patch"
+    # make the kept mbox collide with nothing upstream but with itself: apply it to the wrong file content
+    git("checkout", "-q", "main", cwd=s.up)
+    git("checkout", "-q", "-b", "etouch", cwd=s.up)
+    (s.up / "e.txt").write_text("".join(f"E{i}\n" for i in range(1, 41)))
+    git("commit", "-q", "-am", "rewrite e", cwd=s.up)
+    before = snapshot(s)
+    assert run(s, "--to", "etouch") == 1
+    err = capsys.readouterr().err
+    assert "#6 mbox patches/demo/0002-e.patch" in err and "files: e.txt" in err and "e.txt:7" in err
+    assert snapshot(s) == before and c.exists()
+
+
+def test_missing_policy_ref_is_a_lock_error(s, capsys):
+    s.lock.write_text(s.lock.read_text().replace("{track: branch, ref: refs/heads/main}",
+                                                 "{track: branch, ref: refs/heads/gone}"))
+    git("commit", "-qam", "policy gone", cwd=s.project)
+    before = snapshot(s)
+    assert run(s) == 2
+    err = capsys.readouterr().err
+    assert "upstreams.lock:28: upstreams.demo.policy: refs/heads/gone is not on https://github.com/acme/demo" in err
+    assert snapshot(s) == before
+
+
+def test_missing_to_ref(s, capsys):
+    assert run(s, "--to", "nope") == 2
+    assert "--to nope: neither refs/heads/nope nor refs/tags/nope" in capsys.readouterr().err
+
+
+def test_moved_target_that_does_not_descend(s, capsys):
+    # main force-pushed to a line that forked before the pinned base's successor: not a descendant
+    git("checkout", "-q", "--orphan", "elsewhere", cwd=s.up)
+    git("commit", "-q", "--allow-empty", "-m", "unrelated root", cwd=s.up)
+    git("update-ref", "refs/heads/main", "HEAD", cwd=s.up)
+    before = snapshot(s)
+    assert run(s) == 2
+    err = capsys.readouterr().err
+    assert "does not descend from the pinned rev" in err and "force-pushed" in err
+    assert snapshot(s) == before and branches(s) == ["work"]
+
+
+def test_target_behind(s, capsys):
+    assert run(s, "--no-commit") == 0
+    git("commit", "-qam", "bumped", cwd=s.project)
+    before = snapshot(s)
+    assert run(s, "--to", s.c["bk"]) == 2
+    assert "is behind the pinned rev" in capsys.readouterr().err
+    assert snapshot(s) == before
+
+
+def test_already_current(s, capsys):
+    assert run(s, "--to", s.c["base"]) == 0
+    assert "already at" in capsys.readouterr().out
+    assert branches(s) == ["work"]
+
+
+def test_dirty_lock_refused(s, capsys):
+    s.lock.write_text(s.lock.read_text() + "# local edit\n")
+    before = snapshot(s)
+    assert run(s) == 2
+    assert "uncommitted changes" in capsys.readouterr().err
+    assert snapshot(s) == before and branches(s) == ["work"]
+
+
+def test_no_commit_writes_files_only(s):
+    assert run(s, "--no-commit") == 0
+    assert branches(s) == ["work"]
+    assert lockmod.load(s.lock).git("demo").rev == s.c["main"]
+
+
+def test_tag_policy_takes_newest_version(s, capsys):
+    for t, rev in (("v1.2", s.c["bk"]), ("v1.10", s.c["shift"]), ("v1.9", s.c["p2r"]), ("x2.0", s.c["main"])):
+        git("tag", t, rev, cwd=s.up)
+    s.lock.write_text(s.lock.read_text().replace("{track: branch, ref: refs/heads/main}",
+                                                 '{track: tag, pattern: "v1.*"}'))
+    git("commit", "-qam", "track tags", cwd=s.project)
+    assert run(s, "--no-commit") == 0
+    pin = lockmod.load(s.lock).git("demo")
+    assert pin.rev == s.c["shift"] and pin.original == "v1.10"
+    assert pin.submodules[0].rev == s.c["s1"]  # gitlink not moved yet at v1.10
+
+
+def test_pr_policy_tracks_the_pr_head(s):
+    s.lock.write_text(s.lock.read_text().replace("{track: branch, ref: refs/heads/main}", "{track: pr, number: 1}"))
+    git("commit", "-qam", "track PR 1", cwd=s.project)
+    assert run(s, "--no-commit") == 0
+    data = json.loads((s.project / f"out/bump/demo-{s.c['p1'][:8]}.json").read_text())
+    assert data["new_rev"] == s.c["p1"] and data["target"]["ref"] == "refs/pull/1/head"
+    assert [e["outcome"] for e in data["entries"]] == ["upstreamed", "kept", "kept", "kept", "kept", "kept"]
+
+
+def test_outdated_table_and_json(s, capsys):
+    out = s.project / "od"
+    assert cli.main(["outdated", "demo", "--lock", str(s.lock), "--json", "--out", str(out)]) == 0
+    rows = json.loads(capsys.readouterr().out)["pins"]
+    assert rows == json.loads((out / "outdated.json").read_text())["pins"]
+    (r,) = rows
+    assert (r["pin"], r["commits"], r["days"], r["target"], r["target_ref"]) == \
+        ("demo", 4, 10, s.c["main"], "refs/heads/main")
+    assert cli.main(["outdated", "demo", "--lock", str(s.lock), "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "demo" in table and " 4 " in table and " 10 " in table
+
+
+def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
+    rc = cli.main(["outdated", "--lock", str(s.lock), "--json", "--out", str(s.project / "od")])
+    rows = {r["pin"]: r for r in json.loads(capsys.readouterr().out)["pins"]}
+    assert rc == 2 and rows["demo"]["commits"] == 4
+    assert rows["other"]["commits"] is None and "example.invalid" in rows["other"]["error"]
+
+
+# ------------------------------------------------------------------------------------------ lockedit
+
+
+LOCK = """\
+# head
+lockfile-version: 1
+upstreams:
+  x:
+    kind: git
+    url: u   # keep me
+    original: "old (PR #1)"
+    rev: %(a)s  # rev comment
+    tree: %(b)s
+    fetch-refs:
+      - refs/tags/v1
+    patches:
+      - {cherry-pick: %(a)s, upstream-status: Pending}   # one
+      - cherry-pick: %(b)s
+        upstream-status: Pending
+        # a comment inside the entry
+      - {cherry-pick: %(c)s, upstream-status: Pending, tree: %(c)s}
+    patched-tree: %(c)s
+  y:
+    kind: git
+    url: v
+    rev: %(a)s
+    tree: %(b)s
+""" % {"a": "a" * 40, "b": "b" * 40, "c": "c" * 40}
+
+
+def test_lockedit_block_and_flow_entries_keep_comments():
+    new = lockedit.edit_pin(LOCK, "x", lockedit.PinEdit(
+        rev="1" * 39 + "f", tree="2" * 40, original="main @ 2026-01-01 (11111111)", fetch_refs=("refs/tags/v2",),
+        series=["d" * 40, None, "e" * 40], patched_tree="e" * 40))
+    assert "    rev: " + "1" * 39 + "f  # rev comment\n" in new
+    assert '    tree: "' + "2" * 40 + '"\n' in new                     # all digits: quoted, still a string
+    assert '    original: "main @ 2026-01-01 (11111111)"\n' in new
+    assert "    fetch-refs: [refs/tags/v2]\n" in new
+    assert "      - {cherry-pick: %s, upstream-status: Pending, tree: %s}   # one\n" % ("a" * 40, "d" * 40) in new
+    assert "b" * 40 + "\n        upstream-status" not in new and "a comment inside the entry" not in new
+    assert "tree: %s}" % ("e" * 40) in new and "    patched-tree: " + "e" * 40 in new
+    assert new.endswith(LOCK[LOCK.index("  y:"):]) and new.startswith("# head\n")
+
+
+def test_lockedit_all_entries_upstreamed_removes_the_series():
+    new = lockedit.edit_pin(LOCK, "x", lockedit.PinEdit(rev="f" * 40, tree="e" * 40, series=[None, None, None]))
+    assert "patches:" not in new and "patched-tree" not in new and "cherry-pick" not in new
+    assert "  y:\n" in new
+
+
+def test_lockedit_refuses_a_flow_series():
+    text = LOCK.replace("    patches:\n      - {cherry-pick: %s, upstream-status: Pending}   # one\n" % ("a" * 40),
+                        "    patches: [{cherry-pick: %s, upstream-status: Pending}]\n      # x\n" % ("a" * 40))
+    text = text[:text.index("      - cherry-pick")] + text[text.index("    patched-tree"):]
+    with pytest.raises(LockError, match=r"upstreams\.x\.patches: a flow-style series"):
+        lockedit.edit_pin(text, "x", lockedit.PinEdit(rev="f" * 40, tree="e" * 40, series=["1" * 40],
+                                                      patched_tree="1" * 40))
+
+
+@pytest.mark.parametrize("policy,msg", [
+    ("{track: tag}", "'pattern' is a required property"),
+    ("{track: nightly}", "'nightly' is not one of"),
+    ("{track: branch, ref: main}", "does not match"),
+    ("{track: pr, number: 0}", "less than the minimum"),
+])
+def test_policy_schema_errors_name_the_line(tmp_path, policy, msg):
+    p = tmp_path / "upstreams.lock"
+    p.write_text(LOCK.replace("    patched-tree:", f"    policy: {policy}\n    patched-tree:"))
+    with pytest.raises(LockError, match=msg) as ei:
+        lockmod.load(p)
+    assert ":18: upstreams.x.policy" in str(ei.value)
+
+
+# ------------------------------------------------------------------------------------------ workflow
+
+
+def test_bump_workflow_matrix_is_the_lock_git_pins_and_actions_are_pinned():
+    import re
+
+    import yaml
+    root = Path(__file__).resolve().parent.parent
+    wf = yaml.safe_load((root / ".github/workflows/bump.yml").read_text())
+    job = wf["jobs"]["bump"]
+    lock = lockmod.load(root / "upstreams.lock")
+    assert job["strategy"]["matrix"]["upstream"] == [n for n, p in lock.upstreams.items()
+                                                     if isinstance(p, lockmod.GitPin)]
+    uses = [s["uses"] for s in job["steps"] if "uses" in s]
+    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    assert any('nox -s bump -- "$PIN"' in s.get("run", "") for s in job["steps"])
