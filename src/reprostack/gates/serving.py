@@ -242,7 +242,7 @@ def run_serving(gate: str, opts: ServingOptions) -> GateReport:
     if profile.nodes > 1 and not opts.leader_addr:
         raise ReprostackError(f"profile {profile.name} spans {profile.nodes} nodes: give --master-addr (the leader's "
                               f"address) and --node-rank on each node")
-    run_dir = Path(opts.out_dir) / gate
+    run_dir = Path(opts.out_dir).resolve() / gate  # absolute: AIPerf runs inside each cell's folder
     run_dir.mkdir(parents=True, exist_ok=True)
     if opts.node_rank > 0:
         return finish(_serve_worker(spec, profile, arms, opts, run_dir, prov))
