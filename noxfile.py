@@ -32,7 +32,13 @@ def _install(session: nox.Session, extra: str = "") -> None:
 def tests(session: nox.Session) -> None:
     """CPU test suite (no GPU, no network)."""
     _install(session, "[test]")
-    session.run("pytest", *session.posargs)
+    # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv,
+    # which the serving-gate tests drive against the test server; built once into .cache/test-tools.
+    tools = os.environ.setdefault("REPROSTACK_TEST_TOOLS", str(Path(".cache/test-tools").resolve()))
+    session.run("python", "-c", "import sys; from pathlib import Path; from reprostack.lock import load; "
+                "from reprostack.gates.aiperftool import ensure_aiperf; "
+                "print(ensure_aiperf(load('upstreams.lock'), Path(sys.argv[1]), Path('.')).exe)", tools)
+    session.run("pytest", *session.posargs, env={"REPROSTACK_TEST_TOOLS": tools})
 
 
 @nox.session
@@ -111,6 +117,35 @@ def gate_micro(session: nox.Session) -> None:
         session.error(f"gate failed: {reason}")
 
 
+def _serving_gate(session: nox.Session, gate: str) -> None:
+    _install(session)
+    rc, reason = _gate(session, "gate", gate)
+    if rc == 3:
+        session.skip(f"not a pass: {reason}")
+    if rc != 0:
+        session.error(f"gate failed: {reason}")
+
+
+@nox.session(default=False, tags=["gpu"])
+def gate_vllm(session: nox.Session) -> None:
+    """Gate 2: vLLM 0.24.0 over DeepEP V2 + AIPerf sweep (`-- [--profile p5en-efa-ep16|local-test] [--arm A]
+    [--var K=V] [--node-rank R --master-addr A]`); SKIP (session skipped, never passed) without the hardware."""
+    _serving_gate(session, "vllm")
+
+
+@nox.session(default=False, tags=["gpu"])
+def gate_sglang(session: nox.Session) -> None:
+    """Gate 3: SGLang 0.5.11 + seam over DeepEP V2 + AIPerf sweep (options as gate_vllm)."""
+    _serving_gate(session, "sglang")
+
+
+@nox.session(default=False, tags=["gpu"])
+def gate_trtllm(session: nox.Session) -> None:
+    """Gate 4: TRT-LLM 0.21.0 + seam over DeepEP V2 + AIPerf sweep (options as gate_vllm; node 0 only: mpirun
+    spans the nodes)."""
+    _serving_gate(session, "trtllm")
+
+
 @nox.session(default=False, tags=["gpu"])
 def all_gates(session: nox.Session) -> None:
     """Every gate in dependency order, one combined report; fails unless every required gate passed
@@ -124,9 +159,9 @@ def all_gates(session: nox.Session) -> None:
 @nox.session(default=False)
 def verify(session: nox.Session) -> None:
     """Recompute published claims from raw AIPerf artifacts (`-- DIR... [--claims FILE] [--out DIR]`; no DIR:
-    the published exports in tests/fixtures/published-2026-07); verify.json + verify.md in out/verify. Fails on
-    a mismatch (1), an unreadable artifact or claims file (2) or a missing artifact (3)."""
-    _install(session)
+    the published exports in tests/fixtures/published-2026-07); verify.json, verify.md and verify.html (plots) in
+    out/verify. Fails on a mismatch (1), an unreadable artifact or claims file (2) or a missing artifact (3)."""
+    _install(session, "[plots]")
     args = list(session.posargs)
     opts_with_value = {"--claims", "--out"}
     positional = [a for i, a in enumerate(args)

@@ -179,3 +179,18 @@ def test_claims_file_errors_name_file_and_line(tmp_path):
     with pytest.raises(ClaimsError, match=r"claims\.yaml:\d+: claims\[0\]\.rounding"):
         load_claims(p)
     assert cli.main(["verify", str(PUB), "--claims", str(p), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_html_page_plots_agg_tok_s_per_arm_published_vs_recomputed(tmp_path):
+    from reprostack.verify.html import _series
+    rc, results, written = run_verify([PUB], CLAIMS, tmp_path)
+    assert rc == 0 and set(written) == {"verify.json", "verify.md", "verify.html"}
+    page = written["verify.html"].read_text()
+    assert page.count("<svg") == 1 and "agg output tok/s vs concurrency" in page
+    for arm in ("vllm-epnc1", "sglang", "trtllm-shim"):
+        assert f"{arm} published" in page and f"{arm} recomputed" in page
+    assert "ambiguous" in page and "67.3" in page  # the double-published figure is in the table, not hidden
+    s = _series(results)
+    assert [x for x, _ in s["sglang"]["published"]] == [4, 8, 32]
+    assert s["sglang"]["published"][1] == (8, 67.2)  # the primary figure; 67.3 is the declared ambiguity
+    assert abs(s["trtllm-shim"]["recomputed"][2][1] - 586.69) < 0.01

@@ -80,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("gate", help="run a gate and write its reports")
-    p.add_argument("gate", choices=["micro"])
+    p.add_argument("gate", choices=list(GATE_ORDER))
     _gate_args(p)
 
     p = sub.add_parser("all-gates", help="run every gate in dependency order; one combined report")
@@ -110,6 +110,11 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, default=None)
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
     p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
+    p.add_argument("--arm", action="append", default=[], help="serving gates: arm(s) to run (default: every arm)")
+    p.add_argument("--var", action="append", default=[], metavar="K=V",
+                   help="serving gates: value of a ${K} template variable of the gate spec (e.g. trtllm_seam=DIR)")
+    p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                   help="serving gates: appended to the server command (e.g. the test server's --fail-every=3)")
 
 
 def _load(args) -> tuple[lockmod.Lock, Path]:
@@ -253,21 +258,59 @@ def _outdated(args, lock, opts) -> int:
         Console().print(table(rows))
         print(f"json: {out.resolve()}")
     return 2 if any(r.error for r in rows) else 0
+# Dependency order of `all-gates`: each gate runs only if every gate it requires passed (training gates megatron
+# and nemo-rl go after trtllm once they exist; megatron requires micro, nemo-rl requires megatron).
+GATE_ORDER = ("micro", "vllm", "sglang", "trtllm")
+GATE_REQUIRES = {"micro": ()}  # serving gates: the spec's `requires:` (gates/<gate>.yaml)
+
+
+def _requires(root: Path, gate: str) -> tuple:
+    if gate in GATE_REQUIRES:
+        return GATE_REQUIRES[gate]
+    from .gates.servingspec import load_serving_spec
+    return load_serving_spec(root, gate).requires
+
+
+def _run_gate(gate: str, args, lock, root, opts):
+    if gate == "micro":
+        from .gates.micro import MicroOptions, run_micro
+        mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
+                          python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
+                          node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
+                          modes=args.modes, timeout_s=args.timeout)
+        return run_micro(mo)
+    from .gates.serving import ServingOptions, run_serving
+    variables = {}
+    for kv in args.var:
+        if "=" not in kv:
+            raise ReprostackError(f"--var {kv!r}: expected K=V")
+        k, v = kv.split("=", 1)
+        variables[k] = v
+    so = ServingOptions(root=root, lock=lock, out_dir=Path(args.out), cache_root=opts.cache.root,
+                        profile=args.profile, node_rank=args.node_rank, leader_addr=args.master_addr,
+                        arms=list(args.arm), vars=variables, extra_server_args=list(args.server_arg),
+                        python=sys.executable)
+    return run_serving(gate, so)
 
 
 def _gates(args, lock, root, opts) -> int:
-    from .gates.micro import MicroOptions, run_micro
-    from .report import exit_code, write_reports
-    mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
-                      python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
-                      node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-                      modes=args.modes, timeout_s=args.timeout)
-    reports = [run_micro(mo)]  # all-gates: only gate 1 exists so far; later gates append in order
-    written = write_reports(reports, Path(args.out), required={r.gate for r in reports})
+    """`gate NAME` runs one gate; `all-gates` runs GATE_ORDER, a gate whose requirement did not pass is
+    reported `not-run` (never a pass), and one combined report is written."""
+    from .report import exit_code, not_run, write_reports
+    # all-gates: a gate of GATE_ORDER without gates/<gate>.yaml in this project is reported MISSING (never a pass)
+    names = [args.gate] if args.cmd == "gate" else [g for g in GATE_ORDER if (root / "gates" / f"{g}.yaml").is_file()]
+    requires = {g: _requires(root, g) for g in names} if args.cmd == "all-gates" else {names[0]: ()}
+    reports = []
+    for g in names:
+        done = {r.gate: r for r in reports}
+        blocker = next((done[d] for d in requires[g] if d in done and done[d].result != "pass"), None)
+        reports.append(not_run(g, blocker) if blocker else _run_gate(g, args, lock, root, opts))
+    required = set(GATE_ORDER) if args.cmd == "all-gates" else {r.gate for r in reports}
+    written = write_reports(reports, Path(args.out), required=required)
     for r in reports:
         print(f"{r.gate} [{r.profile}]: {r.result.upper()} — {r.reason}")
     print(f"reports: {Path(args.out).resolve()} ({', '.join(sorted(written))})")
-    return exit_code(reports, {r.gate for r in reports})
+    return exit_code(reports, required)
 
 
 def _verify(args) -> int:

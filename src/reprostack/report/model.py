@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-RESULTS = ("pass", "fail", "skip", "error")
+RESULTS = ("pass", "fail", "skip", "error", "not-run")  # not-run: a gate it depends on did not pass
 OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 
 
@@ -124,7 +124,8 @@ def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None)
 class GateReport:
     """One gate's report (schema: reprostack/schemas/report.schema.json).
 
-    result: pass | fail | skip | error; provenance: lock sha256, revs, patched trees, image digests, host
+    result: pass | fail | skip | error | not-run (not attempted because a gate it requires did not pass);
+    provenance: lock sha256, revs, patched trees, image digests, host
     inventory (see reprostack.hostinfo); data: gate-specific tables (e.g. test_ep phase stats); started/ended:
     ISO-8601 UTC; duration_s: seconds; required: whether the gate counts for the exit code.
     """
@@ -172,3 +173,12 @@ def skipped(gate: str, profile: str, reason: str, *, required: bool = True, prov
     now = utc_now()
     return GateReport(gate, profile, "skip", reason, provenance=provenance or {}, started=now, ended=now,
                       duration_s=0.0, required=required)
+
+
+def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateReport:
+    """The report of a gate that was not attempted because `blocker` (a gate it requires) did not pass.
+    Never a pass; the reason names the blocker and its result."""
+    now = utc_now()
+    why = f"not run: required gate {blocker.gate} did not pass ({blocker.result.upper()}: {blocker.reason})"
+    return GateReport(gate, blocker.profile, "not-run", why, started=now, ended=now, duration_s=0.0,
+                      required=required, data={"blocked_by": blocker.gate})

@@ -4,7 +4,7 @@ Every file is written atomically (temp file in the same folder, fsync, os.replac
 validated against reprostack/schemas/report.schema.json before it is written.
 
 Exit codes (`exit_code`): 0 every required gate is present and passed; 1 a required gate failed or errored;
-3 no required gate failed but one was skipped or is missing (or nothing was required). 2 is left to the CLI
+3 no required gate failed but one was skipped, not run (a gate it requires did not pass) or is missing (or nothing was required). 2 is left to the CLI
 for operator errors (ReprostackError).
 """
 
@@ -80,7 +80,7 @@ def _cell(v) -> str:
 
 def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
     out = ["# reprostack gate summary", "", f"Exit code {code} (0 pass, 1 a required gate failed or errored, "
-           "3 a required gate skipped or missing).", "", "| gate | profile | result | reason |", "|---|---|---|---|"]
+           "3 a required gate skipped, not run or missing).", "", "| gate | profile | result | reason |", "|---|---|---|---|"]
     out += [f"| {_cell(r.gate)}{'' if r.gate in need else ' (optional)'} | {_cell(r.profile)} | "
             f"{r.result.upper()} | {_cell(r.reason)} |" for r in reports]
     out += [f"| {_cell(g)} | | MISSING | required gate has no report |"
@@ -116,7 +116,7 @@ def _junit(reports: list[GateReport]) -> str:
         elif r.result == "error":
             counts["errors"] += 1
             ET.SubElement(tc, "error", message=r.reason, type="error").text = r.reason
-        elif r.result == "skip":
+        elif r.result in ("skip", "not-run"):
             counts["skipped"] += 1
             ET.SubElement(tc, "skipped", message=r.reason)
         for c in r.checks:

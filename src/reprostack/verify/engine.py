@@ -209,7 +209,9 @@ def render_json(results: list[Result], claims_path: Path, dirs: list[Path], rc: 
 
 
 def run_verify(dirs: list[Path], claims_path: Path, out_dir: Path) -> tuple[int, list[Result], dict]:
-    """Load claims, verify against `dirs`, write verify.json + verify.md atomically into `out_dir`."""
+    """Load claims, verify against `dirs`, write verify.json, verify.md and verify.html (plots of agg tok/s vs
+    concurrency per arm, published vs recomputed; needs the `plots` extra, matplotlib) atomically into `out_dir`.
+    Returns (exit code, results, {file name: path})."""
     dirs = [Path(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
@@ -219,6 +221,14 @@ def run_verify(dirs: list[Path], claims_path: Path, out_dir: Path) -> tuple[int,
     rc = exit_code(results)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    md = render_md(results, claims_path, dirs, rc)
     written = {"verify.json": write_text_atomic(out_dir / "verify.json", render_json(results, claims_path, dirs, rc)),
-               "verify.md": write_text_atomic(out_dir / "verify.md", render_md(results, claims_path, dirs, rc))}
+               "verify.md": write_text_atomic(out_dir / "verify.md", md)}
+    try:
+        from .html import render_html
+        page = render_html(results, claims_path, dirs, rc, md)
+    except ImportError as e:  # matplotlib is the optional extra `plots`
+        page = (f"<!doctype html><p>No plots: {e}. Install the extra: pip install 'reprostack[plots]'.</p>"
+                f"<pre>{md.replace('<', '&lt;')}</pre>\n")
+    written["verify.html"] = write_text_atomic(out_dir / "verify.html", page)
     return rc, results, written

@@ -1,0 +1,148 @@
+"""One AIPerf sweep cell: a fresh artifact folder, the pinned `aiperf profile` under the watchdog, then the
+exports parsed with verify.aiperf (schema 1.3 / flat 1.0 / legacy records; `profile_export.jsonl` per request).
+
+A cell is `error` when AIPerf exits non-zero, times out, or writes no `profile_export_aiperf.json` (its log is
+kept and its tail quoted); otherwise its numbers are returned for the gate's bars. The folder is deleted and
+created again before the run, so an export left by an earlier run can never be read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..verify.aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export, parse_records
+from .aiperftool import AiperfTool
+from .servingspec import Cell
+from .watchdog import run_with_watchdog
+
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+@dataclass
+class CellResult:
+    """Outcome of one cell. status: `ok` or `error`; agg_tok_s: output_token_throughput avg (tokens/sec);
+    requests_expected: the cell's request count; request_count: the export's successful requests;
+    export_errors: sum of the export's error_summary counts; records_*: counts from profile_export.jsonl (None
+    when absent); error_types: {type or code: count}; detail: why it is an error; log: AIPerf's output file."""
+
+    arm: str
+    cell: Cell
+    status: str
+    dir: Path
+    log: Path
+    returncode: int | None = None
+    agg_tok_s: float | None = None
+    request_count: int | None = None
+    export_errors: int | None = None
+    records_total: int | None = None
+    records_completed: int | None = None
+    records_errors: int | None = None
+    error_types: dict = field(default_factory=dict)
+    per_user_tok_s: float | None = None
+    ttft_p50_ms: float | None = None
+    itl_p50_ms: float | None = None
+    duration_s: float | None = None
+    layout: str | None = None
+    detail: str = ""
+
+    @property
+    def errors(self) -> int | None:
+        """Failed requests: the larger of the export's error_summary total and the per-request records' count."""
+        vals = [v for v in (self.export_errors, self.records_errors) if v is not None]
+        return max(vals) if vals else None
+
+    @property
+    def completed(self) -> int | None:
+        """Completed requests: from profile_export.jsonl when present, else the export's request_count."""
+        return self.records_completed if self.records_completed is not None else self.request_count
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "cell": self.cell.name, "concurrency": self.cell.concurrency,
+                "requests_expected": self.cell.requests, "status": self.status, "dir": str(self.dir),
+                "returncode": self.returncode, "agg_tok_s": self.agg_tok_s, "request_count": self.request_count,
+                "errors": self.errors, "export_errors": self.export_errors, "completed": self.completed,
+                "records_total": self.records_total, "records_errors": self.records_errors,
+                "error_types": self.error_types, "per_user_tok_s": self.per_user_tok_s,
+                "ttft_p50_ms": self.ttft_p50_ms, "itl_p50_ms": self.itl_p50_ms, "duration_s": self.duration_s,
+                "layout": self.layout, "detail": self.detail}
+
+
+def aiperf_argv(tool: AiperfTool, *, url: str, model: str, tokenizer: str, aiperf: dict, cell: Cell,
+                artifact_dir: Path, extra: tuple = ()) -> list[str]:
+    """The `aiperf profile` command of one cell (the campaign's flags; see gates/vllm.yaml `aiperf:`)."""
+    argv = [str(tool.exe), "profile", "--model", model, "--tokenizer", tokenizer, "--url", url,
+            "--endpoint-type", aiperf["endpoint-type"]]
+    if aiperf["streaming"]:
+        argv.append("--streaming")
+    argv += ["--concurrency", str(cell.concurrency), "--request-count", str(cell.requests),
+             "--synthetic-input-tokens-mean", str(aiperf["isl"]), "--output-tokens-mean", str(aiperf["osl"])]
+    for x in aiperf.get("extra-inputs", ()):
+        argv += ["--extra-inputs", x]
+    if "request-timeout-s" in aiperf:
+        argv += ["--request-timeout-seconds", f"{aiperf['request-timeout-s']:g}"]
+    argv += ["--artifact-dir", str(artifact_dir), "--ui", "none", *aiperf.get("args", ()), *extra]
+    return argv
+
+
+def _tail(path: Path, n: int = 12) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return " | ".join(x.strip() for x in lines[-n:] if x.strip())[-1500:]
+
+
+def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, tokenizer: str, aiperf: dict,
+             cell_dir: Path, extra: tuple = (), env: dict | None = None, echo: bool = False) -> CellResult:
+    """Run one cell into `cell_dir` (removed first, then created) and parse what AIPerf wrote.
+
+    Returns a CellResult; never raises for AIPerf failures or unreadable exports (status `error` with the
+    detail). timeout: aiperf `timeout-s` (default 1800 s) of the spec."""
+    cell_dir = Path(cell_dir)
+    shutil.rmtree(cell_dir, ignore_errors=True)
+    cell_dir.mkdir(parents=True)
+    artifacts = cell_dir / "aiperf"
+    log = cell_dir / "aiperf.out.log"
+    argv = aiperf_argv(tool, url=url, model=model, tokenizer=tokenizer, aiperf=aiperf, cell=cell,
+                       artifact_dir=artifacts, extra=extra)
+    run_env = dict(os.environ if env is None else env)
+    if Path(tokenizer).is_dir():  # see aiperftool: offline mode makes AIPerf 0.10.0 refuse a local tokenizer folder
+        for k in _OFFLINE_VARS:
+            run_env.pop(k, None)
+    out = run_with_watchdog(argv, env=run_env, cwd=str(cell_dir), timeout_s=float(aiperf.get("timeout-s", 1800)),
+                            log_path=log, echo=echo)
+    res = CellResult(arm, cell, "error", cell_dir, log, out.returncode, duration_s=out.duration_s)
+    export = artifacts / EXPORT_JSON
+    if out.timed_out:
+        res.detail = f"aiperf timed out after {aiperf.get('timeout-s', 1800)} s; log {log}: {_tail(log)}"
+        return res
+    if out.returncode != 0:
+        res.detail = f"aiperf exited {out.returncode}; log {log}: {_tail(log)}"
+        return res
+    if not export.is_file():
+        res.detail = f"aiperf exited 0 but wrote no {EXPORT_JSON}; log {log}: {_tail(log)}"
+        return res
+    try:
+        ex = parse_export(export)
+        res.layout = ex.layout
+        res.agg_tok_s = ex.value("output_token_throughput")[0]
+        res.request_count = ex.request_count if "request_count" in ex.metrics else 0
+        res.export_errors = ex.error_count
+        for attr, tag, stat in (("per_user_tok_s", "output_token_throughput_per_user", "avg"),
+                                ("ttft_p50_ms", "time_to_first_token", "p50"), ("itl_p50_ms", "inter_token_latency", "p50")):
+            try:
+                setattr(res, attr, ex.value(tag, stat)[0])
+            except KeyError:
+                pass
+        if (artifacts / EXPORT_JSONL).is_file():
+            rc = parse_records(artifacts / EXPORT_JSONL)
+            res.records_total, res.records_completed, res.records_errors = rc.total, rc.completed, rc.errors
+            res.error_types = dict(rc.error_types)
+    except (AiperfSchemaError, KeyError) as e:
+        res.detail = f"export unreadable: {str(e).strip(chr(39))}"
+        return res
+    res.status = "ok"
+    return res

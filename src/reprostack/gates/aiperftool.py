@@ -1,0 +1,140 @@
+"""The pinned AIPerf as a tool: its own virtual environment, built from the wheel the lock pins by sha256.
+
+AIPerf 0.10.0 needs ~130 packages (transformers, datasets, pandas, pyarrow, matplotlib, ...) and pins
+`rich~=14.1` against our `rich==15.0.0`, so it never shares reprostack's environment: `ensure_aiperf` builds
+`<cache>/tools/aiperf-<version>-<sha12>-py<X.Y>/` once (the wheel downloaded with `pip download --no-deps`,
+its sha256 checked against `upstreams.lock`, then installed with `gates/aiperf-constraints.txt` as pip
+constraints) and marks it verified; later calls reuse it. `REPROSTACK_WHEELHOUSE` makes pip use only that folder.
+
+`make_test_tokenizer` writes a tiny HuggingFace tokenizer folder (WordLevel, whitespace split) with the tool
+venv's `tokenizers` package: AIPerf needs a tokenizer, and a local folder needs no network. AIPerf 0.10.0 must
+then run with HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE unset: in offline mode it resolves every tokenizer name
+through `snapshot_download(local_files_only=True)`, which rejects a filesystem path (HFValidationError).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GateError
+from ..lock import Lock, WheelPin
+
+PIN = "aiperf"
+_MARKER = ".reprostack-verified.json"
+
+
+@dataclass(frozen=True)
+class AiperfTool:
+    """A ready AIPerf: `exe` (the `aiperf` script), `python` (its venv's interpreter), `version`, `sha256` of the
+    wheel installed, `venv` folder."""
+
+    exe: Path
+    python: Path
+    version: str
+    sha256: str
+    venv: Path
+
+
+def _pin(lock: Lock) -> WheelPin:
+    pin = lock.get(PIN)
+    if not isinstance(pin, WheelPin) or not pin.files:
+        raise GateError(f"{lock.where('upstreams', PIN)}: the aiperf pin must be a wheel pin with files and sha256 "
+                        f"(reprostack lock wheels aiperf)")
+    return pin
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _pip(python: Path, args: list[str], log: Path) -> None:
+    wheelhouse = os.environ.get("REPROSTACK_WHEELHOUSE")
+    extra = ["--no-index", "--find-links", wheelhouse] if wheelhouse else []
+    cmd = [str(python), "-m", "pip", *args, *extra]
+    with open(log, "ab") as f:
+        f.write(("$ " + " ".join(cmd) + "\n").encode())
+        f.flush()
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise GateError(f"pip {' '.join(args[:2])} for aiperf failed (exit {rc}); log {log}:\n" + "\n".join(tail))
+
+
+def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str = sys.executable) -> AiperfTool:
+    """Return the pinned AIPerf, building its venv under `<cache_root>/tools/` when absent.
+
+    The wheel's sha256 must equal one of the lock's `files` for the pin (GateError otherwise, naming both);
+    dependency versions come from `<root>/gates/aiperf-constraints.txt`. Raises GateError when pip fails (with
+    the log's tail) and for a malformed pin. Takes minutes the first time (~1 GB of packages), then none.
+    """
+    pin = _pin(lock)
+    allowed = {f.sha256: f.filename for f in pin.files}
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    venv = Path(cache_root).resolve() / "tools" / f"aiperf-{pin.version}-{sorted(allowed)[0][:12]}-py{py}"
+    exe, python = venv / "bin" / "aiperf", venv / "bin" / "python"
+    marker = venv / _MARKER
+    if marker.is_file() and exe.is_file():
+        info = json.loads(marker.read_text())
+        if info.get("sha256") in allowed:
+            return AiperfTool(exe, python, pin.version, info["sha256"], venv)
+    constraints = Path(root) / "gates" / "aiperf-constraints.txt"
+    if not constraints.is_file():
+        raise GateError(f"{constraints}: missing (pip constraints for AIPerf's dependencies)")
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log = venv.parent / f"{venv.name}.install.log"
+    log.write_text("")
+    subprocess.run([base_python, "-m", "venv", str(venv)], check=True)
+    with tempfile.TemporaryDirectory(prefix="aiperf-wheel-") as tmp:
+        _pip(python, ["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{pin.name}=={pin.version}"], log)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if len(wheels) != 1:
+            raise GateError(f"pip download aiperf=={pin.version} gave {len(wheels)} wheel(s) in {tmp}, expected 1")
+        digest = _sha256(wheels[0])
+        if digest not in allowed:
+            raise GateError(f"{lock.where('upstreams', PIN, 'files')}: downloaded {wheels[0].name} has sha256 "
+                            f"{digest}, the lock pins {', '.join(f'{n} {s}' for s, n in allowed.items())}")
+        _pip(python, ["install", "--quiet", "-c", str(constraints), str(wheels[0])], log)
+    marker.write_text(json.dumps({"version": pin.version, "sha256": digest, "wheel": wheels[0].name}) + "\n")
+    return AiperfTool(exe, python, pin.version, digest, venv)
+
+
+_TOKENIZER_SCRIPT = r"""
+import json, sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+out = sys.argv[1]
+words = ("tok the of and to a in is it you that he was for on are with as I his they be at one have this from "
+         "or had by word but what some we can out other were all there when up use your how said an each she").split()
+vocab = {"[UNK]": 0, "[PAD]": 1}
+for w in words:
+    vocab.setdefault(w, len(vocab))
+t = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+t.save(out + "/tokenizer.json")
+json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "pad_token": "[PAD]",
+           "model_max_length": 1000000}, open(out + "/tokenizer_config.json", "w"), indent=1)
+"""
+
+
+def make_test_tokenizer(tool: AiperfTool, out_dir: Path) -> Path:
+    """Write a tiny word-level HuggingFace tokenizer folder (tokenizer.json + tokenizer_config.json) into
+    `out_dir` with the tool venv's `tokenizers`; one token per whitespace-separated word (the test server
+    streams one word per token). Returns `out_dir`. Raises GateError when the script fails."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([str(tool.python), "-c", _TOKENIZER_SCRIPT, str(out_dir)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise GateError(f"building the test tokenizer in {out_dir} failed: {r.stderr.strip()[-800:]}")
+    return out_dir

@@ -1,0 +1,220 @@
+"""Serving gates end to end on the CPU: the real pinned AIPerf (0.10.0, its own venv built from the locked wheel)
+against reprostack.gates.testserver on loopback: PASS on a healthy server, FAIL naming the error counts with
+injected HTTP 500s, ERROR with a dead server; spec validation; all-gates ordering (not-run, never pass).
+
+The AIPerf venv is built once into $REPROSTACK_TEST_TOOLS (default <repo>/.cache/test-tools; ~2 min, ~1 GB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprostack import cli
+from reprostack.errors import GateError
+from reprostack.gates.aiperftool import ensure_aiperf
+from reprostack.gates.serving import ServingOptions, run_serving
+from reprostack.gates.spec import GateSpecError
+from reprostack.gates.servingspec import load_serving_spec
+from reprostack.lock import load
+from reprostack.report import GateReport, exit_code, validate_report, write_reports
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = Path(os.environ.get("REPROSTACK_TEST_TOOLS", REPO / ".cache" / "test-tools"))
+
+
+@pytest.fixture(scope="session")
+def lock():
+    return load(REPO / "upstreams.lock")
+
+
+@pytest.fixture(scope="session")
+def aiperf(lock):
+    return ensure_aiperf(lock, TOOLS, REPO)
+
+
+def small_root(tmp_path: Path, gate: str, cells: str = "    - {name: c4, concurrency: 4, requests: 40}\n") -> Path:
+    """A project root whose gates/<gate>.yaml sweeps only the given cells (keeps the FAIL/ERROR tests short)."""
+    text = (REPO / "gates" / f"{gate}.yaml").read_text()
+    start = text.index("  cells:\n") + len("  cells:\n")
+    end = text.index("backend-assertion:")
+    text = text[:start] + cells + text[end:]
+    for key in ("c8", "c32"):
+        text = text.replace(f", {key}: ", ", x_" + key + ": ") if f"{key}:" not in cells else text
+    text = text.replace("published: {c4: 200, x_c8: 400, x_c32: 1600}", "published: {c4: 200}")
+    text = text.replace("requests: {c4: 8, x_c8: 16, x_c32: 32}", "requests: {c4: 8}")
+    text = text.replace("published: {c4: 19.5, x_c8: 38.8, x_c32: 144.6}", "published: {c4: 19.5}")
+    text = text.replace("published: {c4: 34.5, x_c8: 67.2, x_c32: 255.2}", "published: {c4: 34.5}")
+    text = text.replace("published: {c4: 66.5, x_c8: 147.5, x_c32: 586.7}", "published: {c4: 66.5}")
+    root = tmp_path / "root"
+    (root / "gates").mkdir(parents=True)
+    (root / "gates" / f"{gate}.yaml").write_text(text)
+    shutil.copy(REPO / "gates" / "aiperf-constraints.txt", root / "gates")
+    shutil.copy(REPO / "upstreams.lock", root)
+    return root
+
+
+def serve(gate, root, lock, out, **kw) -> GateReport:
+    opts = ServingOptions(root=root, lock=lock, out_dir=out, cache_root=TOOLS, profile="local-test", echo=False, **kw)
+    return run_serving(gate, opts)
+
+
+# --------------------------------------------------------------------------- specs
+
+
+@pytest.mark.parametrize("gate", ["vllm", "sglang", "trtllm"])
+def test_real_specs(gate):
+    s = load_serving_spec(REPO, gate)
+    assert s.model == "Qwen/Qwen3-30B-A3B-FP8" and s.requires == ("micro",)
+    assert [(c.name, c.concurrency, c.requests) for c in s.cells] == [("c4", 4, 40), ("c8", 8, 64), ("c32", 32, 128)]
+    assert (s.aiperf["isl"], s.aiperf["osl"], s.aiperf["streaming"], s.aiperf["extra-inputs"]) == (
+        120, 128, True, ["ignore_eos:true"])
+    assert s.elastic_buffer["num-cpu-timeout-secs"] >= 600 and s.elastic_buffer["num-gpu-timeout-secs"] >= 600
+    ep16 = s.profile("p5en-efa-ep16")
+    assert (ep16.nodes, ep16.gpus_per_node, ep16.ep_size, ep16.needs_efa) == (2, 8, 16, True)
+    published = {"vllm": (19.5, 38.8, 144.6), "sglang": (34.5, 67.2, 255.2), "trtllm": (66.5, 147.5, 586.7)}[gate]
+    assert tuple(ep16.bars.published[c] for c in ("c4", "c8", "c32")) == published
+    assert {a.role for a in s.arms.values()} == {"deepep", "alternative"}
+    names = [r.name for r in s.required]
+    assert names[:2] == ["ElasticBuffer construction", "Selected provider is efa"]
+    assert ("AlltoallMethodType.DeepEP" in names) == (gate == "trtllm")
+    env = s.server["env"]
+    assert env["EP_BUFFER_DEBUG"] == "1" and env["NCCL_GIN_TYPE"] == "2" and env["FI_PROVIDER"] == "efa"
+    if gate == "vllm":
+        assert "${all2all_backend}" in s.server["leader"] and s.arms["deepep"].vars["all2all_backend"] == "deepep_v2"
+        assert env["VLLM_USE_FLASHINFER_MOE_FP8"] == "0" and "--headless" in s.server["worker"]
+    if gate == "sglang":
+        assert env["SGLANG_DEEPEP_USE_V2"] == "1" and env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "1024"
+    if gate == "trtllm":
+        assert "worker" not in s.server and "enable_attention_dp: true" in (
+            REPO / "gates" / "trtllm" / "extra_llm_api_options.yaml").read_text()
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ("      tolerance: 0.15\n", "      tolerance: 1.5\n", r"vllm.yaml:\d+: profiles.p5en-efa-ep16.bars.tolerance: 1.5"),
+    ("  num-cpu-timeout-secs: 600", "  num-cpu-timeout-secs: 300", r"vllm.yaml:\d+: elastic-buffer.num-cpu-timeout-secs"),
+    ('--all2all-backend, "${all2all_backend}",\n           --data-parallel-address, "${leader_addr}", --data-parallel-rpc-port, "${rpc_port}"]\n  worker',
+     '--all2all-backend, "${all2all_backend_typo}",\n           --data-parallel-address, "${leader_addr}", --data-parallel-rpc-port, "${rpc_port}"]\n  worker', r"vllm.yaml:\d+: server.leader.\d+: unknown template variable \$\{all2all_backend_typo\}"),
+    ("published: {c4: 19.5,", "published: {c5: 19.5, c4: 19.5,", r"vllm.yaml:\d+: profiles.p5en-efa-ep16.bars.published.c5: no such cell"),
+    ("pattern: 'NET/OFI Selected provider is efa\\b'", "pattern: 'NET/OFI (Selected'", r"vllm.yaml:\d+: backend-assertion.required\[1\].pattern: not a regex"),
+    ("    role: alternative\n", "    role: deepep\n", r"vllm.yaml:\d+: arms: exactly one arm"),
+])
+def test_bad_specs_name_file_and_line(tmp_path, old, new, match):
+    text = (REPO / "gates" / "vllm.yaml").read_text()
+    assert text.count(old) == 1, old
+    (tmp_path / "gates").mkdir()
+    (tmp_path / "gates" / "vllm.yaml").write_text(text.replace(old, new))
+    with pytest.raises(GateSpecError, match=match):
+        load_serving_spec(tmp_path, "vllm")
+
+
+# --------------------------------------------------------------------------- the gate flow through AIPerf
+
+
+def test_pass_on_a_healthy_server(aiperf, lock, tmp_path):
+    out = tmp_path / "out"
+    rep = serve("vllm", REPO, lock, out, arms=["deepep"])
+    assert rep.result == "pass", rep.reason
+    metrics = {c.metric: c for c in rep.checks}
+    for cell, n in (("c4", 8), ("c8", 16), ("c32", 32)):
+        assert metrics[f"deepep.{cell}.errors"].value == 0
+        assert metrics[f"deepep.{cell}.completed_requests"].value == n
+        assert metrics[f"deepep.{cell}.agg_tok_s"].passed
+    assert metrics["deepep.backend.ElasticBuffer construction"].value == 2
+    cells = rep.data["arms"]["deepep"]["cells"]
+    assert [c["status"] for c in cells] == ["ok"] * 3 and cells[0]["layout"] == "1.3"
+    assert rep.provenance["aiperf"] == {"version": "0.10.0", "wheel_sha256": lock.get("aiperf").files[0].sha256}
+    written = write_reports([rep], out)
+    validate_report(json.loads(written["vllm.json"].read_text()))
+    assert any(a.path == "vllm/server.deepep.log" for a in rep.artifacts)
+
+
+def test_fresh_artifact_dir_per_cell(aiperf, lock, tmp_path):
+    root = small_root(tmp_path, "sglang")
+    out = tmp_path / "out"
+    stale = out / "sglang" / "deepep" / "c4" / "aiperf"
+    stale.mkdir(parents=True)
+    shutil.copy(REPO / "tests/fixtures/published-2026-07/sglang/c4/profile_export_aiperf.json", stale)
+    rep = serve("sglang", root, lock, out, arms=["deepep", "dense"])
+    assert rep.result == "pass", rep.reason
+    (cell,) = rep.data["arms"]["deepep"]["cells"]
+    assert cell["requests_expected"] == 8 and cell["completed"] == 8  # not the published export's 40
+    assert set(rep.data["ratios_deepep_over_alternative"]["dense"]) == {"c4"}
+    assert 0.3 < rep.data["ratios_deepep_over_alternative"]["dense"]["c4"] < 3
+    assert not any(c.metric.startswith("dense.") and c.metric.endswith("agg_tok_s") for c in rep.checks)
+
+
+def test_fail_names_the_error_counts(aiperf, lock, tmp_path, monkeypatch):
+    root = small_root(tmp_path, "vllm")
+    monkeypatch.chdir(tmp_path)  # a relative --out (as nox passes it) must work: AIPerf runs in the cell folder
+    rep = serve("vllm", root, lock, Path("out"), arms=["deepep"], extra_server_args=["--fail-every=3"])
+    assert rep.result == "fail", rep.reason
+    assert "deepep.c4.errors = 2 requests (needs == 0)" in rep.reason
+    assert "deepep.c4.completed_requests = 6 requests (needs == 8)" in rep.reason
+    assert "Internal Server Error: 2" in rep.reason  # the error type from profile_export.jsonl
+
+
+def test_error_with_a_dead_server(aiperf, lock, tmp_path):
+    root = small_root(tmp_path, "trtllm")
+    rep = serve("trtllm", root, lock, tmp_path / "out", arms=["deepep"], extra_server_args=["--die-after=3"])
+    assert rep.result == "error", rep.reason
+    assert "arm deepep: cell c4: aiperf exited 1" in rep.reason and "server exited 70" in rep.reason
+    assert rep.data["arms"]["deepep"]["server_exit_before_stop"] == 70
+
+
+def test_error_when_the_server_never_gets_ready(lock, tmp_path, aiperf):
+    root = small_root(tmp_path, "vllm")
+    text = (root / "gates" / "vllm.yaml").read_text().replace(
+        "probe: {path: /v1/models, timeout-s: 1800, interval-s: 5}", "probe: {path: /v1/models, timeout-s: 3, interval-s: 0.2}")
+    (root / "gates" / "vllm.yaml").write_text(text)
+    rep = serve("vllm", root, lock, tmp_path / "out", arms=["deepep"], extra_server_args=["--ready-after-s=60"])
+    assert rep.result == "error" and "server not ready at http://127.0.0.1:" in rep.reason and "HTTP 503" in rep.reason
+    rep = serve("vllm", root, lock, tmp_path / "out2", arms=["deepep"], extra_server_args=["--no-such-flag"])
+    assert rep.result == "error" and "server process exited" in rep.reason
+
+
+def test_skip_without_gpu_is_not_a_pass(lock, tmp_path, monkeypatch):
+    monkeypatch.setattr("reprostack.hostinfo.collect", lambda **kw: {"gpu_count": 0, "efa_devices": []})
+    opts = ServingOptions(root=REPO, lock=lock, out_dir=tmp_path, cache_root=TOOLS, echo=False)
+    rep = run_serving("vllm", opts)
+    assert rep.result == "skip" and "--profile local-test" in rep.reason
+    assert exit_code([rep]) == 3
+    opts.profile = "p5en-efa-ep16"
+    rep = run_serving("vllm", opts)
+    assert rep.result == "skip" and "needs 8 GPU(s)" in rep.reason
+    with pytest.raises(GateError, match="no profile 'nope'"):
+        opts.profile = "nope"
+        run_serving("vllm", opts)
+
+
+# --------------------------------------------------------------------------- all-gates ordering
+
+
+def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkeypatch, lock):
+    ran = []
+
+    def fake_run(gate, args, lock_, root, opts):
+        ran.append(gate)
+        return GateReport(gate, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
+
+    monkeypatch.setattr(cli, "_run_gate", fake_run)
+    monkeypatch.setattr(cli, "_load", lambda args: (lock, REPO))
+    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    rc = cli.main(["all-gates", "--out", str(tmp_path)])
+    assert rc == 1 and ran == ["micro"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
+        ("micro", "fail"), ("vllm", "not-run"), ("sglang", "not-run"), ("trtllm", "not-run")]
+    assert summary["gates"][1]["reason"].startswith("not run: required gate micro did not pass (FAIL: dc_p50_us")
+    assert "<skipped" in (tmp_path / "junit.xml").read_text()
+
+
+def test_not_run_alone_is_never_a_pass(tmp_path):
+    from reprostack.report import evaluate, not_run
+    micro = GateReport("micro", "-", "pass", "1 check(s) passed", checks=[evaluate("dc_p50_us", "us", 14.3, "<=", 30)])
+    blocked = not_run("vllm", GateReport("micro", "-", "skip", "no GPU"))
+    assert blocked.result == "not-run" and exit_code([micro, blocked]) == 3
+    write_reports([micro, blocked], tmp_path)  # schema-valid
