@@ -57,7 +57,7 @@ def test_lock_check_real_lock(capsys):
     lock = REPO_ROOT / "upstreams.lock"
     code, out, err = run(capsys, "lock", "check", "--lock", str(lock))
     assert code == 0 and err == ""
-    assert out.strip() == f"{lock}: ok (3 pins, sha256 {hashlib.sha256(lock.read_bytes()).hexdigest()})"
+    assert out.strip() == f"{lock}: ok (5 pins, sha256 {hashlib.sha256(lock.read_bytes()).hexdigest()})"
 
 
 def test_lock_check_finds_the_project_root(tmp_path, monkeypatch, capsys):
@@ -65,7 +65,7 @@ def test_lock_check_finds_the_project_root(tmp_path, monkeypatch, capsys):
     shutil.copy(REPO_ROOT / "upstreams.lock", tmp_path / "proj" / "upstreams.lock")
     monkeypatch.chdir(tmp_path / "proj" / "sub" / "dir")
     code, out, _ = run(capsys, "lock", "check")
-    assert code == 0 and out.startswith(f"{tmp_path / 'proj' / 'upstreams.lock'}: ok (3 pins")
+    assert code == 0 and out.startswith(f"{tmp_path / 'proj' / 'upstreams.lock'}: ok (5 pins")
 
 
 def test_lock_check_bad_lock(tmp_path, capsys):
