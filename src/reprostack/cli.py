@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("gate", help="run a gate and write its reports")
-    p.add_argument("gate", choices=["micro"])
+    p.add_argument("gate", choices=["micro", "megatron", "nemo-rl"])
     _gate_args(p)
 
     p = sub.add_parser("all-gates", help="run every gate in dependency order; one combined report")
@@ -87,6 +87,7 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, default=None)
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
     p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
+    p.add_argument("--arm", action="append", default=None, help="training gates: run only this arm (repeatable)")
 
 
 def _load(args) -> tuple[lockmod.Lock, Path]:
@@ -180,12 +181,18 @@ def _dispatch(args) -> int:
 
 def _gates(args, lock, root, opts) -> int:
     from .gates.micro import MicroOptions, run_micro
+    from .gates.training_cli import TRAINING_GATES, run_training_gate
     from .report import exit_code, write_reports
     mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
                       python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
                       node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
                       modes=args.modes, timeout_s=args.timeout)
-    reports = [run_micro(mo)]  # all-gates: only gate 1 exists so far; later gates append in order
+    if getattr(args, "gate", "micro") in TRAINING_GATES:
+        reports = [run_training_gate(args.gate, args, lock, root, opts)]
+    else:
+        reports = [run_micro(mo)]
+    if args.cmd == "all-gates":  # in dependency order: gate 1, then the training gates 5-6
+        reports += [run_training_gate(g, args, lock, root, opts) for g in TRAINING_GATES]
     written = write_reports(reports, Path(args.out), required={r.gate for r in reports})
     for r in reports:
         print(f"{r.gate} [{r.profile}]: {r.result.upper()} — {r.reason}")
