@@ -147,6 +147,30 @@ def gate_trtllm(session: nox.Session) -> None:
 
 
 @nox.session(default=False, tags=["gpu"])
+def gate_megatron(session: nox.Session) -> None:
+    """Gate 5: Megatron-core MoE training steps, DeepEP (flex dispatcher) vs Megatron all-to-all, same seed
+    (`-- [--arm deepep|alltoall] [--profile P] ...`). No GPU -> SKIP (session skipped), never a pass."""
+    _install(session)
+    rc, reason = _gate(session, "gate", "megatron")
+    if rc == 3:
+        session.skip(f"not a pass: {reason}")
+    if rc != 0:
+        session.error(f"gate failed: {reason}")
+
+
+@nox.session(default=False, tags=["gpu"])
+def gate_nemo_rl(session: nox.Session) -> None:
+    """Gate 6: NeMo-RL GRPO rollout smoke + 3 training steps (head node of a 2x8 Ray cluster). Without that
+    hardware -> SKIP (session skipped), never a pass."""
+    _install(session)
+    rc, reason = _gate(session, "gate", "nemo-rl")
+    if rc == 3:
+        session.skip(f"not a pass: {reason}")
+    if rc != 0:
+        session.error(f"gate failed: {reason}")
+
+
+@nox.session(default=False, tags=["gpu"])
 def all_gates(session: nox.Session) -> None:
     """Every gate in dependency order, one combined report; fails unless every required gate passed
     (a skipped required gate fails this session)."""

@@ -65,6 +65,7 @@ def test_lock_check_real_lock(capsys):
 def test_lock_check_finds_the_project_root(tmp_path, monkeypatch, capsys):
     (tmp_path / "proj" / "sub" / "dir").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "upstreams.lock", tmp_path / "proj" / "upstreams.lock")
+    shutil.copytree(REPO_ROOT / "patches", tmp_path / "proj" / "patches")  # the lock names its patch files
     monkeypatch.chdir(tmp_path / "proj" / "sub" / "dir")
     code, out, _ = run(capsys, "lock", "check")
     assert code == 0 and out.startswith(f"{tmp_path / 'proj' / 'upstreams.lock'}: ok (")
@@ -130,10 +131,17 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
                                                                       f"nccl-{stack.nccl_tree}"]
 
 
-def test_all_gates_without_gpu_is_not_a_pass(world, tmp_path, capsys):
-    _, _, args = world
+def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
+    from test_gate_training import training_project
+    root, _ = training_project(tmp_path)
+    shutil.copy(REPO_ROOT / "gates" / "micro.yaml", root / "gates" / "micro.yaml")
+    args = ["--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache")]
     code, out, _ = run(capsys, "all-gates", *args, "--out", str(tmp_path / "reports"))
     assert code == 3 and "micro [-]: SKIP" in out
+    # in dependency order after micro, and never a pass: megatron requires micro, nemo-rl requires megatron
+    assert "megatron [-]: NOT-RUN — not run: required gate micro did not pass (SKIP: no GPU" in out
+    assert "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)" in out
+    assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo-rl [-]")
 
 
 def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, capsys):

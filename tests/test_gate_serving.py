@@ -207,7 +207,8 @@ def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkey
     assert rc == 1 and ran == ["micro"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
-        ("micro", "fail"), ("vllm", "not-run"), ("sglang", "not-run"), ("trtllm", "not-run")]
+        ("micro", "fail"), ("vllm", "not-run"), ("sglang", "not-run"), ("trtllm", "not-run"),
+        ("megatron", "not-run"), ("nemo-rl", "not-run")]
     assert summary["gates"][1]["reason"].startswith("not run: required gate micro did not pass (FAIL: dc_p50_us")
     assert "<skipped" in (tmp_path / "junit.xml").read_text()
 

@@ -78,7 +78,8 @@ def test_real_lock():
     lock = load(REAL_LOCK)
     assert lock.path == REAL_LOCK
     assert lock.sha256 == hashlib.sha256(REAL_LOCK.read_bytes()).hexdigest()
-    assert {"deepep", "nccl", "aiperf", "substrate-wheels", "vllm-wheels", "sglang-wheels"} <= set(lock.upstreams)
+    assert {"deepep", "nccl", "aiperf", "substrate-wheels", "vllm-wheels", "sglang-wheels", "megatron-lm",
+            "nemo-rl"} <= set(lock.upstreams)
 
     dp = lock.git("deepep")
     assert isinstance(dp, GitPin) and dp.kind == "git"
@@ -98,6 +99,17 @@ def test_real_lock():
     assert nccl.rev == "1933fdd6360a8bfccaa0166bd71bce363d32e5b6" and nccl.original == "v2.30.4-1"
     assert nccl.patches == () and nccl.patched_tree is None and nccl.submodules == ()
     assert nccl.fetch_refs == ("refs/tags/v2.30.4-1",) == nccl.hint_refs()
+
+    mg = lock.git("megatron-lm")  # PR #4632 replayed on its own parent (it conflicts on the campaign's 23dd639c)
+    assert mg.rev == "19deef67f910c96c213f33b33b30277be8b94d6d"
+    assert [p.value[:8] for p in mg.patches[:4]] == ["e132d5dd", "f5ac3d48", "99b8824e", "8056d6d4"]
+    assert {p.upstream_status for p in mg.patches[:4]} == {"Submitted [PR #4632]"}
+    assert mg.patches[3].tree == "a581e42fc8efaef71fc87aa26a5d43616957774f"  # the PR head's own tree
+    assert (mg.patches[4].kind, mg.patches[4].upstream_status) == ("mbox", "Pending")  # ours: no set_num_sms in V2
+    assert mg.patched_tree == mg.patches[-1].tree == "e6183f5ca72f2aca900a801b18ad09392f21f874"
+    assert all(p.tree for p in mg.patches) and mg.hint_refs() == ("refs/pull/4632/head",)
+    rl = lock.git("nemo-rl")
+    assert rl.rev == "81aa43dda4765b0429cf31dab44441e4e4383911" and rl.fetch_refs == ("refs/tags/v0.7.0",)
 
     aiperf = lock.get("aiperf")  # resolved with `reprostack lock wheels aiperf` (pip against PyPI)
     assert (aiperf.kind, aiperf.name, aiperf.version) == ("wheel", "aiperf", "0.10.0")

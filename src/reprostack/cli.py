@@ -110,7 +110,8 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, default=None)
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
     p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
-    p.add_argument("--arm", action="append", default=[], help="serving gates: arm(s) to run (default: every arm)")
+    p.add_argument("--arm", action="append", default=[],
+                   help="serving and training gates: arm(s) to run (repeatable; default: every arm)")
     p.add_argument("--var", action="append", default=[], metavar="K=V",
                    help="serving gates: value of a ${K} template variable of the gate spec (e.g. trtllm_seam=DIR)")
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
@@ -258,10 +259,13 @@ def _outdated(args, lock, opts) -> int:
         Console().print(table(rows))
         print(f"json: {out.resolve()}")
     return 2 if any(r.error for r in rows) else 0
-# Dependency order of `all-gates`: each gate runs only if every gate it requires passed (training gates megatron
-# and nemo-rl go after trtllm once they exist; megatron requires micro, nemo-rl requires megatron).
-GATE_ORDER = ("micro", "vllm", "sglang", "trtllm")
-GATE_REQUIRES = {"micro": ()}  # serving gates: the spec's `requires:` (gates/<gate>.yaml)
+# Dependency order of `all-gates`: each gate runs only if every gate it requires passed.
+GATE_ORDER = ("micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
+GATE_REQUIRES = {"micro": (), "megatron": ("micro",), "nemo-rl": ("megatron",)}  # serving gates: their spec's `requires:`
+
+
+def _spec_file(root: Path, gate: str) -> Path:
+    return root / "gates" / f"{gate.replace('-', '_')}.yaml"
 
 
 def _requires(root: Path, gate: str) -> tuple:
@@ -272,6 +276,9 @@ def _requires(root: Path, gate: str) -> tuple:
 
 
 def _run_gate(gate: str, args, lock, root, opts):
+    from .gates.training_cli import TRAINING_GATES, run_training_gate
+    if gate in TRAINING_GATES:
+        return run_training_gate(gate, args, lock, root, opts)
     if gate == "micro":
         from .gates.micro import MicroOptions, run_micro
         mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
@@ -298,7 +305,7 @@ def _gates(args, lock, root, opts) -> int:
     reported `not-run` (never a pass), and one combined report is written."""
     from .report import exit_code, not_run, write_reports
     # all-gates: a gate of GATE_ORDER without gates/<gate>.yaml in this project is reported MISSING (never a pass)
-    names = [args.gate] if args.cmd == "gate" else [g for g in GATE_ORDER if (root / "gates" / f"{g}.yaml").is_file()]
+    names = [args.gate] if args.cmd == "gate" else [g for g in GATE_ORDER if _spec_file(root, g).is_file()]
     requires = {g: _requires(root, g) for g in names} if args.cmd == "all-gates" else {names[0]: ()}
     reports = []
     for g in names:

@@ -40,3 +40,16 @@ def torchrun(python: str, script: str, args: list[str], *, gpus: int, nodes: int
             f"--node-rank={node_rank}", f"--master-addr={master_addr}", f"--master-port={master_port}",
             script, "--num-processes", str(gpus), *args]
     return Launch(argv, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
+
+
+def torchrun_gpus(python: str, script: str, args: list[str], *, gpus: int, nodes: int, node_rank: int,
+                  master_addr: str, master_port: int) -> Launch:
+    """A training driver that is one process per GPU: torchrun with `gpus` workers on each of `nodes` nodes
+    (node `node_rank`); one node is the same with nodes=1 and a local master. Workers get RANK, LOCAL_RANK,
+    WORLD_SIZE, GROUP_RANK (= node rank) from torchrun. Raises ValueError for a node rank outside the nodes."""
+    if not 0 <= node_rank < nodes:
+        raise ValueError(f"node rank {node_rank} outside 0..{nodes - 1}")
+    argv = [python, "-X", "faulthandler", "-m", "torch.distributed.run", f"--nnodes={nodes}",
+            f"--nproc-per-node={gpus}", f"--node-rank={node_rank}", f"--master-addr={master_addr}",
+            f"--master-port={master_port}", script, *args]
+    return Launch(argv, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "PYTHONFAULTHANDLER": "1"})

@@ -179,6 +179,11 @@ def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateRep
     """The report of a gate that was not attempted because `blocker` (a gate it requires) did not pass.
     Never a pass; the reason names the blocker and its result."""
     now = utc_now()
-    why = f"not run: required gate {blocker.gate} did not pass ({blocker.result.upper()}: {blocker.reason})"
+    root = blocker.data.get("root_cause") if blocker.result == "not-run" else None
+    if root:  # a chain: name the gate that did not pass, not the whole nested reason
+        why = f"not run: required gate {blocker.gate} was not run either (root cause: gate {root})"
+    else:
+        root = blocker.gate
+        why = f"not run: required gate {blocker.gate} did not pass ({blocker.result.upper()}: {blocker.reason})"
     return GateReport(gate, blocker.profile, "not-run", why, started=now, ended=now, duration_s=0.0,
-                      required=required, data={"blocked_by": blocker.gate})
+                      required=required, data={"blocked_by": blocker.gate, "root_cause": root})

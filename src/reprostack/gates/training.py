@@ -1,0 +1,259 @@
+"""Gate 5 (megatron): lock -> sources (Megatron-LM tree, NCCL, DeepEP) -> kernels -> one training run per arm
+-> parsed steps -> checks and bars -> report.
+
+Each arm runs the driver under torchrun with the same seed; the DeepEP arm in the one-NCCL overlay of the
+pinned NCCL + DeepEP build (kernels/), the comparison arm in the same environment, so the arms differ only
+in Megatron's token dispatcher. The gate passes only on measured evidence: every step of every arm logged,
+finite, every structural check (DeepEP's active buffer is `ElasticBuffer`, the only NCCL mapped is the
+pinned one, both arms started from the same weights) and every bar of the profile met. No GPU (or too few,
+or no EFA where the profile needs it) -> SKIP with the reason, after sources were fetched and verified.
+An arm that crashes or times out -> ERROR naming that arm's classified failure; the other arm's checks are
+still reported and stand on their own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import hostinfo, sources
+from ..errors import ReprostackError
+from ..kernels import build as kbuild
+from ..kernels import runtime, toolchain
+from ..kernels.recipe import load_recipe
+from ..lock import Lock
+from ..report import GateReport, artifact_for, decide, evaluate, skipped, utc_now
+from . import launchers
+from .micro import choose_profile
+from .parsers.failure import classify_failure
+from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
+from .training_spec import TrainingSpec, load_training_spec
+from .watchdog import run_with_watchdog
+
+GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
+
+
+@dataclass
+class TrainingOptions:
+    """What the operator chose (as MicroOptions). `arms`: run only these arms (default: every arm)."""
+
+    root: Path
+    lock: Lock
+    fetch: sources.FetchOptions
+    out_dir: Path
+    profile: str | None = None
+    python: str = sys.executable
+    jobs: int | None = None
+    arch: str | None = None
+    nodes: int | None = None
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    timeout_s: float | None = None
+    arms: list[str] | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+
+def provenance(lock: Lock, spec: TrainingSpec, trees: dict) -> dict:
+    """Lock and spec sha256, and url/rev/tree/patched tree/series of every source used."""
+    ups = {n: {"url": st.pin.url, "rev": st.pin.rev, "tree": st.pin.tree, "patched_tree": st.pin.patched_tree,
+               "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in st.pin.patches]}
+           for n, st in trees.items()}
+    return {"lock_sha256": lock.sha256, "gate_spec_sha256": spec.sha256, "upstreams": ups}
+
+
+def host_skip(gate: str, spec: TrainingSpec, opts, host: dict, prov: dict, what: str):
+    """(profile, None) when this host can run the gate, else (None, a SKIP report naming why)."""
+    if host["gpu_count"] == 0:
+        return None, skipped(gate, opts.profile or "-", f"no GPU on this host (nvidia-smi lists none): {what}",
+                             provenance=prov)
+    profile = choose_profile(spec, opts.profile, host)
+    if profile.gpus_per_node > host["gpu_count"]:
+        return None, skipped(gate, profile.name, f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per "
+                             f"node, this host has {host['gpu_count']}", provenance=prov)
+    if profile.needs_efa and not host["efa_devices"]:
+        return None, skipped(gate, profile.name, f"profile {profile.name} needs EFA devices; none found",
+                             provenance=prov)
+    return profile, None
+
+
+def _kernels(opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data: dict) -> tuple[dict, object]:
+    """Build NCCL + DeepEP (cached) and return (environment with the one-NCCL overlay, nccl Built).
+    Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
+    tc = toolchain.detect(opts.python, arch=opts.arch)
+    t = time.monotonic()
+    nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, load_recipe(opts.root, "nccl"), tc,
+                             opts.fetch.cache.root, jobs=opts.jobs)
+    timings["nccl_build_s"] = round(time.monotonic() - t, 2)
+    t = time.monotonic()
+    deepep = kbuild.build_deepep(trees["deepep"].path, trees["deepep"].tree, load_recipe(opts.root, "deepep"),
+                                 tc, nccl, opts.fetch.cache.root, jobs=opts.jobs)
+    timings["deepep_build_s"] = round(time.monotonic() - t, 2)
+    prov["kernels"] = {b.component: {"key": b.key, "reused": b.reused, "build_seconds": b.info.get("seconds")}
+                       for b in (nccl, deepep)}
+    prov["toolchain"] = tc.key_fields()
+    env = runtime.runtime_env(deepep.out)
+    one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
+    data["nccl"] = {"runtime": one["runtime"], "mapped": one["mapped"], "torch_built_with": one["torch_built_with"],
+                    "pinned": nccl.info.get("version")}
+    env["EP_JIT_CACHE_DIR"] = str(deepep.out / "jit")
+    return env, nccl
+
+
+def _launch(opts: TrainingOptions, spec: TrainingSpec, profile, script: str, args: list[str]):
+    nodes = opts.nodes or profile.nodes
+    if nodes > 1 and (not opts.master_addr or not opts.master_port):
+        raise ReprostackError(f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
+                              f"(and --node-rank on each node)")
+    return launchers.torchrun_gpus(opts.python, script, args, gpus=profile.gpus_per_node, nodes=nodes,
+                                   node_rank=opts.node_rank, master_addr=opts.master_addr or "127.0.0.1",
+                                   master_port=opts.master_port or launchers.free_port()), nodes
+
+
+def _run_arm(opts, spec, profile, arm, env: dict, run_dir: Path, artifacts: list) -> dict:
+    """Start one arm, keep its log, parse it. Returns {"parse", "outcome", "failure"?, "log"}."""
+    args = [*spec.args, *arm.args, *profile.args, *opts.extra_args]
+    launch, nodes = _launch(opts, spec, profile, str(Path(opts.root) / spec.driver), args)
+    arm_env = {**env, **spec.env, **profile.env, **arm.env, **launch.env}
+    log = run_dir / (f"{arm.name}.node{opts.node_rank}.log" if nodes > 1 else f"{arm.name}.log")
+    outcome = run_with_watchdog(launch.argv, env=arm_env, cwd=str(opts.out_dir), log_path=log,
+                                timeout_s=opts.timeout_s or spec.timeout_s)
+    # one log per node; with a shared --out, node 0 reads every node's (transport lines are per node)
+    logs = sorted(run_dir.glob(f"{arm.name}.node*.log")) if nodes > 1 else [log]
+    text = "\n".join(p.read_text(errors="replace") for p in logs)
+    parsed = parse_megatron(text, expected_steps=spec.steps)
+    artifacts.extend(artifact_for(p, relative_to=opts.out_dir) for p in logs)
+    res = {"parse": parsed, "outcome": outcome, "command": launch.argv, "log": str(log.name),
+           "env": {k: arm_env[k] for k in sorted({*spec.env, *profile.env, *arm.env, "PYTHONPATH"}) if k in arm_env}}
+    if not parsed.complete:
+        res["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out)
+    return res
+
+
+def transport_evidence(parsed, host: dict) -> str:
+    """Which transport evidence an arm has: `hw_counters` (EFA tx_bytes measured), `provider log lines`
+    (NCCL OFI `Selected provider is efa` only), or `no EFA device`."""
+    if parsed.efa_tx_bytes is not None:
+        return "hw_counters"
+    if "efa" in parsed.providers:
+        return "provider log lines"
+    return "no EFA device" if not host.get("efa_devices") else "none (EFA present, no counters, no provider line)"
+
+
+def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl: dict | None = None) -> list:
+    """Structural checks and the profile's per-arm bars for one completed arm (metric `<arm>.<metric>`).
+    `data`: the arm's report entry (gets `metrics`); `nccl`: the one-NCCL check of the kernel setup."""
+    m = loss_metrics(parsed)
+    m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
+    data["metrics"] = m
+    checks = [evaluate(f"{name}.steps_problems", "lines", len(parsed.problems), "==", 0,
+                       note="; ".join(parsed.problems) or None),
+              evaluate(f"{name}.nonfinite", "values", m["nonfinite"], "==", 0, note="loss and grad_norm of every step")]
+    if spec.arms[name].deepep:
+        checks.append(evaluate(f"{name}.buffer_class", "", parsed.buffer_class, "==", "ElasticBuffer",
+                               note=f"fused_a2a._buffer after step 1 ({parsed.buffer_module}); never the legacy Buffer"))
+        nccl = nccl or {}
+        checks.append(evaluate(f"{name}.nccl_runtime", "version", nccl.get("runtime"), "==", nccl.get("pinned") or "?",
+                               note=f"ncclGetVersion of the only NCCL mapped: {(nccl.get('mapped') or ['?'])[0]}"))
+    for bar in profile.bars:
+        if bar.metric == "arms_loss_rel_diff_max":
+            continue
+        default_arm = spec.deepep_arm if bar.metric == "efa_tx_gb" else None
+        if (bar.arm or default_arm) not in (None, name):
+            continue
+        checks.append(evaluate(f"{name}.{bar.metric}", bar.unit, m.get(bar.metric), bar.op, bar.threshold,
+                               note=bar.source))
+    return checks
+
+
+def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:
+    """Checks that compare the DeepEP arm with the reference arm (both must have completed)."""
+    a, b = spec.deepep_arm, spec.reference_arm
+    if not (a and b and a in results and b in results):
+        return []
+    pa, pb = results[a]["parse"], results[b]["parse"]
+    checks = [evaluate("arms_init_checksum_equal", "", pa.init_checksum == pb.init_checksum and pa.init_checksum
+                       is not None, "==", True, note=f"{a} {pa.init_checksum} vs {b} {pb.init_checksum}")]
+    for bar in profile.bars:
+        if bar.metric == "arms_loss_rel_diff_max":
+            checks.append(evaluate(bar.metric, bar.unit, rel_diff_max(pa.losses, pb.losses), bar.op, bar.threshold,
+                                   note=f"max over steps of |loss[{a}] - loss[{b}]| / loss[{b}]; {bar.source}"))
+    return checks
+
+
+def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
+    """Run gate 5 and return its report (not yet written). Raises ReprostackError only for operator errors
+    found before anything ran (bad lock/spec, fetch or patch failure, missing --master-addr)."""
+    t0, started = time.monotonic(), utc_now()
+    spec = load_training_spec(opts.root, gate)
+    if opts.profile:
+        spec.profile(opts.profile)
+    unknown = [a for a in opts.arms or [] if a not in spec.arms]
+    if unknown:
+        raise ReprostackError(f"{spec.path}: no arm {unknown[0]!r} (known: {', '.join(spec.arms)})")
+    host, timings = hostinfo.collect(), {}
+    t = time.monotonic()
+    trees = {n: sources.prepare(opts.lock, n, opts.fetch, opts.root) for n in (spec.source, *spec.kernels)}
+    timings["sources_s"] = round(time.monotonic() - t, 2)
+    prov = provenance(opts.lock, spec, trees)
+    prov["host"] = host
+    data: dict = {"timings_s": timings, "arms": {}}
+
+    def finish(report: GateReport) -> GateReport:
+        timings["total_s"] = round(time.monotonic() - t0, 2)
+        report.data = {**data, **report.data}
+        report.started, report.ended, report.duration_s = started, utc_now(), timings["total_s"]
+        return report
+
+    profile, skip = host_skip(gate, spec, opts, host, prov, f"sources verified ({spec.source} "
+                              f"{trees[spec.source].tree[:12]}); kernels and training not run")
+    if skip:
+        return finish(skip)
+    run_dir = Path(opts.out_dir) / gate
+    run_dir.mkdir(parents=True, exist_ok=True)
+    base = {**os.environ, "PYTHONPATH": ""}
+    setup_error = None
+    try:
+        t = time.monotonic()
+        base, _nccl = _kernels(opts, trees, prov, timings, data)
+        timings["kernels_s"] = round(time.monotonic() - t, 2)
+        host["nccl_runtime"] = data["nccl"]["runtime"]
+    except ReprostackError as e:
+        setup_error = f"setup: {e}"
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH"), str(trees[spec.source].path)) if p)
+
+    results, artifacts, checks, failures = {}, [], [], []
+    for name, arm in spec.arms.items():
+        if opts.arms and name not in opts.arms:
+            continue
+        if arm.deepep and setup_error:
+            failures.append(f"{name} arm: {setup_error}")
+            data["arms"][name] = {"failure": {"kind": "setup", "detail": setup_error}}
+            continue
+        t = time.monotonic()
+        res = _run_arm(opts, spec, profile, arm, base, run_dir, artifacts)
+        timings[f"{name}_s"] = round(time.monotonic() - t, 2)
+        parsed = res["parse"]
+        entry = {"command": res["command"], "log": res["log"], "env": res["env"],
+                 "returncode": res["outcome"].returncode, "timed_out": res["outcome"].timed_out,
+                 "transport_evidence": transport_evidence(parsed, host), "parse": parsed.to_dict()}
+        data["arms"][name] = entry
+        if "failure" in res:
+            fc = res["failure"]
+            entry["failure"] = fc.to_dict()
+            failures.append(f"{name} arm: {fc.kind}: {fc.detail} ({fc.first_line})")
+            continue
+        results[name] = res
+        checks += arm_checks(spec, profile, name, parsed, entry, data.get("nccl"))
+    checks += cross_checks(spec, profile, results)
+    if failures:
+        stood = [n for n in results]
+        why = "; ".join(failures) + (f" — completed arm(s) {', '.join(stood)}: "
+                                     f"{sum(c.passed for c in checks)}/{len(checks)} check(s) passed" if stood else "")
+        result, reason = decide(checks, ran_ok=False, failure_reason=why)
+    else:
+        result, reason = decide(checks, ran_ok=True)
+    return finish(GateReport(gate, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))
