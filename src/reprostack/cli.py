@@ -110,6 +110,10 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, default=None)
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
     p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
+    p.add_argument("--arms", default="deepep", help="comma list: deepep (always) and dense, the all_to_all_single "
+                                                    "comparison arm of gates/<gate>.yaml (default: deepep)")
+    p.add_argument("--legacy", action="store_true", help="also run DeepEP's legacy test_intranode.py (EP 2/4/8, "
+                                                         "one node) as second evidence")
 
 
 def _load(args) -> tuple[lockmod.Lock, Path]:
@@ -256,12 +260,13 @@ def _outdated(args, lock, opts) -> int:
 
 
 def _gates(args, lock, root, opts) -> int:
+    from .gates.arms import parse_arms
     from .gates.micro import MicroOptions, run_micro
     from .report import exit_code, write_reports
     mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
                       python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
                       node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-                      modes=args.modes, timeout_s=args.timeout)
+                      modes=args.modes, timeout_s=args.timeout, arms=parse_arms(args.arms), legacy=args.legacy)
     reports = [run_micro(mo)]  # all-gates: only gate 1 exists so far; later gates append in order
     written = write_reports(reports, Path(args.out), required={r.gate for r in reports})
     for r in reports:

@@ -40,3 +40,23 @@ def torchrun(python: str, script: str, args: list[str], *, gpus: int, nodes: int
             f"--node-rank={node_rank}", f"--master-addr={master_addr}", f"--master-port={master_port}",
             script, "--num-processes", str(gpus), *args]
     return Launch(argv, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
+
+
+def torchrun_workers(python: str, script: str, args: list[str], *, gpus: int, nodes: int = 1, node_rank: int = 0,
+                     master_addr: str | None = None, master_port: int | None = None) -> Launch:
+    """One process per GPU under torchrun (`--nproc-per-node gpus`): for drivers that call
+    init_process_group themselves from RANK / WORLD_SIZE / LOCAL_RANK (our dense driver).
+
+    One node: `--standalone` (torchrun picks a free local rendezvous port). Several nodes: static
+    rendezvous at master_addr:master_port, node `node_rank` of `nodes`. Raises ValueError for a bad node
+    rank or a multi-node launch without master address and port."""
+    argv = [python, "-X", "faulthandler", "-m", "torch.distributed.run"]
+    if nodes == 1:
+        return Launch(argv + ["--standalone", "--nnodes=1", f"--nproc-per-node={gpus}", script, *args], {})
+    if not 0 <= node_rank < nodes:
+        raise ValueError(f"node rank {node_rank} outside 0..{nodes - 1}")
+    if not master_addr or not master_port:
+        raise ValueError(f"{nodes} nodes need a master address and port")
+    argv += [f"--nnodes={nodes}", f"--nproc-per-node={gpus}", f"--node-rank={node_rank}",
+             f"--master-addr={master_addr}", f"--master-port={master_port}", script, *args]
+    return Launch(argv, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
