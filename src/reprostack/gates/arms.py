@@ -76,13 +76,13 @@ def run_dense(arm: ArmSpec, *, root: Path, python: str, env: dict, profile: Prof
     """Run our dense driver with one process per GPU (torchrun) and parse every node's log.
 
     master_port: the gate's; the dense arm uses master_port + 1 on several nodes (the test_ep store's port
-    may still be held). Never raises on the run's outcome."""
+    may still be held); timeout_s: its watchdog seconds. Never raises on the run's outcome."""
     world = nodes * profile.gpus_per_node
     launch = launchers.torchrun_workers(python, str(Path(root) / arm.script), list(arm.args), gpus=profile.gpus_per_node,
                                         nodes=nodes, node_rank=node_rank, master_addr=master_addr,
                                         master_port=(master_port + 1) if master_port and nodes > 1 else master_port)
     log = run_dir / (f"dense_a2a.node{node_rank}.log" if nodes > 1 else "dense_a2a.log")
-    text, run = _run(launch.argv, {**env, **launch.env}, root, arm.timeout_s or timeout_s, log)
+    text, run = _run(launch.argv, {**env, **launch.env}, root, timeout_s, log)
     logs = sorted(run_dir.glob("dense_a2a.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)
     parsed = parse_dense(text, world=world)
@@ -102,7 +102,7 @@ def run_legacy(arm: ArmSpec, *, deepep_tree: Path, python: str, env: dict, profi
     launch = launchers.local(python, str(Path(deepep_tree) / arm.script), list(arm.args), gpus=profile.gpus_per_node,
                              port=port)
     log = run_dir / "test_intranode.log"
-    text, run = _run(launch.argv, {**env, **launch.env}, deepep_tree, arm.timeout_s or timeout_s, log)
+    text, run = _run(launch.argv, {**env, **launch.env}, deepep_tree, timeout_s, log)
     parsed = parse_legacy(text)
     data = {**run, "parse": parsed.to_dict()}
     if not parsed.ok:

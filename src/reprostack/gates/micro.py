@@ -235,16 +235,21 @@ def verdict(profile: Profile, checks: list) -> tuple[str, str]:
 
 def _run_arms(opts: MicroOptions, spec: GateSpec, profile: Profile, trees: dict, env: dict, run_dir: Path,
               nodes: int, deepep_dc: float | None) -> list:
-    """The asked-for extra runs (dense arm, legacy test), in that order; [] when none was asked for."""
+    """The asked-for extra runs (dense arm, legacy test), in that order; [] when none was asked for.
+    Each one's watchdog: its yaml `timeout-s` (else the gate's), capped by the operator's --timeout."""
     out = []
-    timeout = opts.timeout_s or spec.timeout_s
+
+    def limit(arm) -> float:
+        own = arm.timeout_s or spec.timeout_s
+        return min(own, opts.timeout_s) if opts.timeout_s else own
+
     if "dense" in opts.arms:
         out.append(armsmod.run_dense(spec.dense, root=opts.root, python=opts.python, env=env, profile=profile,
                                      nodes=nodes, node_rank=opts.node_rank, master_addr=opts.master_addr,
                                      master_port=opts.master_port, run_dir=run_dir, out_dir=opts.out_dir,
-                                     timeout_s=timeout, deepep_dc_p50_us=deepep_dc))
+                                     timeout_s=limit(spec.dense), deepep_dc_p50_us=deepep_dc))
     if opts.legacy:
         out.append(armsmod.run_legacy(spec.legacy, deepep_tree=trees["deepep"].path, python=opts.python, env=env,
                                       profile=profile, port=opts.master_port, run_dir=run_dir,
-                                      out_dir=opts.out_dir, timeout_s=timeout))
+                                      out_dir=opts.out_dir, timeout_s=limit(spec.legacy)))
     return out
