@@ -120,10 +120,10 @@ def _args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:  # pragma: no cover - needs torch + a GPU; the device script runs it
     """Run the three phases on this rank and print their lines (see the module doc)."""
+    a = _args(argv)  # before torch: --help and bad arguments need no GPU stack
     import torch
     import torch.distributed as dist
 
-    a = _args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
