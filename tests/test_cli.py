@@ -188,7 +188,22 @@ def test_typo_profile_is_an_error_even_without_gpu(world, tmp_path, capsys):
     _, _, args = world
     out = tmp_path / "reports"
     code, _, err = run(capsys, "gate", "micro", *args, "--profile", "nosuch", "--out", str(out))
-    assert code == 2 and "no profile 'nosuch' (known: h200-ep1, p5en-efa-ep16)" in err
+    assert code == 2 and "no profile 'nosuch' (known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8, " \
+                         "p5en-efa-ep16)" in err
+    assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--arm", "dense"], "--arm 'dense': give a comma list of deepep, dense that includes deepep"),
+    (["--arm", "deepep,sparse"], "(unknown: sparse)"),
+    (["--profile", "h200-ep1", "--legacy"], "--legacy: tests/legacy/test_intranode.py runs at EP 2, 4, 8 only"),
+    (["--profile", "p5en-efa-ep16", "--legacy"], "is intranode only; profile p5en-efa-ep16 spans 2 nodes"),
+])
+def test_impossible_arm_requests_are_errors_before_anything_runs(world, tmp_path, capsys, extra, msg):
+    _, _, args = world
+    out = tmp_path / "reports"
+    code, _, err = run(capsys, "gate", "micro", *args, *extra, "--out", str(out))
+    assert code == 2 and msg in err, err
     assert not (out / "summary.json").exists()
 
 

@@ -32,7 +32,7 @@ def test_real_spec():
     assert spec.gate == "micro" and spec.script == "tests/elastic/test_ep.py"
     assert spec.kernels == ("nccl", "deepep") and spec.timeout_s == 1200.0
     assert "--test-first-only" in spec.args and spec.env["NCCL_NVLS_ENABLE"] == "0"
-    assert set(spec.profiles) == {"p5en-efa-ep16", "h200-ep1"}
+    assert set(spec.profiles) == {"p5en-efa-ep16", "h200-ep1", "h200-nvl-ep2", "h200-nvl-ep4", "h200-nvl-ep8"}
 
     ep16 = spec.profile("p5en-efa-ep16")
     assert (ep16.nodes, ep16.gpus_per_node, ep16.needs_efa, ep16.ep_size) == (2, 8, True, 16)
@@ -46,7 +46,8 @@ def test_real_spec():
     assert ep1.env == {"EP_DISABLE_GIN": "1"}
     assert [(b.metric, b.op, b.threshold) for b in ep1.bars] == [("dc_p50_us", "<=", 30)]
 
-    with pytest.raises(GateError, match=r"no profile 'ep8' \(known: h200-ep1, p5en-efa-ep16\)"):
+    with pytest.raises(GateError, match=r"no profile 'ep8' \(known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, "
+                                        r"h200-nvl-ep8, p5en-efa-ep16\)"):
         spec.profile("ep8")
 
 
@@ -109,14 +110,19 @@ EFA = [{"name": f"rdmap{i}s0", "pci": None, "ports": {}} for i in range(16)]
 @pytest.mark.parametrize("host,profile", [
     ({"gpu_count": 1, "efa_devices": []}, "h200-ep1"),
     ({"gpu_count": 8, "efa_devices": EFA}, "p5en-efa-ep16"),
+    ({"gpu_count": 2, "efa_devices": []}, "h200-nvl-ep2"),
+    ({"gpu_count": 4, "efa_devices": []}, "h200-nvl-ep4"),
+    ({"gpu_count": 8, "efa_devices": []}, "h200-nvl-ep8"),  # 8 GPUs, no EFA: one host over NVLink, not EP16
+    ({"gpu_count": 4, "efa_devices": [], "gpus": [{"name": "NVIDIA H200"}] * 4}, "h200-nvl-ep4"),
 ])
 def test_choose_profile_by_host(spec, host, profile):
     assert choose_profile(spec, None, host).name == profile
 
 
 @pytest.mark.parametrize("host", [
-    {"gpu_count": 4, "efa_devices": []},
-    {"gpu_count": 8, "efa_devices": []},  # 8 GPUs but no EFA: not the EP16 contract
+    {"gpu_count": 3, "efa_devices": []},
+    {"gpu_count": 16, "efa_devices": []},
+    {"gpu_count": 4, "efa_devices": [], "gpus": [{"name": "NVIDIA A100-SXM4-80GB"}] * 4},  # H200 profiles only
     {"gpu_count": 1, "efa_devices": EFA},
     {},
 ])
@@ -125,7 +131,7 @@ def test_choose_profile_no_match_names_known_profiles(spec, host):
         choose_profile(spec, None, host)
     msg = str(ei.value)
     assert msg.startswith(f"{spec.path}: no profile for this host ({host.get('gpu_count', 0)} GPU(s), EFA: ")
-    assert "pass --profile (known: p5en-efa-ep16, h200-ep1)" in msg
+    assert "pass --profile (known: p5en-efa-ep16, h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8)" in msg
 
 
 def test_named_profile_wins_over_detection(spec):

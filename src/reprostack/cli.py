@@ -111,11 +111,14 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
     p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
     p.add_argument("--arm", action="append", default=[],
-                   help="serving and training gates: arm(s) to run (repeatable; default: every arm)")
+                   help="arm(s) to run (repeatable or comma list; default: every arm of a serving/training gate; "
+                        "micro: deepep, plus dense for the all_to_all_single comparison arm)")
     p.add_argument("--var", action="append", default=[], metavar="K=V",
                    help="serving gates: value of a ${K} template variable of the gate spec (e.g. trtllm_seam=DIR)")
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="serving gates: appended to the server command (e.g. the test server's --fail-every=3)")
+    p.add_argument("--legacy", action="store_true", help="also run DeepEP's legacy test_intranode.py (EP 2/4/8, "
+                                                         "one node) as second evidence")
 
 
 def _load(args) -> tuple[lockmod.Lock, Path]:
@@ -280,11 +283,13 @@ def _run_gate(gate: str, args, lock, root, opts):
     if gate in TRAINING_GATES:
         return run_training_gate(gate, args, lock, root, opts)
     if gate == "micro":
+        from .gates.arms import parse_arms
         from .gates.micro import MicroOptions, run_micro
         mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
                           python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
                           node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-                          modes=args.modes, timeout_s=args.timeout)
+                          modes=args.modes, timeout_s=args.timeout,
+                          arms=parse_arms(",".join(args.arm) or "deepep"), legacy=args.legacy)
         return run_micro(mo)
     from .gates.serving import ServingOptions, run_serving
     variables = {}
@@ -304,6 +309,7 @@ def _gates(args, lock, root, opts) -> int:
     """`gate NAME` runs one gate; `all-gates` runs GATE_ORDER, a gate whose requirement did not pass is
     reported `not-run` (never a pass), and one combined report is written."""
     from .report import exit_code, not_run, write_reports
+    args.arm = [a for x in args.arm for a in x.split(",") if a.strip()]
     # all-gates: a gate of GATE_ORDER without gates/<gate>.yaml in this project is reported MISSING (never a pass)
     names = [args.gate] if args.cmd == "gate" else [g for g in GATE_ORDER if _spec_file(root, g).is_file()]
     requires = {g: _requires(root, g) for g in names} if args.cmd == "all-gates" else {names[0]: ()}

@@ -42,13 +42,19 @@ def torchrun(python: str, script: str, args: list[str], *, gpus: int, nodes: int
     return Launch(argv, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
 
 
-def torchrun_gpus(python: str, script: str, args: list[str], *, gpus: int, nodes: int, node_rank: int,
-                  master_addr: str, master_port: int) -> Launch:
-    """A training driver that is one process per GPU: torchrun with `gpus` workers on each of `nodes` nodes
-    (node `node_rank`); one node is the same with nodes=1 and a local master. Workers get RANK, LOCAL_RANK,
-    WORLD_SIZE, GROUP_RANK (= node rank) from torchrun. Raises ValueError for a node rank outside the nodes."""
+def torchrun_workers(python: str, script: str, args: list[str], *, gpus: int, nodes: int = 1, node_rank: int = 0,
+                     master_addr: str | None = None, master_port: int | None = None) -> Launch:
+    """One process per GPU under torchrun (`--nproc-per-node gpus`) on each of `nodes` nodes (this is node
+    `node_rank`), for drivers that call init_process_group from RANK / WORLD_SIZE / LOCAL_RANK (the training
+    driver, the dense arm). One node without a master: a local one on 127.0.0.1 and a free port (the form
+    that ran on the lent H200). Raises ValueError for a node rank outside the nodes or several nodes
+    without master address and port."""
     if not 0 <= node_rank < nodes:
         raise ValueError(f"node rank {node_rank} outside 0..{nodes - 1}")
+    if nodes > 1 and (not master_addr or not master_port):
+        raise ValueError(f"{nodes} nodes need a master address and port")
+    master_addr = master_addr or "127.0.0.1"
+    master_port = master_port or free_port()
     argv = [python, "-X", "faulthandler", "-m", "torch.distributed.run", f"--nnodes={nodes}",
             f"--nproc-per-node={gpus}", f"--node-rank={node_rank}", f"--master-addr={master_addr}",
             f"--master-port={master_port}", script, *args]

@@ -1,9 +1,12 @@
 """Gate 1 (micro): lock -> sources -> kernels -> DeepEP test_ep.py -> parsed phases -> bars -> report.
 
 The gate passes only on measured evidence: a complete phase table for every rank and every bar of
-the profile met, with exactly one NCCL (the pinned one) in the process. No GPU -> SKIP with the
+the profile met, with exactly one NCCL (the pinned one) in the process, on a profile whose bars were
+measured (`bars-status: unmeasured` -> FAIL with every number reported). No GPU -> SKIP with the
 reason (after sources were fetched, patched and verified, which needs no GPU). A crash or timeout ->
-ERROR with the classified failure and the raw log.
+ERROR with the classified failure and the raw log. Optional runs (gates.arms): the dense comparison arm
+(`arms` with "dense") and DeepEP's legacy intranode test (`legacy`); each asked-for run adds a
+completeness check. Per-phase figures (gates.metrics) go to `data.metrics`, reported, not bars.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from ..kernels import runtime, toolchain
 from ..kernels.recipe import load_recipe
 from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, skipped, utc_now
-from . import launchers
+from . import arms as armsmod
+from . import launchers, metrics
 from .parsers.failure import classify_failure
 from .parsers.test_ep import parse_test_ep
 from .spec import GateSpec, Profile, load_spec
@@ -48,15 +52,22 @@ class MicroOptions:
     modes: str = "first"
     timeout_s: float | None = None
     extra_args: list[str] = field(default_factory=list)
+    arms: tuple[str, ...] = ("deepep",)
+    legacy: bool = False
 
 
 def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
     """The named profile, else the one matching this host: EFA and 8 GPUs -> the EP16 contract;
-    otherwise a single-node profile whose GPU count equals the host's. Raises ReprostackError if none."""
+    otherwise a single-node profile whose GPU count equals the host's (no EFA, N GPUs over NVLink ->
+    h200-nvl-epN, one GPU -> h200-ep1). A profile with `gpu-model` matches only when every GPU name the
+    host lists contains it (a host that lists no names is not filtered). Raises ReprostackError if none."""
     if name:
         return spec.profile(name)
     gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
+    names = [g.get("name", "") for g in host.get("gpus", [])]
     for p in spec.profiles.values():
+        if p.gpu_model and names and not all(p.gpu_model in n for n in names):
+            continue
         if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
             return p
     raise ReprostackError(f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
@@ -81,8 +92,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
     t0, started = time.monotonic(), utc_now()
     timings: dict[str, float] = {}
     spec = load_spec(opts.root, GATE)
-    if opts.profile:
-        spec.profile(opts.profile)  # a typo'd profile is an error, also on a host that will skip
+    if opts.profile:  # a typo'd profile or an impossible run is an error, also on a host that will skip
+        armsmod.check_request(spec, spec.profile(opts.profile), opts.arms, opts.legacy)
     host = hostinfo.collect()
 
     t = time.monotonic()
@@ -104,6 +115,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
                f"(deepep {trees['deepep'].tree[:12]}, nccl {trees['nccl'].tree[:12]}); kernels and test_ep not run")
         return finish(skipped(GATE, opts.profile or "-", why, provenance=prov))
     profile = choose_profile(spec, opts.profile, host)
+    armsmod.check_request(spec, profile, opts.arms, opts.legacy)
     if profile.gpus_per_node > host["gpu_count"]:
         return finish(skipped(GATE, profile.name, f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) "
                               f"per node, this host has {host['gpu_count']}", provenance=prov))
@@ -130,6 +142,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
         env = runtime.runtime_env(deepep.out)
         env.update(spec.env)
         env.update(profile.env)
+        env["EP_JIT_CACHE_DIR"] = str(deepep.out / "jit")
         t = time.monotonic()
         one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
         timings["nccl_check_s"] = round(time.monotonic() - t, 2)
@@ -151,10 +164,14 @@ def run_micro(opts: MicroOptions) -> GateReport:
                                   f"(and --node-rank on each node)")
         launch = launchers.torchrun(opts.python, script, args, gpus=profile.gpus_per_node, nodes=nodes,
                                     node_rank=opts.node_rank, master_addr=opts.master_addr, master_port=opts.master_port)
+    elif profile.launcher == "torchrun":  # one agent on this node; test_ep spawns the GPUs' ranks
+        launch = launchers.torchrun(opts.python, script, args, gpus=profile.gpus_per_node, nodes=1, node_rank=0,
+                                    master_addr=opts.master_addr or "127.0.0.1",
+                                    master_port=opts.master_port or launchers.free_port())
     else:
         launch = launchers.local(opts.python, script, args, gpus=profile.gpus_per_node, port=opts.master_port)
+    base_env = dict(env)  # the arms get the gate's environment without test_ep's launcher variables
     env.update(launch.env)
-    env["EP_JIT_CACHE_DIR"] = str(deepep.out / "jit")
     # one log per node; with a shared --out, node 0 parses all of them (each node prints its own ranks)
     log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
     data["command"] = launch.argv
@@ -173,6 +190,15 @@ def run_micro(opts: MicroOptions) -> GateReport:
         if b.log.exists():
             artifacts.append(artifact_for(b.log))
 
+    values = metrics.deepep_metrics(parsed, profile.scale_up_limit_gbs)
+    extra = _run_arms(opts, spec, profile, trees, base_env, run_dir, nodes, parsed.dc_p50_us)
+    for a in extra:
+        data[a.name] = a.data
+        values.update(a.values)
+        artifacts += a.artifacts
+    data["metrics"] = metrics.rows(values, profile.scale_up_limit_source)
+    data["bars_status"] = profile.bars_status
+
     if not parsed.complete:
         fc = classify_failure(text, outcome.returncode, outcome.timed_out, num_ranks=profile.ep_size, modes=opts.modes)
         data["failure"] = fc.to_dict()
@@ -183,13 +209,47 @@ def run_micro(opts: MicroOptions) -> GateReport:
                        note="; ".join(parsed.problems) or None),
               evaluate("nccl_runtime", "version", one["runtime"], "==", nccl.info["version"],
                        note=f"ncclGetVersion of the only NCCL mapped: {one['mapped'][0]}")]
-    metrics = {"dc_p50_us": parsed.dc_p50_us,
-               "dispatch_p50_us": parsed.phases["dispatch"].p50 if "dispatch" in parsed.phases else None,
-               "combine_p50_us": parsed.phases["combine"].p50 if "combine" in parsed.phases else None}
     for bar in profile.bars:
-        checks.append(evaluate(bar.metric, bar.unit, metrics[bar.metric], bar.op, bar.threshold, note=bar.source))
+        checks.append(evaluate(bar.metric, bar.unit, values.get(bar.metric), bar.op, bar.threshold, note=bar.source))
+    checks += [a.check for a in extra]
     if outcome.returncode != 0:
         data["after_finish"] = (f"exit {outcome.returncode} after every phase line was printed "
                                 f"(teardown; not counted, see test_ep.teardown_lines)")
-    result, reason = decide(checks, ran_ok=True)
+    result, reason = verdict(profile, checks)
     return finish(GateReport(GATE, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))
+
+
+def verdict(profile: Profile, checks: list) -> tuple[str, str]:
+    """(result, reason) of a run that completed. A profile whose bars are not measured never passes: a
+    failing `bars_status` check is added to `checks` (in place) and the result is "fail" with the reason
+    "profile X has no measured bar yet; numbers reported" (plus any other failed check)."""
+    if profile.measured:
+        return decide(checks, ran_ok=True)
+    others = [c for c in checks if not c.passed]
+    why = f"profile {profile.name} has no measured bar yet; numbers reported"
+    checks.append(evaluate("bars_status", "", profile.bars_status, "==", "measured",
+                           note=f"{why} (gates/micro.yaml: bars-status)"))
+    _, more = decide(others, ran_ok=True) if others else (None, "")
+    return "fail", why + (f"; also: {more}" if more else "")
+
+
+def _run_arms(opts: MicroOptions, spec: GateSpec, profile: Profile, trees: dict, env: dict, run_dir: Path,
+              nodes: int, deepep_dc: float | None) -> list:
+    """The asked-for extra runs (dense arm, legacy test), in that order; [] when none was asked for.
+    Each one's watchdog: its yaml `timeout-s` (else the gate's), capped by the operator's --timeout."""
+    out = []
+
+    def limit(arm) -> float:
+        own = arm.timeout_s or spec.timeout_s
+        return min(own, opts.timeout_s) if opts.timeout_s else own
+
+    if "dense" in opts.arms:
+        out.append(armsmod.run_dense(spec.dense, root=opts.root, python=opts.python, env=env, profile=profile,
+                                     nodes=nodes, node_rank=opts.node_rank, master_addr=opts.master_addr,
+                                     master_port=opts.master_port, run_dir=run_dir, out_dir=opts.out_dir,
+                                     timeout_s=limit(spec.dense), deepep_dc_p50_us=deepep_dc))
+    if opts.legacy:
+        out.append(armsmod.run_legacy(spec.legacy, deepep_tree=trees["deepep"].path, python=opts.python, env=env,
+                                      profile=profile, port=opts.master_port, run_dir=run_dir,
+                                      out_dir=opts.out_dir, timeout_s=limit(spec.legacy)))
+    return out

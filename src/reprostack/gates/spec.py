@@ -25,9 +25,18 @@ class Bar:
     source: str
 
 
+BARS_MEASURED, BARS_UNMEASURED = "measured", "unmeasured"
+
+
 @dataclass(frozen=True)
 class Profile:
-    """A hardware profile: EP size = nodes x gpus_per_node; bars say what passes on that hardware."""
+    """A hardware profile: EP size = nodes x gpus_per_node; bars say what passes on that hardware.
+
+    bars_status: "measured" (bars set from runs on this hardware) or "unmeasured" (no run yet: the gate
+    reports every number but never passes, see gates.micro); scale_up_limit_gbs: the part's scale-up
+    (NVLink) bandwidth per direction per GPU in GB/s, None when the yaml gives none, with its source;
+    launcher: "local" (the script spawns its ranks) or "torchrun" (one torchrun agent per node);
+    gpu_model: a substring every GPU name must hold for auto-detection (None: any)."""
 
     name: str
     nodes: int
@@ -37,10 +46,35 @@ class Profile:
     env: dict
     bars: tuple[Bar, ...]
     description: str = ""
+    bars_status: str = BARS_MEASURED
+    scale_up_limit_gbs: float | None = None
+    scale_up_limit_source: str | None = None
+    launcher: str = "local"
+    gpu_model: str | None = None
 
     @property
     def ep_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def measured(self) -> bool:
+        """True only when the yaml says the bars come from measurements on this hardware."""
+        return self.bars_status == BARS_MEASURED
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """A second program run next to the gate's script (`dense:` / `legacy:` of the yaml).
+
+    script: for `dense` a path under the project root (our driver), for `legacy` a path in the patched
+    deepep tree; ep_sizes: the EP sizes it can run at (empty: any); timeout_s: watchdog seconds (None: the
+    gate's)."""
+
+    script: str
+    args: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    ep_sizes: tuple[int, ...] = ()
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +89,8 @@ class GateSpec:
     kernels: tuple[str, ...]
     profiles: dict = field(default_factory=dict)
     description: str = ""
+    dense: ArmSpec | None = None
+    legacy: ArmSpec | None = None
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
@@ -74,12 +110,26 @@ def load_spec(root: Path, gate: str) -> GateSpec:
     validate(data, lines, schema, str(path), GateSpecError)
     if data["gate"] != gate:
         raise GateSpecError(str(path), lines.get(("gate",)), "gate", f"is {data['gate']!r}, file name says {gate!r}")
-    profiles = {
-        name: Profile(name=name, nodes=p["nodes"], gpus_per_node=p["gpus-per-node"],
-                      needs_efa=p.get("needs-efa", False), args=tuple(p.get("args", ())), env=dict(p.get("env", {})),
-                      bars=tuple(Bar(**b) for b in p["bars"]), description=p.get("description", ""))
-        for name, p in data["profiles"].items()}
+    profiles = {name: _profile(name, p) for name, p in data["profiles"].items()}
     return GateSpec(gate=gate, path=path, sha256=hashlib.sha256(raw).hexdigest(), script=data["script"],
                     args=tuple(data.get("args", ())), env=dict(data.get("env", {})),
                     timeout_s=float(data.get("timeout-s", 1800)), kernels=tuple(data.get("kernels", ())),
-                    profiles=profiles, description=data.get("description", ""))
+                    profiles=profiles, description=data.get("description", ""),
+                    dense=_arm(data.get("dense")), legacy=_arm(data.get("legacy")))
+
+
+def _profile(name: str, p: dict) -> Profile:
+    return Profile(name=name, nodes=p["nodes"], gpus_per_node=p["gpus-per-node"],
+                   needs_efa=p.get("needs-efa", False), args=tuple(p.get("args", ())), env=dict(p.get("env", {})),
+                   bars=tuple(Bar(**b) for b in p["bars"]), description=p.get("description", ""),
+                   bars_status=p.get("bars-status", BARS_MEASURED), scale_up_limit_gbs=p.get("scale-up-limit-gbs"),
+                   scale_up_limit_source=p.get("scale-up-limit-source"), launcher=p.get("launcher", "local"),
+                   gpu_model=p.get("gpu-model"))
+
+
+def _arm(a: dict | None) -> ArmSpec | None:
+    if a is None:
+        return None
+    return ArmSpec(script=a["script"], args=tuple(a.get("args", ())),
+                   timeout_s=float(a["timeout-s"]) if "timeout-s" in a else None,
+                   ep_sizes=tuple(a.get("ep-sizes", ())), description=a.get("description", ""))

@@ -108,9 +108,9 @@ def _launch(opts: TrainingOptions, spec: TrainingSpec, profile, script: str, arg
     if nodes > 1 and (not opts.master_addr or not opts.master_port):
         raise ReprostackError(f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
                               f"(and --node-rank on each node)")
-    return launchers.torchrun_gpus(opts.python, script, args, gpus=profile.gpus_per_node, nodes=nodes,
-                                   node_rank=opts.node_rank, master_addr=opts.master_addr or "127.0.0.1",
-                                   master_port=opts.master_port or launchers.free_port()), nodes
+    return launchers.torchrun_workers(opts.python, script, args, gpus=profile.gpus_per_node, nodes=nodes,
+                                      node_rank=opts.node_rank, master_addr=opts.master_addr,
+                                      master_port=opts.master_port), nodes
 
 
 def _run_arm(opts, spec, profile, arm, env: dict, run_dir: Path, artifacts: list) -> dict:

@@ -93,11 +93,22 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
                     f"{_cell(c.unit)} | {'yes' if c.passed else 'NO'} |" for c in r.checks]
         else:
             out.append("No checks.")
+        out += _measurements(r.data.get("metrics"))
         out += ["", f"Started {r.started}, ended {r.ended}, {r.duration_s} s.", "", "### provenance", ""]
         out += [f"- {_cell(k)}: `{json.dumps(v, sort_keys=True)}`" for k, v in sorted(r.provenance.items())] or ["(none)"]
         if r.artifacts:
             out += ["", "### artifacts", ""] + [f"- `{a.path}` sha256 {a.sha256} ({a.bytes} bytes)" for a in r.artifacts]
     return "\n".join(out) + "\n"
+
+
+def _measurements(rows) -> list[str]:
+    """Markdown table of a report's `data.metrics` rows ({"metric", "unit", "value", "note"}), if any."""
+    if not rows or not isinstance(rows, list):
+        return []
+    out = ["", "### measurements (reported; a bar only where a check above names the metric)", "",
+           "| metric | value | unit | note |", "|---|---|---|---|"]
+    return out + [f"| {_cell(m.get('metric'))} | {_cell(m.get('value'))} | {_cell(m.get('unit'))} | "
+                  f"{_cell(m.get('note'))} |" for m in rows if isinstance(m, dict)]
 
 
 def _junit(reports: list[GateReport]) -> str:

@@ -1,0 +1,113 @@
+"""Gate 1's extra runs next to test_ep: the dense comparison arm (our all_to_all_single driver) and DeepEP's
+legacy intranode test as second evidence. Each runs under the watchdog with the gate's environment (one
+NCCL, multicast off), keeps its raw log, and comes back as data + figures + one completeness check: an
+arm the operator asked for that did not produce its whole output makes the gate fail, never pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GateError
+from ..report import Check, artifact_for, evaluate
+from . import launchers, metrics
+from .parsers.dense_a2a import parse_dense
+from .parsers.failure import classify_failure
+from .parsers.legacy_intranode import parse_legacy
+from .spec import ArmSpec, GateSpec, Profile
+from .watchdog import run_with_watchdog
+
+ARMS = ("deepep", "dense")
+
+
+def parse_arms(text: str) -> tuple[str, ...]:
+    """`deepep,dense` -> ("deepep", "dense"). Raises GateError for an unknown arm or one without deepep
+    (the gate's verdict is DeepEP's; the dense arm is its comparison)."""
+    arms = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
+    bad = [a for a in arms if a not in ARMS]
+    if bad or "deepep" not in arms:
+        raise GateError(f"--arm {text!r}: give a comma list of {', '.join(ARMS)} that includes deepep"
+                        + (f" (unknown: {', '.join(bad)})" if bad else ""))
+    return arms
+
+
+def check_request(spec: GateSpec, profile: Profile, arms: tuple[str, ...], legacy: bool) -> None:
+    """Raise GateError (before anything is built) when an asked-for run cannot happen on this profile."""
+    if "dense" in arms and spec.dense is None:
+        raise GateError(f"{spec.path}: --arm dense, but the spec has no `dense:` section")
+    if not legacy:
+        return
+    if spec.legacy is None:
+        raise GateError(f"{spec.path}: --legacy, but the spec has no `legacy:` section")
+    if profile.nodes > 1:
+        raise GateError(f"--legacy: {spec.legacy.script} is intranode only; profile {profile.name} spans "
+                        f"{profile.nodes} nodes")
+    if spec.legacy.ep_sizes and profile.ep_size not in spec.legacy.ep_sizes:
+        raise GateError(f"--legacy: {spec.legacy.script} runs at EP {', '.join(map(str, spec.legacy.ep_sizes))} "
+                        f"only ({spec.path}: legacy.ep-sizes); profile {profile.name} is EP{profile.ep_size}")
+
+
+@dataclass
+class ArmRun:
+    """One extra run: `data` for the report, `values` (metrics.py names), `check` (completeness) and the
+    raw log(s) as artifacts."""
+
+    name: str
+    data: dict
+    values: dict
+    check: Check
+    artifacts: list = field(default_factory=list)
+
+
+def _run(argv, env, cwd, timeout_s, log: Path) -> tuple[str, dict]:
+    outcome = run_with_watchdog(argv, env=env, cwd=str(cwd), timeout_s=timeout_s, log_path=log)
+    return log.read_text(errors="replace"), {"command": argv, "returncode": outcome.returncode,
+                                             "timed_out": outcome.timed_out, "seconds": round(outcome.duration_s, 2)}
+
+
+def _failure(text: str, run: dict) -> dict:
+    return classify_failure(text, run["returncode"], run["timed_out"]).to_dict()
+
+
+def run_dense(arm: ArmSpec, *, root: Path, python: str, env: dict, profile: Profile, nodes: int, node_rank: int,
+              master_addr: str | None, master_port: int | None, run_dir: Path, out_dir: Path,
+              timeout_s: float, deepep_dc_p50_us: float | None) -> ArmRun:
+    """Run our dense driver with one process per GPU (torchrun) and parse every node's log.
+
+    master_port: the gate's; the dense arm uses master_port + 1 on several nodes (the test_ep store's port
+    may still be held); timeout_s: its watchdog seconds. Never raises on the run's outcome."""
+    world = nodes * profile.gpus_per_node
+    launch = launchers.torchrun_workers(python, str(Path(root) / arm.script), list(arm.args), gpus=profile.gpus_per_node,
+                                        nodes=nodes, node_rank=node_rank, master_addr=master_addr,
+                                        master_port=(master_port + 1) if master_port and nodes > 1 else master_port)
+    log = run_dir / (f"dense_a2a.node{node_rank}.log" if nodes > 1 else "dense_a2a.log")
+    text, run = _run(launch.argv, {**env, **launch.env}, root, timeout_s, log)
+    logs = sorted(run_dir.glob("dense_a2a.node*.log")) if nodes > 1 else [log]
+    text = "\n".join(p.read_text(errors="replace") for p in logs)
+    parsed = parse_dense(text, world=world)
+    data = {**run, "parse": parsed.to_dict()}
+    if not parsed.ok:
+        data["failure"] = _failure(text, run)
+    check = evaluate("dense_arm_complete", "", parsed.ok, "==", True,
+                     note="; ".join(parsed.problems[:4]) or f"{world} rank(s) x {len(parsed.phases)} phases, checks ok")
+    return ArmRun("dense", data, metrics.dense_metrics(parsed, deepep_dc_p50_us), check,
+                  [artifact_for(p, relative_to=out_dir) for p in logs])
+
+
+def run_legacy(arm: ArmSpec, *, deepep_tree: Path, python: str, env: dict, profile: Profile, port: int | None,
+               run_dir: Path, out_dir: Path, timeout_s: float) -> ArmRun:
+    """Run DeepEP's legacy intranode test from the patched tree (it spawns its own ranks) and parse it.
+    check_request has already refused profiles it cannot run on. Never raises on the run's outcome."""
+    launch = launchers.local(python, str(Path(deepep_tree) / arm.script), list(arm.args), gpus=profile.gpus_per_node,
+                             port=port)
+    log = run_dir / "test_intranode.log"
+    text, run = _run(launch.argv, {**env, **launch.env}, deepep_tree, timeout_s, log)
+    parsed = parse_legacy(text)
+    data = {**run, "parse": parsed.to_dict()}
+    if not parsed.ok:
+        data["failure"] = _failure(text, run)
+    check = evaluate("legacy_complete", "", parsed.ok, "==", True,
+                     note="; ".join(parsed.problems[:4]) or f"{parsed.tests_passed}/{parsed.tests_run} cases passed, "
+                                                           f"{', '.join(parsed.sections)} tuned")
+    return ArmRun("legacy", data, metrics.legacy_metrics(parsed), check, [artifact_for(log, relative_to=out_dir)])
