@@ -202,3 +202,19 @@ def test_run_dense_failure_is_a_failed_check_with_its_class(tmp_path):
                          master_port=None, run_dir=run_dir, out_dir=tmp_path, timeout_s=30, deepep_dc_p50_us=None)
     assert not res.check.passed and "combine: rank(s) 5, 6 missing of 8" in res.check.note
     assert res.data["failure"]["kind"] == "unknown" and res.data["returncode"] == 1
+
+
+def test_real_h200_ep1_dense_log_gives_the_committed_report():
+    """The dense driver's output captured on the lent H200 (results/gate_micro/2026-11-29-h200-ep1-dense-arm)
+    parses to the figures of the report committed with it."""
+    p = parse_dense((FIX / "real" / "h200-ep1-dense.log").read_text(), world=1)
+    assert p.ok and p.complete
+    report = json.loads((REPO_ROOT / "results/gate_micro/2026-11-29-h200-ep1-dense-arm/micro.json").read_text())
+    values = {c["metric"]: c["value"] for c in report["checks"]}
+    measured = {m["metric"]: m["value"] for m in report["data"]["metrics"]}
+    assert values["dense_arm_complete"] is True and report["result"] == "pass"
+    assert p.phases["dispatch"]["p50_us"] == pytest.approx(260.528)
+    assert p.phases["combine"]["p50_us"] == pytest.approx(138.208)
+    assert p.dc_p50_us == pytest.approx(398.736)
+    assert measured["dense_dc_p50_us"] == pytest.approx(p.dc_p50_us)
+    assert measured["deepep_over_dense_dc"] == pytest.approx(round(measured["dc_p50_us"] / p.dc_p50_us, 6))
