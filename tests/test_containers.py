@@ -191,10 +191,10 @@ def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
 
 def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     recipes = load_all(REPO_ROOT)
-    assert {"substrate", "deepep", "vllm", "sglang", "selftest", "selftest-child"} <= set(recipes)
+    assert {"substrate", "deepep", "vllm", "sglang", "megatron", "selftest", "selftest-child"} <= set(recipes)
     lock = lockmod.load(REPO_ROOT / "upstreams.lock")
     fake_parent = "sha256:" + "ab" * 32
-    for name in ("substrate", "deepep", "vllm", "sglang"):
+    for name in ("substrate", "deepep", "vllm", "sglang", "megatron"):
         text, args, labels = render_recipe(recipes[name], lock, from_ref=fake_parent)
         assert f"\nFROM {fake_parent}\n" in text
         assert "{{" not in text and "git clone" not in text
@@ -209,6 +209,8 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
         text, _, _ = render_recipe(recipes[name], lock, from_ref=fake_parent)
         assert f"COPY wheels/{name} /tmp/wheels" in text and "--require-hashes" in text and "--no-deps" in text
         assert recipes[name].parent == "deepep" and lock.get(f"{name}-wheels").on == "substrate-wheels"
+    _, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
+    assert args == {"MEGATRON_PATCHED_TREE": lock.git("megatron-lm").patched_tree}
     assert labels["org.opencontainers.image.title"] == f"reprostack deepep (DeepEP V2 over NCCL {nccl.original})"
     assert recipes["deepep"].parent == "substrate" and recipes["substrate"].base.digest is None
 
