@@ -5,12 +5,10 @@ No internet: the index is an http.server on 127.0.0.1 in a thread; pip's config 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import http.server
 import os
 import threading
-import zipfile
 from functools import partial
 from pathlib import Path
 
@@ -19,28 +17,11 @@ import pytest
 from reprostack import cli
 from reprostack.lock import load
 from lockfiles import lock_head
+from wheelindex import make_wheel
 
 
 def _wheel(dest: Path, name: str, version: str, tag: str = "py3-none-any") -> Path:
-    """A minimal valid wheel: one module, METADATA, WHEEL, RECORD."""
-    mod = name.replace("-", "_")
-    path = dest / f"{mod}-{version}-{tag}.whl"
-    di = f"{mod}-{version}.dist-info"
-    files = {
-        f"{mod}/__init__.py": f"VERSION = {version!r}\n",
-        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{di}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {'true' if tag.endswith('any') else 'false'}\nTag: {tag}\n",
-    }
-    record = []
-    for n, t in files.items():
-        d = base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{n},sha256={d},{len(t.encode())}")
-    record.append(f"{di}/RECORD,,")
-    files[f"{di}/RECORD"] = "\n".join(record) + "\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for n, t in files.items():
-            z.writestr(zipfile.ZipInfo(n, (2020, 1, 1, 0, 0, 0)), t)
-    return path
+    return make_wheel(dest, name, version, tag=tag)
 
 
 def _sha(p: Path) -> str:

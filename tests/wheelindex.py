@@ -20,7 +20,7 @@ def make_wheel(dest: Path, name: str, version: str, requires: tuple[str, ...] = 
     files = {
         f"{mod}/__init__.py": f"VERSION = {version!r}\n",
         f"{di}/METADATA": meta,
-        f"{di}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n",
+        f"{di}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {'true' if tag.endswith('any') else 'false'}\nTag: {tag}\n",
     }
     record = []
     for n, t in files.items():

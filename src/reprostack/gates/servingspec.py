@@ -9,17 +9,14 @@ An unknown `${name}` is an error naming the file and line, raised before anythin
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import string
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from ..errors import GateError
-from ..yamlsrc import compose, validate
 from .parsers.servelog import Requirement
-from .spec import GateSpecError
+from .spec import GateSpecError, read_gate_yaml
 
 RUNTIME_VARS = ("model", "served_model", "port", "leader_addr", "rpc_port", "nodes", "node_rank", "gpus_per_node",
                 "ep", "python", "run_dir", "arm", "root")
@@ -170,17 +167,8 @@ def load_serving_spec(root: Path, gate: str) -> ServingSpec:
     file name, a regex that does not compile, an unknown `${var}`, a bar for a cell the sweep does not have,
     duplicate cell names, or a bars.arm that is not an arm; nothing is run or written then.
     """
-    path = Path(root) / "gates" / f"{gate}.yaml"
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise GateSpecError(str(path), None, "(file)", e.strerror or str(e)) from None
-    data, lines = compose(raw.decode(), str(path), GateSpecError)
-    schema = json.loads(resources.files("reprostack").joinpath("schemas/serving.schema.json").read_text())
-    validate(data, lines, schema, str(path), GateSpecError)
+    path, raw, data, lines = read_gate_yaml(root, gate, "serving.schema.json")
     sp = str(path)
-    if data["gate"] != gate:
-        raise GateSpecError(sp, lines.get(("gate",)), "gate", f"is {data['gate']!r}, file name says {gate!r}")
     reqs = {}
     for kind in ("required", "forbidden"):
         out = []

@@ -98,18 +98,25 @@ class GateSpec:
         return self.profiles[name]
 
 
-def load_spec(root: Path, gate: str) -> GateSpec:
-    """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (file:line: field: problem)."""
-    path = Path(root) / "gates" / f"{gate}.yaml"
+def read_gate_yaml(root: Path, gate: str, schema: str, file_stem: str | None = None) -> tuple[Path, bytes, dict, dict]:
+    """Read `<root>/gates/<file_stem or gate>.yaml`, validate it against `schemas/<schema>` and check its `gate:`
+    names `gate`. Returns (path, raw bytes, data, {yaml path: line}). Raises GateSpecError (FILE:LINE: field)."""
+    path = Path(root) / "gates" / f"{file_stem or gate}.yaml"
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise GateSpecError(str(path), None, "(file)", e.strerror or str(e)) from None
     data, lines = compose(raw.decode(), str(path), GateSpecError)
-    schema = json.loads(resources.files("reprostack").joinpath("schemas/gate.schema.json").read_text())
-    validate(data, lines, schema, str(path), GateSpecError)
+    validate(data, lines, json.loads(resources.files("reprostack").joinpath(f"schemas/{schema}").read_text()),
+             str(path), GateSpecError)
     if data["gate"] != gate:
         raise GateSpecError(str(path), lines.get(("gate",)), "gate", f"is {data['gate']!r}, file name says {gate!r}")
+    return path, raw, data, lines
+
+
+def load_spec(root: Path, gate: str) -> GateSpec:
+    """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (file:line: field: problem)."""
+    path, raw, data, lines = read_gate_yaml(root, gate, "gate.schema.json")
     profiles = {name: _profile(name, p) for name, p in data["profiles"].items()}
     return GateSpec(gate=gate, path=path, sha256=hashlib.sha256(raw).hexdigest(), script=data["script"],
                     args=tuple(data.get("args", ())), env=dict(data.get("env", {})),

@@ -7,14 +7,11 @@ every arm; `arms_loss_rel_diff_max` compares the arms and has none; `efa_tx_gb` 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from ..errors import GateError
-from ..yamlsrc import compose, validate
-from .spec import Bar, GateSpecError, Profile
+from .spec import Bar, GateSpecError, Profile, read_gate_yaml
 
 
 @dataclass(frozen=True)
@@ -74,16 +71,7 @@ class TrainingSpec:
 def load_training_spec(root: Path, gate: str) -> TrainingSpec:
     """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (`FILE:LINE: field: problem`) for
     schema errors, a file name that disagrees with `gate:`, a bar naming an unknown arm, or a missing driver."""
-    path = Path(root) / "gates" / f"{gate}.yaml"
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise GateSpecError(str(path), None, "(file)", e.strerror or str(e)) from None
-    data, lines = compose(raw.decode(), str(path), GateSpecError)
-    schema = json.loads(resources.files("reprostack").joinpath("schemas/training.schema.json").read_text())
-    validate(data, lines, schema, str(path), GateSpecError)
-    if data["gate"] != gate:
-        raise GateSpecError(str(path), lines.get(("gate",)), "gate", f"is {data['gate']!r}, file name says {gate!r}")
+    path, raw, data, lines = read_gate_yaml(root, gate, "training.schema.json")
     arms = {n: Arm(n, tuple(a.get("args", ())), dict(a.get("env", {})), a.get("deepep", False),
                    a.get("reference", False), a.get("description", "")) for n, a in (data.get("arms") or {}).items()}
     profiles = {}
