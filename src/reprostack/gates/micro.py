@@ -34,8 +34,9 @@ GATE = "micro"
 
 
 @dataclass
-class MicroOptions:
-    """What the operator chose. `python`: the interpreter holding torch (default: this one)."""
+class GateRunOptions:
+    """What the operator chose for a GPU gate that builds the kernels (micro, training). `python`: the
+    interpreter holding torch (default: this one); nodes/node_rank/master_*: the torchrun topology."""
 
     root: Path
     lock: Lock
@@ -49,9 +50,15 @@ class MicroOptions:
     node_rank: int = 0
     master_addr: str | None = None
     master_port: int | None = None
-    modes: str = "first"
     timeout_s: float | None = None
     extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MicroOptions(GateRunOptions):
+    """GateRunOptions plus test_ep's modes, the arms (deepep, dense) and the legacy second evidence."""
+
+    modes: str = "first"
     arms: tuple[str, ...] = ("deepep",)
     legacy: bool = False
 

@@ -14,9 +14,8 @@ still reported and stand on their own.
 from __future__ import annotations
 
 import os
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import hostinfo, sources
@@ -27,7 +26,7 @@ from ..kernels.recipe import load_recipe
 from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, skipped, utc_now
 from . import launchers
-from .micro import choose_profile
+from .micro import GateRunOptions, choose_profile
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
 from .training_spec import TrainingSpec, load_training_spec
@@ -37,24 +36,10 @@ GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx
 
 
 @dataclass
-class TrainingOptions:
-    """What the operator chose (as MicroOptions). `arms`: run only these arms (default: every arm)."""
+class TrainingOptions(GateRunOptions):
+    """GateRunOptions plus `arms`: run only these arms (default: every arm)."""
 
-    root: Path
-    lock: Lock
-    fetch: sources.FetchOptions
-    out_dir: Path
-    profile: str | None = None
-    python: str = sys.executable
-    jobs: int | None = None
-    arch: str | None = None
-    nodes: int | None = None
-    node_rank: int = 0
-    master_addr: str | None = None
-    master_port: int | None = None
-    timeout_s: float | None = None
     arms: list[str] | None = None
-    extra_args: list[str] = field(default_factory=list)
 
 
 def provenance(lock: Lock, spec: TrainingSpec, trees: dict) -> dict:
