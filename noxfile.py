@@ -109,15 +109,12 @@ def gate_micro(session: nox.Session) -> None:
     """Gate 1: sources -> NCCL + DeepEP kernels -> test_ep.py -> report. Without a GPU the gate is
     reported as SKIP and the session is marked skipped with the gate's reason (nox then exits 0: read
     out/gates/summary.json or use `reprostack gate micro`, which exits 3); never reported as passed."""
-    _install(session)
-    rc, reason = _gate(session, "gate", "micro")
-    if rc == 3:
-        session.skip(f"not a pass: {reason}")
-    if rc != 0:
-        session.error(f"gate failed: {reason}")
+    _one_gate(session, "micro")
 
 
-def _serving_gate(session: nox.Session, gate: str) -> None:
+def _one_gate(session: nox.Session, gate: str) -> None:
+    """Run `reprostack gate GATE`: exit 3 (skip, not run) marks the session skipped with the gate's reason,
+    anything else but a pass fails it."""
     _install(session)
     rc, reason = _gate(session, "gate", gate)
     if rc == 3:
@@ -130,44 +127,34 @@ def _serving_gate(session: nox.Session, gate: str) -> None:
 def gate_vllm(session: nox.Session) -> None:
     """Gate 2: vLLM 0.24.0 over DeepEP V2 + AIPerf sweep (`-- [--profile p5en-efa-ep16|local-test] [--arm A]
     [--var K=V] [--node-rank R --master-addr A]`); SKIP (session skipped, never passed) without the hardware."""
-    _serving_gate(session, "vllm")
+    _one_gate(session, "vllm")
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate_sglang(session: nox.Session) -> None:
     """Gate 3: SGLang 0.5.11 + seam over DeepEP V2 + AIPerf sweep (options as gate_vllm)."""
-    _serving_gate(session, "sglang")
+    _one_gate(session, "sglang")
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate_trtllm(session: nox.Session) -> None:
     """Gate 4: TRT-LLM 0.21.0 + seam over DeepEP V2 + AIPerf sweep (options as gate_vllm; node 0 only: mpirun
     spans the nodes)."""
-    _serving_gate(session, "trtllm")
+    _one_gate(session, "trtllm")
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate_megatron(session: nox.Session) -> None:
     """Gate 5: Megatron-core MoE training steps, DeepEP (flex dispatcher) vs Megatron all-to-all, same seed
     (`-- [--arm deepep|alltoall] [--profile P] ...`). No GPU -> SKIP (session skipped), never a pass."""
-    _install(session)
-    rc, reason = _gate(session, "gate", "megatron")
-    if rc == 3:
-        session.skip(f"not a pass: {reason}")
-    if rc != 0:
-        session.error(f"gate failed: {reason}")
+    _one_gate(session, "megatron")
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate_nemo_rl(session: nox.Session) -> None:
     """Gate 6: NeMo-RL GRPO rollout smoke + 3 training steps (head node of a 2x8 Ray cluster). Without that
     hardware -> SKIP (session skipped), never a pass."""
-    _install(session)
-    rc, reason = _gate(session, "gate", "nemo-rl")
-    if rc == 3:
-        session.skip(f"not a pass: {reason}")
-    if rc != 0:
-        session.error(f"gate failed: {reason}")
+    _one_gate(session, "nemo-rl")
 
 
 @nox.session(default=False, tags=["gpu"])

@@ -63,6 +63,26 @@ class MicroOptions(GateRunOptions):
     legacy: bool = False
 
 
+def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
+    """Build (or reuse, keyed) NCCL and DeepEP from the patched `trees` with the interpreter `opts.python`;
+    records `nccl_build_s` / `deepep_build_s` in `timings` and `kernels` / `toolchain` in `prov`.
+    Returns (toolchain, nccl Built, deepep Built). Raises BuildError / ReprostackError."""
+    tc = toolchain.detect(opts.python, arch=opts.arch)
+    t = time.monotonic()
+    nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, load_recipe(opts.root, "nccl"), tc,
+                             opts.fetch.cache.root, jobs=opts.jobs)
+    timings["nccl_build_s"] = round(time.monotonic() - t, 2)
+    t = time.monotonic()
+    deepep = kbuild.build_deepep(trees["deepep"].path, trees["deepep"].tree, load_recipe(opts.root, "deepep"),
+                                 tc, nccl, opts.fetch.cache.root, jobs=opts.jobs)
+    timings["deepep_build_s"] = round(time.monotonic() - t, 2)
+    prov["kernels"] = {b.component: {"key": b.key, "reused": b.reused, "build_seconds": b.info.get("seconds"),
+                                     **({"libstdcxx": b.info["libstdcxx"]} if "libstdcxx" in b.info else {})}
+                       for b in (nccl, deepep)}
+    prov["toolchain"] = tc.key_fields()
+    return tc, nccl, deepep
+
+
 def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
     """The named profile, else the one matching this host: EFA and 8 GPUs -> the EP16 contract;
     otherwise a single-node profile whose GPU count equals the host's (no EFA, N GPUs over NVLink ->
@@ -133,19 +153,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     run_dir = Path(opts.out_dir) / GATE
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        tc = toolchain.detect(opts.python, arch=opts.arch)
-        t = time.monotonic()
-        nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, load_recipe(opts.root, "nccl"), tc,
-                                 opts.fetch.cache.root, jobs=opts.jobs)
-        timings["nccl_build_s"] = round(time.monotonic() - t, 2)
-        t = time.monotonic()
-        deepep = kbuild.build_deepep(trees["deepep"].path, trees["deepep"].tree, load_recipe(opts.root, "deepep"),
-                                     tc, nccl, opts.fetch.cache.root, jobs=opts.jobs)
-        timings["deepep_build_s"] = round(time.monotonic() - t, 2)
-        prov["kernels"] = {b.component: {"key": b.key, "reused": b.reused, "build_seconds": b.info.get("seconds"),
-                                         **({"libstdcxx": b.info["libstdcxx"]} if "libstdcxx" in b.info else {})}
-                           for b in (nccl, deepep)}
-        prov["toolchain"] = tc.key_fields()
+        tc, nccl, deepep = build_kernels(opts, trees, prov, timings)
         env = runtime.runtime_env(deepep.out)
         env.update(spec.env)
         env.update(profile.env)

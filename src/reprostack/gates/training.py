@@ -20,13 +20,11 @@ from pathlib import Path
 
 from .. import hostinfo, sources
 from ..errors import ReprostackError
-from ..kernels import build as kbuild
-from ..kernels import runtime, toolchain
-from ..kernels.recipe import load_recipe
+from ..kernels import runtime
 from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, skipped, utc_now
 from . import launchers
-from .micro import GateRunOptions, choose_profile
+from .micro import GateRunOptions, build_kernels, choose_profile
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
 from .training_spec import TrainingSpec, load_training_spec
@@ -68,18 +66,7 @@ def host_skip(gate: str, spec: TrainingSpec, opts, host: dict, prov: dict, what:
 def _kernels(opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data: dict) -> tuple[dict, object]:
     """Build NCCL + DeepEP (cached) and return (environment with the one-NCCL overlay, nccl Built).
     Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
-    tc = toolchain.detect(opts.python, arch=opts.arch)
-    t = time.monotonic()
-    nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, load_recipe(opts.root, "nccl"), tc,
-                             opts.fetch.cache.root, jobs=opts.jobs)
-    timings["nccl_build_s"] = round(time.monotonic() - t, 2)
-    t = time.monotonic()
-    deepep = kbuild.build_deepep(trees["deepep"].path, trees["deepep"].tree, load_recipe(opts.root, "deepep"),
-                                 tc, nccl, opts.fetch.cache.root, jobs=opts.jobs)
-    timings["deepep_build_s"] = round(time.monotonic() - t, 2)
-    prov["kernels"] = {b.component: {"key": b.key, "reused": b.reused, "build_seconds": b.info.get("seconds")}
-                       for b in (nccl, deepep)}
-    prov["toolchain"] = tc.key_fields()
+    _, nccl, deepep = build_kernels(opts, trees, prov, timings)
     env = runtime.runtime_env(deepep.out)
     one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
     data["nccl"] = {"runtime": one["runtime"], "mapped": one["mapped"], "torch_built_with": one["torch_built_with"],
