@@ -215,3 +215,22 @@ def test_internal_error_is_exit_2_never_1(world, tmp_path, capsys):
     code, _, err = run(capsys, "fetch", "--lock", str(lock), "--cache", str(not_a_dir),
                        "--mirror", f"{BASE_URL}={stack.srv}")
     assert code == 2 and "internal error" in err and "Traceback" in err
+
+
+def test_a_named_bundle_is_checked_even_with_a_warm_cache(world, tmp_path, capsys):
+    _, _, args = world
+    assert run(capsys, "fetch", *args)[0] == 0  # warm: every pin verified in the cache
+    archive = tmp_path / "sources.tar"
+    assert run(capsys, "bundle", *args, "-o", str(archive))[0] == 0
+    assert run(capsys, "fetch", *args, "--offline", "--bundle", str(archive))[0] == 0
+    code, _, err = run(capsys, "fetch", *args, "--offline", "--bundle", str(tmp_path / "nope.tar"))
+    assert code == 2 and f"bundle {tmp_path / 'nope.tar'}: cannot read the archive" in err
+    assert "hint:" not in err  # not a network problem
+    raw = bytearray(archive.read_bytes())
+    with tarfile.open(archive) as t:
+        m = t.getmember("deepep.bundle")
+    raw[m.offset_data + 40] ^= 0xFF
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(raw))
+    code, _, err = run(capsys, "fetch", *args, "--offline", "--bundle", str(bad))
+    assert code == 2 and "deepep.bundle is corrupted" in err

@@ -8,6 +8,7 @@ series (from refs/pull/612/head) and a submodule `third-party/fmt`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, replace
@@ -290,3 +291,18 @@ def test_unknown_pin_names_known_pins(stack, tmp_path):
     with pytest.raises(LockError, match=r"upstreams\.nope: no such pin \(known: deepep, nccl\)"):
         sources.prepare(lock_of(tmp_path, deepep_pin(stack), nccl_pin(stack)), "nope", opts(tmp_path),
                         project(tmp_path))
+
+
+def test_a_reused_tree_must_agree_with_the_series_record(stack, tmp_path):
+    """A patched tree is reused only while the series replayed into it (entries and the tree each gave,
+    recorded in its .git) agrees with the lock's: a disagreeing record makes the series replay again."""
+    lock, o, root = lock_of(tmp_path, deepep_pin(stack)), opts(tmp_path), project(tmp_path)
+    first = sources.prepare(lock, "deepep", o, root)
+    rec_path = first.path / ".git" / sources.SERIES_RECORD
+    rec = json.loads(rec_path.read_text())
+    assert rec == {"rev": stack.rev, "entries": [["cherry-pick", stack.pick, stack.patched]]}
+    assert sources.prepare(lock, "deepep", o, root).reused
+    rec["entries"][0][2] = "0" * 40  # as if the lock's checkpoint had been another tree when it was replayed
+    rec_path.write_text(json.dumps(rec))
+    again = sources.prepare(lock, "deepep", o, root)
+    assert not again.reused and json.loads(rec_path.read_text())["entries"][0][2] == stack.patched

@@ -9,6 +9,7 @@ applied and the tree is the lock's.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -77,8 +78,9 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
         src = materialize(fetched, Path(tmp) / "src")
         if pin.patches:
             staged = Path(tmp) / "patched"
-            apply_series(pin, src, staged, project_root)
+            res = apply_series(pin, src, staged, project_root)
             checkout_submodules(fetched, staged)
+            (staged / ".git" / SERIES_RECORD).write_text(json.dumps(_series_record(pin, [e.tree for e in res.entries])))
         else:
             staged = src
         _detach_objects(staged)
@@ -89,9 +91,33 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
     return SourceTree(pin, final, want, bool(pin.patches), reused=False)
 
 
+SERIES_RECORD = "reprostack-series.json"  # in a patched tree's .git: the series as replayed there
+
+
+def _series_record(pin: GitPin, trees: list[str]) -> dict:
+    """What a reused patched tree must still agree with: each entry (kind, value) and the tree it gave."""
+    return {"rev": pin.rev, "entries": [[p.kind, p.value, t] for p, t in zip(pin.patches, trees)]}
+
+
+def _series_agrees(path: Path, pin: GitPin) -> bool:
+    """The series replayed into `path` is the lock's, and every entry `tree` the lock pins is the one it gave
+    (a lock edited after the replay is replayed again, so its checkpoints are checked, not trusted)."""
+    try:
+        rec = json.loads((path / ".git" / SERIES_RECORD).read_text())
+    except (OSError, ValueError):
+        return False
+    entries = rec.get("entries") or []
+    if rec.get("rev") != pin.rev or len(entries) != len(pin.patches):
+        return False
+    return all([p.kind, p.value] == e[:2] and (p.tree is None or p.tree == e[2]) for p, e in zip(pin.patches, entries))
+
+
 def _intact(path: Path, pin: GitPin, want: str) -> bool:
-    """HEAD's tree is `want`, no tracked file is modified, every submodule is at its gitlink."""
+    """HEAD's tree is `want`, the replayed series agrees with the lock's, no tracked file is modified,
+    every submodule is at its gitlink."""
     if _tree_of(path) != want:
+        return False
+    if pin.patches and not _series_agrees(path, pin):
         return False
     try:
         if git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=none", cwd=path):

@@ -141,7 +141,7 @@ def connect(timeout_s: float = 6 * 3600):
         client = docker.from_env(timeout=int(timeout_s))
         client.ping()
     except (docker.errors.DockerException, OSError) as e:
-        raise EngineUnavailable(f"no Docker engine answers at {where}: {e}. Start dockerd (README: containers) "
+        raise EngineUnavailable(f"no Docker engine answers at {where}: {e}. Start dockerd (README: Images) "
                                 f"and set DOCKER_HOST") from None
     return client
 

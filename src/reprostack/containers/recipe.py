@@ -285,7 +285,7 @@ def missing_digest(r: Recipe) -> RecipeError:
     return RecipeError(
         r.path, r.line("base"), "base",
         f"{b.text!r} has no digest: a tag is mutable, so it is not a pin. Write it as {b.name}@sha256:<digest> "
-        f"(the registry's digest; `nox -s lock` resolves and checks it), or substitute a local image: "
+        f"(the registry's digest; `nox -s lock -- images` resolves an image pin of the lock, then `base: lock:PIN`), or substitute a local image: "
         f"{OVERRIDE_ENV}='{b.name}=<local image>'")
 
 

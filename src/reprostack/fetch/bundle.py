@@ -154,6 +154,39 @@ def import_bundle(path: Path, cache: Cache) -> dict:
     return manifest
 
 
+def check_bundle(path: Path) -> dict:
+    """Read the archive at `path` and check every bundle in it against the manifest's sha256, importing
+    nothing. Returns the manifest. Raises FetchError naming the archive (and member) as import_bundle does:
+    a bundle named on the command line is checked even when the cache already holds every pin."""
+    path = Path(path)
+    try:
+        tar = tarfile.open(path, "r:")
+    except (OSError, tarfile.TarError) as e:
+        raise FetchError(f"bundle {path}: cannot read the archive: {e}") from None
+    with tar:
+        manifest = _read_manifest(tar, path)
+        for up in manifest["upstreams"].values():
+            for entry in (up, *(up.get("submodules") or {}).values()):
+                _check_member(tar, path, entry["bundle"], entry["sha256"])
+    return manifest
+
+
+def _check_member(tar: tarfile.TarFile, path: Path, fname: str, digest: str) -> None:
+    try:
+        member = tar.getmember(fname)
+    except KeyError:
+        raise FetchError(f"bundle {path}: {fname} is listed in {MANIFEST} but not in the archive") from None
+    h = hashlib.sha256()
+    try:
+        src = tar.extractfile(member)
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            h.update(chunk)
+    except (OSError, tarfile.TarError, AttributeError) as e:
+        raise FetchError(f"bundle {path}: cannot read {fname}: {e}") from None
+    if h.hexdigest() != digest:
+        raise FetchError(f"bundle {path}: {fname} is corrupted: sha256 {h.hexdigest()}, manifest says {digest}")
+
+
 def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
     try:
         member = tar.getmember(MANIFEST)

@@ -96,6 +96,8 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
     venv.parent.mkdir(parents=True, exist_ok=True)
     log = venv.parent / f"{venv.name}.install.log"
     log.write_text("")
+    print(f"reprostack: building the pinned AIPerf {pin.version} venv once in {venv} (about 1 GB from the index, "
+          f"a few minutes; log {log})", file=sys.stderr, flush=True)
     subprocess.run([base_python, "-m", "venv", str(venv)], check=True)
     with tempfile.TemporaryDirectory(prefix="aiperf-wheel-") as tmp:
         _pip(python, ["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{pin.name}=={pin.version}"], log)
