@@ -222,14 +222,27 @@ def test_build_nccl_builds_then_reuses(tmp_path):
 
 
 @needs_make
+def edited_recipe(tmp_path: Path, old: str, new: str):
+    """The committed NCCL recipe with one text edit, loaded from a copy."""
+    d = tmp_path / f"edit-{abs(hash((old, new)))}" / "kernels"
+    d.mkdir(parents=True)
+    text = (REPO_ROOT / "kernels" / "nccl.yaml").read_text()
+    assert old in text
+    (d / "nccl.yaml").write_text(text.replace(old, new, 1))
+    return load_recipe(d.parent, "nccl")
+
+
 def test_build_key_covers_tree_recipe_and_toolchain(tmp_path):
     src, cache = fake_nccl_tree(tmp_path), tmp_path / "cache"
     recipe, tc = load_recipe(REPO_ROOT, "nccl"), toolchain(tmp_path)
     keys = {build.build_nccl(src, "a" * 40, recipe, tc, cache).key,
             build.build_nccl(src, "b" * 40, recipe, tc, cache).key,
-            build.build_nccl(src, "a" * 40, replace(recipe, text=recipe.text + "# edited\n"), tc, cache).key,
+            build.build_nccl(src, "a" * 40, edited_recipe(tmp_path, "  NVCC_GENCODE:", "  NVCC_GENCODE_X:"), tc, cache).key,
             build.build_nccl(src, "a" * 40, recipe, replace(tc, nvcc_version="13.1"), cache).key}
     assert len(keys) == 4
+    # a comment or layout edit is not a content change: the build is reused
+    assert build.build_nccl(src, "a" * 40, edited_recipe(tmp_path, "component:", "# a comment\ncomponent:"),
+                            tc, cache).reused is True
     # where a tool lives is not part of the key
     assert build.build_nccl(src, "a" * 40, recipe, replace(tc, cuda_home="/elsewhere"), cache).reused is True
     assert build.build_key({"a": 1, "b": [2]}) == build.build_key({"b": [2], "a": 1})

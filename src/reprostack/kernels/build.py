@@ -1,5 +1,5 @@
 """Build NCCL and DeepEP into `<cache>/builds/<component>-<key>`, where key = sha256 of everything the
-binary depends on (source tree, recipe bytes, toolchain versions, arch, flags, the keys of what it links).
+binary depends on (source tree, recipe content, toolchain versions, arch, flags, the keys of what it links).
 
 Invariants: an output dir exists only complete (built in a temp dir, `build.json` written, then
 renamed); an existing dir with the same key is reused without running a compiler; logs are kept.
@@ -104,7 +104,7 @@ def build_nccl(src: Path, tree: str, recipe: Recipe, tc: Toolchain, cache: Path,
     """
     version = preflight.nccl_source_version(src)
     make_vars = {k: render(v, tc.arch) for k, v in recipe.make_vars.items()}
-    fields = {"component": "nccl", "tree": tree, "recipe": hashlib.sha256(recipe.text.encode()).hexdigest(),
+    fields = {"component": "nccl", "tree": tree, "recipe": recipe.digest,
               "nvcc": tc.nvcc_version, "arch": tc.arch, "make_vars": make_vars, "targets": list(recipe.make_targets)}
 
     def make(tmp: Path, log: Path) -> dict:
@@ -134,7 +134,7 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         preflight.check_floor(f"{nccl_root}/include/nccl.h", nccl_version, recipe.nccl_floor)
     nvshmem = preflight.check_nvshmem_root(os.environ.get("EP_NVSHMEM_ROOT_DIR") or tc.nvshmem_root)
     env_vars = {k: render(v, tc.arch) for k, v in recipe.env.items()}
-    fields = {"component": "deepep", "tree": tree, "recipe": hashlib.sha256(recipe.text.encode()).hexdigest(),
+    fields = {"component": "deepep", "tree": tree, "recipe": recipe.digest,
               "toolchain": tc.key_fields(), "nccl": nccl.key, "nvshmem": str(nvshmem), "env": env_vars}
 
     def make(tmp: Path, log: Path) -> dict:

@@ -1,7 +1,12 @@
-"""Kernel build recipes: `kernels/<component>.yaml`, validated, with `{arch}` placeholders."""
+"""Kernel build recipes: `kernels/<component>.yaml`, validated, with `{arch}` placeholders.
+
+A recipe enters the build key by its content (`Recipe.digest`: sha256 of the parsed mapping as canonical
+JSON), not its bytes: a comment or layout edit rebuilds nothing, a changed value rebuilds what depends on it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +19,7 @@ _KEYS = {"component", "source", "needs", "make", "env", "nccl-floor"}
 
 @dataclass(frozen=True)
 class Recipe:
-    """One component's recipe. `text` (the file's bytes) is part of the build key."""
+    """One component's recipe. `digest` (its parsed content, see the module doc) is part of the build key."""
 
     component: str
     source: str
@@ -25,6 +30,7 @@ class Recipe:
     make_vars: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     nccl_floor: str | None = None
+    digest: str = ""
 
 
 def load_recipe(root: Path, component: str) -> Recipe:
@@ -49,7 +55,8 @@ def load_recipe(root: Path, component: str) -> Recipe:
     return Recipe(component=component, source=d["source"], path=path, text=text,
                   needs=tuple(d.get("needs") or ()), make_targets=tuple(make.get("targets") or ()),
                   make_vars=dict(make.get("vars") or {}), env={k: str(v) for k, v in (d.get("env") or {}).items()},
-                  nccl_floor=d.get("nccl-floor"))
+                  nccl_floor=d.get("nccl-floor"),
+                  digest=hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest())
 
 
 def render(value: str, arch: str) -> str:
