@@ -21,7 +21,6 @@ Check (`--check`): the lock's files must be exactly the resolved ones; every dif
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -35,6 +34,7 @@ import yaml
 
 from . import lock as lockmod
 from . import lockfill
+from .digest import sha256_file
 from .errors import LockError, ReprostackError
 
 _DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_INDEX_URL")
@@ -139,15 +139,7 @@ def _download_hash(pin, platform, req, filename, dest: Path, what: str, timeout:
     if not f.is_file():
         got = ", ".join(sorted(p.name for p in dest.iterdir())) if dest.is_dir() else "nothing"
         raise ReprostackError(f"{what}: pip download gave {got}, not {filename}")
-    return _sha256_file(f)
-
-
-def _sha256_file(f: Path) -> str:
-    h = hashlib.sha256()
-    with f.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(f)
 
 
 def wheel_names(lock: lockmod.Lock, names: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from . import lock as lockmod
 from . import lockwheels
+from .digest import sha256_file
 from .errors import ReprostackError
 
 
@@ -68,7 +69,7 @@ def _file(item: dict, pin: lockmod.WheelsetPin, what: str, tmp: str, timeout: fl
         cp = lockwheels._run_pip(args, what, timeout)
         if cp.returncode != 0 or not (dl / filename).is_file():
             raise ReprostackError(f"{what}: could not download {filename} to hash it:\n  {lockwheels._tail(cp.stderr)}")
-        sha = lockwheels._sha256_file(dl / filename)
+        sha = sha256_file(dl / filename)
     return lockmod.WheelsetFile(name, version, filename, sha)
 
 

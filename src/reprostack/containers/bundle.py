@@ -15,7 +15,6 @@ node runs (a gate image holds its parents' layers), not every parent.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tarfile
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..digest import sha256_stream
 from .errors import ContainerError
 
 FORMAT = 1
@@ -57,16 +57,12 @@ def save_bundle(client, images: Sequence[tuple[str, str]], dest: Path) -> list[B
                     raise ContainerError(f"image {name} ({tag}) is not in this engine: build it first "
                                          f"(`reprostack build {name}`)") from None
                 part = Path(scratch, f"{name}.tar")
-                h, n = hashlib.sha256(), 0
                 with open(part, "wb") as f:
-                    for chunk in client.api.get_image(tag):
-                        h.update(chunk)
-                        n += len(chunk)
-                        f.write(chunk)
+                    sha, n = sha256_stream(client.api.get_image(tag), f)
                 member = f"images/{name}.tar"
                 tar.add(part, arcname=member, filter=_normalize)
                 part.unlink()
-                out.append(BundledImage(name, tag, img.id, h.hexdigest(), n))
+                out.append(BundledImage(name, tag, img.id, sha, n))
             manifest = json.dumps({"format": FORMAT, "images": [
                 {"name": b.name, "tag": b.tag, "id": b.image_id, "member": f"images/{b.name}.tar",
                  "sha256": b.sha256, "bytes": b.bytes} for b in out]}, indent=1, sort_keys=True).encode()
@@ -112,13 +108,10 @@ def load_bundle(client, path: Path) -> list[BundledImage]:
                 f = None
             if f is None:
                 raise ContainerError(f"{path}: {e['member']} is missing")
-            h = hashlib.sha256()
             with tempfile.TemporaryFile() as tmpf:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-                    tmpf.write(chunk)
-                if h.hexdigest() != e["sha256"]:
-                    raise ContainerError(f"{path}: {e['member']} has sha256 {h.hexdigest()}, the manifest says "
+                got_sha, _ = sha256_stream(f, tmpf)
+                if got_sha != e["sha256"]:
+                    raise ContainerError(f"{path}: {e['member']} has sha256 {got_sha}, the manifest says "
                                          f"{e['sha256']} (corrupt bundle; nothing of it was loaded)")
                 tmpf.seek(0)
                 client.api.load_image(tmpf)

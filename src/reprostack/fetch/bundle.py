@@ -19,7 +19,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -28,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from ..digest import sha256_file, sha256_stream
 from ..errors import FetchError
 from ..gitcmd import GitFailed, git
 from . import verify
@@ -112,15 +112,7 @@ def _bundle_repo(repo: Path, commits: Sequence[str], path: Path, label: str) -> 
     if shallow_file.is_file():
         boundary = set(shallow_file.read_text().split())
         shallow = sorted(boundary & set(git("rev-list", *refs, cwd=repo).split()))
-    return {"bundle": path.name, "sha256": _sha256(path), "shallow": shallow}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return {"bundle": path.name, "sha256": sha256_file(path), "shallow": shallow}
 
 
 def import_bundle(path: Path, cache: Cache) -> dict:
@@ -167,24 +159,8 @@ def check_bundle(path: Path) -> dict:
         manifest = _read_manifest(tar, path)
         for up in manifest["upstreams"].values():
             for entry in (up, *(up.get("submodules") or {}).values()):
-                _check_member(tar, path, entry["bundle"], entry["sha256"])
+                _extract_checked(tar, path, entry["bundle"], entry["sha256"])
     return manifest
-
-
-def _check_member(tar: tarfile.TarFile, path: Path, fname: str, digest: str) -> None:
-    try:
-        member = tar.getmember(fname)
-    except KeyError:
-        raise FetchError(f"bundle {path}: {fname} is listed in {MANIFEST} but not in the archive") from None
-    h = hashlib.sha256()
-    try:
-        src = tar.extractfile(member)
-        for chunk in iter(lambda: src.read(1 << 20), b""):
-            h.update(chunk)
-    except (OSError, tarfile.TarError, AttributeError) as e:
-        raise FetchError(f"bundle {path}: cannot read {fname}: {e}") from None
-    if h.hexdigest() != digest:
-        raise FetchError(f"bundle {path}: {fname} is corrupted: sha256 {h.hexdigest()}, manifest says {digest}")
 
 
 def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
@@ -211,25 +187,25 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
     return manifest
 
 
-def _extract_checked(tar: tarfile.TarFile, path: Path, fname: str, digest: str, into: Path) -> None:
-    """Copy member `fname` to into/fname, checking its sha256 against the manifest."""
+def _extract_checked(tar: tarfile.TarFile, path: Path, fname: str, digest: str, into: Path | None = None) -> None:
+    """Check member `fname`'s sha256 against the manifest, copying it to into/fname when `into` is given."""
     try:
         member = tar.getmember(fname)
     except KeyError:
         raise FetchError(f"bundle {path}: {fname} is listed in {MANIFEST} but not in the archive") from None
     if not member.isreg():
         raise FetchError(f"bundle {path}: {fname} is not a regular file")
-    h = hashlib.sha256()
-    src = tar.extractfile(member)
     try:
-        with open(into / fname, "wb") as dst:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                h.update(chunk)
-                dst.write(chunk)
+        src = tar.extractfile(member)
+        if into is None:
+            got, _ = sha256_stream(src)
+        else:
+            with open(into / fname, "wb") as dst:
+                got, _ = sha256_stream(src, dst)
     except (OSError, tarfile.TarError) as e:
         raise FetchError(f"bundle {path}: cannot read {fname}: {e}") from None
-    if h.hexdigest() != digest:
-        raise FetchError(f"bundle {path}: {fname} is corrupted: sha256 {h.hexdigest()}, manifest says {digest}")
+    if got != digest:
+        raise FetchError(f"bundle {path}: {fname} is corrupted: sha256 {got}, manifest says {digest}")
 
 
 def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequence[str], archive: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import paths
+from ..digest import sha256_file
 from ..errors import FetchError
 from ..lock import Lock, WheelPin, WheelsetPin
 
@@ -35,15 +36,6 @@ class LocalWheel:
     filename: str
     sha256: str
     path: Path
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def wheelhouses_from_env() -> list[Path]:
@@ -73,7 +65,7 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
             for house in wheelhouses:
                 cand = Path(house) / filename
                 if cand.is_file():
-                    got = _sha256(cand)
+                    got = sha256_file(cand)
                     if got != sha:
                         raise FetchError(f"{cand}: sha256 {got}, but {lock.where('upstreams', name, 'files')} pins "
                                          f"{filename} as {sha}")
@@ -126,6 +118,6 @@ def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float)
             raise FetchError(f"{lock.where('upstreams', name)}: pip download failed (exit {cp.returncode}):\n  {tail}")
         for d, v, f, s, dest in missing:
             got_path = Path(tmp, "dl", f)
-            if not got_path.is_file() or _sha256(got_path) != s:
+            if not got_path.is_file() or sha256_file(got_path) != s:
                 raise FetchError(f"{lock.where('upstreams', name)}: pip download did not give {f} with sha256 {s}")
             _place(got_path, dest)

@@ -14,7 +14,6 @@ through `snapshot_download(local_files_only=True)`, which rejects a filesystem p
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..digest import sha256_file
 from ..errors import GateError
 from ..lock import Lock, WheelPin
 
@@ -49,14 +49,6 @@ def _pin(lock: Lock) -> WheelPin:
         raise GateError(f"{lock.where('upstreams', PIN)}: the aiperf pin must be a wheel pin with files and sha256 "
                         f"(reprostack lock wheels aiperf)")
     return pin
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _pip(python: Path, args: list[str], log: Path) -> None:
@@ -104,7 +96,7 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
         wheels = sorted(Path(tmp).glob("*.whl"))
         if len(wheels) != 1:
             raise GateError(f"pip download aiperf=={pin.version} gave {len(wheels)} wheel(s) in {tmp}, expected 1")
-        digest = _sha256(wheels[0])
+        digest = sha256_file(wheels[0])
         if digest not in allowed:
             raise GateError(f"{lock.where('upstreams', PIN, 'files')}: downloaded {wheels[0].name} has sha256 "
                             f"{digest}, the lock pins {', '.join(f'{n} {s}' for s, n in allowed.items())}")

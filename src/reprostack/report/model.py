@@ -6,12 +6,13 @@ without evidence is not a pass ("a number without that evidence is not evidence"
 
 from __future__ import annotations
 
-import hashlib
 import math
 import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from ..digest import sha256_stream
 
 SCHEMA_VERSION = 1
 RESULTS = ("pass", "fail", "skip", "error", "not-run")  # not-run: a gate it depends on did not pass
@@ -88,18 +89,15 @@ class Artifact:
 def artifact_for(path: str | Path, *, relative_to: str | Path | None = None) -> Artifact:
     """Hash a file (streamed, 1 MiB chunks). Raises FileNotFoundError/OSError when it cannot be read."""
     p = Path(path)
-    h, n = hashlib.sha256(), 0
     with open(p, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            n += len(chunk)
+        sha, n = sha256_stream(f)
     shown = p
     if relative_to is not None:
         try:
             shown = p.resolve().relative_to(Path(relative_to).resolve())
         except ValueError:
             shown = p
-    return Artifact(str(shown), h.hexdigest(), n)
+    return Artifact(str(shown), sha, n)
 
 
 def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None) -> tuple[str, str]:
