@@ -46,11 +46,6 @@ class Resolved:
     files: tuple[lockmod.WheelFile, ...]
 
 
-def _canon(name: str) -> str:
-    import re
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _pip_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
     env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
@@ -103,36 +98,48 @@ def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0):
             f" (python {pin.python_version})" if pin.python_version else "")
         what = f"{_where(lock, name, 'version')}: {target}"
         with tempfile.TemporaryDirectory(prefix="reprostack-lockwheels-") as tmp:
-            cp = _run_pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
-                           "--target", str(Path(tmp, "target")), *_target_args(pin, platform), req], what, timeout)
-            if cp.returncode != 0:
-                raise ReprostackError(f"{what}: pip found no matching wheel (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
-            try:
-                report = json.loads(cp.stdout)
-                items = report["install"]
-            except (ValueError, KeyError, TypeError):
-                raise ReprostackError(f"{what}: pip gave no installation report:\n  {_tail(cp.stdout + cp.stderr)}") from None
+            items = pip_report([*_target_args(pin, platform), req], what, tmp, timeout, failed="found no matching wheel")
             if len(items) != 1:
                 raise ReprostackError(f"{what}: pip's report lists {len(items)} distributions, expected exactly 1")
-            item = items[0]
-            meta, info = item.get("metadata", {}), item.get("download_info", {})
-            if _canon(meta.get("name", "")) != _canon(pin.name) or meta.get("version") != pin.version:
-                raise ReprostackError(f"{what}: pip resolved {meta.get('name')}=={meta.get('version')}, not {req}")
-            url = info.get("url", "")
-            filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-            if not filename.endswith(".whl"):
-                raise ReprostackError(f"{what}: pip resolved {url!r}, not a wheel")
-            sha = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
+            dist, version, filename, sha = report_wheel(items[0], what)
+            if dist != lockmod.canonical_name(pin.name) or version != pin.version:
+                raise ReprostackError(f"{what}: pip resolved {dist}=={version}, not {req}")
             if not sha:
-                sha = _download_hash(pin, platform, req, filename, Path(tmp, "dl"), what, timeout)
+                sha = download_hash(_target_args(pin, platform), req, filename, Path(tmp, "dl"), what, timeout)
         if found.get(filename, sha) != sha:
             raise ReprostackError(f"{what}: {filename} resolved with two different sha256")
         found[filename] = sha
     return Resolved(name, tuple(lockmod.WheelFile(f, s) for f, s in sorted(found.items())))
 
 
-def _download_hash(pin, platform, req, filename, dest: Path, what: str, timeout: float) -> str:
-    cp = _run_pip(["download", "--quiet", "-d", str(dest), *_target_args(pin, platform), req], what, timeout)
+def pip_report(args: list[str], what: str, tmp: str, timeout: float, failed: str = "could not resolve") -> list[dict]:
+    """The `install` list of pip's `install --dry-run --report -` for `args` (target options + requirements),
+    installing nothing (`--target` a scratch folder under `tmp`). Raises ReprostackError `what: pip FAILED`."""
+    cp = _run_pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
+                   "--target", str(Path(tmp, "target")), *args], what, timeout)
+    if cp.returncode != 0:
+        raise ReprostackError(f"{what}: pip {failed} (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
+    try:
+        return json.loads(cp.stdout)["install"]
+    except (ValueError, KeyError, TypeError):
+        raise ReprostackError(f"{what}: pip gave no installation report:\n  {_tail(cp.stdout + cp.stderr)}") from None
+
+
+def report_wheel(item: dict, what: str) -> tuple[str, str, str, str | None]:
+    """(canonical name, version, wheel filename, sha256 or None when the index gave none) of one entry of
+    pip's report. Raises ReprostackError when the entry is not a wheel."""
+    meta, info = item.get("metadata", {}), item.get("download_info", {})
+    name, version = lockmod.canonical_name(meta.get("name", "")), str(meta.get("version", ""))
+    url = info.get("url", "")
+    filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if not filename.endswith(".whl"):
+        raise ReprostackError(f"{what}: {name}=={version} resolves to {url!r}, not a wheel")
+    return name, version, filename, ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
+
+
+def download_hash(target_args: list[str], req: str, filename: str, dest: Path, what: str, timeout: float) -> str:
+    """sha256 of `filename`, downloaded with `pip download --no-deps` (for an index that gives no hashes)."""
+    cp = _run_pip(["download", "--quiet", "--no-deps", "-d", str(dest), *target_args, req], what, timeout)
     if cp.returncode != 0:
         raise ReprostackError(f"{what}: pip download failed (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
     f = dest / filename

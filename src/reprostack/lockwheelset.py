@@ -16,15 +16,12 @@ The result is sorted by distribution name. Fill and check follow `reprostack.loc
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from . import lock as lockmod
 from . import lockwheels
-from .digest import sha256_file
 from .errors import ReprostackError
 
 
@@ -43,33 +40,10 @@ def _target(pin: lockmod.WheelsetPin) -> list[str]:
     return args
 
 
-def _report(args: list[str], what: str, tmp: str, timeout: float) -> list[dict]:
-    cp = lockwheels._run_pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
-                              "--target", str(Path(tmp, "target")), *args], what, timeout)
-    if cp.returncode != 0:
-        raise ReprostackError(f"{what}: pip could not resolve (exit {cp.returncode}):\n  {lockwheels._tail(cp.stderr)}")
-    try:
-        return json.loads(cp.stdout)["install"]
-    except (ValueError, KeyError, TypeError):
-        raise ReprostackError(f"{what}: pip gave no installation report:\n  "
-                              f"{lockwheels._tail(cp.stdout + cp.stderr)}") from None
-
-
 def _file(item: dict, pin: lockmod.WheelsetPin, what: str, tmp: str, timeout: float) -> lockmod.WheelsetFile:
-    meta, info = item.get("metadata", {}), item.get("download_info", {})
-    name, version = lockmod.canonical_name(meta.get("name", "")), str(meta.get("version", ""))
-    url = info.get("url", "")
-    filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-    if not filename.endswith(".whl"):
-        raise ReprostackError(f"{what}: {name}=={version} resolves to {url!r}, not a wheel")
-    sha = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
+    name, version, filename, sha = lockwheels.report_wheel(item, what)
     if not sha:
-        dl = Path(tmp, "dl", name)
-        args = ["download", "--quiet", "-d", str(dl), *_target(pin), "--no-deps", f"{name}=={version}"]
-        cp = lockwheels._run_pip(args, what, timeout)
-        if cp.returncode != 0 or not (dl / filename).is_file():
-            raise ReprostackError(f"{what}: could not download {filename} to hash it:\n  {lockwheels._tail(cp.stderr)}")
-        sha = sha256_file(dl / filename)
+        sha = lockwheels.download_hash(_target(pin), f"{name}=={version}", filename, Path(tmp, "dl", name), what, timeout)
     return lockmod.WheelsetFile(name, version, filename, sha)
 
 
@@ -92,12 +66,12 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> Resolved:
             cfile = Path(tmp, "constraints.txt")
             cfile.write_text("".join(f"{n}=={v}\n" for n, v in sorted(below.items()) if n not in skip))
             extra = ["-c", str(cfile)]
-        items = _report([*_target(pin), *extra, *pin.requirements], what, tmp, timeout)
+        items = lockwheels.pip_report([*_target(pin), *extra, *pin.requirements], what, tmp, timeout)
         found = {f.name: f for f in (_file(i, pin, what, tmp, timeout)
                                      for i in items if lockmod.canonical_name(i["metadata"]["name"]) not in below)}
         for i, req in enumerate(pin.overrides):
             owhat = f"{lock.where('upstreams', name, 'overrides', i)}: {req}"
-            items = _report([*_target(pin), "--no-deps", req], owhat, tmp, timeout)
+            items = lockwheels.pip_report([*_target(pin), "--no-deps", req], owhat, tmp, timeout)
             if len(items) != 1:
                 raise ReprostackError(f"{owhat}: pip's report lists {len(items)} distributions, expected exactly 1")
             f = _file(items[0], pin, owhat, tmp, timeout)
