@@ -99,12 +99,7 @@ def replay(pin: GitPin, src: Path, new_rev: str, project_root: Path, headers: di
     total = len(pin.patches)
     scratch = Path(tempfile.mkdtemp(prefix=f".{pin.name}-bump-", dir=Path(src).parent))
     try:
-        g = Scratch(scratch)
-        g("init", "-q")
-        alternates = Path(g("rev-parse", "--git-path", "objects/info/alternates"))
-        alternates = alternates if alternates.is_absolute() else scratch / alternates
-        alternates.write_text(f"{objects_dir(Path(src))}\n")
-        g("checkout", "-q", "--detach", new_rev)
+        g = Scratch.at(scratch, objects_dir(Path(src)), new_rev)
         base_rev, base_tree = g.head()
         outcomes: list[Outcome] = []
         stopped = False

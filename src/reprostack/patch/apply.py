@@ -71,6 +71,18 @@ class Scratch:
         head, tree = self("rev-parse", "HEAD", "HEAD^{tree}").split()
         return head, tree
 
+    @classmethod
+    def at(cls, path: Path, objects: Path, rev: str) -> "Scratch":
+        """A new repository in the empty folder `path`, borrowing the object db `objects` (alternates, nothing
+        copied), checked out detached at `rev`. Raises GitFailed when git cannot set it up."""
+        g = cls(path)
+        g("init", "-q")
+        alternates = Path(g("rev-parse", "--git-path", "objects/info/alternates"))
+        alternates = alternates if alternates.is_absolute() else path / alternates
+        alternates.write_text(f"{objects}\n")
+        g("checkout", "-q", "--detach", rev)
+        return g
+
 
 class EntryFailed(Exception):
     """One entry did not apply: `reason`, the `files`/`hunks` at fault, git's `details`."""
@@ -190,12 +202,7 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
     scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.patching-", dir=dest.parent))
     done = False
     try:
-        g = Scratch(scratch)
-        g("init", "-q")
-        alternates = Path(g("rev-parse", "--git-path", "objects/info/alternates"))
-        alternates = alternates if alternates.is_absolute() else scratch / alternates
-        alternates.write_text(f"{objects}\n")
-        g("checkout", "-q", "--detach", pin.rev)
+        g = Scratch.at(scratch, objects, pin.rev)
         base_rev, base_tree = g.head()
         if base_tree != pin.tree:  # check_series saw it already; this guards the checkout itself
             raise SeriesError(f"{pin.name}: base {base_rev} checked out with tree {base_tree}, pinned {pin.tree}",
