@@ -8,14 +8,13 @@ internal error (printed with its traceback).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import traceback
 from pathlib import Path
 
 from . import lock as lockmod
 from . import paths, sources
-from .errors import FetchError, ReprostackError
+from .errors import FetchError, ReprostackError, SourceUnreachable
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -134,9 +133,6 @@ def _fetch_opts(args) -> sources.FetchOptions:
             raise ReprostackError(f"--mirror {m!r}: expected URL=PATH")
         k, v = m.split("=", 1)
         mirrors[k] = v
-    from .fetch.bundle import check_bundle
-    for b in args.bundle:  # a bundle named here is checked even when the cache already holds every pin
-        check_bundle(Path(b))
     return sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
                                      mirrors=mirrors, bundles=args.bundle)
 
@@ -150,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except FetchError as e:
-        hint = f"\n{_NO_NETWORK_HINT}" if _NETWORKISH.search(str(e)) else ""
+        hint = f"\n{_NO_NETWORK_HINT}" if isinstance(e, SourceUnreachable) else ""
         print(f"reprostack: error: {e}{hint}", file=sys.stderr)
         return 2
     except ReprostackError as e:
@@ -162,9 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-# Only a failure to reach a host (or an offline cache that lacks a pin) gets the mirrors/bundle hint.
-_NETWORKISH = re.compile(r"Could not resolve host|unable to access|Connection (refused|timed out|reset)|"
-                         r"Network is unreachable|timed out|is not in the cache|did not answer", re.I)
 _NO_NETWORK_HINT = ("hint: without access to the upstream hosts, fetch through local mirrors (--mirror URL=PATH or "
                     "REPROSTACK_MIRRORS=URL=PATH,...) or from a bundle (--offline --bundle FILE; README: "
                     "'A GPU node without internet')")

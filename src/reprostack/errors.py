@@ -24,6 +24,11 @@ class FetchError(ReprostackError):
     """A pinned source could not be fetched or did not verify (wrong commit or tree hash)."""
 
 
+class SourceUnreachable(FetchError):
+    """A source could not be had from where it was looked for: its host failed (or, offline, neither the cache
+    nor a bundle holds it). The CLI adds how to fetch through mirrors or a bundle."""
+
+
 class PatchError(ReprostackError):
     """A patch series entry does not apply with zero fuzz, or the result is not the pinned tree."""
 

@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 
 from .errors import FetchError
 from .fetch import Cache, FetchedGit, checkout_submodules, fetch_git, materialize, mirrors_from_env
+from .fetch.bundle import check_bundle
 from .gitcmd import git
 from .lock import GitPin, Lock
 from .patch import apply_series
@@ -47,7 +48,11 @@ class FetchOptions:
     @classmethod
     def make(cls, cache_root: Path | None = None, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,
              bundles: Sequence[Path] = ()) -> "FetchOptions":
-        """Options with mirrors from `mirrors` on top of $REPROSTACK_MIRRORS (PREFIX=MIRROR,...)."""
+        """Options with mirrors from `mirrors` on top of $REPROSTACK_MIRRORS (PREFIX=MIRROR,...). Every bundle
+        is checked here (readable, each member's sha256 as its manifest says), also when the cache already holds
+        every pin and the bundle would never be opened. Raises FetchError naming the bundle."""
+        for b in bundles:
+            check_bundle(Path(b))
         m = dict(mirrors_from_env())
         m.update(mirrors or {})
         return cls(Cache(cache_root), offline=offline, mirrors=m, bundles=tuple(Path(b) for b in bundles))

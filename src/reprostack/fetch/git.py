@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import FetchError
+from ..errors import FetchError, SourceUnreachable
 from ..gitcmd import GitFailed, git
 from ..lock import GitPin
 from . import verify
@@ -146,7 +146,7 @@ def _ensure(want: Wanted, *, cache: Cache, offline: bool, mirrors: Mapping[str, 
         if not verify.missing_objects(repo, want.object_names(), timeout):
             pass  # objects present (earlier fetch killed before its marker, or a bundle): verify again
         elif offline:
-            raise FetchError(_offline_message(want, cache, bundles))
+            raise SourceUnreachable(_offline_message(want, cache, bundles))
         else:
             repo = cache.ensure_repo(want.url)
             _fetch_from_network(repo, want, mirrors, timeout)
@@ -252,13 +252,13 @@ def _via(url: str, mirrors: Mapping[str, str]) -> str:
     return f" (via mirror {eff})" if eff != url else ""
 
 
-def _unreachable(want: Wanted, e: GitFailed, mirrors: Mapping[str, str], timeout: float) -> FetchError:
+def _unreachable(want: Wanted, e: GitFailed, mirrors: Mapping[str, str], timeout: float) -> SourceUnreachable:
     if e.timed_out:
         why = f"git fetch timed out after {timeout:g}s"
     else:
         lines = [ln.strip() for ln in e.stderr.strip().splitlines() if ln.strip()]
         why = " / ".join(lines[:3]) or f"git exit {e.returncode}"
-    return FetchError(f"{want.label}: cannot fetch {want.rev[:12]} from {want.url}{_via(want.url, mirrors)}: {why}")
+    return SourceUnreachable(f"{want.label}: cannot fetch {want.rev[:12]} from {want.url}{_via(want.url, mirrors)}: {why}")
 
 
 def _check_gitlinks(repo: Path, pin: GitPin, timeout: float) -> None:
