@@ -208,7 +208,7 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     for name in ("vllm", "sglang"):
         text, _, _ = render_recipe(recipes[name], lock, from_ref=fake_parent)
         assert f"COPY wheels/{name} /tmp/wheels" in text and "--require-hashes" in text and "--no-deps" in text
-        assert recipes[name].parent == "deepep" and lock.get(f"{name}-wheels").on == "substrate-wheels"
+        assert recipes[name].parent == "deepep" and lock.get(f"{name}-wheels").installed_on == "substrate-wheels"
     _, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
     assert args == {"MEGATRON_PATCHED_TREE": lock.git("megatron-lm").patched_tree}
     assert labels["org.opencontainers.image.title"] == f"reprostack deepep (DeepEP V2 over NCCL {nccl.original})"

@@ -126,13 +126,19 @@ def _load(args) -> tuple[lockmod.Lock, Path]:
     return lockmod.load(lock_path), lock_path.resolve().parent
 
 
+def _key_values(items: list[str], flag: str, form: str) -> dict[str, str]:
+    """`["K=V", ...]` of a repeatable option -> {K: V}; raises ReprostackError naming the option and the item."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ReprostackError(f"{flag} {item!r}: expected {form}")
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
 def _fetch_opts(args) -> sources.FetchOptions:
-    mirrors = {}
-    for m in args.mirror:
-        if "=" not in m:
-            raise ReprostackError(f"--mirror {m!r}: expected URL=PATH")
-        k, v = m.split("=", 1)
-        mirrors[k] = v
+    mirrors = _key_values(args.mirror, "--mirror", "URL=PATH")
     return sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
                                      mirrors=mirrors, bundles=args.bundle)
 
@@ -293,12 +299,7 @@ def _run_gate(gate: str, args, lock, root, opts):
                           arms=parse_arms(",".join(args.arm) or "deepep"), legacy=args.legacy)
         return run_micro(mo)
     from .gates.serving import ServingOptions, run_serving
-    variables = {}
-    for kv in args.var:
-        if "=" not in kv:
-            raise ReprostackError(f"--var {kv!r}: expected K=V")
-        k, v = kv.split("=", 1)
-        variables[k] = v
+    variables = _key_values(args.var, "--var", "K=V")
     so = ServingOptions(root=root, lock=lock, out_dir=Path(args.out), cache_root=opts.cache.root,
                         profile=args.profile, node_rank=args.node_rank, leader_addr=args.master_addr,
                         arms=list(args.arm), vars=variables, extra_server_args=list(args.server_arg),

@@ -146,7 +146,7 @@ class WheelsetPin:
     files: tuple[WheelsetFile, ...]
     overrides: tuple[str, ...] = ()
     index: str | None = None
-    on: str | None = None  # a wheelset this one is installed on top of: resolved against it, holds only the rest
+    installed_on: str | None = None  # a wheelset this one is installed on top of: resolved against it, holds only the rest
     kind: str = "wheelset"
 
     def file(self, dist: str) -> WheelsetFile | None:
@@ -253,15 +253,15 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
                 files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u.get("files", ())),
                 python_version=u.get("python-version"), platforms=tuple(u.get("platforms", ())))
     for name, pin in upstreams.items():
-        if isinstance(pin, WheelsetPin) and pin.on is not None:
-            base = upstreams.get(pin.on)
-            if not isinstance(base, WheelsetPin) or pin.on == name:
+        if isinstance(pin, WheelsetPin) and pin.installed_on is not None:
+            base = upstreams.get(pin.installed_on)
+            if not isinstance(base, WheelsetPin) or pin.installed_on == name:
                 at = ("upstreams", name, "installed-on")
-                raise LockError(str(path), _line(lines, at), _dotted(at), f"{pin.on!r} is not another wheelset pin")
+                raise LockError(str(path), _line(lines, at), _dotted(at), f"{pin.installed_on!r} is not another wheelset pin")
             if (base.python_version, base.platform_tags) != (pin.python_version, pin.platform_tags):
                 at = ("upstreams", name, "python-version")
                 raise LockError(str(path), _line(lines, at), _dotted(at),
-                                f"differs from the target of {pin.on!r} (python-version and platform-tags must match)")
+                                f"differs from the target of {pin.installed_on!r} (python-version and platform-tags must match)")
     return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
 
 
@@ -310,4 +310,4 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
                                 f"{req} but `files` pins {got} (run `reprostack lock wheels {name}`)")
     return WheelsetPin(name=name, requirements=tuple(u["requirements"]), python_version=str(u["python-version"]),
                        platform_tags=tuple(u["platform-tags"]), files=files, overrides=tuple(u.get("overrides", ())),
-                       index=u.get("index"), on=u.get("installed-on"))
+                       index=u.get("index"), installed_on=u.get("installed-on"))

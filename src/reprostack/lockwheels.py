@@ -42,8 +42,10 @@ _DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONST
 
 @dataclass(frozen=True)
 class Resolved:
+    """A pin as the index resolves it: its files (WheelFile; WheelsetFile for a wheelset pin)."""
+
     pin: str
-    files: tuple[lockmod.WheelFile, ...]
+    files: tuple
 
 
 def _pip_env() -> dict[str, str]:

@@ -17,18 +17,11 @@ The result is sorted by distribution name. Fill and check follow `reprostack.loc
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import lock as lockmod
 from . import lockwheels
 from .errors import ReprostackError
-
-
-@dataclass(frozen=True)
-class Resolved:
-    pin: str
-    files: tuple[lockmod.WheelsetFile, ...]
 
 
 def _target(pin: lockmod.WheelsetPin) -> list[str]:
@@ -47,7 +40,7 @@ def _file(item: dict, pin: lockmod.WheelsetPin, what: str, tmp: str, timeout: fl
     return lockmod.WheelsetFile(name, version, filename, sha)
 
 
-def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> Resolved:
+def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> lockwheels.Resolved:
     """Resolve wheelset pin `name` (see module doc). Returns every distribution's file, sorted by name.
     Raises ReprostackError naming the pin's line when pip cannot resolve, resolves a non-wheel, or an override
     replaces nothing."""
@@ -56,11 +49,11 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> Resolved:
     what = f"{where}: {' '.join(pin.requirements)} (python {pin.python_version}, {', '.join(pin.platform_tags)})"
     with tempfile.TemporaryDirectory(prefix="reprostack-wheelset-") as tmp:
         extra, below = [], {}
-        if pin.on:
-            base = lock.get(pin.on)
+        if pin.installed_on:
+            base = lock.get(pin.installed_on)
             if not base.files:
-                raise ReprostackError(f"{lock.where('upstreams', name, 'installed-on')}: {pin.on} has no files yet: "
-                                      f"resolve it first (`reprostack lock wheels {pin.on} {name}`)")
+                raise ReprostackError(f"{lock.where('upstreams', name, 'installed-on')}: {pin.installed_on} has no files yet: "
+                                      f"resolve it first (`reprostack lock wheels {pin.installed_on} {name}`)")
             below = {f.name: f.version for f in base.files}
             skip = {lockmod.canonical_name(o.split("==")[0]) for o in base.overrides}
             cfile = Path(tmp, "constraints.txt")
@@ -79,10 +72,10 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> Resolved:
                 raise ReprostackError(f"{owhat}: replaces nothing ({f.name} is not in the closure of the requirements); "
                                       f"an added distribution belongs under `requirements`")
             found[f.name] = f
-    return Resolved(name, tuple(found[k] for k in sorted(found)))
+    return lockwheels.Resolved(name, tuple(found[k] for k in sorted(found)))
 
 
-def check(lock: lockmod.Lock, r: Resolved) -> list[str]:
+def check(lock: lockmod.Lock, r: lockwheels.Resolved) -> list[str]:
     """Every difference between the pin's `files` and the resolved set, as `FILE:LINE: field: problem`."""
     pin = lock.get(r.pin)
     if not pin.files:
