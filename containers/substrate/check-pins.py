@@ -43,13 +43,13 @@ def requirers(dists):
     return {k: sorted(v) for k, v in rev.items()}
 
 
-def chain(name, rev, pinned, seen=None):
-    """`a <- b <- c`: the first requirer of `name` that is not itself pinned, followed upwards."""
+def chain(name, rev, seen=None):
+    """`a <- b <- c`: the first installed distribution that requires `name`, followed upwards."""
     seen = seen or {name}
     for parent in rev.get(name, ()):
         if parent in seen:
             continue
-        rest = chain(parent, rev, pinned, seen | {parent})
+        rest = chain(parent, rev, seen | {parent})
         return parent + (" <- " + rest if rest else "")
     return ""
 
@@ -65,20 +65,20 @@ def main(argv):
         with open(path) as f:
             pins = json.load(f)
         packages = {canon(k): v for k, v in pins["packages"].items()}
+        wrong = 0
         for name, want in sorted(packages.items()):
             versions = sorted({d.version for d in dists.get(name, ())})
             if versions == [want]:
                 continue
-            have = ", ".join(versions) if versions else None
-            bad += 1
-            who = chain(name, rev, packages)
-            if len(versions) > 1:
-                others = [v for v in versions if v != want]
-                have = ", ".join(others) + (f" beside {want}" if want in versions else "")
-            print(f"check-pins: {pins['pin']}: {name}: lock {want}, installed {have or 'nothing'}"
+            wrong += 1
+            others = ", ".join(v for v in versions if v != want) or "nothing"
+            have = others + (f" beside {want}" if want in versions else "")
+            who = chain(name, rev)
+            print(f"check-pins: {pins['pin']}: {name}: lock {want}, installed {have}"
                   + (f" (required by {who})" if who else ""), file=sys.stderr)
-        if not bad:
+        if not wrong:
             print(f"check-pins: {pins['pin']}: {len(packages)} distributions at their pinned versions")
+        bad += wrong
     return 1 if bad else 0
 
 
