@@ -15,6 +15,7 @@ node runs (a gate image holds its parents' layers), not every parent.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tarfile
@@ -68,7 +69,6 @@ def save_bundle(client, images: Sequence[tuple[str, str]], dest: Path) -> list[B
                  "sha256": b.sha256, "bytes": b.bytes} for b in out]}, indent=1, sort_keys=True).encode()
             ti = _normalize(tarfile.TarInfo("manifest.json"))
             ti.size = len(manifest)
-            import io
             tar.addfile(ti, io.BytesIO(manifest))
         os.replace(tmp, dest)
     except BaseException:

@@ -43,7 +43,7 @@ from .. import sources as sources_mod
 from ..atomicfile import write_text_atomic
 from ..gitcmd import git
 from ..fetch.wheels import fetch_wheels
-from ..lock import GitPin, Lock, WheelPin, WheelsetPin
+from ..lock import GitPin, Lock, WheelPin, WheelsetPin, canonical_name
 from . import render as R
 from .context import Context
 from .errors import ContainerError, EngineUnavailable, ImageBuildError, RecipeError
@@ -344,7 +344,7 @@ class _Builder:
             ctx.add_file(f"{w.dest}/{lw.filename}", lw.path, executable=False, origin=where)
         ctx.add_bytes(f"{w.dest}/requirements.txt", "".join(
             f"{lw.name}=={lw.version} --hash=sha256:{lw.sha256}\n" for lw in wheels).encode(), origin=where)
-        overrides = sorted(o.split("==")[0].lower() for o in getattr(pin, "overrides", ()))
+        overrides = sorted(canonical_name(o.split("==")[0]) for o in getattr(pin, "overrides", ()))
         pins = {"pin": w.pin, "lock-sha256": self.o.lock.sha256,
                 "packages": {lw.name: lw.version for lw in wheels}, "overrides": overrides}
         ctx.add_bytes(f"{w.dest}/pins.json", (json.dumps(pins, indent=1, sort_keys=True) + "\n").encode(), origin=where)
