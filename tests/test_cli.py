@@ -234,3 +234,41 @@ def test_a_named_bundle_is_checked_even_with_a_warm_cache(world, tmp_path, capsy
     bad.write_bytes(bytes(raw))
     code, _, err = run(capsys, "fetch", *args, "--offline", "--bundle", str(bad))
     assert code == 2 and "deepep.bundle is corrupted" in err
+
+
+# --------------------------------------------------------------------------- untrusted lock: URLs git could run
+
+
+@pytest.mark.parametrize("where", ["url", "submodule"])
+@pytest.mark.parametrize("url", ['"--upload-pack=touch {m}"', '"ext::sh -c touch% {m}"', "-oProxyCommand=x"])
+def test_lock_url_git_would_read_as_an_option_is_refused(world, tmp_path, capsys, where, url):
+    """`lock check`, `outdated`, `fetch` and `bump` refuse the lock with FILE:LINE, exit 2; nothing is run."""
+    stack, lock, args = world
+    marker = tmp_path / "ran"
+    text = lock.read_text()
+    if where == "url":
+        text = text.replace(f"url: {BASE_URL}/nccl", f"url: {url.format(m=marker)}")
+        field = "upstreams.nccl.url"
+    else:
+        text = text.replace(f"url: {BASE_URL}/fmt", f"url: {url.format(m=marker)}")
+        field = r"upstreams.deepep.submodules.third-party/fmt.url"
+    lock.write_text(text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if str(marker) in ln or "-oProxyCommand" in ln)
+    for argv in (["lock", "check", "--lock", str(lock)], ["outdated", *args], ["fetch", *args],
+                 ["bump", "nccl", "--no-commit", *args]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2, argv
+        assert re.fullmatch(rf"reprostack: error: {re.escape(str(lock))}:{line}: {field}: .*(starts with '-'|"
+                            rf"transport helper|whitespace).*\n", err), (argv, err)
+    assert not marker.exists()
+
+
+def test_git_timeout_option(world, capsys, monkeypatch):
+    stack, lock, args = world
+    code, out, err = run(capsys, "fetch", "nccl", *args, "--git-timeout", "soon")
+    assert code == 2 and err == "reprostack: error: --git-timeout: 'soon' is not a positive number of seconds\n"
+    monkeypatch.setenv("REPROSTACK_GIT_TIMEOUT", "-1")
+    code, out, err = run(capsys, "fetch", "nccl", *args)
+    assert code == 2 and err == "reprostack: error: REPROSTACK_GIT_TIMEOUT: '-1' is not a positive number of seconds\n"
+    code, out, err = run(capsys, "fetch", "nccl", *args, "--git-timeout", "120")  # the option wins over the env
+    assert code == 0, err

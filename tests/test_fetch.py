@@ -19,7 +19,10 @@ from reprostack.fetch import (Cache, FetchedGit, fetch_git, import_bundle, mater
                               write_bundle)
 from reprostack.fetch import verify
 from reprostack.fetch.cache import normalise_url, url_key
-from reprostack.gitcmd import git
+import os
+
+from reprostack import gitcmd
+from reprostack.gitcmd import GitFailed, git, git_remote, transient
 from reprostack.lock import GitPin, PatchEntry, Submodule
 
 SUB = "third-party/lib"
@@ -99,7 +102,10 @@ def test_fetch_by_sha_then_materialize(world, tmp_path):
     cache = Cache(tmp_path / "cache")
     f = fetch_git(world.pin, cache=cache)
     assert_fetched(f, world, cache)
-    assert not any(r.startswith("refs/reprostack/hints/") for r in refs_of(f.repo))  # no fallback needed
+    refs = refs_of(f.repo)
+    # reachability proof: the hint ref (refs/pull/7/head descends from rev) was enough, no branch was needed
+    assert "refs/reprostack/hints/pull/7/head" in refs
+    assert not any(r.startswith(("refs/reprostack/heads/", "refs/reprostack/tags/")) for r in refs)
     assert gr.has_object(f.repo, world.u4) is False  # shallow: only what the pin needs
 
     dest = materialize(f, tmp_path / "wt")
@@ -124,13 +130,13 @@ def test_sha_in_want_allowed_or_refused(world, tmp_path, allow_any_sha):
     f = fetch_git(world.pin, cache=cache)
     assert_fetched(f, world, cache)
     refs = refs_of(f.repo)
-    if allow_any_sha:
-        assert not any(r.startswith("refs/reprostack/hints/") for r in refs)
-    else:  # refused -> the hint ref was enough; heads/tags were not needed for the superproject
-        assert "refs/reprostack/hints/pull/7/head" in refs
-        assert not any(r.startswith("refs/reprostack/heads/") for r in refs)
-        # lib_v2 is lib's advertised branch tip: even a refusing v0 server serves it by id
-        assert refs_of(f.submodules[SUB]) == {f"refs/reprostack/{world.lib_v2}"}
+    # by id or not, the hint ref is fetched (to prove reachability, or to get the commits); heads/tags were
+    # not needed for the superproject
+    assert "refs/reprostack/hints/pull/7/head" in refs
+    assert not any(r.startswith("refs/reprostack/heads/") for r in refs)
+    # lib has no hint ref: its branches prove lib_v2 (lib's branch tip: even a refusing v0 server serves it by id)
+    assert f"refs/reprostack/{world.lib_v2}" in refs_of(f.submodules[SUB])
+    assert "refs/reprostack/heads/main" in refs_of(f.submodules[SUB])
 
 
 def test_wrong_tree_is_an_error_and_not_marked(world, tmp_path):
@@ -348,3 +354,256 @@ def test_cache_layout_and_url_normalisation(tmp_path):
     cache.write_marker("https://h/r", "c" * 40, tree="d" * 40)  # with_parent is sticky
     assert cache.read_marker("https://h/r", "c" * 40)["with_parent"] is True
     assert [p.name for p in marker.parent.iterdir()] == [marker.name]  # no temp files left behind
+
+
+# ------------------------------------------------------- untrusted input: URLs, cache config, reachability, network
+
+OPTION_URLS = ["--upload-pack=touch {m}", "-u touch {m}", "ext::sh -c touch% {m}", "fd::0"]
+
+
+@pytest.mark.parametrize("url", OPTION_URLS)
+def test_url_git_could_read_as_an_option_runs_nothing(world, tmp_path, url):
+    """A pin built without the lock's checks (fetch_git is a library call too): the URL is refused before git,
+    and git would get it after `--` anyway. The marker file is never created."""
+    marker = tmp_path / "ran"
+    pin = replace(world.pin, url=url.format(m=marker), submodules=(), patches=())
+    with pytest.raises(FetchError, match=r"up: url .*(starts with '-'|transport helper|whitespace)"):
+        fetch_git(pin, cache=Cache(tmp_path / "cache"), timeout=30)
+    assert not marker.exists()
+    # `--` before the URL: even a direct git call reads it as a repository, not an option
+    with pytest.raises(GitFailed):
+        git_remote("ls-remote", "--", f"--upload-pack=touch {marker}", retries=0)
+    assert not marker.exists()
+
+
+def test_history_never_passes_an_option_url_to_git(world, tmp_path):
+    from reprostack.bump.history import history
+    marker = tmp_path / "ran"
+    with history("up", f"--upload-pack=touch {marker}", Cache(tmp_path / "cache"), {}, 30) as h:
+        with pytest.raises(FetchError, match="starts with '-'"):
+            h.ls_remote()
+        with pytest.raises(FetchError, match="starts with '-'"):
+            h.fetch_ref("refs/heads/main")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("mirror", ["--upload-pack=touch {m}", "ext::sh -c touch% {m}", "ext::sh", "http://x/y"])
+def test_mirror_that_git_could_run_is_refused(world, tmp_path, mirror):
+    marker = tmp_path / "ran"
+    m = mirror.format(m=marker)
+    with pytest.raises(FetchError, match="REPROSTACK_MIRRORS: mirror"):
+        mirrors_from_env({"REPROSTACK_MIRRORS": f"https://example.invalid/org/up={m}"})
+    pin = replace(world.pin, url="https://example.invalid/org/up", submodules=(), patches=())
+    with pytest.raises(FetchError, match="mirror .* for 'https://example.invalid/org/up'"):
+        fetch_git(pin, cache=Cache(tmp_path / "cache"), mirrors={"https://example.invalid/org/up": m}, timeout=30)
+    assert not marker.exists()
+
+
+def test_only_file_git_ssh_https_transports(tmp_path):
+    """Defence in depth: GIT_ALLOW_PROTOCOL, git's own allow-list, even for a URL that skipped our checks."""
+    marker = tmp_path / "ran"
+    for url in (f"ext::sh -c touch% {marker}", "http://127.0.0.1:9/x"):
+        with pytest.raises(GitFailed, match="transport .* not allowed|unsupported"):
+            git_remote("ls-remote", "--", url, retries=0, timeout=30)
+    assert not marker.exists()
+
+
+def test_cache_repo_config_that_could_run_a_program_is_refused(world, tmp_path):
+    cache = Cache(tmp_path / "cache")
+    f = fetch_git(world.pin, cache=cache)
+    marker = tmp_path / "ran"
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "reference-transaction").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (hooks / "reference-transaction").chmod(0o755)
+    gr.set_config(f.repo, "core.hooksPath", str(hooks))
+    with pytest.raises(FetchError, match=r"up: the cache repo .* has config core.hookspath that reprostack never writes"):
+        fetch_git(world.pin, cache=cache)
+    assert not marker.exists()
+
+
+def test_hooks_fsmonitor_and_repo_ssh_command_never_run(world, tmp_path):
+    """Whatever a repository's own config says, git() runs no hook, fsmonitor or core.sshCommand."""
+    marker = tmp_path / "ran"
+    wt = gr.init_repo(tmp_path / "wt")
+    gr.commit_files(wt, {"a": "1\n"}, "one")
+    hook = wt / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}.hook\n")
+    hook.chmod(0o755)
+    gr.set_config(wt, "core.fsmonitor", f"touch {marker}.fsmonitor; false")
+    gr.set_config(wt, "core.sshCommand", f"touch {marker}.ssh; false")
+    git("checkout", "-q", "--detach", "HEAD", cwd=wt)
+    git("status", "--porcelain", cwd=wt)
+    with pytest.raises(GitFailed):
+        git_remote("fetch", "--", "ssh://127.0.0.1:9/x", cwd=wt, retries=0, timeout=30)
+    assert list(tmp_path.glob("ran*")) == []
+
+
+def test_fork_only_commit_is_refused(world, tmp_path):
+    """A commit the server serves by id but no ref of it reaches (GitHub serves a fork's commits from the
+    upstream URL): refused, nothing marked verified. The same commit under a lock `fetch-refs` hint is fine."""
+    gr.set_config(world.up, "uploadpack.allowAnySHA1InWant", "true")
+    tree = gr.tree_of(world.up, world.rev)
+    orphan = git("commit-tree", "-p", world.rev, "-m", "only in a fork", tree, cwd=world.up)
+    pin = replace(world.pin, rev=orphan, tree=tree, submodules=(), patches=())
+    cache = Cache(tmp_path / "cache")
+    with pytest.raises(FetchError, match=rf"up: commit {orphan[:12]} is not reachable from any branch or tag of "
+                                         rf".*only a fork .* or a mirror holds is refused"):
+        fetch_git(pin, cache=cache)
+    assert cache.read_marker(pin.url, orphan) is None
+    with pytest.raises(FetchError, match="not reachable"):  # objects now in the cache: still not trusted
+        fetch_git(pin, cache=cache)
+
+    git("update-ref", "refs/forks/alice/main", orphan, cwd=world.up)
+    with pytest.raises(FetchError, match="not reachable"):  # a ref the lock does not name is no proof
+        fetch_git(pin, cache=cache)
+    ok = fetch_git(replace(pin, fetch_refs=("refs/forks/alice/main",)), cache=cache)
+    assert cache.read_marker(ok.pin.url, orphan)["tree"] == tree
+
+
+def test_fork_only_cherry_pick_is_refused(world, tmp_path):
+    gr.set_config(world.up, "uploadpack.allowAnySHA1InWant", "true")
+    evil = git("commit-tree", "-p", world.rev, "-m", "fork", gr.tree_of(world.up, world.p1), cwd=world.up)
+    pin = replace(world.pin, submodules=(), patches=(PatchEntry("cherry-pick", evil, "Pending", index=1),))
+    with pytest.raises(FetchError, match=rf"commit {evil[:12]} is not reachable"):
+        fetch_git(pin, cache=Cache(tmp_path / "cache"))
+
+
+def test_older_pin_after_newer_shallow_fetch_is_still_proven(world, tmp_path):
+    """An earlier shallow fetch of a newer commit cuts the walk from main down to an older pin: --unshallow."""
+    cache = Cache(tmp_path / "cache")
+    newer = replace(world.pin, rev=world.u4, tree=gr.tree_of(world.up, world.u4), submodules=(), patches=())
+    fetch_git(newer, cache=cache)
+    older = replace(world.pin, submodules=(), patches=())
+    assert fetch_git(older, cache=cache).repo == cache.repo_dir(older.url)
+
+
+# --------------------------------------------------------------------------- network: timeout, ssh, retries
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_timeout_option_and_a_server_that_never_answers(world, tmp_path, monkeypatch):
+    import socket
+    from reprostack import sources
+    monkeypatch.setenv("REPROSTACK_GIT_TIMEOUT", "7")
+    assert sources.FetchOptions.make(tmp_path / "c").timeout == 7.0
+    assert sources.FetchOptions.make(tmp_path / "c", timeout=3).timeout == 3
+    monkeypatch.setenv("REPROSTACK_GIT_TIMEOUT", "0")
+    with pytest.raises(FetchError, match="REPROSTACK_GIT_TIMEOUT: '0' is not a positive number of seconds"):
+        sources.FetchOptions.make(tmp_path / "c")
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)  # accepts the connection (kernel backlog), never says a word
+    try:
+        pin = replace(world.pin, url=f"git://127.0.0.1:{srv.getsockname()[1]}/up", submodules=(), patches=())
+        monkeypatch.setattr(gitcmd, "RETRIES", 1)
+        monkeypatch.setattr(gitcmd, "RETRY_BACKOFF_S", 0.01)
+        with pytest.raises(FetchError, match=r"up: cannot fetch .*: git fetch timed out after 2s"):
+            fetch_git(pin, cache=Cache(tmp_path / "cache"), timeout=2)
+    finally:
+        srv.close()
+
+
+def test_ssh_runs_in_batch_mode(world, tmp_path, monkeypatch):
+    """ssh never prompts (host key, password): BatchMode and a ConnectTimeout, also with the user's own
+    GIT_SSH_COMMAND (kept, options appended)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "ssh-args"
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\necho "$@" >> {log}\necho "ssh: connect to host: Connection closed" >&2\nexit 255\n')
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("GIT_SSH_COMMAND", raising=False)
+    monkeypatch.setattr(gitcmd, "RETRIES", 0)
+    pin = replace(world.pin, url="ssh://git@example.invalid/org/up", submodules=(), patches=())
+    with pytest.raises(FetchError, match="up: cannot fetch"):
+        fetch_git(pin, cache=Cache(tmp_path / "cache"), timeout=20)
+    args = log.read_text()
+    assert "-o BatchMode=yes" in args and "-o ConnectTimeout=20" in args
+
+    monkeypatch.setenv("GIT_SSH_COMMAND", "ssh -i /dev/null")
+    log.unlink()
+    with pytest.raises(FetchError):
+        fetch_git(pin, cache=Cache(tmp_path / "cache"), timeout=20)
+    assert log.read_text().startswith("-i /dev/null -o BatchMode=yes")
+
+
+def test_transient_failure_is_retried_with_backoff(world, tmp_path, monkeypatch):
+    """The server is down at the first attempt (connection refused) and up after the first backoff: the fetch
+    succeeds. A permanent failure (no such repository) is not retried."""
+    import subprocess
+    import time
+    real_sleep = time.sleep
+    port = _free_port()
+    gr.set_config(world.up, "uploadpack.allowAnySHA1InWant", "true")
+    daemon: list[subprocess.Popen] = []
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:
+        waits.append(s)
+        if not daemon:
+            daemon.append(subprocess.Popen(
+                ["git", "daemon", "--export-all", "--reuseaddr", f"--base-path={world.up.parent}",
+                 "--listen=127.0.0.1", f"--port={port}", str(world.up.parent)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            import socket
+            for _ in range(100):
+                with socket.socket() as c:
+                    if c.connect_ex(("127.0.0.1", port)) == 0:
+                        return
+                real_sleep(0.05)
+
+    import types
+    monkeypatch.setattr(gitcmd, "time", types.SimpleNamespace(sleep=sleep))  # only gitcmd's backoff waits
+    pin = replace(world.pin, url=f"git://127.0.0.1:{port}/up", submodules=(), patches=())
+    try:
+        f = fetch_git(pin, cache=Cache(tmp_path / "cache"), timeout=30)
+        assert f.repo.is_dir() and waits == [gitcmd.RETRY_BACKOFF_S]
+        waits.clear()
+        with pytest.raises(FetchError, match="up: cannot fetch"):
+            fetch_git(replace(pin, url=f"git://127.0.0.1:{port}/nope"), cache=Cache(tmp_path / "cache"), timeout=30)
+        assert waits == []  # "not found" is not transient
+    finally:
+        for d in daemon:
+            d.terminate()
+            d.wait(timeout=10)
+
+
+def test_transient_classification():
+    def failed(stderr: str, timed_out: bool = False) -> GitFailed:
+        return GitFailed(["git", "fetch"], None if timed_out else 128, "", stderr, timed_out)
+    for msg in ("fatal: early EOF", "error: RPC failed; HTTP 502 curl 22 The requested URL returned error: 502",
+                "fatal: unable to connect to x: Connection refused", "Connection reset by peer"):
+        assert transient(failed(msg)), msg
+    assert transient(failed("", timed_out=True))
+    for msg in ("fatal: repository 'https://x/y/' not found", "fatal: Authentication failed for 'https://x/'",
+                "Permission denied (publickey).", "fatal: remote error: upload-pack: not our ref " + "a" * 40,
+                "fatal: '/x' does not appear to be a git repository"):
+        assert not transient(failed(msg)), msg
+
+
+@pytest.mark.parametrize("field", ["rev", "commits", "shallow"])
+def test_bundle_manifest_ids_must_be_commit_ids(world, tmp_path, field):
+    """A bundle's manifest names commits that reach git as arguments: each must be 40 hex, never `--...`."""
+    out = write_bundle([fetch_git(world.pin, cache=Cache(tmp_path / "c1"))], tmp_path / "s.tar")
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(out) as src, tarfile.open(bad, "w") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read()
+            if m.name == "manifest.json":
+                man = json.loads(data)
+                man["upstreams"]["up"][field] = "--output=/tmp/x" if field == "rev" else ["--all"]
+                data = json.dumps(man).encode()
+                m.size = len(data)
+            dst.addfile(m, io.BytesIO(data))
+    cache = Cache(tmp_path / "c2")
+    with pytest.raises(FetchError, match=r"malformed manifest.json: .*is not a 40-hex id"):
+        import_bundle(bad, cache)
+    assert not (cache.root / "verified").exists()

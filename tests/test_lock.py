@@ -381,3 +381,30 @@ def test_lock_is_immutable():
     with pytest.raises(AttributeError):
         lock.git("deepep").rev = "0" * 40  # frozen dataclass
     assert isinstance(lock, Lock)
+
+
+# --------------------------------------------------------------------------- URLs and refs git could run
+
+
+@pytest.mark.parametrize("url, why", [
+    ('"--upload-pack=touch /tmp/x"', "starts with '-'"), ("-oProxyCommand=x", "starts with '-'"),
+    ("ext::sh", "transport helper"), ('"ext::sh -c touch% /tmp/x"', "whitespace"), ("fd::0", "transport helper"),
+    ("http://example.invalid/x", "scheme 'http'"), ("ssh://-oProxyCommand=x/y", "host starting with '-'"),
+    ("relative/path", "neither"), ('"https://x/a\\tb"', "whitespace")])
+def test_url_git_could_misread_is_refused(tmp_path, url, why):
+    text = edit("url: https://example.invalid/org/demo", f"url: {url}")
+    p = write(tmp_path, text)
+    assert why in assert_where(load_error(p), p, line_of(text, "url:"), "upstreams.demo.url")
+
+
+@pytest.mark.parametrize("url", ["https://github.com/o/r", "ssh://git@github.com/o/r", "git://h/r", "file:///srv/r",
+                                 "git@github.com:o/r.git", "/srv/mirrors/r"])
+def test_url_forms_git_reads_as_repositories(tmp_path, url):
+    assert load(write(tmp_path, edit("url: https://example.invalid/org/demo", f"url: {url}"))).git("demo").url == url
+
+
+@pytest.mark.parametrize("ref", ['"--upload-pack=x"', "refs/heads/a b", '"refs/x\\n--all"'])
+def test_hint_ref_git_could_misread_is_refused(tmp_path, ref):
+    text = edit("ref: refs/pull/612/head", f"ref: {ref}")
+    p = write(tmp_path, text)
+    assert_where(load_error(p), p, line_of(text, "ref:"), "upstreams.demo.patches[0].ref")

@@ -306,3 +306,58 @@ def test_a_reused_tree_must_agree_with_the_series_record(stack, tmp_path):
     rec_path.write_text(json.dumps(rec))
     again = sources.prepare(lock, "deepep", o, root)
     assert not again.reused and json.loads(rec_path.read_text())["entries"][0][2] == stack.patched
+
+
+# ------------------------------------------------------- untrusted cache: reuse re-hashes the files on disk
+
+
+@pytest.mark.parametrize("tamper", ["skip-worktree", "assume-unchanged", "untracked", "ignored", "submodule-file",
+                                    "fsmonitor-config", "info-attributes"])
+def test_tampered_cached_tree_is_remade_not_reused(stack, tmp_path, tamper):
+    """A cached tree whose files differ from the pin while git's own index hides it (skip-worktree,
+    assume-unchanged), with an untracked or ignored file added, or with config that could run a program,
+    is made again from the verified cache: never reused and reported verified."""
+    lock, o = lock_of(tmp_path, deepep_pin(stack)), opts(tmp_path)
+    first = sources.prepare(lock, "deepep", o, project(tmp_path))
+    ep = first.path / "csrc" / "ep.cpp"
+    marker = tmp_path / "ran"
+    if tamper in ("skip-worktree", "assume-unchanged"):
+        git("update-index", f"--{tamper}", "csrc/ep.cpp", cwd=first.path)
+        ep.write_text("int kMaxQps = 999;\n")
+        assert git("status", "--porcelain", cwd=first.path) == ""  # git's own status sees nothing
+    elif tamper == "untracked":
+        (first.path / "csrc" / "evil.h").write_text("#define kMaxQps 999\n")
+    elif tamper == "ignored":
+        (first.path / ".git" / "info").mkdir(exist_ok=True)  # ignored by git, still a file the build sees
+        (first.path / ".git" / "info" / "exclude").write_text("*.pth\n")
+        (first.path / "evil.pth").write_text("import os\n")
+    elif tamper == "submodule-file":
+        core = first.path / SUB / "include" / "fmt" / "core.h"
+        git("update-index", "--skip-worktree", "include/fmt/core.h", cwd=first.path / SUB)
+        core.write_text("// not fmt\n")
+    elif tamper == "fsmonitor-config":
+        gr.set_config(first.path, "core.fsmonitor", f"touch {marker}; false")
+    else:
+        (first.path / ".git" / "info").mkdir(exist_ok=True)
+        (first.path / ".git" / "info" / "attributes").write_text("* -text\n")
+
+    take_servers_away(stack)  # made again from the verified cache
+    again = sources.prepare(lock, "deepep", o, project(tmp_path))
+    assert again.reused is False and again.path == first.path
+    assert ep.read_text() == "int kMaxQps = 6;  // EP_EFA_MAX_QPS\n"
+    assert not (first.path / "csrc" / "evil.h").exists() and not (first.path / "evil.pth").exists()
+    assert (first.path / SUB / "include" / "fmt" / "core.h").read_text() == "// fmt v1\n"
+    assert not marker.exists()
+    # and the fresh tree is reused as it is
+    assert sources.prepare(lock, "deepep", o, project(tmp_path)).reused is True
+
+
+def test_worktree_tree_hashes_files_not_the_index(stack, tmp_path):
+    from reprostack.fetch.checkout import worktree_tree
+    o = opts(tmp_path)
+    st = sources.prepare(lock_of(tmp_path, nccl_pin(stack)), "nccl", o, project(tmp_path))
+    assert worktree_tree(st.path) == stack.nccl_tree
+    git("update-index", "--skip-worktree", "makefiles/version.mk", cwd=st.path)
+    (st.path / "makefiles" / "version.mk").write_text("NCCL_MAJOR := 9\n")
+    assert git("rev-parse", "HEAD^{tree}", cwd=st.path) == stack.nccl_tree
+    assert worktree_tree(st.path) != stack.nccl_tree

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from . import lock as lockmod
-from . import paths, sources
+from . import gitcmd, paths, sources
 from .errors import FetchError, ReprostackError, SourceUnreachable
 
 
@@ -24,6 +24,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", action="append", default=[], metavar="FILE", help="source bundle written by `reprostack bundle`")
     p.add_argument("--mirror", action="append", default=[], metavar="URL=PATH",
                    help="fetch URL (prefix) from PATH instead (git insteadOf); also $REPROSTACK_MIRRORS")
+    p.add_argument("--git-timeout", default=None, metavar="S",
+                   help="seconds allowed per git command (default: $REPROSTACK_GIT_TIMEOUT or 600); transient network "
+                        "failures are retried with backoff")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -139,8 +142,14 @@ def _key_values(items: list[str], flag: str, form: str) -> dict[str, str]:
 
 def _fetch_opts(args) -> sources.FetchOptions:
     mirrors = _key_values(args.mirror, "--mirror", "URL=PATH")
+    timeout = None
+    if args.git_timeout is not None:
+        try:
+            timeout = gitcmd.parse_timeout(args.git_timeout, "--git-timeout")
+        except ValueError as e:
+            raise ReprostackError(str(e)) from None
     return sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
-                                     mirrors=mirrors, bundles=args.bundle)
+                                     mirrors=mirrors, bundles=args.bundle, timeout=timeout)
 
 
 def _git_names(lock: lockmod.Lock, names: list[str]) -> list[str]:

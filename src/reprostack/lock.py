@@ -5,7 +5,9 @@ Invariants (checked here, relied on by every later stage):
   where that commit can be fetched from, never what is built;
 - a patch series names each entry by commit id (cherry-pick) or by a committed file under `patches/`;
   a series always comes with the `patched-tree` it must produce;
-- unknown keys, duplicate keys and wrong types are errors that name `FILE:LINE: field`.
+- unknown keys, duplicate keys and wrong types are errors that name `FILE:LINE: field`;
+- every URL passes `gitcmd.url_problem` (https/ssh/git/file, `host:path` or an absolute path; never a
+  leading `-`, a transport helper `X::`, whitespace or control characters).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import LockError
+from .gitcmd import url_problem
 from .yamlsrc import compose, dotted as _dotted, line_of as _line, validate
 
 LOCKFILE = "upstreams.lock"
@@ -266,6 +269,12 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
 
 
 def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
+    urls = [(("upstreams", name, "url"), u["url"]),
+            *((("upstreams", name, "submodules", sp, "url"), s["url"]) for sp, s in (u.get("submodules") or {}).items())]
+    for at, url in urls:  # a URL git could read as an option or a transport helper never reaches git
+        why = url_problem(url)
+        if why:
+            raise LockError(str(path), _line(lines, at), _dotted(at), f"{url!r} {why}")
     subs = tuple(
         Submodule(path=sp, url=s["url"], rev=s["rev"], tree=s.get("tree"),
                   fetch_refs=tuple(s.get("fetch-refs", ())))

@@ -2,9 +2,14 @@
 
 fetch (reprostack.fetch) -> materialize at the pinned rev -> apply the patch series
 (reprostack.patch) -> check out submodules at their gitlinks. The result lives at
-`<cache>/trees/<name>-<patched tree>` (content-addressed by the tree it must have): a second call
-finds it and only re-checks its tree hash. Nothing is written there unless the whole series
-applied and the tree is the lock's.
+`<cache>/trees/<name>-<patched tree>` (content-addressed by the tree it must have). Nothing is written
+there unless the whole series applied and the tree is the lock's.
+
+The cache is untrusted (a shared disk): a tree is reused only when the files on disk hash to the pinned tree
+(checkout.worktree_tree: a fresh index, untracked/ignored/skip-worktree files included), each submodule's
+files hash to the tree of its gitlink commit, and no repo in it has config keys or info/attributes that
+reprostack never writes; otherwise it is made again. A freshly made tree is checked the same way (which
+also catches a tampered object in the cache's object store).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Mapping, Sequence
 from .errors import FetchError
 from .fetch import Cache, FetchedGit, checkout_submodules, fetch_git, materialize, mirrors_from_env
 from .fetch.bundle import check_bundle
-from .gitcmd import git
+from .fetch.checkout import commit_tree, worktree_tree
+from .gitcmd import DEFAULT_TIMEOUT_S, GitFailed, default_timeout, foreign_config, git
 from .lock import GitPin, Lock
 from .patch import apply_series
 
@@ -37,25 +43,33 @@ class SourceTree:
 
 @dataclass(frozen=True)
 class FetchOptions:
-    """How to get sources: cache root, offline (cache and bundles only), mirrors, bundle archives."""
+    """How to get sources: cache root, offline (cache and bundles only), mirrors, bundle archives, seconds per
+    git command."""
 
     cache: Cache
     offline: bool = False
     mirrors: Mapping[str, str] | None = None
     bundles: Sequence[Path] = ()
-    timeout: float = 600.0
+    timeout: float = DEFAULT_TIMEOUT_S
 
     @classmethod
     def make(cls, cache_root: Path | None = None, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,
-             bundles: Sequence[Path] = ()) -> "FetchOptions":
-        """Options with mirrors from `mirrors` on top of $REPROSTACK_MIRRORS (PREFIX=MIRROR,...). Every bundle
+             bundles: Sequence[Path] = (), timeout: float | None = None) -> "FetchOptions":
+        """Options with mirrors from `mirrors` on top of $REPROSTACK_MIRRORS (PREFIX=MIRROR,...); `timeout`
+        (seconds per git command) defaults to $REPROSTACK_GIT_TIMEOUT, else 600. Every bundle
         is checked here (readable, each member's sha256 as its manifest says), also when the cache already holds
-        every pin and the bundle would never be opened. Raises FetchError naming the bundle."""
+        every pin and the bundle would never be opened. Raises FetchError naming the bundle or a bad timeout."""
+        if timeout is None:
+            try:
+                timeout = default_timeout()
+            except ValueError as e:
+                raise FetchError(str(e)) from None
         for b in bundles:
             check_bundle(Path(b))
         m = dict(mirrors_from_env())
         m.update(mirrors or {})
-        return cls(Cache(cache_root), offline=offline, mirrors=m, bundles=tuple(Path(b) for b in bundles))
+        return cls(Cache(cache_root), offline=offline, mirrors=m, bundles=tuple(Path(b) for b in bundles),
+                   timeout=timeout)
 
 
 def fetch(pin: GitPin, opts: FetchOptions) -> FetchedGit:
@@ -89,9 +103,9 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
         else:
             staged = src
         _detach_objects(staged)
-        got = _tree_of(staged)
-        if got != want:
-            raise FetchError(f"{name}: prepared tree is {got}, lock says {want}")
+        bad = _files_problem(staged, pin, want)
+        if bad:
+            raise FetchError(f"{name}: prepared tree {bad}")
         staged.rename(final)
     return SourceTree(pin, final, want, bool(pin.patches), reused=False)
 
@@ -118,18 +132,46 @@ def _series_agrees(path: Path, pin: GitPin) -> bool:
 
 
 def _intact(path: Path, pin: GitPin, want: str) -> bool:
-    """HEAD's tree is `want`, the replayed series agrees with the lock's, no tracked file is modified,
-    every submodule is at its gitlink."""
+    """HEAD's tree is `want`, the replayed series agrees with the lock's, and the files on disk are the pinned
+    ones (see _files_problem)."""
     if _tree_of(path) != want:
         return False
     if pin.patches and not _series_agrees(path, pin):
         return False
+    return _files_problem(path, pin, want) is None
+
+
+# what `git init` writes into a working tree's config; reprostack writes nothing else there
+_TREE_CONFIG_KEYS = ("core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
+                     "core.ignorecase", "core.precomposeunicode", "core.symlinks")
+
+
+def _files_problem(path: Path, pin: GitPin, want: str) -> str | None:
+    """None when the files under `path` hash to `want` (superproject, gitlinks included) and each submodule's
+    files to the tree of its gitlink commit, and no repo there has config or info/attributes we never write;
+    else what differs, in words."""
+    repos = [(path, "")] + [(path / s.path, f"submodule {s.path} ") for s in pin.submodules]
+    for repo, what in repos:
+        bad = foreign_config(repo / ".git", _TREE_CONFIG_KEYS)
+        if bad:
+            return f"{what}has config {', '.join(bad[:3])} that reprostack never writes"
+        if (repo / ".git" / "info" / "attributes").exists():
+            return f"{what}has .git/info/attributes, which reprostack never writes"
     try:
-        if git("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=none", cwd=path):
-            return False
-        return all(git("rev-parse", "HEAD", cwd=path / s.path) == s.rev for s in pin.submodules)
-    except Exception:
-        return False
+        got = worktree_tree(path)
+        if got != want:
+            return f"files hash to {got}, lock says {want}"
+        for s in pin.submodules:
+            sub = path / s.path
+            sub_want = commit_tree(sub, s.rev)
+            sub_got = worktree_tree(sub)
+            if sub_got != sub_want:
+                return f"submodule {s.path} files hash to {sub_got}, its commit {s.rev[:12]} has {sub_want}"
+    except GitFailed as e:
+        return f"cannot be read: {e}"
+    except FetchError as e:
+        return str(e)
+    return None
 
 
 def _tree_of(path: Path) -> str | None:

@@ -175,7 +175,9 @@ def plan_bump(lock_path: Path, name: str, opts: FetchOptions, *, to: str | None 
     result.patched_tree = rp.tree if remaining else None
     edit = PinEdit(
         rev=target.rev, tree=new_tree, original=_original(target, result.new_date),
-        fetch_refs=((target.ref,) if target.ref else ()) if pin.fetch_refs else None,
+        # a target outside branches and tags (a PR head) is written as a hint: the fetch stage only accepts
+        # a commit reachable from a ref of the URL, and the lock must say which one
+        fetch_refs=((target.ref,) if target.ref else ()) if pin.fetch_refs or _needs_hint(target.ref) else None,
         submodules={s.path: (s.new_rev, s.new_tree) for s in result.submodules},
         series=[o.tree if o.outcome in ("kept", "refreshed") else None for o in rp.outcomes],
         patched_tree=result.patched_tree)
@@ -354,3 +356,8 @@ def write_report(r: BumpResult, out_dir: Path) -> Path:
     write_text_atomic(md, render(r))
     write_text_atomic(md.with_suffix(".json"), json.dumps(r.summary(), indent=2) + "\n")
     return md
+
+
+def _needs_hint(ref: str | None) -> bool:
+    """True for a ref that `git fetch` of all branches and tags would not bring (refs/pull/N/head, ...)."""
+    return bool(ref) and not ref.startswith(("refs/heads/", "refs/tags/"))

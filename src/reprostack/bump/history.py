@@ -7,7 +7,8 @@ and patch-ids across that range, so it keeps a separate, full-history bare repos
     <cache>/bump/<url key>.lock     flock'ed for the whole bump/outdated of that URL
 
 Mirrors apply exactly as in the fetch stage (git's own `url.<mirror>.insteadOf`); nothing here reads a
-mirror's path directly.
+mirror's path directly. As there: the URL is checked and passed after `--`, transient network failures are
+retried (gitcmd.git_remote), and a repo whose config has a key we never write is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Iterator, Mapping
 from ..errors import FetchError
 from ..fetch import Cache, insteadof_args, via
 from ..fetch.cache import url_key
-from ..gitcmd import GitFailed, git
+from ..fetch.git import check_cache_repo
+from ..gitcmd import GitFailed, git, git_remote, url_problem
 
 _NO_REF = re.compile(r"couldn't find remote ref|no such remote ref|not our ref|unadvertised object", re.I)
 
@@ -54,7 +56,10 @@ class History:
         return f"{self.url}{via(self.url, self.mirrors)}"
 
     def _remote(self, *args: str) -> str:
-        return git(*insteadof_args(self.mirrors), *args, cwd=self.repo, timeout=self.timeout)
+        why = url_problem(self.url)
+        if why:
+            raise FetchError(f"{self.label}: url {self.url!r} {why}")
+        return git_remote(*insteadof_args(self.mirrors), *args, cwd=self.repo, timeout=self.timeout)
 
     # ------------------------------------------------------------------ remote
     def ls_remote(self, *patterns: str, tags: bool = False, sort: str | None = None) -> list[tuple[str, str]]:
@@ -65,7 +70,7 @@ class History:
         """
         opts = (["--tags"] if tags else []) + ([f"--sort={sort}"] if sort else [])
         try:
-            out = self._remote("ls-remote", *opts, self.url, *patterns)
+            out = self._remote("ls-remote", *opts, "--", self.url, *patterns)
         except GitFailed as e:
             raise FetchError(f"{self.label}: cannot list refs of {self.where()}: {_short(e)}") from None
         refs: dict[str, str] = {}
@@ -83,7 +88,7 @@ class History:
     def default_branch(self) -> str:
         """The ref the server's HEAD points at (e.g. refs/heads/main). Raises FetchError when it has none."""
         try:
-            out = self._remote("ls-remote", "--symref", self.url, "HEAD")
+            out = self._remote("ls-remote", "--symref", "--", self.url, "HEAD")
         except GitFailed as e:
             raise FetchError(f"{self.label}: cannot read HEAD of {self.where()}: {_short(e)}") from None
         m = re.search(r"^ref: (refs/\S+)\tHEAD$", out, re.M)
@@ -99,7 +104,7 @@ class History:
         """
         local = f"refs/bump/{ref.removeprefix('refs/')}"
         try:
-            self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", self.url, f"+{ref}:{local}")
+            self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", self.url, f"+{ref}:{local}")
         except GitFailed as e:
             if not e.timed_out and _NO_REF.search(e.stderr):
                 return None
@@ -118,7 +123,7 @@ class History:
         if not todo:
             return
         try:
-            self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", self.url,
+            self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", self.url,
                          *(f"+{c}:refs/bump/commits/{c}" for c in todo))
         except GitFailed as e:
             if e.timed_out or not _NO_REF.search(e.stderr):
@@ -130,7 +135,7 @@ class History:
             self.fetch_ref(ref)
         if missing():
             try:
-                self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", self.url,
+                self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", self.url,
                              "+refs/heads/*:refs/bump/heads/*", "+refs/tags/*:refs/bump/tags/*")
             except GitFailed as e:
                 raise FetchError(f"{self.label}: cannot fetch from {self.where()}: {_short(e)}") from None
@@ -211,6 +216,7 @@ def history(label: str, url: str, cache: Cache, mirrors: Mapping[str, str], time
                              ("reprostack.url", url)):
                     git("config", k, v, cwd=tmp)
                 os.rename(tmp, repo)
+            check_cache_repo(repo, label)
             yield History(label, url, repo, mirrors, timeout)
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)

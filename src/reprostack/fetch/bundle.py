@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 import tempfile
 from pathlib import Path
@@ -32,11 +33,12 @@ from ..errors import FetchError
 from ..gitcmd import GitFailed, git
 from . import verify
 from .cache import Cache
-from .git import FetchedGit, cherry_picks
+from .git import FetchedGit, check_cache_repo, cherry_picks
 from .verify import Wanted
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
 
 
 def write_bundle(fetched: Sequence[FetchedGit], out: Path) -> Path:
@@ -179,6 +181,12 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
                 for key in ("url", "rev", "bundle", "sha256"):
                     if not isinstance(up_or_sub[key], str):
                         raise TypeError(key)
+                for key in ("rev", "tree"):
+                    if up_or_sub.get(key) is not None and not _SHA1.match(str(up_or_sub[key])):
+                        raise ValueError(f"{key} {up_or_sub[key]!r} is not a 40-hex id")
+                for c in (*(up_or_sub.get("commits") or ()), *(up_or_sub.get("shallow") or ())):
+                    if not _SHA1.match(str(c)):
+                        raise ValueError(f"commit {c!r} is not a 40-hex id")
                 name = up_or_sub["bundle"]
                 if "/" in name or name.startswith(".") or name == MANIFEST:
                     raise ValueError(f"bad bundle file name {name!r}")
@@ -210,7 +218,8 @@ def _extract_checked(tar: tarfile.TarFile, path: Path, fname: str, digest: str, 
 
 def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequence[str], archive: Path) -> None:
     """Fetch one bundle into `want.url`'s cache repo, then verify and mark (under the repo's lock)."""
-    with cache.lock(want.url):
+    with cache.lock(want.url) as existing:
+        check_cache_repo(existing, want.label)
         repo = cache.ensure_repo(want.url)
         if verify.is_good(cache, repo, want):
             return
@@ -221,7 +230,7 @@ def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequenc
             lines = sorted(set((before or b"").decode().split()) | set(add))
             shallow_file.write_text("".join(f"{c}\n" for c in lines))
         try:
-            git("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", str(bundle_file),
+            git("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", str(bundle_file),
                 "+refs/reprostack/*:refs/reprostack/*", cwd=repo)
         except GitFailed as e:
             if before is None:

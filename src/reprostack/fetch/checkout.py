@@ -11,6 +11,10 @@ Invariants:
   network, never from `.gitmodules` URLs. Each is a nested repository at dest/<path>;
 - the result is checked (superproject tree == pin.tree, each submodule HEAD == its gitlink); on any
   failure dest is removed, so a dest that exists was fully materialized;
+- `worktree_tree` is the tree hash of the files on disk (a fresh index: every file, untracked and ignored
+  ones included, no skip-worktree/assume-unchanged bits, no stat cache): what "the files actually used"
+  hash to, whatever a reused tree's own index claims; `commit_tree` checks that a commit object's bytes hash
+  to its name before taking its tree (a tampered object store cannot substitute another commit);
 - the tree depends on the cache: deleting the cache repos breaks it (run `git repack -a -d` in it to
   make it standalone).
 """
@@ -18,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 from ..errors import FetchError
@@ -93,3 +98,26 @@ def _check(dest: Path, fetched: FetchedGit) -> None:
         head = git("rev-parse", "HEAD", cwd=dest / sub.path)
         if head != sub.rev:
             raise FetchError(f"{pin.name}: submodule {sub.path} checked out at {head}, lock says {sub.rev}")
+
+
+def worktree_tree(path: Path) -> str:
+    """The tree hash of the files under the working tree `path`, as they are on disk.
+
+    `git add -A --force` into a temporary index (GIT_INDEX_FILE) then `git write-tree`: untracked and ignored
+    files count, nested repositories count as gitlinks at their HEAD, the repo's own index (skip-worktree,
+    assume-unchanged, stat cache) is not read. Raises GitFailed when git cannot read the tree.
+    """
+    with tempfile.TemporaryDirectory(prefix="reprostack-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git("add", "-A", "--force", "--", ".", cwd=path, env=env)
+        return git("write-tree", cwd=path, env=env)
+
+
+def commit_tree(repo: Path, rev: str) -> str:
+    """The tree of commit `rev` in `repo`, after checking that the commit object's bytes hash to `rev`.
+    Raises GitFailed (missing object) or FetchError (the object store holds other bytes under that name)."""
+    body = git("cat-file", "commit", rev, cwd=repo, raw=True)
+    got = git("hash-object", "-t", "commit", "--stdin", "--literally", cwd=repo, input_bytes=body)
+    if got != rev or not body.startswith(b"tree "):
+        raise FetchError(f"{repo}: the object store holds a different commit under the name {rev} (hashes to {got})")
+    return body.split(b"\n", 1)[0].split()[1].decode()

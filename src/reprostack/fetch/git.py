@@ -8,9 +8,16 @@ Invariants:
   before they count;
 - network order: exact-SHA shallow fetch (`git fetch --depth=1 URL SHA`; cherry-picks with --depth=2 so
   their parent comes along); if the server refuses SHA-in-want ("not our ref", "unadvertised object"),
-  fetch each hint ref (`fetch-refs` plus patch entries' `ref`) in full, then all heads and tags. Any
-  other failure (unknown host, not a repository, timeout) is a FetchError at once: no retries, no hang
-  (gitcmd disables prompts and sets a timeout);
+  fetch each hint ref (`fetch-refs` plus patch entries' `ref`) in full, then all heads and tags. A
+  transient failure (timeout, connection reset, early EOF, HTTP 5xx) is retried with backoff
+  (gitcmd.git_remote); any other failure (unknown host, not a repository) is a FetchError at once;
+- a commit fetched from the network counts only when it is reachable from a ref the server (or the mirror
+  standing in for it) has at fetch time: the hint refs first, then every branch and tag (their history
+  down to the commit is fetched; `--unshallow` when an earlier shallow fetch cuts the walk). GitHub serves a
+  fork's commits from the upstream URL (one object store), so fetchable-by-id proves nothing. Offline, a
+  commit whose objects are in the cache without a marker is verified by tree only (nothing to ask);
+- the URL is checked (gitcmd.url_problem) and passed after `--`; a cache repo whose config has a key we
+  never write is refused (check_cache_repo);
 - mirrors use git's own URL rewriting: `git -c url.<MIRROR>.insteadOf=<PREFIX> fetch <public url>`;
   the longest matching prefix wins, the cache is still keyed by the public URL. A mirror that is a local
   path is made absolute. `REPROSTACK_MIRRORS=PREFIX=MIRROR[,PREFIX=MIRROR...]` adds mirrors
@@ -29,7 +36,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import FetchError, SourceUnreachable
-from ..gitcmd import GitFailed, git
+from ..gitcmd import GitFailed, foreign_config, git, git_remote, url_problem
 from ..lock import GitPin
 from . import verify
 from .cache import Cache
@@ -64,6 +71,9 @@ def mirrors_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]
         prefix, sep, mirror = item.partition("=")
         if not sep or not prefix.strip() or not mirror.strip():
             raise FetchError(f"{MIRRORS_ENV}: {item!r} is not PREFIX=MIRROR")
+        why = url_problem(mirror.strip(), local=True)
+        if why:
+            raise FetchError(f"{MIRRORS_ENV}: mirror {mirror.strip()!r} {why}")
         out[prefix.strip()] = mirror.strip()
     return out
 
@@ -141,18 +151,38 @@ def _ensure(want: Wanted, *, cache: Cache, offline: bool, mirrors: Mapping[str, 
             bundles: tuple[Path, ...]) -> Path:
     """Bring one repository's commits into the cache (under its lock) and mark them verified."""
     with cache.lock(want.url) as repo:
+        check_cache_repo(repo, want.label)
         if verify.is_good(cache, repo, want, timeout):
             return repo
-        if not verify.missing_objects(repo, want.object_names(), timeout):
-            pass  # objects present (earlier fetch killed before its marker, or a bundle): verify again
-        elif offline:
-            raise SourceUnreachable(_offline_message(want, cache, bundles))
+        if offline:
+            if verify.missing_objects(repo, want.object_names(), timeout):
+                raise SourceUnreachable(_offline_message(want, cache, bundles))
+            # objects present (a fetch killed before its marker): verified again, reachability not provable offline
         else:
+            why = url_problem(want.url)
+            if why:
+                raise FetchError(f"{want.label}: url {want.url!r} {why}")
             repo = cache.ensure_repo(want.url)
             _fetch_from_network(repo, want, mirrors, timeout)
         trees = verify.verify_commits(repo, want, timeout)
         verify.mark_verified(cache, want, trees, repo, timeout)
         return repo
+
+
+# what reprostack (and `git init --bare`) write into a cache repo's config; anything else is refused
+CACHE_CONFIG_KEYS = ("core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
+                     "core.ignorecase", "core.precomposeunicode", "core.symlinks", "protocol.version",
+                     "gc.auto", "maintenance.auto", "reprostack.url")
+
+
+def check_cache_repo(repo: Path, label: str) -> None:
+    """Refuse a cache repo whose config sets a key reprostack never writes (core.fsmonitor, core.sshCommand,
+    include.path, url.*.insteadOf, filter.*, ...): FetchError naming the repo and the key."""
+    if (repo / "HEAD").is_file():
+        bad = foreign_config(repo, CACHE_CONFIG_KEYS)
+        if bad:
+            raise FetchError(f"{label}: the cache repo {repo} has config {', '.join(bad[:3])} that reprostack never "
+                             f"writes (a tampered or foreign cache?); nothing was run in it: remove {repo} and fetch again")
 
 
 def _offline_message(want: Wanted, cache: Cache, bundles: tuple[Path, ...]) -> str:
@@ -165,6 +195,9 @@ def _offline_message(want: Wanted, cache: Cache, bundles: tuple[Path, ...]) -> s
 def _insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
     args: list[str] = []
     for prefix, mirror in mirrors.items():
+        why = url_problem(mirror, local=True)
+        if why:
+            raise FetchError(f"mirror {mirror!r} for {prefix!r} {why}")
         target = _absolute_mirror(mirror)
         if "=" in target:
             raise FetchError(f"mirror {mirror!r} for {prefix!r}: '=' cannot be passed to git -c")
@@ -187,49 +220,83 @@ def _effective_url(url: str, mirrors: Mapping[str, str]) -> str:
 
 
 def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], timeout: float) -> None:
-    """Fetch `want`'s commits by id; fall back to hint refs, then all heads and tags. See module docstring."""
+    """Fetch `want`'s commits by id; fall back to hint refs, then all heads and tags. Then prove each commit is
+    reachable from a ref the server has now (hint refs first, then heads and tags). See module docstring."""
     cfg = _insteadof_args(mirrors)
 
-    def fetch(*args: str) -> None:
-        git(*cfg, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", *args, cwd=repo, timeout=timeout)
+    def fetch(opts: tuple[str, ...], *refspecs: str) -> None:
+        git_remote(*cfg, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", *opts, "--", want.url, *refspecs,
+                   cwd=repo, timeout=timeout)
 
     def incomplete() -> list[str]:
         return verify.missing_objects(repo, want.object_names(), timeout)
 
+    def unproven() -> list[str]:
+        return [c for c in want.commits
+                if not git("for-each-ref", "--count=1", "--format=%(refname)", "--contains", c, *_REACH,
+                           cwd=repo, timeout=timeout)]
+
+    def done() -> bool:
+        return not incomplete() and not unproven()
+
     def fail(e: GitFailed) -> FetchError:
         return _unreachable(want, e, mirrors, timeout)
 
+    _drop_refs(repo, _REACH, timeout)  # the proof is against the server's refs of now, not of an earlier fetch
     try:
         absent_now = set(incomplete())
         if f"{want.rev}^{{tree}}" in absent_now:
-            fetch("--depth=1", want.url, f"+{want.rev}:refs/reprostack/{want.rev}")
+            fetch(("--depth=1",), f"+{want.rev}:refs/reprostack/{want.rev}")
         picks = [c for c in want.cherry_picks if {f"{c}^{{tree}}", f"{c}^1^{{tree}}"} & absent_now]
         if picks:
-            fetch("--depth=2", want.url, *(f"+{c}:refs/reprostack/{c}" for c in picks))
-        return
+            fetch(("--depth=2",), *(f"+{c}:refs/reprostack/{c}" for c in picks))
     except GitFailed as e:
         if e.timed_out or not _REFUSED.search(e.stderr):
             raise fail(e) from None
     tried: list[str] = []
     absent: list[str] = []
     for ref in want.hint_refs:
-        if not incomplete():
+        if done():
             return
         try:
-            fetch(want.url, f"+{ref}:refs/reprostack/hints/{ref.removeprefix('refs/')}")
+            fetch((), f"+{ref}:refs/reprostack/hints/{ref.removeprefix('refs/')}")
             tried.append(ref)
         except GitFailed as e:
             if e.timed_out or not _NO_SUCH_REF.search(e.stderr):
                 raise fail(e) from None
             absent.append(ref)
-    if incomplete():
+    everything = ("+refs/heads/*:refs/reprostack/heads/*", "+refs/tags/*:refs/reprostack/tags/*",
+                  *(f"+{r}:refs/reprostack/hints/{r.removeprefix('refs/')}" for r in tried))
+    if not done():
         try:
-            fetch(want.url, "+refs/heads/*:refs/reprostack/heads/*", "+refs/tags/*:refs/reprostack/tags/*")
+            fetch((), *everything)
         except GitFailed as e:
             raise fail(e) from None
     gone = incomplete()
     if gone:
         raise FetchError(_gone_message(want, gone, tried, absent, mirrors))
+    if unproven() and (repo / "shallow").is_file():
+        # an earlier shallow fetch can cut the walk from a ref down to the commit: fetch the refs' full history
+        try:
+            fetch(("--unshallow",), *everything)
+        except GitFailed as e:
+            raise fail(e) from None
+    orphans = unproven()
+    if orphans:
+        hints = ", ".join(want.hint_refs) or "none in the lock"
+        raise FetchError(f"{want.label}: commit {', '.join(c[:12] for c in orphans)} is not reachable from any branch "
+                         f"or tag of {want.url}{_via(want.url, mirrors)}, nor from the hint refs ({hints}): a commit "
+                         f"that only a fork (a shared object store) or a mirror holds is refused. If the upstream "
+                         f"really has it, add the ref that reaches it to `fetch-refs` (e.g. refs/pull/N/head).")
+
+
+_REACH = ("refs/reprostack/hints/", "refs/reprostack/heads/", "refs/reprostack/tags/")
+
+
+def _drop_refs(repo: Path, prefixes: Sequence[str], timeout: float) -> None:
+    refs = git("for-each-ref", "--format=%(refname)", *prefixes, cwd=repo, timeout=timeout).split()
+    if refs:
+        git("update-ref", "--stdin", cwd=repo, timeout=timeout, input_bytes="".join(f"delete {r}\n" for r in refs).encode())
 
 
 def _gone_message(want: Wanted, gone: list[str], tried: list[str], absent: list[str],
