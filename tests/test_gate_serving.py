@@ -15,6 +15,7 @@ import pytest
 
 from reprostack import cli
 from reprostack.errors import GateError
+from reprostack.gates import runner
 from reprostack.gates.aiperftool import ensure_aiperf
 from reprostack.gates.serving import ServingOptions, run_serving
 from reprostack.gates.spec import GateSpecError
@@ -196,11 +197,11 @@ def test_skip_without_gpu_is_not_a_pass(lock, tmp_path, monkeypatch):
 def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkeypatch, lock):
     ran = []
 
-    def fake_run(gate, args, lock_, root, opts):
-        ran.append(gate)
-        return GateReport(gate, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
+    def fake_run(g, args, lock_, root, opts):
+        ran.append(g.name)
+        return GateReport(g.stem, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
 
-    monkeypatch.setattr(cli, "_run_gate", fake_run)
+    monkeypatch.setattr(runner, "run_gate", fake_run)
     monkeypatch.setattr(cli, "_load", lambda args: (lock, REPO))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
     rc = cli.main(["all-gates", "--out", str(tmp_path)])
@@ -208,7 +209,7 @@ def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkey
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
         ("micro", "fail"), ("vllm", "not-run"), ("sglang", "not-run"), ("trtllm", "not-run"),
-        ("megatron", "not-run"), ("nemo-rl", "not-run")]
+        ("megatron", "not-run"), ("nemo_rl", "not-run")]
     assert summary["gates"][1]["reason"].startswith("not run: required gate micro did not pass (FAIL: dc_p50_us")
     assert "<skipped" in (tmp_path / "junit.xml").read_text()
 
