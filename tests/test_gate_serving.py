@@ -148,6 +148,17 @@ def test_fresh_artifact_dir_per_cell(aiperf, lock, tmp_path):
     assert not any(c.metric.startswith("dense.") and c.metric.endswith("agg_tok_s") for c in rep.checks)
 
 
+def test_comparison_arm_alone_never_passes(aiperf, lock, tmp_path):
+    root = small_root(tmp_path, "vllm")
+    rep = serve("vllm", root, lock, tmp_path / "out", arms=["allgather"])
+    assert rep.result == "skip", rep.reason  # was PASS: the allgather arm's own checks all passed
+    assert rep.checks and all(c.passed and c.metric.startswith("allgather.") for c in rep.checks)
+    assert rep.reason.startswith("arm deepep (the gate's evidence) did not run: only allgather ran, comparison "
+                                 "evidence only")
+    assert exit_code([rep], {"vllm"}) == 3
+    validate_report(json.loads(write_reports([rep], tmp_path / "out")["vllm.json"].read_text()))
+
+
 def test_fail_names_the_error_counts(aiperf, lock, tmp_path, monkeypatch):
     root = small_root(tmp_path, "vllm")
     monkeypatch.chdir(tmp_path)  # a relative --out (as nox passes it) must work: AIPerf runs in the cell folder
