@@ -106,6 +106,25 @@ def test_bump_kept_refreshed_upstreamed(s, capsys):
     assert (st.path / "c.txt").read_text().splitlines()[31] == "c30 patched"
 
 
+def test_bump_end_to_end_reads_every_real_gate_spec(s, capsys):
+    """The project holds the real gates/ (all six specs, each with its own schema) and kernels/ whose nccl recipe
+    builds from `demo`: the bump's impact step loads every spec and names the gates that run those kernels."""
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "gates", s.project / "gates")
+    shutil.copytree(root / "kernels", s.project / "kernels")
+    nccl = s.project / "kernels" / "nccl.yaml"
+    nccl.write_text(nccl.read_text().replace("\nsource: nccl\n", "\nsource: demo\n"))
+    git("add", "-A", cwd=s.project)
+    git("commit", "-q", "-m", "real gates and kernels", cwd=s.project)
+    assert run(s) == 0, capsys.readouterr().err  # was exit 2: gates/megatron.yaml read with micro's schema
+    new8 = s.c["main"][:8]
+    body = (s.project / f"out/bump/demo-{new8}.md").read_text()
+    assert "- gate `megatron`: `nox -s gate_megatron` (GPU)\n- gate `micro`: `nox -s gate_micro` (GPU)\n" in body
+    assert "- kernels rebuilt by those gates: `deepep`, `nccl`" in body
+    assert lockmod.load(s.lock).git("demo").rev == s.c["main"]
+    assert branches(s) == [f"bump-demo-{new8}", "work"]
+
+
 def test_conflict_writes_nothing_and_names_entry_files_hunks(s, capsys):
     before, heads = snapshot(s), branches(s)
     assert run(s, "--to", "rival") == 1
