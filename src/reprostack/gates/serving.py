@@ -30,8 +30,6 @@ from .probe import wait_ready
 from .server import ServerProcess
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 
-SERVING_GATES = ("vllm", "sglang", "trtllm")
-
 
 @dataclass
 class ServingOptions:
