@@ -111,6 +111,16 @@ def test_all_gates_on_one_h200_ends_with_the_combined_report(tmp_path, h200, cap
     assert {c.get("name") for c in cases if c.find("skipped") is not None} == {"vllm", "sglang", "trtllm", "nemo_rl"}
 
 
+def test_all_gates_with_a_named_profile_skips_the_gates_without_it(tmp_path, h200, capsys):
+    root = six_gate_project(tmp_path)
+    code, out, err, reports = all_gates(root, tmp_path, capsys, "--profile", "h200-ep1")
+    assert code == 3, err
+    by = {g["gate"]: g for g in json.loads((reports / "summary.json").read_text())["gates"]}
+    assert [r["result"] for r in by.values()] == ["pass", "skip", "skip", "skip", "pass", "skip"]
+    assert by["vllm"]["reason"] == "vllm.yaml has no profile 'h200-ep1' (known: p5en-efa-ep16, local-test)"
+    assert by["nemo_rl"]["reason"] == "nemo_rl.yaml has no profile 'h200-ep1' (known: p5en-efa-2x8)"
+
+
 def test_all_gates_bad_spec_and_crash_become_error_reports(tmp_path, h200, monkeypatch, capsys):
     root = six_gate_project(tmp_path)
     vllm = root / "gates" / "vllm.yaml"

@@ -7,7 +7,7 @@ Invariants:
   never raises for one gate's trouble: a gate whose requirement did not pass is NOT-RUN (naming it), a gate
   whose spec or run raised is an ERROR report with the one-line reason (an internal error's traceback goes to
   stderr), so the combined report is always written. A gate without a profile for the host is the gate's own
-  SKIP (never a pass). Gates of the registry without a spec file are left to the summary's MISSING rows.
+  SKIP, and so is a gate without the profile named by `--profile` (never a pass). Gates of the registry without a spec file are left to the summary's MISSING rows.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ReprostackError
-from ..report import GateReport, Result, not_run, utc_now
+from ..report import GateReport, Result, not_run, skipped, utc_now
 from .registry import GATES, Gate
 
 
@@ -89,13 +89,17 @@ def run_all(a: GateArgs, lock, root: Path, fetch, *, run=None) -> list[GateRepor
     reports: dict[str, GateReport] = {}  # by gate name
     for g in (g for g in GATES if g.spec_file(root).is_file()):
         try:
-            needs = g.requirements(root)
+            spec, needs = g.load(root), g.requirements(root)
         except ReprostackError as e:
             reports[g.name] = _error(g, a, f"spec: {e}")
             continue
         blocker = next((reports[d] for d in needs if d in reports and reports[d].result != Result.PASS), None)
         if blocker is not None:
             reports[g.name] = not_run(g.report_name, blocker)
+            continue
+        if a.profile and a.profile not in spec.profiles:  # --profile names one gate's hardware, not every gate's
+            reports[g.name] = skipped(g.report_name, a.profile, f"{spec.path.name} has no profile {a.profile!r} "
+                                      f"(known: {', '.join(spec.profiles)})")
             continue
         try:
             rep = run(g, a, lock, root, fetch)
