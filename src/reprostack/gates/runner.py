@@ -7,7 +7,8 @@ Invariants:
   never raises for one gate's trouble: a gate whose requirement did not pass is NOT-RUN (naming it), a gate
   whose spec or run raised is an ERROR report with the one-line reason (an internal error's traceback goes to
   stderr), so the combined report is always written. A gate without a profile for the host is the gate's own
-  SKIP, and so is a gate without the profile named by `--profile` (never a pass). Gates of the registry without a spec file are left to the summary's MISSING rows.
+  SKIP, and so is a gate without the profile named by `--profile` (never a pass). Gates of the registry
+  without a spec file are left to the summary's MISSING rows.
 """
 
 from __future__ import annotations
