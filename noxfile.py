@@ -159,7 +159,8 @@ def gate_nemo_rl(session: nox.Session) -> None:
 
 @nox.session(default=False, tags=["gpu"])
 def all_gates(session: nox.Session) -> None:
-    """Every gate in dependency order, one combined report; fails unless every required gate passed
+    """Every gate in dependency order (gates/registry.py), always one combined report of all six (a gate no profile
+    fits the host is SKIP, a bad spec or a crash that gate's ERROR); fails unless every required gate passed
     (a skipped required gate fails this session)."""
     _install(session)
     rc, reason = _gate(session, "all-gates")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bumprepos import URL, Scenario, make
 from reprostack import cli
@@ -104,6 +108,25 @@ def test_bump_kept_refreshed_upstreamed(s, capsys):
     st = prepare(lockmod.load(s.lock), "demo", FetchOptions.make(), s.project)
     assert st.tree == pin.patched_tree
     assert (st.path / "c.txt").read_text().splitlines()[31] == "c30 patched"
+
+
+def test_bump_end_to_end_reads_every_real_gate_spec(s, capsys):
+    """The project holds the real gates/ (all six specs, each with its own schema) and kernels/ whose nccl recipe
+    builds from `demo`: the bump's impact step loads every spec and names the gates that run those kernels."""
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "gates", s.project / "gates")
+    shutil.copytree(root / "kernels", s.project / "kernels")
+    nccl = s.project / "kernels" / "nccl.yaml"
+    nccl.write_text(nccl.read_text().replace("\nsource: nccl\n", "\nsource: demo\n"))
+    git("add", "-A", cwd=s.project)
+    git("commit", "-q", "-m", "real gates and kernels", cwd=s.project)
+    assert run(s) == 0, capsys.readouterr().err  # was exit 2: gates/megatron.yaml read with micro's schema
+    new8 = s.c["main"][:8]
+    body = (s.project / f"out/bump/demo-{new8}.md").read_text()
+    assert "- gate `megatron`: `nox -s gate_megatron` (GPU)\n- gate `micro`: `nox -s gate_micro` (GPU)\n" in body
+    assert "- kernels rebuilt by those gates: `deepep`, `nccl`" in body
+    assert lockmod.load(s.lock).git("demo").rev == s.c["main"]
+    assert branches(s) == [f"bump-demo-{new8}", "work"]
 
 
 def test_conflict_writes_nothing_and_names_entry_files_hunks(s, capsys):
@@ -308,16 +331,42 @@ def test_policy_schema_errors_name_the_line(tmp_path, policy, msg):
 # ------------------------------------------------------------------------------------------ workflow
 
 
-def test_bump_workflow_matrix_is_the_lock_git_pins_and_actions_are_pinned():
-    import re
+WORKFLOW = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "bump.yml"
 
-    import yaml
-    root = Path(__file__).resolve().parent.parent
-    wf = yaml.safe_load((root / ".github/workflows/bump.yml").read_text())
-    job = wf["jobs"]["bump"]
-    lock = lockmod.load(root / "upstreams.lock")
-    assert job["strategy"]["matrix"]["upstream"] == [n for n, p in lock.upstreams.items()
-                                                     if isinstance(p, lockmod.GitPin)]
-    uses = [s["uses"] for s in job["steps"] if "uses" in s]
-    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
-    assert any('nox -s bump -- "$PIN"' in s.get("run", "") for s in job["steps"])
+
+def check_workflow(path: Path) -> subprocess.CompletedProcess:
+    """check-jsonschema (pinned in the `test` extra) against its vendored GitHub workflow schema; no network."""
+    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                           str(path)], capture_output=True, text=True, timeout=120)
+
+
+def test_bump_workflow_syntax_is_valid_and_a_broken_one_is_caught(tmp_path):
+    ok = check_workflow(WORKFLOW)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "bump.yml"
+    bad.write_text(WORKFLOW.read_text().replace("    timeout-minutes: 45\n", "    timeout-minutes: soon\n"))
+    got = check_workflow(bad)
+    assert got.returncode == 1 and "'soon' is not of type 'number'" in got.stdout
+
+
+def test_bump_workflow_opens_one_pr_per_outdated_pin(s, capsys):
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    assert wf[True]["schedule"] and "workflow_dispatch" in wf[True]  # YAML 1.1 reads the key `on` as True
+    outdated, bump = wf["jobs"]["outdated"], wf["jobs"]["bump"]
+    step = next(st for st in outdated["steps"] if st.get("id") == "outdated")
+    assert "nox -s outdated -- --json --out out/bump" in step["run"]
+    assert bump["needs"] == "outdated"
+    assert bump["strategy"]["matrix"]["upstream"] == "${{ fromJSON(needs.outdated.outputs.pins) }}"
+    assert any('nox -s bump -- "$PIN"' in st.get("run", "") for st in bump["steps"])
+    assert any("--body-file \"${SUMMARY%.json}.md\"" in st.get("run", "") for st in bump["steps"])
+    uses = [st["uses"] for job in wf["jobs"].values() for st in job["steps"] if "uses" in st]
+    assert len(uses) == 4 and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    # the workflow's own jq filter on a real outdated.json: demo is 4 commits behind, `other` is unreachable
+    cli.main(["outdated", "--lock", str(s.lock), "--json", "--out", str(s.project / "out/bump")])
+    capsys.readouterr()
+    (flt,) = re.findall(r"jq -c '([^']+)' out/bump/outdated.json", step["run"])
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("jq is not installed (GitHub's runners have it)")
+    got = subprocess.run([jq, "-c", flt, str(s.project / "out/bump/outdated.json")], capture_output=True, text=True)
+    assert (got.returncode, got.stdout) == (0, '["demo"]\n')

@@ -140,8 +140,8 @@ def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
     assert code == 3 and "micro [-]: SKIP" in out
     # in dependency order after micro, and never a pass: megatron requires micro, nemo-rl requires megatron
     assert "megatron [-]: NOT-RUN — not run: required gate micro did not pass (SKIP: no GPU" in out
-    assert "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)" in out
-    assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo-rl [-]")
+    assert "nemo_rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)" in out
+    assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo_rl [-]")
 
 
 def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, capsys):

@@ -131,3 +131,15 @@ def test_test_ep_crash_still_reports_the_dense_arm(tmp_path, gpu_host):
     assert rep.result == "error" and rep.reason.startswith("sigsegv")
     assert rep.data["dense"]["parse"]["ok"]
     assert {m["metric"] for m in rep.data["metrics"]} >= {"dense_dc_p50_us", "dc_p50_us"}
+
+
+def test_host_no_profile_fits_is_a_skip_naming_why(tmp_path, gpu_host):
+    gpu_host["gpu_count"] = 3  # micro has EP1/2/4/8 profiles and the EFA EP16 one: none for 3 GPUs without EFA
+    py = stand_in_python(tmp_path, EP1_LOG, FIX / "dense_ep1.log")
+    rep = micro.run_micro(options(tmp_path, py))
+    assert (rep.gate, rep.profile, rep.result, rep.checks) == ("micro", "-", "skip", [])
+    assert "micro.yaml: no profile for this host (3 GPU(s), EFA: False); pass --profile (known: " in rep.reason
+    assert not (tmp_path / "calls").exists()  # nothing was launched
+    write_reports([rep], tmp_path / "out", required={"micro"})
+    assert exit_code([rep], {"micro"}) == 3
+

@@ -15,6 +15,7 @@ import pytest
 
 from reprostack import cli
 from reprostack.errors import GateError
+from reprostack.gates import runner
 from reprostack.gates.aiperftool import ensure_aiperf
 from reprostack.gates.serving import ServingOptions, run_serving
 from reprostack.gates.spec import GateSpecError
@@ -147,6 +148,17 @@ def test_fresh_artifact_dir_per_cell(aiperf, lock, tmp_path):
     assert not any(c.metric.startswith("dense.") and c.metric.endswith("agg_tok_s") for c in rep.checks)
 
 
+def test_comparison_arm_alone_never_passes(aiperf, lock, tmp_path):
+    root = small_root(tmp_path, "vllm")
+    rep = serve("vllm", root, lock, tmp_path / "out", arms=["allgather"])
+    assert rep.result == "skip", rep.reason  # was PASS: the allgather arm's own checks all passed
+    assert rep.checks and all(c.passed and c.metric.startswith("allgather.") for c in rep.checks)
+    assert rep.reason.startswith("arm deepep (the gate's evidence) did not run: only allgather ran, comparison "
+                                 "evidence only")
+    assert exit_code([rep], {"vllm"}) == 3
+    validate_report(json.loads(write_reports([rep], tmp_path / "out")["vllm.json"].read_text()))
+
+
 def test_fail_names_the_error_counts(aiperf, lock, tmp_path, monkeypatch):
     root = small_root(tmp_path, "vllm")
     monkeypatch.chdir(tmp_path)  # a relative --out (as nox passes it) must work: AIPerf runs in the cell folder
@@ -196,11 +208,11 @@ def test_skip_without_gpu_is_not_a_pass(lock, tmp_path, monkeypatch):
 def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkeypatch, lock):
     ran = []
 
-    def fake_run(gate, args, lock_, root, opts):
-        ran.append(gate)
-        return GateReport(gate, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
+    def fake_run(g, args, lock_, root, opts):
+        ran.append(g.name)
+        return GateReport(g.stem, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
 
-    monkeypatch.setattr(cli, "_run_gate", fake_run)
+    monkeypatch.setattr(runner, "run_gate", fake_run)
     monkeypatch.setattr(cli, "_load", lambda args: (lock, REPO))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
     rc = cli.main(["all-gates", "--out", str(tmp_path)])
@@ -208,7 +220,7 @@ def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkey
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
         ("micro", "fail"), ("vllm", "not-run"), ("sglang", "not-run"), ("trtllm", "not-run"),
-        ("megatron", "not-run"), ("nemo-rl", "not-run")]
+        ("megatron", "not-run"), ("nemo_rl", "not-run")]
     assert summary["gates"][1]["reason"].startswith("not run: required gate micro did not pass (FAIL: dc_p50_us")
     assert "<skipped" in (tmp_path / "junit.xml").read_text()
 

@@ -327,3 +327,42 @@ def test_driver_is_valid_python_and_documents_its_lines():
     out = subprocess.run([sys.executable, str(REPO_ROOT / "gates" / "drivers" / "megatron_moe.py"), "--help"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--allow-ep1-deepep" in out.stdout
+
+
+# --------------------------------------------------------------------------- no pass without the DeepEP arm
+
+
+@pytest.fixture
+def one_h200(tmp_path, monkeypatch, gpu_less):
+    """run_megatron on a stood-in one-GPU H200: kernels not built, each arm's run replaced by its real H200 log."""
+    from types import SimpleNamespace
+
+    from reprostack.gates import training
+    monkeypatch.setattr("reprostack.hostinfo.collect", lambda **kw: {"gpu_count": 1, "efa_devices": [],
+                                                                     "gpus": [{"name": "NVIDIA H200"}]})
+
+    def kernels(opts, trees, prov, timings, data):
+        data["nccl"] = dict(NCCL_OK, torch_built_with="2.28.9")
+        return {}, None
+
+    def run_arm(opts, spec, profile, arm, env, run_dir, artifacts):
+        parsed = parse_megatron(real(arm.name), expected_steps=spec.steps)
+        return {"parse": parsed, "outcome": SimpleNamespace(returncode=0, timed_out=False), "command": ["torchrun"],
+                "log": f"{arm.name}.log", "env": {}}
+
+    monkeypatch.setattr(training, "_kernels", kernels)
+    monkeypatch.setattr(training, "_run_arm", run_arm)
+    root, _ = training_project(tmp_path)
+    return lambda arms: TrainingOptions(root=root, lock=load(root / "upstreams.lock"), out_dir=tmp_path / "out",
+                                        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")), arms=arms)
+
+
+def test_megatron_comparison_arm_alone_never_passes(one_h200):
+    both = run_megatron(one_h200(None))
+    assert both.result == "pass", both.reason  # the same logs with the DeepEP arm: a pass
+    rep = run_megatron(one_h200(["alltoall"]))
+    assert rep.result == "skip" and rep.checks and all(c.passed for c in rep.checks)
+    assert rep.reason.startswith("arm deepep (the gate's evidence) did not run: only alltoall ran, comparison "
+                                 "evidence only") and rep.reason.endswith("run it with --arm deepep")
+    assert exit_code([rep], {"megatron"}) == 3
+    assert run_megatron(one_h200(["deepep"])).result == "pass"

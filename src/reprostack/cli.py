@@ -15,6 +15,7 @@ from pathlib import Path
 from . import lock as lockmod
 from . import gitcmd, paths, sources
 from .errors import FetchError, ReprostackError, SourceUnreachable
+from .gates.registry import GATE_ORDER
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -278,58 +279,24 @@ def _outdated(args, lock, opts) -> int:
         Console().print(table(rows))
         print(f"json: {out.resolve()}")
     return 2 if any(r.error for r in rows) else 0
-# Dependency order of `all-gates`: each gate runs only if every gate it requires passed.
-GATE_ORDER = ("micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
-GATE_REQUIRES = {"micro": (), "megatron": ("micro",), "nemo-rl": ("megatron",)}  # serving gates: their spec's `requires:`
-
-
-def _spec_file(root: Path, gate: str) -> Path:
-    return root / "gates" / f"{gate.replace('-', '_')}.yaml"
-
-
-def _requires(root: Path, gate: str) -> tuple:
-    if gate in GATE_REQUIRES:
-        return GATE_REQUIRES[gate]
-    from .gates.servingspec import load_serving_spec
-    return load_serving_spec(root, gate).requires
-
-
-def _run_gate(gate: str, args, lock, root, opts):
-    from .gates.training_cli import TRAINING_GATES, run_training_gate
-    if gate in TRAINING_GATES:
-        return run_training_gate(gate, args, lock, root, opts)
-    if gate == "micro":
-        from .gates.arms import parse_arms
-        from .gates.micro import MicroOptions, run_micro
-        mo = MicroOptions(root=root, lock=lock, fetch=opts, out_dir=Path(args.out), profile=args.profile,
-                          python=args.python, jobs=args.jobs, arch=args.arch, nodes=args.nodes,
-                          node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-                          modes=args.modes, timeout_s=args.timeout,
-                          arms=parse_arms(",".join(args.arm) or "deepep"), legacy=args.legacy)
-        return run_micro(mo)
-    from .gates.serving import ServingOptions, run_serving
-    variables = _key_values(args.var, "--var", "K=V")
-    so = ServingOptions(root=root, lock=lock, out_dir=Path(args.out), cache_root=opts.cache.root,
-                        profile=args.profile, node_rank=args.node_rank, leader_addr=args.master_addr,
-                        arms=list(args.arm), vars=variables, extra_server_args=list(args.server_arg),
-                        python=sys.executable)
-    return run_serving(gate, so)
 
 
 def _gates(args, lock, root, opts) -> int:
-    """`gate NAME` runs one gate; `all-gates` runs GATE_ORDER, a gate whose requirement did not pass is
-    reported `not-run` (never a pass), and one combined report is written."""
-    from .report import exit_code, not_run, write_reports
-    args.arm = [a for x in args.arm for a in x.split(",") if a.strip()]
-    # all-gates: a gate of GATE_ORDER without gates/<gate>.yaml in this project is reported MISSING (never a pass)
-    names = [args.gate] if args.cmd == "gate" else [g for g in GATE_ORDER if _spec_file(root, g).is_file()]
-    requires = {g: _requires(root, g) for g in names} if args.cmd == "all-gates" else {names[0]: ()}
-    reports = []
-    for g in names:
-        done = {r.gate: r for r in reports}
-        blocker = next((done[d] for d in requires[g] if d in done and done[d].result != "pass"), None)
-        reports.append(not_run(g, blocker) if blocker else _run_gate(g, args, lock, root, opts))
-    required = set(GATE_ORDER) if args.cmd == "all-gates" else {r.gate for r in reports}
+    """`gate NAME` runs one gate (bad input: exit 2); `all-gates` runs every gate in dependency order and always
+    writes one combined report (gates.runner). Then the reports, one line per gate, and the exit code."""
+    from .gates import registry, runner
+    from .report import exit_code, write_reports
+    ga = runner.GateArgs(out=Path(args.out), profile=args.profile, python=args.python, jobs=args.jobs,
+                         arch=args.arch, nodes=args.nodes, node_rank=args.node_rank, master_addr=args.master_addr,
+                         master_port=args.master_port, modes=args.modes, timeout=args.timeout,
+                         arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
+                         vars=_key_values(args.var, "--var", "K=V"), server_args=list(args.server_arg),
+                         legacy=args.legacy)
+    if args.cmd == "gate":
+        reports = [runner.run_gate(registry.gate(args.gate), ga, lock, root, opts)]
+        required = {r.gate for r in reports}
+    else:
+        reports, required = runner.run_all(ga, lock, root, opts), runner.required()
     written = write_reports(reports, Path(args.out), required=required)
     for r in reports:
         print(f"{r.gate} [{r.profile}]: {r.result.upper()} — {r.reason}")

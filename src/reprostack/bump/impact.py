@@ -1,6 +1,7 @@
 """What a new revision of an upstream invalidates: the kernels built from it (and those that need them), the
 gates that run those kernels, the images whose recipes copy its source. Read from the project's own files
-(`kernels/*.yaml` source/needs, `gates/*.yaml` kernels, `containers/*/image.yaml` source/sources)."""
+(`kernels/*.yaml` source/needs, `gates/*.yaml` kernels, `containers/*/image.yaml` source/sources). Gate specs are
+read through gates.registry, each with its own gate's schema."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ReprostackError
-from ..gates.spec import load_spec
+from ..gates import registry
 from ..kernels.recipe import load_recipe
 
 
@@ -36,8 +37,8 @@ def impact(root: Path, upstream: str) -> Impact:
         more = {n for n, r in recipes.items() if set(r.needs) & kernels} - kernels
         kernels |= more
         grown = bool(more)
-    gates = [p.stem for p in sorted((root / "gates").glob("*.yaml"))
-             if set(load_spec(root, p.stem).kernels) & kernels]
+    specs = registry.load_all(root)  # each spec through its own gate's schema (gates.registry)
+    gates = sorted(registry.gate(n).stem for n, spec in specs.items() if set(getattr(spec, "kernels", ())) & kernels)
     images = []
     for p in sorted((root / "containers").glob("*/image.yaml")):
         try:

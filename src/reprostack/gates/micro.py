@@ -2,8 +2,8 @@
 
 The gate passes only on measured evidence: a complete phase table for every rank and every bar of
 the profile met, with exactly one NCCL (the pinned one) in the process, on a profile whose bars were
-measured (`bars-status: unmeasured` -> FAIL with every number reported). No GPU -> SKIP with the
-reason (after sources were fetched, patched and verified, which needs no GPU). A crash or timeout ->
+measured (`bars-status: unmeasured` -> FAIL with every number reported). No GPU, or no profile that fits
+the host -> SKIP with the reason (after sources were fetched, patched and verified, which needs no GPU). A crash or timeout ->
 ERROR with the classified failure and the raw log. Optional runs (gates.arms): the dense comparison arm
 (`arms` with "dense") and DeepEP's legacy intranode test (`legacy`); each asked-for run adds a
 completeness check. Per-phase figures (gates.metrics) go to `data.metrics`, reported, not bars.
@@ -27,7 +27,7 @@ from . import arms as armsmod
 from . import launchers, metrics
 from .parsers.failure import classify_failure
 from .parsers.test_ep import parse_test_ep
-from .spec import GateSpec, Profile, load_spec
+from .spec import GateSpec, NoProfileForHost, Profile, load_spec
 from .watchdog import run_with_watchdog
 
 GATE = "micro"
@@ -87,7 +87,8 @@ def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
     """The named profile, else the one matching this host: EFA and 8 GPUs -> the EP16 contract;
     otherwise a single-node profile whose GPU count equals the host's (no EFA, N GPUs over NVLink ->
     h200-nvl-epN, one GPU -> h200-ep1). A profile with `gpu-model` matches only when every GPU name the
-    host lists contains it (a host that lists no names is not filtered). Raises ReprostackError if none."""
+    host lists contains it (a host that lists no names is not filtered). Raises NoProfileForHost if none (the
+    callers report a SKIP with its message); GateError for an unknown named profile."""
     if name:
         return spec.profile(name)
     gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
@@ -97,7 +98,7 @@ def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
             continue
         if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
             return p
-    raise ReprostackError(f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
+    raise NoProfileForHost(f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
                           f"pass --profile (known: {', '.join(spec.profiles)})")
 
 
@@ -141,7 +142,10 @@ def run_micro(opts: MicroOptions) -> GateReport:
         why = ("no GPU on this host (nvidia-smi lists none): sources were verified and patched "
                f"(deepep {trees['deepep'].tree[:12]}, nccl {trees['nccl'].tree[:12]}); kernels and test_ep not run")
         return finish(skipped(GATE, opts.profile or "-", why, provenance=prov))
-    profile = choose_profile(spec, opts.profile, host)
+    try:
+        profile = choose_profile(spec, opts.profile, host)
+    except NoProfileForHost as e:
+        return finish(skipped(GATE, "-", str(e), provenance=prov))
     armsmod.check_request(spec, profile, opts.arms, opts.legacy)
     if profile.gpus_per_node > host["gpu_count"]:
         return finish(skipped(GATE, profile.name, f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) "

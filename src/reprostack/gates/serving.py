@@ -3,8 +3,9 @@ assertion on the server log -> checks -> report.
 
 Verdict (report.decide): ERROR when a server or AIPerf could not produce a trustworthy measurement (server not
 ready in time or dead, AIPerf non-zero or no export); FAIL when it ran and a check failed (errors, incomplete
-requests, agg tok/s below the bar, backend assertion); PASS only when every check passed. SKIP (never a pass)
-when the host lacks what the profile needs. On a worker node (`node_rank > 0`) the gate only serves: it starts
+requests, agg tok/s below the bar, backend assertion); PASS only when every check passed and the deepep arm ran
+(an alternative arm alone is comparison evidence: a SKIP naming that). SKIP (never a pass) when the host lacks
+what the profile needs or no profile fits it. On a worker node (`node_rank > 0`) the gate only serves: it starts
 the worker command and waits for it; its report is a SKIP that says the verdict is node 0's.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from .. import hostinfo
 from ..errors import GateError, ReprostackError
 from ..lock import Lock
-from ..report import Check, GateReport, artifact_for, decide, evaluate, skipped, utc_now
+from ..report import Check, GateReport, artifact_for, decide, evaluate, require_deepep_arm, skipped, utc_now
 from . import launchers
 from .aiperfrun import CellResult, run_cell
 from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
@@ -28,8 +29,6 @@ from .parsers.servelog import ServeLogReport, assert_backend
 from .probe import wait_ready
 from .server import ServerProcess
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
-
-SERVING_GATES = ("vllm", "sglang", "trtllm")
 
 
 @dataclass
@@ -277,6 +276,8 @@ def run_serving(gate: str, opts: ServingOptions) -> GateReport:
     checks = _checks(spec, profile, runs)
     errors = [f"arm {r.arm.name}: {r.error}" for r in runs if r.error]
     result, reason = decide(checks, ran_ok=not errors, failure_reason="; ".join(errors))
+    deepep = next(a.name for a in spec.arms.values() if a.role == "deepep")
+    result, reason = require_deepep_arm(result, reason, deepep, [r.arm.name for r in runs])
     if result == "fail":
         dead = next((r.backend for r in runs if r.backend and r.backend.first_dead_rank is not None), None)
         if dead is not None:

@@ -16,6 +16,11 @@ class GateSpecError(LocatedError, GateError):
     """`gates/<gate>.yaml` is malformed."""
 
 
+class NoProfileForHost(GateError):
+    """No profile of a gate spec fits this host (and none was named): the gate is a SKIP with this message as
+    its reason, never a pass and never a crash of all-gates."""
+
+
 @dataclass(frozen=True)
 class Bar:
     metric: str

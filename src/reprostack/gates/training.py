@@ -6,7 +6,8 @@ pinned NCCL + DeepEP build (kernels/), the comparison arm in the same environmen
 in Megatron's token dispatcher. The gate passes only on measured evidence: every step of every arm logged,
 finite, every structural check (DeepEP's active buffer is `ElasticBuffer`, the only NCCL mapped is the
 pinned one, both arms started from the same weights) and every bar of the profile met. No GPU (or too few,
-or no EFA where the profile needs it) -> SKIP with the reason, after sources were fetched and verified.
+or no EFA where the profile needs it, or no profile fits the host) -> SKIP with the reason, after sources were
+fetched and verified. Only the comparison arm run (`--arm alltoall`) -> never a PASS (SKIP naming why).
 An arm that crashes or times out -> ERROR naming that arm's classified failure; the other arm's checks are
 still reported and stand on their own.
 """
@@ -22,11 +23,12 @@ from .. import hostinfo, sources
 from ..errors import ReprostackError
 from ..kernels import runtime
 from ..lock import Lock
-from ..report import GateReport, artifact_for, decide, evaluate, skipped, utc_now
+from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm, skipped, utc_now
 from . import launchers
 from .micro import GateRunOptions, build_kernels, choose_profile
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
+from .spec import NoProfileForHost
 from .training_spec import TrainingSpec, load_training_spec
 from .watchdog import run_with_watchdog
 
@@ -53,7 +55,10 @@ def host_skip(gate: str, spec: TrainingSpec, opts, host: dict, prov: dict, what:
     if host["gpu_count"] == 0:
         return None, skipped(gate, opts.profile or "-", f"no GPU on this host (nvidia-smi lists none): {what}",
                              provenance=prov)
-    profile = choose_profile(spec, opts.profile, host)
+    try:
+        profile = choose_profile(spec, opts.profile, host)
+    except NoProfileForHost as e:
+        return None, skipped(gate, "-", f"{e}: {what}", provenance=prov)
     if profile.gpus_per_node > host["gpu_count"]:
         return None, skipped(gate, profile.name, f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per "
                              f"node, this host has {host['gpu_count']}", provenance=prov)
@@ -228,4 +233,5 @@ def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
         result, reason = decide(checks, ran_ok=False, failure_reason=why)
     else:
         result, reason = decide(checks, ran_ok=True)
+    result, reason = require_deepep_arm(result, reason, spec.deepep_arm, list(results))
     return finish(GateReport(gate, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))

@@ -10,12 +10,28 @@ import math
 import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 
 from ..digest import sha256_stream
 
 SCHEMA_VERSION = 1
-RESULTS = ("pass", "fail", "skip", "error", "not-run")  # not-run: a gate it depends on did not pass
+
+
+class Result(str, Enum):
+    """A gate's result. A `str` Enum: members compare equal to (and serialize as) the JSON strings of RESULTS."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+    NOT_RUN = "not-run"  # a gate it depends on did not pass
+
+    def __str__(self) -> str:
+        return self.value
+
+
+RESULTS = tuple(r.value for r in Result)
 OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 
 
@@ -118,6 +134,17 @@ def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None)
     return "pass", f"{len(checks)} check(s) passed"
 
 
+def require_deepep_arm(result: str, reason: str, deepep_arm: str | None, ran: list[str]) -> tuple[str, str]:
+    """(result, reason) with the DeepEP rule applied: every gate exists to show DeepEP works, so a gate whose
+    DeepEP arm (`deepep_arm`) is not among the arms that ran (`ran`) never passes; its other arms are
+    comparison evidence. A would-be PASS becomes SKIP naming the arms that ran; FAIL and ERROR stand."""
+    if result != Result.PASS or (deepep_arm is not None and deepep_arm in ran):
+        return result, reason
+    what = f"arm {deepep_arm}" if deepep_arm else "a DeepEP arm"
+    return (Result.SKIP.value, f"{what} (the gate's evidence) did not run: only {', '.join(ran) or 'no arm'} ran, "
+            f"comparison evidence only ({reason}); run it with --arm {deepep_arm or 'deepep'}")
+
+
 @dataclass
 class GateReport:
     """One gate's report (schema: reprostack/schemas/report.schema.json).
@@ -145,6 +172,7 @@ class GateReport:
     def __post_init__(self):
         if self.result not in RESULTS:
             raise ValueError(f"gate {self.gate!r}: result must be one of {RESULTS}, not {self.result!r}")
+        self.result = Result(self.result).value  # a Result member is kept as its JSON string
 
     def to_dict(self) -> dict:
         """The `<gate>.json` document (validated by the writers against report.schema.json)."""
