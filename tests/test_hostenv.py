@@ -60,3 +60,22 @@ def test_host_execution_on_this_interpreter_reports_mode_and_drift():
     assert hostenv.describe(ex).startswith("host mode (python ")
     unknown = hostenv.host_execution(load(ROOT / "upstreams.lock"), sys.executable, wheelset="nope")
     assert unknown["wheelset_drift"] is None and "no such pin" in unknown["wheelset_error"]
+
+
+def test_gate_reports_that_ran_say_host_mode(monkeypatch, tmp_path):
+    from reprostack.gates import registry, runner
+    from reprostack.report import GateReport, write_reports
+    from reprostack.report.model import evaluate
+
+    lock = load(ROOT / "upstreams.lock")
+    results = iter(["pass", "skip"])
+    monkeypatch.setattr(runner, "_run_gate", lambda g, a, lock, root, fetch: GateReport(
+        g.report_name, "h200-ep1", next(results), "why", checks=[evaluate("dc_p50_us", "us", 14.7, "<=", 30)]))
+    args = runner.GateArgs(out=tmp_path, python=sys.executable)
+    ran = runner.run_gate(registry.gate("micro"), args, lock, ROOT, None)
+    assert ran.provenance["execution"]["mode"] == "host"
+    assert ran.provenance["execution"]["environment"]["executable"]
+    skipped = runner.run_gate(registry.gate("micro"), args, lock, ROOT, None)
+    assert "execution" not in skipped.provenance          # nothing ran: no environment to vouch for
+    md = write_reports([ran], tmp_path)["summary.md"].read_text()
+    assert "Ran in **host mode (python " in md

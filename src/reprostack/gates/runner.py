@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import hostenv
 from ..errors import ReprostackError
 from ..report import GateReport, Result, not_run, skipped, utc_now
 from .registry import GATES, Gate
@@ -46,7 +47,16 @@ class GateArgs:
 
 
 def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
-    """Run gate `g` and return its report (not yet written). Raises ReprostackError for bad input."""
+    """Run gate `g` and return its report (not yet written), its provenance saying where it ran (today every gate
+    runs in host mode: `execution` holds the mode, the environment fingerprint of `--python` and its drift from
+    the locked wheelset, see reprostack.hostenv). Raises ReprostackError for bad input."""
+    report = _run_gate(g, a, lock, root, fetch)
+    if report.result in (Result.PASS, Result.FAIL, Result.ERROR):  # it ran here: say on what
+        report.provenance.setdefault("execution", hostenv.host_execution(lock, a.python))
+    return report
+
+
+def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     if g.kind == "training":
         from .training import TrainingOptions
         opts = TrainingOptions(root=root, lock=lock, fetch=fetch, out_dir=Path(a.out), profile=a.profile,

@@ -94,7 +94,11 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
         else:
             out.append("No checks.")
         out += _measurements(r.data.get("metrics"))
-        out += ["", f"Started {r.started}, ended {r.ended}, {r.duration_s} s.", "", "### provenance", ""]
+        out += ["", f"Started {r.started}, ended {r.ended}, {r.duration_s} s."]
+        if "execution" in r.provenance:
+            from ..hostenv import describe
+            out += ["", f"Ran in **{describe(r.provenance['execution'])}**."]
+        out += ["", "### provenance", ""]
         out += [f"- {_cell(k)}: `{json.dumps(v, sort_keys=True)}`" for k, v in sorted(r.provenance.items())] or ["(none)"]
         if r.artifacts:
             out += ["", "### artifacts", ""] + [f"- `{a.path}` sha256 {a.sha256} ({a.bytes} bytes)" for a in r.artifacts]
