@@ -393,6 +393,7 @@ def test_runtime_env_is_overlay_then_site_only(tmp_path):
     # the caller's PYTHONPATH (e.g. reprostack's own dependencies) never reaches the test process
     assert env["PYTHONPATH"].split(os.pathsep) == [str(out / "overlay"), str(out / "site")]
     assert env["HOME"] == "/root" and base["PYTHONPATH"] == "/opt/extra"  # base not modified
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # nothing written into the verified trees it runs from
     env = runtime.runtime_env(out, {"PYTHONPATH": ""})
     assert env["PYTHONPATH"] == os.pathsep.join([str(out / "overlay"), str(out / "site")])
 

@@ -45,6 +45,9 @@ def runtime_env(deepep_out: Path, base: dict | None = None) -> dict:
     # replaced, not extended: the test process sees the image's Python, the overlay and deep_ep, and
     # nothing of the tool's own environment (e.g. reprostack's dependencies)
     env["PYTHONPATH"] = os.pathsep.join([str(deepep_out / "overlay"), str(deepep_out / "site")])
+    # the gate's scripts run from the verified source trees (test_ep.py from the patched deepep tree): no
+    # __pycache__ may be left there, or the next run's re-hash of that tree sees foreign files and remakes it
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
