@@ -352,6 +352,20 @@ def test_tampered_cached_tree_is_remade_not_reused(stack, tmp_path, tamper):
     assert sources.prepare(lock, "deepep", o, project(tmp_path)).reused is True
 
 
+def test_gitlink_the_lock_does_not_pin_stays_an_empty_folder(stack, tmp_path):
+    """A gitlink whose submodule the lock does not pin (NeMo-RL's 3rdparty workspaces: the H200 all-gates run,
+    results/all_gates/2026-12-02-h200-one-gpu) is never checked out: the tree still verifies and is reused, and a
+    file put into that empty folder makes the tree again."""
+    pin = deepep_pin(stack, submodules=(), patches=(), patched_tree=None)
+    lock, o = lock_of(tmp_path, pin), opts(tmp_path)
+    first = sources.prepare(lock, "deepep", o, project(tmp_path))
+    assert first.tree == stack.tree and not any((first.path / SUB).iterdir())
+    assert sources.prepare(lock, "deepep", o, project(tmp_path)).reused is True
+    (first.path / SUB / "evil.h").write_text("#define FMT 0\n")
+    again = sources.prepare(lock, "deepep", o, project(tmp_path))
+    assert again.reused is False and not (first.path / SUB / "evil.h").exists()
+
+
 def test_worktree_tree_hashes_files_not_the_index(stack, tmp_path):
     from reprostack.fetch.checkout import worktree_tree
     o = opts(tmp_path)

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 from .errors import FetchError
 from .fetch import Cache, FetchedGit, checkout_submodules, fetch_git, materialize, mirrors_from_env
 from .fetch.bundle import check_bundle
-from .fetch.checkout import commit_tree, worktree_tree
+from .fetch.checkout import commit_tree, gitlinks, worktree_tree
 from .gitcmd import DEFAULT_TIMEOUT_S, GitFailed, default_timeout, foreign_config, git
 from .lock import GitPin, Lock
 from .patch import apply_series
@@ -158,7 +158,9 @@ def _files_problem(path: Path, pin: GitPin, want: str) -> str | None:
         if (repo / ".git" / "info" / "attributes").exists():
             return f"{what}has .git/info/attributes, which reprostack never writes"
     try:
-        got = worktree_tree(path)
+        pinned = {sub.path for sub in pin.submodules}
+        unpopulated = {p: c for p, c in gitlinks(path, want).items() if p not in pinned}
+        got = worktree_tree(path, unpopulated)
         if got != want:
             return f"files hash to {got}, lock says {want}"
         for s in pin.submodules:

@@ -100,17 +100,36 @@ def _check(dest: Path, fetched: FetchedGit) -> None:
             raise FetchError(f"{pin.name}: submodule {sub.path} checked out at {head}, lock says {sub.rev}")
 
 
-def worktree_tree(path: Path) -> str:
+def worktree_tree(path: Path, unpopulated: dict[str, str] | None = None) -> str:
     """The tree hash of the files under the working tree `path`, as they are on disk.
 
     `git add -A --force` into a temporary index (GIT_INDEX_FILE) then `git write-tree`: untracked and ignored
     files count, nested repositories count as gitlinks at their HEAD, the repo's own index (skip-worktree,
-    assume-unchanged, stat cache) is not read. Raises GitFailed when git cannot read the tree.
+    assume-unchanged, stat cache) is not read. `unpopulated`: {path: commit} of gitlinks whose submodule the lock
+    does not pin (never checked out): each is put in the index as that gitlink and its folder must be empty or
+    absent on disk, else FetchError. Raises GitFailed when git cannot read the tree.
     """
+    for sub in sorted(unpopulated or {}):
+        d = Path(path) / sub
+        if d.is_symlink() or (d.exists() and (not d.is_dir() or any(d.iterdir()))):
+            raise FetchError(f"{path}: {sub} holds files, but the lock pins no submodule there (an unpopulated "
+                             "gitlink must stay empty)")
     with tempfile.TemporaryDirectory(prefix="reprostack-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        for sub, commit in sorted((unpopulated or {}).items()):
+            git("update-index", "--add", "--cacheinfo", f"160000,{commit},{sub}", cwd=path, env=env)
         git("add", "-A", "--force", "--", ".", cwd=path, env=env)
         return git("write-tree", cwd=path, env=env)
+
+
+def gitlinks(repo: Path, tree: str) -> dict[str, str]:
+    """{path: commit} of every gitlink (mode 160000) in `tree` of `repo`."""
+    out = {}
+    for line in git("ls-tree", "-r", "-z", "--", tree, cwd=repo, raw=True).split(b"\0"):
+        if line.startswith(b"160000 "):
+            meta, name = line.split(b"\t", 1)
+            out[name.decode()] = meta.split()[2].decode()
+    return out
 
 
 def commit_tree(repo: Path, rev: str) -> str:
