@@ -12,7 +12,6 @@ mirror's path directly.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import tempfile
@@ -23,7 +22,7 @@ from typing import Iterator, Mapping
 
 from ..errors import FetchError
 from ..fetch import Cache, insteadof_args, via
-from ..fetch.cache import url_key
+from ..fetch.cache import clean_stale, flocked, url_key
 from ..gitcmd import GitFailed, git
 
 _NO_REF = re.compile(r"couldn't find remote ref|no such remote ref|not our ref|unadvertised object", re.I)
@@ -201,16 +200,13 @@ def history(label: str, url: str, cache: Cache, mirrors: Mapping[str, str], time
     root.mkdir(parents=True, exist_ok=True)
     key = url_key(url)
     repo = root / f"{key}.git"
-    with open(root / f"{key}.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            if not (repo / "HEAD").is_file():
-                tmp = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=root))
-                git("init", "--bare", "-q", str(tmp))
-                for k, v in (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"),
-                             ("reprostack.url", url)):
-                    git("config", k, v, cwd=tmp)
-                os.rename(tmp, repo)
-            yield History(label, url, repo, mirrors, timeout)
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with flocked(root / f"{key}.lock"):
+        clean_stale(repo)  # what a killed run left (shallow.lock, tmp_pack_*, a half-made .<key>.git.XXXX)
+        if not (repo / "HEAD").is_file():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=root))
+            git("init", "--bare", "-q", str(tmp))
+            for k, v in (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"),
+                         ("reprostack.url", url)):
+                git("config", k, v, cwd=tmp)
+            os.rename(tmp, repo)
+        yield History(label, url, repo, mirrors, timeout)
