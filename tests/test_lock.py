@@ -456,3 +456,18 @@ def test_lock_is_immutable():
     with pytest.raises(AttributeError):
         lock.git("deepep").rev = "0" * 40  # frozen dataclass
     assert isinstance(lock, Lock)
+
+
+def test_lock_check_cli_one_line_exit_2_on_a_changed_patch_file(tmp_path, capsys):
+    from reprostack import cli
+    (tmp_path / "patches" / "demo").mkdir(parents=True)
+    f = tmp_path / "patches" / "demo" / "0001-fix.patch"
+    f.write_text("From x\n")
+    p = write(tmp_path, mbox_lock())
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 0
+    f.write_text("From x\n\n")
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"reprostack: error: {p}:{line_of(mbox_lock(), 'sha256: ')}: upstreams.demo.patches[0].sha256: "
+                          f"patch file patches/demo/0001-fix.patch has sha256 ")
