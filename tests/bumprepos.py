@@ -16,6 +16,8 @@ conflict for entry 1). Dates are fixed per commit (1700000000 + n days) so "days
 
 from __future__ import annotations
 
+import hashlib
+
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,11 +161,14 @@ upstreams:
         ref: refs/pull/2/head
         upstream-status: "Submitted [PR #2]"
       - mbox: patches/demo/0001-c.patch
+        sha256: {sha_c}  # sha256 of the committed file
         upstream-status: Pending
       - diff: patches/demo/d.diff
         upstream-status: "Inappropriate [test only]"
+        sha256: {sha_d}
       - mbox: patches/demo/0002-e.patch
         upstream-status: Pending
+        sha256: {sha_e}
         tree: {patched}
     patched-tree: {patched}
     policy: {{track: branch, ref: refs/heads/main}}
@@ -187,7 +192,8 @@ def _project(s: Scenario) -> None:
     s.c["patched"] = patched
     s1_tree = git("rev-parse", f"{s.c['s1']}^{{tree}}", cwd=s.sub)
     s.lock.write_text(LOCK.format(URL=URL, SUB_URL=SUB_URL, base=s.c["base"], base_tree=s.tree(s.c["base"]),
-                                  s1=s.c["s1"], s1_tree=s1_tree, patched=patched, **{k: s.c[k] for k in ("p1", "bk", "p2")}))
+                                  s1=s.c["s1"], s1_tree=s1_tree, patched=patched, **{k: s.c[k] for k in ("p1", "bk", "p2")},
+                                  **{f"sha_{k}": hashlib.sha256((p / f).read_bytes()).hexdigest() for k, f in files.items()}))
     (p / ".gitignore").write_text("/out/\n")
     git("init", "-q", "-b", "work", cwd=p)
     git("config", "user.name", "Bump Tester", cwd=p)

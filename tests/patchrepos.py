@@ -120,11 +120,16 @@ def diff_bytes(up: Upstream, a: str, b: str, *extra: str) -> bytes:
                           check=True, capture_output=True).stdout
 
 
+SHA256: dict[str, str] = {}  # lock value -> sha256 of the bytes `write_patch` last wrote there (what a lock would pin)
+
+
 def write_patch(project: Path, name: str, data: bytes) -> str:
-    """Commit-style `patches/<name>` under `project`; returns the lock value `patches/<name>`."""
+    """Commit-style `patches/<name>` under `project`; returns the lock value `patches/<name>` (its sha256 in SHA256)."""
+    import hashlib
     p = project / "patches" / name
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_bytes(data)
+    SHA256[f"patches/{name}"] = hashlib.sha256(data).hexdigest()
     return f"patches/{name}"
 
 
@@ -135,7 +140,7 @@ def pick(sha: str, status: str = "Pending", tree: str | None = None, index: int 
 
 def pin_of(up: Upstream, entries: list[PatchEntry], patched_tree: str | None, name: str = "demo") -> GitPin:
     entries = [PatchEntry(kind=e.kind, value=e.value, upstream_status=e.upstream_status, ref=e.ref,
-                          description=e.description, tree=e.tree, index=i)
+                          description=e.description, tree=e.tree, index=i, sha256=e.sha256, where=e.where)
                for i, e in enumerate(entries, 1)]
     return GitPin(name=name, url=str(up.path), rev=up["base"], tree=up.tree("base"), patches=tuple(entries),
                   patched_tree=patched_tree)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import re
 import shutil
@@ -84,6 +86,10 @@ def test_bump_kept_refreshed_upstreamed(s, capsys):
     # refreshed files apply at offset 0 now; the kept file is untouched
     assert (s.project / "patches/demo/0002-e.patch").read_bytes() == old_e
     assert "@@ -29,7 +29,7 @@" in (s.project / "patches/demo/0001-c.patch").read_text()   # was -27
+    # every patch file's `sha256:` is the file as written (the refreshed ones got their new sha256)
+    files = [e for e in pin.patches if e.kind != "cherry-pick"]
+    assert [e.sha256 for e in files] == [hashlib.sha256((s.project / e.value).read_bytes()).hexdigest() for e in files]
+    assert files[-1].sha256 in old_text and files[0].sha256 not in old_text
     d = (s.project / "patches/demo/d.diff").read_text()
     assert d.startswith("# d: patch line 18\n#\n# Upstream-Status: Inappropriate [test only]\n") and "@@ -18,7" in d
 
@@ -164,7 +170,7 @@ def test_missing_policy_ref_is_a_lock_error(s, capsys):
     before = snapshot(s)
     assert run(s) == 2
     err = capsys.readouterr().err
-    assert "upstreams.lock:28: upstreams.demo.policy: refs/heads/gone is not on https://github.com/acme/demo" in err
+    assert "upstreams.lock:31: upstreams.demo.policy: refs/heads/gone is not on https://github.com/acme/demo" in err
     assert snapshot(s) == before
 
 

@@ -168,6 +168,22 @@ def test_context_is_deterministic_whatever_the_disk_says(stack, tmp_path):
         c.add_bytes("../x", b"2")
 
 
+def test_file_with_a_pinned_sha256_is_checked_as_it_goes_into_the_tar(tmp_path):
+    """A wheel verified by fetch_wheels, then changed on a shared disk before the context is written: refused."""
+    from reprostack.containers.errors import ContainerError
+
+    f = tmp_path / "a-1.0-py3-none-any.whl"
+    f.write_bytes(b"wheel bytes")
+    good = hashlib.sha256(b"wheel bytes").hexdigest()
+    c = Context()
+    c.add_file("w/a-1.0-py3-none-any.whl", f, sha256=good, origin="recipe: wheels s")
+    assert [m.name for m in tar_entries(c.tar())] == ["w", "w/a-1.0-py3-none-any.whl"]
+    f.write_bytes(b"wheel bytez")
+    with pytest.raises(ContainerError, match=f"recipe: wheels s: {f} has sha256 [0-9a-f]{{64}} while it is put "
+                                             f"into the context, the lock pins {good}"):
+        c.tar()
+
+
 def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
     from reprostack.gitcmd import git
 

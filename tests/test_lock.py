@@ -216,9 +216,12 @@ def test_patch_entry_with_none_of_them(tmp_path):
     assert "exactly one of cherry-pick / mbox / diff" in rest
 
 
-def mbox_lock() -> str:
+FIX_SHA = hashlib.sha256(b"From x\n").hexdigest()  # of the 0001-fix.patch these tests write
+
+
+def mbox_lock(sha: str = FIX_SHA, value: str = "patches/demo/0001-fix.patch") -> str:
     return edit(f"      - cherry-pick: {PICK}\n        ref: refs/pull/612/head\n",
-                "      - mbox: patches/demo/0001-fix.patch\n")
+                f"      - mbox: {value}\n        sha256: {sha}  # sha256 of the committed file\n")
 
 
 def test_mbox_file_missing_names_the_file(tmp_path):
@@ -238,6 +241,78 @@ def test_mbox_file_is_found_under_root(tmp_path):
     pin = load(p, root=proj).git("demo")
     assert [(e.kind, e.value, e.index) for e in pin.patches] == [("mbox", "patches/demo/0001-fix.patch", 1)]
     assert pin.patches[0].label == "#1 mbox patches/demo/0001-fix.patch"
+
+
+def test_patch_file_changed_by_one_byte_names_lock_line_and_file(tmp_path):
+    (tmp_path / "patches" / "demo").mkdir(parents=True)
+    f = tmp_path / "patches" / "demo" / "0001-fix.patch"
+    f.write_text("From x\n")
+    text = mbox_lock()
+    p = write(tmp_path, text)
+    assert load(p).git("demo").patches[0].sha256 == FIX_SHA
+    f.write_text("From y\n")  # one byte changed after the lock was written
+    rest = assert_where(load_error(p), p, line_of(text, "sha256: "), "upstreams.demo.patches[0].sha256")
+    got = hashlib.sha256(b"From y\n").hexdigest()
+    assert rest.startswith(f"patch file patches/demo/0001-fix.patch has sha256 {got}, the lock pins {FIX_SHA}")
+
+
+def test_patch_file_entry_without_sha256(tmp_path):
+    text = edit(f"      - cherry-pick: {PICK}\n        ref: refs/pull/612/head\n",
+                "      - diff: patches/demo/fix.diff\n")
+    p = write(tmp_path, text)
+    rest = assert_where(load_error(p), p, line_of(text, "- diff: "), "upstreams.demo.patches[0]")
+    assert rest.startswith("a patch file entry needs `sha256:`")
+
+
+def test_cherry_pick_with_sha256_is_refused(tmp_path):
+    text = edit("        ref: refs/pull/612/head\n", f"        ref: refs/pull/612/head\n        sha256: {FIX_SHA}\n")
+    p = write(tmp_path, text)
+    rest = assert_where(load_error(p), p, line_of(text, "sha256: "), "upstreams.demo.patches[0].sha256")
+    assert rest.startswith("only a patch file (mbox/diff) has a sha256")
+
+
+@pytest.mark.parametrize("value", ["patches/../../evil.patch", "patches/demo/../../x.patch", "patches//x.patch"])
+def test_patch_file_path_traversal(tmp_path, value):
+    (tmp_path / "x.patch").write_text("From x\n")
+    text = mbox_lock(value=value)
+    p = write(tmp_path, text)
+    rest = assert_where(load_error(p), p, line_of(text, "mbox: "), "upstreams.demo.patches[0].mbox")
+    assert "must be a plain relative path under patches/" in rest
+
+
+def test_patch_file_symlink_out_of_patches(tmp_path):
+    (tmp_path / "patches" / "demo").mkdir(parents=True)
+    (tmp_path / "secret.patch").write_text("From x\n")
+    (tmp_path / "patches" / "demo" / "0001-fix.patch").symlink_to(tmp_path / "secret.patch")
+    text = mbox_lock()
+    p = write(tmp_path, text)
+    rest = assert_where(load_error(p), p, line_of(text, "mbox: "), "upstreams.demo.patches[0].mbox")
+    assert "outside" in rest and "symlink" in rest
+
+
+@pytest.mark.parametrize("sub", ["../..", "/abs/x", "-x", "a/../../b", ".git", "third-party/.GIT/x", "a//b"])
+def test_submodule_path_traversal(tmp_path, sub):
+    text = edit("    patches:\n", f"    submodules:\n      {sub!r}:\n        url: https://example.invalid/s\n"
+                                  f"        rev: {REV}\n    patches:\n")
+    p = write(tmp_path, text)
+    rest = assert_where(load_error(p), p, line_of(text, f"{sub!r}:"), f"upstreams.demo.submodules.{sub}")
+    assert "must" in rest
+
+
+@pytest.mark.parametrize("fn", ["../aiperf-0.10.0-py3-none-any.whl", "x/aiperf-0.10.0-py3-none-any.whl",
+                                "..\\aiperf-0.10.0-py3-none-any.whl", "aiperf.whl", ".aiperf-0.10.0-py3-none-any.whl"])
+def test_wheel_filename_traversal(tmp_path, fn):
+    text = BASE + (f"  w:\n    kind: wheel\n    name: aiperf\n    version: '0.10.0'\n    files:\n"
+                   f"      - filename: {fn!r}\n        sha256: {FIX_SHA}\n")
+    p = write(tmp_path, text)
+    rest = assert_where(load_error(p), p, line_of(text, "filename: "), "upstreams.w.files[0].filename")
+    assert "not a bare file name" in rest or "not a wheel filename" in rest
+
+
+def test_real_lock_vouches_for_its_patch_files():
+    pin = load(REAL_LOCK).git("megatron-lm")
+    files = [e for e in pin.patches if e.kind != "cherry-pick"]
+    assert files and all(e.sha256 == hashlib.sha256((REPO_ROOT / e.value).read_bytes()).hexdigest() for e in files)
 
 
 def test_mbox_path_outside_patches(tmp_path):
@@ -408,3 +483,16 @@ def test_hint_ref_git_could_misread_is_refused(tmp_path, ref):
     text = edit("ref: refs/pull/612/head", f"ref: {ref}")
     p = write(tmp_path, text)
     assert_where(load_error(p), p, line_of(text, "ref:"), "upstreams.demo.patches[0].ref")
+def test_lock_check_cli_one_line_exit_2_on_a_changed_patch_file(tmp_path, capsys):
+    from reprostack import cli
+    (tmp_path / "patches" / "demo").mkdir(parents=True)
+    f = tmp_path / "patches" / "demo" / "0001-fix.patch"
+    f.write_text("From x\n")
+    p = write(tmp_path, mbox_lock())
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 0
+    f.write_text("From x\n\n")
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"reprostack: error: {p}:{line_of(mbox_lock(), 'sha256: ')}: upstreams.demo.patches[0].sha256: "
+                          f"patch file patches/demo/0001-fix.patch has sha256 ")

@@ -179,3 +179,16 @@ def test_lock_check_rejects_an_unfilled_wheel_pin(tmp_path, index, capsys):
     p = _lock(tmp_path, url)
     assert cli.main(["lock", "check", "--lock", str(p)]) == 2
     assert f"{p}:19: upstreams.plat: 'files' is a required property" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tail", ["..%2F..%2Fevil-1.0-py3-none-any.whl", "sub%2Fevil-1.0-py3-none-any.whl",
+                                  "evil.whl", "..%5Cevil-1.0-py3-none-any.whl"])
+def test_a_wheel_filename_from_a_pip_report_must_be_a_bare_wheel_filename(tail):
+    """An index's URL decides the filename the lock records and the cache writes: a quoted `/`, `\\` or `..`, or
+    a name that is not NAME-VER-PY-ABI-PLAT.whl, is refused (issue 14 item 10)."""
+    from reprostack import lockwheels
+    from reprostack.errors import ReprostackError
+    item = {"metadata": {"name": "evil", "version": "1.0"}, "download_info": {"url": f"https://idx.invalid/p/{tail}"}}
+    with pytest.raises(ReprostackError, match=r"^upstreams.lock:3: upstreams.x: evil==1.0 resolves to .*(not a bare "
+                                              r"file name|not a wheel filename)"):
+        lockwheels.report_wheel(item, "upstreams.lock:3: upstreams.x")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patchrepos import (Upstream, diff_bytes, format_patch, make_upstream, pick, pin_of,
+from patchrepos import (SHA256, Upstream, diff_bytes, format_patch, make_upstream, pick, pin_of,
                         worktree_at, write_patch)
 from reprostack.errors import PatchError
 from reprostack.gitcmd import GitFailed, git
@@ -37,7 +37,9 @@ def leftovers(out: Path) -> list[str]:
 
 
 def entry(kind: str, value: str, status: str, tree: str | None = None) -> PatchEntry:
-    return PatchEntry(kind=kind, value=value, upstream_status=status, description=f"{kind} {value}", tree=tree)
+    """A file entry vouching for the bytes `write_patch` wrote at `value` (a lock's `sha256:`)."""
+    return PatchEntry(kind=kind, value=value, upstream_status=status, description=f"{kind} {value}", tree=tree,
+                      sha256=SHA256.get(value), where=f"upstreams.lock:{10 + len(value)}")
 
 
 def plain_diff(comment: str, body: bytes) -> bytes:
@@ -339,3 +341,87 @@ def test_mbox_header_and_kind_mismatch(up, tmp_path):
     r.write_bytes(b"Note.\n\nUpstream-Status: Pending\n")
     with pytest.raises(PatchError, match="no diff found"):
         check_patch_headers(r)
+
+
+# ---------------------------------------------------------------- untrusted patch files (issue 14: items 7, 10)
+
+
+def test_patch_file_changed_after_the_lock_is_refused_before_anything_applies(up, ws):
+    src, project, out = ws
+    m = write_patch(project, "0001-f2.patch", format_patch(up, up["f2"]))
+    pin = pin_of(up, [entry("mbox", m, "Submitted [PR #2]")], up.tree("f2"))
+    data = (project / m).read_bytes()
+    assert data.count(b"charlie") == 1
+    (project / m).write_bytes(data.replace(b"charlie", b"charliE"))  # one byte, after the lock was written
+    with pytest.raises(SeriesError) as ei:
+        apply_series(pin, src, out / "dest", project)
+    msg = str(ei.value)
+    assert f"#1 of 1 mbox {m}: upstreams.lock:" in msg and f"patch file {m} has sha256 " in msg
+    assert f"the lock pins {SHA256[m]}" in msg
+    assert leftovers(out) == []
+
+
+def test_applied_bytes_are_the_checked_copy(up, ws):
+    src, project, out = ws
+    m = write_patch(project, "0001-f1.patch", format_patch(up, up["f1"]))
+    res = apply_series(pin_of(up, [entry("mbox", m, "Pending")], up.tree("f1")), src, out / "dest", project)
+    assert res.tree == up.tree("f1")
+    assert (out / "dest" / ".git" / "reprostack-patches" / "0001-0001-f1.patch").read_bytes() == (project / m).read_bytes()
+
+
+def test_patch_file_entry_without_sha256_is_refused(up, ws):
+    src, project, out = ws
+    m = write_patch(project, "0001-f2.patch", format_patch(up, up["f2"]))
+    e = PatchEntry(kind="mbox", value=m, upstream_status="Submitted [PR #2]")
+    with pytest.raises(SeriesError, match=f"patch file {m} has no sha256 in the lock"):
+        apply_series(pin_of(up, [e], up.tree("f2")), src, out / "dest", project)
+    assert leftovers(out) == []
+
+
+NEW_FILE = "diff --git a/{p} b/{p}\nnew file mode {mode}\n--- /dev/null\n+++ b/{p}\n@@ -0,0 +1 @@\n+{body}\n"
+COMMENT = "# Escape test.\n#\n# Upstream-Status: Pending\n"
+
+
+@pytest.mark.parametrize("diff, why", [
+    (NEW_FILE.format(p="../x", mode="100644", body="evil"), "touches '../x', which has a '..'"),
+    ("--- /dev/null\n+++ /tmp/abs-x\n@@ -0,0 +1 @@\n+evil\n", "touches '/tmp/abs-x', which is absolute"),
+    (NEW_FILE.format(p=".git/hooks/post-checkout", mode="100755", body="evil"),
+     "touches '.git/hooks/post-checkout', which reaches into .git"),
+    (NEW_FILE.format(p="up", mode="120000", body="../../..") + "\\ No newline at end of file\n",
+     "makes 'up' a symlink to '../../..', outside the work tree"),
+    (NEW_FILE.format(p="etc", mode="120000", body="/etc") + "\\ No newline at end of file\n",
+     "makes 'etc' a symlink to '/etc'"),
+])
+def test_patch_target_outside_the_tree_is_refused(up, ws, diff, why):
+    src, project, out = ws
+    d = write_patch(project, "0001-escape.diff", plain_diff(COMMENT, diff.encode()))
+    with pytest.raises(SeriesError) as ei:
+        apply_series(pin_of(up, [entry("diff", d, "Pending")], up.tree("f1")), src, out / "dest", project)
+    assert f"#1 of 1 diff {d}: {d} {why}" in str(ei.value)
+    assert leftovers(out) == [] and not (out.parent / "x").exists()
+
+
+def test_patch_through_a_symlink_of_an_earlier_entry_is_refused(up, ws):
+    src, project, out = ws
+    inside = write_patch(project, "0001-link.diff", plain_diff(COMMENT, (NEW_FILE.format(
+        p="lnk", mode="120000", body="sub") + "\\ No newline at end of file\n").encode()))
+    through = write_patch(project, "0002-through.diff", plain_diff(COMMENT, NEW_FILE.format(
+        p="lnk/x", mode="100644", body="evil").encode()))
+    with pytest.raises(SeriesError) as ei:
+        apply_series(pin_of(up, [entry("diff", inside, "Pending"), entry("diff", through, "Pending")], up.tree("f1")),
+                     src, out / "dest", project)
+    msg = str(ei.value)
+    assert f"#2 of 2 diff {through}: {through} touches 'lnk/x' through the symlink 'lnk'" in msg
+    assert "#1 of 2" not in msg  # a symlink inside the tree is fine
+
+
+def test_git_apply_itself_refuses_dotdot_but_not_an_escaping_symlink(up, ws):
+    """What git does without the pre-check (why it exists): `../x` is refused, a symlink out is applied."""
+    src, project, _ = ws
+    p = project / "dotdot.diff"
+    p.write_text(NEW_FILE.format(p="../x", mode="100644", body="evil"))
+    with pytest.raises(GitFailed, match="invalid path"):
+        git("apply", "--index", str(p), cwd=src)
+    p.write_text(NEW_FILE.format(p="up", mode="120000", body="../../..") + "\\ No newline at end of file\n")
+    git("apply", "--index", str(p), cwd=src)
+    assert os.readlink(src / "up") == "../../.."

@@ -375,3 +375,142 @@ def test_worktree_tree_hashes_files_not_the_index(stack, tmp_path):
     (st.path / "makefiles" / "version.mk").write_text("NCCL_MAJOR := 9\n")
     assert git("rev-parse", "HEAD^{tree}", cwd=st.path) == stack.nccl_tree
     assert worktree_tree(st.path) != stack.nccl_tree
+# --------------------------------------------------------------------------- issue 14: patch files, interrupted work
+
+
+def diff_entry_project(s: Stack, tmp_path: Path) -> tuple[GitPin, Path]:
+    """A deepep pin whose series is one committed plain diff (the pick's change) vouched by its sha256."""
+    import hashlib
+    proj = project(tmp_path)
+    f = proj / "patches" / "deepep" / "0001-qp-cap.diff"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    body = git("diff", s.rev, s.pick, cwd=s.srv / "deepep")
+    f.write_bytes(b"# EFA auto-QP cap.\n#\n# Upstream-Status: Pending\n" + body.encode() + b"\n")
+    e = PatchEntry("diff", "patches/deepep/0001-qp-cap.diff", "Pending", tree=s.patched, index=1,
+                   sha256=hashlib.sha256(f.read_bytes()).hexdigest(), where="upstreams.lock:42")
+    return deepep_pin(s, patches=(e,)), proj
+
+
+def test_patch_file_changed_after_lock_is_refused_on_a_warm_cache(stack, tmp_path):
+    pin, proj = diff_entry_project(stack, tmp_path)
+    lock, o = lock_of(tmp_path, pin), opts(tmp_path)
+    first = sources.prepare(lock, "deepep", o, proj)
+    assert first.reused is False and first.tree == stack.patched
+    assert sources.prepare(lock, "deepep", o, proj).reused is True
+    f = proj / pin.patches[0].value
+    f.write_bytes(f.read_bytes().replace(b"EFA", b"EFa", 1))  # one byte, after the lock was written
+    with pytest.raises(PatchError) as ei:
+        sources.prepare(lock, "deepep", o, proj)
+    msg = str(ei.value)
+    assert msg.startswith("upstreams.lock:42: deepep #1 diff patches/deepep/0001-qp-cap.diff: patch file "
+                          "patches/deepep/0001-qp-cap.diff has sha256 ") and "\n" not in msg
+    assert f"the lock pins {pin.patches[0].sha256}" in msg
+    assert first.path.is_dir()  # the good tree is left alone: the lock, not the tree, is in question
+
+
+def test_two_concurrent_patch_processes_on_one_cache_both_succeed(stack, tmp_path):
+    """Two real `reprostack patch` processes race on one empty cache: one makes the tree, the other waits on the
+    tree's flock and reuses it (before: both fetched, then the second rename crashed on a non-empty folder)."""
+    import subprocess
+    import sys
+    lock = write_project(tmp_path / "proj", stack)
+    cache = tmp_path / "cache"
+    cmd = [sys.executable, "-m", "reprostack", "patch", "deepep", "nccl", "--lock", str(lock), "--cache", str(cache)]
+    env = {k: v for k, v in os.environ.items() if k != "REPROSTACK_MIRRORS"}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for out, _ in outs:
+        assert f"deepep: {cache}/trees/deepep-{stack.patched} tree {stack.patched}" in out
+    assert sorted(os.listdir(cache / "trees")) == sorted([f"deepep-{stack.patched}", f"nccl-{stack.nccl_tree}"])
+    assert not list((cache / "git").glob(".*"))  # no half-made repo left
+
+
+def test_leftovers_of_a_killed_run_are_cleaned_and_the_fetch_succeeds(stack, tmp_path):
+    """What kill -9 leaves mid-fetch and mid-patch (git's shallow.lock, tmp_pack_*/tmp_idx_*, a ref lock, a
+    half-made repo folder, scratch trees, an import scratch): the next run removes it under the flock and works."""
+    lock, o = lock_of(tmp_path, deepep_pin(stack)), opts(tmp_path)
+    sources.fetch(deepep_pin(stack), o)  # the repos exist; now leave what a killed run leaves
+    repo = o.cache.repo_dir(stack.url("deepep"))
+    for rel in ("shallow.lock", "objects/pack/tmp_pack_Ab12Cd", "objects/pack/tmp_idx_Ab12Cd", "packed-refs.lock",
+                "refs/reprostack/x.lock"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_bytes(b"\0" * 4096)
+    (repo.parent / f".{repo.name}.k1ll3d").mkdir()
+    shutil.rmtree(o.cache.root / "verified")  # a fetch killed before its marker: the next run verifies again
+    trees = o.cache.root / "trees"
+    trees.mkdir()
+    scratch = trees / f".deepep-{stack.patched}.x9y8z7"
+    (scratch / "src" / "deep").mkdir(parents=True)
+    killed_import = o.cache.scratch_dir() / "import-dead"
+    killed_import.mkdir()
+    (killed_import / ".owner").touch()  # its flock died with its process
+    with pytest.raises(Exception):  # git itself refuses to fetch over a stale shallow.lock
+        git("fetch", "--depth=1", stack.url("deepep"), stack.rev, cwd=repo)
+    st = sources.prepare(lock, "deepep", o, project(tmp_path))
+    assert st.tree == stack.patched and st.reused is False
+    for rel in ("shallow.lock", "objects/pack/tmp_pack_Ab12Cd", "objects/pack/tmp_idx_Ab12Cd", "packed-refs.lock",
+                "refs/reprostack/x.lock"):
+        assert not (repo / rel).exists(), rel
+    assert not (repo.parent / f".{repo.name}.k1ll3d").exists()
+    assert trees_dir_entries(o) == [f"deepep-{stack.patched}"]
+    o.cache.clean_scratch()
+    assert not killed_import.exists()
+
+
+def test_live_scratch_is_not_cleaned(tmp_path):
+    c = Cache(tmp_path / "cache")
+    with c.scratch("import-") as live:
+        assert c.clean_scratch() == [] and live.is_dir()
+    assert not live.exists()
+
+
+RELAY = """\
+import os, subprocess, sys, time
+n, sent = int(sys.argv[1]), 0
+p = subprocess.Popen(["git", "upload-pack", sys.argv[2]], stdout=subprocess.PIPE)
+while True:
+    b = os.read(p.stdout.fileno(), 65536)
+    if not b:
+        break
+    if sent < n <= sent + len(b):
+        os.write(1, b[:n - sent])
+        time.sleep(120)
+    os.write(1, b)
+    sent += len(b)
+"""
+
+
+def test_kill_9_during_a_fetch_then_the_next_fetch_succeeds(stack, tmp_path):
+    """A real git fetch into the cache repo, stalled mid-pack by its server (a relay that stops after 20000 bytes
+    of a 1 MB pack) and killed with SIGKILL, leaves `shallow.lock` (after which every `git fetch --depth` on that
+    repo fails) and a `tmp_pack_*`; the next `reprostack fetch` (a real process) cleans both under the flock
+    and fetches."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    lock = write_project(tmp_path / "proj", stack)
+    big = gr.init_repo(tmp_path / "big")
+    gr.commit_files(big, {"blob.bin": os.urandom(1 << 20)}, "a pack big enough to be cut")
+    cache = Cache(tmp_path / "cache")
+    with cache.lock(stack.url("deepep")):
+        repo = cache.ensure_repo(stack.url("deepep"))
+    relay = tmp_path / "relay.py"
+    relay.write_text(RELAY)
+    p = subprocess.Popen(["git", "-c", "protocol.ext.allow=always", "-c", "fetch.unpackLimit=1", "fetch",
+                          "--depth=1", f"ext::{sys.executable} {relay} 20000 {big}", "HEAD"],
+                         cwd=repo, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not list(repo.glob("objects/pack/tmp_pack_*")) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)  # git, its transport helper and the stalled server, as a lost node would
+    p.wait()
+    assert (repo / "shallow.lock").exists() and list(repo.glob("objects/pack/tmp_pack_*"))
+    env = {k: v for k, v in os.environ.items() if k != "REPROSTACK_MIRRORS"}
+    again = subprocess.run([sys.executable, "-m", "reprostack", "fetch", "deepep", "--lock", str(lock),
+                            "--cache", str(cache.root)], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"deepep: {stack.rev} tree {stack.tree} ok" in again.stdout
+    assert not (repo / "shallow.lock").exists() and not list(repo.glob("objects/pack/tmp_pack_*"))

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from reprostack.gates.watchdog import WATCHDOG_TAG, run_with_watchdog
 
 
@@ -103,3 +105,105 @@ print(f"child {child}", flush=True)
     child = int(out.log_path.read_text().split("child ")[1].split()[0])
     assert gone(child) and child in out.killed_pids
     assert "left in pgid" in out.note
+
+
+# setsid escapes (issue 14 item 12): a grandchild in its own session and process group, sleeping forever
+
+def _grandchild(out) -> int:
+    return int(out.log_path.read_text().split("grandchild ")[1].split()[0])
+
+
+def test_timeout_kills_a_setsid_grandchild_while_its_parent_lives(tmp_path):
+    code = """
+import os, time
+gc = os.fork()
+if gc == 0:
+    os.setsid()  # own session, own process group: killpg of the run's group no longer reaches it
+    os.close(1); os.close(2)
+    while True:
+        time.sleep(1)
+print(f"grandchild {gc}", flush=True)
+while True:
+    time.sleep(1)
+"""
+    out = run_py(tmp_path, code, timeout_s=1.5, grace_s=0.5)
+    gc = _grandchild(out)
+    assert out.timed_out and gone(gc) and gc in out.killed_pids
+
+
+def test_timeout_kills_an_orphaned_setsid_grandchild(tmp_path):
+    """The child double-forks (setsid grandchild) and its middle process exits: the grandchild is orphaned. We
+    are a subreaper, so it is re-parented to us; the cookie in its environment marks it as the run's."""
+    code = """
+import os, sys, time
+mid = os.fork()
+if mid == 0:
+    gc = os.fork()
+    if gc == 0:
+        os.setsid()
+        os.close(1); os.close(2)
+        while True:
+            time.sleep(1)
+    print(f"grandchild {gc}", flush=True)
+    os._exit(0)  # the middle process exits: gc is an orphan in its own session
+os.waitpid(mid, 0)
+while True:
+    time.sleep(1)
+"""
+    out = run_py(tmp_path, code, timeout_s=1.5, grace_s=0.5)
+    gc = _grandchild(out)
+    assert out.timed_out and gone(gc) and gc in out.killed_pids
+    with pytest.raises(ChildProcessError):  # reaped by us: no zombie left
+        os.waitpid(gc, os.WNOHANG)
+
+
+def test_daemonized_grandchild_left_after_a_normal_exit_is_killed(tmp_path):
+    """A command that starts a daemon (fork, setsid, parent exits) and exits 0: the daemon does not outlive the run."""
+    code = """
+import os, time
+gc = os.fork()
+if gc == 0:
+    os.setsid()
+    os.close(1); os.close(2)
+    while True:
+        time.sleep(1)
+print(f"grandchild {gc}", flush=True)
+"""
+    out = run_py(tmp_path, code, grace_s=0.5)
+    gc = _grandchild(out)
+    assert out.returncode == 0 and not out.timed_out
+    assert gone(gc) and gc in out.killed_pids and "left in pgid" in out.note
+
+
+def test_other_processes_of_ours_are_left_alone(tmp_path):
+    """A process we started outside the run (no cookie, not below the leader) survives the run's kill."""
+    import subprocess
+    bystander = subprocess.Popen([sys.executable, "-c", "import time\ntime.sleep(60)"], start_new_session=True)
+    try:
+        out = run_py(tmp_path, "import time\ntime.sleep(60)", timeout_s=1.0, grace_s=0.5)
+        assert out.timed_out and bystander.poll() is None and bystander.pid not in out.killed_pids
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_server_stop_kills_a_setsid_worker(tmp_path):
+    from reprostack.gates.server import ServerProcess
+    code = """
+import os, time
+gc = os.fork()
+if gc == 0:
+    os.setsid()
+    while True:
+        time.sleep(1)
+print(f"grandchild {gc}", flush=True)
+while True:
+    time.sleep(1)
+"""
+    srv = ServerProcess([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "srv.log")
+    deadline = time.monotonic() + 10
+    while "grandchild" not in (tmp_path / "srv.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gc = int((tmp_path / "srv.log").read_text().split("grandchild ")[1].split()[0])
+    assert srv.stop(grace_s=0.5) is None
+    assert gone(gc)

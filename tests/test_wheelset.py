@@ -137,9 +137,22 @@ def test_fetch_wheels_from_a_wheelhouse_the_index_or_not_at_all(tmp_path, index)
     # from the index (pip download --require-hashes), then from the cache with no index at all
     got = fetch_wheels(lock, "base-set", cache_root=tmp_path / "c2")
     assert [(x.name, sha256(x.path)) for x in got] == [("app", sha256(w["app"])), ("lib", sha256(w["lib2"]))]
+    # a cached wheel whose bytes changed on a (shared) disk is re-hashed, removed and fetched again
+    tampered = got[0].path
+    tampered.write_bytes(tampered.read_bytes() + b"\0")
+    fixed = fetch_wheels(lock, "base-set", cache_root=tmp_path / "c2")
+    assert sha256(fixed[0].path) == got[0].sha256 == sha256(w["app"])
     idx.close()
     again = fetch_wheels(lock, "base-set", cache_root=tmp_path / "c2", offline=True)
     assert [x.path for x in again] == [x.path for x in got]
+    # ... and offline, with no other source, it is an error naming the removed copy, never a wrong wheel
+    tampered.write_bytes(b"not a wheel")
+    bad = sha256(tampered)
+    with pytest.raises(FetchError) as ei:
+        fetch_wheels(lock, "base-set", cache_root=tmp_path / "c2", offline=True)
+    assert "upstreams.base-set: 1 wheel(s) not in the cache" in str(ei.value)
+    assert str(ei.value).endswith(f"the cached {tampered.name} had sha256 {bad} (removed)")
+    assert not tampered.exists()
 
 
 def _pip(*args):

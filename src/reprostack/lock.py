@@ -3,11 +3,15 @@
 Invariants (checked here, relied on by every later stage):
 - every git pin is a 40-hex commit id plus its 40-hex tree hash; a ref (`refs/...`) is only a hint of
   where that commit can be fetched from, never what is built;
-- a patch series names each entry by commit id (cherry-pick) or by a committed file under `patches/`;
-  a series always comes with the `patched-tree` it must produce;
-- unknown keys, duplicate keys and wrong types are errors that name `FILE:LINE: field`;
+- a patch series names each entry by commit id (cherry-pick) or by a committed file under `patches/`
+  with the sha256 of its bytes (`read_patch_file` checks it: here at load, and again by every stage
+  before it uses the file); a series always comes with the `patched-tree` it must produce;
+- paths taken from the lock never leave their folder: a submodule path is relative, without `..`,
+  `.git` or a leading `-`; a patch file resolves under `<root>/patches/`; a wheel filename is a bare
+  file name that parses as a wheel filename (PEP 427);
 - every URL passes `gitcmd.url_problem` (https/ssh/git/file, `host:path` or an absolute path; never a
-  leading `-`, a transport helper `X::`, whitespace or control characters).
+  leading `-`, a transport helper `X::`, whitespace or control characters);
+- unknown keys, duplicate keys and wrong types are errors that name `FILE:LINE: field`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from .errors import LockError
 from .gitcmd import url_problem
@@ -52,6 +58,8 @@ class PatchEntry:
     description: str | None = None
     tree: str | None = None
     index: int = 0  # 1-based position in the series
+    sha256: str | None = None  # mbox/diff: sha256 of the committed file's bytes (required in a lockfile)
+    where: str | None = field(default=None, compare=False)  # "FILE:LINE" of the entry's sha256 (or of the entry)
 
     @property
     def label(self) -> str:
@@ -213,6 +221,66 @@ class Lock:
         return f"{self.path}:{line}: {_dotted(path)}" if line else f"{self.path}: {_dotted(path)}"
 
 
+class PatchFileError(ValueError):
+    """A committed patch file is not the one the lock vouches for (message: what is wrong with it)."""
+
+
+def patch_path(root: str | Path, value: str) -> Path:
+    """The file the lock value `value` (`patches/...`) names under `root`, resolved (symlinks followed).
+    Raises PatchFileError when the value has a `..` or empty component, is absolute, or resolves outside
+    `<root>/patches/`."""
+    parts = value.split("/")
+    if value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts) or parts[0] != "patches":
+        raise PatchFileError(f"{value!r} must be a plain relative path under patches/ (no '..', '.', '//' or '\\')")
+    base = (Path(root) / "patches").resolve()
+    p = (Path(root) / value).resolve()
+    if base not in p.parents:
+        raise PatchFileError(f"{value} resolves to {p}, outside {base} (a symlink out of the tree?)")
+    return p
+
+
+def read_patch_file(root: str | Path, entry: PatchEntry) -> bytes:
+    """The bytes of `entry`'s committed patch file, after checking them against the entry's sha256.
+
+    Read once: callers apply these bytes (never the file again), so what is applied is what was checked.
+    Raises PatchFileError naming the file: path outside patches/, missing or unreadable, no sha256 in the
+    entry, or a sha256 other than the lock's (the file changed after the lock was written)."""
+    p = patch_path(root, entry.value)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise PatchFileError(f"patch file {entry.value} cannot be read under {root}: {e.strerror or e}") from None
+    if not entry.sha256:
+        raise PatchFileError(f"patch file {entry.value} has no sha256 in the lock (add `sha256: "
+                             f"{hashlib.sha256(data).hexdigest()}` after reviewing it)")
+    got = hashlib.sha256(data).hexdigest()
+    if got != entry.sha256:
+        raise PatchFileError(f"patch file {entry.value} has sha256 {got}, the lock pins {entry.sha256}: it changed "
+                             f"after the lock was written (restore it, or review it and pin the new sha256)")
+    return data
+
+
+def wheel_filename_problem(filename: str) -> str | None:
+    """Why `filename` cannot be a wheel file in a folder of ours (a path, `..`, not `NAME-VER-...-PLAT.whl`), or None."""
+    if "/" in filename or "\\" in filename or filename in (".", "..") or filename.startswith(".") or "\0" in filename:
+        return f"{filename!r} is not a bare file name (no '/', '\\', leading '.')"
+    try:
+        parse_wheel_filename(filename)
+    except InvalidWheelFilename as e:
+        return f"{filename!r} is not a wheel filename ({e})"
+    return None
+
+
+def submodule_path_problem(path: str) -> str | None:
+    """Why `path` cannot be a submodule path inside the superproject (absolute, `..`, `.git`, leading `-`), or None."""
+    parts = path.split("/")
+    if not path or path.startswith(("/", "-")) or "\\" in path or "\0" in path:
+        return f"{path!r} must be a relative path not starting with '-' or '/'"
+    if any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+        return f"{path!r} has a '', '.', '..' or '.git' component: it must stay inside the superproject"
+    return None
+
+
 def _schema() -> dict:
     text = resources.files("reprostack").joinpath("schemas/lock.schema.json").read_text()
     return json.loads(text)
@@ -247,10 +315,12 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
         if u["kind"] == "git":
             upstreams[name] = _git_pin(name, u, path, root, lines)
         elif u["kind"] == "wheelset":
+            _check_wheel_filenames(name, u, path, lines)
             upstreams[name] = _wheelset_pin(name, u, path, lines)
         elif u["kind"] == "image":
             upstreams[name] = ImagePin(name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"))
         else:
+            _check_wheel_filenames(name, u, path, lines)
             upstreams[name] = WheelPin(
                 name=u["name"], version=str(u["version"]), index=u.get("index"),
                 files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u.get("files", ())),
@@ -268,7 +338,20 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
 
 
+def _check_wheel_filenames(name: str, u: dict, path: Path, lines: dict) -> None:
+    for i, f in enumerate(u.get("files", ())):
+        problem = wheel_filename_problem(f["filename"])
+        if problem:
+            at = ("upstreams", name, "files", i, "filename")
+            raise LockError(str(path), _line(lines, at), _dotted(at), problem)
+
+
 def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
+    for sp in (u.get("submodules") or {}):
+        problem = submodule_path_problem(sp)
+        if problem:
+            at = ("upstreams", name, "submodules", sp)
+            raise LockError(str(path), _line(lines, at), _dotted(at), problem)
     urls = [(("upstreams", name, "url"), u["url"]),
             *((("upstreams", name, "submodules", sp, "url"), s["url"]) for sp, s in (u.get("submodules") or {}).items())]
     for at, url in urls:  # a URL git could read as an option or a transport helper never reaches git
@@ -282,14 +365,28 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
     patches = []
     for i, p in enumerate(u.get("patches") or (), start=1):
         kind = next(k for k in ("cherry-pick", "mbox", "diff") if k in p)
+        at = ("upstreams", name, "patches", i - 1)
+        if kind == "cherry-pick" and "sha256" in p:
+            raise LockError(str(path), _line(lines, at + ("sha256",)), _dotted(at + ("sha256",)),
+                            "only a patch file (mbox/diff) has a sha256; a cherry-pick is named by its commit id")
+        sha_at = at + ("sha256",) if "sha256" in p else at
+        entry = PatchEntry(kind=kind, value=p[kind], upstream_status=p["upstream-status"],
+                           ref=p.get("ref"), description=p.get("description"),
+                           tree=p.get("tree"), index=i, sha256=p.get("sha256"),
+                           where=f"{path}:{_line(lines, sha_at)}")
         if kind != "cherry-pick":
-            f = root / p[kind]
-            if not f.is_file():
-                at = ("upstreams", name, "patches", i - 1, kind)
-                raise LockError(str(path), _line(lines, at), _dotted(at), f"patch file {p[kind]} not found under {root}")
-        patches.append(PatchEntry(kind=kind, value=p[kind], upstream_status=p["upstream-status"],
-                                  ref=p.get("ref"), description=p.get("description"),
-                                  tree=p.get("tree"), index=i))
+            try:
+                patch_path(root, p[kind])
+            except PatchFileError as e:
+                raise LockError(str(path), _line(lines, at + (kind,)), _dotted(at + (kind,)), str(e)) from None
+            if not (root / p[kind]).is_file():
+                raise LockError(str(path), _line(lines, at + (kind,)), _dotted(at + (kind,)),
+                                f"patch file {p[kind]} not found under {root}")
+            try:
+                read_patch_file(root, entry)
+            except PatchFileError as e:
+                raise LockError(str(path), _line(lines, sha_at), _dotted(sha_at), str(e)) from None
+        patches.append(entry)
     if patches and patches[-1].tree and patches[-1].tree != u["patched-tree"]:
         at = ("upstreams", name, "patched-tree")
         raise LockError(str(path), _line(lines, at), _dotted(at),

@@ -129,13 +129,17 @@ def pip_report(args: list[str], what: str, tmp: str, timeout: float, failed: str
 
 def report_wheel(item: dict, what: str) -> tuple[str, str, str, str | None]:
     """(canonical name, version, wheel filename, sha256 or None when the index gave none) of one entry of
-    pip's report. Raises ReprostackError when the entry is not a wheel."""
+    pip's report. Raises ReprostackError when the entry is not a wheel or its filename is not a bare wheel
+    filename (a URL-quoted `/` or `..`)."""
     meta, info = item.get("metadata", {}), item.get("download_info", {})
     name, version = lockmod.canonical_name(meta.get("name", "")), str(meta.get("version", ""))
     url = info.get("url", "")
     filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
     if not filename.endswith(".whl"):
         raise ReprostackError(f"{what}: {name}=={version} resolves to {url!r}, not a wheel")
+    problem = lockmod.wheel_filename_problem(filename)
+    if problem:  # e.g. `..%2F..%2Fx.whl` in an index's URL: never a path we write to or a lock entry
+        raise ReprostackError(f"{what}: {name}=={version} resolves to {url!r}: {problem}")
     return name, version, filename, ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
 
 

@@ -10,11 +10,19 @@ The cache is untrusted (a shared disk): a tree is reused only when the files on 
 files hash to the tree of its gitlink commit, and no repo in it has config keys or info/attributes that
 reprostack never writes; otherwise it is made again. A freshly made tree is checked the same way (which
 also catches a tampered object in the cache's object store).
+
+Every call, cold or warm, first checks each committed patch file against the sha256 the lock pins (a
+reused tree is only as good as the files it was made from, and the file on disk is what the lock vouches
+for). The tree is checked, reused, removed or made under its own flock (`Cache.tree_lock`), so two
+processes preparing one pin wait for each other and the second reuses the first's tree; scratch folders
+of a killed run (`trees/.<name>-<tree>.*`) are removed under that lock. A tree that no longer verifies is
+first renamed aside, then deleted: it never exists half-deleted under its final name.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -24,9 +32,10 @@ from typing import Mapping, Sequence
 from .errors import FetchError
 from .fetch import Cache, FetchedGit, checkout_submodules, fetch_git, materialize, mirrors_from_env
 from .fetch.bundle import check_bundle
+from .errors import PatchError
 from .fetch.checkout import commit_tree, gitlinks, worktree_tree
 from .gitcmd import DEFAULT_TIMEOUT_S, GitFailed, default_timeout, foreign_config, git
-from .lock import GitPin, Lock
+from .lock import GitPin, Lock, PatchFileError, read_patch_file
 from .patch import apply_series
 
 
@@ -81,19 +90,37 @@ def fetch(pin: GitPin, opts: FetchOptions) -> FetchedGit:
 def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> SourceTree:
     """Return the patched (or plain, when the pin has no series) source tree of pin `name`.
 
-    Raises LockError (unknown pin), FetchError (fetch/verify), PatchError (series does not apply or the
-    tree is not `patched-tree`).
+    Raises LockError (unknown pin), FetchError (fetch/verify), PatchError (a patch file is not the bytes the
+    lock pins: `LOCK:LINE: #N mbox FILE: ...`; series does not apply or the tree is not `patched-tree`).
     """
     pin = lock.git(name)
+    check_patch_files(pin, project_root)
     want = pin.patched_tree or pin.tree
-    final = opts.cache.root / "trees" / f"{name}-{want}"
+    with opts.cache.tree_lock(f"{name}-{want}") as final:
+        return _prepare_locked(pin, final, want, opts, project_root)
+
+
+def check_patch_files(pin: GitPin, project_root: Path) -> None:
+    """Every committed patch file of `pin` has the sha256 the lock pins. Raises PatchError naming the lock's
+    FILE:LINE, the entry and the file."""
+    for e in pin.patches:
+        if e.kind != "cherry-pick":
+            try:
+                read_patch_file(project_root, e)
+            except PatchFileError as err:
+                raise PatchError(f"{e.where or 'the lock'}: {pin.name} {e.label}: {err}") from None
+
+
+def _prepare_locked(pin: GitPin, final: Path, want: str, opts: FetchOptions, project_root: Path) -> SourceTree:
+    name = pin.name
     if final.is_dir():
         if _intact(final, pin, want):
             return SourceTree(pin, final, want, bool(pin.patches), reused=True)
-        shutil.rmtree(final)  # a tree that no longer verifies is never reused
+        aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.stale-", dir=final.parent))
+        os.replace(final, aside / "tree")  # a tree that no longer verifies is never reused
+        shutil.rmtree(aside, ignore_errors=True)
     fetched = fetch(pin, opts)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f".{final.name}.", dir=final.parent) as tmp:
         src = materialize(fetched, Path(tmp) / "src")
         if pin.patches:
             staged = Path(tmp) / "patched"

@@ -62,6 +62,9 @@ def explain(err: jsonschema.ValidationError) -> str:
         return f"{err.instance!r} does not match {err.validator_value!r}{hint}"
     if err.validator == "type" and isinstance(err.instance, int) and err.validator_value == "string":
         return f"{err.instance!r} was read as a number: quote it"
+    if err.validator == "dependentRequired" and "sha256" in err.message:
+        return ("a patch file entry needs `sha256:` (the sha256 of the committed file, `sha256sum FILE`): "
+                "the lock vouches for those bytes")
     if err.validator == "oneOf":
         return "a patch entry needs exactly one of cherry-pick / mbox / diff"
     return err.message

@@ -12,6 +12,7 @@ A conflict is a plan with status "conflict": its report is written, nothing else
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -180,7 +181,9 @@ def plan_bump(lock_path: Path, name: str, opts: FetchOptions, *, to: str | None 
         fetch_refs=((target.ref,) if target.ref else ()) if pin.fetch_refs or _needs_hint(target.ref) else None,
         submodules={s.path: (s.new_rev, s.new_tree) for s in result.submodules},
         series=[o.tree if o.outcome in ("kept", "refreshed") else None for o in rp.outcomes],
-        patched_tree=result.patched_tree)
+        patched_tree=result.patched_tree,
+        patch_sha256={i: hashlib.sha256(o.refreshed).hexdigest() for i, o in enumerate(rp.outcomes)
+                      if o.outcome == "refreshed"})
     result.new_lock_text = edit_pin(old_text, name, edit, str(lock_path))
     _verify(result, pin, root, opts)
     return result

@@ -13,7 +13,6 @@ retried (gitcmd.git_remote), and a repo whose config has a key we never write is
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import tempfile
@@ -24,7 +23,7 @@ from typing import Iterator, Mapping
 
 from ..errors import FetchError
 from ..fetch import Cache, insteadof_args, via
-from ..fetch.cache import url_key
+from ..fetch.cache import clean_stale, flocked, url_key
 from ..fetch.git import check_cache_repo
 from ..gitcmd import GitFailed, git, git_remote, url_problem
 
@@ -206,17 +205,14 @@ def history(label: str, url: str, cache: Cache, mirrors: Mapping[str, str], time
     root.mkdir(parents=True, exist_ok=True)
     key = url_key(url)
     repo = root / f"{key}.git"
-    with open(root / f"{key}.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            if not (repo / "HEAD").is_file():
-                tmp = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=root))
-                git("init", "--bare", "-q", str(tmp))
-                for k, v in (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"),
-                             ("reprostack.url", url)):
-                    git("config", k, v, cwd=tmp)
-                os.rename(tmp, repo)
-            check_cache_repo(repo, label)
-            yield History(label, url, repo, mirrors, timeout)
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with flocked(root / f"{key}.lock"):
+        clean_stale(repo)  # what a killed run left (shallow.lock, tmp_pack_*, a half-made .<key>.git.XXXX)
+        if not (repo / "HEAD").is_file():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=root))
+            git("init", "--bare", "-q", str(tmp))
+            for k, v in (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"),
+                         ("reprostack.url", url)):
+                git("config", k, v, cwd=tmp)
+            os.rename(tmp, repo)
+        check_cache_repo(repo, label)
+        yield History(label, url, repo, mirrors, timeout)

@@ -25,7 +25,8 @@ class PinEdit:
 
     rev/tree: the new base; original: new `original:` text (None: untouched); fetch_refs: new list (None:
     untouched); submodules: {path: (rev, tree)}; series: one item per old entry, in order: None drops it,
-    a tree id keeps it with that `tree:` checkpoint; patched_tree: None removes `patches:` and `patched-tree:`.
+    a tree id keeps it with that `tree:` checkpoint; patched_tree: None removes `patches:` and `patched-tree:`;
+    patch_sha256: {0-based series index: sha256} of the patch files the bump rewrote (their `sha256:` follows).
     """
 
     rev: str
@@ -35,11 +36,12 @@ class PinEdit:
     submodules: dict[str, tuple[str, str]] = field(default_factory=dict)
     series: list[str | None] = field(default_factory=list)
     patched_tree: str | None = None
+    patch_sha256: dict[int, str] = field(default_factory=dict)
 
 
 def _scalar(value: str) -> str:
     """A YAML plain scalar for an id (quoted when it would read as a number), or a double-quoted string."""
-    if re.fullmatch(r"[0-9a-f]{40}", value):
+    if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
         return f'"{value}"' if value.isdigit() else value
     if re.fullmatch(r"refs/[A-Za-z0-9._/+-]+", value):
         return value
@@ -195,6 +197,8 @@ def _series(ed: _Editor, pin: yaml.MappingNode, change: PinEdit) -> None:
             ed.edits.append((*ed.line_span(item.start_mark.line, _item_end(ed, item)), ""))
         elif isinstance(item, yaml.MappingNode):
             ed.set(item, "tree", tree, f"patches[{i}].tree")
+            if i in change.patch_sha256:
+                ed.set(item, "sha256", change.patch_sha256[i], f"patches[{i}].sha256")
         else:
             raise ed.fail(item, f"patches[{i}]", "a series entry must be a mapping")
     ed.set(pin, "patched-tree", change.patched_tree, "patched-tree")

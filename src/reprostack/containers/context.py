@@ -31,6 +31,7 @@ class _Entry:
     path: Path | None = None  # read lazily
     target: str = ""          # symlink target
     origin: str = ""          # for error messages
+    sha256: str | None = None  # the bytes `path` must have (checked while they are written into the tar)
 
 
 class Context:
@@ -56,10 +57,13 @@ class Context:
     def add_bytes(self, dest: str, data: bytes, *, executable: bool = False, origin: str = "generated") -> None:
         self._put(dest, _Entry("file", executable, data=data, origin=origin))
 
-    def add_file(self, dest: str, src: Path, *, executable: bool | None = None, origin: str | None = None) -> None:
+    def add_file(self, dest: str, src: Path, *, executable: bool | None = None, origin: str | None = None,
+                 sha256: str | None = None) -> None:
+        """Add the file `src` at `dest`, read when the tar is written; with `sha256`, the bytes read then must
+        have it (a wheel verified earlier may be changed on a shared disk before the tar is made)."""
         src = Path(src)
         exe = os.access(src, os.X_OK) if executable is None else executable
-        self._put(dest, _Entry("file", exe, path=src, origin=origin or str(src)))
+        self._put(dest, _Entry("file", exe, path=src, origin=origin or str(src), sha256=sha256))
 
     def add_git_tree(self, dest: str, tree: Path, *, origin: str | None = None) -> int:
         """Add the tracked files of the work tree `tree` (and of its checked-out submodules) under `dest`.
@@ -132,11 +136,28 @@ class Context:
                     ti.type, ti.mode, ti.size = tarfile.REGTYPE, 0o755 if e.executable else 0o644, len(e.data)
                     t.addfile(ti, io.BytesIO(e.data))
                 else:
-                    with open(e.path, "rb") as src:
-                        ti.size = os.fstat(src.fileno()).st_size
+                    with open(e.path, "rb") as f:
+                        ti.size = os.fstat(f.fileno()).st_size
                         ti.type, ti.mode = tarfile.REGTYPE, 0o755 if e.executable else 0o644
+                        src = _HashingReader(f)
                         t.addfile(ti, src)
+                        if e.sha256 and src.h.hexdigest() != e.sha256:
+                            raise ContainerError(f"{e.origin}: {e.path} has sha256 {src.h.hexdigest()} while it is "
+                                                 f"put into the context, the lock pins {e.sha256} (changed on disk "
+                                                 f"after it was verified)")
         return out.hexdigest(), out.size
+
+
+class _HashingReader:
+    """A read-only file object that hashes what is read through it."""
+
+    def __init__(self, f):
+        self.f, self.h = f, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.f.read(n)
+        self.h.update(b)
+        return b
 
 
 class _Hashing:

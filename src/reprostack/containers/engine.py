@@ -341,7 +341,7 @@ class _Builder:
         wheels = fetch_wheels(self.o.lock, w.pin, cache_root=self.fetch.cache.root if self.fetch else None,
                               wheelhouses=self.o.wheelhouses, offline=self.o.offline)
         for lw in wheels:
-            ctx.add_file(f"{w.dest}/{lw.filename}", lw.path, executable=False, origin=where)
+            ctx.add_file(f"{w.dest}/{lw.filename}", lw.path, executable=False, origin=where, sha256=lw.sha256)
         ctx.add_bytes(f"{w.dest}/requirements.txt", "".join(
             f"{lw.name}=={lw.version} --hash=sha256:{lw.sha256}\n" for lw in wheels).encode(), origin=where)
         overrides = sorted(canonical_name(o.split("==")[0]) for o in getattr(pin, "overrides", ()))

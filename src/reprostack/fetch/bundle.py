@@ -129,7 +129,7 @@ def import_bundle(path: Path, cache: Cache) -> dict:
         tar = tarfile.open(path, "r:")
     except (OSError, tarfile.TarError) as e:
         raise FetchError(f"bundle {path}: cannot read the archive: {e}") from None
-    with tar, tempfile.TemporaryDirectory(prefix="import-", dir=cache.scratch_dir()) as tmp:
+    with tar, cache.scratch("import-") as tmp:
         manifest = _read_manifest(tar, path)
         jobs = []  # (Wanted, bundle file, shallow list)
         for name, up in manifest["upstreams"].items():

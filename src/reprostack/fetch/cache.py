@@ -3,10 +3,13 @@
 Layout under the cache root (default `paths.cache_dir()`):
 
     git/<key>.git                 bare repo holding every commit fetched for that URL (from any mirror/bundle)
-    git/<key>.lock                flock'ed while anything writes git/<key>.git
+    git/<key>.lock                flock'ed while anything writes git/<key>.git (fetch + verify + marker)
     verified/<key>/<rev>.json     marker: commit <rev> was verified complete (records its tree, and
                                   whether its first parent's tree is present too, for cherry-picks)
-    tmp/                          scratch space for bundle imports (same filesystem as the repos)
+    trees/<name>-<tree>/          a verified (patched) source tree (reprostack.sources)
+    locks/trees/<name>-<tree>.lock  flock'ed while that tree is checked, reused, removed or made
+    tmp/<prefix>XXXX/             scratch space for bundle imports and wheel downloads (same filesystem as
+                                  the repos), each folder held by an flock on its `.owner` file
 
 where <key> = sha256(normalised url)[:16] + "-" + the URL's basename.
 
@@ -19,7 +22,11 @@ Invariants:
   those facts with the lock;
 - the cache never drops objects by itself: gc.auto=0, and each verified commit is held by a ref
   `refs/reprostack/<sha>`;
-- the key is the pin's public URL, never a mirror's, so changing mirrors never changes the cache.
+- the key is the pin's public URL, never a mirror's, so changing mirrors never changes the cache;
+- interrupted work is cleaned up, never trusted: whoever takes a repo's flock first removes what a killed
+  git left in it (`shallow.lock`, `*.lock` under refs, `objects/pack/tmp_pack_*` / `tmp_idx_*`, quarantine
+  folders, a half-made `.<key>.git.XXXX`): under the flock no other writer can own them. A scratch folder
+  under tmp/ whose `.owner` flock can be taken has no live owner and is removed (`clean_scratch`).
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -97,12 +106,68 @@ class Cache:
         """
         repo = self.repo_dir(url)
         repo.parent.mkdir(parents=True, exist_ok=True)
-        with open(repo.with_name(f"{url_key(url)}.lock"), "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+        with flocked(repo.with_name(f"{url_key(url)}.lock")):
+            clean_stale(repo)
+            yield repo
+
+    @contextmanager
+    def tree_lock(self, key: str) -> Iterator[Path]:
+        """Hold the exclusive flock of the patched tree `trees/<key>` for the block; yields its path. Scratch
+        folders `trees/.<key>.*` (a killed run's) are removed once it is held."""
+        trees = self.root / "trees"
+        locks = self.root / "locks" / "trees"
+        trees.mkdir(parents=True, exist_ok=True)
+        locks.mkdir(parents=True, exist_ok=True)
+        with flocked(locks / f"{key}.lock"):
+            for stale in trees.glob(f".{key}.*"):
+                _remove(stale)
+            yield trees / key
+
+    @contextmanager
+    def scratch(self, prefix: str) -> Iterator[Path]:
+        """A fresh folder under tmp/ for the block, removed after it. An flock on its `.owner` file is held
+        meanwhile, so that `clean_scratch` (run here first) can tell a killed run's folder from a live one."""
+        self.clean_scratch()
+        d = Path(tempfile.mkdtemp(prefix=prefix, dir=self.scratch_dir()))
+        try:
+            with flocked(d / ".owner"):
+                yield d
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def clean_scratch(self, min_age_s: float = 3600.0) -> list[Path]:
+        """Remove the folders under tmp/ that no live process holds (their `.owner` flock can be taken; a
+        folder without `.owner` when older than `min_age_s`). Returns what was removed."""
+        removed = []
+        try:
+            entries = list(self.scratch_dir().iterdir())
+        except OSError:
+            return removed
+        for d in entries:
+            if not d.is_dir() or d.is_symlink():
+                continue
+            owner = d / ".owner"
             try:
-                yield repo
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+                fh = open(owner, "r")
+            except FileNotFoundError:
+                try:
+                    old = time.time() - d.stat().st_mtime > min_age_s
+                except OSError:
+                    continue
+                if old:
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed.append(d)
+                continue
+            except OSError:
+                continue
+            with fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a live owner holds it
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+        return removed
 
     def ensure_repo(self, url: str) -> Path:
         """Return `url`'s bare repo, creating it (atomically) when absent. Call under `lock(url)`."""
@@ -144,3 +209,49 @@ class Cache:
     def drop_marker(self, url: str, rev: str) -> None:
         """Forget that (url, rev) was verified (the objects stay)."""
         self.marker_path(url, rev).unlink(missing_ok=True)
+
+
+@contextmanager
+def flocked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created when absent) for the block; blocks until it is free. The
+    kernel drops it when the holder dies (kill -9 included), so a lock file left behind is never stale."""
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# What a killed git leaves in a repository (lock files, half-written packs, quarantine folders). Removed only
+# while the repo's flock is held: then no other writer of ours is running in it.
+_STALE_FILES = ("shallow.lock", "index.lock", "packed-refs.lock", "config.lock", "HEAD.lock", "FETCH_HEAD.lock",
+                "ORIG_HEAD.lock")
+_STALE_OBJECTS = ("pack/tmp_pack_*", "pack/tmp_idx_*", "pack/tmp_rev_*", "pack/*.keep.tmp", "tmp_objdir-*",
+                  "incoming-*", "*/tmp_obj_*")
+
+
+def clean_stale(repo: Path) -> list[Path]:
+    """Remove the leftovers of an interrupted git run in the bare repo `repo` and half-made `.<repo>.XXXX`
+    folders next to it. Call only under the repo's flock. Returns what was removed."""
+    removed: list[Path] = []
+    for stale in repo.parent.glob(f".{repo.name}.*"):
+        _remove(stale)
+        removed.append(stale)
+    if not repo.is_dir():
+        return removed
+    found = [repo / n for n in _STALE_FILES]
+    found += [p for pat in _STALE_OBJECTS for p in (repo / "objects").glob(pat)]
+    found += list((repo / "refs").rglob("*.lock")) if (repo / "refs").is_dir() else []
+    for p in found:
+        if p.exists() or p.is_symlink():
+            _remove(p)
+            removed.append(p)
+    return removed
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)

@@ -1,7 +1,10 @@
 """Wheels of a `kind: wheelset` (or `kind: wheel`) pin, fetched into the cache and verified by sha256.
 
 Layout under the cache root: `wheels/<sha256>/<filename>`, written atomically (temp file + rename) and only
-after its sha256 matched the lock, so a file there is always the pinned bytes.
+after its sha256 matched the lock. The cache may sit on a shared disk, so a file there is re-hashed before
+every use (as pip --require-hashes re-hashes what it installs); one whose bytes no longer match is removed
+and fetched again like a missing one. A filename is used as a path only after `lock.wheel_filename_problem`
+found it a bare wheel filename.
 
 Where a missing wheel comes from, in order: a wheelhouse folder (`--wheelhouse`, `$REPROSTACK_WHEELHOUSE`;
 a file of the right name whose sha256 differs is an error, never used), then, unless offline, pip itself
@@ -22,7 +25,8 @@ from typing import Sequence
 from .. import paths
 from ..digest import sha256_file
 from ..errors import FetchError
-from ..lock import Lock, WheelPin, WheelsetPin
+from ..lock import Lock, WheelPin, WheelsetPin, wheel_filename_problem
+from .cache import Cache
 
 WHEELHOUSE_ENV = "REPROSTACK_WHEELHOUSE"
 
@@ -58,9 +62,17 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
     if not isinstance(pin, (WheelPin, WheelsetPin)) or not pin.files:
         raise FetchError(f"{lock.where('upstreams', name)}: not a wheel/wheelset pin with files")
     root = Path(cache_root) if cache_root is not None else paths.cache_dir()
-    out, missing = [], []
-    for dist, version, filename, sha in _entries(pin):
+    out, missing, bad = [], [], {}
+    for i, (dist, version, filename, sha) in enumerate(_entries(pin)):
+        problem = wheel_filename_problem(filename)
+        if problem:
+            raise FetchError(f"{lock.where('upstreams', name, 'files', i, 'filename')}: {problem}")
         dest = root / "wheels" / sha / filename
+        if dest.is_file():
+            got = sha256_file(dest)
+            if got != sha:  # tampered or torn on a shared disk: never used, fetched again
+                dest.unlink(missing_ok=True)
+                bad[filename] = got
         if not dest.is_file():
             for house in wheelhouses:
                 cand = Path(house) / filename
@@ -77,9 +89,11 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
             missing.append((dist, version, filename, sha, dest))
     if missing and offline:
         looked = ", ".join(str(h) for h in wheelhouses) or "no wheelhouse given"
+        was_bad = "; ".join(f"the cached {f} had sha256 {g} (removed)" for f, g in bad.items()
+                            if any(m[2] == f for m in missing))
         raise FetchError(f"{lock.where('upstreams', name)}: {len(missing)} wheel(s) not in the cache or a wheelhouse "
                          f"({looked}) and --offline forbids downloading: " + ", ".join(m[2] for m in missing[:5])
-                         + (" ..." if len(missing) > 5 else ""))
+                         + (" ..." if len(missing) > 5 else "") + (f"; {was_bad}" if was_bad else ""))
     if missing:
         _download(lock, name, pin, missing, root, timeout_s)
         out += [LocalWheel(d, v, f, s, p) for d, v, f, s, p in missing]
@@ -97,8 +111,7 @@ def _place(src: Path, dest: Path) -> None:
 
 def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float) -> None:
     from ..lockwheels import _pip_env
-    (root / "tmp").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="wheels-", dir=root / "tmp") as tmp:
+    with Cache(root).scratch("wheels-") as tmp:
         req = Path(tmp, "requirements.txt")
         req.write_text("".join(f"{d}=={v} --hash=sha256:{s}\n" for d, v, _, s, _ in missing))
         args = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",

@@ -1,16 +1,16 @@
 """A serving engine as a background process: own session (process group), merged output to a log file, and a
-stop that leaves nothing behind (SIGTERM to the group, SIGKILL after a grace period), like watchdog.py does for
-foreground commands."""
+stop that leaves nothing behind (SIGTERM to every process of the run, SIGKILL after a grace period), like
+watchdog.py does for foreground commands: the group, the leader's descendants and whatever carries the run's
+cookie (a worker that called setsid and was orphaned included)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 
-from .watchdog import WATCHDOG_TAG, group_pids
+from .watchdog import WATCHDOG_TAG, kill_run, run_pids, with_cookie
 
 
 class ServerProcess:
@@ -21,6 +21,7 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
         self.started = time.monotonic()
+        env, self.cookie = with_cookie(env)
         try:
             self.proc = subprocess.Popen(self.argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=self._log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -44,21 +45,8 @@ class ServerProcess:
         before = self.proc.poll()
         if before is None:
             self.stopped_by_us = True
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if before is None or group_pids(self.pgid):
-                try:
-                    os.killpg(self.pgid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
-            while time.monotonic() < deadline:
-                self.proc.poll()
-                if self.proc.returncode is not None and not group_pids(self.pgid):
-                    break
-                time.sleep(0.05)
-            else:
-                continue
-            break
+        if before is None or run_pids(None, self.pgid, self.cookie):
+            kill_run(self.proc, self.pgid, self.cookie, grace_s)
         self.proc.wait()
         self._log.write(f"{WATCHDOG_TAG} server stopped (exit status before stop: {before})\n".encode())
         self._log.close()

@@ -2,24 +2,39 @@
 
 The command runs in its own session (so its own process group, pgid == its pid), stdin from /dev/null,
 stdout and stderr merged into one pipe that is written line by line to the log (and echoed). On timeout
-the whole group gets SIGTERM, then SIGKILL after `grace_s` if anything in it is still alive; processes left
-in the group after a normal exit get the same treatment (torchrun workers holding GPUs must not outlive
-the gate). Group members are found in /proc (Linux); elsewhere only the leader is known.
+every process of the run gets SIGTERM, then SIGKILL after `grace_s` if any is still alive; processes left
+after a normal exit get the same treatment (torchrun workers holding GPUs must not outlive the gate).
+
+"Every process of the run" is not only the process group: a child may call setsid() (its own session and
+group) and its parent may exit, which orphans it. So (Linux, from /proc) a run's processes are
+- the members of its process group;
+- the descendants of its leader (walking PPid), whatever their session or group;
+- every process below us that carries the run's cookie in its environment (`REPROSTACK_WATCHDOG_RUN=...`,
+  inherited across fork/exec/setsid, as Jenkins' ProcessTreeKiller does). We make ourselves a child
+  subreaper (prctl PR_SET_CHILD_SUBREAPER) so that an orphan is re-parented to us instead of init and
+  stays below us; the killed orphans that became our children are reaped (waitpid) so no zombie is left.
+A process that both escapes the tree and clears its environment is out of reach (a cgroup would reach it;
+the hosts we run on do not always let us create one). Elsewhere than Linux only the group is known.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 WATCHDOG_TAG = "[reprostack watchdog]"
+COOKIE_ENV = "REPROSTACK_WATCHDOG_RUN"
 _READER_JOIN_S = 5.0
+_PR_SET_CHILD_SUBREAPER = 36
+_subreaper: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -63,33 +78,142 @@ def group_pids(pgid: int) -> list[int]:
     return sorted(out)
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux prctl), once: orphaned descendants are re-parented to us, not
+    to init. Returns whether it is one. Harmless elsewhere (False)."""
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                _subreaper = False
+    return _subreaper
+
+
+def _table() -> dict[int, tuple[str, int, int]]:
+    """{pid: (state, ppid, pgid)} of every process in /proc; {} when /proc is absent."""
+    out = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # comm may hold spaces or parentheses
+        if len(fields) >= 3:
+            out[int(name)] = (fields[0], int(fields[1]), int(fields[2]))
+    return out
+
+
+def _descendants(table: dict[int, tuple[str, int, int]], roots: set[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (_, ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = set(), list(roots)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _has_cookie(pid: int, cookie: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return cookie in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def run_pids(leader: int | None, pgid: int, cookie: str | None) -> list[int]:
+    """Live (non-zombie) processes of a run: its process group, the descendants of its `leader` (None once the
+    leader was reaped: its pid may be reused), and (with `cookie`) the processes below us (every process, when
+    we are not a subreaper) whose environment carries it."""
+    table = _table()
+    found = {pid for pid, (state, _, pg) in table.items() if pg == pgid}
+    if leader is not None:
+        found |= _descendants(table, {leader})
+    if cookie:
+        me = os.getpid()
+        pool = _descendants(table, {me}) if _subreaper else set(table)
+        token = f"{COOKIE_ENV}={cookie}".encode()
+        found |= {pid for pid in pool - found if pid != me and _has_cookie(pid, token)}
+    return sorted(pid for pid in found if pid in table and table[pid][0] not in ("Z", "X"))
+
+
+def with_cookie(env: dict[str, str] | None) -> tuple[dict[str, str], str]:
+    """`env` (None: ours) plus a fresh run cookie; returns (env, cookie). Makes us a subreaper first."""
+    become_subreaper()
+    cookie = uuid.uuid4().hex
+    return {**(os.environ if env is None else env), COOKIE_ENV: cookie}, cookie
+
+
+def _signal_run(pgid: int, pids: list[int], sig: signal.Signals) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
-def _reap_group(proc: subprocess.Popen, pgid: int, grace_s: float) -> tuple[list[int], bool]:
-    """SIGTERM the group, wait up to grace_s for it to empty, then SIGKILL it. Returns (pids seen, SIGKILL sent)."""
-    seen = set(group_pids(pgid))
+def reap_orphans(pids) -> None:
+    """waitpid() the given pids that became our children (re-parented orphans), so none stays a zombie."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: float) -> tuple[list[int], bool]:
+    """SIGTERM every process of the run (`run_pids`), wait up to grace_s for them to go, then SIGKILL whatever is
+    left (found again: a process may have forked meanwhile). Returns (pids seen, SIGKILL sent)."""
+    def live() -> list[int]:
+        return run_pids(proc.pid if proc.poll() is None else None, pgid, cookie)
+
+    alive = live()
+    seen = set(alive)
     if proc.poll() is None:
         seen.add(proc.pid)
-    _signal_group(pgid, signal.SIGTERM)
+    _signal_run(pgid, alive, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()
-        alive = group_pids(pgid)
+    sigkill = False
+    while True:
+        alive = live()
         seen.update(alive)
+        reap_orphans(seen - {proc.pid})
         if not alive and proc.returncode is not None:
-            return sorted(seen), False
+            break
+        if time.monotonic() >= deadline:
+            sigkill = True
+            _signal_run(pgid, alive, signal.SIGKILL)
+            proc.wait()
+            end = time.monotonic() + 5.0
+            while time.monotonic() < end:  # SIGKILL is asynchronous; a fork in flight may add one more
+                alive = live()
+                seen.update(alive)
+                reap_orphans(seen - {proc.pid})
+                if not alive:
+                    break
+                _signal_run(pgid, alive, signal.SIGKILL)
+                time.sleep(0.02)
+            break
         time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
-    proc.wait()
-    deadline = time.monotonic() + 5.0
-    while group_pids(pgid) and time.monotonic() < deadline:  # SIGKILL is asynchronous
-        time.sleep(0.02)
-    return sorted(seen), True
+    return sorted(seen), sigkill
 
 
 def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str | os.PathLike | None,
@@ -100,8 +224,9 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
     env: the full environment (None: inherit ours); log_path: created (parents too) and truncated; bytes are
     written as received, one line at a time, and echoed to our stdout when `echo`. A final
     `[reprostack watchdog] ...` line records any kill. Raises OSError when argv cannot be started. On
-    KeyboardInterrupt the group is killed before the exception propagates.
+    KeyboardInterrupt every process of the run is killed before the exception propagates.
     """
+    env, cookie = with_cookie(env)
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -130,15 +255,15 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            killed, sigkill = _reap_group(proc, pgid, grace_s)
+            killed, sigkill = kill_run(proc, pgid, cookie, grace_s)
             how = f"SIGKILL after {grace_s:g} s" if sigkill else f"group gone within {grace_s:g} s, no SIGKILL"
             note = f"{WATCHDOG_TAG} timeout after {timeout_s:g} s: SIGTERM to pgid {pgid}, {how}"
         except BaseException:
-            _reap_group(proc, pgid, min(grace_s, 2.0))
+            kill_run(proc, pgid, cookie, min(grace_s, 2.0))
             raise
         duration = time.monotonic() - start
-        if not timed_out and group_pids(pgid):
-            killed, sigkill = _reap_group(proc, pgid, grace_s)
+        if not timed_out and run_pids(None, pgid, cookie):  # the leader was reaped: its pid may be reused
+            killed, sigkill = kill_run(proc, pgid, cookie, grace_s)
             note = (f"{WATCHDOG_TAG} {len(killed)} process(es) left in pgid {pgid} after exit: SIGTERM"
                     + (f", SIGKILL after {grace_s:g} s" if sigkill else ""))
         reader.join(_READER_JOIN_S)

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..gitcmd import GitFailed, git
-from ..lock import GitPin, PatchEntry
+from ..lock import GitPin, PatchEntry, PatchFileError, read_patch_file
 from .errors import SeriesError, _git_msg
 from .failures import _apply_failure, _conflict_hunks
 from .headers import PatchHeader, _comment_block, _split_plain
-from .precheck import _label, _patch_file, check_series
+from .precheck import _label, check_series
 
 # Every setting that could change what a replay produces, pinned (global/system config is already off).
 _PINNED_CONFIG = (
@@ -217,9 +217,9 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
                 if e.kind == "cherry-pick":
                     pick(g, e)
                 elif e.kind == "mbox":
-                    am(g, _patch_file(project_root, e.value))
+                    am(g, _private_copy(g, pos, project_root, e))
                 else:
-                    apply_diff(g, _patch_file(project_root, e.value), headers[pos])
+                    apply_diff(g, _private_copy(g, pos, project_root, e), headers[pos])
                 head, tree = g.head()
                 if head == before:
                     raise EntryFailed("produced no commit")
@@ -262,6 +262,20 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
             shutil.rmtree(scratch, ignore_errors=True)
     return SeriesResult(upstream=pin.name, base_rev=base_rev, base_tree=base_tree, entries=entries,
                         head=head, tree=tree, path=dest)
+
+
+def _private_copy(g: Scratch, pos: int, project_root: Path, e: PatchEntry) -> Path:
+    """The entry's patch bytes, checked against the lock's sha256 now (not only at the pre-check), copied into
+    the scratch's .git: git applies exactly the bytes that were checked. Raises EntryFailed on a mismatch."""
+    try:
+        data = read_patch_file(project_root, e)
+    except PatchFileError as err:
+        raise EntryFailed(f"{e.where or 'the lock'}: {err}") from None
+    d = g.path / ".git" / "reprostack-patches"
+    d.mkdir(exist_ok=True)
+    p = d / f"{pos:04d}-{Path(e.value).name}"
+    p.write_bytes(data)
+    return p
 
 
 def _entry_error(pin: GitPin, g: Scratch, dest: Path, pos: int, e: PatchEntry, label: str, before: str,

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from ..errors import PatchError
 from ..gitcmd import GitFailed, git
-from ..lock import GitPin, PatchEntry
+from ..lock import GitPin, PatchEntry, PatchFileError, read_patch_file
 from .errors import SeriesError, _git_msg
 from .headers import STATUS_RE, PatchHeader, check_patch_headers
+from .targets import target_problems
 
 _FULL_OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
@@ -25,6 +26,21 @@ def _patch_file(project_root: Path, value: str) -> Path:
     if p != root and root not in p.parents:
         raise PatchError(f"{value}: patch file is outside the project root {root}")
     return p
+
+
+def verified_patch(project_root: Path, entry: PatchEntry) -> bytes:
+    """The bytes of a file entry's patch, checked against the lock's sha256 (read once: apply these bytes).
+    Raises PatchError `LOCK:LINE: upstreams...: patch file ... has sha256 X, the lock pins Y ...`."""
+    try:
+        return read_patch_file(project_root, entry)
+    except PatchFileError as err:
+        raise PatchError(f"{entry.where or 'the lock'}: {entry.label}: {err}") from None
+
+
+def _symlinks(src: Path, rev: str) -> set[str]:
+    """Repository paths of the symlinks in the tree of `rev`."""
+    out = git("ls-tree", "-r", "-z", "--full-tree", rev, cwd=src)
+    return {rec.split("\t", 1)[1] for rec in out.split("\0") if rec.startswith("120000 ")}
 
 
 def _abbreviated_binary(text: str) -> list[str]:
@@ -126,6 +142,7 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
                 problems.append(f"{_label(pos, total, e)}: {e.value} is a merge commit; cherry-picking a merge "
                                 f"needs a mainline the lock cannot express: pin its non-merge commits instead")
 
+    links: set[str] | None = None
     for pos, e in enumerate(pin.patches, 1):
         label = _label(pos, total, e)
         if not STATUS_RE.match(e.upstream_status or ""):
@@ -142,6 +159,21 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             continue
         if not path.is_file():
             problems.append(f"{label}: patch file {path} not found")
+            continue
+        try:
+            data = read_patch_file(project_root, e)
+        except PatchFileError as err:
+            problems.append(f"{label}: {e.where or 'the lock'}: {err}")
+            continue
+        if links is None:
+            try:
+                links = _symlinks(src, pin.rev) if base.endswith(" commit") else set()
+            except GitFailed as err:
+                problems.append(f"cannot list the symlinks of {pin.rev}: {_git_msg(err)}")
+                links = set()
+        escapes, links = target_problems(data.decode("utf-8", "replace"), links)
+        if escapes:
+            problems.extend(f"{label}: {e.value} {p}" for p in escapes)
             continue
         try:
             header = check_patch_headers(path, e.kind)
