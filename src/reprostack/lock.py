@@ -246,6 +246,12 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
         schema["$defs"]["wheel"]["else"] = {}
         schema["$defs"]["image"]["required"].remove("digest")
         schema["$defs"]["wheelset"]["else"] = {}
+    ups = data.get("upstreams") if isinstance(data, dict) else None
+    for name, u in (ups.items() if isinstance(ups, dict) else ()):
+        if isinstance(u, dict) and "unresolved" in u and "files" in u:
+            at = ("upstreams", name, "unresolved")
+            raise LockError(str(path), _line(lines, at), _dotted(at),
+                            "a pin with `files` is resolved: drop `unresolved` (`lock wheels` does when it fills)")
     validate(data, lines, schema, str(path), LockError)
 
     upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}

@@ -531,6 +531,18 @@ def check_resolved(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lo
                 raise RecipeError(r.path, w.line, f"wheels[{i}].pin", line)
 
 
+def preflight(names: Sequence[str] | None, root: Path, lock: Lock,
+              overrides: Mapping[str, str]) -> tuple[dict[str, Recipe], list[str]]:
+    """Everything `build` checks before it needs an engine: the recipes of `names` (default: all) and their parents
+    load, their `lock:` bases are image pins with digests, every registry base is pinned or overridden, and nothing
+    in the chain is unresolved. Returns (recipes, build order); raises RecipeError naming the file and line."""
+    recipes = resolve_lock_bases(load_all(root, list(names) if names else None), lock)
+    order = build_order(recipes, list(names) if names else list(recipes))
+    check_bases({n: recipes[n] for n in order}, overrides)
+    check_resolved(recipes, order, lock)
+    return recipes, order
+
+
 def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageResult]:
     """Build `names` (default: every recipe under containers/) and their parents, parent first.
 
@@ -539,11 +551,8 @@ def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageR
     (a step failed; names the image, the step and the log), ContainerError, EngineUnavailable,
     FetchError/PatchError (a source tree could not be prepared).
     """
-    recipes = resolve_lock_bases(load_all(opts.root, list(names) if names else None), opts.lock)
-    order = build_order(recipes, list(names) if names else list(recipes))
-    check_bases({n: recipes[n] for n in order},
-                overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
-    check_resolved(recipes, order, opts.lock)
+    recipes, order = preflight(names, opts.root, opts.lock,
+                               overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
     b = _Builder(opts)
     results: list[ImageResult] = []
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
