@@ -2,8 +2,12 @@
 
 For each image, parent first (`recipe.build_order`):
 1. resolve the FROM image: the parent's image id (built just before), a pinned registry base
-   (`repo:tag@sha256:...`, pulled by digest unless present or --offline), a `local:` image, or a local
-   image substituted by an override; a registry base without a digest is an error naming the recipe;
+   (`repo:tag@sha256:...` or `lock:PIN`, pulled by digest unless present or --offline), a `local:` image, or a
+   local image substituted by an override; a registry base without a digest is an error naming the recipe.
+   A registry base is used only when its `RepoDigests` name `repo@digest` (and its id is the lock's `id`, when
+   pinned); offline, an image under the pin's `repo:tag` without that digest (a `docker load`ed copy) only when
+   the lock pins its `id` and it matches; anything else is an error naming the pin's lock line;
+   (`preflight`, before any engine work: recipes load, bases are pinned, no `unresolved` recipe or wheel pin);
 2. render the Dockerfile and build args from the lock (render.py) and check its rules;
 3. write the context (context.py): the rendered Dockerfile, the recipe's `files:`, the patched trees
    of `sources:` (sources.prepare: fetched, patched and verified; tracked files only, no .git);

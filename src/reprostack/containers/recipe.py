@@ -7,6 +7,7 @@ image.yaml (schema: schemas/container.schema.json; errors name `FILE:LINE: field
     base: nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:<64 hex>   # pinned registry image
     # base: local:reprostack-test/base:1   # an image made on this machine (never pulled)
     # base: lock:cuda-13-devel             # an image pin of upstreams.lock (its repo:tag@digest)
+    unresolved: why                    # an input not pinned yet: `build` stops naming this line, never builds it
     source: deepep                     # the pin this image builds: OCI source/revision labels
     args: {NCCL_REV: "{{ upstreams.nccl.rev }}"}       # build args, rendered from the lock
     sources: [{upstream: nccl, dest: src/nccl}]        # patched trees into the context (no .git)
