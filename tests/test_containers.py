@@ -25,13 +25,14 @@ from rich.console import Console
 import gitrepos as gr
 import patchrepos
 import dockerd
+import registry as registry_mod
 from reprostack import lock as lockmod
 from reprostack import sources
 from reprostack.containers import (BuildOptions, ImageBuildError, RecipeError, build_images, load_all,
                                    render_recipe, tree_in_image)
 from reprostack.containers.context import Context
 from reprostack.containers.engine import rfc3339
-from reprostack.containers.recipe import load_recipe, parse_overrides, recipe_digest
+from reprostack.containers.recipe import load_recipe, parse_overrides, recipe_digest, resolve_lock_bases
 from reprostack.fetch import Cache
 from test_sources import SUB, lock_text, make_stack
 
@@ -40,6 +41,7 @@ docker_client, test_base = dockerd.docker_client, dockerd.test_base  # session f
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CUDA = "nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu22.04"
 IN_IMAGE = "/opt/reprostack/src/deepep"
+GPU_RECIPES = ("substrate", "deepep", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
 
 
 @pytest.fixture(autouse=True)
@@ -207,10 +209,10 @@ def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
 
 def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     recipes = load_all(REPO_ROOT)
-    assert {"substrate", "deepep", "vllm", "sglang", "megatron", "selftest", "selftest-child"} <= set(recipes)
+    assert set(GPU_RECIPES) | {"selftest", "selftest-child"} == set(recipes)
     lock = lockmod.load(REPO_ROOT / "upstreams.lock")
     fake_parent = "sha256:" + "ab" * 32
-    for name in ("substrate", "deepep", "vllm", "sglang", "megatron"):
+    for name in GPU_RECIPES:
         text, args, labels = render_recipe(recipes[name], lock, from_ref=fake_parent)
         assert f"\nFROM {fake_parent}\n" in text
         assert "{{" not in text and "git clone" not in text
@@ -228,13 +230,69 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     _, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
     assert args == {"MEGATRON_PATCHED_TREE": lock.git("megatron-lm").patched_tree}
     assert labels["org.opencontainers.image.title"] == f"reprostack deepep (DeepEP V2 over NCCL {nccl.original})"
-    assert recipes["deepep"].parent == "substrate" and recipes["substrate"].base.digest is None
+    assert recipes["deepep"].parent == "substrate"
+    text, _, _ = render_recipe(recipes["deepep"], lock, from_ref=fake_parent)
+    assert "--with-libfabric=/opt/reprostack/efa" in text and "/opt/amazon" not in text
+    # the CUDA bases are image pins of the lock, by digest; the EFA userspace comes from git pins
+    resolved = resolve_lock_bases(recipes, lock)
+    assert resolved["substrate"].base.text == (
+        "docker.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:1470d2d7904fac4e5cb3bdfd4993305c46d3ee76deb0213eaaf248e5cf9c7400")
+    assert resolved["trtllm"].base.text == (
+        "docker.io/nvidia/cuda:12.9.0-devel-ubuntu24.04@sha256:632c7db01c6a392f1a4a51b575ee1c125d19e7656de83a285ac222fc35b80606")
+    assert resolved["substrate"].base.pin == "cuda-13-0-devel"
+    text, args, labels = render_recipe(recipes["substrate"], lock, from_ref=fake_parent)
+    rdma, fab = lock.git("rdma-core"), lock.git("libfabric")
+    assert (rdma.original, fab.original) == ("v64.0", "v2.6.0")
+    assert args["RDMA_CORE_REV"] == rdma.rev and args["LIBFABRIC_TREE"] == fab.tree
+    assert "COPY src/rdma-core /opt/reprostack/src/rdma-core" in text and "--enable-efa=/opt/reprostack/efa" in text
+    assert "record-built.py /opt/reprostack/built.json" in text and lock.git("gdrcopy").tree in text
+    assert [s.upstream for s in recipes["substrate"].sources] == ["rdma-core", "libfabric", "gdrcopy"]
+    # nemo-rl builds the pinned tree; trtllm installs the wheel pinned by name and version
+    text, args, _ = render_recipe(recipes["nemo-rl"], lock, from_ref=fake_parent)
+    assert args == {"NEMO_RL_REV": lock.git("nemo-rl").rev} and lock.git("nemo-rl").tree in text
+    text, _, labels = render_recipe(recipes["trtllm"], lock, from_ref=fake_parent)
+    assert "COPY wheels/trtllm /tmp/wheels" in text and labels["org.opencontainers.image.title"].endswith("(tensorrt-llm 0.21.0)")
+
+
+def test_unresolved_pin_and_recipe_stop_the_build_before_any_engine_work(tmp_path, capsys):
+    """TRT-LLM's wheel is pinned by name and version with no sha256 (NVIDIA's index is not reachable here) and
+    NeMo-RL's locked dependencies are not pinned: `build` names the line and the pin, exit 2, nothing built."""
+    lock = lockmod.load(REPO_ROOT / "upstreams.lock")
+    pin = lock.get("trtllm-wheels")
+    assert (pin.name, pin.version, pin.files) == ("tensorrt-llm", "0.21.0", ())
+    opts = BuildOptions(root=REPO_ROOT, lock=lock, client=object(), out_dir=tmp_path / "out", base_overrides={})
+    with pytest.raises(RecipeError) as ei:
+        build_images(["trtllm"], opts)
+    yaml_path = REPO_ROOT / "containers/trtllm/image.yaml"
+    line = next(i for i, l in enumerate(yaml_path.read_text().splitlines(), 1) if "pin: trtllm-wheels" in l)
+    assert str(ei.value) == (f"{yaml_path}:{line}: wheels[0].pin: unresolved pin tensorrt-llm 0.21.0 (sha256 not in "
+                             "the lock: run `reprostack lock wheels trtllm-wheels` where NVIDIA's index is reachable)")
+    with pytest.raises(RecipeError, match=r"nemo-rl/image.yaml:\d+: unresolved: image nemo-rl cannot be built yet: "
+                                          r"NeMo-RL v0.7.0's uv.lock requires Python >=3.13.13"):
+        build_images(["nemo-rl"], opts)
+    assert not (tmp_path / "out").exists()
+    # the CLI: one line, exit 2, before it even looks for an engine
+    from reprostack import cli
+    os.environ["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
+    try:
+        assert cli.main(["build", "trtllm", "--out", str(tmp_path / "cli")]) == 2
+    finally:
+        os.environ.pop("DOCKER_HOST")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unresolved pin tensorrt-llm 0.21.0" in err[0] and "Traceback" not in err[0]
+    # fetching its wheels says the same, naming the lock line
+    import reprostack.errors as rerr
+    from reprostack.fetch.wheels import fetch_wheels
+    with pytest.raises(rerr.FetchError, match=r"upstreams.lock:\d+: upstreams.trtllm-wheels.unresolved: unresolved pin"):
+        fetch_wheels(lock, "trtllm-wheels", cache_root=tmp_path / "c", offline=True)
 
 
 def test_missing_base_digest_is_an_error_naming_the_recipe(tmp_path, stack):
-    """The committed substrate names the CUDA base by tag only (its digest is not resolved yet): building it
-    fails before any engine work, naming containers/substrate/image.yaml and its `base` line."""
+    """A recipe naming the CUDA base by tag only (no digest): building it fails before any engine work, naming
+    its image.yaml and `base` line."""
     root = make_project(tmp_path / "project", stack, recipes=("substrate", "deepep"))
+    y = root / "containers/substrate/image.yaml"
+    y.write_text(y.read_text().replace("base: lock:cuda-13-0-devel", f"base: {CUDA}"))
     opts = BuildOptions(root=root, lock=lockmod.load(root / "upstreams.lock"), client=object(),
                         out_dir=tmp_path / "out", base_overrides={})
     with pytest.raises(RecipeError) as ei:
@@ -529,3 +587,87 @@ def test_images_bundle_saves_and_loads_with_ids_checked(stack, tmp_path, docker_
     with pytest.raises(ContainerError, match="not in this engine"):
         save_bundle(docker_client, [("nope", f"{ns}/nope:0")], tmp_path / "x.tar")
     assert not (tmp_path / "x.tar").exists()
+
+
+# --------------------------------------------------------------------------- a lock base: pulled by digest, checked
+
+
+registry = registry_mod.registry  # session fixture (tests/registry.py)
+
+
+def _lock_with_base(root: Path, stack, repo: str, digest: str, image_id: str | None = None) -> None:
+    (root / "upstreams.lock").write_text(lock_text(stack) + f"""\
+  tb:
+    kind: image
+    repo: {repo}
+    tag: "1"
+    digest: {digest}
+""" + (f"    id: {image_id}\n" if image_id else ""))
+
+
+def test_lock_base_is_pulled_by_digest_and_checked_after_pull_and_load(stack, tmp_path, docker_client, test_base,
+                                                                       registry, ns):
+    """`base: lock:PIN`: the image is pulled by digest from a real registry (docker-registry on loopback) and its
+    RepoDigests checked; a `docker load`ed image under the pin's repo:tag that is not the pinned one is refused
+    naming the lock line; a loaded copy is accepted only when the lock pins its `id`."""
+    import docker.errors
+    from reprostack.containers.errors import ContainerError
+
+    repo = f"{registry.host}/{ns}/cuda"
+    assert docker_client.images.get(test_base).tag(repo, "1")
+    errors = [ev for ev in docker_client.images.push(repo, tag="1", stream=True, decode=True) if "error" in ev]
+    assert not errors, errors
+    digest = next(d for d in docker_client.images.get(f"{repo}:1").attrs["RepoDigests"]
+                  if d.startswith(repo + "@")).split("@", 1)[1]
+    def forget(*refs):
+        for ref in refs:
+            try:
+                docker_client.images.remove(ref)
+            except docker.errors.ImageNotFound:
+                pass  # went with the last tag of its repository
+
+    forget(f"{repo}:1", f"{repo}@{digest}")  # not in the engine now: the build must pull it
+    root = make_project(tmp_path / "project", stack, recipes=())
+    _lock_with_base(root, stack, repo, digest)
+    add_recipe(root, "onbase", "base: lock:tb\n", "FROM {{ from }}\nRUN echo built > /built\n")
+    [res] = build_images(["onbase"], options(root, tmp_path / "a", docker_client, ns))
+    assert res.status == "built" and res.labels["org.opencontainers.image.base.digest"] == digest
+    assert res.labels["org.opencontainers.image.base.name"] == f"{repo}:1@{digest}"
+    assert f"{repo}@{digest}" in docker_client.images.get(f"{repo}@{digest}").attrs["RepoDigests"]
+    # the lock pins another image id: the pulled image is refused, naming upstreams.tb.id
+    _lock_with_base(root, stack, repo, digest, image_id="sha256:" + "e" * 64)
+    with pytest.raises(ContainerError) as ei:
+        build_images(["onbase"], options(root, tmp_path / "b", docker_client, ns))
+    lines = (root / "upstreams.lock").read_text().splitlines()
+    id_line = next(i for i, l in enumerate(lines, 1) if l.strip().startswith("id: "))
+    assert str(ei.value).startswith(f"{root}/upstreams.lock:{id_line}: upstreams.tb.id: ")
+    assert "the lock pins id sha256:eeee" in str(ei.value)
+    # an offline node: `docker load` brings another image under the pin's repo:tag (no RepoDigests)
+    other = tmp_path / "other.tar"
+    assert docker_client.images.get(res.image_id).tag(repo, "1")
+    with open(other, "wb") as f:
+        for chunk in docker_client.api.get_image(f"{repo}:1"):
+            f.write(chunk)
+    forget(f"{repo}:1", f"{repo}@{digest}")
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(f"{repo}@{digest}")
+    with open(other, "rb") as f:
+        docker_client.api.load_image(f)
+    assert docker_client.images.get(f"{repo}:1").id == res.image_id
+    _lock_with_base(root, stack, repo, digest)
+    with pytest.raises(ContainerError) as ei:
+        build_images(["onbase"], options(root, tmp_path / "c", docker_client, ns, offline=True))
+    digest_line = next(i for i, l in enumerate((root / "upstreams.lock").read_text().splitlines(), 1)
+                       if l.strip().startswith("digest: "))
+    msg = str(ei.value)
+    assert msg.startswith(f"{root}/upstreams.lock:{digest_line}: upstreams.tb.digest: {repo}:1 in this engine is "
+                          f"{res.image_id}, which does not carry the pinned digest {digest}") and "\n" not in msg
+    # the genuine image under that tag (as a load of it leaves it: no RepoDigests) passes once the lock pins its id
+    forget(f"{repo}:1")
+    assert docker_client.images.get(test_base).tag(repo, "1")
+    with pytest.raises(ContainerError, match="the lock pins no `id`"):
+        build_images(["onbase"], options(root, tmp_path / "d", docker_client, ns, offline=True))
+    _lock_with_base(root, stack, repo, digest, image_id=test_base)
+    [ok] = build_images(["onbase"], options(root, tmp_path / "e", docker_client, ns, offline=True))
+    assert ok.image_id == res.image_id  # same base, same recipe: the same image
+    forget(f"{repo}:1")

@@ -54,7 +54,9 @@ def _lock(tmp_path, repo: str, tag: str, digest_line: str = "") -> tuple:
     return p
 
 
-def test_fill_writes_the_engines_digest_then_check_passes(tmp_path, pushed, capsys):
+def test_fill_writes_the_engines_digest_then_check_passes(tmp_path, pushed, capsys, test_base):
+    """The digest is the one the engine's push recorded in RepoDigests; the id is the pushed image's own id (the
+    config digest the registry's manifest names), what a `docker load`ed copy has."""
     repo, tag, digest = pushed
     p = _lock(tmp_path, repo, tag)
     before = p.read_text()
@@ -63,9 +65,11 @@ def test_fill_writes_the_engines_digest_then_check_passes(tmp_path, pushed, caps
     assert cli.main(["lock", "images", "--lock", str(p)]) == 0
     after = p.read_text()
     assert after == before.replace('# a tag, only where the digest comes from\n',
-                                   f'# a tag, only where the digest comes from\n    digest: {digest}\n')
+                                   f'# a tag, only where the digest comes from\n    digest: {digest}\n'
+                                   f'    id: {test_base}\n')
     pin = lockmod.load(p).get("base")
     assert isinstance(pin, lockmod.ImagePin) and pin.digest == digest and pin.ref == f"{repo}:{tag}@{digest}"
+    assert pin.id == test_base
     capsys.readouterr()
     assert cli.main(["lock", "images", "--check", "--lock", str(p)]) == 0
     assert "1 image pin(s) match the registry" in capsys.readouterr().out
@@ -74,13 +78,25 @@ def test_fill_writes_the_engines_digest_then_check_passes(tmp_path, pushed, caps
     assert cli.main(["lock", "check", "--lock", str(p)]) == 0
 
 
-def test_fill_replaces_only_the_digest_line(tmp_path, pushed):
+def test_fill_replaces_only_the_digest_line(tmp_path, pushed, test_base, capsys):
     repo, tag, digest = pushed
     stale = "sha256:" + "a" * 64
     p = _lock(tmp_path, repo, tag, f"    digest: {stale}  # stale: rewritten\n")
     before = p.read_text()
     assert cli.main(["lock", "images", "base", "--lock", str(p)]) == 0
-    assert p.read_text() == before.replace(stale, digest)
+    assert p.read_text() == before.replace(f"{stale}  # stale: rewritten\n",
+                                           f"{digest}  # stale: rewritten\n    id: {test_base}\n")
+    # a stale id is rewritten in place, and `--check` names its line
+    wrong = "sha256:" + "c" * 64
+    p.write_text(p.read_text().replace(test_base, wrong))
+    line = p.read_text().splitlines().index(f"    id: {wrong}") + 1
+    capsys.readouterr()
+    assert cli.main(["lock", "images", "--check", "--lock", str(p)]) == 2
+    assert (f"{p}:{line}: upstreams.base.id: lock has {wrong}, the registry's linux/amd64 image of "
+            f"{repo}@{digest} is {test_base}") in capsys.readouterr().err
+    assert cli.main(["lock", "images", "--lock", str(p)]) == 0
+    assert f"    id: {test_base}\n" in p.read_text() and wrong not in p.read_text()
+    assert line == p.read_text().splitlines().index(f"    id: {test_base}") + 1
 
 
 def test_check_names_file_line_and_pin_on_a_tampered_digest(tmp_path, pushed, capsys):
@@ -200,3 +216,46 @@ def test_recipe_base_from_a_lock_image_pin_builds_on_the_pinned_digest(tmp_path,
         build_images(["fromlock"], opts())
     assert str(ei.value).startswith(f"{root}/containers/fromlock/image.yaml:2: base: 'lock:nope': ")
     assert "has no image pin 'nope' (image pins: tb)" in str(ei.value)
+
+
+def test_an_index_pins_its_own_digest_and_the_linux_amd64_image_id(tmp_path, pushed, test_base, capsys):
+    """A multi-platform tag (a manifest list, put into the real registry over its HTTP API): the pin's digest is the
+    list's, its id the config digest of the linux/amd64 entry; a list without that platform is an error naming the
+    tag line, nothing written."""
+    import json
+    import urllib.request
+
+    repo, tag, digest = pushed
+    host, name = repo.split("/", 1)
+
+    def get(d):
+        req = urllib.request.Request(f"http://{host}/v2/{name}/manifests/{d}", headers={
+            "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read()
+
+    def put_list(list_tag, platforms):
+        body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.list.v2+json",
+                           "manifests": [{"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                                          "size": len(get(digest)), "digest": digest,
+                                          "platform": {"architecture": arch, "os": "linux"}} for arch in platforms]})
+        req = urllib.request.Request(f"http://{host}/v2/{name}/manifests/{list_tag}", data=body.encode(), method="PUT",
+                                     headers={"Content-Type": "application/vnd.docker.distribution.manifest.list.v2+json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.headers["Docker-Content-Digest"]
+
+    list_digest = put_list("multi", ["arm64", "amd64"])
+    assert list_digest != digest
+    p = _lock(tmp_path, repo, "multi")
+    assert cli.main(["lock", "images", "--lock", str(p)]) == 0
+    pin = lockmod.load(p).get("base")
+    assert (pin.digest, pin.id) == (list_digest, test_base)
+    put_list("armonly", ["arm64"])
+    (tmp_path / "q").mkdir()
+    q = _lock(tmp_path / "q", repo, "armonly")
+    before = q.read_bytes()
+    capsys.readouterr()
+    assert cli.main(["lock", "images", "--lock", str(q)]) == 2
+    err = capsys.readouterr().err
+    assert "upstreams.base.tag: " in err and "the index has no linux/amd64 manifest" in err
+    assert q.read_bytes() == before

@@ -192,3 +192,33 @@ def test_a_wheel_filename_from_a_pip_report_must_be_a_bare_wheel_filename(tail):
     with pytest.raises(ReprostackError, match=r"^upstreams.lock:3: upstreams.x: evil==1.0 resolves to .*(not a bare "
                                               r"file name|not a wheel filename)"):
         lockwheels.report_wheel(item, "upstreams.lock:3: upstreams.x")
+
+
+def test_an_unresolved_pin_loads_and_lock_wheels_fills_it_dropping_the_mark(tmp_path, index, capsys):
+    """`unresolved: WHERE` is the explicit form of a pin whose sha256 cannot be had here (TRT-LLM's wheel): the
+    strict load accepts it (files empty, the reason kept); with `files` too it is an error naming the line;
+    `lock wheels` fills it from the index and drops the mark, every other line unchanged."""
+    url, wheels = index
+    p = _lock(tmp_path, url)
+    text = p.read_text().replace('    platforms: [manylinux2014_x86_64, win_amd64]\n',
+                                 '    platforms: [manylinux2014_x86_64, win_amd64]\n'
+                                 '    unresolved: where the index is reachable  # kept until filled\n')
+    p.write_text(text)
+    lock = load(p)
+    plat = lock.get("plat")
+    assert plat.files == () and plat.unresolved == "where the index is reachable"
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 0
+    assert cli.main(["lock", "wheels", "plat", "--lock", str(p)]) == 0
+    after = p.read_text()
+    assert "unresolved" not in after
+    assert sorted(f.filename for f in load(p).get("plat").files) == sorted(wheels[k].name for k in ("linux", "win"))
+    assert [l for l in _lines_without_files(after)] == [l for l in _lines_without_files(text) if "unresolved" not in l]
+    # both `files` and `unresolved`: refused, naming the pin
+    p.write_text(after.replace("    python-version: \"3.11\"\n",
+                               "    python-version: \"3.11\"\n    unresolved: stale\n"))
+    capsys.readouterr()
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 2
+    err = capsys.readouterr().err
+    line = next(i for i, l in enumerate(p.read_text().splitlines(), 1) if "unresolved: stale" in l)
+    assert err.strip() == (f"reprostack: error: {p}:{line}: upstreams.plat.unresolved: a pin with `files` is resolved: "
+                           "drop `unresolved` (`lock wheels` does when it fills)")

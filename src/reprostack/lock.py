@@ -131,6 +131,10 @@ class WheelPin:
     kind: str = "wheel"
     python_version: str | None = None  # target interpreter of `files` (pip --python-version); None: the running one
     platforms: tuple[str, ...] = ()    # target platform tags (pip --platform), one resolved file each
+    unresolved: str | None = None      # why `files` is empty (an explicit `unresolved:` of the lock), else None
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}"
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,10 @@ class WheelsetPin:
     index: str | None = None
     installed_on: str | None = None  # a wheelset this one is installed on top of: resolved against it, holds only the rest
     kind: str = "wheelset"
+    unresolved: str | None = None    # why `files` is empty (an explicit `unresolved:` of the lock), else None
+
+    def describe(self) -> str:
+        return " ".join(self.requirements)
 
     def file(self, dist: str) -> WheelsetFile | None:
         """The file of distribution `dist` (any spelling of its name), or None."""
@@ -181,6 +189,7 @@ class ImagePin:
     tag: str
     digest: str | None  # sha256:<64 hex>; None only in a lock loaded with allow_unfilled
     kind: str = "image"
+    id: str | None = None  # the image id (config digest, linux/amd64) a `docker load`ed copy has, when pinned
 
     @property
     def ref(self) -> str:
@@ -305,9 +314,15 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     data, lines = compose(raw.decode("utf-8"), str(path), LockError)
     schema = _schema()
     if allow_unfilled:
-        schema["$defs"]["wheel"]["required"].remove("files")
+        schema["$defs"]["wheel"]["else"] = {}
         schema["$defs"]["image"]["required"].remove("digest")
-        schema["$defs"]["wheelset"]["required"].remove("files")
+        schema["$defs"]["wheelset"]["else"] = {}
+    ups = data.get("upstreams") if isinstance(data, dict) else None
+    for name, u in (ups.items() if isinstance(ups, dict) else ()):
+        if isinstance(u, dict) and "unresolved" in u and "files" in u:
+            at = ("upstreams", name, "unresolved")
+            raise LockError(str(path), _line(lines, at), _dotted(at),
+                            "a pin with `files` is resolved: drop `unresolved` (`lock wheels` does when it fills)")
     validate(data, lines, schema, str(path), LockError)
 
     upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}
@@ -318,13 +333,15 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
             _check_wheel_filenames(name, u, path, lines)
             upstreams[name] = _wheelset_pin(name, u, path, lines)
         elif u["kind"] == "image":
-            upstreams[name] = ImagePin(name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"))
+            upstreams[name] = ImagePin(name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"),
+                                     id=u.get("id"))
         else:
             _check_wheel_filenames(name, u, path, lines)
             upstreams[name] = WheelPin(
                 name=u["name"], version=str(u["version"]), index=u.get("index"),
                 files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u.get("files", ())),
-                python_version=u.get("python-version"), platforms=tuple(u.get("platforms", ())))
+                python_version=u.get("python-version"), platforms=tuple(u.get("platforms", ())),
+                unresolved=u.get("unresolved"))
     for name, pin in upstreams.items():
         if isinstance(pin, WheelsetPin) and pin.installed_on is not None:
             base = upstreams.get(pin.installed_on)
@@ -416,4 +433,5 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
                                 f"{req} but `files` pins {got} (run `reprostack lock wheels {name}`)")
     return WheelsetPin(name=name, requirements=tuple(u["requirements"]), python_version=str(u["python-version"]),
                        platform_tags=tuple(u["platform-tags"]), files=files, overrides=tuple(u.get("overrides", ())),
-                       index=u.get("index"), installed_on=u.get("installed-on"))
+                       index=u.get("index"), installed_on=u.get("installed-on"),
+                       unresolved=u.get("unresolved"))

@@ -15,11 +15,15 @@ Registry host: the first component of `repo` when it holds a `.` or `:` or is `l
 A tag the registry does not know, an unreachable registry or an answer without a valid digest is an error naming
 `FILE:LINE: upstreams.PIN.tag` and the reference, never a placeholder.
 
-Fill (default): only the `digest:` line of each resolved pin is rewritten (or appended to the pin when it has
-none); every other byte of the lockfile stays as it is. The new text is loaded and validated again and written
-atomically; on any error nothing is written.
-Check (`--check`): the lock's digest must be exactly the registry's; each difference is reported as
-`FILE:LINE: upstreams.PIN.digest: problem`.
+The image id: the manifest is then read by that digest (for an index or manifest list, its linux/amd64 entry's
+manifest), every manifest body hashed against the digest it was asked by, and its `config.digest` is the `id` a
+pulled or `docker load`ed copy of the image has on linux/amd64 (the build's check of a loaded base uses it).
+
+Fill (default): only the `digest:` and `id:` lines of each resolved pin are rewritten (or appended to the pin when
+it has none); every other byte of the lockfile stays as it is. The new text is loaded and validated again and
+written atomically; on any error nothing is written.
+Check (`--check`): the lock's digest must be exactly the registry's, and its `id`, when pinned, the registry's
+linux/amd64 config digest; each difference is reported as `FILE:LINE: upstreams.PIN.FIELD: problem`.
 """
 
 from __future__ import annotations
@@ -50,10 +54,14 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DOCKER_HUB = "registry-1.docker.io"
 
 
+PLATFORM = ("linux", "amd64")  # the platform whose image id (config digest) a pin's `id` records
+
+
 @dataclass(frozen=True)
 class Resolved:
     pin: str
     digest: str
+    id: str | None = None  # the config digest of the PLATFORM image the manifest (or index) names
 
 
 class RegistryError(ReprostackError):
@@ -154,6 +162,34 @@ def registry_digest(repo: str, tag: str, timeout: float = 60.0) -> str:
     return computed
 
 
+def registry_image_id(repo: str, digest: str, timeout: float = 60.0) -> str:
+    """The image id (config digest) that `repo@digest` has on PLATFORM once pulled: for an index or manifest list
+    the PLATFORM entry's manifest is read, then its `config.digest`. Every manifest read is hashed and must be the
+    digest it was asked by. Raises RegistryError."""
+    def manifest(d: str) -> dict:
+        url = manifest_url(repo, d)
+        _, body = _fetch(url, "GET", timeout)
+        got = "sha256:" + hashlib.sha256(body).hexdigest()
+        if got != d:
+            raise RegistryError(f"GET {url}: the manifest hashes to {got}, not {d}")
+        try:
+            return json.loads(body.decode("utf-8"))
+        except ValueError as e:
+            raise RegistryError(f"GET {url}: not a JSON manifest ({e})") from None
+
+    m = manifest(digest)
+    if "manifests" in m:
+        entry = next((e for e in m["manifests"] if (e.get("platform") or {}).get("os") == PLATFORM[0]
+                      and (e.get("platform") or {}).get("architecture") == PLATFORM[1]), None)
+        if entry is None or not _DIGEST.match(str(entry.get("digest", ""))):
+            raise RegistryError(f"{repo}@{digest}: the index has no {'/'.join(PLATFORM)} manifest")
+        m = manifest(entry["digest"])
+    cfg = (m.get("config") or {}).get("digest", "")
+    if not _DIGEST.match(str(cfg)):
+        raise RegistryError(f"{repo}@{digest}: the manifest names no config digest")
+    return cfg
+
+
 def _where(lock: lockmod.Lock, name: str, *path) -> str:
     return lock.where("upstreams", name, *path)
 
@@ -169,7 +205,8 @@ def _image_pin(lock: lockmod.Lock, name: str) -> lockmod.ImagePin:
 def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 60.0) -> Resolved:
     pin = _image_pin(lock, name)
     try:
-        return Resolved(name, registry_digest(pin.repo, pin.tag, timeout))
+        digest = registry_digest(pin.repo, pin.tag, timeout)
+        return Resolved(name, digest, registry_image_id(pin.repo, digest, timeout))
     except RegistryError as e:
         raise ReprostackError(f"{_where(lock, name, 'tag')}: {pin.repo}:{pin.tag} does not resolve: {e}") from None
 
@@ -193,43 +230,50 @@ def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
         elif pin.digest != r.digest:
             problems.append(f"{_where(lock, r.pin, 'digest')}: lock has {pin.digest}, the registry serves "
                             f"{r.digest} for {pin.repo}:{pin.tag}")
+        elif r.id and pin.id and pin.id != r.id:
+            problems.append(f"{_where(lock, r.pin, 'id')}: lock has {pin.id}, the registry's {'/'.join(PLATFORM)} "
+                            f"image of {pin.repo}@{pin.digest} is {r.id}")
     return problems
 
 
-def _digest_line(text: str, name: str) -> tuple[int, int, bool]:
-    """(line, key column, has_digest), 0-based: the `digest:` line of the pin, or the pin's last line (the new
+def _field_line(text: str, name: str, field: str = "digest") -> tuple[int, int, bool]:
+    """(line, key column, has_field), 0-based: the `FIELD:` line of the pin, or the pin's last line (the new
     line goes after it) when it has none."""
     pin_node = lockfill.pin_node(text, name)
     if not isinstance(pin_node, yaml.MappingNode) or pin_node.flow_style:
         raise ReprostackError(f"upstreams.{name}: an image pin must be a block mapping to be filled")
     col = pin_node.value[0][0].start_mark.column
     try:
-        key, val = lockfill.child(pin_node, "digest")
+        key, val = lockfill.child(pin_node, field)
     except KeyError:
         last = max(v.end_mark.line - (1 if v.end_mark.column == 0 and v.end_mark.line > v.start_mark.line else 0)
                    for _, v in pin_node.value)
         return last, col, False
     if val.end_mark.line != key.start_mark.line:
-        raise ReprostackError(f"upstreams.{name}.digest: spans several lines; write it on one line")
+        raise ReprostackError(f"upstreams.{name}.{field}: spans several lines; write it on one line")
     return key.start_mark.line, col, True
 
 
 def fill_text(text: str, resolved: list[Resolved]) -> str:
-    """`text` with the `digest:` line of each resolved pin replaced (or appended); nothing else changes."""
+    """`text` with the `digest:` (then `id:`) line of each resolved pin replaced (or appended after the pin's last
+    line); nothing else changes."""
     for r in resolved:
-        lines = text.splitlines(keepends=True)
-        line, col, has = _digest_line(text, r.pin)
-        if has:
-            old = lines[line]
-            m = re.match(r"^(\s*digest:\s*)(\"[^\"]*\"|'[^']*'|[^\s#]*)(.*?)(\r?\n)?$", old, re.S)
-            if not m:
-                raise ReprostackError(f"upstreams.{r.pin}.digest: cannot rewrite line {line + 1}: {old!r}")
-            lines[line] = m.group(1) + r.digest + m.group(3) + (m.group(4) or "")
-        else:
-            if not lines[line].endswith("\n"):
-                lines[line] += "\n"
-            lines.insert(line + 1, f"{' ' * col}digest: {r.digest}\n")
-        text = "".join(lines)
+        for field, value in (("digest", r.digest), ("id", r.id)):
+            if value is None:
+                continue
+            lines = text.splitlines(keepends=True)
+            line, col, has = _field_line(text, r.pin, field)
+            if has:
+                old = lines[line]
+                m = re.match(rf"^(\s*{field}:\s*)(\"[^\"]*\"|'[^']*'|[^\s#]*)(.*?)(\r?\n)?$", old, re.S)
+                if not m:
+                    raise ReprostackError(f"upstreams.{r.pin}.{field}: cannot rewrite line {line + 1}: {old!r}")
+                lines[line] = m.group(1) + value + m.group(3) + (m.group(4) or "")
+            else:
+                if not lines[line].endswith("\n"):
+                    lines[line] += "\n"
+                lines.insert(line + 1, f"{' ' * col}{field}: {value}\n")
+            text = "".join(lines)
     return text
 
 
@@ -237,7 +281,7 @@ def run(lock_path: Path, names: list[str], do_check: bool, out=print, timeout: f
     """Fill or check image pins (see reprostack.lockfill.run); `timeout` per registry request, seconds."""
     def describe(lock: lockmod.Lock, r: Resolved) -> str:
         pin = lock.get(r.pin)
-        return f"{pin.repo}:{pin.tag} -> {r.digest}"
+        return f"{pin.repo}:{pin.tag} -> {r.digest}" + (f" (image id {r.id})" if r.id else "")
 
     kind = lockfill.PinKind(what="image", field="digest", source="the registry", names=image_names,
                             resolve=lambda lock, n: resolve_pin(lock, n, timeout), describe=describe,

@@ -11,7 +11,7 @@ from ..fetch.wheels import wheelhouses_from_env
 from ..lock import Lock
 from ..sources import FetchOptions
 from .bundle import load_bundle, save_bundle
-from .engine import BuildOptions, build_images, connect
+from .engine import BuildOptions, build_images, connect, preflight
 from .recipe import OVERRIDE_ENV, overrides_from_env, parse_overrides
 from .testbase import TEST_BASE, ensure_test_base
 
@@ -40,6 +40,7 @@ def run(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -
     console = Console(stderr=True)
     overrides = overrides_from_env()
     overrides.update(parse_overrides(",".join(args.base_override)))
+    preflight(args.images or None, root, lock, overrides)  # recipe / pin errors come before any engine work
     client = connect()
     if args.test_base:
         console.print(f"test base {TEST_BASE}: {ensure_test_base(client)}")

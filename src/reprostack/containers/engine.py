@@ -2,8 +2,12 @@
 
 For each image, parent first (`recipe.build_order`):
 1. resolve the FROM image: the parent's image id (built just before), a pinned registry base
-   (`repo:tag@sha256:...`, pulled by digest unless present or --offline), a `local:` image, or a local
-   image substituted by an override; a registry base without a digest is an error naming the recipe;
+   (`repo:tag@sha256:...` or `lock:PIN`, pulled by digest unless present or --offline), a `local:` image, or a
+   local image substituted by an override; a registry base without a digest is an error naming the recipe.
+   A registry base is used only when its `RepoDigests` name `repo@digest` (and its id is the lock's `id`, when
+   pinned); offline, an image under the pin's `repo:tag` without that digest (a `docker load`ed copy) only when
+   the lock pins its `id` and it matches; anything else is an error naming the pin's lock line;
+   (`preflight`, before any engine work: recipes load, bases are pinned, no `unresolved` recipe or wheel pin);
 2. render the Dockerfile and build args from the lock (render.py) and check its rules;
 3. write the context (context.py): the rendered Dockerfile, the recipe's `files:`, the patched trees
    of `sources:` (sources.prepare: fetched, patched and verified; tracked files only, no .git);
@@ -248,11 +252,53 @@ class _Builder:
         try:
             img = self.client.images.get(pinned)
         except docker.errors.ImageNotFound:
-            if self.o.offline:
+            img = self._loaded_copy(r, base) if self.o.offline else None
+            if img is None and self.o.offline:
                 raise ContainerError(f"{r.path}: base {base.text} is not in this engine and --offline forbids "
                                      f"pulling it: `docker load` the images bundle first") from None
-            img = self._pull(r, repo, base.digest)
+            if img is None:
+                img = self._pull(r, repo, base.digest)
+        self._check_base(r, base, img)
         return img.id, pinned, base.text, None
+
+    def _where_pin(self, r: Recipe, base, field: str = "digest") -> str:
+        """`LOCK:LINE: upstreams.PIN.FIELD` for a `base: lock:PIN`, else the recipe's base line."""
+        if base.pin:
+            return self.o.lock.where("upstreams", base.pin, field)
+        return f"{r.path}:{r.line('base')}: base"
+
+    def _loaded_copy(self, r: Recipe, base):
+        """Offline: the image tagged `repo:tag` (a `docker load`ed copy carries no RepoDigests) when the lock pins
+        its id and the ids match; None when no such tag exists. A different image under that tag is refused."""
+        import docker.errors
+
+        try:
+            img = self.client.images.get(base.name)
+        except docker.errors.ImageNotFound:
+            return None
+        if base.image_id and img.id == base.image_id:
+            return img
+        why = (f"the lock pins id {base.image_id}" if base.image_id else
+               "the lock pins no `id` to check a loaded copy against")
+        raise ContainerError(f"{self._where_pin(r, base)}: {base.name} in this engine is {img.id}, which does not "
+                             f"carry the pinned digest {base.digest} and {why}: not the pinned image (remove it, "
+                             f"then pull {_repo_of(base.name)}@{base.digest} or load the image that was pulled by it)")
+
+    def _check_base(self, r: Recipe, base, img) -> None:
+        """The base found or pulled is the pin: its RepoDigests name `repo@digest` (or, for a loaded copy, its id is
+        the lock's `id`), and when the lock pins an `id`, the id matches. Else ContainerError naming the pin."""
+        from ..lockimages import split_repo
+
+        want = split_repo(_repo_of(base.name))
+        digests = {(split_repo(d.rpartition("@")[0]), d.rpartition("@")[2]) for d in (img.attrs.get("RepoDigests") or [])}
+        if base.image_id and img.id != base.image_id:
+            raise ContainerError(f"{self._where_pin(r, base, 'id')}: {base.name}@{base.digest} in this engine is "
+                                 f"{img.id}, the lock pins id {base.image_id}")
+        if (want, base.digest) not in digests and not (base.image_id and img.id == base.image_id):
+            have = ", ".join(sorted(img.attrs.get("RepoDigests") or [])) or "none"
+            raise ContainerError(f"{self._where_pin(r, base)}: the image the engine gives for "
+                                 f"{_repo_of(base.name)}@{base.digest} ({img.id}) does not carry that digest "
+                                 f"(RepoDigests: {have})")
 
     def _pull(self, r: Recipe, repo: str, digest: str):
         import docker.errors
@@ -466,6 +512,41 @@ def _repo_of(name: str) -> str:
     return f"{head}{slash}{last.split(':', 1)[0]}"
 
 
+def unresolved_line(lock: Lock, name: str) -> str | None:
+    """`unresolved pin NAME VERSION (sha256 not in the lock: run ...)` for a wheel/wheelset pin the lock marks
+    `unresolved:`, else None."""
+    pin = lock.upstreams.get(name)
+    if not isinstance(pin, (WheelPin, WheelsetPin)) or not pin.unresolved:
+        return None
+    return (f"unresolved pin {pin.describe()} (sha256 not in the lock: run `reprostack lock wheels {name}` "
+            f"{pin.unresolved})")
+
+
+def check_resolved(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lock) -> None:
+    """Before any engine work: no image of `order` is a recipe marked `unresolved:` or installs a wheel pin the lock
+    marks `unresolved:`. Raises RecipeError naming the recipe line (never a partial build of that chain)."""
+    for n in order:
+        r = recipes[n]
+        if r.unresolved:
+            raise RecipeError(r.path, r.line("unresolved"), "unresolved", f"image {n} cannot be built yet: {r.unresolved}")
+        for i, w in enumerate(r.wheels):
+            line = unresolved_line(lock, w.pin)
+            if line:
+                raise RecipeError(r.path, w.line, f"wheels[{i}].pin", line)
+
+
+def preflight(names: Sequence[str] | None, root: Path, lock: Lock,
+              overrides: Mapping[str, str]) -> tuple[dict[str, Recipe], list[str]]:
+    """Everything `build` checks before it needs an engine: the recipes of `names` (default: all) and their parents
+    load, their `lock:` bases are image pins with digests, every registry base is pinned or overridden, and nothing
+    in the chain is unresolved. Returns (recipes, build order); raises RecipeError naming the file and line."""
+    recipes = resolve_lock_bases(load_all(root, list(names) if names else None), lock)
+    order = build_order(recipes, list(names) if names else list(recipes))
+    check_bases({n: recipes[n] for n in order}, overrides)
+    check_resolved(recipes, order, lock)
+    return recipes, order
+
+
 def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageResult]:
     """Build `names` (default: every recipe under containers/) and their parents, parent first.
 
@@ -474,10 +555,8 @@ def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageR
     (a step failed; names the image, the step and the log), ContainerError, EngineUnavailable,
     FetchError/PatchError (a source tree could not be prepared).
     """
-    recipes = resolve_lock_bases(load_all(opts.root, list(names) if names else None), opts.lock)
-    order = build_order(recipes, list(names) if names else list(recipes))
-    check_bases({n: recipes[n] for n in order},
-                overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
+    recipes, order = preflight(names, opts.root, opts.lock,
+                               overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
     b = _Builder(opts)
     results: list[ImageResult] = []
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

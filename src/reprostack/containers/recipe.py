@@ -7,6 +7,7 @@ image.yaml (schema: schemas/container.schema.json; errors name `FILE:LINE: field
     base: nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:<64 hex>   # pinned registry image
     # base: local:reprostack-test/base:1   # an image made on this machine (never pulled)
     # base: lock:cuda-13-devel             # an image pin of upstreams.lock (its repo:tag@digest)
+    unresolved: why                    # an input not pinned yet: `build` stops naming this line, never builds it
     source: deepep                     # the pin this image builds: OCI source/revision labels
     args: {NCCL_REV: "{{ upstreams.nccl.rev }}"}       # build args, rendered from the lock
     sources: [{upstream: nccl, dest: src/nccl}]        # patched trees into the context (no .git)
@@ -50,6 +51,8 @@ class BaseRef:
     kind: str
     name: str            # repo[:tag] (registry) or the local image reference
     digest: str | None   # sha256:<64 hex> when pinned
+    pin: str | None = None       # the lock's image pin it came from (`base: lock:PIN`)
+    image_id: str | None = None  # that pin's `id` (what a loaded copy must be), when pinned
 
     @property
     def pinned(self) -> bool:
@@ -108,6 +111,7 @@ class Recipe:
     labels: Mapping[str, str]
     wheels: tuple[WheelsSpec, ...] = ()
     description: str = ""
+    unresolved: str | None = None    # why this image cannot be built yet (`build` stops naming it)
     recipe_sha256: str = ""
     lines: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -168,7 +172,8 @@ def load_recipe(root: Path, name: str) -> Recipe:
                   dockerfile_text=dockerfile.read_bytes().decode("utf-8"), parent=data.get("parent"), base=base,
                   source=data.get("source"), args=dict(data.get("args") or {}), sources=sources,
                   files=tuple(files), labels=dict(data.get("labels") or {}), wheels=wheels,
-                  description=data.get("description", ""), recipe_sha256=recipe_digest(rdir), lines=lines)
+                  description=data.get("description", ""), unresolved=data.get("unresolved"),
+                  recipe_sha256=recipe_digest(rdir), lines=lines)
 
 
 def recipe_digest(rdir: Path) -> str:
@@ -248,7 +253,7 @@ def resolve_lock_bases(recipes: Mapping[str, Recipe], lock) -> dict[str, Recipe]
                 raise RecipeError(r.path, r.line("base"), "base",
                                   f"{b.text!r}: image pin {b.name!r} has no digest yet (`nox -s lock -- images "
                                   f"{b.name}` resolves it from the registry)")
-            r = replace(r, base=BaseRef(pin.ref, "registry", f"{pin.repo}:{pin.tag}", pin.digest))
+            r = replace(r, base=BaseRef(pin.ref, "registry", f"{pin.repo}:{pin.tag}", pin.digest, b.name, pin.id))
         out[n] = r
     return out
 

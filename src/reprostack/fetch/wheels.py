@@ -59,6 +59,9 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
     Raises FetchError naming the pin, the file and where it looked when a wheel is missing (offline) or a
     file's sha256 differs from the lock."""
     pin = lock.get(name)
+    if isinstance(pin, (WheelPin, WheelsetPin)) and pin.unresolved:
+        raise FetchError(f"{lock.where('upstreams', name, 'unresolved')}: unresolved pin {pin.describe()} (sha256 not "
+                         f"in the lock: run `reprostack lock wheels {name}` {pin.unresolved})")
     if not isinstance(pin, (WheelPin, WheelsetPin)) or not pin.files:
         raise FetchError(f"{lock.where('upstreams', name)}: not a wheel/wheelset pin with files")
     root = Path(cache_root) if cache_root is not None else paths.cache_dir()
