@@ -139,7 +139,7 @@ def test_all_gates_bad_spec_and_crash_become_error_reports(tmp_path, h200, monke
     assert [(g, r["result"]) for g, r in by.items()] == [
         ("micro", "pass"), ("vllm", "error"), ("sglang", "error"), ("trtllm", "skip"), ("megatron", "pass"),
         ("nemo_rl", "skip")]
-    assert by["vllm"]["reason"].startswith("spec: ") and "vllm.yaml:8: requires[0]: 'megatron' is not a gate that " \
+    assert by["vllm"]["reason"].startswith("spec: ") and "vllm.yaml:9: requires[0]: 'megatron' is not a gate that " \
                                                          "runs before vllm (those: micro)" in by["vllm"]["reason"]
     assert by["sglang"]["reason"] == "internal error: RuntimeError: boom (traceback on stderr)"
     assert "Traceback" in err and "RuntimeError: boom" in err
@@ -154,7 +154,7 @@ def test_all_gates_with_a_bad_micro_spec_reports_it_and_blocks_its_dependents(tm
     code, out, err, reports = all_gates(root, tmp_path, capsys)
     assert code == 1, err
     by = {g["gate"]: g for g in json.loads((reports / "summary.json").read_text())["gates"]}
-    assert by["micro"]["result"] == "error" and "micro.yaml:17: " in by["micro"]["reason"]
+    assert by["micro"]["result"] == "error" and "micro.yaml:18: " in by["micro"]["reason"]
     assert "timeout-sec" in by["micro"]["reason"] and "\n" not in by["micro"]["reason"]
     assert {g: r["result"] for g, r in by.items() if g != "micro"} == dict.fromkeys(
         ["vllm", "sglang", "trtllm", "megatron", "nemo_rl"], "not-run")

@@ -103,6 +103,10 @@ def parser() -> argparse.ArgumentParser:
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
     _common(p)
+    p.add_argument("--plan", action="store_true",
+                   help="print the launch plan (image by digest, per-node commands, env, GPUs, EFA, ulimits, mounts, "
+                        "timeout) and run nothing; default profile: the published 2 x p5en one")
+    p.add_argument("--json", action="store_true", help="with --plan: JSON instead of the table")
     p.add_argument("--out", default="out/gates", help="report folder (default: out/gates)")
     p.add_argument("--profile", default=None, help="hardware profile of gates/<gate>.yaml (default: detect)")
     p.add_argument("--python", default=sys.executable, help="interpreter that holds torch (default: this one)")
@@ -292,6 +296,8 @@ def _gates(args, lock, root, opts) -> int:
                          arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
                          vars=_key_values(args.var, "--var", "K=V"), server_args=list(args.server_arg),
                          legacy=args.legacy)
+    if args.plan:
+        return _plans(args, lock, root, opts)
     if args.cmd == "gate":
         reports = [runner.run_gate(registry.gate(args.gate), ga, lock, root, opts)]
         required = {r.gate for r in reports}
@@ -302,6 +308,39 @@ def _gates(args, lock, root, opts) -> int:
         print(f"{r.gate} [{r.profile}]: {r.result.upper()} — {r.reason}")
     print(f"reports: {Path(args.out).resolve()} ({', '.join(sorted(written))})")
     return exit_code(reports, required)
+
+
+def _plans(args, lock, root, opts) -> int:
+    """`gate G --plan` / `all-gates --plan`: each gate's launch plan (gates.plan), printed; nothing runs."""
+    import json
+
+    from .gates import registry
+    from .gates.plan import gate_plan
+    gates = [registry.gate(args.gate)] if args.cmd == "gate" else registry.present(root)
+    plans = []
+    for g in gates:
+        profile = args.profile
+        if profile and args.cmd == "all-gates" and profile not in g.load(root).profiles:
+            profile = None  # --profile names one gate's hardware; the others show their published one
+        plans.append(gate_plan(g, root, lock, profile=profile, out_dir=Path(args.out), cache_dir=opts.cache.root))
+    if args.json:
+        print(json.dumps([p.to_dict() for p in plans] if args.cmd == "all-gates" else plans[0].to_dict(),
+                         indent=2, sort_keys=True))
+        return 0
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    console = Console()
+    for p in plans:
+        t = Table(title=escape(f"launch plan: gate {p.gate} [{p.profile}] (nothing was run)"), show_header=False,
+                  title_justify="left")
+        t.add_column(style="bold")
+        t.add_column(overflow="fold")
+        for line in p.lines():
+            k, _, v = line.partition(": ")
+            t.add_row(escape(k), escape(v))
+        console.print(t)
+    return 0
 
 
 def _verify(args) -> int:

@@ -103,6 +103,7 @@ class ServingSpec:
     profiles: dict
     lines: dict = field(default_factory=dict, repr=False)
     description: str = ""
+    image: str = ""          # the recipe under containers/ the gate runs in
 
     def profile(self, name: str) -> ServingProfile:
         """The named profile; GateError naming the known ones."""
@@ -220,7 +221,8 @@ def load_serving_spec(root: Path, gate: str) -> ServingSpec:
         engine=dict(data.get("engine", {})), timeout_s=float(data.get("timeout-s", 3600)),
         elastic_buffer=dict(data.get("elastic-buffer", {})), vars=dict(data.get("vars", {})), server=data["server"],
         probe=dict(data["probe"]), aiperf=dict(data["aiperf"]), cells=cells, required=reqs["required"],
-        forbidden=reqs["forbidden"], arms=arms, profiles=profiles, lines=lines, description=data.get("description", ""))
+        forbidden=reqs["forbidden"], arms=arms, profiles=profiles, lines=lines, description=data.get("description", ""),
+        image=data["image"])
 
 
 def render(value: str, variables: dict, where: str = "") -> str:

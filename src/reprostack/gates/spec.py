@@ -96,6 +96,7 @@ class GateSpec:
     description: str = ""
     dense: ArmSpec | None = None
     legacy: ArmSpec | None = None
+    image: str = ""          # the recipe under containers/ the gate runs in
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
@@ -127,7 +128,7 @@ def load_spec(root: Path, gate: str) -> GateSpec:
                     args=tuple(data.get("args", ())), env=dict(data.get("env", {})),
                     timeout_s=float(data.get("timeout-s", 1800)), kernels=tuple(data.get("kernels", ())),
                     profiles=profiles, description=data.get("description", ""),
-                    dense=_arm(data.get("dense")), legacy=_arm(data.get("legacy")))
+                    dense=_arm(data.get("dense")), legacy=_arm(data.get("legacy")), image=data["image"])
 
 
 def _profile(name: str, p: dict) -> Profile:

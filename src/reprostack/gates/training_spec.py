@@ -52,6 +52,7 @@ class TrainingSpec:
     arms: dict = field(default_factory=dict)
     profiles: dict = field(default_factory=dict)
     description: str = ""
+    image: str = ""          # the recipe under containers/ the gate runs in
 
     def profile(self, name: str) -> Profile:
         """The profile `name`; raises GateError naming the known ones."""
@@ -92,4 +93,4 @@ def load_training_spec(root: Path, gate: str) -> TrainingSpec:
                         kernels=tuple(data.get("kernels", ())), driver=data.get("driver"),
                         command=tuple(data.get("command", ())), args=tuple(data.get("args", ())),
                         env=dict(data.get("env", {})), arms=arms, profiles=profiles,
-                        description=data.get("description", ""))
+                        description=data.get("description", ""), image=data["image"])

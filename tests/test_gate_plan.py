@@ -1,0 +1,78 @@
+"""`gate G --plan`: every gate's launch plan from its real spec, the real lock and the real recipes, on a CPU
+machine, running nothing (reprostack.gates.plan, cli)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reprostack import cli
+from reprostack.gates import registry
+from reprostack.gates.plan import gate_plan
+from reprostack.launch.plan import docker_run_kwargs
+from reprostack.lock import load
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = load(ROOT / "upstreams.lock")
+IMAGES = {"micro": "deepep", "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "megatron": "megatron",
+          "nemo-rl": "nemo-rl"}
+
+
+@pytest.mark.parametrize("gate", list(IMAGES))
+def test_every_gate_plans_the_published_2x_p5en_run_in_its_image_by_digest(gate, tmp_path):
+    p = gate_plan(registry.gate(gate), ROOT, LOCK, out_dir=tmp_path / "out", images_json=tmp_path / "none.json")
+    assert p.mode == "container" and p.image.recipe == IMAGES[gate]
+    assert (p.nodes, p.gpus_per_node, p.ep_size) == (2, 8, 16) and p.profile.startswith("p5en-efa")
+    base_pin = "cuda-12-9-devel" if gate == "trtllm" else "cuda-13-0-devel"
+    assert p.image.base == LOCK.get(base_pin).ref and "@sha256:" in p.image.base
+    assert p.image.image_id is None and any("not built on this machine" in n for n in p.notes)
+    assert [c.node for c in p.commands] == [0, 1] and p.commands[0].role == "leader"
+    assert p.efa_devices_per_node == 16
+    assert ("memlock", -1, -1) in p.ulimits and p.host_network and p.host_ipc
+    assert p.lock_sha256 == LOCK.sha256 and p.timeout_s > 0
+    assert [m.what for m in p.mounts if not m.read_only] == ["out"]
+    kw = docker_run_kwargs(p, 1, efa_devices=[f"/dev/infiniband/uverbs{i}" for i in range(16)])
+    assert kw["device_requests"][0].capabilities == [["gpu"]] and len(kw["devices"]) == 16
+
+
+def test_plan_commands_are_the_gates_own(tmp_path):
+    micro = gate_plan(registry.gate("micro"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
+    argv = micro.commands[1].argv
+    assert "torch.distributed.run" in argv and "--node-rank=1" in argv
+    assert argv[argv.index("--num-processes") - 1] == "/opt/reprostack/src/deepep/tests/elastic/test_ep.py"
+    assert dict(micro.env)["NCCL_GIN_TYPE"] == "2"
+    vllm = gate_plan(registry.gate("vllm"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
+    assert vllm.commands[0].argv[:2] == ("vllm", "serve") and "--headless" in vllm.commands[1].argv
+    assert dict(vllm.env)["FI_PROVIDER"] == "efa" and "PATH" not in dict(vllm.env)   # the spec's env only
+    trt = gate_plan(registry.gate("trtllm"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
+    assert trt.commands[0].argv[0] == "mpirun" and trt.commands[1].argv[0] == "/usr/sbin/sshd"
+    assert any("unresolved" in n or "cannot be built yet" in n for n in trt.notes)
+    meg = gate_plan(registry.gate("megatron"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
+    assert "/workspace/gates/drivers/megatron_moe.py" in meg.commands[0].argv
+
+
+def test_one_gpu_profile_and_a_build_summary_give_the_built_image(tmp_path):
+    summary = tmp_path / "images.json"
+    summary.write_text(json.dumps({"images": [{"name": "deepep", "tag": "reprostack/deepep:0123456789abcdef",
+                                               "image_id": "sha256:" + "ab" * 32}]}))
+    p = gate_plan(registry.gate("micro"), ROOT, LOCK, profile="h200-ep1", out_dir=tmp_path, images_json=summary)
+    assert (p.nodes, p.gpus_per_node, p.efa_devices_per_node) == (1, 1, 0)
+    assert p.image.image_id == "sha256:" + "ab" * 32 and docker_run_kwargs(p, 0)["image"] == p.image.image_id
+    summary.write_text("{not json")          # a stale or foreign summary loses the ids, never the plan
+    assert gate_plan(registry.gate("micro"), ROOT, LOCK, out_dir=tmp_path, images_json=summary).image.image_id is None
+
+
+def test_cli_plan_prints_and_runs_nothing(tmp_path, capsys):
+    out = tmp_path / "gates"
+    assert cli.main(["gate", "trtllm", "--plan", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "launch plan: gate trtllm [p5en-efa-ep16] (nothing was run)" in text and "cuda:12.9.0-devel-ubuntu24.04" in text
+    assert not out.exists()
+    assert cli.main(["all-gates", "--plan", "--json", "--profile", "h200-ep1", "--out", str(out)]) == 0
+    plans = json.loads(capsys.readouterr().out)
+    assert {p["gate"]: p["profile"] for p in plans} == {
+        "micro": "h200-ep1", "vllm": "p5en-efa-ep16", "sglang": "p5en-efa-ep16", "trtllm": "p5en-efa-ep16",
+        "megatron": "h200-ep1", "nemo_rl": "p5en-efa-2x8"}
+    assert cli.main(["gate", "micro", "--plan", "--profile", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no profile 'nope'" in err[0]
