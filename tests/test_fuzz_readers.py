@@ -10,7 +10,6 @@ stderr line).
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import shutil

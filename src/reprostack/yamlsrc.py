@@ -14,7 +14,6 @@ bounded by the caps, never by the input. libyaml's parser is used when PyYAML ha
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import jsonschema
 import yaml
