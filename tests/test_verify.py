@@ -11,6 +11,7 @@ import pytest
 
 from reprostack import cli
 from reprostack.verify import AiperfSchemaError, ClaimsError, load_claims, parse_export, parse_records, run_verify
+from reprostack.verify.aiperf import check_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PUB = ROOT / "tests" / "fixtures" / "published-2026-07"
@@ -194,3 +195,80 @@ def test_html_page_plots_agg_tok_s_per_arm_published_vs_recomputed(tmp_path):
     assert [x for x, _ in s["sglang"]["published"]] == [4, 8, 32]
     assert s["sglang"]["published"][1] == (8, 67.2)  # the primary figure; 67.3 is the declared ambiguity
     assert abs(s["trtllm-shim"]["recomputed"][2][1] - 586.69) < 0.01
+
+
+# --- the raw records against the aggregate (profile_export.jsonl beside profile_export_aiperf.json) ---
+
+def _tampered(tmp_path, cell: str, edit) -> tuple[int, dict]:
+    """Copy the published fixtures, let `edit(records)` change trtllm-shim/<cell>/profile_export.jsonl (a list of
+    parsed records, edited in place), run `reprostack verify` on the copy; (exit code, results by id)."""
+    d = tmp_path / "pub"
+    shutil.copytree(PUB, d)
+    p = d / "trtllm-shim" / cell / "profile_export.jsonl"
+    recs = [json.loads(x) for x in p.read_text().splitlines()]
+    edit(recs)
+    p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "out"
+    rc = cli.main(["verify", str(d), "--out", str(out)])
+    return rc, {x["claim"]["id"]: x for x in json.loads((out / "verify.json").read_text())["results"]}
+
+
+def test_published_records_agree_with_their_aggregates():
+    for c in ("c4", "c8", "c32"):
+        d = PUB / "trtllm-shim" / c
+        assert check_records(d / "profile_export_aiperf.json", d / "profile_export.jsonl") == []
+
+
+def test_a_dropped_record_is_a_mismatch(tmp_path):
+    rc, r = _tampered(tmp_path, "c8", lambda recs: recs.pop(17))
+    assert rc == 1
+    detail = r["trtllm-shim.c8.agg"]["detail"]
+    assert r["trtllm-shim.c8.agg"]["verdict"] == "mismatch"
+    assert detail.startswith("raw records contradict the aggregate: profile_export.jsonl has 63 records, the "
+                             "aggregate says 64")
+    # every claim recomputed from that folder is held to it; the other cells are untouched
+    assert r["trtllm-shim.requests"]["verdict"] == "mismatch" and r["trtllm-shim.c4.agg"]["verdict"] == "match"
+
+
+def test_a_cancelled_record_is_a_mismatch(tmp_path):
+    def cancel(recs):
+        recs[6]["metadata"]["was_cancelled"] = True
+    rc, r = _tampered(tmp_path, "c4", cancel)
+    assert rc == 1 and r["trtllm-shim.c4.agg"]["verdict"] == "mismatch"
+    assert "profile_export.jsonl: 1 record cancelled (line 7); the aggregate counts 0 errors" in \
+        r["trtllm-shim.c4.agg"]["detail"]
+
+
+def test_an_errored_record_is_a_mismatch(tmp_path):
+    def fail(recs):
+        recs[0]["error"] = {"code": 500, "type": "HTTPError", "message": "boom"}
+    rc, r = _tampered(tmp_path, "c32", fail)
+    assert rc == 1
+    assert "1 record errored (line 1); the aggregate counts 0 errors" in r["trtllm-shim.c32.agg"]["detail"]
+    assert r["trtllm-shim.errors"]["verdict"] == "mismatch"
+
+
+def test_a_changed_value_is_a_mismatch_naming_the_statistic(tmp_path):
+    def slower(recs):
+        recs[3]["metrics"]["time_to_first_token"]["value"] += 40.0
+    rc, r = _tampered(tmp_path, "c4", slower)
+    assert rc == 1
+    detail = r["trtllm-shim.c4.agg"]["detail"]
+    assert re.search(r"recomputed avg time_to_first_token 1123\.7\d* ms vs aggregate 1122\.7\d* ms", detail), detail
+    assert r["trtllm-shim.c4.agg"]["recomputed"] == pytest.approx(66.46206595635347)  # the claimed figure itself
+    # a timestamp moved: the duration and the throughputs recomputed from it disagree
+    def later(recs):
+        recs[-1]["metadata"]["request_end_ns"] += 2_000_000_000
+    rc, r = _tampered(tmp_path / "t2", "c4", later)
+    assert rc == 1 and "recomputed benchmark_duration 79.0364 sec vs aggregate 77.0364 sec" in \
+        r["trtllm-shim.c4.agg"]["detail"]
+
+
+def test_unreadable_records_beside_an_aggregate_are_an_error(tmp_path):
+    def garble(recs):
+        recs[2]["metrics"]["request_latency"] = {"value": "slow", "unit": "ms"}
+    rc, r = _tampered(tmp_path, "c8", garble)
+    assert rc == 2 and r["trtllm-shim.c8.agg"]["verdict"] == "error"
+    assert r["trtllm-shim.c8.agg"]["detail"].endswith(
+        "trtllm-shim/c8/profile_export.jsonl:3: metrics.request_latency.value is a string with unit 'ms', "
+        "expected a number and a unit")

@@ -26,7 +26,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from .errors import LockError
 from .gitcmd import url_problem
-from .yamlsrc import compose, dotted as _dotted, line_of as _line, validate
+from .yamlsrc import compose, dotted as _dotted, line_of as _line, read_bytes, validate
 
 LOCKFILE = "upstreams.lock"
 
@@ -308,10 +308,10 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     path = Path(path)
     root = Path(root) if root is not None else path.resolve().parent
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, LockError)  # at most yamlsrc.MAX_BYTES + 1
     except OSError as e:
         raise LockError(str(path), None, "(file)", e.strerror or str(e)) from None
-    data, lines = compose(raw.decode("utf-8"), str(path), LockError)
+    data, lines = compose(raw, str(path), LockError)  # bounded: size, depth, aliases, UTF-8
     schema = _schema()
     if allow_unfilled:
         schema["$defs"]["wheel"]["else"] = {}

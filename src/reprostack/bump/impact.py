@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from ..errors import ReprostackError
+from ..errors import LocatedError, ReprostackError
 from ..gates import registry
 from ..kernels.recipe import load_recipe
+from ..yamlsrc import load as load_yaml
 
 
 @dataclass(frozen=True)
@@ -41,11 +40,11 @@ def impact(root: Path, upstream: str) -> Impact:
     gates = sorted(registry.gate(n).stem for n, spec in specs.items() if set(getattr(spec, "kernels", ())) & kernels)
     images = []
     for p in sorted((root / "containers").glob("*/image.yaml")):
-        try:
-            d = yaml.safe_load(p.read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ReprostackError(f"{p}: cannot read: {e}") from None
-        used = {d.get("source")} | {s.get("upstream") for s in d.get("sources") or () if isinstance(s, dict)}
+        d = load_yaml(p, LocatedError)[0]
+        if not isinstance(d, dict):
+            raise ReprostackError(f"{p}: a recipe is a mapping")
+        sources = d.get("sources") if isinstance(d.get("sources"), list) else ()
+        used = {d.get("source")} | {s.get("upstream") for s in sources if isinstance(s, dict)}
         if upstream in used:
             images.append(p.parent.name)
     return Impact(tuple(sorted(kernels)), tuple(gates), tuple(images))

@@ -32,7 +32,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-from ..yamlsrc import compose, line_of, validate
+from ..yamlsrc import line_of, validate
+from ..yamlsrc import load as load_yaml
 from .errors import RecipeError
 
 CONTAINERS_DIR = "containers"
@@ -136,8 +137,7 @@ def load_recipe(root: Path, name: str) -> Recipe:
     if not path.is_file():
         known = ", ".join(recipe_names(root)) or "none"
         raise RecipeError(path, None, "(file)", f"no recipe {name!r} (known: {known})")
-    text = path.read_bytes().decode("utf-8")
-    data, lines = compose(text, str(path), RecipeError)
+    data, lines = load_yaml(path, RecipeError)
     if not isinstance(data, dict):
         raise RecipeError(path, 1, "(root)", "a recipe is a mapping")
     validate(data, lines, _schema(), str(path), RecipeError)

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import GateError, LocatedError
-from ..yamlsrc import compose, validate
+from ..yamlsrc import compose, read_bytes, validate
 
 
 class GateSpecError(LocatedError, GateError):
@@ -109,10 +109,10 @@ def read_gate_yaml(root: Path, gate: str, schema: str, file_stem: str | None = N
     names `gate`. Returns (path, raw bytes, data, {yaml path: line}). Raises GateSpecError (FILE:LINE: field)."""
     path = Path(root) / "gates" / f"{file_stem or gate}.yaml"
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, GateSpecError)  # at most yamlsrc.MAX_BYTES + 1
     except OSError as e:
         raise GateSpecError(str(path), None, "(file)", e.strerror or str(e)) from None
-    data, lines = compose(raw.decode(), str(path), GateSpecError)
+    data, lines = compose(raw, str(path), GateSpecError)  # bounded: size, depth, aliases, UTF-8
     validate(data, lines, json.loads(resources.files("reprostack").joinpath(f"schemas/{schema}").read_text()),
              str(path), GateSpecError)
     if data["gate"] != gate:

@@ -1,20 +1,31 @@
 """Kernel build recipes: `kernels/<component>.yaml`, validated, with `{arch}` placeholders.
 
 A recipe enters the build key by its content (`Recipe.digest`: sha256 of the parsed mapping as canonical
-JSON), not its bytes: a comment or layout edit rebuilds nothing, a changed value rebuilds what depends on it."""
+JSON), not its bytes: a comment or layout edit rebuilds nothing, a changed value rebuilds what depends on it.
+Read through yamlsrc (bounded, file:line errors) and validated by schemas/kernel.schema.json."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
-import yaml
-
-from ..errors import BuildError
+from ..errors import BuildError, LocatedError
+from ..yamlsrc import load as load_yaml
+from ..yamlsrc import validate
 
 _KEYS = {"component", "source", "needs", "make", "env", "nccl-floor"}
+
+
+class RecipeError(LocatedError, BuildError):
+    """A kernel recipe is malformed: `FILE:LINE: field: problem`."""
+
+    def __init__(self, path: str, line: int | None, field: str, message: str):
+        super().__init__(path, line, field, message)
+        if field in ("(yaml)", "(file)"):  # `FILE[:LINE]: cannot read recipe: why`
+            self.args = (f"{path}:{line}" if line else str(path)) + f": cannot read recipe: {message}",
 
 
 @dataclass(frozen=True)
@@ -36,11 +47,8 @@ class Recipe:
 def load_recipe(root: Path, component: str) -> Recipe:
     """Read `<root>/kernels/<component>.yaml`. Raises BuildError naming the file and the bad key."""
     path = Path(root) / "kernels" / f"{component}.yaml"
-    try:
-        text = path.read_text()
-        d = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as e:
-        raise BuildError(f"{path}: cannot read recipe: {e}") from None
+    d, lines = load_yaml(path, RecipeError)
+    text = path.read_text(encoding="utf-8")
     if not isinstance(d, dict):
         raise BuildError(f"{path}: a recipe is a mapping")
     unknown = set(d) - _KEYS
@@ -49,6 +57,8 @@ def load_recipe(root: Path, component: str) -> Recipe:
     for k in ("component", "source"):
         if not isinstance(d.get(k), str):
             raise BuildError(f"{path}: `{k}` (a string) is required")
+    schema = json.loads(resources.files("reprostack").joinpath("schemas/kernel.schema.json").read_text())
+    validate(d, lines, schema, str(path), RecipeError)
     if d["component"] != component:
         raise BuildError(f"{path}: component is {d['component']!r}, file name says {component!r}")
     make = d.get("make") or {}

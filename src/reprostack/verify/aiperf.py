@@ -12,14 +12,27 @@ Layouts of `profile_export_aiperf.json` accepted (each metric is an object `{uni
 
 Any other `schema_version` is refused with an AiperfSchemaError that names the file and the version found:
 a layout we have not read is never guessed at. Values are returned in the units the export states.
+
+Both files are read through `jsonsrc` (size, depth, NaN/Infinity and type bounds; file:line messages).
+
+`check_records` holds the aggregate to the raw records beside it: AIPerf 0.10.0 computes every per-request
+statistic with numpy over the valid records (`np.percentile` linear interpolation, population `np.std`;
+aiperf/metrics/metric_dicts.py), `benchmark_duration` as max(request_end_ns) - min(request_start_ns) and the
+throughputs from it, so each of those is recomputed here and compared with a relative tolerance of REL_TOL.
+On the published exports every recomputed statistic agrees to 6.7e-15 relative (float summation order);
+REL_TOL = 1e-6 leaves eight orders of margin and is still ~2,500x finer than half the finest published rounding
+step (0.05 tok/s of 19.5, 2.6e-3 relative), so a record dropped, added or edited moves a statistic past it.
+List-valued metrics (`inter_chunk_latency`) are not recomputed: AIPerf aggregates them per chunk in its own
+way (our recomputed c8 p99 differs by 1.6%), so agreeing with them would prove nothing.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import jsonsrc
 from ..errors import ReprostackError
 
 EXPORT_JSON = "profile_export_aiperf.json"
@@ -81,15 +94,22 @@ def _metric(tag: str, obj, path: Path) -> Metric | None:
     return Metric(tag=tag, unit=str(obj["unit"]), stats=stats)
 
 
+def _meta(data: dict, path: Path) -> dict:
+    meta = data.get("execution_metadata") or {}
+    if not isinstance(meta, dict):
+        raise AiperfSchemaError(f"{path}: execution_metadata is {jsonsrc.kind(meta)}, expected an object")
+    return meta
+
+
 def _errors(summary, path: Path) -> int:
     if summary in (None, []):
         return 0
     if not isinstance(summary, list):
-        raise AiperfSchemaError(f"{path}: error_summary is {type(summary).__name__}, expected a list")
+        raise AiperfSchemaError(f"{path}: error_summary is {jsonsrc.kind(summary)}, expected a list")
     total = 0
     for item in summary:
-        if not isinstance(item, dict) or not isinstance(item.get("count"), int):
-            raise AiperfSchemaError(f"{path}: error_summary entry {item!r} has no integer count")
+        if not isinstance(item, dict) or type(item.get("count")) is not int or item["count"] < 0:
+            raise AiperfSchemaError(f"{path}: error_summary entry {item!r:.100} has no count >= 0")
         total += item["count"]
     return total
 
@@ -97,14 +117,7 @@ def _errors(summary, path: Path) -> int:
 def parse_export(path: Path) -> AiperfExport:
     """Parse one `profile_export_aiperf.json` in any supported layout."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise AiperfSchemaError(f"{path}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise AiperfSchemaError(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
-    if not isinstance(data, dict):
-        raise AiperfSchemaError(f"{path}: top level is {type(data).__name__}, expected an object")
+    data = jsonsrc.load(path, AiperfSchemaError)
     version = data.get("schema_version")
     if version is not None:
         version = str(version)
@@ -120,7 +133,7 @@ def parse_export(path: Path) -> AiperfExport:
         errs = data.get("error_summary", data.get("errors_by_type"))
     elif "execution_metadata" in data or "ai_perf_v1" in data:
         layout, raw = "flat-1.0", data
-        errs = (data.get("execution_metadata") or {}).get("error_summary")
+        errs = _meta(data, path).get("error_summary")
     else:
         raise AiperfSchemaError(f"{path}: no schema_version, no 'records' and no 'execution_metadata': not an AIPerf "
                                 f"export layout this parser knows")
@@ -133,8 +146,12 @@ def parse_export(path: Path) -> AiperfExport:
             metrics[tag] = m
     if not metrics:
         raise AiperfSchemaError(f"{path}: layout {layout}: no metric objects ({{unit, avg, ...}}) found")
-    cancelled = data.get("was_cancelled", (data.get("execution_metadata") or {}).get("was_cancelled"))
-    return AiperfExport(path=path, layout=layout, schema_version=version, aiperf_version=data.get("aiperf_version"),
+    cancelled = data.get("was_cancelled", _meta(data, path).get("was_cancelled"))
+    if cancelled is not None and not isinstance(cancelled, bool):
+        raise AiperfSchemaError(f"{path}: was_cancelled is {jsonsrc.kind(cancelled)}, expected true or false")
+    aiperf_version = data.get("aiperf_version")
+    return AiperfExport(path=path, layout=layout, schema_version=version,
+                        aiperf_version=None if aiperf_version is None else str(aiperf_version),
                         metrics=metrics, error_count=_errors(errs, path), was_cancelled=cancelled)
 
 
@@ -148,35 +165,158 @@ class RecordCounts:
     error_types: dict   # error type/code -> count
 
 
+@dataclass(frozen=True)
+class Record:
+    """One request of a `profile_export.jsonl`, reduced to what is checked: its scalar metrics and timestamps."""
+    line: int
+    error: str | None           # error type/code, None for none
+    cancelled: bool
+    metrics: dict               # tag -> (value, unit), numeric scalars only
+    start_ns: int | None        # metadata.request_start_ns
+    end_ns: int | None          # metadata.request_end_ns
+
+
+def read_records(path: Path) -> list[Record]:
+    """Every record of a `profile_export.jsonl` (bounded: see jsonsrc); AiperfSchemaError names FILE:LINE."""
+    out = []
+    for n, rec in jsonsrc.iter_jsonl(path, AiperfSchemaError):
+        meta = rec.get("metadata", {})
+        metrics = rec.get("metrics", {})
+        if not isinstance(meta, dict) or not isinstance(metrics, dict):
+            raise AiperfSchemaError(f"{path}:{n}: a record must be an object with 'metadata' and 'metrics' objects")
+        err = rec.get("error") or meta.get("error")
+        if err:
+            err = str(err.get("type") or err.get("code") or "error") if isinstance(err, dict) else str(err)
+        cancelled = meta.get("was_cancelled", False)
+        if not isinstance(cancelled, bool):
+            raise AiperfSchemaError(f"{path}:{n}: metadata.was_cancelled is {jsonsrc.kind(cancelled)}, "
+                                    f"expected true or false")
+        scalars = {}
+        for tag, m in metrics.items():
+            if not isinstance(m, dict) or "value" not in m:
+                raise AiperfSchemaError(f"{path}:{n}: metrics.{tag} must be an object with a 'value'")
+            if isinstance(m["value"], list):
+                continue  # per-chunk lists: not recomputed (see the module doc)
+            if not jsonsrc.number(m["value"]) or not isinstance(m.get("unit"), str):
+                raise AiperfSchemaError(f"{path}:{n}: metrics.{tag}.value is {jsonsrc.kind(m['value'])} "
+                                        f"with unit {m.get('unit')!r:.40}, expected a number and a unit")
+            scalars[tag] = (m["value"], m["unit"])
+        stamps = []
+        for k in ("request_start_ns", "request_end_ns"):
+            v = meta.get(k)
+            if v is not None and type(v) is not int:
+                raise AiperfSchemaError(f"{path}:{n}: metadata.{k} is {jsonsrc.kind(v)}, expected an integer")
+            stamps.append(v)
+        out.append(Record(n, err or None, cancelled, scalars, *stamps))
+    return out
+
+
 def parse_records(path: Path) -> RecordCounts:
     """Count the per-request records of a `profile_export.jsonl`: an `error` object (top level or in metadata)
     marks a failed request; `metadata.was_cancelled` a cancelled one; everything else completed."""
     path = Path(path)
-    total = completed = errors = cancelled = 0
+    records = read_records(path)
     types: dict[str, int] = {}
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise AiperfSchemaError(f"{path}: {e.strerror or e}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
+    for r in records:
+        if r.error:
+            types[r.error] = types.get(r.error, 0) + 1
+    errors = sum(1 for r in records if r.error)
+    cancelled = sum(1 for r in records if r.cancelled and not r.error)
+    return RecordCounts(path=path, total=len(records), completed=len(records) - errors - cancelled, errors=errors,
+                        cancelled=cancelled, error_types=types)
+
+
+REL_TOL = 1e-6
+_PCT = {"p1": 1, "p5": 5, "p10": 10, "p25": 25, "p50": 50, "p75": 75, "p90": 90, "p95": 95, "p99": 99}
+
+
+def _percentile(sorted_values: list, q: float) -> float:
+    """numpy.percentile's default (linear interpolation between closest ranks)."""
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _stats(values: list) -> dict:
+    n = len(values)
+    s = sorted(values)
+    mean = math.fsum(values) / n
+    out = {"avg": mean, "min": s[0], "max": s[-1], "sum": math.fsum(values), "count": n,
+           "std": math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)}
+    out.update({k: _percentile(s, q) for k, q in _PCT.items()})
+    return out
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= REL_TOL * max(abs(a), abs(b)) + 1e-9
+
+
+def _lines(records: list, limit: int = 5) -> str:
+    ns = [str(r.line) for r in records[:limit]]
+    return ("line " if len(records) == 1 else "lines ") + ", ".join(ns) + (", ..." if len(records) > limit else "")
+
+
+def check_records(export_path: Path, records_path: Path) -> list[str]:
+    """Why the raw records of `records_path` contradict the aggregate `export_path` (empty: they agree).
+
+    Checked: the count of completed records against `request_count`; errored and cancelled records against the
+    aggregate's error count; every statistic of every scalar per-request metric the aggregate also has (same
+    unit); benchmark_duration and the throughputs derived from it. Raises AiperfSchemaError for a file that
+    cannot be read."""
+    export = parse_export(export_path)
+    records = read_records(records_path)
+    name = Path(records_path).name
+    why = []
+    errored = [r for r in records if r.error]
+    cancelled = [r for r in records if r.cancelled and not r.error]
+    done = [r for r in records if not r.error and not r.cancelled]
+    if "request_count" in export.metrics:
+        agg = export.request_count
+        if len(done) != agg:
+            kind = "records" if len(done) == len(records) else "completed records"
+            why.append(f"{name} has {len(done)} {kind}, the aggregate says {agg}")
+    if len(errored) + len(cancelled) != export.error_count:
+        parts = ([f"{len(cancelled)} record{'s' * (len(cancelled) != 1)} cancelled ({_lines(cancelled)})"]
+                 if cancelled else []) + \
+                ([f"{len(errored)} record{'s' * (len(errored) != 1)} errored ({_lines(errored)})"] if errored else [])
+        why.append(f"{name}: {', '.join(parts) or 'no failed record'}; the aggregate counts {export.error_count} "
+                   f"error{'s' * (export.error_count != 1)}")
+    if not done:
+        return why
+    tags = {}
+    for r in done:
+        for tag, (v, unit) in r.metrics.items():
+            tags.setdefault(tag, ([], unit))[0].append(v)
+    for tag, (values, unit) in tags.items():
+        m = export.metrics.get(tag)
+        if m is None:
             continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise AiperfSchemaError(f"{path}:{n}: not JSON: {e.msg}") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("metadata", {}), dict):
-            raise AiperfSchemaError(f"{path}:{n}: a record must be an object with a 'metadata' object")
-        meta = rec.get("metadata", {})
-        total += 1
-        err = rec.get("error") or meta.get("error")
-        if err:
-            errors += 1
-            key = str(err.get("type") or err.get("code") or "error") if isinstance(err, dict) else str(err)
-            types[key] = types.get(key, 0) + 1
-        elif meta.get("was_cancelled"):
-            cancelled += 1
-        else:
-            completed += 1
-    return RecordCounts(path=path, total=total, completed=completed, errors=errors, cancelled=cancelled,
-                        error_types=types)
+        if m.unit != unit:
+            why.append(f"{tag}: records in {unit!r}, the aggregate in {m.unit!r}")
+            continue
+        mine = _stats(values)
+        for stat, theirs in m.stats.items():
+            if stat in mine and not _close(mine[stat], theirs):
+                u = "" if stat == "count" else f" {unit}"
+                why.append(f"recomputed {stat} {tag} {_num(mine[stat])}{u} vs aggregate {_num(theirs)}{u}")
+    starts = [r.start_ns for r in done if r.start_ns is not None]
+    ends = [r.end_ns for r in done if r.end_ns is not None]
+    if len(starts) == len(ends) == len(done) and max(ends) > min(starts):
+        dur = (max(ends) - min(starts)) / 1e9
+        osl = tags.get("output_sequence_length", ([], ""))[0]
+        isl = tags.get("input_sequence_length", ([], ""))[0]
+        derived = {"benchmark_duration": dur, "request_throughput": len(done) / dur}
+        if len(osl) == len(done):
+            derived["output_token_throughput"] = math.fsum(osl) / dur
+            if len(isl) == len(done):
+                derived["total_token_throughput"] = (math.fsum(osl) + math.fsum(isl)) / dur
+        for tag, v in derived.items():
+            m = export.metrics.get(tag)
+            if m is not None and "avg" in m.stats and not _close(v, m.stats["avg"]):
+                why.append(f"recomputed {tag} {_num(v)} {m.unit} vs aggregate {_num(m.stats['avg'])} {m.unit}")
+    return why
+
+
+def _num(v: float) -> str:
+    return f"{v:.6g}"

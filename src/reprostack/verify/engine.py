@@ -8,6 +8,11 @@ half a rounding step but no more than one whole step, which is what a double rou
 (no folder holds every artifact the claim names) and `error` (an artifact exists but cannot be read, e.g. an
 unsupported AIPerf schema).
 
+The aggregate is not trusted alone: where a claim's folder holds `profile_export.jsonl` beside
+`profile_export_aiperf.json`, the raw records are held to the aggregate (aiperf.check_records: request count,
+errored/cancelled records, every recomputable statistic) and any contradiction makes the claim a `mismatch`
+whose detail says why, whatever the claimed figure.
+
 Exit codes (run_verify): 0 every claim matched or is a declared ambiguity; 1 at least one mismatch;
 3 no mismatch but an artifact is missing; 2 an artifact could not be read or the claims file is invalid.
 """
@@ -22,8 +27,8 @@ from pathlib import Path
 
 from ..atomicfile import write_text_atomic
 from ..errors import LocatedError, ReprostackError
-from ..yamlsrc import compose, validate
-from .aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export, parse_records
+from ..yamlsrc import load as load_yaml, validate
+from .aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, check_records, parse_export, parse_records
 
 VERDICTS = ("match", "ambiguous", "mismatch", "artifact missing", "error")
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_MISSING = 0, 1, 2, 3
@@ -63,11 +68,7 @@ class Result:
 
 def load_claims(path: Path) -> list[Claim]:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ClaimsError(str(path), None, "(file)", e.strerror or str(e)) from None
-    data, lines = compose(text, str(path), ClaimsError)
+    data, lines = load_yaml(path, ClaimsError)
     schema = json.loads(resources.files("reprostack").joinpath("schemas/claims.schema.json").read_text())
     validate(data, lines, schema, str(path), ClaimsError)
     claims, seen = [], {}
@@ -131,8 +132,20 @@ def judge(claim: Claim, recomputed: float) -> str:
     return "mismatch"
 
 
+def _contradictions(paths: list[Path], seen: dict) -> list[str]:
+    """check_records for each folder of `paths` holding both exports (memoized in `seen` by folder)."""
+    why = []
+    for folder in dict.fromkeys(p.parent for p in paths):
+        if folder not in seen:
+            agg, raw = folder / EXPORT_JSON, folder / EXPORT_JSONL
+            seen[folder] = check_records(agg, raw) if agg.is_file() and raw.is_file() else []
+        why += seen[folder]
+    return why
+
+
 def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
     out = []
+    checked: dict = {}
     for c in claims:
         paths = _find(dirs, c.artifacts)
         if paths is None:
@@ -141,6 +154,7 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
             continue
         try:
             value, unit = _recompute(c, paths)
+            contradictions = _contradictions(paths, checked)
         except (AiperfSchemaError, KeyError) as e:
             out.append(Result(c, "error", detail=str(e).strip("'\""), artifacts=tuple(map(str, paths))))
             continue
@@ -151,6 +165,9 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
         ratio = value / c.value if c.value else None  # no ratio to a published 0
         verdict = judge(c, value)
         detail = c.ambiguity if verdict == "ambiguous" else ""
+        if contradictions:
+            more = f" (+{len(contradictions) - 3} more)" if len(contradictions) > 3 else ""
+            verdict, detail = "mismatch", "raw records contradict the aggregate: " + "; ".join(contradictions[:3]) + more
         out.append(Result(c, verdict, value, unit, ratio, detail, tuple(map(str, paths))))
     return out
 
