@@ -64,6 +64,20 @@ def _pip(python: Path, args: list[str], log: Path) -> None:
         raise GateError(f"pip {' '.join(args[:2])} for aiperf failed (exit {rc}); log {log}:\n" + "\n".join(tail))
 
 
+def _make_venv(base_python: str, venv: Path) -> None:
+    """`base_python -m venv venv`, or GateError with the first paragraph it printed (nothing left behind).
+    Debian and Ubuntu ship venv's pip bootstrap (ensurepip) apart, in python3-venv: without it this fails."""
+    try:
+        r = subprocess.run([base_python, "-m", "venv", str(venv)], capture_output=True, text=True)
+    except OSError as e:
+        raise GateError(f"cannot make the aiperf venv with {base_python}: {e.strerror or e}") from None
+    if r.returncode != 0:
+        shutil.rmtree(venv, ignore_errors=True)
+        said = " ".join(((r.stderr + r.stdout).strip() or "no output").split("\n\n")[0].split())[:300]
+        hint = " -- as root: apt-get install -y python3-venv" if "ensurepip" in r.stdout + r.stderr else ""
+        raise GateError(f"{base_python} -m venv {venv} failed (exit {r.returncode}): {said}{hint}")
+
+
 def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str = sys.executable) -> AiperfTool:
     """Return the pinned AIPerf, building its venv under `<cache_root>/tools/` when absent.
 
@@ -90,7 +104,7 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
     log.write_text("")
     print(f"reprostack: building the pinned AIPerf {pin.version} venv once in {venv} (about 1 GB from the index, "
           f"a few minutes; log {log})", file=sys.stderr, flush=True)
-    subprocess.run([base_python, "-m", "venv", str(venv)], check=True)
+    _make_venv(base_python, venv)
     with tempfile.TemporaryDirectory(prefix="aiperf-wheel-") as tmp:
         _pip(python, ["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{pin.name}=={pin.version}"], log)
         wheels = sorted(Path(tmp).glob("*.whl"))
