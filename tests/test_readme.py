@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from reprostack.errors import GateError
+from reprostack.errors import BuildError, GateError
 from reprostack.gates import aiperftool
+from reprostack.kernels.toolchain import detect
 from reprostack.lock import load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,3 +144,14 @@ def test_aiperf_with_a_base_python_that_does_not_exist_is_a_gate_error(tmp_path)
     with pytest.raises(GateError, match=r"cannot make the aiperf venv with .*no-python: No such file"):
         aiperftool.ensure_aiperf(load(REPO / "upstreams.lock"), tmp_path / "cache", REPO, base_python=str(missing))
     assert not any((tmp_path / "cache" / "tools").glob("aiperf-*/bin"))
+
+
+def test_a_python_without_torch_names_the_setting_that_picks_another(tmp_path):
+    # the venv of the README's commands on the H200, whose torch lives in /opt/torch/.venv: no torch there
+    if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter holds torch")
+    with pytest.raises(BuildError) as e:
+        detect(sys.executable, arch="90")
+    msg = str(e.value)
+    assert msg.startswith(f"{sys.executable} cannot import torch (ModuleNotFoundError: ")
+    assert "--python" in msg and "REPROSTACK_TORCH_PYTHON" in msg and "\n" not in msg
