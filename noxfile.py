@@ -28,21 +28,6 @@ def _install(session: nox.Session, extra: str = "") -> None:
         session.install(target)
 
 
-# Builds (once) and prints the pinned AIPerf; a ReprostackError (e.g. no python3-venv) is one line, exit 2.
-_ENSURE_AIPERF = """
-import sys
-from pathlib import Path
-from reprostack.errors import ReprostackError
-from reprostack.gates.aiperftool import ensure_aiperf
-from reprostack.lock import load
-try:
-    print(ensure_aiperf(load("upstreams.lock"), Path(sys.argv[1]), Path(".")).exe)
-except ReprostackError as e:
-    print(f"reprostack: error: {e}", file=sys.stderr)
-    sys.exit(2)
-"""
-
-
 @nox.session(tags=["ci"])
 def tests(session: nox.Session) -> None:
     """CPU test suite (no GPU, no network)."""
@@ -50,7 +35,7 @@ def tests(session: nox.Session) -> None:
     # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv,
     # which the serving-gate tests drive against the test server; built once into .cache/test-tools.
     tools = os.environ.setdefault("REPROSTACK_TEST_TOOLS", str(Path(".cache/test-tools").resolve()))
-    session.run("python", "-c", _ENSURE_AIPERF, tools)
+    session.run("python", "-m", "reprostack.gates.aiperftool", tools)
     session.run("pytest", *session.posargs, env={"REPROSTACK_TEST_TOOLS": tools})
 
 

@@ -155,3 +155,14 @@ def test_a_python_without_torch_names_the_setting_that_picks_another(tmp_path):
     msg = str(e.value)
     assert msg.startswith(f"{sys.executable} cannot import torch (ModuleNotFoundError: ")
     assert "--python" in msg and "REPROSTACK_TORCH_PYTHON" in msg and "\n" not in msg
+
+
+def test_the_tests_session_aiperf_step_fails_in_one_line(tmp_path):
+    # `nox -s tests` runs `python -m reprostack.gates.aiperftool DIR` from the clone; here from a folder with no lock
+    r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool", str(tmp_path / "tools")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == "reprostack: error: upstreams.lock: (file): No such file or directory\n"
+    assert not (tmp_path / "tools").exists()
+    r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool"], capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (2, "usage: python -m reprostack.gates.aiperftool CACHE_ROOT\n")

@@ -5,6 +5,8 @@ AIPerf 0.10.0 needs ~130 packages (transformers, datasets, pandas, pyarrow, matp
 `<cache>/tools/aiperf-<version>-<sha12>-py<X.Y>/` once (the wheel downloaded with `pip download --no-deps`,
 its sha256 checked against `upstreams.lock`, then installed with `gates/aiperf-constraints.txt` as pip
 constraints) and marks it verified; later calls reuse it. `REPROSTACK_WHEELHOUSE` makes pip use only that folder.
+The venv comes from `python -m venv`, which needs ensurepip (Debian/Ubuntu: the python3-venv package); a failure is
+one GateError line. `python -m reprostack.gates.aiperftool CACHE_ROOT` (the tests session's install step) builds it.
 
 `make_test_tokenizer` writes a tiny HuggingFace tokenizer folder (WordLevel, whitespace split) with the tool
 venv's `tokenizers` package: AIPerf needs a tokenizer, and a local folder needs no network. AIPerf 0.10.0 must
@@ -24,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..digest import sha256_file
-from ..errors import GateError
-from ..lock import Lock, WheelPin
+from ..errors import GateError, ReprostackError
+from ..lock import Lock, WheelPin, load
 
 PIN = "aiperf"
 _MARKER = ".reprostack-verified.json"
@@ -146,3 +148,22 @@ def make_test_tokenizer(tool: AiperfTool, out_dir: Path) -> Path:
     if r.returncode != 0:
         raise GateError(f"building the test tokenizer in {out_dir} failed: {r.stderr.strip()[-800:]}")
     return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m reprostack.gates.aiperftool CACHE_ROOT`: build (once) the lock's AIPerf under CACHE_ROOT and print
+    its `aiperf` script (the tests session's install step); a ReprostackError is one line on stderr, exit 2."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m reprostack.gates.aiperftool CACHE_ROOT", file=sys.stderr)
+        return 2
+    try:
+        print(ensure_aiperf(load("upstreams.lock"), Path(args[0]), Path(".")).exe)
+    except ReprostackError as e:
+        print(f"reprostack: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
