@@ -26,7 +26,7 @@ from reprostack.lock import load
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
-VENV_LINE = ["python3", "-m", "venv", "--system-site-packages", ".venv"]
+VENV_LINE = ["python3", "-m", "venv", ".venv"]
 
 
 def _opening_commands() -> list[list[list[str]]]:
@@ -84,7 +84,8 @@ def test_readme_opens_with_the_main_job_and_the_test_suite():
 def test_readme_commands_make_a_venv_and_install_only_into_it():
     sessions = _nox_sessions()
     for venv, pip, nox in _opening_commands():
-        assert venv == VENV_LINE, "the first step makes .venv (system site: a system-wide torch stays visible)"
+        # own site-packages only: with the system's visible, a nox already there leaves no .venv/bin/nox
+        assert venv == VENV_LINE, "the first step makes .venv"
         # never the system pip (PEP 668 refuses it on Debian 13 / Ubuntu 24.04): the venv's own
         assert pip[:2] == [".venv/bin/pip", "install"]
         assert _nox_pin() in pip, f"README installs {pip}, pyproject's test extra pins {_nox_pin()}"
