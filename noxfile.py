@@ -35,9 +35,7 @@ def tests(session: nox.Session) -> None:
     # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv,
     # which the serving-gate tests drive against the test server; built once into .cache/test-tools.
     tools = os.environ.setdefault("REPROSTACK_TEST_TOOLS", str(Path(".cache/test-tools").resolve()))
-    session.run("python", "-c", "import sys; from pathlib import Path; from reprostack.lock import load; "
-                "from reprostack.gates.aiperftool import ensure_aiperf; "
-                "print(ensure_aiperf(load('upstreams.lock'), Path(sys.argv[1]), Path('.')).exe)", tools)
+    session.run("python", "-m", "reprostack.gates.aiperftool", tools)
     session.run("pytest", *session.posargs, env={"REPROSTACK_TEST_TOOLS": tools})
 
 

@@ -5,6 +5,8 @@ AIPerf 0.10.0 needs ~130 packages (transformers, datasets, pandas, pyarrow, matp
 `<cache>/tools/aiperf-<version>-<sha12>-py<X.Y>/` once (the wheel downloaded with `pip download --no-deps`,
 its sha256 checked against `upstreams.lock`, then installed with `gates/aiperf-constraints.txt` as pip
 constraints) and marks it verified; later calls reuse it. `REPROSTACK_WHEELHOUSE` makes pip use only that folder.
+The venv comes from `python -m venv`, which needs ensurepip (Debian/Ubuntu: the python3-venv package); a failure is
+one GateError line. `python -m reprostack.gates.aiperftool CACHE_ROOT` (the tests session's install step) builds it.
 
 `make_test_tokenizer` writes a tiny HuggingFace tokenizer folder (WordLevel, whitespace split) with the tool
 venv's `tokenizers` package: AIPerf needs a tokenizer, and a local folder needs no network. AIPerf 0.10.0 must
@@ -24,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..digest import sha256_file
-from ..errors import GateError
-from ..lock import Lock, WheelPin
+from ..errors import GateError, ReprostackError
+from ..lock import Lock, WheelPin, load
 
 PIN = "aiperf"
 _MARKER = ".reprostack-verified.json"
@@ -64,6 +66,20 @@ def _pip(python: Path, args: list[str], log: Path) -> None:
         raise GateError(f"pip {' '.join(args[:2])} for aiperf failed (exit {rc}); log {log}:\n" + "\n".join(tail))
 
 
+def _make_venv(base_python: str, venv: Path) -> None:
+    """`base_python -m venv venv`, or GateError with the first paragraph it printed (nothing left behind).
+    Debian and Ubuntu ship venv's pip bootstrap (ensurepip) apart, in python3-venv: without it this fails."""
+    try:
+        r = subprocess.run([base_python, "-m", "venv", str(venv)], capture_output=True, text=True)
+    except OSError as e:
+        raise GateError(f"cannot make the aiperf venv with {base_python}: {e.strerror or e}") from None
+    if r.returncode != 0:
+        shutil.rmtree(venv, ignore_errors=True)
+        said = " ".join(((r.stderr + r.stdout).strip() or "no output").split("\n\n")[0].split())[:300]
+        hint = " -- as root: apt-get install -y python3-venv" if "ensurepip" in r.stdout + r.stderr else ""
+        raise GateError(f"{base_python} -m venv {venv} failed (exit {r.returncode}): {said}{hint}")
+
+
 def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str = sys.executable) -> AiperfTool:
     """Return the pinned AIPerf, building its venv under `<cache_root>/tools/` when absent.
 
@@ -90,7 +106,7 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
     log.write_text("")
     print(f"reprostack: building the pinned AIPerf {pin.version} venv once in {venv} (about 1 GB from the index, "
           f"a few minutes; log {log})", file=sys.stderr, flush=True)
-    subprocess.run([base_python, "-m", "venv", str(venv)], check=True)
+    _make_venv(base_python, venv)
     with tempfile.TemporaryDirectory(prefix="aiperf-wheel-") as tmp:
         _pip(python, ["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{pin.name}=={pin.version}"], log)
         wheels = sorted(Path(tmp).glob("*.whl"))
@@ -132,3 +148,22 @@ def make_test_tokenizer(tool: AiperfTool, out_dir: Path) -> Path:
     if r.returncode != 0:
         raise GateError(f"building the test tokenizer in {out_dir} failed: {r.stderr.strip()[-800:]}")
     return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m reprostack.gates.aiperftool CACHE_ROOT`: build (once) the lock's AIPerf under CACHE_ROOT and print
+    its `aiperf` script (the tests session's install step); a ReprostackError is one line on stderr, exit 2."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m reprostack.gates.aiperftool CACHE_ROOT", file=sys.stderr)
+        return 2
+    try:
+        print(ensure_aiperf(load("upstreams.lock"), Path(args[0]), Path(".")).exe)
+    except ReprostackError as e:
+        print(f"reprostack: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -98,7 +98,8 @@ def detect(python: str, *, arch: str | None = None) -> Toolchain:
         raise BuildError(f"cannot probe {python}: {e}") from None
     if "torch" not in probe:
         raise BuildError(f"{python} cannot import torch ({probe.get('torch_error')}); kernels are built "
-                         f"against the torch of the Python that will run them")
+                         f"against the torch of the Python that will run them: pass --python (nox: set "
+                         f"REPROSTACK_TORCH_PYTHON) to the interpreter that holds torch")
     toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     nvcc = shutil.which("nvcc") or os.path.join(toolkit, "bin", "nvcc")
     arch = arch or gpu_arch()

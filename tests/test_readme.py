@@ -1,0 +1,169 @@
+"""The README's opening commands and `.ci/run` stay runnable on a fresh Debian/Ubuntu machine.
+
+A stock Debian 13 / Ubuntu 24.04 refuses `pip install` into the system Python (PEP 668), so the README's two
+opening commands make `.venv` and install the pinned nox and the `reprostack` CLI there; `.ci/run` runs the same
+line. These tests parse the README's first fenced block and check its form against the files it names
+(noxfile sessions, pyproject's pins and entry point, .ci/run), so an edit cannot silently break them. They run
+nothing that needs the network; the venv's pip bootstrap failing (no python3-venv) is checked with a real
+`python -m venv` that fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reprostack.errors import BuildError, GateError
+from reprostack.gates import aiperftool
+from reprostack.kernels.toolchain import detect
+from reprostack.lock import load
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+VENV_LINE = ["python3", "-m", "venv", ".venv"]
+
+
+def _opening_commands() -> list[list[list[str]]]:
+    """The README's first fenced block: one entry per line, each a list of `&&`-joined commands (argv lists)."""
+    text = README.read_text()
+    m = re.search(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)
+    assert m, "README.md has no fenced block"
+    assert m.group(1) == "bash", f"README.md's first fenced block is {m.group(1)!r}, expected bash"
+    lines = [ln for ln in m.group(2).splitlines() if ln.strip()]
+    out = []
+    for ln in lines:
+        words = shlex.split(ln, comments=True)
+        cmds, cur = [], []
+        for w in words:
+            if w == "&&":
+                cmds.append(cur)
+                cur = []
+            else:
+                cur.append(w)
+        cmds.append(cur)
+        assert all(cmds), f"README.md: empty command in {ln!r}"
+        out.append(cmds)
+    return out
+
+
+def _nox_sessions() -> set[str]:
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for d in node.decorator_list:
+                target = d.func if isinstance(d, ast.Call) else d
+                if ast.unparse(target) == "nox.session":
+                    names.add(node.name)
+    return names
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _nox_pin() -> str:
+    pins = [r for r in _pyproject()["project"]["optional-dependencies"]["test"] if r.startswith("nox==")]
+    assert len(pins) == 1
+    return pins[0]
+
+
+def test_readme_opens_with_the_main_job_and_the_test_suite():
+    lines = _opening_commands()
+    assert len(lines) == 2, f"README.md's first block has {len(lines)} commands, expected 2 (main job, tests)"
+    assert [line[-1][-2:] for line in lines] == [["-s", "gate_micro"], ["-s", "tests"]]
+
+
+def test_readme_commands_make_a_venv_and_install_only_into_it():
+    sessions = _nox_sessions()
+    for venv, pip, nox in _opening_commands():
+        # own site-packages only: with the system's visible, a nox already there leaves no .venv/bin/nox
+        assert venv == VENV_LINE, "the first step makes .venv"
+        # never the system pip (PEP 668 refuses it on Debian 13 / Ubuntu 24.04): the venv's own
+        assert pip[:2] == [".venv/bin/pip", "install"]
+        assert _nox_pin() in pip, f"README installs {pip}, pyproject's test extra pins {_nox_pin()}"
+        assert pip[pip.index("-e") + 1] == "." and (REPO / "pyproject.toml").is_file()
+        assert nox[0] == ".venv/bin/nox" and nox[1] == "-s" and nox[2] in sessions
+
+
+def test_readme_reprostack_cli_is_declared_and_resolves():
+    scripts = _pyproject()["project"]["scripts"]
+    assert set(scripts) == {"reprostack"}
+    module, func = scripts["reprostack"].split(":")
+    assert (REPO / "src" / Path(*module.split("."))).with_suffix(".py").is_file()
+    mod = __import__(module, fromlist=[func])
+    assert callable(getattr(mod, func))
+
+
+def test_readme_fenced_blocks_never_pip_install_into_the_system_python():
+    blocks = re.findall(r"^```\w*\n(.*?)^```", README.read_text(), re.S | re.M)
+    for block in blocks:
+        for ln in block.splitlines():
+            if re.search(r"\bpip3? install\b", ln):
+                assert re.search(r"(^|&& )\.venv/bin/pip install\b", ln), f"README.md: system pip in {ln!r}"
+
+
+def test_ci_run_uses_the_readme_venv_line_and_the_files_it_names_exist():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert " ".join(VENV_LINE) in ci
+    assert f".venv/bin/pip install --quiet {_nox_pin()} -e ." in ci
+    assert ".venv/bin/nox -s tests" in ci
+    code = "\n".join(ln.split(" # ")[0] for ln in ci.splitlines() if not ln.lstrip().startswith("#"))
+    assert "pip install" not in code.replace(".venv/bin/pip install", ""), "pip install outside .venv"
+    for path in re.findall(r"\btests/[\w./]+\.py\b", ci):
+        assert (REPO / path).is_file(), f".ci/run names {path}, which does not exist"
+
+
+def test_ci_run_refuses_an_unknown_argument_in_one_line():
+    r = subprocess.run(["bash", str(REPO / ".ci" / "run"), "--bogus"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert r.stderr == ".ci/run: unknown argument '--bogus' (usage: .ci/run [setup])\n"
+
+
+def test_aiperf_venv_that_cannot_be_made_is_one_line(tmp_path):
+    # a real `python -m venv` that fails (its target is a file), as it does without Debian's python3-venv
+    target = tmp_path / "venv"
+    target.write_text("not a folder\n")
+    with pytest.raises(GateError) as e:
+        aiperftool._make_venv(sys.executable, target)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{sys.executable} -m venv {target} failed (exit 1): ")
+    assert "Unable to create directory" in msg and "python3-venv" not in msg   # the hint is for ensurepip only
+    assert target.read_text() == "not a folder\n"   # what was there is not ours to delete
+
+
+def test_aiperf_with_a_base_python_that_does_not_exist_is_a_gate_error(tmp_path):
+    missing = tmp_path / "no-python"
+    with pytest.raises(GateError, match=r"cannot make the aiperf venv with .*no-python: No such file"):
+        aiperftool.ensure_aiperf(load(REPO / "upstreams.lock"), tmp_path / "cache", REPO, base_python=str(missing))
+    assert not any((tmp_path / "cache" / "tools").glob("aiperf-*/bin"))
+
+
+def test_a_python_without_torch_names_the_setting_that_picks_another(tmp_path):
+    # the venv of the README's commands on the H200, whose torch lives in /opt/torch/.venv: no torch there
+    if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter holds torch")
+    with pytest.raises(BuildError) as e:
+        detect(sys.executable, arch="90")
+    msg = str(e.value)
+    assert msg.startswith(f"{sys.executable} cannot import torch (ModuleNotFoundError: ")
+    assert "--python" in msg and "REPROSTACK_TORCH_PYTHON" in msg and "\n" not in msg
+
+
+def test_the_tests_session_aiperf_step_fails_in_one_line(tmp_path):
+    # `nox -s tests` runs `python -m reprostack.gates.aiperftool DIR` from the clone; here from a folder with no lock
+    r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool", str(tmp_path / "tools")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == "reprostack: error: upstreams.lock: (file): No such file or directory\n"
+    assert not (tmp_path / "tools").exists()
+    r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool"], capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (2, "usage: python -m reprostack.gates.aiperftool CACHE_ROOT\n")
