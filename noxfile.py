@@ -7,6 +7,8 @@ wheels (see README) and pass `-- --offline --bundle FILE`.
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +18,21 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
 
 # The interpreter that holds torch (the image's); kernels are built and run with it, never with nox's venv.
-TORCH_PYTHON = os.environ.get("REPROSTACK_TORCH_PYTHON", sys.executable)
+def torch_python() -> str:
+    """The interpreter that holds torch: $REPROSTACK_TORCH_PYTHON, else the first of the Python running nox and
+    the `python3` on PATH that can import torch (the README's nox lives in .venv, the GPU image's torch in its own
+    Python, e.g. /opt/torch/.venv/bin/python3 on the lent H200), else the Python running nox (the gate then says
+    which variable to set)."""
+    if os.environ.get("REPROSTACK_TORCH_PYTHON"):
+        return os.environ["REPROSTACK_TORCH_PYTHON"]
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
+    for cand in (sys.executable, shutil.which("python3")):
+        try:
+            if cand and subprocess.run([cand, "-c", probe], capture_output=True, timeout=60).returncode == 0:
+                return cand
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return sys.executable
 
 
 def _install(session: nox.Session, extra: str = "") -> None:
@@ -94,7 +110,7 @@ def _gate(session: nox.Session, *command: str) -> int:
             out = a.split("=", 1)[1]
     summary = Path(out, "summary.json")
     summary.unlink(missing_ok=True)
-    session.run("reprostack", *command, "--python", TORCH_PYTHON, *args, success_codes=[0, 1, 3])
+    session.run("reprostack", *command, "--python", torch_python(), *args, success_codes=[0, 1, 3])
     if not summary.is_file():
         session.error(f"no {summary} was written: the gate did not finish (see the output above)")
     data = json.loads(summary.read_text())

@@ -167,3 +167,28 @@ def test_the_tests_session_aiperf_step_fails_in_one_line(tmp_path):
     assert not (tmp_path / "tools").exists()
     r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool"], capture_output=True, text=True)
     assert (r.returncode, r.stderr) == (2, "usage: python -m reprostack.gates.aiperftool CACHE_ROOT\n")
+
+
+def test_nox_finds_the_python_that_holds_torch(tmp_path, monkeypatch):
+    """The README's nox runs from .venv (no torch); the gates need the GPU image's own Python: the first of nox's
+    Python and the `python3` on PATH that imports torch, unless REPROSTACK_TORCH_PYTHON names one."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", REPO / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    site = tmp_path / "site" / "torch"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    torchy = bindir / "python3"
+    torchy.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    torchy.chmod(0o755)
+    monkeypatch.delenv("REPROSTACK_TORCH_PYTHON", raising=False)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert noxfile.torch_python() == str(torchy)      # this venv has no torch, python3 on PATH has
+    monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "/opt/x/python3")
+    assert noxfile.torch_python() == "/opt/x/python3"
