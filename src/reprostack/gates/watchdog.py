@@ -58,24 +58,7 @@ class RunOutcome:
 
 def group_pids(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is `pgid`, from /proc; [] when /proc is absent."""
-    out = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces or parentheses: split after the last ')'
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) >= 3 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(name))
-    return sorted(out)
+    return sorted(pid for pid, (state, _, pg) in _table().items() if state != "Z" and pg == pgid)
 
 
 def become_subreaper() -> bool:
