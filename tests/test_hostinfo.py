@@ -33,6 +33,8 @@ def fake_bin(tmp_path: Path, script: str, monkeypatch) -> None:
     d.mkdir(exist_ok=True)
     (d / "nvidia-smi").write_text(script)
     (d / "nvidia-smi").chmod(0o755)
+    (d / "fi_info").write_text("#!/bin/sh\necho 'fi_info: 2.6.0'\necho 'libfabric: 2.6.0amzn1.0'\necho 'libfabric api: 2.6'\n")
+    (d / "fi_info").chmod(0o755)
     monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
@@ -53,6 +55,8 @@ def fake_sysfs(root: Path) -> Path:
     (counters / "tx_bytes").write_text("1234567890\n")
     (counters / "rx_bytes").write_text("42\n")
     (ib / "mlx5_0" / "ports" / "1" / "hw_counters").mkdir(parents=True)
+    (root / "module" / "efa").mkdir(parents=True)
+    (root / "module" / "efa" / "version").write_text("2.17.1g\n")
     return root
 
 
@@ -70,6 +74,7 @@ def test_collect_with_fake_tools(tmp_path, monkeypatch):
     assert info["efa_devices"] == [{"name": "rdmap16s27", "pci": "0000:10:1b.0",
                                     "ports": {"1": {"tx_bytes": 1234567890, "rx_bytes": 42}}}]
     assert info["other_rdma_devices"] == [{"name": "mlx5_0", "driver": "mlx5_core"}]
+    assert info["efa_versions"] == {"efa_driver": "2.17.1g", "libfabric": "2.6.0amzn1.0"}
     assert hostinfo.efa_tx_bytes(info) == 1234567890
     assert info["nccl_runtime"] == "2.30.4" and info["python"] == platform.python_version()
     assert info["cpu_count"] == os.cpu_count() and info["hostname"] and info["kernel"] == platform.release()
@@ -80,6 +85,7 @@ def test_collect_with_fake_tools(tmp_path, monkeypatch):
 
 def test_absent_nvidia_smi_and_sysfs(tmp_path):
     info = hostinfo.collect(sysfs_root=tmp_path / "nosys", nvidia_smi=str(tmp_path / "missing" / "nvidia-smi"))
+    assert info["efa_versions"]["efa_driver"] is None   # no efa module: absent, never guessed
     assert info["gpus"] == [] and info["gpu_count"] == 0 and info["cuda_driver_version"] is None
     assert info["efa_devices"] == [] and info["nccl_runtime"] is None
     assert any("not found" in n for n in info["notes"]) and any("no EFA device" in n for n in info["notes"])

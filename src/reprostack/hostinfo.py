@@ -116,12 +116,32 @@ def efa_tx_bytes(info_or_devices) -> int | None:
     return sum(vals) if vals else None
 
 
+def _read_text(p: Path, limit: int = 256) -> str | None:
+    try:
+        with open(p, "rb") as f:
+            return f.read(limit).decode("ascii", "replace").strip() or None
+    except OSError:
+        return None
+
+
+def efa_versions(sysfs_root: str | os.PathLike = "/sys", fi_info: str = "fi_info") -> dict:
+    """EFA software versions of this host: {"efa_driver": the efa kernel module's version
+    (`<sysfs>/module/efa/version`), "libfabric": `fi_info --version`'s libfabric line}; None for what is absent."""
+    lib = None
+    out, _ = _run([fi_info, "--version"])
+    for line in (out or "").splitlines():
+        if line.strip().startswith("libfabric:"):
+            lib = line.split(":", 1)[1].strip() or None
+    return {"efa_driver": _read_text(Path(sysfs_root) / "module" / "efa" / "version"), "libfabric": lib}
+
+
 def collect(*, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = "/sys",
             nvidia_smi: str = "nvidia-smi") -> dict:
     """Host inventory as a JSON-ready dict.
 
     Keys: hostname, kernel (uname -r), os, machine, cpu_count, python, gpus (see `gpus`), gpu_count,
-    driver_version (of GPU 0), cuda_driver_version, efa_devices, other_rdma_devices, nccl_runtime (as given by
+    driver_version (of GPU 0), cuda_driver_version, efa_devices, other_rdma_devices, efa_versions (see
+    `efa_versions`), nccl_runtime (as given by
     the caller: the library the gate actually loads, which this process cannot know), notes.
     """
     found, notes = gpus(nvidia_smi)
@@ -136,5 +156,6 @@ def collect(*, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = 
         "machine": platform.machine(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
         "gpus": found, "gpu_count": len(found), "driver_version": found[0]["driver_version"] if found else None,
         "cuda_driver_version": cuda, "efa_devices": efa, "other_rdma_devices": others,
+        "efa_versions": efa_versions(sysfs_root),
         "nccl_runtime": nccl_runtime, "notes": notes,
     }
