@@ -135,6 +135,25 @@ def test_bump_end_to_end_reads_every_real_gate_spec(s, capsys):
     assert branches(s) == [f"bump-demo-{new8}", "work"]
 
 
+def test_bump_with_another_pin_holding_a_patch_file(s, capsys):
+    """The bumped lock is validated whole, and the lock vouches for every pin's patch files: a bump of `demo` while
+    `other` has a committed patch file must stage that file too (it failed "patch file ... not found" for every
+    pin but megatron-lm on the real lock)."""
+    own = s.project / "patches/other/0001-x.patch"
+    own.parent.mkdir(parents=True)
+    own.write_bytes((s.project / "patches/demo/0002-e.patch").read_bytes())
+    sha = hashlib.sha256(own.read_bytes()).hexdigest()
+    text = s.lock.read_text()
+    tree = text.split("  other:", 1)[1].split("tree: ", 1)[1].split("\n", 1)[0]
+    s.lock.write_text(text.rstrip("\n") + f"\n    patches:\n      - mbox: patches/other/0001-x.patch\n"
+                      f"        sha256: {sha}\n        upstream-status: Pending\n    patched-tree: {tree}\n")
+    git("add", "-A", cwd=s.project)
+    git("commit", "-q", "-m", "other carries a patch file", cwd=s.project)
+    assert run(s) == 0, capsys.readouterr().err
+    assert lockmod.load(s.lock).git("demo").rev == s.c["main"]
+    assert lockmod.load(s.lock).git("other").patches[0].value == "patches/other/0001-x.patch"
+
+
 def test_conflict_writes_nothing_and_names_entry_files_hunks(s, capsys):
     before, heads = snapshot(s), branches(s)
     assert run(s, "--to", "rival") == 1

@@ -229,13 +229,20 @@ def _verify(r: BumpResult, old_pin: GitPin, root: Path, opts: FetchOptions) -> N
     """The new lock as the other stages will read it: loads, fetches, patches to `patched-tree`, replays at offset 0."""
     with tempfile.TemporaryDirectory(prefix="reprostack-bump-") as tmp:
         staged = Path(tmp) / "project"
+        staged.mkdir()
+        # every pin's committed patch files (the whole lock is validated, and the lock vouches for each file by
+        # sha256), links kept as links so the loader still refuses one that leaves patches/; then the refreshed
+        # files of the bumped pin in place of theirs
+        if (root / "patches").is_dir():
+            shutil.copytree(root / "patches", staged / "patches", symlinks=True)
         for e in old_pin.patches:
             if e.kind != "cherry-pick":
                 dst = staged / e.value
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 if e.value in r.refreshed:
+                    dst.unlink(missing_ok=True)
                     dst.write_bytes(r.refreshed[e.value])
-                else:
+                elif not dst.exists():
                     shutil.copyfile(root / e.value, dst)
         probe = staged / r.lock_name
         probe.parent.mkdir(parents=True, exist_ok=True)
