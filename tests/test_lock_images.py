@@ -259,3 +259,21 @@ def test_an_index_pins_its_own_digest_and_the_linux_amd64_image_id(tmp_path, pus
     err = capsys.readouterr().err
     assert "upstreams.base.tag: " in err and "the index has no linux/amd64 manifest" in err
     assert q.read_bytes() == before
+
+
+@pytest.mark.parametrize("repo, want", [
+    ("docker.io/nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),       # the lock's CUDA pins
+    ("index.docker.io/nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),
+    ("nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),
+    ("docker.io/ubuntu", ("registry-1.docker.io", "library/ubuntu")),
+    ("ubuntu", ("registry-1.docker.io", "library/ubuntu")),
+    ("nvcr.io/nvidia/cuda", ("nvcr.io", "nvidia/cuda")),
+    ("127.0.0.1:5000/reprostack-test/base", ("127.0.0.1:5000", "reprostack-test/base")),
+])
+def test_registry_host_of_a_repo(repo, want):
+    """docker.io serves no registry API: Docker Hub's names go to registry-1.docker.io (the CUDA pins asked
+    https://docker.io/v2/... before)."""
+    from reprostack.lockimages import manifest_url, split_repo
+    assert split_repo(repo) == want
+    assert manifest_url("docker.io/nvidia/cuda", "13.0.0-devel-ubuntu22.04").startswith(
+        "https://registry-1.docker.io/v2/nvidia/cuda/manifests/")

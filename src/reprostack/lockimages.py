@@ -69,12 +69,13 @@ class RegistryError(ReprostackError):
 
 
 def split_repo(repo: str) -> tuple[str, str]:
-    """`repo` -> (registry host[:port], repository name inside it)."""
+    """`repo` -> (registry host[:port], repository name inside it). Docker Hub's names (`docker.io/x/y`,
+    `index.docker.io/x/y`, `x/y`, `ubuntu`) go to its registry API host, DOCKER_HUB; a bare name is `library/`."""
     first, sep, rest = repo.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first, rest
-    if first in ("docker.io", "index.docker.io") and sep:
+    if first in ("docker.io", "index.docker.io") and sep:  # before the dotted-host rule: docker.io serves no API
         repo = rest
+    elif sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
     return DOCKER_HUB, repo if "/" in repo else f"library/{repo}"
 
 
