@@ -114,7 +114,7 @@ def _gate(session: nox.Session, *command: str) -> int:
     if not summary.is_file():
         session.error(f"no {summary} was written: the gate did not finish (see the output above)")
     data = json.loads(summary.read_text())
-    reason = "; ".join(f"{g['gate']}: {g['result'].upper()} {g['reason']}" for g in data["gates"])
+    reason = "; ".join(f"{g['gate']}: {g.get('label', g['result'].upper())} {g['reason']}" for g in data["gates"])
     return data["exit_code"], reason
 
 

@@ -131,6 +131,14 @@ def test_pass_on_a_healthy_server(aiperf, lock, tmp_path):
     written = write_reports([rep], out)
     validate_report(json.loads(written["vllm.json"].read_text()))
     assert any(a.path == "vllm/server.deepep.log" for a in rep.artifacts)
+    # the local-test profile's pass is never evidence: labelled everywhere, and not a pass for the exit code
+    assert rep.evidence is False and rep.label() == "PASS (local-test, not evidence)"
+    assert rep.provenance["engine"]["name"] == "reprostack.gates.testserver"
+    assert exit_code([rep]) == 3
+    summary = json.loads(written["summary.json"].read_text())
+    assert summary["exit_code"] == 3 and summary["gates"][0]["label"] == "PASS (local-test, not evidence)"
+    assert "| PASS (local-test, not evidence) |" in written["summary.md"].read_text()
+    assert 'skipped="1"' in written["junit.xml"].read_text()
 
 
 def test_fresh_artifact_dir_per_cell(aiperf, lock, tmp_path):

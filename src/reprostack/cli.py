@@ -305,7 +305,7 @@ def _gates(args, lock, root, opts) -> int:
         reports, required = runner.run_all(ga, lock, root, opts), runner.required()
     written = write_reports(reports, Path(args.out), required=required)
     for r in reports:
-        print(f"{r.gate} [{r.profile}]: {r.result.upper()} — {r.reason}")
+        print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
     print(f"reports: {Path(args.out).resolve()} ({', '.join(sorted(written))})")
     return exit_code(reports, required)
 

@@ -225,6 +225,10 @@ def run_serving(gate: str, opts: ServingOptions) -> GateReport:
 
     def finish(rep: GateReport) -> GateReport:
         rep.started, rep.ended, rep.duration_s = started, utc_now(), round(time.monotonic() - t0, 2)
+        if profile is not None and not profile.needs_gpu:  # local-test: a stand-in server, never evidence
+            rep.evidence = False
+            rep.provenance["engine"] = {"name": "reprostack.gates.testserver",
+                                        "stands_in_for": dict(spec.engine), "note": "the engine was not run"}
         return rep
 
     profile = choose_profile(spec, opts.profile, host)

@@ -168,6 +168,9 @@ class GateReport:
     data: dict = field(default_factory=dict)
     required: bool = True
     schema_version: int = SCHEMA_VERSION
+    # False for a self-test profile (the serving gates' local-test: a stand-in server on a CPU): its checks say the
+    # gate machinery works, nothing about the stack; such a pass is never counted as one (see writers.exit_code)
+    evidence: bool = True
 
     def __post_init__(self):
         if self.result not in RESULTS:
@@ -180,7 +183,7 @@ class GateReport:
                 "result": self.result, "reason": self.reason, "required": self.required,
                 "checks": [c.to_dict() for c in self.checks], "provenance": self.provenance,
                 "artifacts": [a.to_dict() for a in self.artifacts], "started": self.started, "ended": self.ended,
-                "duration_s": self.duration_s, "data": self.data}
+                "duration_s": self.duration_s, "data": self.data, "evidence": self.evidence}
 
     @classmethod
     def from_dict(cls, d: dict) -> GateReport:
@@ -189,7 +192,17 @@ class GateReport:
                    [Check.from_dict(c) for c in d.get("checks", [])], d.get("provenance", {}),
                    [Artifact(**a) for a in d.get("artifacts", [])], d.get("started"), d.get("ended"),
                    d.get("duration_s"), d.get("data", {}), d.get("required", True),
-                   d.get("schema_version", SCHEMA_VERSION))
+                   d.get("schema_version", SCHEMA_VERSION), d.get("evidence", True))
+
+    @property
+    def proven(self) -> bool:
+        """A pass that counts: result pass on evidence (never a self-test profile's pass)."""
+        return self.result == "pass" and self.evidence
+
+    def label(self) -> str:
+        """The result as printed everywhere: `PASS`, or `PASS (local-test, not evidence)` for a self-test profile."""
+        word = str(self.result).upper()
+        return f"{word} ({self.profile}, not evidence)" if self.result == "pass" and not self.evidence else word
 
 
 def skipped(gate: str, profile: str, reason: str, *, required: bool = True, provenance: dict | None = None) -> GateReport:

@@ -48,7 +48,8 @@ def _required(reports: list[GateReport], required: set[str] | None) -> set[str]:
 
 
 def exit_code(reports: list[GateReport], required: set[str] | None = None) -> int:
-    """0 only when every required gate is present with result "pass" (see module doc for 1 and 3).
+    """0 only when every required gate is present with result "pass" on evidence (see module doc for 1 and 3; a
+    pass of a self-test profile, `evidence` false, gives 3 like a skip).
 
     required: gate names; None means the reports marked `required`. An empty required set gives 3: nothing
     was proven. Gates not required do not change the code.
@@ -57,7 +58,7 @@ def exit_code(reports: list[GateReport], required: set[str] | None = None) -> in
     by_gate = {r.gate: r for r in reports}
     if any(by_gate[g].result in ("fail", "error") for g in need if g in by_gate):
         return EXIT_FAILED
-    if not need or any(g not in by_gate or by_gate[g].result != "pass" for g in need):
+    if not need or any(g not in by_gate or not by_gate[g].proven for g in need):  # a self-test pass proves nothing
         return EXIT_NOT_PROVEN
     return EXIT_PASS
 
@@ -82,7 +83,7 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
     out = ["# reprostack gate summary", "", f"Exit code {code} (0 pass, 1 a required gate failed or errored, "
            "3 a required gate skipped, not run or missing).", "", "| gate | profile | result | reason |", "|---|---|---|---|"]
     out += [f"| {_cell(r.gate)}{'' if r.gate in need else ' (optional)'} | {_cell(r.profile)} | "
-            f"{r.result.upper()} | {_cell(r.reason)} |" for r in reports]
+            f"{r.label()} | {_cell(r.reason)} |" for r in reports]
     out += [f"| {_cell(g)} | | MISSING | required gate has no report |"
             for g in sorted(need - {r.gate for r in reports})]
     for r in reports:
@@ -131,9 +132,9 @@ def _junit(reports: list[GateReport]) -> str:
         elif r.result == "error":
             counts["errors"] += 1
             ET.SubElement(tc, "error", message=r.reason, type="error").text = r.reason
-        elif r.result in ("skip", "not-run"):
+        elif r.result in ("skip", "not-run") or not r.proven:
             counts["skipped"] += 1
-            ET.SubElement(tc, "skipped", message=r.reason)
+            ET.SubElement(tc, "skipped", message=r.reason if r.result != "pass" else f"{r.label()}: {r.reason}")
         for c in r.checks:
             cc = case(f"{r.gate}.{c.metric}", f"reprostack.{r.gate}")
             if not c.passed:
@@ -170,7 +171,8 @@ def write_reports(reports: list[GateReport], out_dir: str | Path, *, required: s
         "missing": sorted(need - set(names)),
         "gates": [{"gate": r.gate, "profile": r.profile, "result": r.result, "reason": r.reason,
                    "required": r.gate in need, "report": f"{r.gate}.json",
-                   "checks_passed": sum(c.passed for c in r.checks), "checks_total": len(r.checks)} for r in reports],
+                   "checks_passed": sum(c.passed for c in r.checks), "checks_total": len(r.checks),
+                   "evidence": r.evidence, "label": r.label()} for r in reports],
     }
     validate_summary(summary)
     out.mkdir(parents=True, exist_ok=True)
