@@ -278,6 +278,11 @@ def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
     rows = {r["pin"]: r for r in json.loads(capsys.readouterr().out)["pins"]}
     assert rc == 2 and rows["demo"]["commits"] == 4
     assert rows["other"]["commits"] is None and "example.invalid" in rows["other"]["error"]
+    # the table names the row; the whole error follows it (a table cell cut it to 12 characters)
+    rc = cli.main(["outdated", "--lock", str(s.lock), "--out", str(s.project / "od")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "error (below)" in out
+    assert f"other: error: {rows['other']['error']}" in err
 
 
 # ------------------------------------------------------------------------------------------ lockedit

@@ -44,6 +44,9 @@ def test_plan_commands_are_the_gates_own(tmp_path):
     vllm = gate_plan(registry.gate("vllm"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
     assert vllm.commands[0].argv[:2] == ("vllm", "serve") and "--headless" in vllm.commands[1].argv
     assert dict(vllm.env)["FI_PROVIDER"] == "efa" and "PATH" not in dict(vllm.env)   # the spec's env only
+    models = next(m for m in vllm.mounts if m.what == "models")
+    assert dict(vllm.env)["HF_HOME"] == models.target == "/models" and models.read_only
+    assert models.source.startswith("/") and "$" not in models.source
     trt = gate_plan(registry.gate("trtllm"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
     assert trt.commands[0].argv[0] == "mpirun" and trt.commands[1].argv[0] == "/usr/sbin/sshd"
     assert any("unresolved" in n or "cannot be built yet" in n for n in trt.notes)

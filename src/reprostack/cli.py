@@ -281,6 +281,9 @@ def _outdated(args, lock, opts) -> int:
     else:
         from rich.console import Console
         Console().print(table(rows))
+        for r in rows:  # in full: a table cell would cut them
+            if r.error:
+                print(f"{r.pin}: error: {r.error}", file=sys.stderr)
         print(f"json: {out.resolve()}")
     return 2 if any(r.error for r in rows) else 0
 

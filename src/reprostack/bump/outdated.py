@@ -69,7 +69,7 @@ def table(rows: list[Behind]):
         t.add_column(col, justify=just)
     for r in rows:
         if r.error:
-            t.add_row(r.pin, escape(r.policy), r.pinned[:12], f"[red]{escape(r.error)}[/red]", "-", "-")
+            t.add_row(r.pin, escape(r.policy), r.pinned[:12], "[red]error (below)[/red]", "-", "-")
         else:
             target = f"{r.target[:12]} ({r.target_ref})" if r.target_ref else r.target[:12]
             t.add_row(r.pin, escape(r.policy), r.pinned[:12], escape(target), str(r.commits), str(r.days))

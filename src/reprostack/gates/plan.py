@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ..containers import recipe as recipes
@@ -172,8 +173,10 @@ def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir:
               lp.Mount(str(Path(root).resolve()), WORK, what="project")]
     if cache_dir is not None:
         mounts.append(lp.Mount(str(Path(cache_dir).resolve()), CACHE, what="cache"))
-    if g.kind == "serving":
-        mounts.append(lp.Mount("${HF_HOME:-~/.cache/huggingface}", MODELS, what="models"))
+    if g.kind == "serving":  # the model, read-only, where the engine looks for it (HF_HUB_OFFLINE=1 in the specs)
+        models = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+        mounts.append(lp.Mount(str(Path(models).resolve()), MODELS, what="models"))
+        env = tuple(sorted({**dict(env), "HF_HOME": MODELS}.items()))
     needs_efa = bool(getattr(prof, "needs_efa", False))
     if needs_efa:
         notes.append(f"EFA: every /dev/infiniband/uverbs* of the node ({P5EN_EFA_DEVICES} on a p5en.48xlarge)")
