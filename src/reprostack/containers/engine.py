@@ -307,10 +307,10 @@ class _Builder:
         try:
             for ev in self.client.api.pull(repo, tag=digest, stream=True, decode=True):
                 if "error" in ev:
-                    raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {ev['error']}")
+                    raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {ev['error']}{_PULL_HINT}")
             return self.client.images.get(f"{repo}@{digest}")
         except docker.errors.APIError as e:
-            raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {e.explanation or e}") from None
+            raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {e.explanation or e}{_PULL_HINT}") from None
 
     # ------------------------------------------------------------------ plan
     def _tree(self, name: str) -> sources_mod.SourceTree:
@@ -504,6 +504,10 @@ class _Builder:
         if n > len(p.instructions):
             return f"{n} `{text}` (labels added by reprostack)"
         return "0 (sending the context / parsing the Dockerfile)"
+
+
+_PULL_HINT = ("; without that registry: `reprostack build --load FILE` (an images archive made where it is reachable) "
+              "or, for a local test only, `--base-override BASE=IMAGE` / REPROSTACK_BASE_OVERRIDE (labelled on the image)")
 
 
 def _repo_of(name: str) -> str:
