@@ -422,6 +422,23 @@ def test_cache_repo_config_that_could_run_a_program_is_refused(world, tmp_path):
     assert not marker.exists()
 
 
+def test_cache_repo_commondir_is_refused(world, tmp_path):
+    """A cache repo with a `commondir` file makes git read another folder's config (core.alternateRefsCommand,
+    url.*.insteadOf ...): refused before git runs there, even when that config looks harmless to the allow-list."""
+    cache = Cache(tmp_path / "cache")
+    f = fetch_git(world.pin, cache=cache)
+    marker = tmp_path / "ran"
+    common = tmp_path / "common"
+    common.mkdir()
+    (common / "config").write_text(f'[core]\n\talternateRefsCommand = "touch {marker}"\n')
+    (f.repo / "commondir").write_text(f"{common}\n")
+    for m in (cache.root / "verified").rglob("*.json"):
+        m.unlink()
+    with pytest.raises(FetchError, match=r"up: the cache repo .* has config \(commondir\)"):
+        fetch_git(world.pin, cache=cache)
+    assert not marker.exists()
+
+
 def test_hooks_fsmonitor_and_repo_ssh_command_never_run(world, tmp_path):
     """Whatever a repository's own config says, git() runs no hook, fsmonitor or core.sshCommand."""
     marker = tmp_path / "ran"

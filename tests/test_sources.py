@@ -312,7 +312,7 @@ def test_a_reused_tree_must_agree_with_the_series_record(stack, tmp_path):
 
 
 @pytest.mark.parametrize("tamper", ["skip-worktree", "assume-unchanged", "untracked", "ignored", "submodule-file",
-                                    "fsmonitor-config", "info-attributes"])
+                                    "fsmonitor-config", "info-attributes", "submodule-gitfile", "commondir"])
 def test_tampered_cached_tree_is_remade_not_reused(stack, tmp_path, tamper):
     """A cached tree whose files differ from the pin while git's own index hides it (skip-worktree,
     assume-unchanged), with an untracked or ignored file added, or with config that could run a program,
@@ -337,6 +337,19 @@ def test_tampered_cached_tree_is_remade_not_reused(stack, tmp_path, tamper):
         core.write_text("// not fmt\n")
     elif tamper == "fsmonitor-config":
         gr.set_config(first.path, "core.fsmonitor", f"touch {marker}; false")
+    elif tamper == "submodule-gitfile":  # git follows `gitdir:` to a folder whose config runs a clean filter
+        evil = tmp_path / "evil-gitdir"
+        (first.path / SUB / ".git").rename(evil)
+        (first.path / SUB / ".git").write_text(f"gitdir: {evil}\n")
+        (evil / "config").write_text((evil / "config").read_text() + f'[filter "x"]\n\tclean = "touch {marker}; cat"\n')
+        (evil / "info").mkdir(exist_ok=True)
+        (evil / "info" / "attributes").write_text("* filter=x\n")
+    elif tamper == "commondir":  # git reads the config of the folder `commondir` names
+        common = tmp_path / "common"
+        (common / "info").mkdir(parents=True)
+        (common / "config").write_text(f'[filter "x"]\n\tclean = "touch {marker}; cat"\n')
+        (common / "info" / "attributes").write_text("* filter=x\n")
+        (first.path / ".git" / "commondir").write_text(f"{common}\n")
     else:
         (first.path / ".git" / "info").mkdir(exist_ok=True)
         (first.path / ".git" / "info" / "attributes").write_text("* -text\n")

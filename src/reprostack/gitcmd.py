@@ -117,8 +117,20 @@ def ssh_command(timeout: float, environ: Mapping[str, str] | None = None) -> str
 
 def foreign_config(gitdir: str | Path, allowed: Sequence[str]) -> list[str]:
     """Keys set in `gitdir`/config that are not in `allowed` (lower-case names; includes are not followed,
-    an include.* key is itself foreign). An unreadable config is reported as ["(unreadable config)"]."""
-    cfg = Path(gitdir) / "config"
+    an include.* key is itself foreign). An unreadable config is reported as ["(unreadable config)"].
+
+    What makes git read configuration from elsewhere is foreign too, since reprostack never writes it: a gitdir that
+    is a symlink or a file (`gitdir: PATH`), a `commondir` file (git then reads that folder's config), a
+    `config.worktree` or a `worktrees/` folder, a config that is not a plain file."""
+    gd = Path(gitdir)
+    if gd.is_symlink() or (gd.exists() and not gd.is_dir()):
+        return [f"({gd.name} is a link or a gitfile, not the folder reprostack made)"]
+    found = [f"({n})" for n in ("commondir", "config.worktree", "worktrees") if os.path.lexists(gd / n)]
+    cfg = gd / "config"
+    if cfg.is_symlink() or (os.path.lexists(cfg) and not cfg.is_file()):
+        return found + ["(config is not a plain file)"]
+    if found:
+        return found
     if not cfg.is_file():
         return []
     try:

@@ -160,7 +160,10 @@ def _series_agrees(path: Path, pin: GitPin) -> bool:
 
 def _intact(path: Path, pin: GitPin, want: str) -> bool:
     """HEAD's tree is `want`, the replayed series agrees with the lock's, and the files on disk are the pinned
-    ones (see _files_problem)."""
+    ones (see _files_problem). Nothing runs git in the tree before its repos' config was checked (a tampered
+    config, gitfile or commondir could make git run a program)."""
+    if path.is_symlink() or _config_problem(path, pin):
+        return False
     if _tree_of(path) != want:
         return False
     if pin.patches and not _series_agrees(path, pin):
@@ -173,17 +176,26 @@ _TREE_CONFIG_KEYS = ("core.repositoryformatversion", "core.filemode", "core.bare
                      "core.ignorecase", "core.precomposeunicode", "core.symlinks")
 
 
-def _files_problem(path: Path, pin: GitPin, want: str) -> str | None:
-    """None when the files under `path` hash to `want` (superproject, gitlinks included) and each submodule's
-    files to the tree of its gitlink commit, and no repo there has config or info/attributes we never write;
-    else what differs, in words."""
+def _config_problem(path: Path, pin: GitPin) -> str | None:
+    """What in the tree's repos (superproject and submodules) reprostack never writes and git would read: config
+    keys, a gitfile, a commondir, info/attributes; None when there is nothing. Runs no git in the tree."""
     repos = [(path, "")] + [(path / s.path, f"submodule {s.path} ") for s in pin.submodules]
     for repo, what in repos:
         bad = foreign_config(repo / ".git", _TREE_CONFIG_KEYS)
         if bad:
             return f"{what}has config {', '.join(bad[:3])} that reprostack never writes"
-        if (repo / ".git" / "info" / "attributes").exists():
+        if os.path.lexists(repo / ".git" / "info" / "attributes"):
             return f"{what}has .git/info/attributes, which reprostack never writes"
+    return None
+
+
+def _files_problem(path: Path, pin: GitPin, want: str) -> str | None:
+    """None when the files under `path` hash to `want` (superproject, gitlinks included) and each submodule's
+    files to the tree of its gitlink commit, and no repo there has config or info/attributes we never write;
+    else what differs, in words."""
+    bad = _config_problem(path, pin)
+    if bad:
+        return bad
     try:
         pinned = {sub.path for sub in pin.submodules}
         unpopulated = {p: c for p, c in gitlinks(path, want).items() if p not in pinned}
