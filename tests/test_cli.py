@@ -207,13 +207,16 @@ def test_impossible_arm_requests_are_errors_before_anything_runs(world, tmp_path
     assert not (out / "summary.json").exists()
 
 
-def test_internal_error_is_exit_2_never_1(world, tmp_path, capsys):
+def test_internal_error_is_exit_2_never_1(world, tmp_path, capsys, monkeypatch):
     """A crash of the tool must not look like a gate verdict (1 = a gate failed)."""
-    stack, lock, _ = world
-    not_a_dir = tmp_path / "cache-is-a-file"
-    not_a_dir.write_text("")
-    code, _, err = run(capsys, "fetch", "--lock", str(lock), "--cache", str(not_a_dir),
-                       "--mirror", f"{BASE_URL}={stack.srv}")
+    from reprostack import sources
+    _, _, args = world
+
+    def crash(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sources, "fetch", crash)
+    code, _, err = run(capsys, "fetch", *args)
     assert code == 2 and "internal error" in err and "Traceback" in err
 
 
@@ -266,9 +269,28 @@ def test_lock_url_git_would_read_as_an_option_is_refused(world, tmp_path, capsys
 def test_git_timeout_option(world, capsys, monkeypatch):
     stack, lock, args = world
     code, out, err = run(capsys, "fetch", "nccl", *args, "--git-timeout", "soon")
-    assert code == 2 and err == "reprostack: error: --git-timeout: 'soon' is not a positive number of seconds\n"
+    assert code == 2 and err == "reprostack: error: --git-timeout: 'soon' is not a number of seconds from 1 to 86400\n"
     monkeypatch.setenv("REPROSTACK_GIT_TIMEOUT", "-1")
     code, out, err = run(capsys, "fetch", "nccl", *args)
-    assert code == 2 and err == "reprostack: error: REPROSTACK_GIT_TIMEOUT: '-1' is not a positive number of seconds\n"
+    assert code == 2 and err == "reprostack: error: REPROSTACK_GIT_TIMEOUT: '-1' is not a number of seconds from 1 to 86400\n"
+    for raw in ("1e300", "1e-300", "nan", "inf"):  # an overflow of the subprocess timer or a timeout no git meets
+        code, out, err = run(capsys, "fetch", "nccl", *args, "--git-timeout", raw)
+        assert code == 2 and err == f"reprostack: error: --git-timeout: '{raw}' is not a number of seconds from 1 to 86400\n"
     code, out, err = run(capsys, "fetch", "nccl", *args, "--git-timeout", "120")  # the option wins over the env
     assert code == 0, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["gate", "micro", "--out", "{file}"], ["all-gates", "--out", "{file}"], ["gate", "micro", "--out", "{file}/sub"],
+    ["verify", "{fixtures}", "--out", "{file}"], ["bundle", "-o", "{dir}", "nccl"], ["fetch", "nccl", "--cache", "{file}"],
+])
+def test_careless_paths_are_one_line_not_a_traceback(argv, tmp_path, capsys):
+    """An --out that is a file, a bundle onto a folder, a cache that is a file: one line naming the path, exit 2."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "published-2026-07"
+    argv = [a.format(file=f, dir=tmp_path, fixtures=fixtures) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("reprostack: error: ") and "Traceback" not in err[0], err
+    assert str(f) in err[0] or str(tmp_path) in err[0]

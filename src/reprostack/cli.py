@@ -15,6 +15,7 @@ from pathlib import Path
 from . import lock as lockmod
 from . import gitcmd, paths, sources
 from .errors import FetchError, ReprostackError, SourceUnreachable
+from .gitcmd import GitFailed
 from .gates.registry import GATE_ORDER
 
 
@@ -153,6 +154,8 @@ def _fetch_opts(args) -> sources.FetchOptions:
             timeout = gitcmd.parse_timeout(args.git_timeout, "--git-timeout")
         except ValueError as e:
             raise ReprostackError(str(e)) from None
+    if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
+        raise ReprostackError(f"--cache {args.cache}: exists and is not a folder")
     return sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
                                      mirrors=mirrors, bundles=args.bundle, timeout=timeout)
 
@@ -172,6 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     except ReprostackError as e:
         print(f"reprostack: error: {e}", file=sys.stderr)
         return 2
+    except GitFailed as e:  # git refused what it was given (a corrupt cache, a bad ref): its own words, one line
+        print(f"reprostack: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the operator's paths (an --out that is a file, a read-only folder, a full disk)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"reprostack: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("reprostack: interrupted; nothing half-done is marked verified (the next run cleans up)", file=sys.stderr)
+        return 130
     except Exception:  # never exit 1 (= a gate failed) for a crash of the tool itself
         traceback.print_exc()
         print("reprostack: internal error (the traceback above); no verdict was reached", file=sys.stderr)
@@ -221,6 +234,8 @@ def _dispatch(args) -> int:
         return 0
     if args.cmd == "bundle":
         from .fetch import write_bundle
+        if Path(args.output).is_dir():
+            raise ReprostackError(f"-o {args.output}: is a folder; name the archive to write (e.g. out/sources.tar)")
         fetched = [sources.fetch(lock.git(n), opts) for n in _git_names(lock, args.names)]
         out = write_bundle(fetched, Path(args.output))
         print(f"{out}: {out.stat().st_size} bytes ({', '.join(f.pin.name for f in fetched)})")
@@ -299,6 +314,10 @@ def _gates(args, lock, root, opts) -> int:
                          arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
                          vars=_key_values(args.var, "--var", "K=V"), server_args=list(args.server_arg),
                          legacy=args.legacy)
+    out = Path(args.out)
+    near = next((p for p in (out, *out.parents) if p.exists()), None)  # before any gate runs for minutes
+    if near is not None and not near.is_dir():
+        raise ReprostackError(f"--out {out}: {near} exists and is not a folder")
     if args.plan:
         return _plans(args, lock, root, opts)
     if args.cmd == "gate":

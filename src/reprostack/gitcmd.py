@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 DEFAULT_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 86400
 TIMEOUT_ENV = "REPROSTACK_GIT_TIMEOUT"
 ALLOWED_PROTOCOLS = "file:git:ssh:https"
 SSH_CONNECT_TIMEOUT_S = 30
@@ -98,13 +99,14 @@ def default_timeout(environ: Mapping[str, str] | None = None) -> float:
 
 
 def parse_timeout(raw: str, what: str) -> float:
-    """`raw` as a positive number of seconds; ValueError `WHAT: ... is not a positive number of seconds`."""
+    """`raw` as a number of seconds from 1 to 86400 (a day); ValueError `WHAT: ... is not a number of seconds
+    from 1 to 86400` (0.001 would fail every command, 1e300 overflows the subprocess timer)."""
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"{what}: {raw!r} is not a positive number of seconds")
+    if not 1 <= value <= MAX_TIMEOUT_S:
+        raise ValueError(f"{what}: {raw!r} is not a number of seconds from 1 to {MAX_TIMEOUT_S}")
     return value
 
 
