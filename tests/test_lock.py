@@ -465,7 +465,12 @@ def test_lock_is_immutable():
     ('"--upload-pack=touch /tmp/x"', "starts with '-'"), ("-oProxyCommand=x", "starts with '-'"),
     ("ext::sh", "transport helper"), ('"ext::sh -c touch% /tmp/x"', "whitespace"), ("fd::0", "transport helper"),
     ("http://example.invalid/x", "scheme 'http'"), ("ssh://-oProxyCommand=x/y", "host starting with '-'"),
-    ("relative/path", "neither"), ('"https://x/a\\tb"', "whitespace")])
+    ("relative/path", "neither"), ('"https://x/a\\tb"', "whitespace"),
+    # the hostile trial's forms (issue 14): each passed `lock check` before
+    ('"ssh://[-oProxyCommand=x]/x"', "not plain"), ('"ssh://-oProxyCommand=x@host/x"', "starting with '-'"),
+    ("ssh://-@127.0.0.1:1/x", "starting with '-'"), ("git@host:-x", "path starting with '-'"),
+    ('"host:--upload-pack=touch${IFS}/tmp/x"', "path starting with '-'"), ("HTTPS://github.com/x", "lower case"),
+    ("ssh://", "no host"), ("file://", "no repository path")])
 def test_url_git_could_misread_is_refused(tmp_path, url, why):
     text = edit("url: https://example.invalid/org/demo", f"url: {url}")
     p = write(tmp_path, text)
@@ -496,3 +501,20 @@ def test_lock_check_cli_one_line_exit_2_on_a_changed_patch_file(tmp_path, capsys
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"reprostack: error: {p}:{line_of(mbox_lock(), 'sha256: ')}: upstreams.demo.patches[0].sha256: "
                           f"patch file patches/demo/0001-fix.patch has sha256 ")
+
+
+@pytest.mark.parametrize("ref", ["refs/heads/../../x", "refs/heads/a..b", "refs/heads/x.lock", "refs/heads//x",
+                                 "refs/heads/.hidden", "refs/heads/x/"])
+def test_fetch_ref_git_would_refuse_is_named_with_its_line(tmp_path, ref):
+    """A `fetch-refs` entry git's check-ref-format refuses passed the schema and failed at fetch time blaming the
+    network (hostile trial, issue 14); now `lock check` names it."""
+    from reprostack.lock import ref_problem
+    assert ref_problem(ref) and ref_problem("refs/pull/612/head") is None and ref_problem("refs/tags/v2.30.4-1") is None
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "upstreams.lock").read_text()
+    assert text.count("fetch-refs: [refs/tags/v0.7.0]") == 1
+    bad = tmp_path / "upstreams.lock"
+    bad.write_text(text.replace("fetch-refs: [refs/tags/v0.7.0]", f"fetch-refs: [{ref}]"))
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if ref in t)
+    with pytest.raises(LockError, match=rf"upstreams.lock:{line}: upstreams.nemo-rl.fetch-refs\[0\]: .* is not a ref name"):
+        load(bad, root)

@@ -41,7 +41,8 @@ RETRY_BACKOFF_S = 2.0  # first wait; doubled after each attempt
 _OVERRIDES = (("core.hooksPath", os.devnull), ("core.fsmonitor", "false"), ("credential.helper", ""),
               ("core.askPass", "/bin/true"), ("core.attributesFile", os.devnull),)
 
-_SCHEME_URL = re.compile(r"^(https|ssh|git|file)://(?P<host>[^/]*)(/.*)?$", re.I)
+_SCHEME_URL = re.compile(r"^(https|ssh|git|file)://(?P<host>[^/]*)(?P<path>/.*)?$")
+_AUTHORITY = re.compile(r"^(?:(?P<user>[A-Za-z0-9._~+%-]+)@)?(?P<host>[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._~+-]+@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):(?!:)(?P<path>.*)$")
 _TRANSIENT = re.compile(r"early EOF|connection (?:was )?reset|connection refused|connection timed out|timed out"
                         r"|the remote end hung up unexpectedly|RPC failed|HTTP 5\d\d|returned error: 5\d\d"
@@ -78,14 +79,29 @@ def url_problem(url: str, *, local: bool = False) -> str | None:
     if "::" in url.split("/", 1)[0]:
         return "names a git transport helper (`X::`), which is never allowed"
     m = _SCHEME_URL.match(url)
-    if m:
-        return "has a host starting with '-'" if m.group("host").rpartition("@")[2].startswith("-") else None
+    if m:  # user, host and path each: never a leading '-' (ssh and git read them as options), only plain characters
+        auth = m.group("host")
+        if auth.startswith("-") or auth.rpartition("@")[2].startswith("-"):
+            return "has a user or host starting with '-'"
+        a = _AUTHORITY.match(auth)
+        if not a:
+            return "has a user or host part that is not plain letters, digits, '.', '-' (or an [IPv6] address)"
+        if any((part or "").startswith("-") for part in (a.group("user"), a.group("host"))):
+            return "has a user or host starting with '-'"
+        if (m.group("path") or "/").lstrip("/").startswith("-"):
+            return "has a path starting with '-'"
+        if m.group(1) != "file" and not a.group("host"):
+            return "has no host"
+        if not (m.group("path") or "").strip("/"):
+            return "has no repository path"
+        return None
     if "://" in url:
-        return f"uses scheme {url.split('://', 1)[0]!r}; allowed: https, ssh, git, file"
+        return f"uses scheme {url.split('://', 1)[0]!r}; allowed (lower case): https, ssh, git, file"
     if url.startswith("/"):
         return None
-    if _SCP_LIKE.match(url) and "/" not in url.split(":", 1)[0]:
-        return None
+    scp = _SCP_LIKE.match(url)
+    if scp and "/" not in url.split(":", 1)[0]:
+        return "has a path starting with '-'" if scp.group("path").startswith("-") else None
     if local and not url.split("/", 1)[0].count(":"):
         return None
     return "is neither an https/ssh/git/file URL, nor `host:path`, nor an absolute path"

@@ -324,6 +324,7 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
             raise LockError(str(path), _line(lines, at), _dotted(at),
                             "a pin with `files` is resolved: drop `unresolved` (`lock wheels` does when it fills)")
     validate(data, lines, schema, str(path), LockError)
+    _check_refs(data, path, lines)
 
     upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}
     for name, u in data["upstreams"].items():
@@ -353,6 +354,43 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
                 raise LockError(str(path), _line(lines, at), _dotted(at),
                                 f"differs from the target of {pin.installed_on!r} (python-version and platform-tags must match)")
     return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
+
+
+def ref_problem(ref: str) -> str | None:
+    """Why `ref` is not a ref name git accepts (git check-ref-format's rules that the schema's character class
+    leaves open), or None: no empty component, none starting with '.' or ending with '.lock', no '..', no
+    trailing '/' or '.'."""
+    parts = ref.split("/")
+    if ".." in ref or ref.endswith(("/", ".")) or any(not p for p in parts):
+        return "is not a ref name git accepts ('..', '//', or a trailing '/' or '.')"
+    if any(p.startswith(".") or p.endswith(".lock") for p in parts):
+        return "is not a ref name git accepts (a component starting with '.' or ending with '.lock')"
+    return None
+
+
+def _check_refs(data, path: Path, lines: dict) -> None:
+    """Every `ref:` and `fetch-refs` entry anywhere in the lock is a ref name git accepts (LockError FILE:LINE)."""
+    def walk(node, at):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "ref" and isinstance(v, str):
+                    check(v, at + (k,))
+                elif k == "fetch-refs" and isinstance(v, list):
+                    for i, r in enumerate(v):
+                        if isinstance(r, str):
+                            check(r, at + (k, i))
+                else:
+                    walk(v, at + (k,))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, at + (i,))
+
+    def check(ref, at):
+        why = ref_problem(ref)
+        if why:
+            raise LockError(str(path), _line(lines, at), _dotted(at), f"{ref!r} {why}")
+
+    walk(data, ())
 
 
 def _check_wheel_filenames(name: str, u: dict, path: Path, lines: dict) -> None:
