@@ -272,3 +272,25 @@ def test_unreadable_records_beside_an_aggregate_are_an_error(tmp_path):
     assert r["trtllm-shim.c8.agg"]["detail"].endswith(
         "trtllm-shim/c8/profile_export.jsonl:3: metrics.request_latency.value is a string with unit 'ms', "
         "expected a number and a unit")
+
+
+@pytest.mark.parametrize("artifact", ["/etc/passwd", "../outside/profile_export_aiperf.json", "c4/../../x.json"])
+def test_a_claim_artifact_outside_the_folder_is_refused(tmp_path, artifact):
+    """A claims file whose artifacts point out of the folder given to verify (absolute, `..`) made an empty folder
+    verify 17 claims against files elsewhere (hostile trial, issue 14): now the claims file is refused, FILE:LINE."""
+    from reprostack import cli
+    claims = Path(__file__).resolve().parents[1] / "claims" / "published.yaml"
+    text = claims.read_text()
+    first = text.split("artifacts:", 1)[1].split("\n", 1)[0]
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(text.replace("artifacts:" + first, f"artifacts: [{artifact!r}]", 1))
+    assert cli.main(["verify", str(tmp_path), "--claims", str(bad), "--out", str(tmp_path / "out")]) == 2
+
+
+def test_a_link_out_of_the_folder_is_not_its_artifact(tmp_path):
+    from reprostack.verify.engine import _find
+    (tmp_path / "d" / "c4").mkdir(parents=True)
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text("{}")
+    (tmp_path / "d" / "c4" / "profile_export_aiperf.json").symlink_to(outside)
+    assert _find([tmp_path / "d"], ("c4/profile_export_aiperf.json",)) is None

@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..atomicfile import write_text_atomic
 from ..errors import LocatedError, ReprostackError
@@ -82,6 +82,11 @@ def load_claims(path: Path) -> list[Claim]:
         if c["metric"] in ("request_count", "error_count", "completed_requests") and "stat" in c:
             raise ClaimsError(str(path), lines.get(("claims", i, "stat")), f"claims[{i}].stat",
                               f"{c['metric']} is a count summed over the artifacts; it takes no stat")
+        for j, rel in enumerate(c["artifacts"]):  # relative to the artifact folder the operator names, never out of it
+            parts = PurePosixPath(rel).parts
+            if rel.startswith("/") or "\\" in rel or ".." in parts or not parts:
+                raise ClaimsError(str(path), lines.get(("claims", i, "artifacts", j)), f"claims[{i}].artifacts[{j}]",
+                                  f"{rel!r} must be a path inside the artifact folder (relative, without '..')")
         claims.append(Claim(id=c["id"], gate=c["gate"], arm=c["arm"], cell=c["cell"], metric=c["metric"], stat=stat,
                             value=float(c["value"]), unit=c["unit"], rounding=float(c["rounding"]),
                             artifacts=tuple(c["artifacts"]), source=c["source"], ambiguity=c.get("ambiguity"),
@@ -93,7 +98,9 @@ def _find(dirs: list[Path], rels: tuple) -> list[Path] | None:
     """The first folder that holds every artifact of the claim (a claim is never recomputed from a mix)."""
     for d in dirs:
         paths = [Path(d) / r for r in rels]
-        if all(p.is_file() for p in paths):
+        base = Path(d).resolve()
+        # a link inside the folder that points out of it is not the folder's artifact either
+        if all(p.is_file() and p.resolve().is_relative_to(base) for p in paths):
             return paths
     return None
 
