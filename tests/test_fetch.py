@@ -624,3 +624,36 @@ def test_bundle_manifest_ids_must_be_commit_ids(world, tmp_path, field):
     with pytest.raises(FetchError, match=r"malformed manifest.json: .*is not a 40-hex id"):
         import_bundle(bad, cache)
     assert not (cache.root / "verified").exists()
+
+
+def test_bundle_with_an_oversized_manifest_is_one_line(world, tmp_path):
+    """A 10 KiB bundle whose manifest claims gigabytes (a sparse member) read them all into memory (hostile trial,
+    issue 14): the manifest is read only as a plain member of at most 4 MiB."""
+    out = write_bundle([fetch_git(world.pin, cache=Cache(tmp_path / "c1"))], tmp_path / "s.tar")
+    bad = tmp_path / "big.tar"
+    with tarfile.open(out) as src, tarfile.open(bad, "w") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read()
+            if m.name == "manifest.json":
+                data = data[:-1] + b" " * (5 * 1024 * 1024) + b"}"
+                m.size = len(data)
+            dst.addfile(m, io.BytesIO(data))
+    with pytest.raises(FetchError, match=r"no readable manifest.json: not a plain file of at most 4194304 bytes"):
+        import_bundle(bad, Cache(tmp_path / "c2"))
+
+
+@pytest.mark.parametrize("marker", ["fifo", "deep", "list"])
+def test_a_hostile_marker_is_not_trusted_and_never_hangs(world, tmp_path, marker):
+    """A verified marker replaced by a FIFO (blocked read), deep nesting (RecursionError) or a non-object: it reads
+    as absent, the commit is verified again, and the fetch ends with a good marker."""
+    cache = Cache(tmp_path / "cache")
+    fetch_git(world.pin, cache=cache)
+    (m,) = [p for p in (cache.root / "verified").rglob(f"{world.pin.rev}.json")]
+    m.unlink()
+    if marker == "fifo":
+        os.mkfifo(m)
+    else:
+        m.write_text("[" * 100000 + "]" * 100000 if marker == "deep" else "[1]")
+    assert cache.read_marker(world.pin.url, world.pin.rev) is None
+    take = fetch_git(world.pin, cache=cache)
+    assert take.repo.is_dir()

@@ -15,6 +15,7 @@ a value inside a parsed object. Limits, checked before anything is built from th
 from __future__ import annotations
 
 import json
+import os
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,8 @@ def loads(raw: bytes, path, error, line: int | None = None) -> dict:
 def load(path: Path, error, max_bytes: int = MAX_BYTES) -> dict:
     """Read and parse one JSON object file; an unreadable or oversized file is `error("FILE: why")`."""
     path = Path(path)
+    if os.path.lexists(path) and not path.is_file():  # a FIFO would block open(), a device never ends
+        raise error(f"{path}: not a regular file")
     try:
         with open(path, "rb") as f:
             raw = f.read(max_bytes + 1)

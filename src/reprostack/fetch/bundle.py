@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..digest import sha256_file, sha256_stream
+from .. import jsonsrc
 from ..errors import FetchError
 from ..gitcmd import GitFailed, git
 from . import verify
@@ -36,6 +37,7 @@ from .cache import Cache
 from .git import FetchedGit, check_cache_repo, cherry_picks
 from .verify import Wanted
 
+MANIFEST_MAX_BYTES = 4 * 1024 * 1024
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -117,7 +119,7 @@ def _bundle_repo(repo: Path, commits: Sequence[str], path: Path, label: str) -> 
     return {"bundle": path.name, "sha256": sha256_file(path), "shallow": shallow}
 
 
-def import_bundle(path: Path, cache: Cache) -> dict:
+def import_bundle(path: Path, cache: Cache, timeout: float = 600.0) -> dict:
     """Import every repository of the archive at `path` into `cache`, verified and marked good.
 
     Repositories already good in the cache are skipped. Returns the archive's manifest (a dict).
@@ -144,7 +146,7 @@ def import_bundle(path: Path, cache: Cache) -> dict:
         for fname, digest in sums.items():
             _extract_checked(tar, path, fname, digest, Path(tmp))
         for want, fname, shallow in jobs:
-            _import_repo(cache, want, Path(tmp) / fname, shallow, path)
+            _import_repo(cache, want, Path(tmp) / fname, shallow, path, timeout)
     return manifest
 
 
@@ -168,7 +170,9 @@ def check_bundle(path: Path) -> dict:
 def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
     try:
         member = tar.getmember(MANIFEST)
-        manifest = json.load(tar.extractfile(member))
+        if not member.isreg() or member.issparse() or member.size > MANIFEST_MAX_BYTES:
+            raise ValueError(f"not a plain file of at most {MANIFEST_MAX_BYTES} bytes")
+        manifest = jsonsrc.loads(tar.extractfile(member).read(MANIFEST_MAX_BYTES + 1), f"{path}:{MANIFEST}", ValueError)
     except (KeyError, ValueError, tarfile.TarError, TypeError, AttributeError) as e:
         raise FetchError(f"bundle {path}: no readable {MANIFEST}: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
@@ -201,8 +205,8 @@ def _extract_checked(tar: tarfile.TarFile, path: Path, fname: str, digest: str, 
         member = tar.getmember(fname)
     except KeyError:
         raise FetchError(f"bundle {path}: {fname} is listed in {MANIFEST} but not in the archive") from None
-    if not member.isreg():
-        raise FetchError(f"bundle {path}: {fname} is not a regular file")
+    if not member.isreg() or member.issparse():  # `reprostack bundle` writes plain members; a sparse one can
+        raise FetchError(f"bundle {path}: {fname} is not a plain regular file")  # claim gigabytes from bytes
     try:
         src = tar.extractfile(member)
         if into is None:
@@ -216,7 +220,8 @@ def _extract_checked(tar: tarfile.TarFile, path: Path, fname: str, digest: str, 
         raise FetchError(f"bundle {path}: {fname} is corrupted: sha256 {got}, manifest says {digest}")
 
 
-def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequence[str], archive: Path) -> None:
+def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequence[str], archive: Path,
+                 timeout: float = 600.0) -> None:
     """Fetch one bundle into `want.url`'s cache repo, then verify and mark (under the repo's lock)."""
     with cache.lock(want.url) as existing:
         check_cache_repo(existing, want.label)
@@ -231,7 +236,7 @@ def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequenc
             shallow_file.write_text("".join(f"{c}\n" for c in lines))
         try:
             git("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", str(bundle_file),
-                "+refs/reprostack/*:refs/reprostack/*", cwd=repo)
+                "+refs/reprostack/*:refs/reprostack/*", cwd=repo, timeout=timeout)
         except GitFailed as e:
             if before is None:
                 shallow_file.unlink(missing_ok=True)

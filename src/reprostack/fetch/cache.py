@@ -43,9 +43,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .. import paths
+from .. import jsonsrc, paths
 from ..atomicfile import write_text_atomic
 from ..gitcmd import git
+
+MARKER_MAX_BYTES = 64 * 1024
+
+
+class _Unreadable(Exception):
+    """A marker that cannot be read as a small JSON object: treated as absent (the commit is verified again)."""
+
 
 _REPO_CONFIG = (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"))
 
@@ -187,11 +194,11 @@ class Cache:
 
     def read_marker(self, url: str, rev: str) -> dict | None:
         """The verified marker of (url, rev) as a dict (url, rev, tree, with_parent), or None."""
-        try:
-            data = json.loads(self.marker_path(url, rev).read_text())
-        except (OSError, ValueError):
+        try:  # bounded: a marker on a shared disk may be a FIFO, huge or nested without end (then: not verified)
+            data = jsonsrc.load(self.marker_path(url, rev), _Unreadable, max_bytes=MARKER_MAX_BYTES)
+        except _Unreadable:
             return None
-        return data if isinstance(data, dict) and data.get("rev") == rev else None
+        return data if data.get("rev") == rev else None
 
     def write_marker(self, url: str, rev: str, *, tree: str, with_parent: bool = False) -> Path:
         """Record that `rev` was verified complete with tree `tree` (atomic). Call only after verifying.

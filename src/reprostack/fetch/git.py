@@ -112,7 +112,7 @@ def fetch_git(pin: GitPin, *, cache: Cache, offline: bool = False, mirrors: Mapp
     if bundles and not all(_good(cache, w, timeout) for w in (top, *(w for _, w in subs))):
         from .bundle import import_bundle  # bundle imports verify/cache only; late import avoids a cycle
         for b in bundles:
-            import_bundle(Path(b), cache)
+            import_bundle(Path(b), cache, timeout)
     how = dict(cache=cache, offline=offline, mirrors=mirror_map, timeout=timeout, bundles=tuple(bundles))
     repo = _ensure(top, **how)
     _check_gitlinks(repo, pin, timeout)
