@@ -294,3 +294,25 @@ def test_a_link_out_of_the_folder_is_not_its_artifact(tmp_path):
     outside.write_text("{}")
     (tmp_path / "d" / "c4" / "profile_export_aiperf.json").symlink_to(outside)
     assert _find([tmp_path / "d"], ("c4/profile_export_aiperf.json",)) is None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "devzero"])
+def test_records_that_cannot_be_read_never_let_the_aggregate_stand_alone(tmp_path, kind):
+    """A `profile_export.jsonl` that is a FIFO, a folder or a link to /dev/zero silently skipped the records check
+    (hostile trial, issue 14): the claim is a mismatch saying so."""
+    import os
+    import shutil
+    from reprostack.verify.engine import _contradictions
+    src = Path(__file__).resolve().parent / "fixtures" / "published-2026-07" / "trtllm-shim" / "c4"
+    d = tmp_path / "c4"
+    d.mkdir()
+    shutil.copy(src / "profile_export_aiperf.json", d)
+    raw = d / "profile_export.jsonl"
+    if kind == "fifo":
+        os.mkfifo(raw)
+    elif kind == "dir":
+        raw.mkdir()
+    else:
+        raw.symlink_to("/dev/zero")
+    why = _contradictions([d / "profile_export_aiperf.json"], {})
+    assert why and "present but not a regular file" in why[0]

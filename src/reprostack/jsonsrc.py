@@ -15,8 +15,8 @@ a value inside a parsed object. Limits, checked before anything is built from th
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -145,7 +146,13 @@ def _contradictions(paths: list[Path], seen: dict) -> list[str]:
     for folder in dict.fromkeys(p.parent for p in paths):
         if folder not in seen:
             agg, raw = folder / EXPORT_JSON, folder / EXPORT_JSONL
-            seen[folder] = check_records(agg, raw) if agg.is_file() and raw.is_file() else []
+            if os.path.lexists(raw) and not (raw.is_file() and raw.resolve().is_relative_to(folder.resolve())):
+                # records that are there but cannot be held to the aggregate (a FIFO, a device, a folder, a link
+                # out of the folder) never let the aggregate stand alone
+                seen[folder] = [f"{raw}: present but not a regular file of this folder, so the aggregate cannot "
+                                "be checked against it"]
+            else:
+                seen[folder] = check_records(agg, raw) if agg.is_file() and raw.is_file() else []
         why += seen[folder]
     return why
 
