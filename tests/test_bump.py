@@ -283,6 +283,8 @@ def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
     out, err = capsys.readouterr()
     assert rc == 2 and "error (below)" in out
     assert f"other: error: {rows['other']['error']}" in err
+    assert cli.main(["outdated", "--lock", str(s.lock), "--offline"]) == 2   # it would have asked the network
+    assert "cannot run --offline" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ lockedit

@@ -289,6 +289,8 @@ def _bump(args, root: Path, opts, argv: list[str]) -> int:
 
 def _outdated(args, lock, opts) -> int:
     from .bump.outdated import outdated, table, to_json, write_json
+    if opts.offline:
+        raise ReprostackError("outdated asks each upstream (or its --mirror) for its refs: it cannot run --offline")
     rows = outdated(lock, args.names, opts)
     out = write_json(rows, Path(args.out) / "outdated.json")
     if args.json:
