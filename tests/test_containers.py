@@ -209,7 +209,7 @@ def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
 
 def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     recipes = load_all(REPO_ROOT)
-    assert set(GPU_RECIPES) | {"selftest", "selftest-child"} == set(recipes)
+    assert set(GPU_RECIPES) | {"selftest", "selftest-child", "gate-selftest"} == set(recipes)
     lock = lockmod.load(REPO_ROOT / "upstreams.lock")
     fake_parent = "sha256:" + "ab" * 32
     for name in GPU_RECIPES:
