@@ -67,6 +67,8 @@ def test_vllm_local_test_runs_in_its_container_end_to_end(docker_client, gate_im
     assert ex["image_id"] == gate_image.image_id == docker_client.images.get(gate_image.tag).id
     assert ex["lock_sha256"] == load(root / "upstreams.lock").sha256 and ex["container"]["exit_code"] == 0
     assert ex["inner"]["environment"]["executable"] == "/opt/reprostack/venv/bin/python3"   # ran in the image
+    summary = (out / "summary.md").read_text()
+    assert f"Ran in **container mode (gate-selftest {gate_image.image_id[:19]}…, lock " in summary
     # the raw server log, AIPerf's exports and the prefixed container log are in the out dir, as recorded
     paths = {a["path"] for a in rep["artifacts"]}
     assert "vllm/server.deepep.log" in paths and "vllm/deepep/c4/aiperf/profile_export_aiperf.json" in paths
@@ -132,6 +134,13 @@ def test_container_without_an_engine_is_one_line_never_host_mode(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("reprostack: error: --container: no Docker engine answers at unix://")
     assert "--no-container" in err[0] and not out.exists()
+
+
+def test_container_needs_a_profile(tmp_path, capsys):
+    assert _cli("vllm", "--container", "--out", str(tmp_path / "o")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("reprostack: error: --container needs --profile (one of ") and "local-test" in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_image_without_container_is_refused(tmp_path, capsys):

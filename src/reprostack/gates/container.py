@@ -100,7 +100,10 @@ def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple
     """(plan, profile) of this node's container: the gate's plan with the in-image runner as its command."""
     from .plan import gate_plan
     spec = g.load(root)
-    plan = gate_plan(g, root, lock, profile=a.profile or next(iter(spec.profiles)), out_dir=Path(a.out))
+    if not a.profile:   # the container's GPUs, EFA devices and limits follow from the profile: never guessed
+        raise GateError(f"--container needs --profile (one of {', '.join(spec.profiles)} in {spec.path.name}): "
+                        f"the container's GPUs and EFA devices follow from it")
+    plan = gate_plan(g, root, lock, profile=a.profile, out_dir=Path(a.out))
     prof = spec.profile(plan.profile)
     ref = image_ref or plan.image.image_id or plan.image.tag
     if not ref:
@@ -164,7 +167,10 @@ def run_in_container(g: Gate, a, lock, root: Path, *, client=None) -> GateReport
         rep.provenance["execution"] = execution
         return rep
     rep = read_report(report_path, g.report_name, started, out)
-    execution["inner"] = rep.provenance.get("execution")
+    inner = rep.provenance.get("execution")
+    if isinstance(inner, dict) and inner.get("mode") == "host":   # host mode as seen from inside the image
+        inner["note"] = "the in-image runner's own record: the interpreter that ran the gate inside the image"
+    execution["inner"] = inner
     rep.provenance["execution"] = execution
     return rep
 
