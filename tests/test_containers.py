@@ -273,11 +273,15 @@ def test_unresolved_pin_and_recipe_stop_the_build_before_any_engine_work(tmp_pat
     assert not (tmp_path / "out").exists()
     # the CLI: one line, exit 2, before it even looks for an engine
     from reprostack import cli
+    old = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
     try:
         assert cli.main(["build", "trtllm", "--out", str(tmp_path / "cli")]) == 2
-    finally:
-        os.environ.pop("DOCKER_HOST")
+    finally:  # restored, not dropped: a later docker_client fixture must find CI's engine ($DOCKER_HOST)
+        if old is None:
+            os.environ.pop("DOCKER_HOST")
+        else:
+            os.environ["DOCKER_HOST"] = old
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unresolved pin tensorrt-llm 0.21.0" in err[0] and "Traceback" not in err[0]
     # fetching its wheels says the same, naming the lock line
