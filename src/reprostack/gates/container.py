@@ -14,14 +14,15 @@ file: at most MAX_REPORT_BYTES, valid against report.schema.json, the gate's own
 container did (a report left by an earlier run stays until this one replaces it, and one not rewritten is
 never taken), every artifact a relative path inside the out dir whose bytes have the recorded sha256. A bad report is
 one GateError line naming it (exit 2); a container that wrote none is the gate's ERROR naming its exit code (or
-the timeout) and the log.
+the timeout), its last output line and the log.
 
 `provenance.execution` then says where it ran: {"mode": "container", "image" (recipe), "image_ref" (as asked),
 "image_id", "repo_digests", "lock_sha256", "image_lock_sha256" (the image's label), "container" (id, exit code,
 timed out), "host" (driver and EFA devices of this host), "inner" (the in-image runner's own execution record:
 its interpreter fingerprint inside the image)}.
 
-Invariants: no engine is one GateError line before anything runs, never a silent fall back to host mode; the
+Invariants: `--profile` is required (the container's devices follow from it, never guessed); no engine is one
+GateError line before anything runs, never a silent fall back to host mode; the
 container is always removed (reprostack.launch.docker); nothing outside `<out>` is written.
 """
 
