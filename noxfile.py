@@ -52,6 +52,13 @@ def tests(session: nox.Session) -> None:
     # which the serving-gate tests drive against the test server; built once into .cache/test-tools.
     tools = os.environ.setdefault("REPROSTACK_TEST_TOOLS", str(Path(".cache/test-tools").resolve()))
     session.run("python", "-m", "reprostack.gates.aiperftool", tools)
+    # The container-mode tests' inputs (tests/test_gate_container.py): the wheels of containers/gate-selftest
+    # (sha256-checked, into the same folder's wheels/), and, where an engine answers, the Debian test base
+    # (debootstrap + docker import, once per engine; needs root and debootstrap: .ci/run installs it).
+    session.run("python", "-m", "reprostack.fetch.wheels", tools, "reprostack-wheels", "aiperf-wheels")
+    if os.environ.get("DOCKER_HOST"):
+        # exit 2 (no root or debootstrap here): the tests that need it skip, or fail under REPROSTACK_REQUIRE_DOCKER
+        session.run("python", "-m", "reprostack.containers.debianbase", success_codes=[0, 2])
     session.run("pytest", *session.posargs, env={"REPROSTACK_TEST_TOOLS": tools})
 
 

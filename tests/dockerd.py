@@ -11,7 +11,10 @@ overlay2 is tried first; vfs only when dockerd cannot start with overlay2 (e.g. 
 Fixtures (import them into a test module): `docker_client` (session: a docker SDK client; skips with the
 reason when no engine can run at all, fails instead when REPROSTACK_REQUIRE_DOCKER=1, as in CI) and
 `test_base` (session: id of `reprostack-test/base:1`, the busybox image made by
-reprostack.containers.testbase from Debian's busybox-static).
+reprostack.containers.testbase from Debian's busybox-static) and `debian_base` (session: id of
+`reprostack-test/debian:12`, made by reprostack.containers.debianbase with debootstrap; the tests never make it
+themselves, which needs Debian's mirror: the tests session's install step does, `python -m
+reprostack.containers.debianbase`, else the tests that need it skip, or fail under REPROSTACK_REQUIRE_DOCKER=1).
 
 Also a stdlib-only command for .ci/run (no venv needed):
     python3 tests/dockerd.py start /tmp/rsdocker   # prints `export DOCKER_HOST=unix:///tmp/rsdocker/docker.sock`
@@ -206,6 +209,23 @@ if pytest is not None:
         except ContainerError as e:
             _no_engine(f"cannot make the test base image: {e}")
         return ensure_test_base(docker_client)
+
+
+    @pytest.fixture(scope="session")
+    def debian_base(docker_client):
+        """Id of `reprostack-test/debian:12` as made by the install step (never made here: no network in tests)."""
+        import docker.errors
+
+        from reprostack.containers.debianbase import DEBIAN_BASE, L_REQUEST, request_key
+
+        try:
+            img = docker_client.images.get(DEBIAN_BASE)
+        except docker.errors.ImageNotFound:
+            img = None
+        if img is None or (img.labels or {}).get(L_REQUEST) != request_key():
+            _no_engine(f"{DEBIAN_BASE} is not on the engine (or from another request): make it first with "
+                       f"`python -m reprostack.containers.debianbase` (root, debootstrap; nox -s tests does)")
+        return img.id
 
 
 # --------------------------------------------------------------------------- command for .ci/run

@@ -209,7 +209,7 @@ def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
 
 def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     recipes = load_all(REPO_ROOT)
-    assert set(GPU_RECIPES) | {"selftest", "selftest-child"} == set(recipes)
+    assert set(GPU_RECIPES) | {"selftest", "selftest-child", "gate-selftest"} == set(recipes)
     lock = lockmod.load(REPO_ROOT / "upstreams.lock")
     fake_parent = "sha256:" + "ab" * 32
     for name in GPU_RECIPES:
@@ -273,11 +273,15 @@ def test_unresolved_pin_and_recipe_stop_the_build_before_any_engine_work(tmp_pat
     assert not (tmp_path / "out").exists()
     # the CLI: one line, exit 2, before it even looks for an engine
     from reprostack import cli
+    old = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
     try:
         assert cli.main(["build", "trtllm", "--out", str(tmp_path / "cli")]) == 2
-    finally:
-        os.environ.pop("DOCKER_HOST")
+    finally:  # restored, not dropped: a later docker_client fixture must find CI's engine ($DOCKER_HOST)
+        if old is None:
+            os.environ.pop("DOCKER_HOST")
+        else:
+            os.environ["DOCKER_HOST"] = old
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unresolved pin tensorrt-llm 0.21.0" in err[0] and "Traceback" not in err[0]
     # fetching its wheels says the same, naming the lock line

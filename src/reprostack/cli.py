@@ -108,6 +108,15 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
                    help="print the launch plan (image by digest, per-node commands, env, GPUs, EFA, ulimits, mounts, "
                         "timeout) and run nothing; default profile: the published 2 x p5en one")
     p.add_argument("--json", action="store_true", help="with --plan: JSON instead of the table")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--container", dest="container", action="store_true", default=False,
+                       help="run inside the gate's image through the Docker engine at $DOCKER_HOST (no engine: "
+                            "an error, never a fall back to host mode); the report records the image id")
+    where.add_argument("--no-container", dest="container", action="store_false",
+                       help="host mode (the default): run on this host's own packages; the report says so")
+    p.add_argument("--image", default=None, metavar="IMAGE",
+                   help="with --container: the image to run in (default: the gate recipe's id from the last "
+                        "`reprostack build` here, out/build/images.json)")
     p.add_argument("--out", default="out/gates", help="report folder (default: out/gates)")
     p.add_argument("--profile", default=None, help="hardware profile of gates/<gate>.yaml (default: detect)")
     p.add_argument("--python", default=sys.executable, help="interpreter that holds torch (default: this one)")
@@ -315,7 +324,9 @@ def _gates(args, lock, root, opts) -> int:
                          master_port=args.master_port, modes=args.modes, timeout=args.timeout,
                          arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
                          vars=_key_values(args.var, "--var", "K=V"), server_args=list(args.server_arg),
-                         legacy=args.legacy)
+                         legacy=args.legacy, container=args.container, image=args.image)
+    if args.image and not args.container:
+        raise ReprostackError("--image IMAGE needs --container (host mode runs no image)")
     out = Path(args.out)
     near = next((p for p in (out, *out.parents) if p.exists()), None)  # before any gate runs for minutes
     if near is not None and not near.is_dir():

@@ -128,7 +128,11 @@ def host_execution(lock: Lock, python: str, wheelset: str = DEFAULT_WHEELSET) ->
 
 
 def describe(execution: dict) -> str:
-    """One line for summaries: `host mode (python 3.12.3, torch 2.11.0, freeze 1a2b3c4d…; 5 of substrate-wheels differ)`."""
+    """One line for summaries: `host mode (python 3.12.3, torch 2.11.0, freeze 1a2b3c4d…; 5 of substrate-wheels differ)`
+    or `container mode (vllm sha256:0123456789ab…, lock 1a2b3c4d…)`."""
+    if execution.get("mode") == MODE_CONTAINER:   # reprostack.gates.container
+        return (f"container mode ({execution.get('image')} {str(execution.get('image_id'))[:19]}…, "
+                f"lock {str(execution.get('lock_sha256'))[:8]}…)")
     if execution.get("mode") != MODE_HOST:
         return str(execution.get("mode", "?"))
     env = execution.get("environment", {})

@@ -137,3 +137,28 @@ def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float)
             if not got_path.is_file() or sha256_file(got_path) != s:
                 raise FetchError(f"{lock.where('upstreams', name)}: pip download did not give {f} with sha256 {s}")
             _place(got_path, dest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m reprostack.fetch.wheels CACHE_ROOT PIN...`: fetch (once) the wheels of the lock's pins into
+    CACHE_ROOT/wheels/ (the tests session's install step, before the image tests build offline from there)."""
+    from ..errors import ReprostackError
+    from ..lock import load
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        print("usage: python -m reprostack.fetch.wheels CACHE_ROOT PIN...", file=sys.stderr)
+        return 2
+    try:
+        lock = load(Path("upstreams.lock"))
+        for name in args[1:]:
+            got = fetch_wheels(lock, name, cache_root=Path(args[0]), wheelhouses=wheelhouses_from_env())
+            print(f"{name}: {len(got)} wheel(s) in {Path(args[0]) / 'wheels'}")
+    except ReprostackError as e:
+        print(f"reprostack: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

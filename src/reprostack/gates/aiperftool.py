@@ -5,6 +5,9 @@ AIPerf 0.10.0 needs ~130 packages (transformers, datasets, pandas, pyarrow, matp
 `<cache>/tools/aiperf-<version>-<sha12>-py<X.Y>/` once (the wheel downloaded with `pip download --no-deps`,
 its sha256 checked against `upstreams.lock`, then installed with `gates/aiperf-constraints.txt` as pip
 constraints) and marks it verified; later calls reuse it. `REPROSTACK_WHEELHOUSE` makes pip use only that folder.
+In a gate image (containers/gate-selftest) the venv is built into the image from the lock's `aiperf-wheels` set and
+named by `REPROSTACK_AIPERF_VENV`: it is then used as is (its marker must name a wheel sha256 the lock pins) and
+never built or changed; a venv there without that marker is one GateError line.
 The venv comes from `python -m venv`, which needs ensurepip (Debian/Ubuntu: the python3-venv package); a failure is
 one GateError line. `python -m reprostack.gates.aiperftool CACHE_ROOT` (the tests session's install step) builds it.
 
@@ -31,6 +34,7 @@ from ..lock import Lock, WheelPin, load
 
 PIN = "aiperf"
 _MARKER = ".reprostack-verified.json"
+VENV_ENV = "REPROSTACK_AIPERF_VENV"   # a prebuilt venv (a gate image's): used as is, never built
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
     """
     pin = _pin(lock)
     allowed = {f.sha256: f.filename for f in pin.files}
+    if os.environ.get(VENV_ENV):
+        return _prebuilt(Path(os.environ[VENV_ENV]), pin, allowed)
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     venv = Path(cache_root).resolve() / "tools" / f"aiperf-{pin.version}-{sorted(allowed)[0][:12]}-py{py}"
     exe, python = venv / "bin" / "aiperf", venv / "bin" / "python"
@@ -119,6 +125,21 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
         _pip(python, ["install", "--quiet", "-c", str(constraints), str(wheels[0])], log)
     marker.write_text(json.dumps({"version": pin.version, "sha256": digest, "wheel": wheels[0].name}) + "\n")
     return AiperfTool(exe, python, pin.version, digest, venv)
+
+
+def _prebuilt(venv: Path, pin: WheelPin, allowed: dict) -> AiperfTool:
+    """The venv named by $REPROSTACK_AIPERF_VENV, if its marker names a wheel of the pin; GateError otherwise."""
+    exe, python, marker = venv / "bin" / "aiperf", venv / "bin" / "python", venv / _MARKER
+    try:
+        info = json.loads(marker.read_text())
+    except (OSError, ValueError) as e:
+        raise GateError(f"{VENV_ENV}={venv}: no readable {_MARKER} ({e}); not an AIPerf venv made from the lock") \
+            from None
+    sha = info.get("sha256") if isinstance(info, dict) else None
+    if sha not in allowed or info.get("version") != pin.version or not exe.is_file():
+        raise GateError(f"{VENV_ENV}={venv}: {marker} names aiperf {info.get('version') if isinstance(info, dict) else '?'}"
+                        f" sha256 {sha}, the lock pins {pin.version} {', '.join(allowed)}")
+    return AiperfTool(exe, python, pin.version, sha, venv)
 
 
 _TOKENIZER_SCRIPT = r"""

@@ -44,12 +44,18 @@ class GateArgs:
     vars: dict = field(default_factory=dict)
     server_args: list[str] = field(default_factory=list)
     legacy: bool = False
+    container: bool = False      # --container: run inside the image (gates.container); default: host mode
+    image: str | None = None     # --image: the image to run in (default: the recipe's last build here)
 
 
 def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
-    """Run gate `g` and return its report (not yet written), its provenance saying where it ran (today every gate
-    runs in host mode: `execution` holds the mode, the environment fingerprint of `--python` and its drift from
-    the locked wheelset, see reprostack.hostenv). Raises ReprostackError for bad input."""
+    """Run gate `g` and return its report (not yet written), its provenance saying where it ran: with
+    `a.container`, inside the image (reprostack.gates.container: `execution.mode` "container", image id and repo
+    digests); else in host mode (`execution` holds the mode, the environment fingerprint of `--python` and its
+    drift from the locked wheelset, see reprostack.hostenv). Raises ReprostackError for bad input."""
+    if a.container:
+        from .container import run_in_container
+        return run_in_container(g, a, lock, root)
     report = _run_gate(g, a, lock, root, fetch)
     if report.result in (Result.PASS, Result.FAIL, Result.ERROR):  # it ran here: say on what
         report.provenance.setdefault("execution", hostenv.host_execution(lock, a.python))

@@ -1,0 +1,232 @@
+"""Container mode: `reprostack gate G --container` runs the gate inside an image through the docker SDK.
+
+The container runs the in-image runner in host mode (`python3 -m reprostack gate G --no-container --out /out
+...` with the operator's options), this node's part of the gate's launch plan (reprostack.gates.plan): the out
+dir mounted read-write at /out, the lock's folder read-only at /workspace, reprostack's own package read-only at
+/opt/reprostack/code (on PYTHONPATH: the code that runs is this checkout's), GPUs as a device request when the
+profile needs them, every `/dev/infiniband/uverbs*` of this host when it needs EFA, the plan's ulimits, shm, host
+network and IPC. The image: `--image IMAGE`, else the recipe's id recorded by the last `reprostack build` here
+(out/build/images.json). reprostack.launch.docker streams the output into `<out>/container/node<N>.log` with a
+`[node N]` prefix and stops the container at the timeout (the spec's watchdog per run, plus CONTAINER_SLACK_S).
+
+The report the container wrote through the mount is input from the container, read back like any untrusted
+file: at most MAX_REPORT_BYTES, valid against report.schema.json, the gate's own name, started after the
+container did (a report left by an earlier run stays until this one replaces it, and one not rewritten is
+never taken), every artifact a relative path inside the out dir whose bytes have the recorded sha256. A bad report is
+one GateError line naming it (exit 2); a container that wrote none is the gate's ERROR naming its exit code (or
+the timeout), its last output line and the log.
+
+`provenance.execution` then says where it ran: {"mode": "container", "image" (recipe), "image_ref" (as asked),
+"image_id", "repo_digests", "lock_sha256", "image_lock_sha256" (the image's label), "container" (id, exit code,
+timed out), "host" (driver and EFA devices of this host), "inner" (the in-image runner's own execution record:
+its interpreter fingerprint inside the image)}.
+
+Invariants: `--profile` is required (the container's devices follow from it, never guessed); no engine is one
+GateError line before anything runs, never a silent fall back to host mode; the
+container is always removed (reprostack.launch.docker); nothing outside `<out>` is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from glob import glob
+from pathlib import Path, PurePosixPath
+
+from .. import hostinfo
+from ..digest import sha256_file
+from ..errors import GateError, ReprostackError
+from ..launch import plan as lp
+from ..report import GateReport, Result, utc_now, validate_report
+from .plan import OUT, WORK
+from .registry import Gate
+
+CODE = "/opt/reprostack/code"          # reprostack's package (this checkout's), read-only, on PYTHONPATH
+CONTAINER_SLACK_S = 600.0              # image start, AIPerf set-up and the report, beyond the gate's watchdog
+MAX_REPORT_BYTES = 64 << 20
+L_IMAGE, L_LOCK = "dev.reprostack.image", "dev.reprostack.lock-sha256"
+
+
+def _client():
+    from ..containers.engine import connect
+    try:
+        return connect()
+    except ReprostackError as e:
+        raise GateError(f"--container: {e} (or run on this host with --no-container: the report then says "
+                        f"host mode)") from None
+
+
+def inner_argv(g: Gate, a, lock) -> list[str]:
+    """The in-image runner's command: this gate in host mode with the operator's options, paths inside the image."""
+    argv = ["python3", "-m", "reprostack", "gate", g.stem, "--no-container", "--out", OUT,
+            "--lock", f"{WORK}/{Path(lock.path).name}", "--cache", "/tmp/reprostack-cache"]
+    for flag, value in (("--profile", a.profile), ("--jobs", a.jobs), ("--arch", a.arch), ("--nodes", a.nodes),
+                        ("--master-addr", a.master_addr), ("--master-port", a.master_port), ("--timeout", a.timeout)):
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["--node-rank", str(a.node_rank), "--modes", a.modes]
+    argv += [x for arm in a.arms for x in ("--arm", arm)]
+    argv += [x for k, v in a.vars.items() for x in ("--var", f"{k}={v}")]
+    argv += [f"--server-arg={s}" for s in a.server_args]
+    return argv + (["--legacy"] if a.legacy else [])
+
+
+def host_record() -> dict:
+    """This host's side of a container run: NVIDIA driver, EFA devices and the efa module's version."""
+    gpus, notes = hostinfo.gpus()
+    efa, _ = hostinfo.rdma_devices()
+    try:
+        efa_version = Path("/sys/module/efa/version").read_text().strip()
+    except OSError:
+        efa_version = None
+    return {"driver_version": gpus[0]["driver_version"] if gpus else None, "gpus": len(gpus),
+            "efa_devices": [d["name"] for d in efa], "efa_driver_version": efa_version,
+            **({"notes": notes} if notes and not gpus else {})}
+
+
+def _image(client, ref: str, recipe: str):
+    import docker.errors
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        raise GateError(f"--container: image {ref} is not on this engine (build it with `reprostack build "
+                        f"{recipe}` or name one with --image)") from None
+    except docker.errors.APIError as e:
+        raise GateError(f"--container: the engine cannot inspect image {ref}: {e.explanation or e}") from None
+
+
+def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple[lp.LaunchPlan, object]:
+    """(plan, profile) of this node's container: the gate's plan with the in-image runner as its command."""
+    from .plan import gate_plan
+    spec = g.load(root)
+    if not a.profile:   # the container's GPUs, EFA devices and limits follow from the profile: never guessed
+        raise GateError(f"--container needs --profile (one of {', '.join(spec.profiles)} in {spec.path.name}): "
+                        f"the container's GPUs and EFA devices follow from it")
+    plan = gate_plan(g, root, lock, profile=a.profile, out_dir=Path(a.out))
+    prof = spec.profile(plan.profile)
+    ref = image_ref or plan.image.image_id or plan.image.tag
+    if not ref:
+        raise GateError(f"--container: image {plan.image.recipe} (gate {g.name}'s `image:`) is not built on this "
+                        f"machine (`reprostack build {plan.image.recipe}`), or name one with --image")
+    import reprostack
+    mounts = [m for m in plan.mounts if m.what in ("out", "project")]
+    mounts.append(lp.Mount(str(Path(reprostack.__file__).resolve().parent), f"{CODE}/reprostack", what="code"))
+    env = {"PYTHONPATH": CODE, "PYTHONUNBUFFERED": "1"}
+    models = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    if g.kind == "serving" and models.is_dir():
+        mounts.append(lp.Mount(str(models.resolve()), "/models", what="models"))
+        env["HF_HOME"] = "/models"
+    ulimits = plan.ulimits
+    if not getattr(prof, "needs_gpu", True) and not plan.efa_devices_per_node:
+        # a CPU profile pins no memory: it keeps this host's memlock limit (an engine in a sandbox may not raise
+        # it to the campaign's unlimited, which EFA and NCCL need)
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        ulimits = tuple((n, soft, hard) if n == "memlock" else (n, s, h) for n, s, h in ulimits)
+    runs = max(1, len(getattr(spec, "arms", {}) or {}))
+    timeout = (a.timeout or plan.timeout_s) * runs + CONTAINER_SLACK_S
+    cmd = lp.NodeCommand(a.node_rank, "leader" if a.node_rank == 0 else "worker", tuple(inner_argv(g, a, lock)),
+                         tuple(sorted(env.items())))
+    plan = dataclasses.replace(plan, image=dataclasses.replace(plan.image, tag=ref), commands=(cmd,),
+                               mounts=tuple(mounts), workdir=WORK, timeout_s=timeout,
+                               ulimits=ulimits)
+    return plan, prof
+
+
+def run_in_container(g: Gate, a, lock, root: Path, *, client=None) -> GateReport:
+    """Run gate `g` in its container and return the report it wrote, stamped (see the module docstring)."""
+    from ..launch.docker import run_node
+
+    plan, prof = container_plan(g, a, lock, Path(root), a.image)
+    client = client or _client()
+    image = _image(client, plan.image.tag, plan.image.recipe)
+    needs_gpu = bool(getattr(prof, "needs_gpu", plan.gpus_per_node > 0)) and plan.gpus_per_node > 0
+    efa = sorted(glob(f"{lp.EFA_DEVICE_DIR}/uverbs*")) if plan.efa_devices_per_node else []
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report_path = out / f"{g.report_name}.json"
+    stale = _stat(report_path)   # an earlier run's report: kept until this one replaces it, never read back
+    started = utc_now()
+    t0 = time.monotonic()
+    run = run_node(client, plan, a.node_rank, out / "container", efa_devices=efa, gpus=needs_gpu)
+    execution = {"mode": "container", "image": (image.labels or {}).get(L_IMAGE) or plan.image.recipe,
+                 "image_ref": a.image or plan.image.tag, "image_id": run.image_id,
+                 "repo_digests": list(run.repo_digests), "lock_sha256": lock.sha256,
+                 "image_lock_sha256": (image.labels or {}).get(L_LOCK),
+                 "container": run.provenance(), "log": str(run.log), "host": host_record(),
+                 "ulimits": {n: [s, h] for n, s, h in plan.ulimits}, "gpus": needs_gpu, "efa_devices": efa}
+    written = report_path.is_file() and _stat(report_path) != stale
+    if run.timed_out or not written:
+        why = (f"killed at the timeout of {plan.timeout_s:g} s" if run.timed_out else
+               f"exited {run.exit_code} without writing {report_path.name}")
+        last = _last_line(run.log)
+        why += f" (its last line: {last})" if last else ""
+        rep = GateReport(g.report_name, plan.profile, Result.ERROR, f"the gate's container {why}; log {run.log}",
+                         started=started, ended=utc_now(), duration_s=round(time.monotonic() - t0, 3))
+        rep.provenance["execution"] = execution
+        return rep
+    rep = read_report(report_path, g.report_name, started, out)
+    inner = rep.provenance.get("execution")
+    if isinstance(inner, dict) and inner.get("mode") == "host":   # host mode as seen from inside the image
+        inner["note"] = "the in-image runner's own record: the interpreter that ran the gate inside the image"
+    execution["inner"] = inner
+    rep.provenance["execution"] = execution
+    return rep
+
+
+def _stat(path: Path):
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _last_line(log: Path) -> str:
+    """The container's last non-empty output line (prefix removed, at most 300 characters), or ""."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            lines = [x for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1].partition("] ")[2].strip()[:300] if lines else ""
+
+
+def read_report(path: Path, gate: str, not_before: str, out_dir: Path) -> GateReport:
+    """The report a container wrote at `path`, checked (see the module docstring); GateError naming it otherwise."""
+    import jsonschema
+
+    def bad(why: str):
+        return GateError(f"{path}: the report the gate's container wrote {why}")
+
+    try:
+        size = path.stat().st_size
+        if size > MAX_REPORT_BYTES:
+            raise bad(f"is {size} bytes (more than {MAX_REPORT_BYTES})")
+        d = json.loads(path.read_bytes())
+    except OSError as e:
+        raise bad(f"cannot be read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise bad(f"is not JSON: {e}") from None
+    try:
+        validate_report(d)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top)"
+        raise bad(f"is not a gate report: {where}: {e.message[:200]}") from None
+    if d["gate"] != gate:
+        raise bad(f"is for gate {d['gate']!r}, not {gate!r}")
+    if (d.get("started") or "") < not_before:
+        raise bad(f"started {d.get('started')}, before this run's container ({not_before}): not this run's report")
+    rep = GateReport.from_dict(d)
+    root = out_dir.resolve()
+    for a in rep.artifacts:
+        p = PurePosixPath(a.path)
+        f = (root / a.path).resolve()
+        if p.is_absolute() or ".." in p.parts or not f.is_relative_to(root) or not f.is_file():
+            raise bad(f"names artifact {a.path!r}, not a file inside {out_dir}")
+        if sha256_file(f) != a.sha256:
+            raise bad(f"names artifact {a.path} with sha256 {a.sha256}; the file there has {sha256_file(f)}")
+    return rep
