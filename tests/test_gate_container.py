@@ -60,12 +60,12 @@ def test_vllm_local_test_runs_in_its_container_end_to_end(docker_client, gate_im
     rc = _cli("vllm", "--container", "--image", gate_image.tag, "--profile", "local-test", "--arm", "deepep",
               "--lock", str(root / "upstreams.lock"), "--out", str(out))
     rep = json.loads((out / "vllm.json").read_text())
-    assert rc == 0, rep["reason"]
-    assert rep["result"] == "pass" and rep["profile"] == "local-test"
+    assert rc == 3, rep["reason"]   # a local-test pass is never evidence: exit 3, as on the host
+    assert rep["result"] == "pass" and rep["profile"] == "local-test" and rep["evidence"] is False
     ex = rep["provenance"]["execution"]
     assert ex["mode"] == "container" and ex["image"] == "gate-selftest"
     assert ex["image_id"] == gate_image.image_id == docker_client.images.get(gate_image.tag).id
-    assert ex["lock_sha256"] == load(root / "upstreams.lock").sha256 and ex["container"]["exit_code"] == 0
+    assert ex["lock_sha256"] == load(root / "upstreams.lock").sha256 and ex["container"]["exit_code"] == 3
     assert ex["inner"]["environment"]["executable"] == "/opt/reprostack/venv/bin/python3"   # ran in the image
     summary = (out / "summary.md").read_text()
     assert f"Ran in **container mode (gate-selftest {gate_image.image_id[:19]}…, lock " in summary
@@ -75,7 +75,7 @@ def test_vllm_local_test_runs_in_its_container_end_to_end(docker_client, gate_im
     for a in rep["artifacts"]:
         assert artifact_for(out / a["path"]).sha256 == a["sha256"]
     log = (out / "container" / "node0.log").read_text().splitlines()
-    assert all(line.startswith("[node 0] ") for line in log) and "[node 0] vllm [local-test]: PASS" in log[-2]
+    assert all(line.startswith("[node 0] ") for line in log) and "[node 0] vllm [local-test]: PASS (local-test, not evidence)" in log[-2]
     assert not docker_client.containers.list(all=True, filters={"id": ex["container"]["container_id"]})
 
 
