@@ -123,7 +123,7 @@ def test_published_fixtures_all_match_and_6723_surfaced(tmp_path, capsys):
         assert cid in verdicts
     assert {verdicts[f"{a}.requests"] for a in ARMS} == {"match"}
     md = (out / "verify.md").read_text()
-    assert "| claim | published | recomputed | ratio | verdict |" in md
+    assert "| claim | published | recomputed | ratio | reproduced by | verdict |" in md
     row67 = [l for l in md.splitlines() if "sglang.c8.agg" in l]
     assert len(row67) == 2 and any("67.2 tokens/sec" in l and "| match |" in l for l in row67)
     assert any("67.3 tokens/sec" in l and "**ambiguous**" in l and "67.2488" in l for l in row67)
@@ -316,3 +316,45 @@ def test_records_that_cannot_be_read_never_let_the_aggregate_stand_alone(tmp_pat
         raw.symlink_to("/dev/zero")
     why = _contradictions([d / "profile_export_aiperf.json"], {})
     assert why and "present but not a regular file" in why[0]
+
+
+def test_verify_names_the_statistic_a_published_figure_is(tmp_path):
+    """Issue 16: a figure published as a p50 that is AIPerf's avg is a mismatch saying so; every claim lists the
+    statistics that reproduce it (TTFT of the published TRT-LLM c4 export: avg 1122.7 ms, p50 159.7 ms)."""
+    from reprostack.verify.engine import run_verify
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("""\
+schema: 1
+claims:
+  - id: trtllm.c4.ttft
+    gate: trtllm
+    arm: trtllm-shim
+    cell: c4
+    metric: time_to_first_token
+    stat: p50
+    value: 1122.7
+    unit: ms
+    rounding: 0.1
+    artifacts: [trtllm-shim/c4/profile_export_aiperf.json]
+    source: a table that printed AIPerf's avg under p50
+  - id: trtllm.c4.itl
+    gate: trtllm
+    arm: trtllm-shim
+    cell: c4
+    metric: inter_token_latency
+    stat: avg
+    value: 51.8
+    unit: ms
+    rounding: 0.1
+    artifacts: [trtllm-shim/c4/profile_export_aiperf.json]
+    source: test
+""")
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "published-2026-07"
+    rc, results, written = run_verify([fixtures], claims, tmp_path / "out")
+    ttft, itl = results
+    assert rc == 1 and ttft.verdict == "mismatch" and ttft.reproduced_by == ("avg",)
+    assert ttft.detail == "published 1122.7 = avg 1122.7012, not p50 159.7084"
+    assert itl.verdict == "match" and itl.reproduced_by == ("avg", "p50")    # 51.789 and 51.824 both round to 51.8
+    data = json.loads(written["verify.json"].read_text())
+    assert data["results"][0]["reproduced_by"] == ["avg"] and set(data["results"][0]["statistics"]) >= {"avg", "p50", "p99"}
+    assert "| avg, p50 | match |" in written["verify.md"].read_text()

@@ -1,6 +1,11 @@
 """Published-claim verification: each claim of `claims/*.yaml` is recomputed from the raw AIPerf artifacts
 found under one of the given folders and judged.
 
+Every claim read from an aggregate also lists which of the metric's statistics (avg, p50, p90, p99, min, max)
+reproduce the published figure within its rounding (`reproduced_by`), and a mismatch that another statistic
+reproduces says so ("published 1122.7 = avg 1122.7012, not p50 159.7084"): a table that printed an avg as a
+p50 is named, not just failed.
+
 Verdicts: `match` (|recomputed - published| <= rounding/2, i.e. the published figure is the recomputed value
 rounded to its stated precision), `ambiguous` (the claim carries an `ambiguity:` note and is off by more than
 half a rounding step but no more than one whole step, which is what a double rounding such as
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
@@ -65,6 +70,14 @@ class Result:
     ratio: float | None = None
     detail: str = ""
     artifacts: tuple = ()
+    # {stat: value} of every statistic of the claim's metric the export has (NAMED_STATS), and which of them
+    # reproduce the published figure within its rounding: says which statistic a published table really printed
+    stats: dict = field(default_factory=dict)
+    reproduced_by: tuple = ()
+
+
+# the statistics a published table may have printed under a name (an avg printed as a p50 is a known pitfall)
+NAMED_STATS = ("avg", "p50", "p90", "p99", "min", "max")
 
 
 def load_claims(path: Path) -> list[Claim]:
@@ -179,11 +192,37 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
         ratio = value / c.value if c.value else None  # no ratio to a published 0
         verdict = judge(c, value)
         detail = c.ambiguity if verdict == "ambiguous" else ""
+        stats, by = _statistics(c, paths)
+        if verdict == "mismatch" and by:  # the figure is another statistic of the same metric
+            others = ", ".join(f"{k} {_fmt(stats[k], c.rounding)}" for k in by)
+            detail = f"published {_fmt(c.value, c.rounding)} = {others}, not {c.stat} {_fmt(value, c.rounding)}"
         if contradictions:
             more = f" (+{len(contradictions) - 3} more)" if len(contradictions) > 3 else ""
             verdict, detail = "mismatch", "raw records contradict the aggregate: " + "; ".join(contradictions[:3]) + more
-        out.append(Result(c, verdict, value, unit, ratio, detail, tuple(map(str, paths))))
+        out.append(Result(c, verdict, value, unit, ratio, detail, tuple(map(str, paths)), stats, by))
     return out
+
+
+def _statistics(claim: Claim, paths: list[Path]) -> tuple[dict, tuple]:
+    """({stat: value} of NAMED_STATS present for the claim's metric, the stats that reproduce the published value
+    within its rounding); ({}, ()) for counts and for claims not read from one aggregate."""
+    if claim.metric in ("request_count", "error_count", "completed_requests") or len(paths) != 1 \
+            or paths[0].name != EXPORT_JSON:
+        return {}, ()
+    m = parse_export(paths[0]).metrics.get(claim.metric)
+    stats = {}
+    for k in NAMED_STATS:
+        try:
+            stats[k] = m.stat(k) if m is not None else None
+        except KeyError:
+            continue
+    stats = {k: v for k, v in stats.items() if v is not None}
+    return stats, tuple(k for k, v in stats.items() if judge_value(claim, v))
+
+
+def judge_value(claim: Claim, v: float) -> bool:
+    """`v` rounds to the published value at the claim's precision."""
+    return abs(v - claim.value) <= claim.rounding / 2 + 1e-9 * max(1.0, abs(claim.value))
 
 
 def exit_code(results: list[Result]) -> int:
@@ -210,7 +249,7 @@ def render_md(results: list[Result], claims_path: Path, dirs: list[Path], rc: in
     head = ["# Published-claim verification", "",
             f"claims: `{claims_path}`; artifacts: {', '.join(f'`{d}`' for d in dirs)}", "",
             "verdicts: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n) + f"; exit code {rc}", "",
-            "| claim | published | recomputed | ratio | verdict |", "|---|---|---|---|---|"]
+            "| claim | published | recomputed | ratio | reproduced by | verdict |", "|---|---|---|---|---|---|"]
     rows = []
     for r in results:
         c = r.claim
@@ -222,7 +261,8 @@ def render_md(results: list[Result], claims_path: Path, dirs: list[Path], rc: in
             verdict += f": {r.detail}"
         name = f"`{c.id}` {c.arm} {c.cell} {c.metric}" + (f" {c.stat}" if c.metric not in (
             "request_count", "error_count", "completed_requests") else "")
-        rows.append(f"| {name} | {pub} | {rec} | {ratio} | {verdict.replace('|', '/')} |")
+        by = ", ".join(r.reproduced_by) if r.stats else "—"
+        rows.append(f"| {name} | {pub} | {rec} | {ratio} | {by or 'none'} | {verdict.replace('|', '/')} |")
     return "\n".join(head + rows) + "\n"
 
 
@@ -233,7 +273,8 @@ def render_json(results: list[Result], claims_path: Path, dirs: list[Path], rc: 
         d["artifacts"] = list(d["artifacts"])
         items.append({"claim": d, "verdict": r.verdict, "recomputed": r.recomputed, "recomputed_unit": r.unit,
                       "ratio": r.ratio if r.ratio is None or math.isfinite(r.ratio) else None,
-                      "detail": r.detail, "artifact_paths": list(r.artifacts)})
+                      "detail": r.detail, "artifact_paths": list(r.artifacts),
+                      "statistics": r.stats, "reproduced_by": list(r.reproduced_by)})
     return json.dumps({"claims_file": str(claims_path), "dirs": [str(d) for d in dirs], "exit_code": rc,
                        "counts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
                        "results": items}, indent=2) + "\n"
