@@ -62,6 +62,13 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, env={"REPROSTACK_TEST_TOOLS": tools})
 
 
+@nox.session(tags=["ci"])
+def lint(session: nox.Session) -> None:
+    """ruff (pinned in the `lint` extra): pyflakes and syntax checks over src/, tests/, gates/, scripts/, noxfile.py."""
+    _install(session, "[lint]")
+    session.run("ruff", "check", "src", "tests", "gates", "scripts", "noxfile.py", *session.posargs)
+
+
 @nox.session
 def lock(session: nox.Session) -> None:
     """Validate upstreams.lock (`-- [check] [--lock FILE]`); `-- wheels [PIN...] [--check]` resolves each wheel
