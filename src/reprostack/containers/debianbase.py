@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import ContainerError
+from .testbase import labelled_image
 
 DEBIAN_BASE = "reprostack-test/debian:12"
 SUITE = "bookworm"                      # Debian 12: the CI machine's release
@@ -98,12 +99,9 @@ def ensure_debian_base(client, tag: str = DEBIAN_BASE, *, suite: str = SUITE, pa
 
     mirror = mirror or os.environ.get(MIRROR_ENV) or DEFAULT_MIRROR
     key = request_key(suite, packages, mirror)
-    try:
-        img = client.images.get(tag)
-        if (img.labels or {}).get(L_REQUEST) == key:
-            return img.id
-    except docker.errors.ImageNotFound:
-        pass
+    have = labelled_image(client, tag, L_REQUEST, key)
+    if have:
+        return have
     tmp = Path(tempfile.mkdtemp(prefix="rs-debian-", dir=workdir))
     try:
         rootfs, log = tmp / "rootfs", tmp / "debootstrap.log"

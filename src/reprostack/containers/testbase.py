@@ -24,6 +24,18 @@ ROOTFS_LABEL = "dev.reprostack.test-rootfs-sha256"
 _CANDIDATES = ("/bin/busybox", "/usr/bin/busybox", "/usr/sbin/busybox")
 
 
+def labelled_image(client, tag: str, label: str, value: str) -> str | None:
+    """The id of image `tag` on the engine when its label `label` is `value` (the same input made it), else None:
+    the reuse rule of the images made here (this busybox base, containers.debianbase)."""
+    import docker.errors
+
+    try:
+        img = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+    return img.id if (img.labels or {}).get(label) == value else None
+
+
 def is_static_elf(path: Path) -> bool:
     """True for an ELF executable without a PT_INTERP program header (needs no dynamic loader)."""
     with open(path, "rb") as f:
@@ -77,16 +89,11 @@ def rootfs_tar(busybox: Path) -> bytes:
 
 def ensure_test_base(client, tag: str = TEST_BASE) -> str:
     """Import the busybox rootfs as `tag` unless an image made from the same rootfs has that tag; returns its id."""
-    import docker.errors
-
     tar = rootfs_tar(find_busybox())
     digest = hashlib.sha256(tar).hexdigest()
-    try:
-        img = client.images.get(tag)
-        if (img.labels or {}).get(ROOTFS_LABEL) == digest:
-            return img.id
-    except docker.errors.ImageNotFound:
-        pass
+    have = labelled_image(client, tag, ROOTFS_LABEL, digest)
+    if have:
+        return have
     repo, _, t = tag.rpartition(":")
     client.api.import_image_from_data(
         tar, repository=repo, tag=t,

@@ -62,13 +62,18 @@ def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     return report
 
 
+def _gpu_options(a: GateArgs, lock, root: Path, fetch) -> dict:
+    """The GateRunOptions fields (gates.micro) of a GPU gate run, from the operator's options: one place for
+    what micro and the training gates share."""
+    return dict(root=root, lock=lock, fetch=fetch, out_dir=Path(a.out), profile=a.profile, python=a.python,
+                jobs=a.jobs, arch=a.arch, nodes=a.nodes, node_rank=a.node_rank, master_addr=a.master_addr,
+                master_port=a.master_port, timeout_s=a.timeout)
+
+
 def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     if g.kind == "training":
         from .training import TrainingOptions
-        opts = TrainingOptions(root=root, lock=lock, fetch=fetch, out_dir=Path(a.out), profile=a.profile,
-                               python=a.python, jobs=a.jobs, arch=a.arch, nodes=a.nodes, node_rank=a.node_rank,
-                               master_addr=a.master_addr, master_port=a.master_port, timeout_s=a.timeout,
-                               arms=list(a.arms) or None)
+        opts = TrainingOptions(**_gpu_options(a, lock, root, fetch), arms=list(a.arms) or None)
         if g.stem == "megatron":
             from .training import run_megatron
             return run_megatron(opts)
@@ -77,10 +82,7 @@ def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     if g.kind == "micro":
         from .arms import parse_arms
         from .micro import MicroOptions, run_micro
-        return run_micro(MicroOptions(root=root, lock=lock, fetch=fetch, out_dir=Path(a.out), profile=a.profile,
-                                      python=a.python, jobs=a.jobs, arch=a.arch, nodes=a.nodes,
-                                      node_rank=a.node_rank, master_addr=a.master_addr, master_port=a.master_port,
-                                      modes=a.modes, timeout_s=a.timeout,
+        return run_micro(MicroOptions(**_gpu_options(a, lock, root, fetch), modes=a.modes,
                                       arms=parse_arms(",".join(a.arms) or "deepep"), legacy=a.legacy))
     from .serving import ServingOptions, run_serving
     return run_serving(g.stem, ServingOptions(root=root, lock=lock, out_dir=Path(a.out), cache_root=fetch.cache.root,
