@@ -99,6 +99,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="folder(s) of AIPerf artifacts (<arm>/<cell>/...)")
     p.add_argument("--claims", default=None, help="claims file (default: claims/published.yaml of the project root)")
     p.add_argument("--out", default="out/verify", help="report folder (default: out/verify)")
+
+    p = sub.add_parser("history", help="ingest gate reports into a SQLite history; tables, regressions, plots",
+                       description="Ingest every gate report (*.json) under FOLDER (default: results/) into the "
+                                   "history database, print a table per metric across runs, flag a regression where "
+                                   "two runs' or two lock versions' 95%% intervals separate (naming the pins that "
+                                   "changed), write one PNG per metric and index.html into --out. Exit 0; 2 when a "
+                                   "report was skipped (each named on stderr) or the database cannot be used.")
+    p.add_argument("folders", nargs="*", metavar="FOLDER", help="folders (or report files) to ingest")
+    p.add_argument("--out", default=None, help="plots folder (default: results/history of the project root)")
+    p.add_argument("--db", default=None, help="history database (default: <cache dir>/history/history.sqlite3)")
+    p.add_argument("--no-plots", action="store_true", help="ingest and print only")
     return ap
 
 
@@ -229,6 +240,9 @@ def _dispatch(args) -> int:
         return 0
     if args.cmd == "verify":
         return _verify(args)
+    if args.cmd == "history":
+        from .history.command import run as history_run
+        return history_run(args.folders, args.out, args.db, plots=not args.no_plots)
     lock, root = _load(args)
     opts = _fetch_opts(args)
     if args.cmd == "fetch":
@@ -282,6 +296,8 @@ def _bump(args, root: Path, opts, argv: list[str]) -> int:
         print(f"reprostack: error: {BumpConflict(r)}", file=sys.stderr)
         print(f"report: {md.resolve()}")
         return 1
+    from .history.bumpview import section as history_section
+    r.history = history_section(root, r.old_lock_text, r.new_lock_text, r.impact.gates)
     branch = None if args.no_commit else (args.branch or f"bump-{r.upstream}-{r.new_rev[:8]}")
     write_bump(r, branch)
     md = write_report(r, Path(args.out))

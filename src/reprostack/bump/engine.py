@@ -79,6 +79,7 @@ class BumpResult:
     branch: str | None = None
     commit: str | None = None
     conflict_commits: list[Commit] = field(default_factory=list)  # upstream commits in old..new touching its files
+    history: str | None = None  # "### Gate history" Markdown (reprostack.history.bumpview), when runs exist
 
     @property
     def title(self) -> str:

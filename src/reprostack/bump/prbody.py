@@ -157,6 +157,8 @@ def render(r) -> str:
         add(f"No gate, kernel or image of this project uses `{r.upstream}`.")
     add("- always: `nox -s tests`, `nox -s patch -- " + r.upstream + "`")
     add("")
+    if getattr(r, "history", None):  # the gates' runs before/after, from the results history
+        add(r.history)
 
     add("### Produced by\n")
     args = " ".join(shlex.quote(a) for a in r.args)

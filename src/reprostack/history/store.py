@@ -1,0 +1,239 @@
+"""The results history: every gate report ingested into one SQLite database (stdlib sqlite3).
+
+Tables (schema version SCHEMA_VERSION, kept in `PRAGMA user_version` and one `schema_version` row per applied
+migration):
+- reports(id = sha256 of the report file, path, gate, profile, result, stack, lock_sha256, image_digest,
+  host_fp, host, date): one row per report file content;
+- pins(report_id, name, rev): the pin revs the report's provenance records;
+- measurements(report_id, metric, unit, n, mean, p50, stdev, lo, hi, method, samples (JSON list), better).
+
+Invariants:
+- ingest is idempotent: a report whose sha256 is already stored adds nothing (INSERT OR IGNORE on the id);
+  each report goes in whole or not at all (one transaction);
+- SQL takes values only as parameters, never formatted into the text;
+- a database of a newer schema than this code knows is refused with one line, before anything is written; an
+  older one is migrated step by step (MIGRATIONS[v] takes version v to v + 1, each step one transaction); a file
+  that is not SQLite, or a SQLite file that is not a history (tables but user_version 0), is refused;
+- the default database lives outside git: `<cache dir>/history/history.sqlite3` (reprostack.paths.cache_dir).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import paths
+from ..errors import ReprostackError
+from .reader import Measurement, Record
+
+SCHEMA_VERSION = 1
+
+# MIGRATIONS[v]: the statements that take a database at version v to v + 1 (v = 0: an empty file).
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, note TEXT NOT NULL)",
+        "CREATE TABLE reports (id TEXT PRIMARY KEY, path TEXT NOT NULL, gate TEXT NOT NULL, profile TEXT NOT NULL, "
+        "result TEXT NOT NULL, stack TEXT NOT NULL, lock_sha256 TEXT NOT NULL, image_digest TEXT NOT NULL, "
+        "host_fp TEXT NOT NULL, host TEXT NOT NULL, date TEXT NOT NULL)",
+        "CREATE TABLE pins (report_id TEXT NOT NULL REFERENCES reports(id), name TEXT NOT NULL, rev TEXT NOT NULL, "
+        "PRIMARY KEY (report_id, name))",
+        "CREATE TABLE measurements (report_id TEXT NOT NULL REFERENCES reports(id), metric TEXT NOT NULL, "
+        "unit TEXT NOT NULL, n INTEGER NOT NULL, mean REAL NOT NULL, p50 REAL, stdev REAL, lo REAL, hi REAL, "
+        "method TEXT, samples TEXT NOT NULL, better TEXT, PRIMARY KEY (report_id, metric))",
+        "CREATE INDEX reports_key ON reports (gate, profile, stack, date)",
+    ),
+]
+
+
+class HistoryError(ReprostackError):
+    """The history database cannot be used: `DB: why`."""
+
+
+def default_db() -> Path:
+    """`<cache dir>/history/history.sqlite3` (outside git)."""
+    return paths.cache_dir() / "history" / "history.sqlite3"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement of one report, with the report's keys."""
+
+    report_id: str
+    path: str
+    gate: str
+    profile: str
+    result: str
+    stack: str
+    lock_sha256: str
+    image_digest: str
+    host_fp: str
+    host: str
+    date: str
+    m: Measurement
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.gate, self.profile, self.stack, self.m.metric)
+
+
+class Store:
+    """An open history database (use as a context manager, or call close())."""
+
+    def __init__(self, conn: sqlite3.Connection, where: str):
+        self.conn, self.where = conn, where
+
+    # ---- opening and migrating
+    @classmethod
+    def open(cls, path: Path | str) -> Store:
+        """Open (creating or migrating) the database at `path`, or ":memory:"."""
+        where = str(path)
+        if where != ":memory:":
+            p = Path(path)
+            if p.exists() and not p.is_file():
+                raise HistoryError(f"{p}: not a regular file (expected a history database)")
+            p.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(where, isolation_level=None)
+        except sqlite3.Error as e:
+            raise HistoryError(f"{where}: cannot open the history database: {e}") from None
+        store = cls(conn, where)
+        try:
+            store._migrate()
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise HistoryError(f"{where}: not a history database ({e})") from None
+        except BaseException:
+            conn.close()
+            raise
+        return store
+
+    @classmethod
+    def copy_of(cls, path: Path) -> Store:
+        """An in-memory copy of the database at `path` (checked like open(), the file is never written)."""
+        try:
+            src = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        except sqlite3.Error as e:
+            raise HistoryError(f"{path}: cannot open the history database: {e}") from None
+        try:
+            cls(src, str(path)).check_version()
+            mem = sqlite3.connect(":memory:", isolation_level=None)
+            src.backup(mem)
+        except sqlite3.DatabaseError as e:
+            raise HistoryError(f"{path}: not a history database ({e})") from None
+        finally:
+            src.close()
+        store = cls(mem, str(path))
+        store._migrate()
+        return store
+
+    def version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def check_version(self) -> int:
+        """The database's schema version; refuses a newer one, and a SQLite file that is not a history."""
+        v = self.version()
+        if v > SCHEMA_VERSION:
+            raise HistoryError(f"{self.where}: history schema version {v} is newer than this reprostack reads "
+                               f"({SCHEMA_VERSION}): use a newer reprostack, or another --db")
+        if v == 0:
+            tables = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if tables:
+                raise HistoryError(f"{self.where}: a SQLite database with tables ({', '.join(tables[:5])}) but no "
+                                   f"history schema version: not a reprostack history; use another --db")
+        return v
+
+    def _migrate(self) -> None:
+        v = self.check_version()
+        for step in range(v, len(MIGRATIONS)):
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql in MIGRATIONS[step]:
+                    self.conn.execute(sql)
+                self.conn.execute("INSERT INTO schema_version (version, note) VALUES (?, ?)",
+                                  (step + 1, f"migrated from {step}"))
+                self.conn.execute(f"PRAGMA user_version = {int(step + 1)}")  # a PRAGMA takes no parameter
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- ingest
+    def has(self, report_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM reports WHERE id = ?", (report_id,)).fetchone() is not None
+
+    def ingest(self, r: Record) -> bool:
+        """Store one report; False when a report of the same sha256 is already stored (nothing added)."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            cur = c.execute("INSERT OR IGNORE INTO reports (id, path, gate, profile, result, stack, lock_sha256, "
+                            "image_digest, host_fp, host, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (r.id, r.path, r.gate, r.profile, r.result, r.stack, r.lock_sha256, r.image_digest,
+                             r.host_fp, r.host, r.date))
+            if cur.rowcount == 0:
+                c.execute("ROLLBACK")
+                return False
+            c.executemany("INSERT INTO pins (report_id, name, rev) VALUES (?, ?, ?)",
+                          [(r.id, n, rev) for n, rev in sorted(r.pins.items())])
+            c.executemany("INSERT INTO measurements (report_id, metric, unit, n, mean, p50, stdev, lo, hi, method, "
+                          "samples, better) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(r.id, m.metric, m.unit, m.n, m.mean, m.p50, m.stdev, m.lo, m.hi, m.method,
+                            json.dumps(list(m.samples)), m.better) for m in r.measurements])
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return True
+
+    # ---- queries
+    def count(self) -> tuple[int, int]:
+        """(reports, measurements) stored."""
+        return (self.conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0],
+                self.conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+
+    def points(self, gates: tuple[str, ...] | None = None) -> list[Point]:
+        """Every measurement (of `gates` only, when given), ordered by gate, profile, stack, metric, date."""
+        rows = self.conn.execute(
+            "SELECT r.id, r.path, r.gate, r.profile, r.result, r.stack, r.lock_sha256, r.image_digest, r.host_fp, "
+            "r.host, r.date, m.metric, m.unit, m.n, m.mean, m.p50, m.stdev, m.lo, m.hi, m.method, m.samples, "
+            "m.better FROM reports r JOIN measurements m ON m.report_id = r.id "
+            "ORDER BY r.gate, r.profile, r.stack, m.metric, r.date, r.id").fetchall()
+        out = []
+        for row in rows:
+            if gates is not None and row[2] not in gates:
+                continue
+            m = _measurement(self.where, row)
+            out.append(Point(*row[:11], m))
+        return out
+
+    def pins(self, report_id: str) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT name, rev FROM pins WHERE report_id = ? ORDER BY name",
+                                      (report_id,)).fetchall())
+
+
+def _measurement(where: str, row) -> Measurement:
+    """The Measurement of a points() row, checked (the database is a file on a disk others may write)."""
+    try:
+        samples = json.loads(row[20])
+        nums = [row[14]] + [v for v in row[15:19] if v is not None] + (samples if isinstance(samples, list) else [None])
+        if not (type(row[13]) is int and row[13] >= 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                             for v in nums)
+                and all(isinstance(v, str) for v in row[:13])
+                and (row[17] is None) == (row[18] is None)):
+            raise ValueError("a value of the wrong type")
+    except (ValueError, TypeError) as e:
+        raise HistoryError(f"{where}: measurement {str(row[11])[:80]!r} of report {str(row[0])[:12]}: {e} "
+                           f"(a damaged history database; remove it and ingest again)") from None
+    return Measurement(row[11], row[12], row[13], float(row[14]), row[15], row[16], row[17], row[18], row[19],
+                       tuple(float(x) for x in samples), row[21])
