@@ -210,11 +210,12 @@ def run(g, root: Path, lock, *, out: Path, nodes: int, node_rank: int, profile: 
     d.mkdir(parents=True, exist_ok=True)
     nonce = secrets.token_hex(16)
 
-    def facts_now():
-        return collect(gate=plan.gate, profile=plan.profile, nodes=nodes, node=node_rank, lock_sha256=lock.sha256,
-                       port=port, nonce=nonce, need_provider=bool(plan.efa_devices_per_node))
+    mine = collect(gate=plan.gate, profile=plan.profile, nodes=nodes, node=node_rank, lock_sha256=lock.sha256,
+                   port=port, nonce=nonce, need_provider=bool(plan.efa_devices_per_node))
 
-    mine = facts_now()
+    def facts_now():   # the facts are taken once; the heartbeat refreshes the clock only
+        return {**mine, "clock_utc": time.time()}
+
     if node_rank != 0:
         return _wait_verdict(d, node_rank, nonce, facts_now, timeout_s)
     for stale in [*d.glob("node-*.json"), _verdict_path(d)]:   # an earlier run's: never judged, never read
@@ -270,7 +271,8 @@ def _read_verdict(path: Path) -> dict | None:
 
 def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -> int:
     """A node other than 0: keep its facts fresh until node 0's verdict names this run's nonce."""
-    deadline = time.monotonic() + timeout_s + 30.0   # node 0's own timeout, plus its judging and writing
+    grace = timeout_s + 10.0   # node 0 may start up to its own timeout later than this node, then judges
+    deadline = time.monotonic() + timeout_s + grace
     me, started = d / f"node-{node}.json", time.time()
     while time.monotonic() < deadline:
         write_text_atomic(me, json.dumps(facts_now(), indent=2, sort_keys=True) + "\n")
@@ -289,5 +291,5 @@ def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -
                               for r in v["failures"] if isinstance(r, dict))
             raise PreflightError(f"preflight failed: {lines[:2000]} (nothing was run; {_verdict_path(d)})")
         time.sleep(HEARTBEAT_S)
-    raise PreflightError(f"preflight: node {node}: no verdict from node 0 in {d} within {timeout_s + 30:g} s "
+    raise PreflightError(f"preflight: node {node}: no verdict from node 0 in {d} within {timeout_s + grace:g} s "
                          "(nothing was run)")
