@@ -91,6 +91,22 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("all-gates", help="run every gate in dependency order; one combined report")
     _gate_args(p)
 
+    # issue 15: `launch k8s` renders Kubernetes manifests (launch/k8s.py); `preflight` (launch/preflight.py)
+    p = sub.add_parser("launch", help="render a gate's launch plan for a cluster engine (nothing runs without --apply)")
+    engines = p.add_subparsers(dest="engine", required=True)
+    from .launch import k8s as launch_k8s
+    launch_k8s.add_arguments(engines.add_parser("k8s", help=launch_k8s.HELP, description=launch_k8s.HELP))
+    p = sub.add_parser("preflight", help="cross-node preflight: same lock and image, GPUs, EFA, provider efa, clocks, "
+                                         "port; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check")
+    p.add_argument("gate", choices=list(GATE_ORDER))
+    p.add_argument("--out", required=True, help="shared folder of the run (facts and verdict under DIR/preflight)")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--node-rank", type=int, required=True)
+    p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published one)")
+    p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds node 0 waits for every node (default 300)")
+    p.add_argument("--port", type=int, default=None, help="rendezvous port that must be free on node 0 (default 29500)")
+
     p = sub.add_parser("verify", help="recompute published claims from raw AIPerf artifacts; verify.json + verify.md",
                        description="Recompute every claim of --claims from the AIPerf artifacts under DIR (the first "
                                    "DIR holding all of a claim's artifacts is used). Exit 0: every claim matched or is "
@@ -244,6 +260,14 @@ def _dispatch(args) -> int:
         from .history.command import run as history_run
         return history_run(args.folders, args.out, args.db, plots=not args.no_plots)
     lock, root = _load(args)
+    if args.cmd in ("launch", "preflight"):   # issue 15: launch/k8s.py, launch/preflight.py
+        from .gates import registry
+        from .launch import k8s as launch_k8s, preflight
+        g = registry.gate(args.gate)
+        if args.cmd == "launch":
+            return launch_k8s.main(args, g, lock, root)
+        return preflight.run(g, root, lock, out=Path(args.out), nodes=args.nodes, node_rank=args.node_rank,
+                             profile=args.profile, timeout_s=args.timeout, port=args.port)
     opts = _fetch_opts(args)
     if args.cmd == "fetch":
         for n in _git_names(lock, args.names):

@@ -60,7 +60,7 @@ def _client():
 
 def inner_argv(g: Gate, a, lock) -> list[str]:
     """The in-image runner's command: this gate in host mode with the operator's options, paths inside the image."""
-    argv = ["python3", "-m", "reprostack", "gate", g.stem, "--no-container", "--out", OUT,
+    argv = ["python3", "-m", "reprostack", "gate", g.name, "--no-container", "--out", OUT,
             "--lock", f"{WORK}/{Path(lock.path).name}", "--cache", "/tmp/reprostack-cache"]
     for flag, value in (("--profile", a.profile), ("--jobs", a.jobs), ("--arch", a.arch), ("--nodes", a.nodes),
                         ("--master-addr", a.master_addr), ("--master-port", a.master_port), ("--timeout", a.timeout)):

@@ -1,0 +1,43 @@
+"""Render docs/examples/k8s/: the manifests of the published 2 x p5en runs (every gate's p5en profile, Indexed
+Job + headless Service; the vLLM gate also as a JobSet and a LeaderWorkerSet).
+
+    python3 scripts/render_k8s_examples.py [DEST]     (default: docs/examples/k8s)
+
+The image digests are placeholders (AWS's documentation account 111122223333 and an all-zero digest): no gate
+image of the campaign is published; render your own with `--image REPO@sha256:<digest of your push>`. The node
+paths are where an EKS cluster with FSx for Lustre at /fsx would hold the project and the model cache.
+tests/test_launch_k8s.py re-renders them and requires the committed files byte for byte.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLACEHOLDER = "111122223333.dkr.ecr.us-west-2.amazonaws.com/reprostack/{recipe}@sha256:" + "0" * 64
+COMMON = ["--host-path", "project=/fsx/reprostack", "--host-path", "models=/fsx/huggingface",
+          "--node-selector", "node.kubernetes.io/instance-type=p5en.48xlarge"]
+# (folder, gate, image recipe, variant)
+EXAMPLES = [("micro", "micro", "deepep", "job"), ("vllm", "vllm", "vllm", "job"),
+            ("sglang", "sglang", "sglang", "job"), ("trtllm", "trtllm", "trtllm", "job"),
+            ("megatron", "megatron", "megatron", "job"), ("nemo-rl", "nemo-rl", "nemo-rl", "job"),
+            ("vllm-jobset", "vllm", "vllm", "jobset"), ("vllm-lws", "vllm", "vllm", "lws")]
+
+
+def argv(dest: Path, folder: str, gate: str, recipe: str, variant: str) -> list[str]:
+    return ["launch", "k8s", gate, "--variant", variant, "--out", str(dest / folder),
+            "--lock", str(ROOT / "upstreams.lock"), "--image", PLACEHOLDER.format(recipe=recipe), *COMMON]
+
+
+def render_all(dest: Path) -> int:
+    from reprostack import cli
+    for ex in EXAMPLES:
+        rc = cli.main(argv(dest, *ex))
+        if rc:
+            return rc
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(render_all(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "examples" / "k8s"))

@@ -1,0 +1,357 @@
+"""Kubernetes manifests of a gate's launch plan (issue 15 item 2): `reprostack launch k8s GATE --nodes N`.
+
+`render(plan, ...)` is pure: a LaunchPlan (reprostack.launch.plan, built by reprostack.gates.plan.gate_plan) in,
+a list of manifest dicts out, dumped one file each with yaml.safe_dump. Variants:
+- `job` (default): an Indexed Job (completions = parallelism = N, completionMode Indexed, backoffLimit 0) and a
+  headless Service (publishNotReadyAddresses) for the rendezvous: the master is pod index 0's stable DNS name
+  `<job>-0.<service>`, the node rank is JOB_COMPLETION_INDEX;
+- `jobset` (jobset.x-k8s.io/v1alpha2): one replicated Indexed Job; JobSet makes the headless Service; master
+  `<jobset>-node-0-0.<jobset>`;
+- `lws` (leaderworkerset.x-k8s.io/v1, serving gates): one group of N pods; master $LWS_LEADER_ADDRESS, rank
+  $LWS_WORKER_INDEX. A LeaderWorkerSet restarts pods that exit, so the pod sleeps after the gate: read the
+  report, then delete the set.
+
+Each pod: the image by digest, `nvidia.com/gpu` = the plan's GPUs per node (when the profile needs GPUs),
+`vpc.amazonaws.com/efa` = the plan's EFA devices per node with 2 MiB hugepages (the EFA device plugin's
+recipe), /dev/shm as a memory emptyDir of the plan's shm size, IPC_LOCK (pinned memory without a memlock
+limit), host network and IPC where the plan says, the plan's env and mounts (the out dir as a PVC or a hostPath;
+the others as hostPaths), one pod per node (pod anti-affinity), and one command: the cross-node preflight
+(reprostack.launch.preflight) first, then the gate's in-image runner in host mode with this node's rank (the
+same runner `gate G --container` starts, reprostack.gates.container.inner_argv: node 0 writes the reports).
+
+Invariants:
+- nothing here runs or reads the cluster; `--apply` alone calls `kubectl apply -f DIR` (no kubectl: one line);
+- the image is named by digest (`REPO@sha256:<64 hex>`): the plan's repo digest or `--image`; never a tag;
+- names and label values are DNS-1123 labels (lowercase, `_`/`.` become `-`, long ones cut and suffixed with a
+  hash); a value that cannot be made one (another character, nothing left) is a K8sError naming it (exit 2);
+- the same plan and options give byte-identical files (docs/examples/k8s is checked by a test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import ReprostackError
+from . import plan as lp
+
+HELP = ("render Kubernetes manifests (Indexed Job + headless Service; or a JobSet / LeaderWorkerSet) of a gate's "
+        "launch plan into DIR; --apply runs `kubectl apply -f DIR`")
+VARIANTS = ("job", "jobset", "lws")
+GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+# The EFA device plugin's pod recipe (AWS EKS user guide, "Run machine learning training on Amazon EKS with
+# Elastic Fabric Adapter"): libfabric's efa provider takes 2 MiB hugepages; a hugepages request needs a memory one.
+HUGEPAGES = ("hugepages-2Mi", "5120Mi")
+EFA_MEMORY_REQUEST = "32000Mi"
+PVC = "reprostack-out"
+MAX_NAME = 40            # the pod hostname `<name>-node-0-0` stays a DNS-1123 label (<= 63)
+LABEL = "reprostack.dev"
+_DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_IMAGE = re.compile(r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*"
+                    r"@sha256:[0-9a-f]{64}")
+_VARS = re.compile(r"(\$\{(?:NODE_RANK|MASTER_ADDR)\})")
+
+
+class K8sError(ReprostackError):
+    """A manifest could not be rendered or applied (a name, image or option that Kubernetes would refuse)."""
+
+
+def dns1123(value: str, what: str, max_len: int = 63) -> str:
+    """`value` as a DNS-1123 label: lowercase, `_` and `.` as `-`, cut to max_len with a hash suffix."""
+    v = str(value).lower().replace("_", "-").replace(".", "-").strip("-")
+    if not v or not re.fullmatch(r"[-a-z0-9]+", v):
+        raise K8sError(f"{what} {value!r}: cannot be made a DNS-1123 label (letters, digits, '-', '_', '.' only)")
+    if len(v) > max_len:
+        v = v[:max_len - 9].rstrip("-") + "-" + hashlib.sha256(str(value).encode()).hexdigest()[:8]
+    assert _DNS.fullmatch(v), v
+    return v
+
+
+def _quantity(size: str) -> str:
+    """Docker's shm size (`32g`, `512m`, bytes) as a Kubernetes quantity (`32Gi`)."""
+    m = re.fullmatch(r"(\d+)([bkmg]?)", str(size).strip().lower())
+    if not m:
+        raise K8sError(f"shm size {size!r}: not a size (e.g. 32g)")
+    return m.group(1) + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[m.group(2)]
+
+
+def _sh(token: str) -> str:
+    """One argv token for sh, with ${NODE_RANK} / ${MASTER_ADDR} expanded at run time and nothing else."""
+    parts = [p for p in _VARS.split(token) if p]
+    return "".join(f'"{p}"' if _VARS.fullmatch(p) else shlex.quote(p) for p in parts) or "''"
+
+
+def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> str:
+    rank = "LWS_WORKER_INDEX" if variant == "lws" else "JOB_COMPLETION_INDEX"
+    lines = ["set -eu", f'NODE_RANK="${{{rank}}}"']
+    if variant == "lws":
+        lines.append('MASTER_ADDR="${LWS_LEADER_ADDRESS}"')
+    lines.append("export NODE_RANK MASTER_ADDR")
+    flags = {"memlock": "-l", "stack": "-s"}
+    for name, soft, _ in plan.ulimits:   # soft limits up to the node's hard ones (IPC_LOCK covers memlock)
+        if name in flags:
+            v = "unlimited" if soft < 0 else str(soft // 1024)
+            lines.append(f"ulimit -S {flags[name]} {v} 2>/dev/null || "
+                         f"echo \"reprostack: ulimit {name} stays $(ulimit -S {flags[name]})\" >&2")
+    if preflight:
+        lines.append(" ".join(_sh(a) for a in preflight))
+    cmds = {c.node: c for c in plan.commands}
+    same = len({(c.argv, c.env) for c in plan.commands}) == 1
+
+    def run(c: lp.NodeCommand) -> str:
+        env = "".join(f"{k}={_sh(v)} " for k, v in c.env)
+        return ("env " + env if env else "") + " ".join(_sh(a) for a in c.argv)
+
+    if same:
+        body = [run(plan.commands[0])]
+    else:
+        body = ['case "$NODE_RANK" in']
+        body += [f"  {n}) {run(cmds[n])} ;;" for n in sorted(cmds)]
+        body += ['  *) echo "reprostack: no command for node $NODE_RANK" >&2; exit 2 ;;', "esac"]
+    if variant == "lws":   # a LeaderWorkerSet restarts a pod that exits: keep it, the reports are in /out
+        lines += ["set +e", *body, "rc=$?",
+                  'echo "reprostack: the gate exited $rc; reports in /out; delete the LeaderWorkerSet when read"',
+                  "exec sleep infinity"]
+    else:
+        lines += (["exec " + body[0]] if same else body)
+    return "\n".join(lines) + "\n"
+
+
+def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str | None = None,
+           gpus: bool = True, preflight: list[str] | None = None, out_pvc: str | None = PVC,
+           out_hostpath: str | None = None, host_paths: dict[str, str] | None = None,
+           node_selector: dict[str, str] | None = None) -> list[dict]:
+    """The manifests of `plan` (see the module docstring). `image`: REPO@sha256:HEX; gpus=False: a CPU profile
+    (no GPU request); `preflight`: its argv (reprostack.launch.preflight.command) or None; the out dir is the
+    PVC `out_pvc`, else the hostPath `out_hostpath`; `host_paths`: {mount what: node path} for the other mounts
+    (default: the plan's source paths). Raises K8sError naming what Kubernetes would refuse."""
+    if variant not in VARIANTS:
+        raise K8sError(f"--variant {variant!r}: one of {', '.join(VARIANTS)}")
+    if plan.mode != lp.MODE_CONTAINER:
+        raise K8sError(f"gate {plan.gate}: a host-mode plan has no image to run on a cluster")
+    if not _IMAGE.fullmatch(image or ""):
+        raise K8sError(f"image {image!r}: a cluster pulls by digest: REPO@sha256:<64 hex> (build and push the "
+                       f"image, then pass --image)")
+    base = dns1123(name or f"rs-{plan.gate}-{plan.profile}", "name", MAX_NAME)
+    labels = {"app.kubernetes.io/name": "reprostack", "app.kubernetes.io/component": "gate",
+              f"{LABEL}/gate": dns1123(plan.gate, "gate"), f"{LABEL}/profile": dns1123(plan.profile, "profile"),
+              f"{LABEL}/run": base}
+    notes = {f"{LABEL}/lock-sha256": plan.lock_sha256, f"{LABEL}/image-recipe": plan.image.recipe,
+             f"{LABEL}/profile": plan.profile, f"{LABEL}/nodes": str(plan.nodes)}
+    if plan.image.base:
+        notes[f"{LABEL}/image-base"] = plan.image.base
+    master = {"job": f"{base}-0.{base}", "jobset": f"{base}-node-0-0.{base}", "lws": None}[variant]
+    env = [{"name": k, "value": v} for k, v in plan.env]
+    env += [{"name": "REPROSTACK_IMAGE", "value": image}]
+    if master:
+        env += [{"name": "MASTER_ADDR", "value": master}]
+    from ..gates.plan import MASTER_PORT
+    env += [{"name": "MASTER_PORT", "value": str(MASTER_PORT)}]
+
+    limits, requests = {}, {}
+    if gpus and plan.gpus_per_node:
+        limits[GPU] = plan.gpus_per_node
+    if plan.efa_devices_per_node:
+        limits[EFA] = plan.efa_devices_per_node
+        limits[HUGEPAGES[0]] = requests[HUGEPAGES[0]] = HUGEPAGES[1]
+        requests["memory"] = EFA_MEMORY_REQUEST
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(plan.shm_size)}}]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    host_paths = host_paths or {}
+    for m in plan.mounts:
+        vol = dns1123(m.what or Path(m.target).name, "mount")
+        if m.what == "out":
+            if out_pvc:
+                source = {"persistentVolumeClaim": {"claimName": dns1123(out_pvc, "--out-pvc", 253)}}
+            else:
+                source = {"hostPath": {"path": out_hostpath or m.source, "type": "DirectoryOrCreate"}}
+        else:
+            source = {"hostPath": {"path": host_paths.get(m.what, m.source), "type": "Directory"}}
+        volumes.append({"name": vol, **source})
+        mounts.append({"name": vol, "mountPath": m.target, **({"readOnly": True} if m.read_only else {})})
+    container = {
+        "name": "gate", "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", _script(plan, variant, preflight)],
+        "workingDir": plan.workdir, "env": env,
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}},
+        "volumeMounts": mounts,
+    }
+    resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
+    if resources:
+        container["resources"] = resources
+    pod = {"restartPolicy": "Never" if variant != "lws" else "Always",
+           "containers": [container], "volumes": volumes,
+           "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+               {"labelSelector": {"matchLabels": {f"{LABEL}/run": base}}, "topologyKey": "kubernetes.io/hostname"}]}},
+           "tolerations": [{"key": k, "operator": "Exists", "effect": "NoSchedule"}
+                           for k in ((GPU,) if GPU in limits else ()) + ((EFA,) if EFA in limits else ())]}
+    if not pod["tolerations"]:
+        del pod["tolerations"]
+    if plan.host_network:
+        pod["hostNetwork"] = True
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"   # the headless Service's names resolve from the host network
+    if plan.host_ipc:
+        pod["hostIPC"] = True
+    if node_selector:
+        pod["nodeSelector"] = dict(sorted(node_selector.items()))
+    if variant == "job":
+        pod["subdomain"] = base
+    meta = {"name": base, "labels": labels, "annotations": notes}
+    template = {"metadata": {"labels": labels, "annotations": notes}, "spec": pod}
+    deadline = int(plan.timeout_s) or None
+    job_spec = {"completionMode": "Indexed", "completions": plan.nodes, "parallelism": plan.nodes,
+                "backoffLimit": 0, **({"activeDeadlineSeconds": deadline} if deadline else {}),
+                "template": template}
+    if variant == "job":
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": base, "labels": labels},
+                   "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                            "selector": {f"{LABEL}/run": base},
+                            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}]}}
+        return [service, {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}]
+    if variant == "jobset":
+        return [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
+                 "spec": {"network": {"enableDNSHostnames": True, "subdomain": base, "publishNotReadyAddresses": True},
+                          "failurePolicy": {"maxRestarts": 0},
+                          "replicatedJobs": [{"name": "node", "replicas": 1,
+                                              "template": {"metadata": {"labels": labels}, "spec": job_spec}}]}}]
+    return [{"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
+             "spec": {"replicas": 1, "startupPolicy": "LeaderCreated",
+                      "leaderWorkerTemplate": {"size": plan.nodes, "restartPolicy": "RecreateGroupOnPodRestart",
+                                               "workerTemplate": template}}}]
+
+
+def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.LaunchPlan:
+    """`plan` with, on every node, the gate's in-image runner in host mode (gates.container.inner_argv: node 0
+    parses and writes the reports), this node's rank and the master from the launcher, reprostack from the
+    project mount (/workspace/src), the timeout of every arm plus the container slack
+    and the preflight's."""
+    from ..gates.container import CONTAINER_SLACK_S, inner_argv
+    from ..gates.plan import MASTER_PORT, OUT, WORK
+    from ..gates.runner import GateArgs
+    from . import preflight
+
+    a = GateArgs(out=Path(OUT), profile=plan.profile, nodes=nodes, node_rank="${NODE_RANK}",
+                 master_addr="${MASTER_ADDR}", master_port=MASTER_PORT)
+    argv = tuple(inner_argv(g, a, lock))
+    runs = max(1, len(getattr(g.load(root), "arms", {}) or {}))
+    env = tuple(sorted({**dict(plan.env), "PYTHONPATH": f"{WORK}/src", "PYTHONUNBUFFERED": "1"}.items()))
+    cmds = tuple(lp.NodeCommand(n, "leader" if n == 0 else "worker", argv) for n in range(nodes))
+    return dataclasses.replace(plan, nodes=nodes, commands=cmds, env=env, workdir=WORK,
+                               timeout_s=plan.timeout_s * runs + CONTAINER_SLACK_S + preflight.TIMEOUT_S)
+
+
+def dump(docs: list[dict], header: str) -> str:
+    """YAML of `docs` (no anchors; multi-line strings, the pod's script, as literal blocks)."""
+    import json
+
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):
+            return True
+
+    def text(dumper, s):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
+
+    Dumper.add_representer(str, text)
+    return header + "".join(("---\n" if i else "") + yaml.dump(json.loads(json.dumps(d)), Dumper=Dumper,
+                                                                sort_keys=False, width=120)
+                            for i, d in enumerate(docs))
+
+
+def write(docs: list[dict], out: Path, header: str) -> list[Path]:
+    """One file per manifest, `<kind>.yaml` (lowercase), written atomically; returns the paths."""
+    from ..atomicfile import write_text_atomic
+    out.mkdir(parents=True, exist_ok=True)
+    return [write_text_atomic(out / f"{d['kind'].lower()}.yaml", dump([d], header)) for d in docs]
+
+
+def add_arguments(p) -> None:
+    from ..gates.registry import GATE_ORDER
+    p.add_argument("gate", choices=list(GATE_ORDER))
+    p.add_argument("--nodes", type=int, default=None, help="nodes (default: the profile's)")
+    p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published p5en one)")
+    p.add_argument("--out", default=None, help="folder of the manifests (default: out/k8s/<gate>)")
+    p.add_argument("--variant", choices=VARIANTS, default="job",
+                   help="job: Indexed Job + headless Service (default); jobset: a JobSet; lws: a LeaderWorkerSet "
+                        "(serving gates)")
+    p.add_argument("--image", default=None, metavar="REPO@sha256:HEX",
+                   help="the gate's image by digest as the cluster pulls it (default: the plan's repo digest)")
+    p.add_argument("--name", default=None, help="name of the Job/Service (default: rs-<gate>-<profile>)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--out-pvc", default=PVC, help=f"PersistentVolumeClaim of the shared out dir (default: {PVC})")
+    out.add_argument("--out-hostpath", default=None, metavar="PATH", help="the out dir as a hostPath instead")
+    p.add_argument("--host-path", action="append", default=[], metavar="WHAT=PATH",
+                   help="node path of a read-only mount (project, models): e.g. project=/fsx/reprostack")
+    p.add_argument("--node-selector", action="append", default=[], metavar="K=V",
+                   help="e.g. node.kubernetes.io/instance-type=p5en.48xlarge")
+    p.add_argument("--no-preflight", action="store_true", help="leave out the cross-node preflight step")
+    p.add_argument("--apply", action="store_true", help="then `kubectl apply -f DIR`")
+    p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise K8sError(f"{flag} {item!r}: expected K=V")
+        out[k] = v
+    return out
+
+
+def main(args, g, lock, root: Path) -> int:
+    """`reprostack launch k8s`: plan -> agent plan -> manifests in DIR (-> kubectl apply)."""
+    from ..gates.plan import gate_plan
+    from . import preflight
+
+    if args.nodes is not None and args.nodes < 1:
+        raise K8sError(f"--nodes {args.nodes}: at least 1")
+    out = Path(args.out or f"out/k8s/{g.name}")
+    plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
+    spec = g.load(root)
+    if args.variant == "lws" and g.kind != "serving":
+        raise K8sError(f"--variant lws is for serving gates (gate {g.name} is {g.kind}: use job or jobset)")
+    image = args.image or plan.image.repo_digest
+    if not image:
+        raise K8sError(f"gate {g.name}: image {plan.image.recipe} has no registry digest here: push it and pass "
+                       f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)")
+    nodes = args.nodes or plan.nodes
+    host = _pairs(args.host_path, "--host-path")
+    for k, v in host.items():
+        if not v.startswith("/"):
+            raise K8sError(f"--host-path {k}={v}: the node path must be absolute")
+    sel = _pairs(args.node_selector, "--node-selector")
+    for k, v in sel.items():   # the operator's label keys/values: checked before anything is written
+        if not re.fullmatch(r"([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", k) \
+                or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", v):
+            raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
+    if args.out_hostpath and not args.out_hostpath.startswith("/"):
+        raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
+    agent = agent_plan(g, root, lock, plan, nodes)
+    from ..gates.plan import OUT, WORK
+    pf = None if args.no_preflight else preflight.command(
+        g.name, nodes, profile=plan.profile, out=OUT, lock=f"{WORK}/{Path(lock.path).name}")
+    prof = spec.profile(plan.profile)
+    docs = render(agent, image=image, variant=args.variant, name=args.name,
+                  gpus=bool(getattr(prof, "needs_gpu", True)), preflight=pf,
+                  out_pvc=None if args.out_hostpath else args.out_pvc, out_hostpath=args.out_hostpath,
+                  host_paths=host, node_selector=sel)
+    header = (f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
+              f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
+              "Re-render; do not edit.\n")
+    paths = write(docs, out, header)
+    for p in paths:
+        print(f"wrote {p}")
+    if not args.apply:
+        return 0
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        raise K8sError("--apply: kubectl is not on PATH (the manifests are written; apply them with "
+                       f"`kubectl apply -f {out}`)")
+    return subprocess.run([kubectl, "apply", "-f", str(out)], stdin=subprocess.DEVNULL).returncode and 2

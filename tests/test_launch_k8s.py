@@ -1,0 +1,193 @@
+"""`reprostack launch k8s`: manifests from every gate's real launch plan (real specs, lock and recipes), validated
+against the Kubernetes 1.37 schemas (kubernetes-validate, offline); the pod's script run by a real sh; the
+committed docs/examples/k8s re-rendered byte for byte (reprostack.launch.k8s)."""
+
+import importlib.util
+import os
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from reprostack import cli
+from reprostack.launch.k8s import K8sError, dns1123
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S = "1.37.0"
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = f"registry.example:5000/reprostack/deepep@{DIGEST}"
+GATES = ("micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
+
+
+def _spec():
+    s = importlib.util.spec_from_file_location("render_k8s_examples", ROOT / "scripts" / "render_k8s_examples.py")
+    m = importlib.util.module_from_spec(s)
+    s.loader.exec_module(m)
+    return m
+
+
+def render(tmp_path, gate, *extra, name="m"):
+    out = tmp_path / name
+    assert cli.main(["launch", "k8s", gate, "--out", str(out), "--image", IMAGE, *extra]) == 0
+    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))}
+
+
+def validate(doc):
+    kubernetes_validate.validate(doc, K8S, strict=True)   # raises ValidationError on any unknown or bad field
+
+
+def script(pod_spec):
+    c = pod_spec["containers"][0]
+    assert c["command"][:2] == ["/bin/sh", "-c"]
+    return c["command"][2]
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_every_gate_renders_an_indexed_job_and_headless_service_that_validate(gate, tmp_path):
+    docs = render(tmp_path, gate)
+    assert set(docs) == {"job.yaml", "service.yaml"}
+    job, svc = docs["job.yaml"], docs["service.yaml"]
+    validate(job)
+    validate(svc)
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimit"]) == \
+        ("Indexed", 2, 2, 0)
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == svc["metadata"]["name"] == job["metadata"]["name"]
+    assert svc["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
+    c = pod["containers"][0]
+    assert c["image"] == IMAGE
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 16, "hugepages-2Mi": "5120Mi"}
+    assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+    assert pod["hostNetwork"] and pod["hostIPC"] and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    out = next(v for v in pod["volumes"] if v["name"] == "out")
+    assert out["persistentVolumeClaim"]["claimName"] == "reprostack-out"
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["FI_PROVIDER"] == "efa" and env["NCCL_GIN_TYPE"] == "2" and env["REPROSTACK_IMAGE"] == IMAGE
+    name = job["metadata"]["name"]
+    assert env["MASTER_ADDR"] == f"{name}-0.{name}"
+    lines = script(pod).splitlines()
+    pre = next(i for i, ln in enumerate(lines) if " -m reprostack preflight " in ln)
+    run = next(i for i, ln in enumerate(lines) if " -m reprostack gate " in ln)
+    assert pre < run and "--nodes 2" in lines[pre] and "--no-container" in lines[run]
+    assert job["metadata"]["annotations"]["reprostack.dev/lock-sha256"] == \
+        __import__("reprostack.lock", fromlist=["load"]).load(ROOT / "upstreams.lock").sha256
+
+
+def test_jobset_and_leaderworkerset_embed_valid_builtin_templates(tmp_path):
+    js = render(tmp_path, "vllm", "--variant", "jobset", name="js")["jobset.yaml"]
+    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and js["spec"]["network"]["enableDNSHostnames"]
+    rj = js["spec"]["replicatedJobs"][0]
+    validate({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": rj["template"]["spec"]})
+    name = js["metadata"]["name"]
+    c = rj["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MASTER_ADDR", "value": f"{name}-node-0-0.{name}"} in c["env"]
+    lws = render(tmp_path, "vllm", "--variant", "lws", name="lws")["leaderworkerset.yaml"]
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    assert tmpl["size"] == 2
+    validate({"apiVersion": "v1", "kind": "Pod", **tmpl["workerTemplate"]})
+    text = script(tmpl["workerTemplate"]["spec"])
+    assert 'NODE_RANK="${LWS_WORKER_INDEX}"' in text and 'MASTER_ADDR="${LWS_LEADER_ADDRESS}"' in text
+    assert text.rstrip().endswith("exec sleep infinity")
+    assert cli.main(["launch", "k8s", "micro", "--variant", "lws", "--image", IMAGE, "--out", str(tmp_path / "x")]) == 2
+
+
+def test_cpu_profile_asks_for_no_gpu_efa_or_hugepages(tmp_path):
+    job = render(tmp_path, "vllm", "--profile", "local-test", "--nodes", "2", "--out-hostpath", "/data/out")["job.yaml"]
+    validate(job)
+    pod = job["spec"]["template"]["spec"]
+    assert "resources" not in pod["containers"][0] and "tolerations" not in pod
+    out = next(v for v in pod["volumes"] if v["name"] == "out")
+    assert out["hostPath"] == {"path": "/data/out", "type": "DirectoryOrCreate"}
+    assert job["spec"]["completions"] == 2
+
+
+def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(tmp_path):
+    job = render(tmp_path, "micro")["job.yaml"]
+    text = script(job["spec"]["template"]["spec"])
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls"
+    (bin_ / "python3").write_text(f'#!/bin/sh\nprintf "%s|" "$@" >> {log}\necho >> {log}\n')
+    (bin_ / "python3").chmod(0o755)
+    r = subprocess.run(["/bin/sh", "-c", text], env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "1",
+                                                     "MASTER_ADDR": env["MASTER_ADDR"]},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    pre, gate = [ln.split("|")[:-1] for ln in log.read_text().splitlines()]
+    assert pre[:4] == ["-m", "reprostack", "preflight", "micro"]
+    assert pre[pre.index("--node-rank") + 1] == "1" and pre[pre.index("--nodes") + 1] == "2"
+    assert gate[gate.index("--node-rank") + 1] == "1"
+    assert gate[gate.index("--master-addr") + 1] == "rs-micro-p5en-efa-ep16-0.rs-micro-p5en-efa-ep16"
+    # a failing preflight runs nothing else: the shell stops with its exit code
+    (bin_ / "python3").write_text(f'#!/bin/sh\necho "$3" >> {log}.2\n[ "$3" = preflight ] && exit 2\nexit 0\n')
+    r = subprocess.run(["/bin/sh", "-c", text], env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0",
+                                                     "MASTER_ADDR": "x"}, capture_output=True, timeout=30)
+    assert r.returncode == 2 and Path(f"{log}.2").read_text().split() == ["preflight"]
+
+
+def test_names_are_sanitised_and_one_that_cannot_be_is_one_line(tmp_path, capsys):
+    assert dns1123("Micro_Run.1", "name") == "micro-run-1"
+    long = dns1123("x" * 80, "name", 40)
+    assert len(long) == 40 and long == dns1123("x" * 80, "name", 40)
+    job = render(tmp_path, "micro", "--name", "EP16_Run.2")["job.yaml"]
+    assert job["metadata"]["name"] == "ep16-run-2"
+    for bad in ("bad name!", "---", "ünïcode"):
+        with pytest.raises(K8sError):
+            dns1123(bad, "name")
+        out = tmp_path / "bad"
+        assert cli.main(["launch", "k8s", "micro", "--out", str(out), "--image", IMAGE, f"--name={bad}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "DNS-1123" in err[0] and not out.exists()
+    assert cli.main(["launch", "k8s", "micro", "--out", str(out), "--image", IMAGE,
+                     "--node-selector", "key=bad value"]) == 2
+    assert "--node-selector" in capsys.readouterr().err and not out.exists()
+
+
+def test_image_must_be_by_digest(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert cli.main(["launch", "k8s", "micro", "--out", str(out)]) == 2
+    assert "no registry digest" in capsys.readouterr().err
+    for bad in ("reprostack/deepep:latest", "deepep@sha256:abc", f"UPPER/x@{DIGEST}", f"-x@{DIGEST}"):
+        assert cli.main(["launch", "k8s", "micro", "--out", str(out), f"--image={bad}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "by digest" in err[0]
+    assert not out.exists()
+
+
+def test_apply_calls_kubectl_and_without_it_is_one_line(tmp_path, capsys, monkeypatch):
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    monkeypatch.setenv("PATH", str(bin_))
+    out = tmp_path / "m"
+    assert cli.main(["launch", "k8s", "micro", "--out", str(out), "--image", IMAGE, "--apply"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "kubectl is not on PATH" in err[0] and (out / "job.yaml").is_file()
+    (bin_ / "kubectl").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/kubectl.args\n')
+    (bin_ / "kubectl").chmod(0o755)
+    assert cli.main(["launch", "k8s", "micro", "--out", str(out), "--image", IMAGE, "--apply"]) == 0
+    assert (tmp_path / "kubectl.args").read_text().split() == ["apply", "-f", str(out)]
+
+
+def test_committed_examples_are_what_rendering_gives(tmp_path):
+    """docs/examples/k8s: the published 2 x p5en runs; regenerate with scripts/render_k8s_examples.py."""
+    m = _spec()
+    assert m.render_all(tmp_path) == 0
+    committed = ROOT / "docs" / "examples" / "k8s"
+    got = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.yaml"))
+    assert got == sorted(p.relative_to(committed) for p in committed.rglob("*.yaml"))
+    for rel in got:
+        assert (tmp_path / rel).read_bytes() == (committed / rel).read_bytes(), \
+            f"{rel}: differs; run python3 scripts/render_k8s_examples.py"
+    for rel in got:
+        for doc in yaml.safe_load_all((committed / rel).read_text()):
+            if doc["kind"] in ("Job", "Service"):
+                validate(doc)
+    assert os.path.isfile(committed / "micro" / "job.yaml")
