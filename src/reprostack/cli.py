@@ -129,8 +129,9 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
     p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
     p.add_argument("--trials", type=_trials, default=None, metavar="K",
-                   help="micro: run the measurement K >= 1 times in one launch (default 5); bars are judged on "
-                        "the 95%% interval (PASS / FAIL / INCONCLUSIVE; K=1 gives no interval: INCONCLUSIVE)")
+                   help="repeated trials, bars judged on their 95%% interval (PASS / FAIL / INCONCLUSIVE): micro: "
+                        "the measurement K >= 1 times in one launch (default 5; K=1 has no interval: INCONCLUSIVE); "
+                        "serving: AIPerf's --num-profile-runs K per cell (default 1: the bar on the one run)")
     p.add_argument("--arm", action="append", default=[],
                    help="arm(s) to run (repeatable or comma list; default: every arm of a serving/training gate; "
                         "micro: deepep, plus dense for the all_to_all_single comparison arm)")

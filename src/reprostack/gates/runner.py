@@ -90,7 +90,8 @@ def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     return run_serving(g.stem, ServingOptions(root=root, lock=lock, out_dir=Path(a.out), cache_root=fetch.cache.root,
                                               profile=a.profile, node_rank=a.node_rank, leader_addr=a.master_addr,
                                               arms=list(a.arms), vars=dict(a.vars),
-                                              extra_server_args=list(a.server_args), python=sys.executable))
+                                              extra_server_args=list(a.server_args), python=sys.executable,
+                                              trials=a.trials or 1))
 
 
 def required() -> set[str]:
