@@ -1,20 +1,17 @@
 """The dense comparison arm on the CPU: the driver's routing / send-count math (pure Python, no torch), the
-parser of its output (synthetic fixtures, tests/fixtures/arms/README.md), its metrics, and the runner's
-plumbing with a stand-in interpreter that prints a fixture."""
+parser of its output (synthetic fixtures, tests/fixtures/arms/README.md) and its metrics; its launch (inside the
+trials driver) is tested in tests/test_micro_trials.py."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import stat
 from pathlib import Path
 
 import pytest
 
-from reprostack.gates import arms, launchers, metrics
+from reprostack.gates import launchers, metrics
 from reprostack.gates.parsers.dense_a2a import parse_dense
-from reprostack.gates.spec import ArmSpec, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures" / "arms"
@@ -164,44 +161,6 @@ def test_torchrun_workers_launch():
     assert two.argv[5:10] == ["--nnodes=2", "--nproc-per-node=8", "--node-rank=1", "--master-addr=h", "--master-port=7"]
     with pytest.raises(ValueError, match="2 nodes need a master address and port"):
         launchers.torchrun_workers("/py", "d.py", [], gpus=8, nodes=2)
-
-
-def fake_python(tmp_path: Path, fixture: Path, rc: int = 0) -> str:
-    """An 'interpreter' that prints a fixture and records its argv: the runner's plumbing without torch."""
-    p = tmp_path / "fakepy"
-    p.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv\ncat {fixture}\nexit {rc}\n")
-    p.chmod(p.stat().st_mode | stat.S_IXUSR)
-    return str(p)
-
-
-def test_run_dense_with_a_stand_in_interpreter(tmp_path):
-    spec = load_spec(REPO_ROOT, "micro")
-    prof = spec.profile("h200-ep1")
-    run_dir = tmp_path / "out" / "micro"
-    run_dir.mkdir(parents=True)
-    res = arms.run_dense(spec.dense, root=REPO_ROOT, python=fake_python(tmp_path, FIX / "dense_ep1.log"),
-                         env=dict(os.environ), profile=prof, nodes=1, node_rank=0, master_addr=None, master_port=None,
-                         run_dir=run_dir, out_dir=tmp_path / "out", timeout_s=30, deepep_dc_p50_us=14.338)
-    assert res.check.passed and res.check.metric == "dense_arm_complete"
-    argv = (tmp_path / "argv").read_text().split()
-    assert argv[:6] == ["-X", "faulthandler", "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1"]
-    assert argv[6:8] == ["--node-rank=0", "--master-addr=127.0.0.1"] and argv[8].startswith("--master-port=")
-    assert argv[9] == str(REPO_ROOT / "gates/drivers/dense_a2a.py")
-    assert res.data["returncode"] == 0 and res.data["parse"]["ok"]
-    assert res.values["deepep_over_dense_dc"] == pytest.approx(round(14.338 / res.data["parse"]["dc_p50_us"], 6))
-    assert [a.path for a in res.artifacts] == ["micro/dense_a2a.log"]
-
-
-def test_run_dense_failure_is_a_failed_check_with_its_class(tmp_path):
-    spec = load_spec(REPO_ROOT, "micro")
-    run_dir = tmp_path / "micro"
-    run_dir.mkdir()
-    res = arms.run_dense(ArmSpec(script=spec.dense.script, timeout_s=30), root=REPO_ROOT,
-                         python=fake_python(tmp_path, FIX / "dense_ep8_missing.log", rc=1), env=dict(os.environ),
-                         profile=spec.profile("h200-nvl-ep8"), nodes=1, node_rank=0, master_addr=None,
-                         master_port=None, run_dir=run_dir, out_dir=tmp_path, timeout_s=30, deepep_dc_p50_us=None)
-    assert not res.check.passed and "combine: rank(s) 5, 6 missing of 8" in res.check.note
-    assert res.data["failure"]["kind"] == "unknown" and res.data["returncode"] == 1
 
 
 def test_real_h200_ep1_dense_log_gives_the_committed_report():

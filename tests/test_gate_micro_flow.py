@@ -1,6 +1,7 @@
 """run_micro end to end on the CPU with the GPU parts stood in for: host inventory, toolchain, kernel builds
 and the one-NCCL check are replaced; the 'interpreter' is a shell script that prints a log per program
-(test_ep: the real EP1 log or an EP2 log built here; dense driver, test_intranode: the synthetic fixtures).
+(the trials driver: K real H200 EP1 test_ep logs or EP2 logs built here, with the dense arm's fixture lines per
+trial, tests/trialslog.py; test_intranode: the synthetic fixture).
 Real: sources (local git repos), launch argv, watchdog, parsers, metrics, verdict, report files."""
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ from reprostack.gates import micro
 from reprostack.lock import load
 from reprostack.report import exit_code, validate_report, write_reports
 from test_sources import make_stack, write_project
+from trialslog import REAL_EP1_DC, real_ep1_texts, trials_log
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures" / "arms"
-EP1_LOG = REPO_ROOT / "results/gate_micro/2026-11-29-h200-ep1-exclude-libs/micro/test_ep.log"
 MARKS = (("*", "dispatch", "copy"), ("-", "expanded dispatch", "copy"), ("#", "cached dispatch", "copy"),
          ("@", "combine", "reduce"), ("+", "reduced combine", "reduce"))
 
 
-def ep2_log() -> str:
-    """An EP2 test_ep.py output in its printed shapes (numbers invented)."""
+def ep2_log(shift: float = 0.0) -> str:
+    """An EP2 test_ep.py output in its printed shapes (numbers invented; times + `shift`)."""
     out = ["Config:", " > Ranks: 1 x 2", " > Experts: 8/256", " > Tokens: 128 (max: 128), hidden: 7168",
            " > #SM: 132, #QPs: 129/129", "", "Running all test cases:",
            " > Testing with do_handle_copy=1, expert_alignment=128, use_fp8_dispatch=1, num_bias=0, "
@@ -35,18 +36,21 @@ def ep2_log() -> str:
     for i, (m, phase, aux) in enumerate(MARKS):
         for r in range(2):
             out.append(f"   {m} EP: {r:3}/2 | {phase}: 0 GB/s (SO), {200 + 10 * i + r} GB/s (SU), "
-                       f"{20.0 + i + r:.3f} us, 1500000 bytes | {aux}: 800 GB/s, 3.000 us")
+                       f"{20.0 + i + r + shift:.3f} us, 1500000 bytes | {aux}: 800 GB/s, 3.000 us")
     return "\n".join(out) + "\n"
 
 
-def stand_in_python(tmp_path: Path, test_ep_log: Path, dense_log: Path) -> str:
+def stand_in_python(tmp_path: Path, trials_text: str) -> str:
+    """An 'interpreter' that prints `trials_text` for the trials driver (test_ep + dense arm in one launch) and
+    the legacy fixture for test_intranode.py."""
+    log = tmp_path / "trials.log"
+    log.write_text(trials_text)
     p = tmp_path / "py"
     p.write_text("#!/bin/sh\n"
                  f'echo "$@" >> {tmp_path}/calls\n'
                  'case "$*" in\n'
-                 f'  *dense_a2a.py*) cat {dense_log} ;;\n'
+                 f'  *micro_trials.py*) cat {log} ;;\n'
                  f'  *test_intranode.py*) cat {FIX / "legacy_ep8.log"} ;;\n'
-                 f'  *test_ep.py*) cat {test_ep_log} ;;\n'
                  '  *) echo "unexpected: $*"; exit 9 ;;\n'
                  'esac\n')
     p.chmod(p.stat().st_mode | stat.S_IXUSR)
@@ -73,69 +77,119 @@ def gpu_host(tmp_path, monkeypatch):
     return host
 
 
-def options(tmp_path: Path, python: str, **kw) -> micro.MicroOptions:
+def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) -> micro.MicroOptions:
+    """run_micro's options on a project holding the real micro.yaml (the h200-ep1 bar's threshold replaced by
+    `threshold` when given) and the real drivers."""
     stack = make_stack(tmp_path / "srv")
     root = tmp_path / "project"
     lock = load(write_project(root, stack))
     (root / "gates" / "drivers").mkdir(parents=True, exist_ok=True)
-    (root / "gates" / "micro.yaml").write_text((REPO_ROOT / "gates" / "micro.yaml").read_text())
-    (root / "gates" / "drivers" / "dense_a2a.py").write_text((REPO_ROOT / "gates/drivers/dense_a2a.py").read_text())
+    yaml = (REPO_ROOT / "gates" / "micro.yaml").read_text()
+    if threshold is not None:
+        assert yaml.count("threshold: 30\n") == 1
+        yaml = yaml.replace("threshold: 30\n", f"threshold: {threshold}\n")
+    (root / "gates" / "micro.yaml").write_text(yaml)
+    for d in ("dense_a2a.py", "micro_trials.py"):
+        (root / "gates" / "drivers" / d).write_text((REPO_ROOT / "gates/drivers" / d).read_text())
     return micro.MicroOptions(root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
                               out_dir=tmp_path / "out", python=python, **kw)
 
 
-def test_ep1_with_dense_arm_passes_on_the_real_log(tmp_path, gpu_host):
-    py = stand_in_python(tmp_path, EP1_LOG, FIX / "dense_ep1.log")
-    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense")))
+def test_ep1_k3_with_dense_arm_passes_on_the_interval_of_real_logs(tmp_path, gpu_host):
+    text = trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log", dense_scales=[1.0, 1.1, 0.9])
+    py = stand_in_python(tmp_path, text)
+    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=3))
     assert rep.result == "pass", rep.reason
     assert [c.metric for c in rep.checks] == ["ranks_x_phases_missing", "nccl_runtime", "dc_p50_us", "dense_arm_complete"]
-    values = {m["metric"]: m["value"] for m in rep.data["metrics"]}
-    assert values["dispatch_su_gbs_p50"] == 113 and values["dispatch_su_nvlink_ratio"] == pytest.approx(0.251111)
-    assert values["deepep_over_dense_dc"] == pytest.approx(round(14.338 / values["dense_dc_p50_us"], 6))
+    st = rep.data["statistics"]
+    assert st["dc_p50_us"]["samples"] == REAL_EP1_DC and st["dc_p50_us"]["n"] == 3
+    lo, hi = st["dc_p50_us"]["ci95"]
+    assert lo < 14.338 and 14.725 < hi < 30  # the whole interval clears the 30 us bar
+    bar = rep.checks[2]
+    assert bar.value == pytest.approx(sum(REAL_EP1_DC) / 3) and not bar.inconclusive
+    assert "95% CI [" in bar.note and "the whole interval clears the bar" in bar.note
+    dense = [round(152.797 * s, 6) for s in (1.0, 1.1, 0.9)]  # dense_ep1.log: dispatch 104.17 + combine 48.627
+    assert st["dense_dc_p50_us"]["samples"] == pytest.approx(dense, abs=2e-3)
+    ratio = st["deepep_over_dense_dc"]["samples"]
+    assert ratio == pytest.approx([a / b for a, b in zip(REAL_EP1_DC, st["dense_dc_p50_us"]["samples"])])
+    values = {m["metric"]: m for m in rep.data["metrics"]}
+    assert values["dc_p50_us"]["value"] == pytest.approx(sum(REAL_EP1_DC) / 3, abs=1e-6)
+    assert values["dc_p50_us"]["note"].startswith("mean of 3 trial(s): mean 14.4743 us, 95% CI [")
+    assert values["dispatch_su_gbs_p50"]["value"] == 113  # first trial's figure
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert "test_ep.py --num-processes 1" in calls[0] and "--nnodes=1 --nproc-per-node=1 --node-rank=0 --master-addr=127.0.0.1" in calls[1]
-    assert {a.path for a in rep.artifacts} >= {"micro/test_ep.log", "micro/dense_a2a.log"}
+    assert len(calls) == 1  # one launch: both arms, every trial
+    assert "micro_trials.py --num-processes 1 --test-ep " in calls[0] and "tests/elastic/test_ep.py --trials 3 " \
+        "--arms deepep,dense --dense-warmup 20 --dense-iters 100 --dense-seed 0 --num-tokens 128" in calls[0]
+    assert {a.path for a in rep.artifacts} >= {"micro/test_ep.log"}
     write_reports([rep], tmp_path / "out", required={"micro"})
     validate_report(json.loads((tmp_path / "out" / "micro.json").read_text()))
-    assert "| deepep_over_dense_dc |" in (tmp_path / "out" / "summary.md").read_text()
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "| dc_p50_us | 3 | 14.4743 | 14.36 |" in md and "| deepep_over_dense_dc |" in md
+    assert '<property name="dc_p50_us.ci95" value="' in (tmp_path / "out" / "junit.xml").read_text()
+    assert exit_code([rep], {"micro"}) == 0
+
+
+@pytest.mark.parametrize("threshold, result, inconclusive", [("14.5", "inconclusive", True), ("13.5", "fail", False)])
+def test_ep1_bar_inside_or_below_the_interval(tmp_path, gpu_host, threshold, result, inconclusive):
+    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)))
+    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", trials=3, threshold=threshold))
+    bar = next(c for c in rep.checks if c.metric == "dc_p50_us")
+    assert rep.result == result and not bar.passed and bar.inconclusive is inconclusive
+    assert rep.reason.startswith(f"dc_p50_us = 14.474333 us (needs <= {threshold}): mean 14.4743 us, 95% CI [")
+    write_reports([rep], tmp_path / "out", required={"micro"})
+    junit = (tmp_path / "out" / "junit.xml").read_text()
+    assert f'type="{result}"' in junit
+    assert exit_code([rep], {"micro"}) == 1
+
+
+def test_one_trial_is_inconclusive_never_pass(tmp_path, gpu_host):
+    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(1)))
+    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", trials=1))
+    assert rep.result == "inconclusive"
+    assert "one trial: 14.36 us (no interval): one trial gives no interval (run --trials >= 2)" in rep.reason
+    assert rep.data["statistics"] == {}  # n = 1: a single-sample report (contract item 1)
+    write_reports([rep], tmp_path / "out", required={"micro"})
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["exit_code"] == 1
 
 
 def test_nvl_ep2_is_detected_runs_every_arm_and_never_passes(tmp_path, gpu_host):
     gpu_host["gpu_count"] = 2
-    log = tmp_path / "ep2.log"
-    log.write_text(ep2_log())
-    py = stand_in_python(tmp_path, log, FIX / "dense_ep2.log")
-    rep = micro.run_micro(options(tmp_path, py, arms=("deepep", "dense"), legacy=True))  # profile detected
+    text = trials_log([ep2_log(), ep2_log(0.5)], num_ranks=2, dense_fixture=FIX / "dense_ep2.log")
+    py = stand_in_python(tmp_path, text)
+    rep = micro.run_micro(options(tmp_path, py, arms=("deepep", "dense"), legacy=True, trials=2))  # profile detected
     assert rep.profile == "h200-nvl-ep2"
     assert rep.result == "fail" and rep.reason == "profile h200-nvl-ep2 has no measured bar yet; numbers reported"
     assert all(c.passed for c in rep.checks[:-1]) and rep.checks[-1].metric == "bars_status"
     assert [c.metric for c in rep.checks] == ["ranks_x_phases_missing", "nccl_runtime", "dense_arm_complete",
                                               "legacy_complete", "bars_status"]
+    assert rep.data["statistics"]["dispatch_p50_us"]["samples"] == [20.5, 21.0]
     values = {m["metric"]: m["value"] for m in rep.data["metrics"]}
-    assert values["dispatch_p50_us"] == 20.5 and values["combine_su_gbs_p50"] == 230.5
+    assert values["dispatch_p50_us"] == 20.75 and values["combine_su_gbs_p50"] == 230.5
     assert values["combine_su_nvlink_ratio"] == pytest.approx(230.5 / 450, abs=1e-6)
     assert values["legacy_dc_us"] == rep.data["legacy"]["parse"]["dc_us"] and values["dense_dc_p50_us"] > 0
     calls = (tmp_path / "calls").read_text().splitlines()
     assert "-m torch.distributed.run --nnodes=1 --nproc-per-node=1 --node-rank=0 --master-addr=127.0.0.1" in calls[0]
-    assert "test_ep.py --num-processes 2" in calls[0] and "--nproc-per-node=2" in calls[1]
-    assert "test_intranode.py --num-processes 2 --num-tokens 128" in calls[2]
+    assert "micro_trials.py --num-processes 2 --test-ep" in calls[0] and "--trials 2 --arms deepep,dense" in calls[0]
+    assert "test_intranode.py --num-processes 2 --num-tokens 128" in calls[1]
     write_reports([rep], tmp_path / "out", required={"micro"})
     assert exit_code([rep], {"micro"}) == 1
 
 
-def test_test_ep_crash_still_reports_the_dense_arm(tmp_path, gpu_host):
-    crash = tmp_path / "crash.log"
-    crash.write_text((REPO_ROOT / "tests/fixtures/test_ep/real/h200-ep1-sigsegv-in-dispatch.log").read_text())
-    py = stand_in_python(tmp_path, crash, FIX / "dense_ep1.log")
-    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense")))
+def test_crash_in_the_second_trial_is_an_error_with_the_first_trial_kept(tmp_path, gpu_host):
+    crash = (REPO_ROOT / "tests/fixtures/test_ep/real/h200-ep1-sigsegv-in-dispatch.log").read_text()
+    text = trials_log([real_ep1_texts(1)[0], crash], dense_fixture=FIX / "dense_ep1.log", done=False)
+    py = stand_in_python(tmp_path, text)
+    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=2))
     assert rep.result == "error" and rep.reason.startswith("sigsegv")
-    assert rep.data["dense"]["parse"]["ok"]
-    assert {m["metric"] for m in rep.data["metrics"]} >= {"dense_dc_p50_us", "dc_p50_us"}
+    per = rep.data["trials"]["per_trial"]
+    assert per[0]["deepep"]["complete"] and per[0]["deepep"]["dc_p50_us"] == 14.36 and not per[1]["deepep"]["complete"]
+    assert "trial markers: rank 0 said done 0 time(s), expected once" in rep.data["trials"]["problems"]
+    assert "dc_p50_us" not in rep.data["statistics"]  # not every DeepEP trial has a figure
 
 
 def test_host_no_profile_fits_is_a_skip_naming_why(tmp_path, gpu_host):
     gpu_host["gpu_count"] = 3  # micro has EP1/2/4/8 profiles and the EFA EP16 one: none for 3 GPUs without EFA
-    py = stand_in_python(tmp_path, EP1_LOG, FIX / "dense_ep1.log")
+    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(1)))
     rep = micro.run_micro(options(tmp_path, py))
     assert (rep.gate, rep.profile, rep.result, rep.checks) == ("micro", "-", "skip", [])
     assert "micro.yaml: no profile for this host (3 GPU(s), EFA: False); pass --profile (known: " in rep.reason

@@ -46,7 +46,7 @@ def test_measured_profiles_keep_their_bars(spec):
     for name in ("p5en-efa-ep16", "h200-ep1"):
         p = spec.profile(name)
         assert p.measured and p.bars and p.scale_up_limit_gbs == 450
-    assert spec.dense.script == "gates/drivers/dense_a2a.py" and "--num-experts" in spec.dense.args
+    assert spec.dense.script == "gates/drivers/dense_a2a.py" and "--dense-iters" in spec.dense.args
     assert spec.legacy.script == "tests/legacy/test_intranode.py" and spec.legacy.ep_sizes == (2, 4, 8)
 
 

@@ -39,7 +39,9 @@ def test_plan_commands_are_the_gates_own(tmp_path):
     micro = gate_plan(registry.gate("micro"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
     argv = micro.commands[1].argv
     assert "torch.distributed.run" in argv and "--node-rank=1" in argv
-    assert argv[argv.index("--num-processes") - 1] == "/opt/reprostack/src/deepep/tests/elastic/test_ep.py"
+    assert argv[argv.index("--num-processes") - 1] == "/workspace/gates/drivers/micro_trials.py"
+    assert argv[argv.index("--test-ep") + 1] == "/opt/reprostack/src/deepep/tests/elastic/test_ep.py"
+    assert argv[argv.index("--trials") + 1] == "5"
     assert dict(micro.env)["NCCL_GIN_TYPE"] == "2"
     vllm = gate_plan(registry.gate("vllm"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
     assert vllm.commands[0].argv[:2] == ("vllm", "serve") and "--headless" in vllm.commands[1].argv

@@ -42,7 +42,7 @@ def test_registry_loads_each_spec_through_its_own_schema():
 
 
 def test_result_enum_keeps_the_json_strings():
-    assert RESULTS == ("pass", "fail", "skip", "error", "not-run")
+    assert RESULTS == ("pass", "fail", "skip", "error", "not-run", "inconclusive")
     rep = GateReport("micro", "-", Result.NOT_RUN, "x")
     assert rep.result == "not-run" and type(rep.result) is str and rep.to_dict()["result"] == "not-run"
 

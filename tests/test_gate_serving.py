@@ -239,3 +239,49 @@ def test_not_run_alone_is_never_a_pass(tmp_path):
     blocked = not_run("vllm", GateReport("micro", "-", "skip", "no GPU"))
     assert blocked.result == "not-run" and exit_code([micro, blocked]) == 3
     write_reports([micro, blocked], tmp_path)  # schema-valid
+
+
+def test_trials_are_aiperf_profile_runs_judged_on_their_interval(aiperf, lock, tmp_path):
+    """--trials 2: the pinned AIPerf's --num-profile-runs 2 per cell; each run's export read, the tok/s bar judged
+    on the runs' interval (report.stats), errors / completed over every run."""
+    from reprostack.report.stats import interval_verdict, summarize
+    root = small_root(tmp_path, "sglang")
+    out = tmp_path / "out"
+    rep = serve("sglang", root, lock, out, arms=["deepep"], trials=2)
+    (cell,) = rep.data["arms"]["deepep"]["cells"]
+    assert cell["status"] == "ok" and len(cell["samples"]) == 2 and len(cell["runs"]) == 2
+    assert all(r["completed"] == 8 and r["errors"] == 0 for r in cell["runs"])
+    assert cell["completed"] == 8 and cell["errors"] == 0
+    st = rep.data["statistics"]["deepep.c4.agg_tok_s"]
+    assert st["n"] == 2 and st["samples"] == cell["samples"] and st["unit"] == "tokens/sec"
+    bar = next(c for c in rep.checks if c.metric == "deepep.c4.agg_tok_s")
+    want = interval_verdict(summarize(cell["samples"]), ">=", bar.threshold)
+    assert (bar.passed, bar.inconclusive) == (want == "pass", want == "inconclusive")
+    assert rep.result == {"pass": "pass", "inconclusive": "inconclusive", "fail": "fail"}[want]
+    assert "95% CI [" in bar.note
+    runs = {a.path for a in rep.artifacts if "profile_runs" in a.path}
+    assert {"sglang/deepep/c4/aiperf/profile_runs/run_0001/profile_export_aiperf.json",
+            "sglang/deepep/c4/aiperf/profile_runs/run_0002/profile_export_aiperf.json"} <= runs
+    validate_report(json.loads(write_reports([rep], out)["sglang.json"].read_text()))
+
+
+def test_profile_run_exports_read_and_a_missing_one_is_an_error(tmp_path):
+    """aiperfrun's reading of `--num-profile-runs K` output, on real AIPerf 0.10.0 exports (the published
+    campaign's sglang c4 cell) copied as run 1 and 2; without run 2 the cell is an error naming it."""
+    from reprostack.gates.aiperfrun import CellResult, _read_runs
+    from reprostack.gates.servingspec import Cell
+    src = REPO / "tests/fixtures/published-2026-07/sglang/c4"
+    art = tmp_path / "aiperf"
+    for i in (1, 2):
+        d = art / "profile_runs" / f"run_{i:04d}"
+        d.mkdir(parents=True)
+        for f in src.iterdir():
+            shutil.copy(f, d)
+    cell = Cell("c4", 4, 40)
+    res = _read_runs(CellResult("deepep", cell, "error", tmp_path, tmp_path / "log"), art, 2)
+    assert res.status == "ok" and len(res.samples) == 2 and res.samples[0] == res.samples[1] == res.agg_tok_s
+    assert res.errors == 0 and res.completed == 40 and len(res.runs) == 2
+    shutil.rmtree(art / "profile_runs" / "run_0002")
+    res = _read_runs(CellResult("deepep", cell, "error", tmp_path, tmp_path / "log"), art, 2)
+    assert res.status == "error" and res.detail.startswith("profile run 2 of 2 (")
+    assert res.detail.endswith("run_0002): no profile_export_aiperf.json")

@@ -366,3 +366,20 @@ def test_megatron_comparison_arm_alone_never_passes(one_h200):
                                  "evidence only") and rep.reason.endswith("run it with --arm deepep")
     assert exit_code([rep], {"megatron"}) == 3
     assert run_megatron(one_h200(["deepep"])).result == "pass"
+
+
+def test_step_figures_after_the_first_are_the_statistics(one_h200):
+    """Issue 16: a training run's steps are repeated samples; step 1 (set-up, JIT) is left out. On the real H200
+    log: step_ms 137.9, 128.4 -> mean 133.15, t interval 133.15 -+ 12.7062 * stdev / sqrt(2) = -+ 4.75 * 12.7062."""
+    from reprostack.gates.training import step_statistics
+    st = step_statistics("deepep", parse_megatron(real("deepep"), expected_steps=3))
+    ms = st["deepep.step_ms"]
+    assert (ms["n"], ms["samples"], ms["mean"], ms["unit"]) == (2, [137.9, 128.4], 133.15, "ms")
+    assert ms["ci95"] == pytest.approx([133.15 - 4.75 * 12.7062, 133.15 + 4.75 * 12.7062])
+    assert st["deepep.tokens_per_s"]["samples"] == [29694.9, 31906.3]
+    two = parse_megatron(real("deepep"), expected_steps=3)
+    two.steps = two.steps[:2]  # one step after the first: no interval, no entry
+    assert step_statistics("deepep", two) == {}
+    rep = run_megatron(one_h200(None))
+    assert set(rep.data["statistics"]) == {"deepep.step_ms", "deepep.tokens_per_s", "alltoall.step_ms",
+                                           "alltoall.tokens_per_s"}

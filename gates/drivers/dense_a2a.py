@@ -10,17 +10,25 @@ of rank r picks `random.Random(seed * 1_000_003 + r).sample(range(E), k)` (k dis
 top-k of i.i.d. scores). Expert e lives on rank e // (E / world). A token is sent once to each distinct
 rank among its experts (DeepEP's non-expanded dispatch does the same), in ascending rank order.
 
+Payload = DeepEP's (like for like with test_ep's first EP mode, issue 16 item 2): with `--fp8-dispatch 1` (the
+default; test_ep's first mode has use_fp8_dispatch=1) a token's row is FP8 e4m3 plus one float32 scale per 128
+columns, else bf16; the top-k ids (int64) and weights (float32) travel with it, all in ONE byte row per token
+(`payload_bytes_per_token`, what test_ep counts as bytes per dispatched token); combine sends bf16 rows back.
+
 Phases, each timed with CUDA events per iteration (after `--warmup` untimed ones; a barrier before each):
 - dispatch: pack rows (index_select), all_to_all_single of the per-rank counts, the counts to the host
-  (the sizes the payload exchange needs), all_to_all_single of the bf16 rows and of the routing metadata
-  (top-k ids and weights, float32 [rows, 2k]);
-- cached dispatch: pack + all_to_all_single of the rows with the counts known (layout reused);
-- combine: all_to_all_single of the rows back (expert compute = identity) and a float32 index_add per
-  source token, cast to bf16.
+  (the sizes the payload exchange needs), all_to_all_single of the packed token rows;
+- cached dispatch: pack + all_to_all_single of the rows (no ids/weights) with the counts known (layout reused);
+- combine: all_to_all_single of the bf16 expert outputs back (expert compute = identity, prepared untimed)
+  and a float32 index_add per source token, cast to bf16.
+What still differs from DeepEP's figures: test_ep times with kineto the dispatch/combine kernel only (mean of
+30 runs, L2 flushed), this driver the whole phase with CUDA events (launches and the host sync included).
 Output, rank by rank, one JSON object per line after the tag `[dense_a2a] `: {"event": "config", ...},
 {"event": "phase", "rank", "world", "phase", "p50_us", "mean_us", "min_us", "max_us", "iters",
-"send_rows", "recv_rows", "recv_bytes"} per phase, {"event": "done", "rank", "check": "ok"} at the end
-(after the correctness check: received counts = the routing's, combined rows = x x distinct ranks).
+"send_rows", "recv_rows", "recv_bytes"[, "trial"]} per phase, {"event": "done", "rank", "check": "ok"} at the
+end (after the correctness check: received counts = the routing's, combined rows = x x distinct ranks).
+`DenseRunner` is the same code for this standalone driver (one pass, torchrun) and for the trials driver
+(gates/drivers/micro_trials.py: K passes interleaved with DeepEP's, lines with "trial": k).
 Parsed by reprostack.gates.parsers.dense_a2a.
 
 The routing math below is pure Python (no torch), tested on the CPU (tests/test_dense_arm.py).
@@ -106,6 +114,14 @@ def emit(obj: dict) -> None:
     print(TAG + json.dumps(obj, sort_keys=True), flush=True)
 
 
+def payload_bytes_per_token(hidden: int, topk: int, fp8: bool) -> int:
+    """Bytes one dispatched token carries, as DeepEP's dispatch counts them (test_ep.py: count_bytes of
+    recv_x, recv_topk_idx, recv_topk_weights per token): the row (FP8 e4m3: `hidden` bytes plus one float32
+    scale per 128 columns; else bf16: 2 x hidden), the top-k ids (int64) and the top-k weights (float32)."""
+    row = hidden + 4 * -(-hidden // 128) if fp8 else BF16_BYTES * hidden
+    return row + 8 * topk + 4 * topk
+
+
 def _args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-tokens", type=int, default=128)
@@ -115,7 +131,110 @@ def _args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--fp8-dispatch", type=int, choices=(0, 1), default=1,
+                    help="dispatch rows as FP8 e4m3 + per-128 float32 scales (test_ep's first mode) or bf16")
     return ap.parse_args(argv)
+
+
+class DenseRunner:  # pragma: no cover - needs torch + a GPU; tests/test_micro_trials.py stands in for it
+    """The three phases on this rank of an initialised default process group, repeatable: `trial(k)` runs
+    warmup + timed iterations of each phase and prints its phase lines (with `"trial": k` unless k is None);
+    `check()` is the correctness check of the last trial. Every tensor's dtype and device are explicit: the
+    trials driver runs this inside DeepEP's process, where torch's default dtype is bf16 and device cuda."""
+
+    def __init__(self, a, rank: int, world: int):
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist, self.a, self.rank, self.world = torch, dist, a, rank, world
+        dev = torch.device("cuda", torch.cuda.current_device())
+        ids = route(a.num_tokens, a.num_experts, a.num_topk, a.seed, rank)
+        self.order, self.send_counts = send_plan(dest_ranks(ids, a.num_experts, world), world)
+        self.recv_counts = [row[rank] for row in count_matrix(a.num_tokens, a.num_experts, a.num_topk, a.seed, world)]
+        n, h, k = len(ids), a.hidden, a.num_topk
+        gen = torch.Generator(device=dev).manual_seed(a.seed * 1_000_003 + rank)
+        self.x = torch.randn(n, h, dtype=torch.bfloat16, device=dev, generator=gen)
+        topk_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
+        weights = torch.full((n, k), 1.0 / k, dtype=torch.float32, device=dev)
+        if a.fp8_dispatch:  # per token, per 128 columns: amax / 448 as the float32 scale (e4m3's largest is 448)
+            pad = -(-h // 128) * 128
+            blocks = torch.nn.functional.pad(self.x.float(), (0, pad - h)).view(n, -1, 128)
+            amax = blocks.abs().amax(dim=2).clamp(min=1e-4)
+            row = (blocks * (448.0 / amax.unsqueeze(2))).to(torch.float8_e4m3fn).view(n, pad)[:, :h].contiguous()
+            row_bytes = torch.cat([row.view(torch.uint8), (amax / 448.0).contiguous().view(torch.uint8)], 1)
+        else:
+            row_bytes = self.x.contiguous().view(torch.uint8)
+        # one byte row per token: the dispatched row, then top-k ids and weights (DeepEP's payload)
+        self.tokens = torch.cat([row_bytes, topk_ids.view(torch.uint8), weights.view(torch.uint8)], 1).contiguous()
+        self.row_width = row_bytes.shape[1]
+        assert self.tokens.shape[1] == payload_bytes_per_token(h, k, bool(a.fp8_dispatch))
+        self.pack = torch.tensor(self.order, dtype=torch.long, device=dev)
+        self.counts_in = torch.tensor(self.send_counts, dtype=torch.int64, device=dev)
+        self.counts_out = torch.empty_like(self.counts_in)
+        self.rows_in, self.rows_out = len(self.order), sum(self.recv_counts)
+        self.recv = torch.empty(self.rows_out, self.tokens.shape[1], dtype=torch.uint8, device=dev)
+        self.recv_rows = torch.empty(self.rows_out, self.row_width, dtype=torch.uint8, device=dev)
+        self.expert_out = torch.empty(self.rows_out, h, dtype=torch.bfloat16, device=dev)
+        self.back = torch.empty(self.rows_in, h, dtype=torch.bfloat16, device=dev)
+        self.acc = torch.empty(n, h, dtype=torch.float32, device=dev)
+        self.seen: dict = {}
+
+    def dispatch(self):
+        dist = self.dist
+        send = self.tokens.index_select(0, self.pack)
+        dist.all_to_all_single(self.counts_out, self.counts_in)
+        splits = self.counts_out.tolist()  # host sync: the payload exchange needs the sizes
+        dist.all_to_all_single(self.recv, send, splits, self.send_counts)
+        self.seen["counts"] = splits
+
+    def cached_dispatch(self):
+        send = self.tokens[:, :self.row_width].index_select(0, self.pack)
+        self.dist.all_to_all_single(self.recv_rows, send, self.recv_counts, self.send_counts)
+
+    def combine(self):
+        # expert compute = identity on the bf16 rows this rank received (bf16 back, as DeepEP's combine)
+        self.dist.all_to_all_single(self.back, self.expert_out, self.send_counts, self.recv_counts)
+        self.acc.zero_().index_add_(0, self.pack, self.back.float())
+        self.seen["y"] = self.acc.to(self.torch.bfloat16)
+
+    def trial(self, k: int | None = None) -> None:
+        torch, dist, a = self.torch, self.dist, self.a
+        # the rows each expert returns: the bf16 rows of the tokens routed here (identity expert)
+        dist.all_to_all_single(self.expert_out, self.x.index_select(0, self.pack), self.recv_counts, self.send_counts)
+        for phase, fn in zip(PHASES, (self.dispatch, self.cached_dispatch, self.combine)):
+            for _ in range(a.warmup):
+                fn()
+            times = []
+            for _ in range(a.iters):
+                dist.barrier()
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                fn()
+                e.record()
+                e.synchronize()
+                times.append(s.elapsed_time(e))
+            row = self.tokens.shape[1] if phase != "combine" else self.x.shape[1] * BF16_BYTES
+            rows = self.rows_out if phase != "combine" else self.rows_in
+            if phase == "cached dispatch":
+                row = self.row_width
+            emit({"event": "phase", "rank": self.rank, "world": self.world, "phase": phase, **summarize_us(times),
+                  "send_rows": self.rows_in, "recv_rows": self.rows_out, "recv_bytes": rows * row,
+                  **({} if k is None else {"trial": k})})
+
+    def check(self) -> bool:
+        torch = self.torch
+        ok = self.seen["counts"] == self.recv_counts
+        per_token = torch.bincount(self.pack, minlength=self.x.shape[0]).to(torch.float32).unsqueeze(1)
+        return ok and torch.allclose(self.seen["y"].float(), (self.x.float() * per_token).to(torch.bfloat16).float(),
+                                     rtol=2e-2, atol=2e-2)
+
+    def config(self) -> dict:
+        a = self.a
+        return {"event": "config", "world": self.world, "tokens": a.num_tokens, "hidden": a.hidden,
+                "topk": a.num_topk, "experts": a.num_experts,
+                "dtype": "float8_e4m3fn+scales" if a.fp8_dispatch else "bfloat16", "combine_dtype": "bfloat16",
+                "bytes_per_token": self.tokens.shape[1], "seed": a.seed, "warmup": a.warmup, "iters": a.iters,
+                "torch": self.torch.__version__}
 
 
 def main(argv=None) -> int:  # pragma: no cover - needs torch + a GPU; the device script runs it
@@ -127,63 +246,12 @@ def main(argv=None) -> int:  # pragma: no cover - needs torch + a GPU; the devic
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
-    ids = route(a.num_tokens, a.num_experts, a.num_topk, a.seed, rank)
-    order, send_counts = send_plan(dest_ranks(ids, a.num_experts, world), world)
-    recv_counts = [row[rank] for row in count_matrix(a.num_tokens, a.num_experts, a.num_topk, a.seed, world)]
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", local))
+    runner = DenseRunner(a, rank, world)
     if rank == 0:
-        emit({"event": "config", "world": world, "tokens": a.num_tokens, "hidden": a.hidden, "topk": a.num_topk,
-              "experts": a.num_experts, "dtype": "bfloat16", "seed": a.seed, "warmup": a.warmup, "iters": a.iters,
-              "torch": torch.__version__})
-    n = len(ids)
-    gen = torch.Generator(device=dev).manual_seed(a.seed * 1_000_003 + rank)
-    x = torch.randn(n, a.hidden, dtype=torch.bfloat16, device=dev, generator=gen)
-    meta = torch.cat([torch.tensor(ids, dtype=torch.float32), torch.full((n, a.num_topk), 1.0 / a.num_topk)], 1).to(dev)
-    pack = torch.tensor(order, dtype=torch.long, device=dev)
-    counts_in = torch.tensor(send_counts, dtype=torch.int64, device=dev)
-    counts_out = torch.empty_like(counts_in)
-    rows_in, rows_out = len(order), sum(recv_counts)
-    recv = torch.empty(rows_out, a.hidden, dtype=torch.bfloat16, device=dev)
-    recv_meta = torch.empty(rows_out, 2 * a.num_topk, dtype=torch.float32, device=dev)
-    back = torch.empty(rows_in, a.hidden, dtype=torch.bfloat16, device=dev)
-    acc = torch.empty(n, a.hidden, dtype=torch.float32, device=dev)
-    seen = {}
-
-    def dispatch():
-        send = x.index_select(0, pack)
-        dist.all_to_all_single(counts_out, counts_in)
-        splits = counts_out.tolist()  # host sync: the payload exchange needs the sizes
-        dist.all_to_all_single(recv, send, splits, send_counts)
-        dist.all_to_all_single(recv_meta, meta.index_select(0, pack), splits, send_counts)
-        seen["counts"] = splits
-
-    def cached_dispatch():
-        dist.all_to_all_single(recv, x.index_select(0, pack), recv_counts, send_counts)
-
-    def combine():
-        dist.all_to_all_single(back, recv, send_counts, recv_counts)
-        acc.zero_().index_add_(0, pack, back.float())
-        seen["y"] = acc.to(torch.bfloat16)
-
-    for phase, fn in zip(PHASES, (dispatch, cached_dispatch, combine)):
-        for _ in range(a.warmup):
-            fn()
-        times = []
-        for _ in range(a.iters):
-            dist.barrier()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        emit({"event": "phase", "rank": rank, "world": world, "phase": phase, **summarize_us(times),
-              "send_rows": rows_in, "recv_rows": rows_out,
-              "recv_bytes": (rows_out if phase != "combine" else rows_in) * a.hidden * BF16_BYTES})
-    ok = seen["counts"] == recv_counts
-    per_token = torch.bincount(pack, minlength=n).to(torch.float32).unsqueeze(1)
-    ok = ok and torch.allclose(seen["y"].float(), (x.float() * per_token).to(torch.bfloat16).float(), rtol=2e-2, atol=2e-2)
+        emit(runner.config())
+    runner.trial()
+    ok = runner.check()
     emit({"event": "done", "rank": rank, "world": world, "check": "ok" if ok else "mismatch"})
     dist.barrier()
     dist.destroy_process_group()

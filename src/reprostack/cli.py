@@ -155,6 +155,10 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, default=None)
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
     p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
+    p.add_argument("--trials", type=_trials, default=None, metavar="K",
+                   help="repeated trials, bars judged on their 95%% interval (PASS / FAIL / INCONCLUSIVE): micro: "
+                        "the measurement K >= 1 times in one launch (default 5; K=1 has no interval: INCONCLUSIVE); "
+                        "serving: AIPerf's --num-profile-runs K per cell (default 1: the bar on the one run)")
     p.add_argument("--arm", action="append", default=[],
                    help="arm(s) to run (repeatable or comma list; default: every arm of a serving/training gate; "
                         "micro: deepep, plus dense for the all_to_all_single comparison arm)")
@@ -164,6 +168,17 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
                    help="serving gates: appended to the server command (e.g. the test server's --fail-every=3)")
     p.add_argument("--legacy", action="store_true", help="also run DeepEP's legacy test_intranode.py (EP 2/4/8, "
                                                          "one node) as second evidence")
+
+
+def _trials(text: str) -> int:
+    """`--trials K`: a whole number >= 1 (argparse prints its error as one line and exits 2)."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"{k}: give K >= 1")
+    return k
 
 
 def _load(args) -> tuple[lockmod.Lock, Path]:
@@ -361,7 +376,7 @@ def _gates(args, lock, root, opts) -> int:
     from .report import exit_code, write_reports
     ga = runner.GateArgs(out=Path(args.out), profile=args.profile, python=args.python, jobs=args.jobs,
                          arch=args.arch, nodes=args.nodes, node_rank=args.node_rank, master_addr=args.master_addr,
-                         master_port=args.master_port, modes=args.modes, timeout=args.timeout,
+                         master_port=args.master_port, modes=args.modes, trials=args.trials, timeout=args.timeout,
                          arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
                          vars=_key_values(args.var, "--var", "K=V"), server_args=list(args.server_arg),
                          legacy=args.legacy, container=args.container, image=args.image)

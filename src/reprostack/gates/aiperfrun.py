@@ -4,6 +4,14 @@ exports parsed with verify.aiperf (schema 1.3 / flat 1.0 / legacy records; `prof
 A cell is `error` when AIPerf exits non-zero, times out, or writes no `profile_export_aiperf.json` (its log is
 kept and its tail quoted); otherwise its numbers are returned for the gate's bars. The folder is deleted and
 created again before the run, so an export left by an earlier run can never be read.
+
+Trials (issue 16): `runs` K > 1 asks the pinned AIPerf (0.10.0 has it) for `--num-profile-runs K` (its defaults:
+warm-up before the first run only, one random seed for every run, so the runs see the same workload). It then
+writes each run's exports under `<artifact dir>/profile_runs/run_NNNN/`; each is parsed like a single run's,
+and the cell's figures become: agg_tok_s = mean of the runs (the runs' values in `samples`, for the interval),
+errors = the sum over runs, completed / request_count = the fewest any run completed (so `== requests` means
+every run completed all). A run export that is missing or unreadable makes the cell an error. AIPerf's own
+aggregate (`aggregate/`) is not read: our statistics come from the per-run exports (report.stats).
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ class CellResult:
     duration_s: float | None = None
     layout: str | None = None
     detail: str = ""
+    samples: list = field(default_factory=list)   # agg_tok_s of each profile run (runs > 1)
+    runs: list = field(default_factory=list)      # each profile run's figures (runs > 1)
 
     @property
     def errors(self) -> int | None:
@@ -67,7 +77,8 @@ class CellResult:
                 "records_total": self.records_total, "records_errors": self.records_errors,
                 "error_types": self.error_types, "per_user_tok_s": self.per_user_tok_s,
                 "ttft_p50_ms": self.ttft_p50_ms, "itl_p50_ms": self.itl_p50_ms, "duration_s": self.duration_s,
-                "layout": self.layout, "detail": self.detail}
+                "layout": self.layout, "detail": self.detail,
+                **({"samples": list(self.samples), "runs": list(self.runs)} if self.runs else {})}
 
 
 def aiperf_argv(tool: AiperfTool, *, url: str, model: str, tokenizer: str, aiperf: dict, cell: Cell,
@@ -96,8 +107,10 @@ def _tail(path: Path, n: int = 12) -> str:
 
 
 def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, tokenizer: str, aiperf: dict,
-             cell_dir: Path, extra: tuple = (), env: dict | None = None, echo: bool = False) -> CellResult:
-    """Run one cell into `cell_dir` (removed first, then created) and parse what AIPerf wrote.
+             cell_dir: Path, extra: tuple = (), env: dict | None = None, echo: bool = False,
+             runs: int = 1) -> CellResult:
+    """Run one cell into `cell_dir` (removed first, then created) and parse what AIPerf wrote; with runs K > 1,
+    AIPerf's K profile runs (module doc).
 
     Returns a CellResult; never raises for AIPerf failures or unreadable exports (status `error` with the
     detail). timeout: aiperf `timeout-s` (default 1800 s) of the spec."""
@@ -106,8 +119,11 @@ def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, to
     cell_dir.mkdir(parents=True)
     artifacts = cell_dir / "aiperf"
     log = cell_dir / "aiperf.out.log"
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, not {runs}")
+    more = ("--num-profile-runs", str(runs)) if runs > 1 else ()
     argv = aiperf_argv(tool, url=url, model=model, tokenizer=tokenizer, aiperf=aiperf, cell=cell,
-                       artifact_dir=artifacts, extra=extra)
+                       artifact_dir=artifacts, extra=(*extra, *more))
     run_env = dict(os.environ if env is None else env)
     if Path(tokenizer).is_dir():  # see aiperftool: offline mode makes AIPerf 0.10.0 refuse a local tokenizer folder
         for k in _OFFLINE_VARS:
@@ -122,8 +138,51 @@ def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, to
     if out.returncode != 0:
         res.detail = f"aiperf exited {out.returncode}; log {log}: {_tail(log)}"
         return res
+    if runs > 1:
+        return _read_runs(res, artifacts, runs)
     if not export.is_file():
         res.detail = f"aiperf exited 0 but wrote no {EXPORT_JSON}; log {log}: {_tail(log)}"
+        return res
+    return _read(res, artifacts)
+
+
+def _read_runs(res: CellResult, artifacts: Path, runs: int) -> CellResult:
+    """The K profile runs' exports into `res` (module doc); an error naming the first run that is missing or
+    unreadable."""
+    parts = []
+    for i in range(1, runs + 1):
+        d = artifacts / "profile_runs" / f"run_{i:04d}"
+        one = _read(CellResult(res.arm, res.cell, "error", d, res.log), d)
+        if one.status != "ok":
+            res.detail = f"profile run {i} of {runs} ({d}): {one.detail or 'no ' + EXPORT_JSON}"
+            return res
+        parts.append(one)
+    res.samples = [p.agg_tok_s for p in parts]
+    res.runs = [{k: v for k, v in p.to_dict().items() if k not in ("arm", "cell", "concurrency", "requests_expected",
+                                                                    "returncode", "duration_s")} for p in parts]
+    res.layout = parts[0].layout
+    res.agg_tok_s = sum(res.samples) / runs
+    res.request_count = min(p.request_count or 0 for p in parts)
+    res.export_errors = sum(p.export_errors or 0 for p in parts)
+    if all(p.records_total is not None for p in parts):
+        res.records_total = min(p.records_total for p in parts)
+        res.records_completed = min(p.records_completed for p in parts)
+        res.records_errors = sum(p.records_errors for p in parts)
+    for p in parts:
+        for k, v in p.error_types.items():
+            res.error_types[k] = res.error_types.get(k, 0) + v
+    for attr in ("per_user_tok_s", "ttft_p50_ms", "itl_p50_ms"):
+        vals = [getattr(p, attr) for p in parts]
+        setattr(res, attr, sum(vals) / runs if all(v is not None for v in vals) else None)
+    res.status = "ok"
+    return res
+
+
+def _read(res: CellResult, artifacts: Path) -> CellResult:
+    """One run's exports in `artifacts` into `res` (status ok), or status error with the detail."""
+    export = artifacts / EXPORT_JSON
+    if not export.is_file():
+        res.detail = f"no {EXPORT_JSON}"
         return res
     try:
         ex = parse_export(export)

@@ -1,7 +1,8 @@
-"""Gate 1's extra runs next to test_ep: the dense comparison arm (our all_to_all_single driver) and DeepEP's
-legacy intranode test as second evidence. Each runs under the watchdog with the gate's environment (one
-NCCL, multicast off), keeps its raw log, and comes back as data + figures + one completeness check: an
-arm the operator asked for that did not produce its whole output makes the gate fail, never pass.
+"""Gate 1's arms and extra runs next to test_ep: the arm names (deepep, dense), and DeepEP's legacy intranode
+test as second evidence, run under the watchdog with the gate's environment (one NCCL, multicast off), its raw
+log kept, coming back as data + figures + one completeness check: a run the operator asked for that did not
+produce its whole output makes the gate fail, never pass. The dense comparison arm runs inside the trials
+launch (gates/drivers/micro_trials.py, interleaved with DeepEP; issue 16 item 2), not as a run of its own.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from pathlib import Path
 from ..errors import GateError
 from ..report import Check, artifact_for, evaluate
 from . import launchers, metrics
-from .parsers.dense_a2a import parse_dense
 from .parsers.failure import classify_failure
 from .parsers.legacy_intranode import parse_legacy
 from .spec import ArmSpec, GateSpec, Profile
@@ -68,31 +68,6 @@ def _run(argv, env, cwd, timeout_s, log: Path) -> tuple[str, dict]:
 
 def _failure(text: str, run: dict) -> dict:
     return classify_failure(text, run["returncode"], run["timed_out"]).to_dict()
-
-
-def run_dense(arm: ArmSpec, *, root: Path, python: str, env: dict, profile: Profile, nodes: int, node_rank: int,
-              master_addr: str | None, master_port: int | None, run_dir: Path, out_dir: Path,
-              timeout_s: float, deepep_dc_p50_us: float | None) -> ArmRun:
-    """Run our dense driver with one process per GPU (torchrun) and parse every node's log.
-
-    master_port: the gate's; the dense arm uses master_port + 1 on several nodes (the test_ep store's port
-    may still be held); timeout_s: its watchdog seconds. Never raises on the run's outcome."""
-    world = nodes * profile.gpus_per_node
-    launch = launchers.torchrun_workers(python, str(Path(root) / arm.script), list(arm.args), gpus=profile.gpus_per_node,
-                                        nodes=nodes, node_rank=node_rank, master_addr=master_addr,
-                                        master_port=(master_port + 1) if master_port and nodes > 1 else master_port)
-    log = run_dir / (f"dense_a2a.node{node_rank}.log" if nodes > 1 else "dense_a2a.log")
-    text, run = _run(launch.argv, {**env, **launch.env}, root, timeout_s, log)
-    logs = sorted(run_dir.glob("dense_a2a.node*.log")) if nodes > 1 else [log]
-    text = "\n".join(p.read_text(errors="replace") for p in logs)
-    parsed = parse_dense(text, world=world)
-    data = {**run, "parse": parsed.to_dict()}
-    if not parsed.ok:
-        data["failure"] = _failure(text, run)
-    check = evaluate("dense_arm_complete", "", parsed.ok, "==", True,
-                     note="; ".join(parsed.problems[:4]) or f"{world} rank(s) x {len(parsed.phases)} phases, checks ok")
-    return ArmRun("dense", data, metrics.dense_metrics(parsed, deepep_dc_p50_us), check,
-                  [artifact_for(p, relative_to=out_dir) for p in logs])
 
 
 def run_legacy(arm: ArmSpec, *, deepep_tree: Path, python: str, env: dict, profile: Profile, port: int | None,

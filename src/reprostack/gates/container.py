@@ -70,6 +70,7 @@ def inner_argv(g: Gate, a, lock) -> list[str]:
     argv += [x for arm in a.arms for x in ("--arm", arm)]
     argv += [x for k, v in a.vars.items() for x in ("--var", f"{k}={v}")]
     argv += [f"--server-arg={s}" for s in a.server_args]
+    argv += ["--trials", str(a.trials)] if a.trials is not None else []
     return argv + (["--legacy"] if a.legacy else [])
 
 

@@ -7,6 +7,16 @@ the host -> SKIP with the reason (after sources were fetched, patched and verifi
 ERROR with the classified failure and the raw log. Optional runs (gates.arms): the dense comparison arm
 (`arms` with "dense") and DeepEP's legacy intranode test (`legacy`); each asked-for run adds a
 completeness check. Per-phase figures (gates.metrics) go to `data.metrics`, reported, not bars.
+
+Trials (issue 16): test_ep runs through our trials driver (gates/drivers/micro_trials.py: upstream's test,
+its case called `--trials K` times in ONE launch, default 5; why one launch: see the driver's doc), and the
+dense arm, when asked for, runs inside that same launch, interleaved with DeepEP trial by trial, on the same
+sizes and payload (item 2). Each trial gives one figure per metric (parsers.micro_trials); `data.statistics`
+holds n, mean, p50, stdev, the 95% t interval and the samples per metric (report.stats), and every bar with
+an inequality is judged on the interval (report.evaluate_interval): PASS only when the whole interval
+clears it, FAIL when the whole interval is past it, otherwise INCONCLUSIVE (never PASS). One trial (K=1)
+has no interval: INCONCLUSIVE. `data.metrics` gives the per-trial mean for the metrics with statistics and
+the first trial's figure for the others (per-phase GB/s, ...).
 """
 
 from __future__ import annotations
@@ -22,15 +32,18 @@ from ..kernels import build as kbuild
 from ..kernels import runtime, toolchain
 from ..kernels.recipe import load_recipe
 from ..lock import Lock
-from ..report import GateReport, artifact_for, decide, evaluate, skipped, utc_now
+from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval, skipped, utc_now
+from ..report.stats import statistics_block
 from . import arms as armsmod
 from . import launchers, metrics
 from .parsers.failure import classify_failure
-from .parsers.test_ep import parse_test_ep
+from .parsers.micro_trials import markers, parse_micro_trials
 from .spec import GateSpec, NoProfileForHost, Profile, load_spec
 from .watchdog import run_with_watchdog
 
 GATE = "micro"
+TRIALS_DRIVER = "gates/drivers/micro_trials.py"
+DEFAULT_TRIALS = 5
 
 
 @dataclass
@@ -61,6 +74,7 @@ class MicroOptions(GateRunOptions):
     modes: str = "first"
     arms: tuple[str, ...] = ("deepep",)
     legacy: bool = False
+    trials: int = DEFAULT_TRIALS
 
 
 def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
@@ -119,6 +133,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
     """
     t0, started = time.monotonic(), utc_now()
     timings: dict[str, float] = {}
+    if not isinstance(opts.trials, int) or opts.trials < 1:
+        raise ReprostackError(f"--trials {opts.trials}: give a whole number >= 1")
     spec = load_spec(opts.root, GATE)
     if opts.profile:  # a typo'd profile or an impossible run is an error, also on a host that will skip
         armsmod.check_request(spec, spec.profile(opts.profile), opts.arms, opts.legacy)
@@ -175,7 +191,10 @@ def run_micro(opts: MicroOptions) -> GateReport:
     args = [*spec.args, *profile.args, *opts.extra_args]
     if opts.modes == "all":
         args = [a for a in args if a != "--test-first-only"]
-    script = str(trees["deepep"].path / spec.script)
+    test_ep = str(trees["deepep"].path / spec.script)
+    script = str(Path(opts.root) / TRIALS_DRIVER)
+    dense_args = list(spec.dense.args) if "dense" in opts.arms and spec.dense else []
+    args = ["--test-ep", test_ep, "--trials", str(opts.trials), "--arms", ",".join(opts.arms), *dense_args, *args]
     nodes = opts.nodes or profile.nodes
     if nodes > 1:
         if not opts.master_addr or not opts.master_port:
@@ -189,7 +208,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
                                     master_port=opts.master_port or launchers.free_port())
     else:
         launch = launchers.local(opts.python, script, args, gpus=profile.gpus_per_node, port=opts.master_port)
-    base_env = dict(env)  # the arms get the gate's environment without test_ep's launcher variables
+    base_env = dict(env)  # the legacy run gets the gate's environment without test_ep's launcher variables
     env.update(launch.env)
     # one log per node; with a shared --out, node 0 parses all of them (each node prints its own ranks)
     log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
@@ -200,8 +219,12 @@ def run_micro(opts: MicroOptions) -> GateReport:
     timings["test_s"] = round(outcome.duration_s, 2)
     logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)
-    parsed = parse_test_ep(text, num_ranks=profile.ep_size, modes=opts.modes)
-    data["test_ep"] = parsed.to_dict()
+    tp = parse_micro_trials(text, num_ranks=profile.ep_size, trials=opts.trials, arms=opts.arms, modes=opts.modes)
+    parsed = tp.deepep[0]
+    data["test_ep"] = parsed.to_dict()  # the first trial's full table; every trial's figures in data.trials
+    data["trials"] = {**tp.to_dict(), "driver": TRIALS_DRIVER,
+                      "how": f"one launch, test_ep's case run {opts.trials} time(s)"
+                             + (", the dense arm after each DeepEP trial (ABAB)" if tp.dense else "")}
     data["returncode"] = outcome.returncode
     data["timed_out"] = outcome.timed_out
     artifacts = [artifact_for(p, relative_to=opts.out_dir) for p in logs]
@@ -210,32 +233,73 @@ def run_micro(opts: MicroOptions) -> GateReport:
             artifacts.append(artifact_for(b.log))
 
     values = metrics.deepep_metrics(parsed, profile.scale_up_limit_gbs)
-    extra = _run_arms(opts, spec, profile, trees, base_env, run_dir, nodes, parsed.dc_p50_us)
+    extra = []
+    if tp.dense:
+        dense0 = tp.dense[0]
+        data["dense"] = {"parse": dense0.to_dict(), "trials_ok": tp.dense_ok}
+        if not tp.dense_ok:
+            data["dense"]["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out).to_dict()
+        values.update(metrics.dense_metrics(dense0, parsed.dc_p50_us))
+        bad = [f"trial {k}: {p}" for k, d in enumerate(tp.dense) for p in d.problems]
+        extra.append(armsmod.ArmRun("dense", data["dense"], {}, evaluate(
+            "dense_arm_complete", "", tp.dense_ok, "==", True,
+            note="; ".join(bad[:4]) or f"{profile.ep_size} rank(s) x {len(dense0.phases)} phases x "
+                                        f"{opts.trials} trial(s), checks ok")))
+    extra += _run_arms(opts, spec, profile, trees, base_env, run_dir, nodes)
     for a in extra:
         data[a.name] = a.data
         values.update(a.values)
         artifacts += a.artifacts
-    data["metrics"] = metrics.rows(values, profile.scale_up_limit_source)
+    try:
+        summaries = tp.summaries()
+    except ValueError:  # a non-finite figure: no statistics, the completeness check already fails
+        summaries = {}
+    for k, st in summaries.items():  # the trials' mean stands for the metric; its spread is in data.statistics
+        values[k] = round(st.mean, 6)
+    data["statistics"] = statistics_block(summaries)
+    rows = metrics.rows(values, profile.scale_up_limit_source)
+    for r in rows:
+        if r["metric"] in summaries:
+            r["note"] = f"mean of {opts.trials} trial(s): {summaries[r['metric']].describe()}" + (
+                f"; {r['note']}" if r["note"] else "")
+    data["metrics"] = rows
     data["bars_status"] = profile.bars_status
 
-    if not parsed.complete:
-        fc = classify_failure(text, outcome.returncode, outcome.timed_out, num_ranks=profile.ep_size, modes=opts.modes)
+    if not tp.complete:
+        fc = classify_failure(_failed_part(text, tp), outcome.returncode, outcome.timed_out, num_ranks=profile.ep_size,
+                              modes=opts.modes)
         data["failure"] = fc.to_dict()
         result, reason = decide([], ran_ok=False, failure_reason=f"{fc.kind}: {fc.detail} ({fc.first_line})")
         return finish(GateReport(GATE, profile.name, result, reason, provenance=prov, artifacts=artifacts))
 
-    checks = [evaluate("ranks_x_phases_missing", "lines", len(parsed.problems), "==", 0,
-                       note="; ".join(parsed.problems) or None),
+    problems = tp.problems + [f"trial {k}: {p}" for k, t in enumerate(tp.deepep) for p in t.problems]
+    checks = [evaluate("ranks_x_phases_missing", "lines", len(problems), "==", 0,
+                       note="; ".join(problems[:8]) or None),
               evaluate("nccl_runtime", "version", one["runtime"], "==", nccl.info["version"],
                        note=f"ncclGetVersion of the only NCCL mapped: {one['mapped'][0]}")]
     for bar in profile.bars:
-        checks.append(evaluate(bar.metric, bar.unit, values.get(bar.metric), bar.op, bar.threshold, note=bar.source))
+        if bar.metric in summaries and bar.op != "==":
+            checks.append(evaluate_interval(bar.metric, summaries[bar.metric], bar.op, bar.threshold, note=bar.source))
+        else:
+            checks.append(evaluate(bar.metric, bar.unit, values.get(bar.metric), bar.op, bar.threshold, note=bar.source))
     checks += [a.check for a in extra]
     if outcome.returncode != 0:
         data["after_finish"] = (f"exit {outcome.returncode} after every phase line was printed "
                                 f"(teardown; not counted, see test_ep.teardown_lines)")
     result, reason = verdict(profile, checks)
     return finish(GateReport(GATE, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))
+
+
+def _failed_part(text: str, tp) -> str:
+    """The log from the driver's marker of the first incomplete DeepEP trial on (the whole log when every trial
+    is complete or no marker is found): earlier trials' complete tables would make the crash look like
+    teardown noise to classify_failure."""
+    bad = next((k for k, p in enumerate(tp.deepep) if not p.complete), None)
+    if bad is None:
+        return text
+    at = next((no for no, m in markers(text) if m.get("event") == "trial" and m.get("arm") == "deepep"
+               and m.get("trial") == bad), None)
+    return text if at is None else "\n".join(text.split("\n")[at - 1:])
 
 
 def verdict(profile: Profile, checks: list) -> tuple[str, str]:
@@ -253,20 +317,15 @@ def verdict(profile: Profile, checks: list) -> tuple[str, str]:
 
 
 def _run_arms(opts: MicroOptions, spec: GateSpec, profile: Profile, trees: dict, env: dict, run_dir: Path,
-              nodes: int, deepep_dc: float | None) -> list:
-    """The asked-for extra runs (dense arm, legacy test), in that order; [] when none was asked for.
-    Each one's watchdog: its yaml `timeout-s` (else the gate's), capped by the operator's --timeout."""
+              nodes: int) -> list:
+    """The asked-for separate run (the legacy test; the dense arm runs inside the trials launch); [] when none
+    was asked for. Its watchdog: its yaml `timeout-s` (else the gate's), capped by the operator's --timeout."""
     out = []
 
     def limit(arm) -> float:
         own = arm.timeout_s or spec.timeout_s
         return min(own, opts.timeout_s) if opts.timeout_s else own
 
-    if "dense" in opts.arms:
-        out.append(armsmod.run_dense(spec.dense, root=opts.root, python=opts.python, env=env, profile=profile,
-                                     nodes=nodes, node_rank=opts.node_rank, master_addr=opts.master_addr,
-                                     master_port=opts.master_port, run_dir=run_dir, out_dir=opts.out_dir,
-                                     timeout_s=limit(spec.dense), deepep_dc_p50_us=deepep_dc))
     if opts.legacy:
         out.append(armsmod.run_legacy(spec.legacy, deepep_tree=trees["deepep"].path, python=opts.python, env=env,
                                       profile=profile, port=opts.master_port, run_dir=run_dir,

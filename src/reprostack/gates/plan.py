@@ -90,8 +90,11 @@ def _env(*maps) -> tuple[tuple[str, str], ...]:
 
 
 def _micro(spec, profile, root: Path):
-    script = f"{SRC}/deepep/{spec.script}"
-    args = [*spec.args, *profile.args]
+    # the gate runs test_ep.py through its trials driver (gates.micro: K trials in one launch, default K)
+    from .micro import DEFAULT_TRIALS, TRIALS_DRIVER
+    script = f"{WORK}/{TRIALS_DRIVER}"
+    args = ["--test-ep", f"{SRC}/deepep/{spec.script}", "--trials", str(DEFAULT_TRIALS), "--arms", "deepep",
+            *spec.args, *profile.args]
     cmds = []
     for node in range(profile.nodes):
         if profile.nodes == 1 and profile.launcher == "local":

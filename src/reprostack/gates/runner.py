@@ -39,6 +39,7 @@ class GateArgs:
     master_addr: str | None = None
     master_port: int | None = None
     modes: str = "first"
+    trials: int | None = None    # --trials K: repeated trials of a measurement (micro: default 5, report.stats)
     timeout: float | None = None
     arms: list[str] = field(default_factory=list)
     vars: dict = field(default_factory=dict)
@@ -57,7 +58,7 @@ def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
         from .container import run_in_container
         return run_in_container(g, a, lock, root)
     report = _run_gate(g, a, lock, root, fetch)
-    if report.result in (Result.PASS, Result.FAIL, Result.ERROR):  # it ran here: say on what
+    if report.result in (Result.PASS, Result.FAIL, Result.INCONCLUSIVE, Result.ERROR):  # it ran here: say on what
         report.provenance.setdefault("execution", hostenv.host_execution(lock, a.python))
     return report
 
@@ -83,12 +84,14 @@ def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
         from .arms import parse_arms
         from .micro import MicroOptions, run_micro
         return run_micro(MicroOptions(**_gpu_options(a, lock, root, fetch), modes=a.modes,
-                                      arms=parse_arms(",".join(a.arms) or "deepep"), legacy=a.legacy))
+                                      arms=parse_arms(",".join(a.arms) or "deepep"), legacy=a.legacy,
+                                      **({"trials": a.trials} if a.trials is not None else {})))
     from .serving import ServingOptions, run_serving
     return run_serving(g.stem, ServingOptions(root=root, lock=lock, out_dir=Path(a.out), cache_root=fetch.cache.root,
                                               profile=a.profile, node_rank=a.node_rank, leader_addr=a.master_addr,
                                               arms=list(a.arms), vars=dict(a.vars),
-                                              extra_server_args=list(a.server_args), python=sys.executable))
+                                              extra_server_args=list(a.server_args), python=sys.executable,
+                                              trials=a.trials or 1))
 
 
 def required() -> set[str]:

@@ -14,6 +14,7 @@ still reported and stand on their own.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -108,6 +109,19 @@ def _run_arm(opts, spec, profile, arm, env: dict, run_dir: Path, artifacts: list
     if not parsed.complete:
         res["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out)
     return res
+
+
+def step_statistics(arm: str, parsed) -> dict:
+    """`data.statistics` entries from an arm's per-step figures (issue 16: a training run's steps are already
+    repeated samples): `<arm>.step_ms` and `<arm>.tokens_per_s` over the steps after the first (step 1 carries
+    set-up and JIT), when at least two such steps have the figure (report.stats; reported, no bar)."""
+    from ..report.stats import statistics_block, summarize
+    out = {}
+    for field_, unit in (("step_ms", "ms"), ("tokens_per_s", "tokens/sec")):
+        vals = [getattr(s, field_) for s in parsed.steps[1:]]
+        if len(vals) >= 2 and all(v is not None and math.isfinite(v) for v in vals):
+            out[f"{arm}.{field_}"] = summarize(vals, unit)
+    return statistics_block(out)
 
 
 def transport_evidence(parsed, host: dict) -> str:
@@ -225,6 +239,7 @@ def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
             continue
         results[name] = res
         checks += arm_checks(spec, profile, name, parsed, entry, data.get("nccl"))
+        data.setdefault("statistics", {}).update(step_statistics(name, parsed))
     checks += cross_checks(spec, profile, results)
     if failures:
         stood = [n for n in results]

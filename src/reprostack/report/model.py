@@ -26,6 +26,8 @@ class Result(str, Enum):
     SKIP = "skip"
     ERROR = "error"
     NOT_RUN = "not-run"  # a gate it depends on did not pass
+    # the trials' 95% interval straddles a bar (report.stats): never a pass; exit code as a failure
+    INCONCLUSIVE = "inconclusive"
 
     def __str__(self) -> str:
         return self.value
@@ -56,6 +58,8 @@ class Check:
     threshold: float | int | str | bool
     passed: bool
     note: str | None = None
+    # a bar judged on an interval (evaluate_interval) that neither clears it nor is clearly past it
+    inconclusive: bool = False
 
     def describe(self) -> str:
         """One line: `dc_p50_us = 443.6 us (needs <= 740)`."""
@@ -64,13 +68,17 @@ class Check:
 
     def to_dict(self) -> dict:
         """Schema form: the `passed` field is written as `pass`; non-finite floats as strings."""
-        return {"metric": self.metric, "unit": self.unit, "value": _json_value(self.value), "op": self.op,
-                "threshold": _json_value(self.threshold), "pass": self.passed, "note": self.note}
+        d = {"metric": self.metric, "unit": self.unit, "value": _json_value(self.value), "op": self.op,
+             "threshold": _json_value(self.threshold), "pass": self.passed, "note": self.note}
+        if self.inconclusive:
+            d["inconclusive"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Check:
         """Inverse of to_dict."""
-        return cls(d["metric"], d["unit"], d["value"], d["op"], d["threshold"], d["pass"], d.get("note"))
+        return cls(d["metric"], d["unit"], d["value"], d["op"], d["threshold"], d["pass"], d.get("note"),
+                   bool(d.get("inconclusive", False)))
 
 
 def evaluate(metric: str, unit: str, value, op: str, threshold, note: str | None = None) -> Check:
@@ -87,6 +95,21 @@ def evaluate(metric: str, unit: str, value, op: str, threshold, note: str | None
     except TypeError as e:
         return Check(metric, unit, value, op, threshold, False, note or f"not comparable: {e}")
     return Check(metric, unit, value, op, threshold, passed, note)
+
+
+def evaluate_interval(metric: str, summary, op: str, threshold, note: str | None = None) -> Check:
+    """A bar judged on trials (report.stats.Summary): value = the trials' mean, passed only when the whole 95%
+    interval clears the bar; `inconclusive` when it straddles it or there is one trial only; a plain failure
+    when the whole interval is past it. The note gives the interval (and `note`, e.g. the bar's source).
+    Raises ValueError for an op that is not an inequality."""
+    from .stats import FAIL, PASS, interval_verdict
+    v = interval_verdict(summary, op, threshold)
+    why = summary.describe() + {PASS: ": the whole interval clears the bar",
+                                FAIL: ": the whole interval is past the bar",
+                                "inconclusive": (": the interval straddles the bar" if summary.ci95 else
+                                                 ": one trial gives no interval (run --trials >= 2)")}[v]
+    return Check(metric, summary.unit, round(summary.mean, 6), op, threshold, v == PASS,
+                 why + (f"; {note}" if note else ""), inconclusive=v not in (PASS, FAIL))
 
 
 @dataclass(frozen=True)
@@ -121,7 +144,8 @@ def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None)
 
     - not ran_ok (crash, timeout, setup failure: no trustworthy measurement) -> "error", failure_reason;
     - ran but no checks (no evidence) -> "fail";
-    - any check failed -> "fail", naming the failed checks;
+    - any check failed outright -> "fail", naming the failed checks;
+    - else any inconclusive check (an interval straddling its bar) -> "inconclusive", naming them;
     - else "pass".
     """
     if not ran_ok:
@@ -129,8 +153,10 @@ def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None)
     if not checks:
         return "fail", failure_reason or "no checks were evaluated (no evidence)"
     failed = [c for c in checks if not c.passed]
-    if failed:
+    if any(not c.inconclusive for c in failed):
         return "fail", "; ".join(c.describe() + (f": {c.note}" if c.note else "") for c in failed)
+    if failed:
+        return "inconclusive", "; ".join(c.describe() + (f": {c.note}" if c.note else "") for c in failed)
     return "pass", f"{len(checks)} check(s) passed"
 
 
@@ -149,7 +175,7 @@ def require_deepep_arm(result: str, reason: str, deepep_arm: str | None, ran: li
 class GateReport:
     """One gate's report (schema: reprostack/schemas/report.schema.json).
 
-    result: pass | fail | skip | error | not-run (not attempted because a gate it requires did not pass);
+    result: pass | fail | inconclusive | skip | error | not-run (not attempted because a gate it requires did not pass);
     provenance: lock sha256, revs, patched trees, image digests, host
     inventory (see reprostack.hostinfo); data: gate-specific tables (e.g. test_ep phase stats); started/ended:
     ISO-8601 UTC; duration_s: seconds; required: whether the gate counts for the exit code.

@@ -3,7 +3,8 @@
 Every file is written atomically (temp file in the same folder, fsync, os.replace) and every JSON report is
 validated against reprostack/schemas/report.schema.json before it is written.
 
-Exit codes (`exit_code`): 0 every required gate is present and passed; 1 a required gate failed or errored;
+Exit codes (`exit_code`): 0 every required gate is present and passed; 1 a required gate failed, errored or is
+inconclusive (its trials' interval straddles a bar: report.stats);
 3 no required gate failed but one was skipped, not run (a gate it requires did not pass) or is missing (or nothing was required). 2 is left to the CLI
 for operator errors (ReprostackError).
 """
@@ -56,7 +57,7 @@ def exit_code(reports: list[GateReport], required: set[str] | None = None) -> in
     """
     need = _required(reports, required)
     by_gate = {r.gate: r for r in reports}
-    if any(by_gate[g].result in ("fail", "error") for g in need if g in by_gate):
+    if any(by_gate[g].result in ("fail", "error", "inconclusive") for g in need if g in by_gate):
         return EXIT_FAILED
     if not need or any(g not in by_gate or not by_gate[g].proven for g in need):  # a self-test pass proves nothing
         return EXIT_NOT_PROVEN
@@ -80,7 +81,7 @@ def _cell(v) -> str:
 
 
 def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
-    out = ["# reprostack gate summary", "", f"Exit code {code} (0 pass, 1 a required gate failed or errored, "
+    out = ["# reprostack gate summary", "", f"Exit code {code} (0 pass, 1 a required gate failed, errored or is inconclusive, "
            "3 a required gate skipped, not run or missing).", "", "| gate | profile | result | reason |", "|---|---|---|---|"]
     out += [f"| {_cell(r.gate)}{'' if r.gate in need else ' (optional)'} | {_cell(r.profile)} | "
             f"{r.label()} | {_cell(r.reason)} |" for r in reports]
@@ -94,6 +95,7 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
                     f"{_cell(c.unit)} | {'yes' if c.passed else 'NO'} |" for c in r.checks]
         else:
             out.append("No checks.")
+        out += _statistics(r.data.get("statistics"))
         out += _measurements(r.data.get("metrics"))
         out += ["", f"Started {r.started}, ended {r.ended}, {r.duration_s} s."]
         if "execution" in r.provenance:
@@ -104,6 +106,27 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
         if r.artifacts:
             out += ["", "### artifacts", ""] + [f"- `{a.path}` sha256 {a.sha256} ({a.bytes} bytes)" for a in r.artifacts]
     return "\n".join(out) + "\n"
+
+
+def _statistics(stats) -> list[str]:
+    """Markdown table of a report's `data.statistics` (report.stats: n, mean, p50, stdev, 95% CI per metric)."""
+    if not stats or not isinstance(stats, dict):
+        return []
+    out = ["", "### trials (one figure per trial; 95% CI of the mean)", "",
+           "| metric | n | mean | p50 | stdev | 95% CI | unit | method |", "|---|---|---|---|---|---|---|---|"]
+    for k, s in stats.items():
+        if not isinstance(s, dict):
+            continue
+        ci = s.get("ci95") or [None, None]
+        out.append(f"| {_cell(k)} | {_cell(s.get('n'))} | {_cell(_g(s.get('mean')))} | {_cell(_g(s.get('p50')))} | "
+                   f"{_cell(_g(s.get('stdev')))} | [{_cell(_g(ci[0]))}, {_cell(_g(ci[1]))}] | {_cell(s.get('unit'))} | "
+                   f"{_cell(s.get('method'))} |")
+    return out
+
+
+def _g(v):
+    """A float shown with 4 significant decimals (14.338000001 -> 14.338); anything else as is."""
+    return round(v, 4) if isinstance(v, float) else v
 
 
 def _measurements(rows) -> list[str]:
@@ -126,9 +149,18 @@ def _junit(reports: list[GateReport]) -> str:
 
     for r in reports:
         tc = case(r.gate, f"reprostack.{r.gate}", r.duration_s)
-        if r.result == "fail":
+        stats = r.data.get("statistics")
+        if isinstance(stats, dict) and stats:  # per metric: n, mean, p50, stdev, ci95 as <property>s
+            props = ET.SubElement(tc, "properties")
+            for k, st in stats.items():
+                for f in ("n", "mean", "p50", "stdev", "ci95", "unit", "method"):
+                    if isinstance(st, dict) and f in st:
+                        v = st[f]
+                        ET.SubElement(props, "property", name=f"{k}.{f}",
+                                      value=" ".join(map(str, v)) if isinstance(v, list) else str(v))
+        if r.result in ("fail", "inconclusive"):
             counts["failures"] += 1
-            ET.SubElement(tc, "failure", message=r.reason, type="fail").text = r.reason
+            ET.SubElement(tc, "failure", message=r.reason, type=r.result).text = r.reason
         elif r.result == "error":
             counts["errors"] += 1
             ET.SubElement(tc, "error", message=r.reason, type="error").text = r.reason
@@ -140,7 +172,7 @@ def _junit(reports: list[GateReport]) -> str:
             if not c.passed:
                 counts["failures"] += 1
                 msg = c.describe() + (f": {c.note}" if c.note else "")
-                ET.SubElement(cc, "failure", message=msg, type="check").text = msg
+                ET.SubElement(cc, "failure", message=msg, type="inconclusive" if c.inconclusive else "check").text = msg
     for k, v in counts.items():
         suite.set(k, str(v))
     suite.set("time", f"{sum(r.duration_s or 0 for r in reports):.3f}")

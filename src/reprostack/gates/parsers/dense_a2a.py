@@ -5,6 +5,9 @@ as `[default3]:` are ignored, see logtext): a `config` line (rank 0), one `phase
 (`dispatch`, `cached dispatch`, `combine`: p50_us/mean_us/min_us/max_us over the rank's timed iterations,
 `recv_bytes` of the bf16 rows it received), and a `done` line with `check` = "ok" | "mismatch".
 
+With the trials driver (gates/drivers/micro_trials.py) each phase line carries `"trial": k`: parse one trial
+at a time (`trial=k`).
+
 Across ranks: per phase, p50 = statistics.median of the ranks' p50_us; GB/s p50 = median over ranks of
 recv_bytes / p50_us / 1e3. Dense D+C = p50(dispatch) + p50(combine), the figure compared with DeepEP's.
 """
@@ -65,8 +68,11 @@ def _records(text: str, problems: list[str]):
         yield no, obj
 
 
-def parse_dense(text: str, *, world: int) -> DenseParse:
+def parse_dense(text: str, *, world: int, trial: int | None = None) -> DenseParse:
     """Parse the driver's merged output of `world` ranks.
+
+    trial: only the phase lines of that trial (`"trial": k`, printed by the trials driver); the `config` and
+    `done` lines are shared by every trial.
 
     Raises ValueError for world < 1; never raises on log content (see `problems`)."""
     if world < 1:
@@ -82,6 +88,8 @@ def parse_dense(text: str, *, world: int) -> DenseParse:
             if obj.get("world") != world:
                 problems.append(f"line {no}: config world {obj.get('world')!r}, expected {world}")
         elif ev == "phase":
+            if trial is not None and obj.get("trial") != trial:
+                continue
             missing = [k for k in _PHASE_KEYS if k not in obj]
             rank, phase = obj.get("rank"), obj.get("phase")
             if missing or phase not in PHASES or not isinstance(rank, int) or not 0 <= rank < world \

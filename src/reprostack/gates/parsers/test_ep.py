@@ -232,8 +232,15 @@ def _scan(text: str, num_ranks: int):
     return lines, blocks, settings, records, malformed, wrong_size
 
 
-def parse_test_ep(text: str, *, num_ranks: int, modes: str = "first", expected_modes: int | None = None) -> TestEpParse:
+def parse_test_ep(text: str, *, num_ranks: int, modes: str = "first", expected_modes: int | None = None,
+                  trials: int | None = None, trial: int = 0) -> TestEpParse:
     """Parse test_ep.py output (one node's, or several nodes' concatenated or interleaved).
+
+    trials/trial: the log holds `trials` repetitions of the whole case (gates/drivers/micro_trials.py calls
+    test_dispatch_combine K times in one launch); the k-th line of (rank, phase) then belongs to trial
+    k // modes-announced and mode k % modes-announced, and this parse is trial `trial`'s. Lines beyond
+    trials x modes are problems; identical repeats are NOT dropped as duplicates then (two trials may print
+    the same figures): the count is the guard.
 
     num_ranks: the EP size the run must show (`EP: r/num_ranks`); modes: "first" (stats and completeness on
     mode 0, the campaign's "first EP mode case") or "all" (every announced/observed mode, stats pooled);
@@ -267,18 +274,31 @@ def parse_test_ep(text: str, *, num_ranks: int, modes: str = "first", expected_m
     count: dict[tuple[int, str], int] = defaultdict(int)
     seen: dict[tuple[int, str], dict[tuple, int]] = defaultdict(dict)
     duplicates = []
+    nset = max(1, len(settings))
+    if trials is not None and not 0 <= trial < trials:
+        raise ValueError(f"trial {trial} outside 0..{trials - 1}")
     for no, rank, phase, s in records:
         key, values = (rank, phase), (s.us, s.so_gbs, s.su_gbs, s.bytes, s.aux_gbs, s.aux_us)
-        if values in seen[key]:
+        if trials is None and values in seen[key]:
             duplicates.append(f"line {no}: {phase}: rank {rank} duplicate of line {seen[key][values]}")
             continue
         k = count[key]
-        if settings and k >= len(settings):
+        if trials is not None:
+            if k >= trials * nset:
+                duplicates.append(f"line {no}: {phase}: rank {rank} printed more often than {trials} trial(s) x "
+                                  f"{nset} announced mode(s)")
+                continue
+            count[key] += 1
+            if k // nset != trial:
+                continue
+            k %= nset
+        elif settings and k >= len(settings):
             duplicates.append(f"line {no}: {phase}: rank {rank} printed more often than the "
                               f"{len(settings)} announced mode(s)")
             continue
+        else:
+            count[key] += 1
         seen[key][values] = no
-        count[key] += 1
         while len(ep_modes) <= k:
             ep_modes.append(EpMode(len(ep_modes), None))
         ep_modes[k].samples[phase][rank] = s
