@@ -96,6 +96,29 @@ def parser() -> argparse.ArgumentParser:
     engines = p.add_subparsers(dest="engine", required=True)
     from .launch import k8s as launch_k8s
     launch_k8s.add_arguments(engines.add_parser("k8s", help=launch_k8s.HELP, description=launch_k8s.HELP))
+    # --- launch slurm (reprostack.launch.slurm): one sbatch script from the gate's launch plan
+    p = engines.add_parser("slurm", help="one sbatch script from the gate's launch plan; --submit runs it",
+                           description="Write OUT/job.sbatch: #SBATCH --nodes=N --ntasks-per-node=1 --exclusive, "
+                                       "rendezvous from SLURM_*, the preflight step, one srun of the per-node agent "
+                                       "in the gate's image; node 0 writes the report into OUT. --submit: sbatch, "
+                                       "follow the job, exit with its exit code (2: bad input or no sbatch).")
+    p.add_argument("gate", choices=list(GATE_ORDER))
+    p.add_argument("--nodes", type=int, required=True, help="nodes (must equal the profile's)")
+    p.add_argument("--partition", default=None)
+    p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published p5en one)")
+    p.add_argument("--out", default=None, help="out dir on the shared filesystem, relative to the project root "
+                                               "(default: out/slurm/<gate>)")
+    p.add_argument("--runtime", choices=["pyxis", "enroot", "docker", "host"], default="pyxis",
+                   help="pyxis (default): srun --container-image; enroot: a squashfs from `build --save`; docker: "
+                        "docker run per node; host: each node's own packages (labelled host mode)")
+    p.add_argument("--image", default=None, metavar="REF", help="image ref (default: the recipe's digest/id)")
+    p.add_argument("--sqsh", default=None, metavar="PATH", help="enroot squashfs (default: out/images/<recipe>.sqsh)")
+    p.add_argument("--no-preflight", dest="preflight", action="store_false",
+                   help="omit the `reprostack preflight` step")
+    p.add_argument("--arm", action="append", default=[], help="arm(s) to run (default: every arm)")
+    p.add_argument("--submit", action="store_true", help="sbatch it, print state changes, exit with the job's code")
+    _common(p)
+    # --- end launch slurm
     p = sub.add_parser("preflight", help="cross-node preflight: same lock and image, GPUs, EFA, provider efa, clocks, "
                                          "port; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check")
     p.add_argument("gate", choices=list(GATE_ORDER))
@@ -275,6 +298,8 @@ def _dispatch(args) -> int:
         from .history.command import run as history_run
         return history_run(args.folders, args.out, args.db, plots=not args.no_plots)
     lock, root = _load(args)
+    if args.cmd == "launch" and args.engine == "slurm":   # issue 15: launch/slurm.py
+        return _launch_slurm(args, lock, root, _fetch_opts(args))
     if args.cmd in ("launch", "preflight"):   # issue 15: launch/k8s.py, launch/preflight.py
         from .gates import registry
         from .launch import k8s as launch_k8s, preflight
@@ -431,6 +456,28 @@ def _plans(args, lock, root, opts) -> int:
             t.add_row(escape(k), escape(v))
         console.print(t)
     return 0
+
+
+def _launch_slurm(args, lock, root, opts) -> int:
+    """`launch slurm`: the gate's plan (gates.plan) rendered by launch.slurm into OUT/job.sbatch; --submit runs it."""
+    from .atomicfile import write_text_atomic
+    from .gates import registry
+    from .launch import slurm
+    g = registry.gate(args.gate)
+    out = args.out or f"out/slurm/{g.name}"
+    arms = [a.strip() for x in args.arm for a in x.split(",") if a.strip()]
+    text = slurm.script_for(g, root, lock, nodes=args.nodes, out=out, profile=args.profile, runtime=args.runtime,
+                            partition=args.partition, preflight=args.preflight, image=args.image, sqsh=args.sqsh,
+                            arms=arms, cache=str(opts.cache.root) if args.cache else None)
+    script = (root / out if not Path(out).is_absolute() else Path(out)) / "job.sbatch"
+    (script.parent / "logs").mkdir(parents=True, exist_ok=True)
+    write_text_atomic(script, text, mode=0o755)
+    print(f"{script}: sbatch script for gate {g.name}, {args.nodes} node(s), runtime {args.runtime}")
+    if not args.submit:
+        return 0
+    rc = slurm.submit(str(script), cwd=str(root))
+    print(f"gate {g.name}: job exit {rc}; report and per-node logs in {script.parent}")
+    return rc
 
 
 def _verify(args) -> int:
