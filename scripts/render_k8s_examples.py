@@ -3,8 +3,9 @@ Job + headless Service; the vLLM gate also as a JobSet and a LeaderWorkerSet).
 
     python3 scripts/render_k8s_examples.py [DEST]     (default: docs/examples/k8s)
 
-The image digests are placeholders (AWS's documentation account 111122223333 and an all-zero digest): no gate
-image of the campaign is published; render your own with `--image REPO@sha256:<digest of your push>`. The node
+No gate image of the campaign is published, so no digest is known: the files name the image as
+`REGISTRY/reprostack/<recipe>@sha256:DIGEST-OF-YOUR-PUSH`, which no registry resolves and `kubectl apply` refuses
+(never a made-up digest); render your own with `--image REPO@sha256:<digest of your push>`. The node
 paths are where an EKS cluster with FSx for Lustre at /fsx would hold the project and the model cache.
 tests/test_launch_k8s.py re-renders them and requires the committed files byte for byte.
 """
@@ -15,7 +16,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PLACEHOLDER = "111122223333.dkr.ecr.us-west-2.amazonaws.com/reprostack/{recipe}@sha256:" + "0" * 64
+# rendered with a syntactically valid stand-in (the renderer takes digests only), then written as FILL_IN
+STAND_IN = "registry.invalid/reprostack/{recipe}@sha256:" + "0" * 64
+FILL_IN = "REGISTRY/reprostack/{recipe}@sha256:DIGEST-OF-YOUR-PUSH"
 COMMON = ["--host-path", "project=/fsx/reprostack", "--host-path", "models=/fsx/huggingface",
           "--node-selector", "node.kubernetes.io/instance-type=p5en.48xlarge"]
 # (folder, gate, image recipe, variant)
@@ -27,7 +30,7 @@ EXAMPLES = [("micro", "micro", "deepep", "job"), ("vllm", "vllm", "vllm", "job")
 
 def argv(dest: Path, folder: str, gate: str, recipe: str, variant: str) -> list[str]:
     return ["launch", "k8s", gate, "--variant", variant, "--out", str(dest / folder),
-            "--lock", str(ROOT / "upstreams.lock"), "--image", PLACEHOLDER.format(recipe=recipe), *COMMON]
+            "--lock", str(ROOT / "upstreams.lock"), "--image", STAND_IN.format(recipe=recipe), *COMMON]
 
 
 def render_all(dest: Path) -> int:
@@ -36,6 +39,10 @@ def render_all(dest: Path) -> int:
         rc = cli.main(argv(dest, *ex))
         if rc:
             return rc
+        recipe = ex[2]
+        for f in sorted((dest / ex[0]).glob("*.yaml")):
+            text = f.read_text()
+            f.write_text(text.replace(STAND_IN.format(recipe=recipe), FILL_IN.format(recipe=recipe)))
     return 0
 
 

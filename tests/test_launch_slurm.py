@@ -185,7 +185,7 @@ def test_local_test_gate_runs_as_a_slurm_job(lock, tmp_path, monkeypatch, capsys
         (root / d).symlink_to(REPO / d)
     monkeypatch.setenv("REPROSTACK_PYTHON", os.environ.get("REPROSTACK_PYTHON") or __import__("sys").executable)
     rc = cli.main(["launch", "slurm", "vllm", "--nodes", "1", "--profile", "local-test", "--runtime", "host",
-                   "--no-preflight", "--arm", "deepep", "--lock", str(root / "upstreams.lock"),
+                   "--arm", "deepep", "--lock", str(root / "upstreams.lock"),
                    "--cache", str(TOOLS), "--submit"])
     printed = capsys.readouterr().out
     out = root / "out" / "slurm" / "vllm"
@@ -194,6 +194,8 @@ def test_local_test_gate_runs_as_a_slurm_job(lock, tmp_path, monkeypatch, capsys
     report = json.loads((out / "vllm.json").read_text())
     assert (report["result"], report["profile"], report["evidence"]) == ("pass", "local-test", False)
     assert report["provenance"]["execution"]["mode"] == "host"
+    verdict = json.loads((out / "preflight" / "verdict.json").read_text())   # the first srun step ran and passed
+    assert verdict["result"] == "pass", verdict
     node0 = (out / "logs" / "node-0.log").read_text()   # the per-node log srun wrote (%n)
     assert "vllm [local-test]: PASS (local-test, not evidence)" in node0
     assert (out / "logs" / "node-0.rc").read_text().strip() == "3"
