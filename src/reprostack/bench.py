@@ -75,7 +75,7 @@ def _report(out: Path, gate: str) -> dict:
 def bench_gate(gate: str, gate_args: list[str], *, lock: lockmod.Lock, out_dir: Path, work: Path,
                host: str | None = None) -> tuple[dict, int]:
     """Run `gate` cold then warm (see the module doc); returns (result dict, exit code) and writes the JSON."""
-    work = Path(work)
+    work = Path(work).resolve()
     if work.exists():
         shutil.rmtree(work)
     cache = work / "cache"
@@ -117,7 +117,7 @@ def bench_gate(gate: str, gate_args: list[str], *, lock: lockmod.Lock, out_dir: 
 
 def bench_cpu(*, lock: lockmod.Lock, mirrors: dict, out_dir: Path, work: Path, host: str | None = None) -> dict:
     """CPU-side figures (see the module doc); returns the result dict and writes `cpu-<host>.json`."""
-    work = Path(work)
+    work = Path(work).resolve()
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
