@@ -37,10 +37,12 @@ def torch_python() -> str:
 
 
 def _install_key(target: str, wheelhouse: str | None) -> str:
-    """sha256 of what an install of the project depends on: pyproject.toml, every file under src/, the target
-    (with its extra) and the wheelhouse."""
+    """sha256 of what an install of the project depends on: pyproject.toml, every file of the package (src/reprostack,
+    without __pycache__; pip's own build leftovers such as src/*.egg-info are not inputs), the target (with its
+    extra) and the wheelhouse."""
     h = hashlib.sha256(f"{target}\0{wheelhouse}\0".encode())
-    for f in [Path("pyproject.toml"), *sorted(p for p in Path("src").rglob("*") if p.is_file() and "__pycache__" not in p.parts)]:
+    pkg = sorted(p for p in Path("src", "reprostack").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for f in [Path("pyproject.toml"), *pkg]:
         h.update(f"{f}\0".encode() + f.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -53,7 +55,7 @@ def _install(session: nox.Session, extra: str = "") -> None:
     key = _install_key(target, wheelhouse)
     stamp = Path(session.virtualenv.location) / ".reprostack-install" if session.virtualenv.location else None
     if stamp and stamp.is_file() and stamp.read_text() == key:
-        session.log(f"reprostack{extra} already installed in this reused venv (same pyproject.toml and src/)")
+        session.log(f"reprostack{extra} already installed in this reused venv (same pyproject.toml and src/reprostack)")
         return
     if wheelhouse:
         session.install("--no-index", "--find-links", wheelhouse, target)

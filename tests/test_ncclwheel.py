@@ -192,3 +192,15 @@ def test_gate_refuses_a_wheelhouse_file_with_another_sha256(tmp_path, monkeypatc
         micro.build_kernels(opts, trees, {}, {})
     assert f"house/{WHEEL}: sha256 " in str(ei.value) and f"pins {WHEEL} as {sha(good)}" in str(ei.value)
     assert nccl_dirs(tmp_path / "cache") == [] and no_gpu_builds == []
+
+
+def test_the_overlay_puts_the_unpacked_wheel_nccl_in_torchs_place(tmp_path):
+    """The one-NCCL overlay (kernels.runtime) over a wheel-made prefix: torch's nvidia/nccl/lib/libnccl.so.2 is ours."""
+    from reprostack.kernels import runtime
+    from test_kernels import fake_site
+    w = make_wheel(tmp_path / WHEEL)
+    b = ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
+    dest = runtime.make_overlay(fake_site(tmp_path), b.out / "build" / "lib", tmp_path / "overlay")
+    libs = sorted((dest / "nvidia" / "nccl" / "lib").iterdir())
+    assert [p.name for p in libs] == ["libnccl.so.2"]
+    assert libs[0].resolve() == (b.out / "build" / "lib" / "libnccl.so.2").resolve()

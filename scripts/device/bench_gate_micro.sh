@@ -10,6 +10,14 @@
 #   .whl/*.whl           reprostack's own dependencies for the device's CPython (README: "A GPU node without internet")
 # The wheelhouse is pre-seeded, not part of the cold figure (the output says so); everything else is: sources from the
 # bundle into the fresh cache, NCCL from the wheel (sha256-checked, unpacked), DeepEP built, JIT, the test.
+# The call sequence (one warm machine, consecutive calls; sizes: parts 60+60+60+23 MiB, sources.tar ~4 MB, .whl ~12 MB):
+#   here:  reprostack bundle -o .carry/sources.tar deepep nccl; bash scripts/device/seed_wheelhouse.sh split
+#   run(carry=[".c1"], command="bash scripts/device/seed_wheelhouse.sh receive")      -> "stored part 1/4 ..."
+#   run(carry=[".c2"], command="bash scripts/device/seed_wheelhouse.sh receive")      -> "stored part 2/4 ..."
+#   run(carry=[".c3"], command="bash scripts/device/seed_wheelhouse.sh receive")      -> "stored part 3/4 ..."
+#   run(carry=[".c4", ".carry/sources.tar", ".whl"], timeout_s=600,
+#       command="bash scripts/device/bench_gate_micro.sh")   -> "... joined from 4 parts, sha256 534dbf30...", then
+#       the bench lines and "bench gate_micro: cold X s, warm Y s, verdict pass / pass (same)", then the timeline.
 # Into $OUT: gate_micro-h200.json (commit as results/bench/gate_micro-h200.json), timeline.json, bench.log,
 #   timeline.log, bench.tar (both runs' reports, raw logs and build logs).
 set -u

@@ -68,6 +68,9 @@ def main() -> int:
     out = Path(args.out)
     rep = json.loads((out / "micro.json").read_text())
     data = rep["data"]
+    if "command" not in data or "PYTHONPATH" not in data.get("env", {}):
+        print(f"the gate did not run test_ep ({rep['result']}: {rep['reason']}); no timeline")
+        return 0
     cmd, genv = data["command"], data["env"]
     site = genv["PYTHONPATH"].split(os.pathsep)[-1]          # <deepep build>/site (kernels.runtime.runtime_env)
     jit = Path(site).parent / "jit"
