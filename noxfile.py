@@ -5,6 +5,7 @@ GPU sessions are not run by a bare `nox`; `all_gates` exits non-zero unless ever
 wheels (see README) and pass `-- --offline --bundle FILE`.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -35,22 +36,44 @@ def torch_python() -> str:
     return sys.executable
 
 
+def _install_key(target: str, wheelhouse: str | None) -> str:
+    """sha256 of what an install of the project depends on: pyproject.toml, every file of the package (src/reprostack,
+    without __pycache__; pip's own build leftovers such as src/*.egg-info are not inputs), the target (with its
+    extra) and the wheelhouse."""
+    h = hashlib.sha256(f"{target}\0{wheelhouse}\0".encode())
+    pkg = sorted(p for p in Path("src", "reprostack").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for f in [Path("pyproject.toml"), *pkg]:
+        h.update(f"{f}\0".encode() + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _install(session: nox.Session, extra: str = "") -> None:
+    """Install the project (with `extra`) into the session's venv, unless that venv (reused: nox.options.reuse_venv)
+    already holds this exact install: its stamp records _install_key, so an unchanged tree costs no pip run."""
     target = f".{extra}" if extra else "."
     wheelhouse = os.environ.get("REPROSTACK_WHEELHOUSE")
+    key = _install_key(target, wheelhouse)
+    stamp = Path(session.virtualenv.location) / ".reprostack-install" if session.virtualenv.location else None
+    if stamp and stamp.is_file() and stamp.read_text() == key:
+        session.log(f"reprostack{extra} already installed in this reused venv (same pyproject.toml and src/reprostack)")
+        return
     if wheelhouse:
         session.install("--no-index", "--find-links", wheelhouse, target)
     else:
         session.install(target)
+    if stamp:
+        stamp.write_text(key)
 
 
 @nox.session(tags=["ci"])
 def tests(session: nox.Session) -> None:
     """CPU test suite (no GPU, no network)."""
     _install(session, "[test]")
-    # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv,
-    # which the serving-gate tests drive against the test server; built once into .cache/test-tools.
-    tools = os.environ.setdefault("REPROSTACK_TEST_TOOLS", str(Path(".cache/test-tools").resolve()))
+    # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv, which
+    # the serving-gate tests drive against the test server. One venv for tests and gates: built once under the
+    # reprostack cache's tools/ (where `reprostack gate vllm` looks), unless REPROSTACK_TEST_TOOLS names another root.
+    tools = os.environ.get("REPROSTACK_TEST_TOOLS") or session.run(
+        "python", "-c", "from reprostack import paths; print(paths.cache_dir())", silent=True).strip()
     session.run("python", "-m", "reprostack.gates.aiperftool", tools)
     # The container-mode tests' inputs (tests/test_gate_container.py): the wheels of containers/gate-selftest
     # (sha256-checked, into the same folder's wheels/), and, where an engine answers, the Debian test base
@@ -194,6 +217,22 @@ def all_gates(session: nox.Session) -> None:
     rc, reason = _gate(session, "all-gates")
     if rc != 0:
         session.error(f"not every required gate passed: {reason}")
+
+
+@nox.session(default=False, tags=["gpu"])
+def bench(session: nox.Session) -> None:
+    """issue 17's benchmark: `reprostack bench gate_micro` runs gate micro cold (fresh cache dir; the wheelhouse of
+    REPROSTACK_WHEELHOUSE is pre-seeded and the output says so) then warm, and writes results/bench/gate_micro-<host>.json
+    (`-- [--host H] [-- GATE OPTIONS]`); `-- cpu [--host H]` times the CPU side instead (results/bench/cpu-<host>.json).
+    Fails when the cold and warm verdicts differ. Not a timed test: the figures are committed, never asserted."""
+    _install(session)
+    args = list(session.posargs)
+    what = args.pop(0) if args and args[0] in ("gate_micro", "cpu") else "gate_micro"
+    if what == "gate_micro" and "--" not in args:
+        args += ["--", "--python", torch_python()]
+    elif what == "gate_micro":
+        args += ["--python", torch_python()]
+    session.run("reprostack", "bench", what, *args)
 
 
 @nox.session(default=False)

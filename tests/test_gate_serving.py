@@ -2,7 +2,8 @@
 against reprostack.gates.testserver on loopback: PASS on a healthy server, FAIL naming the error counts with
 injected HTTP 500s, ERROR with a dead server; spec validation; all-gates ordering (not-run, never pass).
 
-The AIPerf venv is built once into $REPROSTACK_TEST_TOOLS (default <repo>/.cache/test-tools; ~2 min, ~1 GB)."""
+The AIPerf venv is the gates' own: built once under <cache>/tools of $REPROSTACK_TEST_TOOLS, else of the reprostack
+cache ($REPROSTACK_CACHE or the user cache dir, where `reprostack gate vllm` finds it too; ~2 min, ~1 GB)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reprostack import cli
+from reprostack import cli, paths
 from reprostack.errors import GateError
 from reprostack.gates import runner
 from reprostack.gates.aiperftool import ensure_aiperf
@@ -24,7 +25,7 @@ from reprostack.lock import load
 from reprostack.report import GateReport, exit_code, validate_report, write_reports
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = Path(os.environ.get("REPROSTACK_TEST_TOOLS", REPO / ".cache" / "test-tools"))
+TOOLS = Path(os.environ.get("REPROSTACK_TEST_TOOLS") or paths.cache_dir())
 
 
 @pytest.fixture(scope="session")

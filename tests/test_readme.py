@@ -165,8 +165,9 @@ def test_the_tests_session_aiperf_step_fails_in_one_line(tmp_path):
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == "reprostack: error: upstreams.lock: (file): No such file or directory\n"
     assert not (tmp_path / "tools").exists()
-    r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool"], capture_output=True, text=True)
-    assert (r.returncode, r.stderr) == (2, "usage: python -m reprostack.gates.aiperftool CACHE_ROOT\n")
+    r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool", "a", "b"], capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (2, "usage: python -m reprostack.gates.aiperftool [CACHE_ROOT]  (default: the "
+                                           "reprostack cache, the gates' own)\n")
 
 
 def test_nox_finds_the_python_that_holds_torch(tmp_path, monkeypatch):

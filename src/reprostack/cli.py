@@ -129,6 +129,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds node 0 waits for every node (default 300)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port that must be free on node 0 (default 29500)")
+    p = sub.add_parser("bench", help="time the main job cold and warm (bench gate_micro) or the CPU side (bench cpu); "
+                                     "JSON in results/bench/",
+                       description="gate_micro: `reprostack gate micro` cold (fresh cache dir, the wheelhouse as given) "
+                                   "then warm; exit 0 same verdict both times, 1 different. cpu: fetch of every "
+                                   "mirrored git pin cold/warm, lock check, CLI start. Arguments after `--` go to the gate.")
+    p.add_argument("what", choices=["gate_micro", "cpu"])
+    p.add_argument("--host", default=None, help="host label in the file name (default: the short host name)")
+    p.add_argument("--results", default="results/bench", help="folder of the JSON (default: results/bench)")
+    p.add_argument("--work", default="out/bench", help="scratch folder: caches and reports of the runs (default: out/bench; emptied first)")
+    p.add_argument("--lock", default=None)
+    p.add_argument("--mirror", action="append", default=[], metavar="URL=PATH", help="cpu: mirror (also $REPROSTACK_MIRRORS)")
+    p.set_defaults(gate_args=[])  # what follows `--` (the gate's own options), split off in main()
 
     p = sub.add_parser("verify", help="recompute published claims from raw AIPerf artifacts; verify.json + verify.md",
                        description="Recompute every claim of --claims from the AIPerf artifacts under DIR (the first "
@@ -239,7 +251,13 @@ def _git_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    gate_args: list[str] = []
+    if "bench" in argv and "--" in argv and argv.index("bench") < argv.index("--"):  # bench ... -- GATE OPTIONS
+        argv, gate_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = parser().parse_args(argv)
+    if gate_args:
+        args.gate_args = gate_args
     try:
         return _dispatch(args)
     except FetchError as e:
@@ -297,6 +315,17 @@ def _dispatch(args) -> int:
     if args.cmd == "history":
         from .history.command import run as history_run
         return history_run(args.folders, args.out, args.db, plots=not args.no_plots)
+    if args.cmd == "bench":
+        from . import bench
+        from .fetch.git import mirrors_from_env
+        lock, _ = _load(args)
+        rest = list(args.gate_args)
+        if args.what == "cpu":
+            bench.bench_cpu(lock=lock, mirrors={**mirrors_from_env(), **_key_values(args.mirror, "--mirror", "URL=PATH")},
+                            out_dir=Path(args.results), work=Path(args.work) / "cpu", host=args.host)
+            return 0
+        return bench.bench_gate("micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro",
+                                host=args.host)[1]
     lock, root = _load(args)
     if args.cmd == "launch" and args.engine == "slurm":   # issue 15: launch/slurm.py
         return _launch_slurm(args, lock, root, _fetch_opts(args))

@@ -9,7 +9,10 @@ In a gate image (containers/gate-selftest) the venv is built into the image from
 named by `REPROSTACK_AIPERF_VENV`: it is then used as is (its marker must name a wheel sha256 the lock pins) and
 never built or changed; a venv there without that marker is one GateError line.
 The venv comes from `python -m venv`, which needs ensurepip (Debian/Ubuntu: the python3-venv package); a failure is
-one GateError line. `python -m reprostack.gates.aiperftool CACHE_ROOT` (the tests session's install step) builds it.
+one GateError line. `python -m reprostack.gates.aiperftool [CACHE_ROOT]` (the tests session's install step) builds it.
+One venv for tests and gates: both default to the reprostack cache ($REPROSTACK_CACHE or the user cache dir; the tests
+take $REPROSTACK_TEST_TOOLS when set), and the build runs under a file lock, so a test run and a gate arriving together
+build it once.
 
 `make_test_tokenizer` writes a tiny HuggingFace tokenizer folder (WordLevel, whitespace split) with the tool
 venv's `tokenizers` package: AIPerf needs a tokenizer, and a local folder needs no network. AIPerf 0.10.0 must
@@ -19,6 +22,7 @@ through `snapshot_download(local_files_only=True)`, which rejects a filesystem p
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -28,6 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import paths
 from ..digest import sha256_file
 from ..errors import GateError, ReprostackError
 from ..lock import Lock, WheelPin, load
@@ -99,10 +104,22 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
     venv = Path(cache_root).resolve() / "tools" / f"aiperf-{pin.version}-{sorted(allowed)[0][:12]}-py{py}"
     exe, python = venv / "bin" / "aiperf", venv / "bin" / "python"
     marker = venv / _MARKER
-    if marker.is_file() and exe.is_file():
-        info = json.loads(marker.read_text())
-        if info.get("sha256") in allowed:
-            return AiperfTool(exe, python, pin.version, info["sha256"], venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # one venv shared by the tests and the gates, so two of them may arrive at once: the first builds, the other
+    # waits on this lock and then finds the marker (written last, so a half-built venv never has one)
+    with open(venv.parent / f"{venv.name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:  # a torn or foreign marker (the cache may be shared) is no marker: the venv is built again
+            info = json.loads(marker.read_text()) if exe.is_file() else {}
+        except (OSError, ValueError):
+            info = {}
+        if isinstance(info, dict) and info.get("sha256") in allowed:
+                return AiperfTool(exe, python, pin.version, info["sha256"], venv)
+        return _build(lock, pin, allowed, venv, root, base_python)
+
+
+def _build(lock: Lock, pin: WheelPin, allowed: dict, venv: Path, root: Path, base_python: str) -> AiperfTool:
+    exe, python, marker = venv / "bin" / "aiperf", venv / "bin" / "python", venv / _MARKER
     constraints = Path(root) / "gates" / "aiperf-constraints.txt"
     if not constraints.is_file():
         raise GateError(f"{constraints}: missing (pip constraints for AIPerf's dependencies)")
@@ -175,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m reprostack.gates.aiperftool CACHE_ROOT`: build (once) the lock's AIPerf under CACHE_ROOT and print
     its `aiperf` script (the tests session's install step); a ReprostackError is one line on stderr, exit 2."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m reprostack.gates.aiperftool CACHE_ROOT", file=sys.stderr)
+    if len(args) > 1:
+        print("usage: python -m reprostack.gates.aiperftool [CACHE_ROOT]  (default: the reprostack cache, the gates' own)",
+              file=sys.stderr)
         return 2
     try:
-        print(ensure_aiperf(load("upstreams.lock"), Path(args[0]), Path(".")).exe)
+        print(ensure_aiperf(load("upstreams.lock"), Path(args[0]) if args else paths.cache_dir(), Path(".")).exe)
     except ReprostackError as e:
         print(f"reprostack: error: {e}", file=sys.stderr)
         return 2

@@ -29,7 +29,8 @@ from pathlib import Path
 from .. import hostinfo, sources
 from ..errors import ReprostackError
 from ..kernels import build as kbuild
-from ..kernels import runtime, toolchain
+from ..fetch.wheels import fetch_wheels, wheelhouses_from_env
+from ..kernels import ncclwheel, preflight, runtime, toolchain
 from ..kernels.recipe import load_recipe
 from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval, skipped, utc_now
@@ -83,9 +84,18 @@ def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
     Returns (toolchain, nccl Built, deepep Built). Raises BuildError / ReprostackError."""
     tc = toolchain.detect(opts.python, arch=opts.arch)
     t = time.monotonic()
-    nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, load_recipe(opts.root, "nccl"), tc,
-                             opts.fetch.cache.root, jobs=opts.jobs)
+    recipe = load_recipe(opts.root, "nccl")
+    choice = ncclwheel.choose(opts.lock, recipe.source, recipe.wheel, preflight.nccl_source_version(trees["nccl"].path),
+                              recipe_path=str(recipe.path))
+    if choice.kind == "wheel":  # the pinned release as NVIDIA's wheel: sha256-checked, unpacked once (keyed)
+        wheel = fetch_wheels(opts.lock, choice.wheel_pin, cache_root=opts.fetch.cache.root,
+                             wheelhouses=wheelhouses_from_env(), offline=opts.fetch.offline)[0]
+        nccl = ncclwheel.unpack(wheel.path, wheel.sha256, choice.version, opts.fetch.cache.root)
+    else:
+        nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, recipe, tc, opts.fetch.cache.root,
+                                 jobs=opts.jobs)
     timings["nccl_build_s"] = round(time.monotonic() - t, 2)
+    prov["nccl_from"] = {"kind": choice.kind, "why": choice.why}
     t = time.monotonic()
     deepep = kbuild.build_deepep(trees["deepep"].path, trees["deepep"].tree, load_recipe(opts.root, "deepep"),
                                  tc, nccl, opts.fetch.cache.root, jobs=opts.jobs)

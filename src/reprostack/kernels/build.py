@@ -147,8 +147,14 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         env.update({"EP_NCCL_ROOT_DIR": str(nccl_root), "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
                     "MAX_JOBS": str(_jobs(jobs)), "EP_JIT_CACHE_DIR": str(final / "jit"),
                     "CUDA_HOME": tc.cuda_home})
-        argv = [tc.python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+        # -v: the compiler lines go to the log (which files, whether torch's ninja ran them in parallel)
+        argv = [tc.python, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", "--no-index",
                 "--no-cache-dir", "--no-compile", "--target", str(tmp / "site"), str(work)]
+        # torch's cpp_extension compiles in parallel (MAX_JOBS) only through ninja; without it, one file at a time
+        ninja = shutil.which("ninja", path=env.get("PATH"))
+        with open(log, "a") as f:
+            f.write(f"# jobs {env['MAX_JOBS']}, arch {env_vars.get('TORCH_CUDA_ARCH_LIST', '?')}, ninja: "
+                    f"{ninja or 'none on PATH (files compiled one after another)'}\n")
         _run_logged(argv, cwd=work, env=env, log=log, step="deepep: pip install (setup.py build_ext)", timeout=timeout)
         shutil.rmtree(work)
         make_overlay(Path(tc.torch_site), nccl_root / "lib", tmp / "overlay")
@@ -157,6 +163,6 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
             raise BuildError(f"deepep: no deep_ep/_C*.so produced; log: {log}")
         libstdcxx = check_private_libstdcxx(so[0])
         return {"nccl_version": nccl_version, "nvshmem_root": str(nvshmem), "site": "site", "overlay": "overlay",
-                "extension": str(so[0].relative_to(tmp)), "libstdcxx": libstdcxx}
+                "extension": str(so[0].relative_to(tmp)), "libstdcxx": libstdcxx, "ninja": ninja}
 
     return _reuse_or_build(cache, "deepep", fields, make)

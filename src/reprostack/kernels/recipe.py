@@ -16,7 +16,7 @@ from ..errors import BuildError, LocatedError
 from ..yamlsrc import load as load_yaml
 from ..yamlsrc import validate
 
-_KEYS = {"component", "source", "needs", "make", "env", "nccl-floor"}
+_KEYS = {"component", "source", "needs", "make", "env", "nccl-floor", "wheel"}
 
 
 class RecipeError(LocatedError, BuildError):
@@ -41,6 +41,7 @@ class Recipe:
     make_vars: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     nccl_floor: str | None = None
+    wheel: str | None = None  # a `kind: wheel` pin that may stand in for the source build (kernels.ncclwheel)
     digest: str = ""
 
 
@@ -65,7 +66,7 @@ def load_recipe(root: Path, component: str) -> Recipe:
     return Recipe(component=component, source=d["source"], path=path, text=text,
                   needs=tuple(d.get("needs") or ()), make_targets=tuple(make.get("targets") or ()),
                   make_vars=dict(make.get("vars") or {}), env={k: str(v) for k, v in (d.get("env") or {}).items()},
-                  nccl_floor=d.get("nccl-floor"),
+                  nccl_floor=d.get("nccl-floor"), wheel=d.get("wheel"),
                   digest=hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest())
 
 

@@ -1,0 +1,59 @@
+#!/bin/bash
+# issue 17 benchmark on the lent H200, in ONE call (<= 9 min): `reprostack bench gate_micro` (gate micro cold, in a
+# fresh cache dir, then warm) and then the warm test's timeline (scripts/device/warm_timeline.py: where its seconds go,
+# JIT cache warm vs empty).
+#
+# Run from the repository root on the device, after the NCCL wheel was seeded (scripts/device/seed_wheelhouse.sh:
+# .cache/wheelhouse/ holds nvidia_nccl_cu13-2.30.4-...whl; a last part carried as .cN with this call is joined first).
+# Needs, carried (git-ignored):
+#   .carry/sources.tar   `reprostack bundle -o .carry/sources.tar deepep nccl` (verified sources)
+#   .whl/*.whl           reprostack's own dependencies for the device's CPython (README: "A GPU node without internet")
+# The wheelhouse is pre-seeded, not part of the cold figure (the output says so); everything else is: sources from the
+# bundle into the fresh cache, NCCL from the wheel (sha256-checked, unpacked), DeepEP built, JIT, the test.
+# The call sequence (one warm machine, consecutive calls; sizes: parts 60+60+60+23 MiB, sources.tar ~4 MB, .whl ~12 MB):
+#   here:  reprostack bundle -o .carry/sources.tar deepep nccl; bash scripts/device/seed_wheelhouse.sh split
+#   run(carry=[".c1"], command="bash scripts/device/seed_wheelhouse.sh receive")      -> "stored part 1/4 ..."
+#   run(carry=[".c2"], command="bash scripts/device/seed_wheelhouse.sh receive")      -> "stored part 2/4 ..."
+#   run(carry=[".c3"], command="bash scripts/device/seed_wheelhouse.sh receive")      -> "stored part 3/4 ..."
+#   run(carry=[".c4", ".carry/sources.tar", ".whl"], timeout_s=600,
+#       command="bash scripts/device/bench_gate_micro.sh")   -> "... joined from 4 parts, sha256 534dbf30...", then
+#       the bench lines and "bench gate_micro: cold X s, warm Y s, verdict pass / pass (same)", then the timeline.
+# Into $OUT: gate_micro-h200.json (commit as results/bench/gate_micro-h200.json), timeline.json, bench.log,
+#   timeline.log, bench.tar (both runs' reports, raw logs and build logs).
+set -u
+R=$(pwd)
+export PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the lender's rule
+PY=${REPROSTACK_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}
+[ -x "$PY" ] || PY=$(command -v python3)
+OUTD=${OUT:-$R/out/device}
+mkdir -p "$OUTD"
+T0=$(date +%s)
+ls .c[0-9]*/meta >/dev/null 2>&1 && { bash scripts/device/seed_wheelhouse.sh receive || exit 2; }
+ls .cache/wheelhouse/nvidia_nccl_cu13-*.whl >/dev/null 2>&1 || { echo "no NCCL wheel in .cache/wheelhouse: seed it first (scripts/device/seed_wheelhouse.sh)" >&2; exit 2; }
+[ -f .carry/sources.tar ] || { echo "missing .carry/sources.tar (reprostack bundle -o .carry/sources.tar deepep nccl)" >&2; exit 2; }
+ls .whl/*.whl >/dev/null 2>&1 || { echo "missing .whl/*.whl (reprostack's dependencies)" >&2; exit 2; }
+WHEELS=$(ls .whl/*.whl | grep -v '/reprostack-')
+"$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS || exit 1
+export PYTHONPATH=$R/src:/tmp/site REPROSTACK_WHEELHOUSE=$R/.cache/wheelhouse:$R/.whl
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUTD/gpu.txt"
+echo "ninja on PATH: $(command -v ninja || echo none); torch sees ninja: $("$PY" -c 'import torch.utils.cpp_extension as c; print(c.is_ninja_available())' 2>/dev/null)"
+
+timeout -k 10 420 "$PY" -m reprostack bench gate_micro --host h200 --work out/bench -- --profile h200-ep1 \
+  --offline --bundle .carry/sources.tar --python "$PY" 2>&1 | tee "$OUTD/bench.log"
+rc=${PIPESTATUS[0]}
+cp results/bench/gate_micro-h200.json "$OUTD/" 2>/dev/null
+left=$(( 530 - ($(date +%s) - T0) ))
+if [ -f out/bench/gate_micro/warm/micro.json ] && [ "$left" -gt 60 ]; then
+  timeout -k 5 "$left" "$PY" scripts/device/warm_timeline.py out/bench/gate_micro/warm 2>&1 | tee "$OUTD/timeline.log"
+  cp out/bench/gate_micro/warm/timeline.json "$OUTD/" 2>/dev/null
+else
+  echo "timeline skipped (${left} s left, or no warm report)"
+fi
+mkdir -p out/bench/buildlogs
+for b in out/bench/gate_micro/cache/builds/*/; do
+  [ -f "$b/build.log" ] && cp "$b/build.log" "out/bench/buildlogs/$(basename "$b").build.log"
+done
+tar -cf "$OUTD/bench.tar" --exclude=cache -C out bench
+echo "bench rc=$rc wall_s=$(( $(date +%s) - T0 ))"
+exit $rc

@@ -1,0 +1,68 @@
+"""`reprostack bench` on the CPU with a real local git stack: gate micro cold (fresh cache) then warm gives SKIP twice
+(no GPU here), the same verdict, and a JSON with both walls, per-stage seconds, host and lock sha256; `bench cpu`
+fetches every mirrored pin cold and warm. Figures are written, never asserted as speeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reprostack.lock import load
+from test_sources import make_stack, write_project
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(cwd: Path, *args: str, **env) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if k not in ("REPROSTACK_MIRRORS", "REPROSTACK_CACHE")}
+    e.update(env)
+    e["PYTHONPATH"] = str(REPO / "src")
+    return subprocess.run([sys.executable, "-m", "reprostack", *args], cwd=cwd, env=e, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture
+def project(tmp_path):
+    stack = make_stack(tmp_path / "srv")
+    root = tmp_path / "project"
+    lock = write_project(root, stack)
+    return root, load(lock), stack
+
+
+def test_bench_gate_micro_cold_then_warm_same_verdict(project, tmp_path):
+    root, lock, _ = project
+    (tmp_path / "house").mkdir()
+    p = cli(root, "bench", "gate_micro", "--host", "cpu test", "--results", "res", "--work", "w",
+            REPROSTACK_WHEELHOUSE=str(tmp_path / "house"), PATH="/usr/bin:/bin")  # no nvidia-smi: SKIP
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"cold = fresh cache dir {root / 'w' / 'gate_micro' / 'cache'}; wheelhouse pre-seeded" in p.stdout
+    res = json.loads((root / "res" / "gate_micro-cpu-test.json").read_text())
+    assert res["lock_sha256"] == lock.sha256 and res["host"] == "cpu-test"
+    assert res["verdict"] == {"cold": "skip", "warm": "skip", "same": True}
+    assert res["cold_s"] > 0 and res["warm_s"] > 0
+    assert not res["runs"]["cold"]["stages_s"] == {} and "sources_s" in res["runs"]["warm"]["stages_s"]
+    assert res["runs"]["warm"]["report"].endswith("warm/micro.json")
+
+
+def test_bench_names_a_run_that_wrote_no_report(project):
+    root, _, _ = project
+    p = cli(root, "bench", "gate_micro", "--results", "res", "--work", "w", "--", "--profile", "nope")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "micro.json: the benched run wrote no readable report" in p.stderr and "no profile 'nope'" in p.stderr
+    assert not (root / "res").exists()
+
+
+def test_bench_cpu_fetches_mirrored_pins_cold_and_warm(project):
+    root, lock, stack = project
+    p = cli(root, "bench", "cpu", "--host", "h", "--results", "res", "--work", "w",
+            "--mirror", f"{stack.srv}={stack.srv}")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((root / "res" / "cpu-h.json").read_text())
+    assert res["pins_fetched"] == ["deepep", "nccl"] and res["pins_without_mirror"] == []
+    assert {"fetch_cold_s", "fetch_warm_s", "lock_check_s", "cli_start_s"} <= set(res)
+    assert res["lock_sha256"] == lock.sha256

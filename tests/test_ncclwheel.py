@@ -1,0 +1,206 @@
+"""NCCL from the pinned wheel (kernels.ncclwheel): which NCCL the lock asks for, and the wheel unpacked as untrusted
+input. Real inputs: the project's own upstreams.lock and kernels/nccl.yaml, wheels written here with zipfile (the
+layout of nvidia_nccl_cu13-2.30.4), a real local git stack for the gate path (test_sources.make_stack)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import stat
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from reprostack import sources
+from reprostack.errors import BuildError, FetchError
+from reprostack.fetch import Cache
+from reprostack.gates import micro
+from reprostack.kernels import ncclwheel
+from reprostack.kernels.recipe import load_recipe
+from reprostack.lock import load
+from test_kernels import nccl_h
+from test_sources import make_stack, write_project
+
+REPO = Path(__file__).resolve().parents[1]
+WHEEL = "nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl"
+
+
+def make_wheel(path: Path, *, version: str = "2.30.4", members: dict | None = None, drop: tuple = (),
+               symlink: str | None = None) -> Path:
+    """A wheel shaped like NVIDIA's: nvidia/nccl/{include,lib}/ plus dist-info; `members` adds or replaces entries."""
+    m = {"nvidia/nccl/include/nccl.h": nccl_h(version), "nvidia/nccl/include/nccl_device.h": "// device API\n",
+         "nvidia/nccl/include/nccl_device/gin.h": "// gin\n", "nvidia/nccl/lib/libnccl.so.2": "\x7fELF our nccl",
+         "nvidia/nccl/lib/libnccl_device.bc": "bc", f"nvidia_nccl_cu13-{version}.dist-info/METADATA": "Name: x\n"}
+    m.update(members or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in m.items():
+            if name not in drop:
+                z.writestr(name, text)
+        if symlink:
+            info = zipfile.ZipInfo(symlink)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            z.writestr(info, "/etc/passwd")
+    return path
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def nccl_dirs(cache: Path) -> list[str]:
+    return sorted(p.name for p in (cache / "builds").glob("*nccl*") if p.is_dir())
+
+
+# --------------------------------------------------------------------------- choose
+
+
+def test_the_projects_lock_takes_the_wheel():
+    lock, recipe = load(REPO / "upstreams.lock"), load_recipe(REPO, "nccl")
+    assert recipe.wheel == "nccl-wheel"
+    c = ncclwheel.choose(lock, recipe.source, recipe.wheel, "2.30.4")
+    assert (c.kind, c.wheel_pin, c.version) == ("wheel", "nccl-wheel", "2.30.4")
+    assert lock.get("nccl-wheel").files[0].sha256 == "534dbf3058cadb625f08ab0d17f1dffad3b961a2bfa360d66633fcf21be53f57"
+
+
+def with_pin(lock, name, **kw):
+    return dataclasses.replace(lock, upstreams={**lock.upstreams, name: dataclasses.replace(lock.get(name), **kw)})
+
+
+def test_patched_unreleased_or_other_version_builds_from_source():
+    lock = load(REPO / "upstreams.lock")
+    patched = with_pin(lock, "nccl", patches=lock.get("deepep").patches[:1])
+    assert ncclwheel.choose(patched, "nccl", "nccl-wheel", "2.30.4").why == "nccl has a patch series (1 entries)"
+    master = with_pin(lock, "nccl", original="master 1933fdd6", fetch_refs=("refs/heads/master",))
+    assert ncclwheel.choose(master, "nccl", "nccl-wheel", "2.30.4").kind == "source"
+    untagged = with_pin(lock, "nccl", fetch_refs=("refs/heads/master",))  # names a tag it is not fetched from
+    assert ncclwheel.choose(untagged, "nccl", "nccl-wheel", "2.30.4").kind == "source"
+    c = ncclwheel.choose(lock, "nccl", "nccl-wheel", "2.30.5")  # the verified tree says another version
+    assert (c.kind, c.why) == ("source", "nccl: original says 2.30.4, its version.mk says 2.30.5")
+    newer = with_pin(lock, "nccl-wheel", version="2.31.0")
+    assert ncclwheel.choose(newer, "nccl", "nccl-wheel", "2.30.4").why == \
+        "wheel nvidia-nccl-cu13 2.31.0 is not the pinned release 2.30.4"
+    assert ncclwheel.choose(lock, "nccl", "no-such", "2.30.4").why == "the lock has no pin no-such"
+    assert ncclwheel.choose(lock, "nccl", None, "2.30.4").kind == "source"
+
+
+def test_a_recipe_naming_a_pin_that_is_no_wheel_is_one_line():
+    lock = load(REPO / "upstreams.lock")
+    with pytest.raises(BuildError) as ei:
+        ncclwheel.choose(lock, "nccl", "deepep", "2.30.4", recipe_path="kernels/nccl.yaml")
+    assert str(ei.value) == "kernels/nccl.yaml: wheel: 'deepep' is not a `kind: wheel` pin with files in the lock"
+
+
+# --------------------------------------------------------------------------- unpack
+
+
+def test_unpack_makes_the_source_build_layout_then_reuses(tmp_path):
+    w = make_wheel(tmp_path / "wh" / WHEEL)
+    b = ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
+    assert not b.reused and b.info["from"] == "wheel" and b.info["version"] == "2.30.4"
+    files = sorted(str(p.relative_to(b.out / "build")) for p in (b.out / "build").rglob("*") if p.is_file())
+    assert files == ["include/nccl.h", "include/nccl_device.h", "include/nccl_device/gin.h",
+                     "lib/libnccl.so.2", "lib/libnccl_device.bc"]  # no dist-info
+    again = ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
+    assert again.reused and again.out == b.out and again.key == b.key
+    other = make_wheel(tmp_path / "wh2" / WHEEL, members={"nvidia/nccl/lib/libnccl.so.2": "other bytes"})
+    assert ncclwheel.unpack(other, sha(other), "2.30.4", tmp_path / "cache").key != b.key  # keyed by content
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"members": {"nvidia/nccl/../../evil.so": "x"}}, "member 'nvidia/nccl/../../evil.so' is a path outside the prefix (..)"),
+    ({"members": {"/etc/cron.d/x": "x"}}, "member '/etc/cron.d/x' is not a relative path"),
+    ({"symlink": "nvidia/nccl/lib/libnccl.so"}, "member 'nvidia/nccl/lib/libnccl.so' is a symlink"),
+    ({"drop": ("nvidia/nccl/lib/libnccl.so.2",)}, "no nvidia/nccl/lib/libnccl.so.2 in the wheel; not an NCCL wheel"),
+    ({"drop": ("nvidia/nccl/include/nccl.h",)}, "no nvidia/nccl/include/nccl.h in the wheel"),
+    ({"members": {"nvidia/nccl/include/nccl.h": nccl_h("2.28.9")}}, "its nccl.h says 2.28.9, the lock pins 2.30.4"),
+])
+def test_a_bad_wheel_is_one_line_and_leaves_no_prefix(tmp_path, kw, needle):
+    w = make_wheel(tmp_path / WHEEL, **kw)
+    with pytest.raises(BuildError) as ei:
+        ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
+    msg = str(ei.value)
+    assert msg.startswith(f"{WHEEL}: ") and needle in msg and "\n" not in msg
+    assert nccl_dirs(tmp_path / "cache") == [] and not (tmp_path / "escaped").exists()
+
+
+def test_not_a_zip_is_one_line(tmp_path):
+    w = tmp_path / WHEEL
+    w.write_bytes(b"<html>rate limited</html>")
+    with pytest.raises(BuildError, match=rf"^{WHEEL}: cannot unpack: File is not a zip file$"):
+        ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
+
+
+# --------------------------------------------------------------------------- the gate's kernels step
+
+
+def gate_options(tmp_path: Path, wheel: Path) -> micro.MicroOptions:
+    """A project whose lock pins the release NCCL (a real local git repo) and `wheel` as nccl-wheel."""
+    root = tmp_path / "project"
+    lock_path = write_project(root, make_stack(tmp_path / "srv"))
+    lock_path.write_text(lock_path.read_text() + f"""\
+  nccl-wheel:
+    kind: wheel
+    name: nvidia-nccl-cu13
+    version: "2.30.4"
+    files:
+      - filename: {WHEEL}
+        sha256: {sha(wheel)}
+""")
+    return micro.MicroOptions(root=root, lock=load(lock_path), out_dir=tmp_path / "out",
+                              fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")))
+
+
+def prepared(opts: micro.MicroOptions) -> dict:
+    """The verified trees; afterwards the options are offline (the wheel must come from the wheelhouse)."""
+    trees = {n: sources.prepare(opts.lock, n, opts.fetch, opts.root) for n in ("nccl", "deepep")}
+    opts.fetch = dataclasses.replace(opts.fetch, offline=True)
+    return trees
+
+
+@pytest.fixture
+def no_gpu_builds(monkeypatch):
+    calls = []
+    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
+    monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: calls.append("make nccl"))
+    monkeypatch.setattr(micro.kbuild, "build_deepep", lambda src, tree, recipe, tc, nccl, cache, **k:
+                        SimpleNamespace(component="deepep", key="k", reused=True, info={"seconds": 0}, nccl=nccl))
+    return calls
+
+
+def test_gate_uses_the_verified_wheel_from_a_wheelhouse(tmp_path, monkeypatch, no_gpu_builds):
+    w = make_wheel(tmp_path / "house" / WHEEL)
+    monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
+    opts = gate_options(tmp_path, w)
+    trees = prepared(opts)
+    prov, timings = {}, {}
+    _, nccl, deepep = micro.build_kernels(opts, trees, prov, timings)
+    assert no_gpu_builds == [] and deepep.nccl is nccl  # no make; DeepEP gets the unpacked wheel
+    assert (nccl.out / "build" / "lib" / "libnccl.so.2").is_file() and nccl.info["wheel_sha256"] == sha(w)
+    assert prov["nccl_from"]["kind"] == "wheel" and "nccl_build_s" in timings
+
+
+def test_gate_refuses_a_wheelhouse_file_with_another_sha256(tmp_path, monkeypatch, no_gpu_builds):
+    good = make_wheel(tmp_path / "good" / WHEEL)
+    make_wheel(tmp_path / "house" / WHEEL, members={"nvidia/nccl/lib/libnccl.so.2": "tampered"})
+    monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
+    opts = gate_options(tmp_path, good)
+    trees = prepared(opts)
+    with pytest.raises(FetchError) as ei:
+        micro.build_kernels(opts, trees, {}, {})
+    assert f"house/{WHEEL}: sha256 " in str(ei.value) and f"pins {WHEEL} as {sha(good)}" in str(ei.value)
+    assert nccl_dirs(tmp_path / "cache") == [] and no_gpu_builds == []
+
+
+def test_the_overlay_puts_the_unpacked_wheel_nccl_in_torchs_place(tmp_path):
+    """The one-NCCL overlay (kernels.runtime) over a wheel-made prefix: torch's nvidia/nccl/lib/libnccl.so.2 is ours."""
+    from reprostack.kernels import runtime
+    from test_kernels import fake_site
+    w = make_wheel(tmp_path / WHEEL)
+    b = ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
+    dest = runtime.make_overlay(fake_site(tmp_path), b.out / "build" / "lib", tmp_path / "overlay")
+    libs = sorted((dest / "nvidia" / "nccl" / "lib").iterdir())
+    assert [p.name for p in libs] == ["libnccl.so.2"]
+    assert libs[0].resolve() == (b.out / "build" / "lib" / "libnccl.so.2").resolve()
