@@ -198,6 +198,8 @@ def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) 
     values = R.template_values(lock, image=recipe.name, from_ref=from_ref, epoch=epoch,
                                source_dests={s.upstream: s.dest for s in recipe.sources},
                                wheel_dests={w.pin: w.dest for w in recipe.wheels})
+    if "kernels." in recipe.dockerfile_text or any("kernels." in v for v in recipe.args.values()):
+        values.update(R.kernel_values(recipe.dir.parent.parent))   # the project root of containers/<name>/
     text = R.render(recipe.dockerfile_text, values, recipe.dockerfile)
     R.check_dockerfile(recipe.dockerfile_text, text, recipe.dockerfile)
     args = {k: R.render_value(v, values, recipe.path, recipe.line("args", k), f"args.{k}") for k, v in recipe.args.items()}
