@@ -566,13 +566,11 @@ def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageR
     b = _Builder(opts)
     results: list[ImageResult] = []
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=b.console, disable=not opts.show_progress, transient=False) as prog:
+                  TimeElapsedColumn(), console=b.console, disable=not opts.show_progress, transient=True) as prog:
         for n in order:
             res = b.image(recipes[n], prog)
             b.done[n] = res
-            results.append(res)
-            prog.console.print(f"[bold]{n}[/]: {res.status} {res.tag} ({res.image_id[:19]}, {res.seconds:.1f} s, "
-                               f"context {res.context_bytes / 1024:.0f} KiB)")
+            results.append(res)   # one result line per image is the caller's to print (`reprostack build`: stdout)
     b.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(b.out / "images.json", json.dumps(
         {"lock": str(opts.lock.path), "lock_sha256": opts.lock.sha256, "images": [r.as_dict() for r in results]},
