@@ -304,3 +304,41 @@ def test_the_deepep_image_builds_with_the_kernel_recipes_values_and_refuses_shel
     with pytest.raises(RecipeError) as ei:
         render.kernel_values(tmp_path)
     assert one_line(ei.value).startswith(f"{p}: LDFLAGS: ") and "may hold only" in str(ei.value)
+
+
+def test_container_run_stamps_the_image_id_on_prebuilt_kernels(tmp_path, monkeypatch):
+    """run_in_container's read-back of a report whose kernels came from the image's manifest: kernels_from gets the
+    image id, execution.kernels says prebuilt, the summary line names it (engine stood in; report file real)."""
+    from types import SimpleNamespace
+
+    from reprostack.gates import container
+    from reprostack.hostenv import describe
+    from reprostack.launch import docker as ld
+    from reprostack.report import GateReport, utc_now, write_reports
+
+    lock, root = load(REPO / "upstreams.lock"), REPO
+    m = fake_image(tmp_path / "img", lock, root=root)
+    pre = prebuilt.check(m, lock, root, ("nccl", "deepep"))
+    out = tmp_path / "out"
+    image_id = "sha256:" + "ab" * 32
+
+    def run_node(client, plan, node, out_dir, **kw):
+        assert "--kernels-manifest" in plan.commands[0].argv
+        time_ok = utc_now()
+        rep = GateReport("micro", "h200-ep1", "skip", "no GPU", started=time_ok, ended=time_ok, duration_s=0.0,
+                         provenance={"kernels_from": pre.provenance(), "kernels": pre.kernels_provenance()})
+        write_reports([rep], out, required={"micro"})
+        log = out_dir / "node0.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("[node 0] done\n")
+        return ld.NodeRun(0, 0, False, log, image_id, (), "c0ffee", 1.0)
+
+    monkeypatch.setattr(ld, "run_node", run_node)
+    monkeypatch.setattr(container, "_image", lambda client, ref, recipe: SimpleNamespace(labels={}))
+    a = GateArgs(out=out, profile="h200-ep1", container=True, image="reprostack/deepep:0123456789abcdef")
+    rep = container.run_in_container(registry.gate("micro"), a, lock, REPO, client=object())
+    kf = rep.provenance["kernels_from"]
+    assert kf["mode"] == "prebuilt" and kf["image_id"] == image_id and kf["manifest_sha256"] == pre.sha256
+    ex = rep.provenance["execution"]
+    assert ex["kernels"] == {"mode": "prebuilt", "image_id": image_id, "manifest": str(m), "manifest_sha256": pre.sha256}
+    assert f"kernels prebuilt in the image, manifest {pre.sha256[:8]}" in describe(ex)
