@@ -517,8 +517,10 @@ def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_
         args = p.parse_args(argv)
         lock, lroot = cli._load(args)
         assert command.run(args, lock, lroot, cli._fetch_opts(args)) == 0
-        out = capsys.readouterr().out.splitlines()
+        cap = capsys.readouterr()
+        out = cap.out.splitlines()
         assert out[0].startswith(f"selftest: {status} {ns}/selftest:") and out[1].startswith("summary: ")
+        assert len(out) == 2 and f"selftest: {status}" not in cap.err   # each result printed once
 
 
 # --------------------------------------------------------------------------- wheels and image bundles

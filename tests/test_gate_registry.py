@@ -56,7 +56,8 @@ def test_stray_spec_is_not_read_with_another_gates_schema(tmp_path):
 
 def test_impact_reads_every_real_spec():
     # before the registry, this died on gates/megatron.yaml:50 ('loss_increases' is not one of micro's metrics)
-    assert impact(REPO_ROOT, "deepep").gates == ("megatron", "micro")
+    # the serving gates name `kernels: [nccl, deepep]` too: their engines' EP path runs DeepEP V2
+    assert impact(REPO_ROOT, "deepep").gates == ("megatron", "micro", "sglang", "trtllm", "vllm")
     assert impact(REPO_ROOT, "nemo-rl").gates == ()
 
 

@@ -341,7 +341,7 @@ def one_h200(tmp_path, monkeypatch, gpu_less):
     monkeypatch.setattr("reprostack.hostinfo.collect", lambda **kw: {"gpu_count": 1, "efa_devices": [],
                                                                      "gpus": [{"name": "NVIDIA H200"}]})
 
-    def kernels(opts, trees, prov, timings, data):
+    def kernels(opts, trees, prov, timings, data, pre=None):
         data["nccl"] = dict(NCCL_OK, torch_built_with="2.28.9")
         return {}, None
 

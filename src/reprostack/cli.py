@@ -179,6 +179,10 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", default=None, metavar="IMAGE",
                    help="with --container: the image to run in (default: the gate recipe's id from the last "
                         "`reprostack build` here, out/build/images.json)")
+    p.add_argument("--kernels-manifest", default=None, metavar="FILE",
+                   help="micro/training gates in host mode: take NCCL and DeepEP prebuilt in this image, as FILE (the "
+                        "image's /opt/reprostack/kernels.json) records them, after checking it against the lock; nothing "
+                        "is fetched or built (--container passes it to the in-image runner)")
     p.add_argument("--out", default="out/gates", help="report folder (default: out/gates)")
     p.add_argument("--profile", default=None, help="hardware profile of gates/<gate>.yaml (default: detect)")
     p.add_argument("--python", default=sys.executable, help="interpreter that holds torch (default: this one)")
@@ -433,9 +437,13 @@ def _gates(args, lock, root, opts) -> int:
                          master_port=args.master_port, modes=args.modes, trials=args.trials, timeout=args.timeout,
                          arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
                          vars=_key_values(args.var, "--var", "K=V"), server_args=list(args.server_arg),
-                         legacy=args.legacy, container=args.container, image=args.image)
+                         legacy=args.legacy, container=args.container, image=args.image,
+                         kernels_manifest=args.kernels_manifest)
     if args.image and not args.container:
         raise ReprostackError("--image IMAGE needs --container (host mode runs no image)")
+    if args.kernels_manifest and args.container:
+        raise ReprostackError("--kernels-manifest is the in-image runner's option: --container already uses the "
+                              "image's /opt/reprostack/kernels.json")
     out = Path(args.out)
     near = next((p for p in (out, *out.parents) if p.exists()), None)  # before any gate runs for minutes
     if near is not None and not near.is_dir():

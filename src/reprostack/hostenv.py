@@ -131,8 +131,11 @@ def describe(execution: dict) -> str:
     """One line for summaries: `host mode (python 3.12.3, torch 2.11.0, freeze 1a2b3c4d…; 5 of substrate-wheels differ)`
     or `container mode (vllm sha256:0123456789ab…, lock 1a2b3c4d…)`."""
     if execution.get("mode") == MODE_CONTAINER:   # reprostack.gates.container
+        kernels = execution.get("kernels") if isinstance(execution.get("kernels"), dict) else {}
+        pre = (f"; kernels prebuilt in the image, manifest {str(kernels.get('manifest_sha256'))[:8]}…"
+               if kernels.get("mode") == "prebuilt" else "")
         return (f"container mode ({execution.get('image')} {str(execution.get('image_id'))[:19]}…, "
-                f"lock {str(execution.get('lock_sha256'))[:8]}…)")
+                f"lock {str(execution.get('lock_sha256'))[:8]}…{pre})")
     if execution.get("mode") != MODE_HOST:
         return str(execution.get("mode", "?"))
     env = execution.get("environment", {})

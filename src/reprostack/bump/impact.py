@@ -38,7 +38,7 @@ def impact(root: Path, upstream: str) -> Impact:
         grown = bool(more)
     specs = registry.load_all(root)  # each spec through its own gate's schema (gates.registry)
     gates = sorted(registry.gate(n).stem for n, spec in specs.items() if set(getattr(spec, "kernels", ())) & kernels)
-    images = []
+    images, parents = [], {}
     for p in sorted((root / "containers").glob("*/image.yaml")):
         d = load_yaml(p, LocatedError)[0]
         if not isinstance(d, dict):
@@ -47,4 +47,11 @@ def impact(root: Path, upstream: str) -> Impact:
         used = {d.get("source")} | {s.get("upstream") for s in sources if isinstance(s, dict)}
         if upstream in used:
             images.append(p.parent.name)
-    return Impact(tuple(sorted(kernels)), tuple(gates), tuple(images))
+        if isinstance(d.get("parent"), str):
+            parents[p.parent.name] = d["parent"]
+    grown = True
+    while grown:  # an image built FROM an affected image (vllm on deepep) is rebuilt too
+        more = sorted(n for n, par in parents.items() if par in images and n not in images)
+        images += more
+        grown = bool(more)
+    return Impact(tuple(sorted(kernels)), tuple(gates), tuple(sorted(images)))

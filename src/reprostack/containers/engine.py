@@ -198,6 +198,8 @@ def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) 
     values = R.template_values(lock, image=recipe.name, from_ref=from_ref, epoch=epoch,
                                source_dests={s.upstream: s.dest for s in recipe.sources},
                                wheel_dests={w.pin: w.dest for w in recipe.wheels})
+    if "kernels." in recipe.dockerfile_text or any("kernels." in v for v in recipe.args.values()):
+        values.update(R.kernel_values(recipe.dir.parent.parent))   # the project root of containers/<name>/
     text = R.render(recipe.dockerfile_text, values, recipe.dockerfile)
     R.check_dockerfile(recipe.dockerfile_text, text, recipe.dockerfile)
     args = {k: R.render_value(v, values, recipe.path, recipe.line("args", k), f"args.{k}") for k, v in recipe.args.items()}
@@ -564,13 +566,11 @@ def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageR
     b = _Builder(opts)
     results: list[ImageResult] = []
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=b.console, disable=not opts.show_progress, transient=False) as prog:
+                  TimeElapsedColumn(), console=b.console, disable=not opts.show_progress, transient=True) as prog:
         for n in order:
             res = b.image(recipes[n], prog)
             b.done[n] = res
-            results.append(res)
-            prog.console.print(f"[bold]{n}[/]: {res.status} {res.tag} ({res.image_id[:19]}, {res.seconds:.1f} s, "
-                               f"context {res.context_bytes / 1024:.0f} KiB)")
+            results.append(res)   # one result line per image is the caller's to print (`reprostack build`: stdout)
     b.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(b.out / "images.json", json.dumps(
         {"lock": str(opts.lock.path), "lock_sha256": opts.lock.sha256, "images": [r.as_dict() for r in results]},

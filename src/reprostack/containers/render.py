@@ -12,6 +12,9 @@ Values (see `template_values`):
   upstreams.<pin>.{name,version}                          wheel pins
   sources.<pin>.dest                    where the recipe put that pin's tree inside the context
   wheels.<pin>.dest                     where the recipe put that pin's wheels (+ requirements.txt, pins.json)
+  kernels.<c>.{recipe,targets,make,env,nccl_floor}   the kernel recipe kernels/<c>.yaml, so an image builds a
+                                        kernel exactly as the host does (`kernel_values`); only when the template
+                                        names one
 
 Dockerfile rules (a build never reaches outside the context): every FROM is `{{ from }}` or an earlier
 stage; no `git clone`; no ADD of a URL.
@@ -46,6 +49,40 @@ def template_values(lock: Lock, *, image: str, from_ref: str, epoch: int,
     for name, dest in (wheel_dests or {}).items():
         v[f"wheels.{name}.dest"] = dest
     return v
+
+
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.,=:+/@%-]*")
+_SAFE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def kernel_values(root: Path) -> dict[str, str]:
+    """`kernels.<component>.*` of every kernels/<component>.yaml of `root` (reprostack.kernels.recipe): `recipe` (its
+    digest, the value the host build key and the image's kernels manifest hold), `targets` (make targets), `make`
+    and `env` (`K="V"` words for a shell; `{arch}` / `{arch_dotted}` become `${CUDA_ARCH}` / `${CUDA_ARCH_DOTTED}`,
+    which the Dockerfile sets), `nccl_floor`. A value or key outside a plain charset is refused (a recipe cannot
+    put shell syntax into an image build). Raises RecipeError / BuildError naming the recipe."""
+    from ..kernels.recipe import load_recipe
+
+    def words(mapping: dict, r) -> str:
+        out = []
+        for k, v in mapping.items():
+            shell = str(v).replace("{arch_dotted}", "\x00D").replace("{arch}", "\x00A")
+            if not _SAFE_KEY.fullmatch(str(k)) or not _SAFE_VALUE.fullmatch(shell.replace("\x00D", "").replace("\x00A", "")):
+                raise RecipeError(r.path, None, str(k), f"{v!r}: a kernel recipe value for an image build may hold only "
+                                  "letters, digits, _.,=:+/@%- and {arch} / {arch_dotted}")
+            out.append(f'{k}="' + shell.replace("\x00D", "${CUDA_ARCH_DOTTED}").replace("\x00A", "${CUDA_ARCH}") + '"')
+        return " ".join(out)
+
+    vals: dict[str, str] = {}
+    for p in sorted((Path(root) / "kernels").glob("*.yaml")):
+        r = load_recipe(root, p.stem)
+        c = f"kernels.{r.component}."
+        for t in r.make_targets:
+            if not _SAFE_VALUE.fullmatch(t):
+                raise RecipeError(r.path, None, "make.targets", f"{t!r}: not a plain make target")
+        vals.update({c + "recipe": r.digest, c + "targets": " ".join(r.make_targets), c + "make": words(r.make_vars, r),
+                     c + "env": words(r.env, r), c + "nccl_floor": r.nccl_floor or ""})
+    return vals
 
 
 def render(text: str, values: Mapping[str, str], path: Path | str) -> str:

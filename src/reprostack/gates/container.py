@@ -16,6 +16,12 @@ never taken), every artifact a relative path inside the out dir whose bytes have
 one GateError line naming it (exit 2); a container that wrote none is the gate's ERROR naming its exit code (or
 the timeout), its last output line and the log.
 
+A gate with `kernels:` (micro, megatron) runs with `--kernels-manifest /opt/reprostack/kernels.json`: it takes the
+image's prebuilt NCCL and DeepEP after checking that manifest against the lock (reprostack.kernels.prebuilt), and
+fetches and builds nothing; a missing or mismatching manifest ends the in-image runner with that one line (the
+gate's ERROR here names it). Its report's `provenance.kernels_from` (mode "prebuilt", manifest and its sha256)
+gets the image id, and `execution.kernels` says the same.
+
 `provenance.execution` then says where it ran: {"mode": "container", "image" (recipe), "image_ref" (as asked),
 "image_id", "repo_digests", "lock_sha256", "image_lock_sha256" (the image's label), "container" (id, exit code,
 timed out), "host" (driver and EFA devices of this host), "inner" (the in-image runner's own execution record:
@@ -38,6 +44,7 @@ from pathlib import Path, PurePosixPath
 from .. import hostinfo
 from ..digest import sha256_file
 from ..errors import GateError, ReprostackError
+from ..kernels.prebuilt import MANIFEST
 from ..launch import plan as lp
 from ..report import GateReport, Result, utc_now, validate_report
 from .plan import OUT, WORK
@@ -58,10 +65,13 @@ def _client():
                         f"host mode)") from None
 
 
-def inner_argv(g: Gate, a, lock) -> list[str]:
-    """The in-image runner's command: this gate in host mode with the operator's options, paths inside the image."""
+def inner_argv(g: Gate, a, lock, *, kernels: bool = False) -> list[str]:
+    """The in-image runner's command: this gate in host mode with the operator's options, paths inside the image;
+    `kernels` (a gate with `kernels:`): `--kernels-manifest` MANIFEST, so it takes the image's prebuilt kernels."""
     argv = ["python3", "-m", "reprostack", "gate", g.name, "--no-container", "--out", OUT,
             "--lock", f"{WORK}/{Path(lock.path).name}", "--cache", "/tmp/reprostack-cache"]
+    if kernels:
+        argv += ["--kernels-manifest", MANIFEST]
     for flag, value in (("--profile", a.profile), ("--jobs", a.jobs), ("--arch", a.arch), ("--nodes", a.nodes),
                         ("--master-addr", a.master_addr), ("--master-port", a.master_port), ("--timeout", a.timeout)):
         if value is not None:
@@ -72,6 +82,12 @@ def inner_argv(g: Gate, a, lock) -> list[str]:
     argv += [f"--server-arg={s}" for s in a.server_args]
     argv += ["--trials", str(a.trials)] if a.trials is not None else []
     return argv + (["--legacy"] if a.legacy else [])
+
+
+def uses_prebuilt(g: Gate, spec) -> bool:
+    """Whether gate `g`'s runner takes its kernels from the image's manifest: the micro and training gates that name
+    `kernels:` (serving gates run their engine's own DeepEP from the image; nemo-rl builds no kernels)."""
+    return g.kind in ("micro", "training") and bool(getattr(spec, "kernels", ()))
 
 
 def host_record() -> dict:
@@ -128,7 +144,8 @@ def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple
         ulimits = tuple((n, soft, hard) if n == "memlock" else (n, s, h) for n, s, h in ulimits)
     runs = max(1, len(getattr(spec, "arms", {}) or {}))
     timeout = (a.timeout or plan.timeout_s) * runs + CONTAINER_SLACK_S
-    cmd = lp.NodeCommand(a.node_rank, "leader" if a.node_rank == 0 else "worker", tuple(inner_argv(g, a, lock)),
+    cmd = lp.NodeCommand(a.node_rank, "leader" if a.node_rank == 0 else "worker",
+                         tuple(inner_argv(g, a, lock, kernels=uses_prebuilt(g, spec))),
                          tuple(sorted(env.items())))
     plan = dataclasses.replace(plan, image=dataclasses.replace(plan.image, tag=ref), commands=(cmd,),
                                mounts=tuple(mounts), workdir=WORK, timeout_s=timeout,
@@ -173,6 +190,11 @@ def run_in_container(g: Gate, a, lock, root: Path, *, client=None) -> GateReport
     if isinstance(inner, dict) and inner.get("mode") == "host":   # host mode as seen from inside the image
         inner["note"] = "the in-image runner's own record: the interpreter that ran the gate inside the image"
     execution["inner"] = inner
+    kf = rep.provenance.get("kernels_from")
+    if isinstance(kf, dict) and kf.get("mode") == "prebuilt":   # the in-image runner used the image's kernels
+        kf.update(image_id=run.image_id, image_ref=execution["image_ref"])
+        execution["kernels"] = {"mode": "prebuilt", "image_id": run.image_id, "manifest": kf.get("manifest"),
+                                "manifest_sha256": kf.get("manifest_sha256")}
     rep.provenance["execution"] = execution
     return rep
 

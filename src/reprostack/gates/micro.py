@@ -17,6 +17,11 @@ an inequality is judged on the interval (report.evaluate_interval): PASS only wh
 clears it, FAIL when the whole interval is past it, otherwise INCONCLUSIVE (never PASS). One trial (K=1)
 has no interval: INCONCLUSIVE. `data.metrics` gives the per-trial mean for the metrics with statistics and
 the first trial's figure for the others (per-phase GB/s, ...).
+
+Kernels: built here from the fetched, patched trees (host mode), or, with `prebuilt` (the in-image runner of
+container mode, `--kernels-manifest`), taken from the image: its manifest is checked against the lock and this
+checkout's kernel recipes (reprostack.kernels.prebuilt) and nothing is fetched or built; a missing or mismatching
+manifest is one error line before anything ran, never a build of another kind.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from ..errors import ReprostackError
 from ..kernels import build as kbuild
 from ..fetch.wheels import fetch_wheels, wheelhouses_from_env
 from ..kernels import ncclwheel, preflight, runtime, toolchain
+from ..kernels import prebuilt as kprebuilt
 from ..kernels.recipe import load_recipe
 from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval, skipped, utc_now
@@ -66,6 +72,7 @@ class GateRunOptions:
     master_port: int | None = None
     timeout_s: float | None = None
     extra_args: list[str] = field(default_factory=list)
+    prebuilt: Path | None = None    # the image's kernels manifest (container mode): use its builds, fetch nothing
 
 
 @dataclass
@@ -105,6 +112,43 @@ def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
                        for b in (nccl, deepep)}
     prov["toolchain"] = tc.key_fields()
     return tc, nccl, deepep
+
+
+@dataclass
+class Kernels:
+    """What a GPU gate runs its kernels with: `env` (the one-NCCL environment), the pinned NCCL's folder and version,
+    DeepEP's JIT cache, the build logs (none when prebuilt) and `accept_sha256` (a prebuilt image's copy of the
+    pinned libnccl, see kernels.runtime.check_one_nccl)."""
+
+    env: dict
+    nccl_lib: Path
+    nccl_version: str
+    jit_dir: Path
+    logs: list = field(default_factory=list)
+    accept_sha256: str | None = None
+
+
+def source_trees(opts: GateRunOptions, names) -> tuple[dict, object]:
+    """(trees by pin, Prebuilt or None): with `opts.prebuilt`, the image's trees after its manifest matched the lock
+    (kernels.prebuilt.check; PrebuiltError otherwise); else fetched, patched and verified here (sources.prepare)."""
+    if opts.prebuilt is not None:
+        pre = kprebuilt.check(opts.prebuilt, opts.lock, opts.root, tuple(names), arch=opts.arch or toolchain.gpu_arch())
+        return {n: pre.tree(opts.lock, n) for n in names}, pre
+    return {n: sources.prepare(opts.lock, n, opts.fetch, opts.root) for n in names}, None
+
+
+def setup_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict, pre=None) -> Kernels:
+    """The kernels of a GPU gate: the image's (`pre`, a checked Prebuilt: provenance `kernels_from` says prebuilt)
+    or built here (build_kernels). Raises BuildError / ReprostackError."""
+    if pre is not None:
+        prov["kernels"], prov["kernels_from"] = pre.kernels_provenance(), pre.provenance()
+        lib = pre.path_of("nccl", "lib")
+        return Kernels(runtime.prebuilt_env(), lib, pre.components["nccl"]["nccl_version"],
+                       Path(opts.fetch.cache.root) / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
+                       accept_sha256=pre.file_sha256("nccl", lib / "libnccl.so.2"))
+    _, nccl, deepep = build_kernels(opts, trees, prov, timings)
+    return Kernels(runtime.runtime_env(deepep.out), nccl.out / "build" / "lib", nccl.info["version"],
+                   deepep.out / "jit", [nccl.log, deepep.log])
 
 
 def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
@@ -151,7 +195,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     host = hostinfo.collect()
 
     t = time.monotonic()
-    trees = {name: sources.prepare(opts.lock, name, opts.fetch, opts.root) for name in ("nccl", "deepep")}
+    trees, pre = source_trees(opts, ("nccl", "deepep"))
     timings["sources_s"] = round(time.monotonic() - t, 2)
     prov = provenance(opts.lock, spec, trees)
     prov["host"] = host
@@ -165,8 +209,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
         return report
 
     if host["gpu_count"] == 0:
-        why = ("no GPU on this host (nvidia-smi lists none): sources were verified and patched "
-               f"(deepep {trees['deepep'].tree[:12]}, nccl {trees['nccl'].tree[:12]}); kernels and test_ep not run")
+        why = ("no GPU on this host (nvidia-smi lists none): " + ("the image's kernels manifest matched the lock "
+               if pre else "sources were verified and patched ") + f"(deepep {trees['deepep'].tree[:12]}, nccl {trees['nccl'].tree[:12]}); kernels and test_ep not run")
         return finish(skipped(GATE, opts.profile or "-", why, provenance=prov))
     try:
         profile = choose_profile(spec, opts.profile, host)
@@ -183,13 +227,13 @@ def run_micro(opts: MicroOptions) -> GateReport:
     run_dir = Path(opts.out_dir) / GATE
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        tc, nccl, deepep = build_kernels(opts, trees, prov, timings)
-        env = runtime.runtime_env(deepep.out)
+        kern = setup_kernels(opts, trees, prov, timings, pre)
+        env = dict(kern.env)
         env.update(spec.env)
         env.update(profile.env)
-        env["EP_JIT_CACHE_DIR"] = str(deepep.out / "jit")
+        env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
         t = time.monotonic()
-        one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
+        one = runtime.check_one_nccl(opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
         timings["nccl_check_s"] = round(time.monotonic() - t, 2)
         host["nccl_runtime"] = one["runtime"]
         data["torch_built_with_nccl"] = one["torch_built_with"]
@@ -238,9 +282,9 @@ def run_micro(opts: MicroOptions) -> GateReport:
     data["returncode"] = outcome.returncode
     data["timed_out"] = outcome.timed_out
     artifacts = [artifact_for(p, relative_to=opts.out_dir) for p in logs]
-    for b in (nccl, deepep):
-        if b.log.exists():
-            artifacts.append(artifact_for(b.log))
+    for b in kern.logs:
+        if b.exists():
+            artifacts.append(artifact_for(b))
 
     values = metrics.deepep_metrics(parsed, profile.scale_up_limit_gbs)
     extra = []
@@ -285,7 +329,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     problems = tp.problems + [f"trial {k}: {p}" for k, t in enumerate(tp.deepep) for p in t.problems]
     checks = [evaluate("ranks_x_phases_missing", "lines", len(problems), "==", 0,
                        note="; ".join(problems[:8]) or None),
-              evaluate("nccl_runtime", "version", one["runtime"], "==", nccl.info["version"],
+              evaluate("nccl_runtime", "version", one["runtime"], "==", kern.nccl_version,
                        note=f"ncclGetVersion of the only NCCL mapped: {one['mapped'][0]}")]
     for bar in profile.bars:
         if bar.metric in summaries and bar.op != "==":

@@ -11,7 +11,11 @@ Invariants:
   ends in a pinned base; its id only when `out/build/images.json` (written by `reprostack build` on this machine)
   records one for that recipe — never a made-up id;
 - a recipe whose build is `unresolved` (TRT-LLM wheels, NeMo-RL deps) says so in the plan's notes;
-- with no `--profile`, the plan is for the published hardware (the gate's p5en profile), whatever this host is.
+- with no `--profile`, the plan is for the published hardware (the gate's p5en profile), whatever this host is;
+- `arms` lists every arm of the gate (the DeepEP arm and the comparison arms), each with its per-node commands;
+  `commands` stays the DeepEP arm's, so a launcher that reads only `commands` runs what it did before;
+- `kernels` says where a gate with `kernels:` gets them: in container mode prebuilt in the image, from its
+  manifest (reprostack.kernels.prebuilt.MANIFEST), checked against the lock's pins when the gate starts.
 """
 
 from __future__ import annotations
@@ -107,11 +111,27 @@ def _micro(spec, profile, root: Path):
                                         node_rank=node, master_addr=MASTER, master_port=MASTER_PORT)
         cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv),
                                    _env(launch.env)))
-    return cmds, _env(spec.env, profile.env), f"{SRC}/deepep", []
+    arms = [lp.ArmPlan("deepep", "deepep", tuple(cmds))]
+    if spec.dense is not None:  # gates.arms.run_dense: our driver, one process per GPU, the store on port + 1
+        dense = []
+        for node in range(profile.nodes):
+            many = profile.nodes > 1
+            launch = launchers.torchrun_workers("python3", f"{WORK}/{spec.dense.script}", list(spec.dense.args),
+                                                gpus=profile.gpus_per_node, nodes=profile.nodes, node_rank=node,
+                                                master_addr=MASTER if many else None,
+                                                master_port=MASTER_PORT + 1 if many else None)
+            dense.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv),
+                                        _env(launch.env)))
+        arms.append(lp.ArmPlan("dense", "comparison", tuple(dense)))
+    if spec.legacy is not None and profile.nodes == 1:  # gates.arms.run_legacy: one node, from the patched tree
+        launch = launchers.local("python3", f"{SRC}/deepep/{spec.legacy.script}", list(spec.legacy.args),
+                                 gpus=profile.gpus_per_node, port=MASTER_PORT)
+        arms.append(lp.ArmPlan("legacy", "second-evidence",
+                               (lp.NodeCommand(0, "leader", tuple(launch.argv), _env(launch.env)),)))
+    return cmds, _env(spec.env, profile.env), f"{SRC}/deepep", [], arms
 
 
-def _training(spec, profile, root: Path):
-    arm = spec.arms.get(spec.deepep_arm) if spec.deepep_arm else None
+def _training_cmds(spec, profile, arm) -> list:
     cmds = []
     for node in range(profile.nodes):
         if spec.driver:
@@ -129,28 +149,52 @@ def _training(spec, profile, root: Path):
                 ["ray", "start", "--block", f"--address={MASTER}:6379"]
             env = {}
         cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(argv), _env(env)))
+    return cmds
+
+
+def _training(spec, profile, root: Path):
+    arm = spec.arms.get(spec.deepep_arm) if spec.deepep_arm else None
+    cmds = _training_cmds(spec, profile, arm)
+    arms = []
+    if spec.driver:  # every arm runs the same driver with its own args/env (gates.training._run_arm)
+        for name, a in spec.arms.items():
+            role = "deepep" if a.deepep else "reference" if name == spec.reference_arm else "comparison"
+            arms.append(lp.ArmPlan(name, role, tuple(_training_cmds(spec, profile, a)), _env(a.env)))
     workdir = f"{SRC}/{spec.source}" if not spec.driver else WORK
-    return cmds, _env(spec.env, profile.env, arm.env if arm else None), workdir, []
+    return cmds, _env(spec.env, profile.env, arm.env if arm else None), workdir, [], arms
 
 
 def _serving(spec, profile, root: Path):
     from .serving import ServingOptions, _server_command
     arm = next((a for a in spec.arms.values() if a.role == "deepep"), next(iter(spec.arms.values())))
-    cmds, env, notes = [], {}, []
     server = profile.server or spec.server
-    for node in range(profile.nodes):
-        if node > 0 and "worker" not in server:  # TRT-LLM: the leader's mpirun starts every rank over ssh
-            cmds.append(lp.NodeCommand(node, "worker", ("/usr/sbin/sshd", "-D", "-p", "2222")))
-            notes.append(f"node {node}: ranks started by the leader's launcher over ssh (sshd on port 2222)")
-            continue
-        opts = ServingOptions(root=Path(WORK), lock=None, out_dir=Path(OUT), cache_root=Path(CACHE),
-                              profile=profile.name, node_rank=node, leader_addr=MASTER, arms=[arm.name],
-                              python="python3")
-        argv, full_env, _, _ = _server_command(spec, profile, arm, opts, Path(OUT) / spec.gate)
-        keys = {*server.get("env", {}), *profile.env, *arm.env}
-        env = {k: full_env[k] for k in keys if k in full_env}
-        cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(argv)))
-    return cmds, _env(env), WORK, notes
+    notes: list[str] = []
+
+    def commands(a) -> tuple[list, dict]:
+        cmds, env = [], {}
+        for node in range(profile.nodes):
+            if node > 0 and "worker" not in server:  # TRT-LLM: the leader's mpirun starts every rank over ssh
+                cmds.append(lp.NodeCommand(node, "worker", ("/usr/sbin/sshd", "-D", "-p", "2222")))
+                if a is arm:
+                    notes.append(f"node {node}: ranks started by the leader's launcher over ssh (sshd on port 2222)")
+                continue
+            opts = ServingOptions(root=Path(WORK), lock=None, out_dir=Path(OUT), cache_root=Path(CACHE),
+                                  profile=profile.name, node_rank=node, leader_addr=MASTER, arms=[a.name],
+                                  python="python3")
+            argv, full_env, _, _ = _server_command(spec, profile, a, opts, Path(OUT) / spec.gate)
+            keys = {*server.get("env", {}), *profile.env, *a.env}
+            env = {k: full_env[k] for k in keys if k in full_env}
+            cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(argv)))
+        return cmds, env
+
+    cmds, env = commands(arm)
+    arms = [lp.ArmPlan(arm.name, arm.role, tuple(cmds))]
+    for a in spec.arms.values():
+        if a is not arm:
+            other, other_env = commands(a)
+            arms.append(lp.ArmPlan(a.name, a.role, tuple(other),
+                                   tuple(sorted((k, v) for k, v in other_env.items() if env.get(k) != v))))
+    return cmds, _env(env), WORK, notes, arms
 
 
 _BUILDERS = {"micro": _micro, "training": _training, "serving": _serving}
@@ -164,7 +208,7 @@ def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir:
     spec = g.load(root)
     name = profile or published_profile(spec)
     prof = spec.profile(name)
-    cmds, env, workdir, notes = _BUILDERS[g.kind](spec, prof, Path(root))
+    cmds, env, workdir, notes, arms = _BUILDERS[g.kind](spec, prof, Path(root))
     image = None
     if mode == lp.MODE_CONTAINER:
         if not spec.image:
@@ -187,4 +231,28 @@ def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir:
                          gpus_per_node=prof.gpus_per_node, commands=tuple(cmds), env=env,
                          efa_devices_per_node=P5EN_EFA_DEVICES if needs_efa else 0,
                          mounts=tuple(mounts), workdir=workdir, timeout_s=float(spec.timeout_s),
-                         lock_sha256=lock.sha256, notes=tuple(notes))
+                         lock_sha256=lock.sha256, notes=tuple(notes), arms=tuple(arms),
+                         kernels=kernels_line(g.kind, spec, lock, image, mode))
+
+
+def kernels_line(kind: str, spec, lock, image, mode: str) -> str:
+    """Where a gate with `kernels:` gets NCCL and DeepEP: prebuilt in its image (container mode; the manifest the
+    in-image runner checks against these pins before anything runs) or built on the host (host mode)."""
+    from ..kernels.prebuilt import MANIFEST
+    names = list(getattr(spec, "kernels", ()) or ())
+    if not names:
+        return ""
+    pins = []
+    for n in ([spec.source] if getattr(spec, "driver", None) and getattr(spec, "source", None) else []) + names:
+        pin = lock.upstreams.get(n)
+        if pin is not None and getattr(pin, "rev", None):
+            pins.append(f"{n} {pin.rev[:12]} patched tree {(pin.patched_tree or pin.tree)[:12]}")
+    img = image.recipe if image else "?"
+    if kind == "serving":
+        return (f"the engine's DeepEP and NCCL in image {img} (inherited from image deepep, whose {MANIFEST} records "
+                f"them: {'; '.join(pins)})" if mode == lp.MODE_CONTAINER else
+                f"the engine's DeepEP and NCCL as installed on this host (pinned: {'; '.join(pins)})")
+    if mode != lp.MODE_CONTAINER:
+        return f"built on this host from the fetched, patched trees ({'; '.join(pins)}), cached by build key"
+    return (f"prebuilt in image {img}: {MANIFEST}, checked at start against the lock "
+            f"({'; '.join(pins)}) and kernels/*.yaml; no fetch, no build; a mismatch stops the gate")

@@ -47,6 +47,7 @@ class GateArgs:
     legacy: bool = False
     container: bool = False      # --container: run inside the image (gates.container); default: host mode
     image: str | None = None     # --image: the image to run in (default: the recipe's last build here)
+    kernels_manifest: str | None = None  # --kernels-manifest: the image's prebuilt kernels (the in-image runner)
 
 
 def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
@@ -57,6 +58,11 @@ def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     if a.container:
         from .container import run_in_container
         return run_in_container(g, a, lock, root)
+    if a.kernels_manifest:
+        from .container import uses_prebuilt
+        if not uses_prebuilt(g, g.load(root)):
+            raise ReprostackError(f"--kernels-manifest: gate {g.stem} builds no kernels of its own (only the micro "
+                                  f"and training gates with `kernels:` take them from an image's manifest)")
     report = _run_gate(g, a, lock, root, fetch)
     if report.result in (Result.PASS, Result.FAIL, Result.INCONCLUSIVE, Result.ERROR):  # it ran here: say on what
         report.provenance.setdefault("execution", hostenv.host_execution(lock, a.python))
@@ -68,7 +74,8 @@ def _gpu_options(a: GateArgs, lock, root: Path, fetch) -> dict:
     what micro and the training gates share."""
     return dict(root=root, lock=lock, fetch=fetch, out_dir=Path(a.out), profile=a.profile, python=a.python,
                 jobs=a.jobs, arch=a.arch, nodes=a.nodes, node_rank=a.node_rank, master_addr=a.master_addr,
-                master_port=a.master_port, timeout_s=a.timeout)
+                master_port=a.master_port, timeout_s=a.timeout,
+                prebuilt=Path(a.kernels_manifest) if a.kernels_manifest else None)
 
 
 def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:

@@ -104,6 +104,7 @@ class ServingSpec:
     lines: dict = field(default_factory=dict, repr=False)
     description: str = ""
     image: str = ""          # the recipe under containers/ the gate runs in
+    kernels: tuple = ()      # kernels/<c>.yaml the engine's DeepEP path uses (a bump of their pins reruns the gate)
 
     def profile(self, name: str) -> ServingProfile:
         """The named profile; GateError naming the known ones."""
@@ -222,7 +223,7 @@ def load_serving_spec(root: Path, gate: str) -> ServingSpec:
         elastic_buffer=dict(data.get("elastic-buffer", {})), vars=dict(data.get("vars", {})), server=data["server"],
         probe=dict(data["probe"]), aiperf=dict(data["aiperf"]), cells=cells, required=reqs["required"],
         forbidden=reqs["forbidden"], arms=arms, profiles=profiles, lines=lines, description=data.get("description", ""),
-        image=data["image"])
+        image=data["image"], kernels=tuple(data.get("kernels", ())))
 
 
 def render(value: str, variables: dict, where: str = "") -> str:

@@ -9,7 +9,8 @@ pinned one, both arms started from the same weights) and every bar of the profil
 or no EFA where the profile needs it, or no profile fits the host) -> SKIP with the reason, after sources were
 fetched and verified. Only the comparison arm run (`--arm alltoall`) -> never a PASS (SKIP naming why).
 An arm that crashes or times out -> ERROR naming that arm's classified failure; the other arm's checks are
-still reported and stand on their own.
+still reported and stand on their own. In container mode (`prebuilt`, the image's kernels manifest) the Megatron-LM
+tree and the kernels are the image's, checked against the lock (gates.micro.source_trees): nothing fetched or built.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hostinfo, sources
+from .. import hostinfo
 from ..errors import ReprostackError
 from ..kernels import runtime
 from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm, skipped, utc_now
 from . import launchers
-from .micro import GateRunOptions, build_kernels, choose_profile
+from .micro import GateRunOptions, choose_profile, setup_kernels, source_trees
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
 from .spec import NoProfileForHost
@@ -69,16 +70,16 @@ def host_skip(gate: str, spec: TrainingSpec, opts, host: dict, prov: dict, what:
     return profile, None
 
 
-def _kernels(opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data: dict) -> tuple[dict, object]:
-    """Build NCCL + DeepEP (cached) and return (environment with the one-NCCL overlay, nccl Built).
-    Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
-    _, nccl, deepep = build_kernels(opts, trees, prov, timings)
-    env = runtime.runtime_env(deepep.out)
-    one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
+def _kernels(opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data: dict, pre=None) -> tuple[dict, object]:
+    """Build NCCL + DeepEP (cached), or take the image's (`pre`, container mode), and return (environment with
+    exactly one NCCL, the Kernels). Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
+    kern = setup_kernels(opts, trees, prov, timings, pre)
+    env = dict(kern.env)
+    one = runtime.check_one_nccl(opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
     data["nccl"] = {"runtime": one["runtime"], "mapped": one["mapped"], "torch_built_with": one["torch_built_with"],
-                    "pinned": nccl.info.get("version")}
-    env["EP_JIT_CACHE_DIR"] = str(deepep.out / "jit")
-    return env, nccl
+                    "pinned": kern.nccl_version}
+    env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
+    return env, kern
 
 
 def _launch(opts: TrainingOptions, spec: TrainingSpec, profile, script: str, args: list[str]):
@@ -187,7 +188,8 @@ def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
         raise ReprostackError(f"{spec.path}: no arm {unknown[0]!r} (known: {', '.join(spec.arms)})")
     host, timings = hostinfo.collect(), {}
     t = time.monotonic()
-    trees = {n: sources.prepare(opts.lock, n, opts.fetch, opts.root) for n in (spec.source, *spec.kernels)}
+    # container mode (opts.prebuilt): the image's trees and kernels, its manifest checked against the lock
+    trees, pre = source_trees(opts, (spec.source, *spec.kernels))
     timings["sources_s"] = round(time.monotonic() - t, 2)
     prov = provenance(opts.lock, spec, trees)
     prov["host"] = host
@@ -209,7 +211,7 @@ def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
     setup_error = None
     try:
         t = time.monotonic()
-        base, _nccl = _kernels(opts, trees, prov, timings, data)
+        base, _kern = _kernels(opts, trees, prov, timings, data, pre)
         timings["kernels_s"] = round(time.monotonic() - t, 2)
         host["nccl_runtime"] = data["nccl"]["runtime"]
     except ReprostackError as e:

@@ -9,6 +9,10 @@ except `nvidia/nccl/lib`, which holds our NCCL, so torch's own preload picks our
 `libnccl.so.2` lookup is satisfied by that soname; `torch` is a symlink to the image's torch package.
 The image's site-packages are never written. Whether it worked is not assumed: `check_one_nccl` reads
 /proc/self/maps of a process that imported torch and deep_ep (on the H200: one NCCL, ours).
+
+Kernels prebuilt in an image (reprostack.kernels.prebuilt) need no overlay: the deepep image installed deep_ep into
+its own Python and put the pinned libnccl.so.2 into its nvidia-nccl wheel's folder (a copy, so the one-NCCL check
+accepts a mapped library whose sha256 is the manifest's); `prebuilt_env` only drops the runner's own PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -51,6 +55,14 @@ def runtime_env(deepep_out: Path, base: dict | None = None) -> dict:
     return env
 
 
+def prebuilt_env(base: dict | None = None) -> dict:
+    """Environment for a process that imports torch + deep_ep as the image installed them (see the module doc)."""
+    env = dict(os.environ if base is None else base)
+    env.pop("PYTHONPATH", None)   # the in-image runner's own code (/opt/reprostack/code) stays out of the test
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
 _CHECK = r"""
 import ctypes, json, os
 import torch, torch.distributed
@@ -68,12 +80,14 @@ print(json.dumps({"mapped": libs, "runtime": runtime,
 """
 
 
-def check_one_nccl(python: str, env: dict, nccl_lib: Path, *, timeout: float = 300) -> dict:
+def check_one_nccl(python: str, env: dict, nccl_lib: Path, *, timeout: float = 300,
+                   accept_sha256: str | None = None) -> dict:
     """Import torch, torch.distributed and deep_ep in `env`; exactly one libnccl must be mapped and it
     must be the pinned build in `nccl_lib`. Returns {"mapped": [path], "runtime": "2.30.4" (ncclGetVersion of
     the mapped library), "torch_built_with": "2.28.9" (torch.cuda.nccl.version() is torch's compile-time
     header version, not what is loaded), "deep_ep": path}.
 
+    `accept_sha256`: also accept a mapped library with these bytes (a prebuilt image's copy of the pinned build).
     Raises BuildError naming every NCCL found (or the import error).
     """
     p = subprocess.run([python, "-c", _CHECK], env=env, capture_output=True, text=True, timeout=timeout)
@@ -81,6 +95,13 @@ def check_one_nccl(python: str, env: dict, nccl_lib: Path, *, timeout: float = 3
         raise BuildError("importing torch + deep_ep in the kernel environment failed:\n" + p.stderr.strip()[-2000:])
     info = json.loads(p.stdout.strip().splitlines()[-1])
     want = {str(f.resolve()) for f in Path(nccl_lib).glob("libnccl.so*")}
+    if accept_sha256 and len(info["mapped"]) == 1 and info["mapped"][0] not in want:
+        from ..digest import sha256_file
+        try:
+            if sha256_file(Path(info["mapped"][0])) == accept_sha256:
+                want.add(info["mapped"][0])
+        except OSError:
+            pass
     if len(info["mapped"]) != 1 or info["mapped"][0] not in want:
         raise BuildError(f"expected exactly one NCCL, the pinned build in {nccl_lib}; mapped: {info['mapped']}")
     return info

@@ -64,6 +64,18 @@ class NodeCommand:
 
 
 @dataclass(frozen=True)
+class ArmPlan:
+    """One arm of the gate (the DeepEP arm and its comparison arms): its role ("deepep", "comparison",
+    "reference", "second-evidence", "alternative"), one command per node and the env it adds. The launchers run
+    `LaunchPlan.commands` (the gate's runner, which starts every asked-for arm); the arms say what those runs are."""
+
+    name: str
+    role: str
+    commands: tuple[NodeCommand, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     gate: str
     profile: str
@@ -83,6 +95,8 @@ class LaunchPlan:
     timeout_s: float = 0.0
     lock_sha256: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    arms: tuple[ArmPlan, ...] = ()
+    kernels: str = ""     # where the kernels come from: prebuilt in the image (its manifest) or built on the host
 
     def __post_init__(self):
         if self.mode not in (MODE_CONTAINER, MODE_HOST):
@@ -105,6 +119,8 @@ class LaunchPlan:
         d["commands"] = [{**asdict(c), "env": dict(c.env)} for c in self.commands]
         d["ulimits"] = [{"name": n, "soft": s, "hard": h} for n, s, h in self.ulimits]
         d["ep_size"] = self.ep_size
+        d["arms"] = [{"name": a.name, "role": a.role, "env": dict(a.env),
+                      "commands": [{**asdict(c), "env": dict(c.env)} for c in a.commands]} for a in self.arms]
         return d
 
     def to_json(self) -> str:
@@ -124,10 +140,18 @@ class LaunchPlan:
                ("shm", self.shm_size),
                ("timeout", f"{self.timeout_s:g} s"),
                ("lock", self.lock_sha256 or "-")]
+        out += [("kernels", self.kernels)] if self.kernels else []
         out += [(f"mount {m.what or '-'}", f"{m.source} -> {m.target} ({'ro' if m.read_only else 'rw'})")
                 for m in self.mounts]
         out += [(f"node {c.node} ({c.role})", " ".join(c.argv)) for c in self.commands]
         out += [("env", " ".join(f"{k}={v}" for k, v in self.env))] if self.env else []
+        for a in self.arms:
+            if a.commands == self.commands:   # the DeepEP arm: the node commands above
+                out.append((f"arm {a.name}", f"({a.role}) the node commands above"))
+            for c in (a.commands if a.commands != self.commands else ()):
+                out.append((f"arm {a.name}", f"({a.role}) node {c.node}: " + " ".join(c.argv)))
+            if a.env:
+                out.append((f"arm {a.name}", f"({a.role}) env " + " ".join(f"{k}={v}" for k, v in a.env)))
         out += [("note", n) for n in self.notes]
         return [f"{k}: {v}" for k, v in out]
 

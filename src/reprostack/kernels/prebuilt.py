@@ -1,0 +1,172 @@
+"""Kernels prebuilt in an image: the manifest the deepep image writes, read as untrusted input and checked
+against the lock and this checkout's kernel recipes before a gate uses them (container mode: no fetch, no build).
+
+The manifest (`/opt/reprostack/kernels.json`, MANIFEST) is written at image build time by
+containers/deepep/record-kernels.py (the deepep recipe records nccl and deepep, the megatron recipe adds its
+megatron-lm source tree). Format (schemas/kernels-manifest.schema.json, version 1):
+
+    {"manifest_version": 1, "image": "deepep", "lock_sha256": <the lock the image was built from>,
+     "components": {NAME: {"pin": NAME, "kind": "kernel"|"source", "rev": hex40, "patched_tree": hex40,
+                           "lock_sha256": hex64, "paths": {"src": ..., ...},
+                           kernel only: "recipe" (Recipe.digest of kernels/NAME.yaml, the same value the host
+                           build key holds), "nccl_version" (nccl: its nccl.h; deepep: the NCCL it was built
+                           against), "cuda_version" (nvcc release), "arch" (["90"]), "files" {path: sha256}}}}
+
+Invariants:
+- the manifest is read bounded (reprostack.jsonsrc: size, depth, numbers) and validated against the schema
+  before any field is used; a hostile one is one PrebuiltError line naming the file and the field;
+- `check` compares each asked-for component with the lock's pin (rev; patched tree = the tree after the patch
+  series, or the tree without one) and, for kernels, with this checkout's recipe digest and the NCCL the
+  gate needs; every listed file must be a regular file whose sha256 is the recorded one. Any difference is one
+  PrebuiltError line: `MANIFEST: components.C.FIELD: the image has X, <where> has Y` and what to do;
+- nothing here fetches, builds or falls back to a host build: a caller that gets PrebuiltError reports it and
+  has built nothing. The manifest's whole-lock sha256 may differ from the current lock (an image whose pins
+  did not change is reused under a newer lock); it is reported, never a reason to use another build.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .. import jsonsrc
+from ..digest import sha256_file
+from ..errors import BuildError, LocatedError
+from ..lock import GitPin, Lock
+from ..sources import SourceTree
+from ..yamlsrc import validate
+from . import preflight
+from .recipe import load_recipe
+
+MANIFEST = "/opt/reprostack/kernels.json"
+MAX_MANIFEST_BYTES = 1 << 20
+KERNELS = ("nccl", "deepep")
+
+
+class PrebuiltError(LocatedError, BuildError):
+    """The image's kernels manifest is missing, malformed, or does not match the lock: one line."""
+
+    def __init__(self, path, line, field, message):
+        super().__init__(str(path), line, field, message)
+
+
+def _bad(path: Path):
+    def error(message: str) -> PrebuiltError:  # jsonsrc's messages already start with `FILE[:LINE]:`
+        e = PrebuiltError(path, None, "(file)", message)
+        e.args = (f"{message} (the image's kernels manifest)",)
+        return e
+    return error
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    """A manifest that passed `check`: where it is, its sha256, and its checked components."""
+
+    path: Path
+    sha256: str
+    image: str
+    lock_sha256: str
+    components: dict
+
+    def tree(self, lock: Lock, name: str) -> SourceTree:
+        """The image's copy of pin `name`'s patched tree, as the gates use a fetched one."""
+        c = self.components[name]
+        pin = lock.get(name)
+        return SourceTree(pin=pin, path=Path(c["paths"]["src"]), tree=c["patched_tree"], patched=bool(pin.patches),
+                          reused=True)
+
+    def path_of(self, name: str, what: str) -> Path:
+        return Path(self.components[name]["paths"][what])
+
+    def file_sha256(self, name: str, path: Path) -> str | None:
+        return self.components[name].get("files", {}).get(str(path))
+
+    def provenance(self) -> dict:
+        """`provenance.kernels_from` of a report: where the kernels came from (container.py adds the image id)."""
+        return {"mode": "prebuilt", "manifest": str(self.path), "manifest_sha256": self.sha256, "image": self.image,
+                "image_lock_sha256": self.lock_sha256}
+
+    def kernels_provenance(self) -> dict:
+        """`provenance.kernels` of a report, per component (host mode records build keys there instead)."""
+        keep = ("rev", "patched_tree", "recipe", "nccl_version", "cuda_version", "arch", "files")
+        return {n: {"prebuilt": True, **{k: c[k] for k in keep if k in c}}
+                for n, c in self.components.items() if c["kind"] == "kernel"}
+
+
+def load(path: Path | str) -> tuple[dict, str]:
+    """(manifest, sha256 of its bytes); PrebuiltError naming the file for a missing, oversized, non-JSON or
+    schema-invalid manifest."""
+    path = Path(path)
+    if not path.exists():
+        raise PrebuiltError(path, None, "(file)", "no kernels manifest: this image has no prebuilt kernels (an image "
+                            "built before the manifest existed, or not a deepep image): rebuild it (`reprostack build "
+                            "deepep`) or run the gate in host mode (--no-container), which builds them")
+    d = jsonsrc.load(path, _bad(path), max_bytes=MAX_MANIFEST_BYTES)
+    schema = json.loads(resources.files("reprostack").joinpath("schemas/kernels-manifest.schema.json").read_text())
+    validate(d, {}, schema, str(path), PrebuiltError)
+    for name, c in d["components"].items():
+        if c["pin"] != name:
+            raise PrebuiltError(path, None, f"components.{name}.pin", f"is {c['pin']!r}, the entry is {name!r}")
+    return d, sha256_file(path)
+
+
+def _mismatch(path: Path, name: str, field: str, have, where: str, want, todo: str) -> PrebuiltError:
+    return PrebuiltError(path, None, f"components.{name}.{field}", f"the image has {have}, {where} has {want}: {todo}")
+
+
+def check(path: Path | str, lock: Lock, root: Path, names: tuple[str, ...] | list[str], *,
+          arch: str | None = None, hash_files: bool = True) -> Prebuilt:
+    """Load the manifest at `path` and check components `names` against `lock` and `root`'s kernel recipes (see
+    the module doc). `arch`: the GPU's compute capability ("90"), checked when given. Raises PrebuiltError."""
+    path = Path(path)
+    d, digest = load(path)
+    rebuild = "rebuild the image from this lock (`reprostack build deepep`, then its children) or run in host " \
+              "mode (--no-container)"
+    comps = {}
+    for name in names:
+        c = d["components"].get(name)
+        if c is None:
+            raise PrebuiltError(path, None, f"components.{name}", f"missing: the image has "
+                                f"{', '.join(sorted(d['components'])) or 'none'}; the gate needs {name}: {rebuild}")
+        pin = lock.upstreams.get(name)
+        if not isinstance(pin, GitPin):
+            raise PrebuiltError(path, None, f"components.{name}", f"the lock ({lock.path}) has no git pin {name!r}")
+        where = f"the lock ({lock.path}: upstreams.{name})"
+        if c["rev"] != pin.rev:
+            raise _mismatch(path, name, "rev", c["rev"], where, pin.rev, rebuild)
+        want_tree = pin.patched_tree or pin.tree
+        if c["patched_tree"] != want_tree:
+            raise _mismatch(path, name, "patched_tree", c["patched_tree"], where + " after its patch series", want_tree,
+                            rebuild)
+        if name in KERNELS and c["kind"] != "kernel":
+            raise _mismatch(path, name, "kind", c["kind"], "the gate", "kernel", rebuild)
+        if c["kind"] == "kernel":
+            recipe = load_recipe(root, name)
+            if c["recipe"] != recipe.digest:
+                raise _mismatch(path, name, "recipe", c["recipe"], f"this checkout's {recipe.path}", recipe.digest,
+                                f"the recipe changed since the image was built; {rebuild}")
+            if arch and arch not in c["arch"]:
+                raise _mismatch(path, name, "arch", ",".join(c["arch"]), "this host's GPU", arch,
+                                "the image's kernels hold no code for this GPU; rebuild with its CUDA_ARCH")
+            if hash_files:
+                for f, sha in c["files"].items():
+                    fp = Path(f)
+                    if not fp.is_file():
+                        raise PrebuiltError(path, None, f"components.{name}.files",
+                                            f"{f} is not a file in this image: {rebuild}")
+                    got = sha256_file(fp)
+                    if got != sha:
+                        raise _mismatch(path, name, f"files[{f}]", f"sha256 {sha}", "the file", f"sha256 {got}",
+                                        "the built file was replaced after the manifest was written; " + rebuild)
+        comps[name] = c
+    if "nccl" in comps and "deepep" in comps:
+        n, e = comps["nccl"]["nccl_version"], comps["deepep"]["nccl_version"]
+        if n != e:
+            raise _mismatch(path, "deepep", "nccl_version", e, "the image's nccl", n, "DeepEP was built against "
+                            "another NCCL than the one the image loads; " + rebuild)
+        floor = load_recipe(root, "deepep").nccl_floor
+        if floor and preflight.parse_version(n) < preflight.parse_version(floor):
+            raise _mismatch(path, "nccl", "nccl_version", n, "kernels/deepep.yaml (nccl-floor)", f">= {floor}", rebuild)
+    return Prebuilt(path, digest, d["image"], d["lock_sha256"], comps)
