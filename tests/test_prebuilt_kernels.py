@@ -27,7 +27,8 @@ from reprostack.kernels import prebuilt
 from reprostack.kernels.prebuilt import PrebuiltError
 from reprostack.kernels.recipe import load_recipe
 from reprostack.lock import load
-from test_gate_micro_flow import EP1_LOG, FIX, gpu_host, stand_in_python  # noqa: F401 (fixture)
+from test_gate_micro_flow import FIX, gpu_host, stand_in_python  # noqa: F401 (fixture)
+from trialslog import real_ep1_texts, trials_log
 from test_sources import make_stack, take_servers_away, write_project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,11 +212,13 @@ def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_p
     monkeypatch.setattr(micro.kbuild, "build_nccl", no_build)
     monkeypatch.setattr(micro.kbuild, "build_deepep", no_build)
     (root / "gates" / "drivers").mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "gates/drivers/dense_a2a.py", root / "gates/drivers/dense_a2a.py")
-    py = stand_in_python(tmp_path, EP1_LOG, FIX / "dense_ep1.log")
+    for d in ("dense_a2a.py", "micro_trials.py"):
+        shutil.copy(REPO / "gates/drivers" / d, root / "gates/drivers" / d)
+    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)))
     cache = tmp_path / "cache"
     opts = micro.MicroOptions(root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(cache)),
-                              out_dir=tmp_path / "out", python=py, profile="h200-ep1", prebuilt=m)
+                              out_dir=tmp_path / "out", python=py, profile="h200-ep1", prebuilt=m,
+                              trials=3)
     rep = micro.run_micro(opts)
     assert rep.result == "pass", rep.reason
     kf = rep.provenance["kernels_from"]
