@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import hostinfo, sources
+from .. import hostinfo, sources, ui
 from ..errors import ReprostackError
 from ..kernels import build as kbuild
 from ..kernels import runtime, toolchain
@@ -163,7 +163,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
         env.update(profile.env)
         env["EP_JIT_CACHE_DIR"] = str(deepep.out / "jit")
         t = time.monotonic()
-        one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
+        with ui.step("check one NCCL"):
+            one = runtime.check_one_nccl(opts.python, env, nccl.out / "build" / "lib")
         timings["nccl_check_s"] = round(time.monotonic() - t, 2)
         host["nccl_runtime"] = one["runtime"]
         data["torch_built_with_nccl"] = one["torch_built_with"]
@@ -195,8 +196,9 @@ def run_micro(opts: MicroOptions) -> GateReport:
     log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
     data["command"] = launch.argv
     data["env"] = {k: env[k] for k in sorted({*spec.env, *profile.env, *launch.env, "PYTHONPATH"}) if k in env}
-    outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path), timeout_s=opts.timeout_s or spec.timeout_s,
-                                log_path=log)
+    with ui.step(f"test_ep [{profile.name}]", log=log):  # its output: the live line (-v: every line)
+        outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path),
+                                    timeout_s=opts.timeout_s or spec.timeout_s, log_path=log, echo=False)
     timings["test_s"] = round(outcome.duration_s, 2)
     logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)

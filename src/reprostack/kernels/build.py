@@ -81,8 +81,10 @@ def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     log.write_text("")
     tmp = Path(tempfile.mkdtemp(prefix=f".{component}-", dir=out.parent))
     t0 = time.monotonic()
+    from .. import ui
     try:
-        info = make(tmp, log)
+        with ui.step(f"build {component}", log=log):  # the compiler's lines as one live line; all in the log
+            info = make(tmp, log)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
