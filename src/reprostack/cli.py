@@ -172,8 +172,11 @@ def _fetch_opts(args) -> sources.FetchOptions:
             raise ReprostackError(str(e)) from None
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
         raise ReprostackError(f"--cache {args.cache}: exists and is not a folder")
-    return sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
+    opts = sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
                                      mirrors=mirrors, bundles=args.bundle, timeout=timeout)
+    from . import ui
+    ui.configure(cache=opts.cache.root)  # the step durations (ETAs) live next to what they time
+    return opts
 
 
 def _git_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
@@ -240,8 +243,6 @@ def _dispatch(args) -> int:
         return _verify(args)
     lock, root = _load(args)
     opts = _fetch_opts(args)
-    from . import ui
-    ui.configure(cache=opts.cache.root)
     if args.cmd == "fetch":
         for n in _git_names(lock, args.names):
             f = sources.fetch(lock.git(n), opts)
