@@ -213,7 +213,7 @@ def test_latest_that_is_a_real_folder_is_left_alone(tmp_path):
     (tmp_path / "latest" / "keep").write_text("x")
     with pytest.raises(OSError, match="not a symlink"):
         ui.new_run_dir(tmp_path)
-    assert (tmp_path / "latest" / "keep").read_text() == "x"
+    assert (tmp_path / "latest" / "keep").read_text() == "x" and os.listdir(tmp_path) == ["latest"]
 
 
 def _fake_local_test_pass(g, a, lock, root, fetch):

@@ -412,7 +412,11 @@ def new_run_dir(base: Path, now: datetime | None = None) -> Path:
             continue
     else:
         raise FileExistsError(f"{base}: no free run folder name for {stamp}")
-    point_latest(base, d.name)
+    try:
+        point_latest(base, d.name)
+    except BaseException:
+        d.rmdir()  # no run folder that `latest` does not name
+        raise
     return d
 
 
