@@ -267,3 +267,12 @@ def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypat
     from conftest import without_progress
     assert without_progress(capsys.readouterr().err).splitlines()[-1] == (
         "reprostack: error: gates/vllm.yaml:3: no profile 'nope'")
+
+
+def test_several_nodes_need_one_shared_out(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_load", lambda args: (None, tmp_path))
+    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    assert cli.main(["gate", "micro", "--node-rank", "1", "--master-addr", "10.0.0.1"]) == 2
+    assert "needs --out DIR, the same folder on every node" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

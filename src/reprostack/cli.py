@@ -347,6 +347,9 @@ def _gates(args, lock, root, opts) -> int:
     if args.plan:
         args.out = str(base)
         return _plans(args, lock, root, opts)
+    if not args.out and ((args.nodes or 1) > 1 or args.node_rank > 0):  # each node would stamp its own folder
+        raise ReprostackError("a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
+                              "every node's log there)")
     # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
     # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
     before = _latest_target(base)
