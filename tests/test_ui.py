@@ -9,7 +9,6 @@ import json
 import os
 import threading
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -216,6 +215,9 @@ def test_latest_that_is_a_real_folder_is_left_alone(tmp_path):
     assert (tmp_path / "latest" / "keep").read_text() == "x" and os.listdir(tmp_path) == ["latest"]
 
 
+LOCAL_TEST = "PASS (local-test, not evidence)"  # report.model.GateReport.label of a self-test profile's pass
+
+
 def _fake_local_test_pass(g, a, lock, root, fetch):
     return GateReport(g.stem, "local-test", "pass", "1 check(s) passed", evidence=False,
                       checks=[evaluate("deepep.c4.errors", "requests", 0, "==", 0)])
@@ -239,9 +241,9 @@ def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys
     assert "vllm [local-test]: PASS (local-test, not evidence) — 1 check(s) passed" in out
     assert "gate vllm: PASS (local-test, not evidence) in " in err
     summary = json.loads((second / "summary.json").read_text())
-    assert summary["gates"][0]["label"] == ui.LOCAL_TEST_LABEL
-    assert f"| {ui.LOCAL_TEST_LABEL} |" in (second / "summary.md").read_text()
-    assert f"{ui.LOCAL_TEST_LABEL}: 1 check(s) passed" in (second / "junit.xml").read_text()
+    assert summary["gates"][0]["label"] == LOCAL_TEST
+    assert f"| {LOCAL_TEST} |" in (second / "summary.md").read_text()
+    assert f"{LOCAL_TEST}: 1 check(s) passed" in (second / "junit.xml").read_text()
     # an explicit --out is used as given (shared between the nodes of one run)
     assert cli.main(["gate", "vllm", "--profile", "local-test", "--out", str(tmp_path / "given")]) == 3
     assert (tmp_path / "given" / "summary.json").is_file() and not (tmp_path / "given" / "latest").exists()

@@ -43,7 +43,6 @@ TIMINGS_FILE = "timings.json"
 MAX_TIMINGS_BYTES = 256 * 1024
 MAX_SECONDS = 7 * 24 * 3600.0  # a stored duration above a week is not a duration of ours
 _TIMINGS_VERSION = 1
-LOCAL_TEST_LABEL = "PASS (local-test, not evidence)"
 
 
 class _State:
@@ -127,13 +126,6 @@ def warn(msg: str, *, once: str | None = None) -> None:
             return
         _S.warned.add(once)
     _emit(f"reprostack: warning: {msg}")
-
-
-def label(result: str, evidence: bool = True, profile: str = "local-test") -> str:
-    """The result as printed everywhere: `PASS`, or `PASS (local-test, not evidence)` for a pass that is no
-    evidence (report.model.GateReport.label is the same rule)."""
-    word = str(result).upper()
-    return f"{word} ({profile}, not evidence)" if str(result) == "pass" and not evidence else word
 
 
 # --------------------------------------------------------------------------- durations and ETAs
