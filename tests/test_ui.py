@@ -9,6 +9,7 @@ import json
 import os
 import threading
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -278,3 +279,41 @@ def test_several_nodes_need_one_shared_out(tmp_path, monkeypatch, capsys):
     assert cli.main(["gate", "micro", "--node-rank", "1", "--master-addr", "10.0.0.1"]) == 2
     assert "needs --out DIR, the same folder on every node" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
+    """noxfile._gate without --out reads out/gate_<G>/latest/summary.json, which the CLI points at this run's
+    folder before running anything: a run that crashed leaves no summary there, never an earlier run's verdict."""
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", repo / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
+    monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
+    monkeypatch.setattr(cli, "_load", lambda args: (None, tmp_path))
+    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
+
+    class Session:
+        posargs = ["--profile", "local-test"]
+
+        def run(self, prog, *args, success_codes=(0,)):
+            assert prog == "reprostack"
+            cli.main(list(args))
+
+        def error(self, msg):
+            raise RuntimeError(msg)
+
+    rc, reason = noxfile._gate(Session(), "gate", "vllm")
+    assert rc == 3 and reason == "vllm: PASS (local-test, not evidence) 1 check(s) passed"
+
+    def crash(*a):
+        raise KeyError("a crash of the tool itself")
+
+    monkeypatch.setattr(runner, "_run_gate", crash)
+    with pytest.raises(RuntimeError, match="no out/gate_vllm/latest/summary.json was written"):
+        noxfile._gate(Session(), "gate", "vllm")
+    assert len([p for p in (tmp_path / "out" / "gate_vllm").iterdir()]) == 3  # two runs + latest; the first intact
