@@ -8,6 +8,7 @@ import io
 import json
 import os
 import threading
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -289,7 +290,9 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
     repo = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("noxfile_under_test", repo / "noxfile.py")
     noxfile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(noxfile)
+    with warnings.catch_warnings():  # test_readme may have registered the same sessions already
+        warnings.simplefilter("ignore", FutureWarning)
+        spec.loader.exec_module(noxfile)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
     monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
