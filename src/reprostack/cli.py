@@ -33,7 +33,27 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
+    ap.add_argument("--stack", default=None, metavar="NAME",
+                    help="the lock's stack to use (`reprostack stacks` lists them; default: $REPROSTACK_STACK, else "
+                         "the published campaign); reports record it as provenance.stack")
     sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("stacks", help="list the lock's stacks; `stacks diff A B`: the pins, patches and env that differ; "
+                                      "`stacks plugin`: build the selected stack's aws-ofi-nccl GIN plugin chain",
+                       description="`stacks`: list the lock's stacks. `stacks diff A B`: the pins (rev, tree, version), "
+                                   "patch series and env that differ. `stacks plugin --out DIR`: build rdma-core, "
+                                   "libfabric and the aws-ofi-nccl plugin of the selected stack (--stack) from its "
+                                   "verified pins into DIR/prefix and check it exports --symbol. `stacks check-plugin "
+                                   "LIBDIR`: only the export check.")
+    p.add_argument("action", nargs="*", metavar="ACTION", help="nothing | diff A B | plugin | check-plugin LIBDIR")
+    p.add_argument("--json", action="store_true", help="JSON instead of text")
+    p.add_argument("--out", default="out/ginplugin", help="plugin: work folder (default: out/ginplugin)")
+    p.add_argument("--jobs", type=int, default=None, help="plugin: parallel build jobs (default: all cores)")
+    p.add_argument("--cuda", default=None, help="plugin: CUDA root (default: from nvcc on PATH, else /usr/local/cuda)")
+    p.add_argument("--render-only", action="store_true", help="plugin: write the build script, run nothing")
+    p.add_argument("--symbol", default="ncclGinPlugin_v14", help="plugin/check-plugin: the GIN table that must be "
+                                                                "exported (default: ncclGinPlugin_v14, GDAKI only)")
+    _common(p)
 
     p = sub.add_parser("lock", help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
                                     "`lock images` fills/checks base image digests from the registry")
@@ -175,6 +195,9 @@ def _git_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.stack is not None:  # for this process and what it starts (nox sessions, gate launches)
+        import os
+        os.environ[lockmod.lockstacks.ENV] = args.stack
     try:
         return _dispatch(args)
     except FetchError as e:
@@ -229,6 +252,13 @@ def _dispatch(args) -> int:
         return 0
     if args.cmd == "verify":
         return _verify(args)
+    if args.cmd == "stacks":
+        from . import stacks
+        if args.action[:1] in (["plugin"], ["check-plugin"]):
+            lock, root = _load(args)
+            return stacks.plugin(args, lock, root, _fetch_opts(args) if args.action[0] == "plugin" else None)
+        return stacks.run(Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE,
+                          args.action, args.json)
     lock, root = _load(args)
     opts = _fetch_opts(args)
     if args.cmd == "fetch":
@@ -338,6 +368,8 @@ def _gates(args, lock, root, opts) -> int:
         required = {r.gate for r in reports}
     else:
         reports, required = runner.run_all(ga, lock, root, opts), runner.required()
+    for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
+        r.provenance.setdefault("stack", lock.stack)
     written = write_reports(reports, Path(args.out), required=required)
     for r in reports:
         print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
