@@ -5,6 +5,7 @@ script and the export check on real shared objects compiled here with cc. Real f
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -29,7 +30,15 @@ T = "b" * 40
 
 @pytest.fixture(autouse=True)
 def _no_selected_stack(monkeypatch):
-    monkeypatch.delenv(lockstacks.ENV, raising=False)
+    monkeypatch.setenv(lockstacks.ENV, "campaign")
+    monkeypatch.delenv(lockstacks.ENV)  # absent here, and restored to what it was after the test
+
+
+def test_cli_leaves_the_stack_variable_as_it_found_it(tmp_path):
+    import os
+    p = small_lock(tmp_path, GIN)
+    assert cli.main(["--stack", "nope", "lock", "check", "--lock", str(p)]) == 2
+    assert lockstacks.ENV not in os.environ
 
 
 def small_lock(tmp_path: Path, stacks: str) -> Path:
@@ -367,13 +376,18 @@ def _sources(tmp_path: Path) -> dict:
         d = tmp_path / "trees" / n
         (d / ".git").mkdir(parents=True)
         (d / "README").write_text(n)
+        if n in ginplugin.AUTOGEN:  # a stand-in autogen.sh: writes an executable configure that records its args
+            (d / "autogen.sh").write_text("#!/bin/sh\nprintf '#!/bin/sh\\necho \"$@\" > configured\\n' > configure\n"
+                                          "chmod +x configure\n")
+            (d / "autogen.sh").chmod(0o755)
         out[n] = ginplugin.ChainSource(n, d, str(i) * 40, "f" * 40)
     return out
 
 
 def test_render_script_builds_the_chain_in_order_with_the_pinned_flags(tmp_path):
     text = ginplugin.render_script(_sources(tmp_path), tmp_path / "w", tmp_path / "p", "/usr/local/cuda", 16)
-    order = [text.index(f"STEP='{s}'") for s in ("copy rdma-core", "rdma-core cmake", "libfabric configure",
+    order = [text.index(f"STEP='{s}'") for s in ("copy rdma-core", "libfabric autogen", "aws-ofi-nccl autogen",
+                                                  "rdma-core cmake", "libfabric configure",
                                                   "aws-ofi-nccl configure", "aws-ofi-nccl build", "record")]
     assert order == sorted(order)
     assert "-DENABLE_RESOLVE_NEIGH=0" in text and "-DNO_MAN_PAGES=1" in text and "--build" in text and "-j 16" in text
@@ -407,6 +421,33 @@ def test_rendered_script_copies_trees_without_git_and_stops_naming_the_failed_st
     assert (tmp_path / "w" / "src" / "aws-ofi-nccl" / "README").read_text() == "aws-ofi-nccl"
     assert not (tmp_path / "w" / "src" / "aws-ofi-nccl" / ".git").exists()
     assert (tmp_path / "trees" / "aws-ofi-nccl" / ".git").is_dir()  # the verified tree is untouched
+    assert not (tmp_path / "trees" / "aws-ofi-nccl" / "configure").exists()  # autogen ran in the copy
+    assert (tmp_path / "w" / "src" / "aws-ofi-nccl" / ginplugin.STAMP).read_text() == f"{'3' * 40} {'f' * 40}\n"
+
+
+def test_autogen_only_then_pregenerated_trees_are_used_only_when_their_stamp_matches(tmp_path):
+    """Where autotools are missing (the lent H200), the generated build systems come from a host that has them:
+    --autogen-only makes stamped trees; the full script takes them only if the stamp names the lock's rev and tree."""
+    if not shutil.which("cmake"):
+        pytest.skip("cmake not installed")
+    srcs = _sources(tmp_path)
+    gen = tmp_path / "gen.sh"
+    gen.write_text(ginplugin.render_script(srcs, tmp_path / "g", tmp_path / "gp", "/c", 1, autogen_only=True))
+    assert "rdma-core" not in gen.read_text() and "cmake" not in gen.read_text()
+    subprocess.run(["bash", str(gen)], check=True, capture_output=True)
+    pre = tmp_path / "g" / "src"
+    assert sorted(x.name for x in pre.iterdir()) == ["aws-ofi-nccl", "libfabric"]
+    for n in ginplugin.AUTOGEN:  # the source trees lose autogen.sh: the full script must not need it
+        (srcs[n].path / "autogen.sh").unlink()
+    script = tmp_path / "b.sh"
+    script.write_text(ginplugin.render_script(srcs, tmp_path / "w", tmp_path / "p", "/c", 1))
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
+                                                                                   "GINPLUGIN_PREGEN": str(pre)})
+    assert "FAILED at: rdma-core cmake" in r.stderr, r.stderr  # past both autogen steps, with no autogen.sh
+    (pre / "libfabric" / ginplugin.STAMP).write_text(f"{'9' * 40} {'f' * 40}\n")  # made from another tree
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
+                                                                                   "GINPLUGIN_PREGEN": str(pre)})
+    assert r.returncode == 2 and "does not name libfabric 1111" in r.stderr and "cmake" not in r.stderr
 
 
 def _so(tmp_path: Path, name: str, symbols: list[str]) -> Path:
@@ -493,3 +534,33 @@ def test_make_stack_lock_loads_with_and_without_stacks(tmp_path):
     p = tmp_path / "upstreams.lock"
     p.write_text(lock_text(s))
     assert load(p).stack == "campaign" and load(p).stacks["campaign"].line is None
+
+
+def test_stack_image_recipe_renders_from_the_selected_stack():
+    from reprostack.containers.recipe import load_all
+    from reprostack.containers.engine import render_recipe
+    recipe = load_all(REPO_ROOT)["deepep-gin-gdaki"]
+    gin = load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")
+    text, args, labels = render_recipe(recipe, gin, from_ref="sha256:" + "ab" * 32)
+    assert args["NCCL_REV"] == gin.git("nccl").rev and args["OFI_REV"] == gin.git("aws-ofi-nccl").rev
+    assert labels["org.opencontainers.image.title"].endswith("NCCL v2.30.7-1, aws-ofi-nccl v1.21.1)")
+    assert "check-gin-plugin-v14.sh /opt/reprostack/aws-ofi-nccl/lib" in text and "ENV NCCL_GIN_TYPE=5" in text
+    assert recipe.parent == "substrate"
+
+
+def test_stack_image_plugin_check_script_on_real_shared_objects(tmp_path):
+    check = REPO_ROOT / "containers" / "deepep-gin-gdaki" / "check-gin-plugin-v14.sh"
+    lib = _so(tmp_path, "libnccl-net-ofi", ["ncclGinPlugin_v13", "ncclNetPlugin_v10"])
+    r = subprocess.run(["sh", str(check), str(lib.parent)], capture_output=True, text=True)
+    assert r.returncode == 1 and "GDAKI not compiled in" in r.stderr
+    _so(tmp_path, "libnccl-net-ofi", ["ncclGinPlugin_v14", "ncclNetPlugin_v10"])
+    r = subprocess.run(["sh", str(check), str(lib.parent)], capture_output=True, text=True)
+    assert r.returncode == 0 and "exports ncclGinPlugin_v14 and ncclNetPlugin_v10" in r.stdout
+
+
+def test_device_script_is_valid_bash_and_runs_the_stack():
+    script = REPO_ROOT / "scripts" / "device" / "stack_gdaki_micro.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "gate micro" in text and "--profile h200-ep1 --arm deepep,dense" in text and "check-plugin" in text
+    assert "STACK=${STACK:-gin-gdaki}" in text and "GINPLUGIN_PREGEN" in text

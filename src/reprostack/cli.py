@@ -51,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=None, help="plugin: parallel build jobs (default: all cores)")
     p.add_argument("--cuda", default=None, help="plugin: CUDA root (default: from nvcc on PATH, else /usr/local/cuda)")
     p.add_argument("--render-only", action="store_true", help="plugin: write the build script, run nothing")
+    p.add_argument("--autogen-only", action="store_true",
+                   help="plugin: only run autogen.sh of libfabric and aws-ofi-nccl (on a host with autotools); the "
+                        "stamped trees under DIR/work/src go where autotools are missing ($GINPLUGIN_PREGEN)")
     p.add_argument("--symbol", default="ncclGinPlugin_v14", help="plugin/check-plugin: the GIN table that must be "
                                                                 "exported (default: ncclGinPlugin_v14, GDAKI only)")
     _common(p)
@@ -195,9 +198,20 @@ def _git_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.stack is not None:  # for this process and what it starts (nox sessions, gate launches)
-        import os
+    import os
+    before = os.environ.get(lockmod.lockstacks.ENV)
+    if args.stack is not None:  # for this command and what it starts (nox sessions, gate launches); restored after
         os.environ[lockmod.lockstacks.ENV] = args.stack
+    try:
+        return _main(args)
+    finally:
+        if before is None:
+            os.environ.pop(lockmod.lockstacks.ENV, None)
+        else:
+            os.environ[lockmod.lockstacks.ENV] = before
+
+
+def _main(args) -> int:
     try:
         return _dispatch(args)
     except FetchError as e:

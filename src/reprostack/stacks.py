@@ -149,7 +149,8 @@ def plugin(args, lk: lockmod.Lock, root: Path, fetch) -> int:
         nvcc = shutil.which("nvcc")
         guess = Path(nvcc).resolve().parent.parent if nvcc else None
         cuda = str(guess) if guess and (guess / "include" / "cuda.h").is_file() else "/usr/local/cuda"
-    text = ginplugin.render_script(srcs, work / "work", work / "prefix", cuda, args.jobs or os.cpu_count() or 1)
+    text = ginplugin.render_script(srcs, work / "work", work / "prefix", cuda, args.jobs or os.cpu_count() or 1,
+                                   autogen_only=args.autogen_only)
     work.mkdir(parents=True, exist_ok=True)
     from .atomicfile import write_text_atomic
     script = work / "build-plugin.sh"
@@ -160,6 +161,10 @@ def plugin(args, lk: lockmod.Lock, root: Path, fetch) -> int:
     rc = subprocess.run(["bash", str(script)]).returncode
     if rc != 0:
         raise ReprostackError(f"stack {lk.stack}: the GIN plugin chain failed (exit {rc}); logs in {work / 'work'}")
+    if args.autogen_only:
+        print(f"generated build systems: {work / 'work' / 'src'} (carry it; GINPLUGIN_PREGEN=<that folder> on the "
+              f"host without autotools)")
+        return 0
     r = ginplugin.check_exports(work / "prefix" / "lib", args.symbol)
     print(f"{r['library']}: exports {' '.join(r['gin'] + r['net'])}")
     return 0

@@ -43,9 +43,19 @@ class ChainSource:
     tree: str
 
 
-def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cuda: str, jobs: int) -> str:
+AUTOGEN = ("libfabric", "aws-ofi-nccl")  # built with autotools from git: `./autogen.sh` makes their configure
+STAMP = ".reprostack-source"  # in a pregenerated tree: "<rev> <tree>" of the verified tree it was made from
+
+
+def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cuda: str, jobs: int,
+                  *, autogen_only: bool = False) -> str:
     """The bash script that builds the chain from `sources` (every name of CHAIN) under `work` into `prefix`.
-    Raises BuildError naming a missing pin."""
+
+    A host without autotools (the lent H200) takes the generated build systems of AUTOGEN from a folder made on a
+    host that has them: `autogen_only` renders the script that copies and runs `autogen.sh` only, stamping each tree
+    with its rev and tree hash; the full script, run with $GINPLUGIN_PREGEN=<that work/src folder>, copies those
+    trees instead, after checking the stamp names the same rev and tree as the lock (else it stops), and runs
+    `autogen.sh` only where no `configure` exists. Raises BuildError naming a missing pin."""
     missing = [n for n in CHAIN if n not in sources]
     if missing:
         raise BuildError(f"GIN plugin chain: no source for {', '.join(missing)} (pins of the chain: {', '.join(CHAIN)})")
@@ -66,12 +76,30 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         'step() { echo "[ginplugin] $(date +%T) $*"; }',
         f'trap \'echo "[ginplugin] FAILED at: ${{STEP:-setup}}" >&2; L=$(ls -t {q(str(w))}/*.log 2>/dev/null | head -1); '
         f'[ -n "$L" ] && {{ echo "[ginplugin] tail of $L:" >&2; tail -25 "$L" >&2; }}\' ERR',
+        'PREGEN=${GINPLUGIN_PREGEN:-}',
     ]
-    for n in CHAIN:
+    for n in (AUTOGEN if autogen_only else CHAIN):
         s = sources[n]
+        stamp = f"{s.rev} {s.tree}"
         lines += [f"STEP='copy {n}'; step \"$STEP ({s.rev[:12]})\"",
-                  f"rm -rf {q(str(src[n]))} && mkdir -p {q(str(src[n]))}",
-                  f"tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -"]
+                  f"rm -rf {q(str(src[n]))} && mkdir -p {q(str(src[n]))}"]
+        if n in AUTOGEN and not autogen_only:
+            pre = f"$PREGEN/{n}"
+            lines += [f'if [ -n "$PREGEN" ]; then',
+                      f'  [ "$(cat "{pre}/{STAMP}" 2>/dev/null)" = {q(stamp)} ] || '
+                      f'{{ echo "[ginplugin] {pre}/{STAMP} does not name {n} {stamp} (the lock\'s pin)" >&2; exit 2; }}',
+                      f'  tar -C "{pre}" -cf - . | tar -C {q(str(src[n]))} -xf -',
+                      "else",
+                      f"  tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -",
+                      "fi"]
+        else:
+            lines.append(f"tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -")
+        if n in AUTOGEN:
+            lines += [f"STEP='{n} autogen'; step \"$STEP\"",
+                      f"cd {q(str(src[n]))} && {{ [ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1; }}",
+                      f"echo {q(stamp)} > {q(str(src[n] / STAMP))}"]
+    if autogen_only:
+        return "\n".join(lines + ["step done: generated build systems under " + q(str(w / "src"))]) + "\n"
     rb = w / "build" / "rdma-core"
     lines += [
         "STEP='rdma-core cmake'; step \"$STEP\"",
@@ -85,7 +113,7 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         f"test -e {q(str(p / 'include' / 'infiniband' / 'efadv.h'))}",
         "STEP='libfabric configure'; step \"$STEP\"",
         f"printf '%s\\n' {' '.join(q(f) for f in fab_flags)} > {q(str(p / 'flags' / 'libfabric.flags'))}",
-        f"cd {q(str(src['libfabric']))} && ./autogen.sh > {q(str(w / 'libfabric.autogen.log'))} 2>&1",
+        f"cd {q(str(src['libfabric']))}",
         f"./configure $(cat {q(str(p / 'flags' / 'libfabric.flags'))}) > {q(str(w / 'libfabric.configure.log'))} 2>&1",
         "STEP='libfabric build'; step \"$STEP\"",
         f"make -j {jobs} > {q(str(w / 'libfabric.build.log'))} 2>&1 && make install > /dev/null 2>&1",
@@ -94,7 +122,6 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         f"printf '%s\\n' {' '.join(q(f) for f in ofi_flags)} > {q(str(p / 'flags' / 'aws-ofi-nccl.flags'))}",
         # without .git, the plugin's version script takes the commit from BRAZIL_PACKAGE_CHANGE_ID (m4/get_version.sh)
         f"cd {q(str(src['aws-ofi-nccl']))} && export BRAZIL_PACKAGE_CHANGE_ID={sources['aws-ofi-nccl'].rev}",
-        f"./autogen.sh > {q(str(w / 'aws-ofi-nccl.autogen.log'))} 2>&1",
         f"./configure $(cat {q(str(p / 'flags' / 'aws-ofi-nccl.flags'))}) > {q(str(w / 'aws-ofi-nccl.configure.log'))} 2>&1",
         f"grep -E 'GDAKI support (enabled|disabled)' {q(str(w / 'aws-ofi-nccl.configure.log'))} || true",
         "STEP='aws-ofi-nccl build'; step \"$STEP\"",
