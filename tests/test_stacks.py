@@ -564,3 +564,12 @@ def test_device_script_is_valid_bash_and_runs_the_stack():
     text = script.read_text()
     assert "gate micro" in text and "--profile h200-ep1 --arm deepep,dense" in text and "check-plugin" in text
     assert "STACK=${STACK:-gin-gdaki}" in text and "GINPLUGIN_PREGEN" in text
+
+
+def test_bump_of_a_pin_the_selected_stack_overrides_is_refused_in_one_line(tmp_path, capsys):
+    p = small_lock(tmp_path, GIN)
+    before = p.read_bytes()
+    assert cli.main(["--stack", "gin", "bump", "nccl", "--lock", str(p), "--no-commit", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "stack gin overrides pin nccl; bump moves the shared pin only" in err
+    assert p.read_bytes() == before and not (tmp_path / "b").exists()

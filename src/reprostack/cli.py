@@ -316,6 +316,12 @@ def argv_of(args) -> list[str]:
 def _bump(args, root: Path, opts, argv: list[str]) -> int:
     from .bump import BumpConflict, plan_bump, write_bump, write_report
     lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
+    lk = lockmod.load(lock_path)
+    if args.upstream in lk.stacks[lk.stack].overrides:  # bump edits upstreams: (the shared pin), not an override
+        raise ReprostackError(f"{lk.where('upstreams', args.upstream)}: stack {lk.stack} overrides pin "
+                              f"{args.upstream}; bump moves the shared pin only: edit stacks.{lk.stack}.overrides."
+                              f"{args.upstream} (rev and tree, checked by `reprostack --stack {lk.stack} fetch "
+                              f"{args.upstream}`)")
     r = plan_bump(lock_path, args.upstream, opts, to=args.to, project_root=root, allow_rewind=args.allow_rewind,
                   args=argv)
     if r.status == "current":
