@@ -305,6 +305,7 @@ def test_gate_spec_stack_env_layers_over_the_lock_stack_env(tmp_path):
     assert p5.bars_status == "unmeasured" and p5.env["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,NET"
     assert p5.env["EP_EFA_MAX_QPS"] == "6"  # the profile's own env stays under the stack's
     assert g.profiles["h200-ep1"] == spec.profiles["h200-ep1"]
+    assert (c.image, g.image) == ("deepep", "deepep-gin-gdaki")
 
 
 def test_gate_spec_stack_naming_an_unknown_profile_is_a_located_error(tmp_path):
@@ -573,3 +574,12 @@ def test_bump_of_a_pin_the_selected_stack_overrides_is_refused_in_one_line(tmp_p
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "stack gin overrides pin nccl; bump moves the shared pin only" in err
     assert p.read_bytes() == before and not (tmp_path / "b").exists()
+
+
+def test_plan_of_the_stack_shows_its_env(capsys):
+    assert cli.main(["--stack", "gin-gdaki", "gate", "micro", "--plan", "--json", "--profile", "p5en-efa-ep16"]) == 0
+    env = dict(json.loads(capsys.readouterr().out)["env"])
+    assert env["NCCL_GIN_TYPE"] == "5" and env["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,NET"
+    assert cli.main(["gate", "micro", "--plan", "--json", "--profile", "p5en-efa-ep16"]) == 0
+    env = dict(json.loads(capsys.readouterr().out)["env"])
+    assert env["NCCL_GIN_TYPE"] == "2" and "NCCL_DEBUG_SUBSYS" not in env

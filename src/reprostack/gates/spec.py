@@ -101,7 +101,8 @@ class GateSpec:
     stack: str | None = None  # the lock stack with_stack() applied (None: none applied)
 
     def with_stack(self, name: str, lock_env: dict | None = None) -> GateSpec:
-        """This spec as stack `name` runs it: env = the spec's, then the lock stack's `lock_env`, then the spec's
+        """This spec as stack `name` runs it (its `image` when the entry names one): env = the spec's, then the lock
+        stack's `lock_env`, then the spec's
         `stacks.<name>.env`; each profile's env gets `stacks.<name>.profiles.<profile>.env` over its own, and its
         bars-status that entry's (a stack's run on hardware its bars were not measured with says so). A profile
         named there that the spec does not have is a GateSpecError naming the line."""
@@ -116,7 +117,7 @@ class GateSpec:
             p = profiles[pname]
             profiles[pname] = dataclasses.replace(p, env={**p.env, **(pe.get("env") or {})},
                                                   bars_status=pe.get("bars-status", p.bars_status))
-        return dataclasses.replace(self, env=env, profiles=profiles, stack=name)
+        return dataclasses.replace(self, env=env, profiles=profiles, stack=name, image=entry.get("image", self.image))
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
