@@ -87,17 +87,13 @@ stacks:
 # --------------------------------------------------------------------------- the lock
 
 
-def test_real_lock_default_stack_is_the_campaign_and_its_pins_are_the_shared_ones():
+def test_real_lock_default_stack_is_the_campaign_and_its_pins_are_the_shared_ones(tmp_path):
     lk = load(REPO_ROOT / "upstreams.lock")
     assert lk.stack == "campaign" and set(lk.stacks) >= {"campaign", "gin-gdaki"}
     text = (REPO_ROOT / "upstreams.lock").read_text()
-    no_stacks = text[:text.index("\nstacks:\n") + 1]  # the shared pins alone, as before stacks existed
-    tmp = REPO_ROOT / ".pytest-no-stacks.lock"
-    try:
-        tmp.write_text(no_stacks)
-        before = load(tmp, root=REPO_ROOT)
-    finally:
-        tmp.unlink()
+    tmp = tmp_path / "upstreams.lock"
+    tmp.write_text(text[:text.index("\nstacks:\n") + 1])  # the shared pins alone, as before stacks existed
+    before = load(tmp, root=REPO_ROOT)
     assert before.upstreams == lk.upstreams  # the default stack's pins are unchanged
     assert before.stacks["campaign"].overrides == ()
 
