@@ -389,6 +389,7 @@ def test_render_script_builds_the_chain_in_order_with_the_pinned_flags(tmp_path)
     assert order == sorted(order)
     assert "-DENABLE_RESOLVE_NEIGH=0" in text and "-DNO_MAN_PAGES=1" in text and "--build" in text and "-j 16" in text
     assert f"--enable-efa={tmp_path / 'p'}" in text and "--with-cuda=/usr/local/cuda" in text
+    assert "if [ -f /usr/local/cuda/include/nvml.h ]" in text and "--without-cuda" in text  # HMEM only with nvml.h
     assert f"--with-libfabric={tmp_path / 'p'}" in text and "--disable-tests" in text and "--disable-werror" in text
     assert f"--with-gdrcopy={tmp_path / 'w' / 'src' / 'gdrcopy'}" in text
     assert f"BRAZIL_PACKAGE_CHANGE_ID={'3' * 40}" in text  # aws-ofi-nccl's rev (index 3 of CHAIN)

@@ -30,6 +30,7 @@ PY=${REPROSTACK_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}
 OUTD=${OUT:-$R/out/device}
 D=out/stack-gdaki
 T=/tmp/ginplugin-tools
+PLUGIN_ENV=()
 mkdir -p "$OUTD" "$D" "$T/bin"
 t0=$(date +%s)
 for f in .carry/sources.tar .carry/ginplugin-pregen.tar; do
@@ -55,9 +56,8 @@ if ! command -v pkg-config >/dev/null; then
 fi
 if [ ! -f /usr/include/hwloc.h ] && ls .carry/debs/*.deb >/dev/null 2>&1; then
   for f in .carry/debs/*.deb; do dpkg-deb -x "$f" "$T/root"; done
-  ML=$T/root/usr/lib/x86_64-linux-gnu
-  export CPPFLAGS="-I$T/root/usr/include ${CPPFLAGS:-}" LDFLAGS="-L$ML ${LDFLAGS:-}" \
-         LD_LIBRARY_PATH="$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ML=$T/root/usr/lib/x86_64-linux-gnu   # used by the plugin build and its dlopen only, never by the gate
+  PLUGIN_ENV=(CPPFLAGS="-I$T/root/usr/include" LDFLAGS="-L$ML" LD_LIBRARY_PATH="$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   echo "hwloc: carried debs under $T/root" >> "$D/preflight.txt"
 fi
 export PATH=$T/bin:$PATH
@@ -67,7 +67,7 @@ rm -rf /tmp/ginplugin-pregen && mkdir -p /tmp/ginplugin-pregen && tar -xf .carry
 # ---- A: the GIN plugin chain, in the background (niced: the gate's NCCL build is the long pole)
 ( export REPROSTACK_CACHE=/tmp/reprostack-cache-plugin GINPLUGIN_PREGEN=/tmp/ginplugin-pregen
   tA=$(date +%s)
-  timeout -k 10 470 nice -n 10 env PYTHONPATH="$R/src:/tmp/site" "$PY" -m reprostack --stack "$STACK" stacks plugin \
+  timeout -k 10 470 nice -n 10 env "${PLUGIN_ENV[@]}" PYTHONPATH="$R/src:/tmp/site" "$PY" -m reprostack --stack "$STACK" stacks plugin \
     --offline --bundle .carry/sources.tar --out out/ginplugin
   echo "plugin rc=$? wall_s=$(( $(date +%s) - tA ))" ) > "$D/plugin.log" 2>&1 &
 PA=$!
@@ -90,7 +90,8 @@ P=out/ginplugin/prefix
 RS stacks check-plugin "$P/lib" > "$D/plugin-exports.txt" 2>&1; prc=$?
 nm -D --defined-only "$P"/lib/libnccl-net*.so 2>/dev/null | grep -E ' (ncclGinPlugin|ncclNetPlugin|ncclRmaPlugin)_v' \
   >> "$D/plugin-exports.txt"
-LD_LIBRARY_PATH="$R/$P/lib:$R/$P/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$PY" - "$R/$P/lib/libnccl-net-ofi.so" \
+env "${PLUGIN_ENV[@]}" LD_LIBRARY_PATH="$R/$P/lib:$R/$P/lib64:${ML:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  "$PY" - "$R/$P/lib/libnccl-net-ofi.so" \
   > "$D/plugin-dlopen.txt" 2>&1 <<'EOF'
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])

@@ -64,8 +64,8 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
     q = shlex.quote
     w, p = Path(work), Path(prefix)
     src = {n: w / "src" / n for n in CHAIN}
-    fab_flags = [f"--prefix={p}", f"--enable-efa={p}", "--enable-shm", f"--with-cuda={cuda}", "--enable-cuda-dlopen",
-                 *(f"--disable-{x}" for x in LIBFABRIC_OFF)]
+    fab_flags = [f"--prefix={p}", f"--enable-efa={p}", "--enable-shm", *(f"--disable-{x}" for x in LIBFABRIC_OFF)]
+    fab_cuda = [f"--with-cuda={cuda}", "--enable-cuda-dlopen"]
     ofi_flags = [f"--prefix={p}", f"--with-libfabric={p}", f"--with-cuda={cuda}", f"--with-gdrcopy={src['gdrcopy']}",
                  "--disable-tests", "--disable-werror"]
     lines = [
@@ -113,6 +113,12 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         f"test -e {q(str(p / 'include' / 'infiniband' / 'efadv.h'))}",
         "STEP='libfabric configure'; step \"$STEP\"",
         f"printf '%s\\n' {' '.join(q(f) for f in fab_flags)} > {q(str(p / 'flags' / 'libfabric.flags'))}",
+        # libfabric's CUDA HMEM (GPU memory registration, what EFA-GDA uses on a real host) includes nvml.h; a CUDA
+        # without it (a pip toolkit) gets a libfabric without HMEM, said here and in flags/libfabric.flags
+        f"if [ -f {q(cuda + '/include/nvml.h')} ]; then printf '%s\\n' {' '.join(q(f) for f in fab_cuda)} "
+        f">> {q(str(p / 'flags' / 'libfabric.flags'))}; else echo \"[ginplugin] no nvml.h under {cuda}/include: "
+        f"libfabric without CUDA HMEM (the plugin still compiles GDAKI; EFA-GDA on a real host needs HMEM)\"; "
+        f"echo --without-cuda >> {q(str(p / 'flags' / 'libfabric.flags'))}; fi",
         f"cd {q(str(src['libfabric']))}",
         f"./configure $(cat {q(str(p / 'flags' / 'libfabric.flags'))}) > {q(str(w / 'libfabric.configure.log'))} 2>&1",
         "STEP='libfabric build'; step \"$STEP\"",
