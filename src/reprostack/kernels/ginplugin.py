@@ -85,7 +85,7 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
                   f"rm -rf {q(str(src[n]))} && mkdir -p {q(str(src[n]))}"]
         if n in AUTOGEN and not autogen_only:
             pre = f"$PREGEN/{n}"
-            lines += [f'if [ -n "$PREGEN" ]; then',
+            lines += ['if [ -n "$PREGEN" ]; then',
                       f'  [ "$(cat "{pre}/{STAMP}" 2>/dev/null)" = {q(stamp)} ] || '
                       f'{{ echo "[ginplugin] {pre}/{STAMP} does not name {n} {stamp} (the lock\'s pin)" >&2; exit 2; }}',
                       f'  tar -C "{pre}" -cf - . | tar -C {q(str(src[n]))} -xf -',
