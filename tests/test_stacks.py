@@ -392,7 +392,8 @@ def test_render_script_builds_the_chain_in_order_with_the_pinned_flags(tmp_path)
     assert "if [ -f /usr/local/cuda/include/nvml.h ]" in text and "--without-cuda" in text  # HMEM only with nvml.h
     assert f"--with-libfabric={tmp_path / 'p'}" in text and "--disable-tests" in text and "--disable-werror" in text
     assert f"--with-gdrcopy={tmp_path / 'w' / 'src' / 'gdrcopy'}" in text
-    assert f"BRAZIL_PACKAGE_CHANGE_ID={'3' * 40}" in text  # aws-ofi-nccl's rev (index 3 of CHAIN)
+    # aws-ofi-nccl's rev (index 3 of CHAIN), exported before its autogen.sh (m4/get_version.sh runs there too)
+    assert text.index(f"export BRAZIL_PACKAGE_CHANGE_ID={'3' * 40}") < text.index("STEP='aws-ofi-nccl autogen'")
     assert "git clone" not in text and "curl" not in text and "wget" not in text
     built = json.loads(text.split("<<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0])
     assert built["aws-ofi-nccl"]["rev"] == "3" * 40 and set(built) == set(ginplugin.CHAIN)
@@ -522,7 +523,7 @@ def test_cli_plugin_render_only_uses_the_stack_pins_verified_trees(tmp_path, cap
     assert cli.main(args) == 0, capsys.readouterr().err
     assert f"aws-ofi-nccl {newer[:12]}" in capsys.readouterr().out
     text = (tmp_path / "o" / "build-plugin.sh").read_text()
-    assert f"BRAZIL_PACKAGE_CHANGE_ID={newer}" in text and "-j 3" in text and "--with-cuda=/opt/cuda" in text
+    assert f"export BRAZIL_PACKAGE_CHANGE_ID={newer}" in text and "-j 3" in text and "--with-cuda=/opt/cuda" in text
     tree = re.search(r"tar -C (\S+) --exclude=./.git -cf - . \| tar -C \S+/src/aws-ofi-nccl", text).group(1)
     assert (Path(tree) / "README").read_text() == "aws-ofi-nccl 2 (GDAKI)\n"
 

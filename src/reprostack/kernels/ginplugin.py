@@ -94,6 +94,8 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
                       "fi"]
         else:
             lines.append(f"tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -")
+        if n == "aws-ofi-nccl":  # without .git, its version script (autogen and configure) takes the commit from here
+            lines.append(f"export BRAZIL_PACKAGE_CHANGE_ID={s.rev}")
         if n in AUTOGEN:
             lines += [f"STEP='{n} autogen'; step \"$STEP\"",
                       f"cd {q(str(src[n]))} && {{ [ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1; }}",
@@ -126,8 +128,7 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         f"test -e {q(str(p / 'include' / 'rdma' / 'fi_ext_efa.h'))}",
         "STEP='aws-ofi-nccl configure'; step \"$STEP\"",
         f"printf '%s\\n' {' '.join(q(f) for f in ofi_flags)} > {q(str(p / 'flags' / 'aws-ofi-nccl.flags'))}",
-        # without .git, the plugin's version script takes the commit from BRAZIL_PACKAGE_CHANGE_ID (m4/get_version.sh)
-        f"cd {q(str(src['aws-ofi-nccl']))} && export BRAZIL_PACKAGE_CHANGE_ID={sources['aws-ofi-nccl'].rev}",
+        f"cd {q(str(src['aws-ofi-nccl']))}",
         f"./configure $(cat {q(str(p / 'flags' / 'aws-ofi-nccl.flags'))}) > {q(str(w / 'aws-ofi-nccl.configure.log'))} 2>&1",
         f"grep -E 'GDAKI support (enabled|disabled)' {q(str(w / 'aws-ofi-nccl.configure.log'))} || true",
         "STEP='aws-ofi-nccl build'; step \"$STEP\"",
