@@ -395,6 +395,8 @@ def test_render_script_builds_the_chain_in_order_with_the_pinned_flags(tmp_path)
     # aws-ofi-nccl's rev (index 3 of CHAIN), exported before its autogen.sh (m4/get_version.sh runs there too)
     assert text.index(f"export BRAZIL_PACKAGE_CHANGE_ID={'3' * 40}") < text.index("STEP='aws-ofi-nccl autogen'")
     assert "git clone" not in text and "curl" not in text and "wget" not in text
+    # `set -e` ignores a failure of any but the last command of an && list: no build step hides in one
+    assert not [ln for ln in text.splitlines() if "&&" in ln and re.search(r"\b(make|cmake|configure|autogen|cd|tar)\b", ln.split("&&")[0])]
     built = json.loads(text.split("<<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0])
     assert built["aws-ofi-nccl"]["rev"] == "3" * 40 and set(built) == set(ginplugin.CHAIN)
 

@@ -82,7 +82,7 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         s = sources[n]
         stamp = f"{s.rev} {s.tree}"
         lines += [f"STEP='copy {n}'; step \"$STEP ({s.rev[:12]})\"",
-                  f"rm -rf {q(str(src[n]))} && mkdir -p {q(str(src[n]))}"]
+                  f"rm -rf {q(str(src[n]))}", f"mkdir -p {q(str(src[n]))}"]
         if n in AUTOGEN and not autogen_only:
             pre = f"$PREGEN/{n}"
             lines += ['if [ -n "$PREGEN" ]; then',
@@ -98,7 +98,8 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
             lines.append(f"export BRAZIL_PACKAGE_CHANGE_ID={s.rev}")
         if n in AUTOGEN:
             lines += [f"STEP='{n} autogen'; step \"$STEP\"",
-                      f"cd {q(str(src[n]))} && {{ [ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1; }}",
+                      f"cd {q(str(src[n]))}",
+                      f"[ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1",
                       f"echo {q(stamp)} > {q(str(src[n] / STAMP))}"]
     if autogen_only:
         return "\n".join(lines + ["step done: generated build systems under " + q(str(w / "src"))]) + "\n"
@@ -124,7 +125,8 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         f"cd {q(str(src['libfabric']))}",
         f"./configure $(cat {q(str(p / 'flags' / 'libfabric.flags'))}) > {q(str(w / 'libfabric.configure.log'))} 2>&1",
         "STEP='libfabric build'; step \"$STEP\"",
-        f"make -j {jobs} > {q(str(w / 'libfabric.build.log'))} 2>&1 && make install > /dev/null 2>&1",
+        f"make -j {jobs} > {q(str(w / 'libfabric.build.log'))} 2>&1",  # one command a line: `set -e` ignores all but the last of an && list
+        "make install > /dev/null 2>&1",
         f"test -e {q(str(p / 'include' / 'rdma' / 'fi_ext_efa.h'))}",
         "STEP='aws-ofi-nccl configure'; step \"$STEP\"",
         f"printf '%s\\n' {' '.join(q(f) for f in ofi_flags)} > {q(str(p / 'flags' / 'aws-ofi-nccl.flags'))}",
@@ -132,7 +134,8 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         f"./configure $(cat {q(str(p / 'flags' / 'aws-ofi-nccl.flags'))}) > {q(str(w / 'aws-ofi-nccl.configure.log'))} 2>&1",
         f"grep -E 'GDAKI support (enabled|disabled)' {q(str(w / 'aws-ofi-nccl.configure.log'))} || true",
         "STEP='aws-ofi-nccl build'; step \"$STEP\"",
-        f"make -j {jobs} > {q(str(w / 'aws-ofi-nccl.build.log'))} 2>&1 && make install > /dev/null 2>&1",
+        f"make -j {jobs} > {q(str(w / 'aws-ofi-nccl.build.log'))} 2>&1",
+        "make install > /dev/null 2>&1",
         "STEP='record'; step \"$STEP\"",
         f"cat > {q(str(p / 'built.json'))} <<'JSON'",
         json.dumps({n: {"rev": sources[n].rev, "tree": sources[n].tree, "prefix": str(p),
