@@ -445,6 +445,11 @@ def test_autogen_only_then_pregenerated_trees_are_used_only_when_their_stamp_mat
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
                                                                                    "GINPLUGIN_PREGEN": str(pre)})
     assert "FAILED at: rdma-core cmake" in r.stderr, r.stderr  # past both autogen steps, with no autogen.sh
+    (pre / "libfabric" / "README").write_text("changed after autogen")  # stamp right, a source file not
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
+                                                                                   "GINPLUGIN_PREGEN": str(pre)})
+    assert r.returncode == 2 and "libfabric differs from the verified tree of libfabric" in r.stderr, r.stderr
+    (pre / "libfabric" / "README").write_text("libfabric")
     (pre / "libfabric" / ginplugin.STAMP).write_text(f"{'9' * 40} {'f' * 40}\n")  # made from another tree
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
                                                                                    "GINPLUGIN_PREGEN": str(pre)})

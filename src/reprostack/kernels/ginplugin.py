@@ -54,7 +54,8 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
     A host without autotools (the lent H200) takes the generated build systems of AUTOGEN from a folder made on a
     host that has them: `autogen_only` renders the script that copies and runs `autogen.sh` only, stamping each tree
     with its rev and tree hash; the full script, run with $GINPLUGIN_PREGEN=<that work/src folder>, copies those
-    trees instead, after checking the stamp names the same rev and tree as the lock (else it stops), and runs
+    trees instead, after checking the stamp names the same rev and tree as the lock and that every file of the
+    verified tree is in the copy byte for byte (else it stops: only generated files may be extra), and runs
     `autogen.sh` only where no `configure` exists. Raises BuildError naming a missing pin."""
     missing = [n for n in CHAIN if n not in sources]
     if missing:
@@ -89,6 +90,10 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
                       f'  [ "$(cat "{pre}/{STAMP}" 2>/dev/null)" = {q(stamp)} ] || '
                       f'{{ echo "[ginplugin] {pre}/{STAMP} does not name {n} {stamp} (the lock\'s pin)" >&2; exit 2; }}',
                       f'  tar -C "{pre}" -cf - . | tar -C {q(str(src[n]))} -xf -',
+                      # every file of the verified tree must be in it, byte for byte; only generated files are extra
+                      f'  D=$(diff -rq -x .git {q(str(s.path))} {q(str(src[n]))} | grep -v "^Only in {src[n]}" || true)',
+                      f'  [ -z "$D" ] || {{ echo "[ginplugin] $PREGEN/{n} differs from the verified tree of {n}: $D" '
+                      f'| head -5 >&2; exit 2; }}',
                       "else",
                       f"  tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -",
                       "fi"]
