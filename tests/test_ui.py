@@ -11,6 +11,7 @@ import threading
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -217,6 +218,7 @@ def test_latest_that_is_a_real_folder_is_left_alone(tmp_path):
     assert (tmp_path / "latest" / "keep").read_text() == "x" and os.listdir(tmp_path) == ["latest"]
 
 
+STAND_IN_LOCK = SimpleNamespace(stack="campaign")  # the gate runs are faked; the CLI records the lock's stack
 LOCAL_TEST = "PASS (local-test, not evidence)"  # report.model.GateReport.label of a self-test profile's pass
 
 
@@ -228,7 +230,7 @@ def _fake_local_test_pass(g, a, lock, root, fetch):
 def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
-    monkeypatch.setattr(cli, "_load", lambda args: (None, tmp_path))
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
     assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
@@ -254,7 +256,7 @@ def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys
 def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
-    monkeypatch.setattr(cli, "_load", lambda args: (None, tmp_path))
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
     assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
@@ -275,7 +277,7 @@ def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypat
 
 def test_several_nodes_need_one_shared_out(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_load", lambda args: (None, tmp_path))
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
     assert cli.main(["gate", "micro", "--node-rank", "1", "--master-addr", "10.0.0.1"]) == 2
     assert "needs --out DIR, the same folder on every node" in capsys.readouterr().err
@@ -296,7 +298,7 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
     monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
-    monkeypatch.setattr(cli, "_load", lambda args: (None, tmp_path))
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
 

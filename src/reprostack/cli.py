@@ -36,7 +36,30 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="details: every step's log lines, per-item progress (default: one line per step)")
+    ap.add_argument("--stack", default=None, metavar="NAME",
+                    help="the lock's stack to use (`reprostack stacks` lists them; default: $REPROSTACK_STACK, else "
+                         "the published campaign); reports record it as provenance.stack")
     sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("stacks", help="list the lock's stacks; `stacks diff A B`: the pins, patches and env that differ; "
+                                      "`stacks plugin`: build the selected stack's aws-ofi-nccl GIN plugin chain",
+                       description="`stacks`: list the lock's stacks. `stacks diff A B`: the pins (rev, tree, version), "
+                                   "patch series and env that differ. `stacks plugin --out DIR`: build rdma-core, "
+                                   "libfabric and the aws-ofi-nccl plugin of the selected stack (--stack) from its "
+                                   "verified pins into DIR/prefix and check it exports --symbol. `stacks check-plugin "
+                                   "LIBDIR`: only the export check.")
+    p.add_argument("action", nargs="*", metavar="ACTION", help="nothing | diff A B | plugin | check-plugin LIBDIR")
+    p.add_argument("--json", action="store_true", help="JSON instead of text")
+    p.add_argument("--out", default="out/ginplugin", help="plugin: work folder (default: out/ginplugin)")
+    p.add_argument("--jobs", type=int, default=None, help="plugin: parallel build jobs (default: all cores)")
+    p.add_argument("--cuda", default=None, help="plugin: CUDA root (default: from nvcc on PATH, else /usr/local/cuda)")
+    p.add_argument("--render-only", action="store_true", help="plugin: write the build script, run nothing")
+    p.add_argument("--autogen-only", action="store_true",
+                   help="plugin: only run autogen.sh of libfabric and aws-ofi-nccl (on a host with autotools); the "
+                        "stamped trees under DIR/work/src go where autotools are missing ($GINPLUGIN_PREGEN)")
+    p.add_argument("--symbol", default="ncclGinPlugin_v14", help="plugin/check-plugin: the GIN table that must be "
+                                                                "exported (default: ncclGinPlugin_v14, GDAKI only)")
+    _common(p)
 
     p = sub.add_parser("lock", help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
                                     "`lock images` fills/checks base image digests from the registry")
@@ -274,6 +297,19 @@ def main(argv: list[str] | None = None) -> int:
         args.gate_args = gate_args
     from . import ui
     ui.configure(verbose=args.verbose)
+    before = os.environ.get(lockmod.lockstacks.ENV)
+    if args.stack is not None:  # for this command and what it starts (nox sessions, gate launches); restored after
+        os.environ[lockmod.lockstacks.ENV] = args.stack
+    try:
+        return _main(args)
+    finally:
+        if before is None:
+            os.environ.pop(lockmod.lockstacks.ENV, None)
+        else:
+            os.environ[lockmod.lockstacks.ENV] = before
+
+
+def _main(args) -> int:
     try:
         return _dispatch(args)
     except FetchError as e:
@@ -342,6 +378,13 @@ def _dispatch(args) -> int:
             return 0
         return bench.bench_gate("micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro",
                                 host=args.host)[1]
+    if args.cmd == "stacks":
+        from . import stacks
+        if args.action[:1] in (["plugin"], ["check-plugin"]):
+            lock, root = _load(args)
+            return stacks.plugin(args, lock, root, _fetch_opts(args) if args.action[0] == "plugin" else None)
+        return stacks.run(Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE,
+                          args.action, args.json)
     lock, root = _load(args)
     if args.cmd == "launch" and args.engine == "slurm":   # issue 15: launch/slurm.py
         return _launch_slurm(args, lock, root, _fetch_opts(args))
@@ -395,6 +438,12 @@ def argv_of(args) -> list[str]:
 def _bump(args, root: Path, opts, argv: list[str]) -> int:
     from .bump import BumpConflict, plan_bump, write_bump, write_report
     lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
+    lk = lockmod.load(lock_path)
+    if args.upstream in lk.stacks[lk.stack].overrides:  # bump edits upstreams: (the shared pin), not an override
+        raise ReprostackError(f"{lk.where('upstreams', args.upstream)}: stack {lk.stack} overrides pin "
+                              f"{args.upstream}; bump moves the shared pin only: edit stacks.{lk.stack}.overrides."
+                              f"{args.upstream} (rev and tree, checked by `reprostack --stack {lk.stack} fetch "
+                              f"{args.upstream}`)")
     r = plan_bump(lock_path, args.upstream, opts, to=args.to, project_root=root, allow_rewind=args.allow_rewind,
                   args=argv)
     if r.status == "current":
@@ -486,6 +535,8 @@ def _gates(args, lock, root, opts) -> int:
             else:
                 (base / "latest").unlink(missing_ok=True)
         raise
+    for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
+        r.provenance.setdefault("stack", lock.stack)
     written = write_reports(reports, out, required=required)
     for r in reports:
         print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")

@@ -177,7 +177,7 @@ def provenance(lock: Lock, spec: GateSpec, trees: dict) -> dict:
         pin = st.pin
         ups[name] = {"url": pin.url, "rev": pin.rev, "tree": pin.tree, "patched_tree": pin.patched_tree,
                      "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in pin.patches]}
-    return {"lock_sha256": lock.sha256, "gate_spec_sha256": spec.sha256, "upstreams": ups}
+    return {"lock_sha256": lock.sha256, "stack": lock.stack, "gate_spec_sha256": spec.sha256, "upstreams": ups}
 
 
 def run_micro(opts: MicroOptions) -> GateReport:
@@ -190,7 +190,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     timings: dict[str, float] = {}
     if not isinstance(opts.trials, int) or opts.trials < 1:
         raise ReprostackError(f"--trials {opts.trials}: give a whole number >= 1")
-    spec = load_spec(opts.root, GATE)
+    spec = load_spec(opts.root, GATE).with_stack(opts.lock.stack, opts.lock.env)  # the lock stack's env (lockstacks)
     if opts.profile:  # a typo'd profile or an impossible run is an error, also on a host that will skip
         armsmod.check_request(spec, spec.profile(opts.profile), opts.arms, opts.legacy)
     host = hostinfo.collect()
