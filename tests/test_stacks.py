@@ -554,6 +554,14 @@ def test_stack_image_recipe_renders_from_the_selected_stack():
     assert labels["org.opencontainers.image.title"].endswith("NCCL v2.30.7-1, aws-ofi-nccl v1.21.1)")
     assert "check-gin-plugin-v14.sh /opt/reprostack/aws-ofi-nccl/lib" in text and "ENV NCCL_GIN_TYPE=5" in text
     assert recipe.parent == "substrate"
+    # built by kernels/*.yaml and recording the kernels manifest that container-mode gates of the stack check
+    from reprostack.kernels.recipe import load_recipe
+    assert "{{" not in text and "image=deepep-gin-gdaki" in text and f"lock_sha256={gin.sha256}" in text
+    for c in ("nccl", "deepep"):
+        assert f"{c}.recipe={load_recipe(REPO_ROOT, c).digest}" in text
+    assert f"nccl.patched_tree={gin.git('nccl').tree} " in text  # the stack's v2.30.7-1 tree (no patch series)
+    assert (REPO_ROOT / "containers/deepep-gin-gdaki/record-kernels.py").read_bytes() == \
+        (REPO_ROOT / "containers/deepep/record-kernels.py").read_bytes()  # one script, two recipe folders
 
 
 def test_stack_image_plugin_check_script_on_real_shared_objects(tmp_path):
