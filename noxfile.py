@@ -136,17 +136,23 @@ def build(session: nox.Session) -> None:
 def _gate(session: nox.Session, *command: str) -> int:
     """Run a gate command into a fresh report folder and return the exit code its summary records.
 
-    The summary is deleted first and must be written again: a crash (a traceback exits 1 too) can never be
-    read as the verdict of an earlier run."""
+    Without `--out` the command makes a new run folder out/<session>/<UTC time>/ and points out/<session>/latest
+    at it before it runs anything, so latest/summary.json is this run's or absent; with `--out DIR` the summary
+    there is deleted first. Either way a crash (a traceback exits 1 too) can never be read as the verdict of an
+    earlier run."""
     args = list(session.posargs)
-    out = "out/gates"
+    out = None
     for i, a in enumerate(args):
         if a == "--out" and i + 1 < len(args):
             out = args[i + 1]
         elif a.startswith("--out="):
             out = a.split("=", 1)[1]
+    if out is None:
+        out = str(Path("out", command[-1].replace("-", "_") if command[0] == "all-gates"
+                       else "gate_" + command[-1].replace("-", "_"), "latest"))
     summary = Path(out, "summary.json")
-    summary.unlink(missing_ok=True)
+    if not Path(out).is_symlink():
+        summary.unlink(missing_ok=True)
     session.run("reprostack", *command, "--python", torch_python(), *args, success_codes=[0, 1, 3])
     if not summary.is_file():
         session.error(f"no {summary} was written: the gate did not finish (see the output above)")
@@ -159,7 +165,7 @@ def _gate(session: nox.Session, *command: str) -> int:
 def gate_micro(session: nox.Session) -> None:
     """Gate 1: sources -> NCCL + DeepEP kernels -> test_ep.py -> report. Without a GPU the gate is
     reported as SKIP and the session is marked skipped with the gate's reason (nox then exits 0: read
-    out/gates/summary.json or use `reprostack gate micro`, which exits 3); never reported as passed."""
+    out/gate_micro/latest/summary.json or use `reprostack gate micro`, which exits 3); never reported as passed."""
     _one_gate(session, "micro")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import without_progress
 from reprostack.cli import main
 from test_sources import make_stack, take_servers_away, write_project
 
@@ -37,9 +38,10 @@ def _isolated(tmp_path, monkeypatch):
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """Exit code, stdout, and stderr without the progress lines."""
     code = main(list(argv))
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out, without_progress(err)
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ docker_client, test_base = dockerd.docker_client, dockerd.test_base  # session f
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CUDA = "nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu22.04"
 IN_IMAGE = "/opt/reprostack/src/deepep"
-GPU_RECIPES = ("substrate", "deepep", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
+GPU_RECIPES = ("substrate", "deepep", "deepep-gin-gdaki", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import dockerd
+from conftest import without_progress
 from reprostack import cli
 from reprostack.containers.engine import BuildOptions, build_images
 from reprostack.errors import GateError
@@ -101,7 +102,7 @@ def test_an_image_the_engine_cannot_start_is_one_line_and_loses_nothing(docker_c
     (out / "vllm.json").write_text('{"earlier": true}')
     assert _cli("vllm", "--container", "--image", "reprostack-test/base:1", "--profile", "local-test",
                 "--out", str(out)) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = without_progress(capsys.readouterr().err).strip().splitlines()
     assert len(err) == 1 and err[0].startswith("reprostack: error: gate vllm: the engine refused node 0's container")
     assert (out / "vllm.json").read_text() == '{"earlier": true}'
 
@@ -131,21 +132,21 @@ def test_container_without_an_engine_is_one_line_never_host_mode(tmp_path, capsy
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nope.sock")
     out = tmp_path / "out"
     assert _cli("vllm", "--container", "--image", "x:1", "--profile", "local-test", "--out", str(out)) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = without_progress(capsys.readouterr().err).strip().splitlines()
     assert len(err) == 1 and err[0].startswith("reprostack: error: --container: no Docker engine answers at unix://")
     assert "--no-container" in err[0] and not out.exists()
 
 
 def test_container_needs_a_profile(tmp_path, capsys):
     assert _cli("vllm", "--container", "--out", str(tmp_path / "o")) == 2
-    err = capsys.readouterr().err.strip()
+    err = without_progress(capsys.readouterr().err).strip()
     assert err.startswith("reprostack: error: --container needs --profile (one of ") and "local-test" in err
     assert not (tmp_path / "o").exists()
 
 
 def test_image_without_container_is_refused(tmp_path, capsys):
     assert _cli("vllm", "--image", "x:1", "--out", str(tmp_path / "o")) == 2
-    assert capsys.readouterr().err.strip() == "reprostack: error: --image IMAGE needs --container (host mode runs no image)"
+    assert without_progress(capsys.readouterr().err).strip() == "reprostack: error: --image IMAGE needs --container (host mode runs no image)"
     with pytest.raises(SystemExit):   # argparse: the two modes exclude each other
         cli.parser().parse_args(["gate", "vllm", "--container", "--no-container"])
 

@@ -21,6 +21,7 @@ from reprostack.gates.servingspec import ServingSpec
 from reprostack.gates.spec import GateSpec, GateSpecError
 from reprostack.gates.training_spec import TrainingSpec
 from reprostack.report import RESULTS, GateReport, Result, evaluate
+from conftest import without_progress
 from test_gate_micro import gpu_less  # noqa: F401  (fixture: PATH without nvidia-smi)
 from test_gate_training import training_project
 
@@ -169,6 +170,6 @@ def test_single_gate_with_bad_spec_still_exits_2_with_one_line(tmp_path, gpu_les
     out = tmp_path / "reports"
     code = cli.main(["gate", "micro", "--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache"),
                      "--out", str(out)])
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert code == 2 and err.startswith("reprostack: error: ") and "micro.yaml:" in err and len(err.splitlines()) == 1
     assert not out.exists()

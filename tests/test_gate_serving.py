@@ -39,8 +39,11 @@ def aiperf(lock):
 
 
 def small_root(tmp_path: Path, gate: str, cells: str = "    - {name: c4, concurrency: 4, requests: 40}\n") -> Path:
-    """A project root whose gates/<gate>.yaml sweeps only the given cells (keeps the FAIL/ERROR tests short)."""
+    """A project root whose gates/<gate>.yaml sweeps only the given cells, 32 output tokens a request instead of
+    128 (keeps the FAIL/ERROR tests short; test_pass_on_a_healthy_server runs the real spec)."""
     text = (REPO / "gates" / f"{gate}.yaml").read_text()
+    assert text.count("\n  osl: 128\n") == 1
+    text = text.replace("\n  osl: 128\n", "\n  osl: 32\n")
     start = text.index("  cells:\n") + len("  cells:\n")
     end = text.index("backend-assertion:")
     text = text[:start] + cells + text[end:]
@@ -209,6 +212,51 @@ def test_skip_without_gpu_is_not_a_pass(lock, tmp_path, monkeypatch):
     with pytest.raises(GateError, match="no profile 'nope'"):
         opts.profile = "nope"
         run_serving("vllm", opts)
+
+
+def test_probe_pauses_start_short_and_double_up_to_the_interval(monkeypatch):
+    """A server that answers 503 three times, then 200: seen at the 4th probe after pauses of 0.1, 0.2, 0.4 s
+    (not 3 x the 5 s interval); the pauses never exceed the interval."""
+    import http.server
+    import threading
+
+    from reprostack.gates import probe
+
+    hits = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            hits.append(self.path)
+            body = b'{"data": [{"id": "m"}]}'
+            self.send_response(503 if len(hits) <= 3 else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    clock, pauses = [0.0], []
+
+    def sleep(s):  # a clock of our own: the pauses are recorded, not slept
+        pauses.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr(probe.time, "sleep", sleep)
+    monkeypatch.setattr(probe.time, "monotonic", lambda: clock[0])
+    url = f"http://127.0.0.1:{srv.server_port}"
+    try:
+        r = probe.wait_ready(url, "/v1/models", timeout_s=600, interval_s=5)
+        assert r.ready and r.attempts == 4 and r.models == ("m",)
+        assert pauses == [0.1, 0.2, 0.4]
+        hits.clear()
+        pauses.clear()
+        r = probe.wait_ready(url, "/health", timeout_s=1.0, interval_s=0.25)  # 503 for its first 3, then 200
+    finally:
+        srv.shutdown()
+    assert pauses == [0.1, 0.2, 0.25] and r.ready  # doubling capped by the interval
 
 
 # --------------------------------------------------------------------------- all-gates ordering

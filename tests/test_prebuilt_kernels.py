@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import without_progress
 from reprostack import sources
 from reprostack.cli import main
 from reprostack.fetch import Cache
@@ -236,7 +237,7 @@ def test_gate_with_a_bad_manifest_is_exit_2_and_writes_nothing(world, tmp_path, 
     out = tmp_path / "out"
     rc = main(["gate", "micro", "--no-container", "--kernels-manifest", str(bad), "--lock", str(lock.path),
                "--cache", str(tmp_path / "cache"), "--out", str(out), "--offline"])
-    err = capsys.readouterr().err.strip().splitlines()
+    err = without_progress(capsys.readouterr().err).strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"reprostack: error: {bad}:"), err
     assert not out.exists()
     rc = main(["gate", "micro", "--container", "--kernels-manifest", str(bad), "--lock", str(lock.path),

@@ -9,7 +9,7 @@
 #   .carry/builds/*.tar.xz optional: kernel cache entries (`builds/<name>-<key>/`) from an earlier call; their keys
 #                          are (patched tree, recipe, nvcc, torch, python, arch, flags): a stale one is just unused
 # The kernel cache is .cache/device (ignored, kept between calls while the machine stays warm).
-# Into $OUT: session.log, wall.txt, gpu.txt, reports.tar (out/gates: reports + raw logs), builds.tar
+# Into $OUT: session.log, wall.txt, gpu.txt, reports.tar (out/<session>/latest: this run's reports + raw logs), builds.tar
 # (kernel build logs) and, with SAVE_BUILDS=1, each built kernel entry as <name>-<key>.tar.xz (<= 16 MiB each).
 set -u
 R=$(pwd)
@@ -23,7 +23,7 @@ mkdir -p "$OUTD" "$REPROSTACK_CACHE/builds"
 for t in .carry/builds/*.tar.xz; do [ -f "$t" ] && tar -xJf "$t" -C "$REPROSTACK_CACHE/builds"; done
 python3 -m pip install -q --no-index --no-compile --target /tmp/nox-site --find-links .whl nox==2026.10.20 || exit 1
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUTD/gpu.txt"
-rm -rf out/gates
+rm -rf "out/$S"
 t0=$(date +%s)
 PYTHONPATH=/tmp/nox-site timeout -k 10 "${SESSION_TIMEOUT:-560}" python3 -m nox -s "$S" -- --offline \
   --bundle .carry/sources.tar "$@" > "$OUTD/session.log" 2>&1
@@ -37,6 +37,6 @@ for b in "$REPROSTACK_CACHE"/builds/*/; do
     tar -cJf "$OUTD/$n.tar.xz" -C "$REPROSTACK_CACHE/builds" "$n"; ls -la "$OUTD/$n.tar.xz"
   fi
 done
-[ -d out/gates ] && tar -cf "$OUTD/reports.tar" -C out gates
+[ -d "out/$S/latest" ] && tar -chf "$OUTD/reports.tar" -C "out/$S" latest   # -h: the run folder itself
 tar -cf "$OUTD/builds.tar" -C out buildlogs
 exit $rc

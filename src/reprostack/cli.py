@@ -8,6 +8,7 @@ internal error (printed with its traceback).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -33,7 +34,32 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
+    ap.add_argument("-v", "--verbose", action="count", default=0,
+                    help="details: every step's log lines, per-item progress (default: one line per step)")
+    ap.add_argument("--stack", default=None, metavar="NAME",
+                    help="the lock's stack to use (`reprostack stacks` lists them; default: $REPROSTACK_STACK, else "
+                         "the published campaign); reports record it as provenance.stack")
     sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("stacks", help="list the lock's stacks; `stacks diff A B`: the pins, patches and env that differ; "
+                                      "`stacks plugin`: build the selected stack's aws-ofi-nccl GIN plugin chain",
+                       description="`stacks`: list the lock's stacks. `stacks diff A B`: the pins (rev, tree, version), "
+                                   "patch series and env that differ. `stacks plugin --out DIR`: build rdma-core, "
+                                   "libfabric and the aws-ofi-nccl plugin of the selected stack (--stack) from its "
+                                   "verified pins into DIR/prefix and check it exports --symbol. `stacks check-plugin "
+                                   "LIBDIR`: only the export check.")
+    p.add_argument("action", nargs="*", metavar="ACTION", help="nothing | diff A B | plugin | check-plugin LIBDIR")
+    p.add_argument("--json", action="store_true", help="JSON instead of text")
+    p.add_argument("--out", default="out/ginplugin", help="plugin: work folder (default: out/ginplugin)")
+    p.add_argument("--jobs", type=int, default=None, help="plugin: parallel build jobs (default: all cores)")
+    p.add_argument("--cuda", default=None, help="plugin: CUDA root (default: from nvcc on PATH, else /usr/local/cuda)")
+    p.add_argument("--render-only", action="store_true", help="plugin: write the build script, run nothing")
+    p.add_argument("--autogen-only", action="store_true",
+                   help="plugin: only run autogen.sh of libfabric and aws-ofi-nccl (on a host with autotools); the "
+                        "stamped trees under DIR/work/src go where autotools are missing ($GINPLUGIN_PREGEN)")
+    p.add_argument("--symbol", default="ncclGinPlugin_v14", help="plugin/check-plugin: the GIN table that must be "
+                                                                "exported (default: ncclGinPlugin_v14, GDAKI only)")
+    _common(p)
 
     p = sub.add_parser("lock", help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
                                     "`lock images` fills/checks base image digests from the registry")
@@ -161,6 +187,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="plots folder (default: results/history of the project root)")
     p.add_argument("--db", default=None, help="history database (default: <cache dir>/history/history.sqlite3)")
     p.add_argument("--no-plots", action="store_true", help="ingest and print only")
+    for sp in sub.choices.values():  # -v also after the subcommand (`nox -s gate_micro -- -v`)
+        sp.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="details (as before it)")
     return ap
 
 
@@ -183,7 +211,9 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
                    help="micro/training gates in host mode: take NCCL and DeepEP prebuilt in this image, as FILE (the "
                         "image's /opt/reprostack/kernels.json) records them, after checking it against the lock; nothing "
                         "is fetched or built (--container passes it to the in-image runner)")
-    p.add_argument("--out", default="out/gates", help="report folder (default: out/gates)")
+    p.add_argument("--out", default=None,
+                   help="report folder, used as given (share it between nodes); default: a new folder "
+                        "out/gate_<G>/<UTC time>/ (all-gates: out/all_gates/<UTC time>/) and a `latest` link to it")
     p.add_argument("--profile", default=None, help="hardware profile of gates/<gate>.yaml (default: detect)")
     p.add_argument("--python", default=sys.executable, help="interpreter that holds torch (default: this one)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
@@ -246,8 +276,11 @@ def _fetch_opts(args) -> sources.FetchOptions:
             raise ReprostackError(str(e)) from None
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
         raise ReprostackError(f"--cache {args.cache}: exists and is not a folder")
-    return sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
+    opts = sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
                                      mirrors=mirrors, bundles=args.bundle, timeout=timeout)
+    from . import ui
+    ui.configure(cache=opts.cache.root)  # the step durations (ETAs) live next to what they time
+    return opts
 
 
 def _git_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
@@ -262,6 +295,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if gate_args:
         args.gate_args = gate_args
+    from . import ui
+    ui.configure(verbose=args.verbose)
+    before = os.environ.get(lockmod.lockstacks.ENV)
+    if args.stack is not None:  # for this command and what it starts (nox sessions, gate launches); restored after
+        os.environ[lockmod.lockstacks.ENV] = args.stack
+    try:
+        return _main(args)
+    finally:
+        if before is None:
+            os.environ.pop(lockmod.lockstacks.ENV, None)
+        else:
+            os.environ[lockmod.lockstacks.ENV] = before
+
+
+def _main(args) -> int:
     try:
         return _dispatch(args)
     except FetchError as e:
@@ -330,6 +378,13 @@ def _dispatch(args) -> int:
             return 0
         return bench.bench_gate("micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro",
                                 host=args.host)[1]
+    if args.cmd == "stacks":
+        from . import stacks
+        if args.action[:1] in (["plugin"], ["check-plugin"]):
+            lock, root = _load(args)
+            return stacks.plugin(args, lock, root, _fetch_opts(args) if args.action[0] == "plugin" else None)
+        return stacks.run(Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE,
+                          args.action, args.json)
     lock, root = _load(args)
     if args.cmd == "launch" and args.engine == "slurm":   # issue 15: launch/slurm.py
         return _launch_slurm(args, lock, root, _fetch_opts(args))
@@ -383,6 +438,12 @@ def argv_of(args) -> list[str]:
 def _bump(args, root: Path, opts, argv: list[str]) -> int:
     from .bump import BumpConflict, plan_bump, write_bump, write_report
     lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
+    lk = lockmod.load(lock_path)
+    if args.upstream in lk.stacks[lk.stack].overrides:  # bump edits upstreams: (the shared pin), not an override
+        raise ReprostackError(f"{lk.where('upstreams', args.upstream)}: stack {lk.stack} overrides pin "
+                              f"{args.upstream}; bump moves the shared pin only: edit stacks.{lk.stack}.overrides."
+                              f"{args.upstream} (rev and tree, checked by `reprostack --stack {lk.stack} fetch "
+                              f"{args.upstream}`)")
     r = plan_bump(lock_path, args.upstream, opts, to=args.to, project_root=root, allow_rewind=args.allow_rewind,
                   args=argv)
     if r.status == "current":
@@ -430,9 +491,11 @@ def _outdated(args, lock, opts) -> int:
 def _gates(args, lock, root, opts) -> int:
     """`gate NAME` runs one gate (bad input: exit 2); `all-gates` runs every gate in dependency order and always
     writes one combined report (gates.runner). Then the reports, one line per gate, and the exit code."""
+    from . import ui
     from .gates import registry, runner
     from .report import exit_code, write_reports
-    ga = runner.GateArgs(out=Path(args.out), profile=args.profile, python=args.python, jobs=args.jobs,
+    base = Path(args.out) if args.out else run_base(args)
+    ga = runner.GateArgs(out=base, profile=args.profile, python=args.python, jobs=args.jobs,
                          arch=args.arch, nodes=args.nodes, node_rank=args.node_rank, master_addr=args.master_addr,
                          master_port=args.master_port, modes=args.modes, trials=args.trials, timeout=args.timeout,
                          arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
@@ -444,22 +507,53 @@ def _gates(args, lock, root, opts) -> int:
     if args.kernels_manifest and args.container:
         raise ReprostackError("--kernels-manifest is the in-image runner's option: --container already uses the "
                               "image's /opt/reprostack/kernels.json")
-    out = Path(args.out)
-    near = next((p for p in (out, *out.parents) if p.exists()), None)  # before any gate runs for minutes
+    near = next((p for p in (base, *base.parents) if p.exists()), None)  # before any gate runs for minutes
     if near is not None and not near.is_dir():
-        raise ReprostackError(f"--out {out}: {near} exists and is not a folder")
+        raise ReprostackError(f"--out {base}: {near} exists and is not a folder")
     if args.plan:
+        args.out = str(base)
         return _plans(args, lock, root, opts)
-    if args.cmd == "gate":
-        reports = [runner.run_gate(registry.gate(args.gate), ga, lock, root, opts)]
-        required = {r.gate for r in reports}
-    else:
-        reports, required = runner.run_all(ga, lock, root, opts), runner.required()
-    written = write_reports(reports, Path(args.out), required=required)
+    if not args.out and ((args.nodes or 1) > 1 or args.node_rank > 0):  # each node would stamp its own folder
+        raise ReprostackError("a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
+                              "every node's log there)")
+    # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
+    # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
+    before = _latest_target(base)
+    out = ga.out = base if args.out else ui.new_run_dir(base)
+    ui.detail(f"reports will be in {out.resolve()}")
+    try:
+        if args.cmd == "gate":
+            reports = [runner.run_gate(registry.gate(args.gate), ga, lock, root, opts)]
+            required = {r.gate for r in reports}
+        else:
+            reports, required = runner.run_all(ga, lock, root, opts), runner.required()
+    except ReprostackError:
+        if not args.out and not any(out.iterdir()):  # bad input, nothing ran: no trace of this run, latest as it was
+            out.rmdir()
+            if before:
+                ui.point_latest(base, before)
+            else:
+                (base / "latest").unlink(missing_ok=True)
+        raise
+    for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
+        r.provenance.setdefault("stack", lock.stack)
+    written = write_reports(reports, out, required=required)
     for r in reports:
         print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
-    print(f"reports: {Path(args.out).resolve()} ({', '.join(sorted(written))})")
+    print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
     return exit_code(reports, required)
+
+
+def _latest_target(base: Path) -> str | None:
+    try:
+        return os.readlink(base / "latest")
+    except OSError:
+        return None
+
+
+def run_base(args) -> Path:
+    """The default folder of a gate command's runs: out/gate_<G> (the nox session's name), out/all_gates."""
+    return Path("out") / ("all_gates" if args.cmd == "all-gates" else f"gate_{args.gate.replace('-', '_')}")
 
 
 def _plans(args, lock, root, opts) -> int:

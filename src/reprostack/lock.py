@@ -24,6 +24,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from . import lockstacks
 from .errors import LockError
 from .gitcmd import url_problem
 from .yamlsrc import compose, dotted as _dotted, line_of as _line, read_bytes, validate
@@ -205,6 +206,15 @@ class Lock:
     sha256: str
     upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = field(default_factory=dict)
     lines: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
+    # the stack these `upstreams` are (lockstacks: the shared pins with its overrides merged in) and every stack
+    stack: str = lockstacks.DEFAULT
+    stacks: dict[str, lockstacks.Stack] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The selected stack's env (empty for a stack without one)."""
+        st = self.stacks.get(self.stack)
+        return dict(st.env) if st else {}
 
     def get(self, name: str) -> GitPin | WheelPin | WheelsetPin | ImagePin:
         """Return the pin named `name`; raises LockError naming the known pins when absent."""
@@ -295,7 +305,8 @@ def _schema() -> dict:
     return json.loads(text)
 
 
-def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_unfilled: bool = False) -> Lock:
+def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_unfilled: bool = False,
+         stack: str | None = None) -> Lock:
     """Read, validate and type `path`.
 
     root: project root against which `patches/...` files are checked (default: the lockfile's folder).
@@ -304,6 +315,8 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     series inconsistent with itself.
     allow_unfilled: accept wheel and wheelset pins without `files` and image pins without `digest` (only `reprostack lock
     wheels` / `lock images`, which fill them).
+    stack: the stack whose pins `upstreams` holds (default: lockstacks.selected(), i.e. `--stack`, else "campaign");
+    every stack's overrides are validated on every load, like the shared pins.
     """
     path = Path(path)
     root = Path(root) if root is not None else path.resolve().parent
@@ -326,8 +339,34 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     validate(data, lines, schema, str(path), LockError)
     _check_refs(data, path, lines)
 
+    want = stack or lockstacks.selected()
+    shared = _type_pins(data["upstreams"], path, root, lines)
+    stacks: dict[str, lockstacks.Stack] = {}
+    chosen = None
+    for sname in lockstacks.names(data):  # every stack validates, whichever is selected
+        ups, eff_lines, st = lockstacks.effective(data, lines, str(path), sname)
+        stacks[sname] = st
+        mine = {p: ups[p] for p in st.overrides}  # only the overridden pins: the rest were checked as shared pins
+        try:
+            if mine:
+                validate({"lockfile-version": 1, "upstreams": mine}, eff_lines, schema, str(path), LockError)
+            typed = {**shared, **_type_pins(mine, path, root, eff_lines, others=shared)}
+        except LockError as e:
+            raise lockstacks.relocate(e, str(path), sname, st.overrides) from None
+        if sname == want:
+            chosen = (typed, eff_lines)
+    if chosen is None:  # an unknown name: the same one-line error as effective() gives
+        lockstacks.effective(data, lines, str(path), want)
+    upstreams, eff_lines = chosen
+    return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=eff_lines,
+                stack=want, stacks=stacks)
+
+
+def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | None = None) -> dict:
+    """Typed pins of a schema-valid `upstreams` mapping (`others`: typed pins it may refer to by `installed-on`);
+    LockError naming FILE:LINE."""
     upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}
-    for name, u in data["upstreams"].items():
+    for name, u in ups.items():
         if u["kind"] == "git":
             upstreams[name] = _git_pin(name, u, path, root, lines)
         elif u["kind"] == "wheelset":
@@ -345,7 +384,7 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
                 unresolved=u.get("unresolved"))
     for name, pin in upstreams.items():
         if isinstance(pin, WheelsetPin) and pin.installed_on is not None:
-            base = upstreams.get(pin.installed_on)
+            base = upstreams.get(pin.installed_on, (others or {}).get(pin.installed_on))
             if not isinstance(base, WheelsetPin) or pin.installed_on == name:
                 at = ("upstreams", name, "installed-on")
                 raise LockError(str(path), _line(lines, at), _dotted(at), f"{pin.installed_on!r} is not another wheelset pin")
@@ -353,7 +392,7 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
                 at = ("upstreams", name, "python-version")
                 raise LockError(str(path), _line(lines, at), _dotted(at),
                                 f"differs from the target of {pin.installed_on!r} (python-version and platform-tags must match)")
-    return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=lines)
+    return upstreams
 
 
 def ref_problem(ref: str) -> str | None:

@@ -83,8 +83,10 @@ class FetchOptions:
 
 def fetch(pin: GitPin, opts: FetchOptions) -> FetchedGit:
     """Fetch `pin` (rev, series commits, submodules) into the cache, verified. Raises FetchError."""
-    return fetch_git(pin, cache=opts.cache, offline=opts.offline, mirrors=opts.mirrors,
-                     bundles=opts.bundles, timeout=opts.timeout)
+    from . import ui
+    with ui.step(f"fetch {pin.name}"):
+        return fetch_git(pin, cache=opts.cache, offline=opts.offline, mirrors=opts.mirrors,
+                         bundles=opts.bundles, timeout=opts.timeout)
 
 
 def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> SourceTree:
@@ -93,11 +95,16 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
     Raises LockError (unknown pin), FetchError (fetch/verify), PatchError (a patch file is not the bytes the
     lock pins: `LOCK:LINE: #N mbox FILE: ...`; series does not apply or the tree is not `patched-tree`).
     """
+    from . import ui
     pin = lock.git(name)
     check_patch_files(pin, project_root)
     want = pin.patched_tree or pin.tree
     with opts.cache.tree_lock(f"{name}-{want}") as final:
-        return _prepare_locked(pin, final, want, opts, project_root)
+        # a tree in the cache is checked in a second, a fresh one fetched and patched: each its own ETA
+        with ui.step(f"sources {name}", key=f"sources {name}" + (" (in cache)" if final.is_dir() else "")) as s:
+            st = _prepare_locked(pin, final, want, opts, project_root)
+            s.outcome = f"tree {want[:12]} {'reused' if st.reused else 'verified'}"
+            return st
 
 
 def check_patch_files(pin: GitPin, project_root: Path) -> None:

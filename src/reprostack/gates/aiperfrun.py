@@ -128,6 +128,8 @@ def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, to
     if Path(tokenizer).is_dir():  # see aiperftool: offline mode makes AIPerf 0.10.0 refuse a local tokenizer folder
         for k in _OFFLINE_VARS:
             run_env.pop(k, None)
+    if "--no-server-metrics" in argv:  # no metrics to flush: AIPerf would still wait its 2 s flush period
+        run_env.setdefault("AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD", "0")
     out = run_with_watchdog(argv, env=run_env, cwd=str(cell_dir), timeout_s=float(aiperf.get("timeout-s", 1800)),
                             log_path=log, echo=echo)
     res = CellResult(arm, cell, "error", cell_dir, log, out.returncode, duration_s=out.duration_s)

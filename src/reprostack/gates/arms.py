@@ -61,7 +61,9 @@ class ArmRun:
 
 
 def _run(argv, env, cwd, timeout_s, log: Path) -> tuple[str, dict]:
-    outcome = run_with_watchdog(argv, env=env, cwd=str(cwd), timeout_s=timeout_s, log_path=log)
+    from .. import ui
+    with ui.step(f"micro {log.stem}", log=log):
+        outcome = run_with_watchdog(argv, env=env, cwd=str(cwd), timeout_s=timeout_s, log_path=log, echo=False)
     return log.read_text(errors="replace"), {"command": argv, "returncode": outcome.returncode,
                                              "timed_out": outcome.timed_out, "seconds": round(outcome.duration_s, 2)}
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import hostinfo, sources
+from .. import hostinfo, sources, ui
 from ..errors import ReprostackError
 from ..kernels import build as kbuild
 from ..fetch.wheels import fetch_wheels, wheelhouses_from_env
@@ -95,8 +95,9 @@ def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
     choice = ncclwheel.choose(opts.lock, recipe.source, recipe.wheel, preflight.nccl_source_version(trees["nccl"].path),
                               recipe_path=str(recipe.path))
     if choice.kind == "wheel":  # the pinned release as NVIDIA's wheel: sha256-checked, unpacked once (keyed)
-        wheel = fetch_wheels(opts.lock, choice.wheel_pin, cache_root=opts.fetch.cache.root,
-                             wheelhouses=wheelhouses_from_env(), offline=opts.fetch.offline)[0]
+        with ui.step(f"fetch nccl wheel {choice.version}", key="fetch nccl wheel"):
+            wheel = fetch_wheels(opts.lock, choice.wheel_pin, cache_root=opts.fetch.cache.root,
+                                 wheelhouses=wheelhouses_from_env(), offline=opts.fetch.offline)[0]
         nccl = ncclwheel.unpack(wheel.path, wheel.sha256, choice.version, opts.fetch.cache.root)
     else:
         nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, recipe, tc, opts.fetch.cache.root,
@@ -176,7 +177,7 @@ def provenance(lock: Lock, spec: GateSpec, trees: dict) -> dict:
         pin = st.pin
         ups[name] = {"url": pin.url, "rev": pin.rev, "tree": pin.tree, "patched_tree": pin.patched_tree,
                      "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in pin.patches]}
-    return {"lock_sha256": lock.sha256, "gate_spec_sha256": spec.sha256, "upstreams": ups}
+    return {"lock_sha256": lock.sha256, "stack": lock.stack, "gate_spec_sha256": spec.sha256, "upstreams": ups}
 
 
 def run_micro(opts: MicroOptions) -> GateReport:
@@ -189,7 +190,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     timings: dict[str, float] = {}
     if not isinstance(opts.trials, int) or opts.trials < 1:
         raise ReprostackError(f"--trials {opts.trials}: give a whole number >= 1")
-    spec = load_spec(opts.root, GATE)
+    spec = load_spec(opts.root, GATE).with_stack(opts.lock.stack, opts.lock.env)  # the lock stack's env (lockstacks)
     if opts.profile:  # a typo'd profile or an impossible run is an error, also on a host that will skip
         armsmod.check_request(spec, spec.profile(opts.profile), opts.arms, opts.legacy)
     host = hostinfo.collect()
@@ -233,7 +234,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
         env.update(profile.env)
         env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
         t = time.monotonic()
-        one = runtime.check_one_nccl(opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
+        with ui.step("check one NCCL"):
+            one = runtime.check_one_nccl(opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
         timings["nccl_check_s"] = round(time.monotonic() - t, 2)
         host["nccl_runtime"] = one["runtime"]
         data["torch_built_with_nccl"] = one["torch_built_with"]
@@ -268,8 +270,10 @@ def run_micro(opts: MicroOptions) -> GateReport:
     log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
     data["command"] = launch.argv
     data["env"] = {k: env[k] for k in sorted({*spec.env, *profile.env, *launch.env, "PYTHONPATH"}) if k in env}
-    outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path), timeout_s=opts.timeout_s or spec.timeout_s,
-                                log_path=log)
+    # its output: the live line (-v: every line); the ETA is per profile and number of trials
+    with ui.step(f"test_ep [{profile.name}] x{opts.trials} trial(s)", log=log):
+        outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path),
+                                    timeout_s=opts.timeout_s or spec.timeout_s, log_path=log, echo=False)
     timings["test_s"] = round(outcome.duration_s, 2)
     logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)

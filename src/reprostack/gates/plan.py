@@ -206,6 +206,8 @@ def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir:
     """The launch plan of gate `g` for `profile` (default: the published hardware). Raises GateSpecError /
     RecipeError (file:line) or GateError (unknown profile) before anything is built."""
     spec = g.load(root)
+    if hasattr(spec, "with_stack") and lock is not None:  # the lock stack's env (lockstacks; gates/spec.py)
+        spec = spec.with_stack(lock.stack, lock.env)
     name = profile or published_profile(spec)
     prof = spec.profile(name)
     cmds, env, workdir, notes, arms = _BUILDERS[g.kind](spec, prof, Path(root))

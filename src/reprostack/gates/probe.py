@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+FIRST_PAUSE_S = 0.1
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """`ready`; `seconds` waited; `attempts`; `last` = the last answer or error as one line; `models` = ids
@@ -53,7 +56,8 @@ def wait_ready(url: str, path: str, *, timeout_s: float, interval_s: float = 5.0
     """Probe until ready, `timeout_s` seconds have passed, or `alive()` says the server process is gone.
 
     url: `http://host:port`; path: `/v1/models` or `/health`. Never raises for network errors (they are
-    the `last` answer)."""
+    the `last` answer). The pause between probes starts at FIRST_PAUSE_S and doubles up to `interval_s`: a
+    server that is up in a second is seen then, not one whole interval later."""
     start = time.monotonic()
     attempts, last = 0, "not probed"
     while True:
@@ -66,4 +70,4 @@ def wait_ready(url: str, path: str, *, timeout_s: float, interval_s: float = 5.0
             return ProbeResult(False, waited, attempts, f"server process exited; last answer: {last}")
         if waited >= timeout_s:
             return ProbeResult(False, waited, attempts, last)
-        time.sleep(min(interval_s, max(0.0, timeout_s - waited)))
+        time.sleep(min(interval_s, FIRST_PAUSE_S * 2 ** (attempts - 1), max(0.0, timeout_s - waited)))

@@ -55,17 +55,21 @@ def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     `a.container`, inside the image (reprostack.gates.container: `execution.mode` "container", image id and repo
     digests); else in host mode (`execution` holds the mode, the environment fingerprint of `--python` and its
     drift from the locked wheelset, see reprostack.hostenv). Raises ReprostackError for bad input."""
-    if a.container:
-        from .container import run_in_container
-        return run_in_container(g, a, lock, root)
-    if a.kernels_manifest:
+    if a.kernels_manifest and not a.container:
         from .container import uses_prebuilt
         if not uses_prebuilt(g, g.load(root)):
             raise ReprostackError(f"--kernels-manifest: gate {g.stem} builds no kernels of its own (only the micro "
                                   f"and training gates with `kernels:` take them from an image's manifest)")
-    report = _run_gate(g, a, lock, root, fetch)
-    if report.result in (Result.PASS, Result.FAIL, Result.INCONCLUSIVE, Result.ERROR):  # it ran here: say on what
-        report.provenance.setdefault("execution", hostenv.host_execution(lock, a.python))
+    from .. import ui
+    with ui.step(f"gate {g.name}" + (" (container)" if a.container else "")) as s:
+        if a.container:
+            from .container import run_in_container
+            report = run_in_container(g, a, lock, root)
+        else:
+            report = _run_gate(g, a, lock, root, fetch)
+            if report.result in (Result.PASS, Result.FAIL, Result.INCONCLUSIVE, Result.ERROR):  # it ran here: say on what
+                report.provenance.setdefault("execution", hostenv.host_execution(lock, a.python))
+        s.outcome = report.label()
     return report
 
 

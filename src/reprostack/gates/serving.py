@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import hostinfo
+from .. import hostinfo, ui
 from ..errors import GateError, ReprostackError
 from ..lock import Lock
 from ..report import (Check, GateReport, artifact_for, decide, evaluate, evaluate_interval, require_deepep_arm,
@@ -53,7 +53,7 @@ class ServingOptions:
     vars: dict = field(default_factory=dict)
     extra_server_args: list[str] = field(default_factory=list)
     python: str = sys.executable
-    echo: bool = True
+    echo: bool | None = None  # AIPerf's and the workers' output on our stdout (None: with -v)
     # --trials K: AIPerf's K profile runs per cell (aiperfrun); the tok/s bar is then judged on the runs' 95%
     # interval (PASS / FAIL / INCONCLUSIVE, report.stats). 1 (the default): one run, the bar on its value
     trials: int = 1
@@ -135,8 +135,9 @@ def _run_arm(spec, profile, arm, opts, run_dir, tool: AiperfTool, tokenizer: str
         return run
     try:
         url = f"http://127.0.0.1:{port}"
-        pr = wait_ready(url, spec.probe["path"], timeout_s=float(spec.probe["timeout-s"]),
-                        interval_s=float(spec.probe.get("interval-s", 5)), alive=server.alive)
+        with ui.step(f"{spec.gate} {arm.name}: server ready [{profile.name}]", log=log):
+            pr = wait_ready(url, spec.probe["path"], timeout_s=float(spec.probe["timeout-s"]),
+                            interval_s=float(spec.probe.get("interval-s", 5)), alive=server.alive)
         run.probe_s = pr.seconds
         if not pr.ready:
             run.error = (f"server not ready at {url}{spec.probe['path']} after {pr.seconds} s "
@@ -146,9 +147,12 @@ def _run_arm(spec, profile, arm, opts, run_dir, tool: AiperfTool, tokenizer: str
             if not server.alive():
                 run.error = f"server exited {server.returncode} before cell {cell.name}"
                 break
-            res = run_cell(tool, arm=arm.name, cell=cell, url=url, model=spec.served_model, tokenizer=tokenizer,
-                           aiperf=spec.aiperf, cell_dir=run_dir / arm.name / cell.name, extra=profile.aiperf_args,
-                           echo=opts.echo, runs=opts.trials)
+            runs = f" x{opts.trials} runs" if opts.trials > 1 else ""  # one AIPerf process; its ETA per K
+            with ui.step(f"{spec.gate} {arm.name} {cell.name}: aiperf [{profile.name}]{runs}") as st:
+                res = run_cell(tool, arm=arm.name, cell=cell, url=url, model=spec.served_model, tokenizer=tokenizer,
+                               aiperf=spec.aiperf, cell_dir=run_dir / arm.name / cell.name,
+                               extra=profile.aiperf_args, echo=opts.echo, runs=opts.trials)
+                st.outcome = res.status
             run.cells.append(res)
             if res.status != "ok":
                 dead = "" if server.alive() else f"; server exited {server.returncode}"

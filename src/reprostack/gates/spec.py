@@ -97,6 +97,27 @@ class GateSpec:
     dense: ArmSpec | None = None
     legacy: ArmSpec | None = None
     image: str = ""          # the recipe under containers/ the gate runs in
+    stacks: dict = field(default_factory=dict)  # `stacks:` of the spec: per lock stack, env and per-profile env/bars-status
+    stack: str | None = None  # the lock stack with_stack() applied (None: none applied)
+
+    def with_stack(self, name: str, lock_env: dict | None = None) -> GateSpec:
+        """This spec as stack `name` runs it (its `image` when the entry names one): env = the spec's, then the lock
+        stack's `lock_env`, then the spec's
+        `stacks.<name>.env`; each profile's env gets `stacks.<name>.profiles.<profile>.env` over its own, and its
+        bars-status that entry's (a stack's run on hardware its bars were not measured with says so). A profile
+        named there that the spec does not have is a GateSpecError naming the line."""
+        import dataclasses
+        entry = self.stacks.get(name) or {}
+        env = {**self.env, **(lock_env or {}), **(entry.get("env") or {})}
+        profiles = dict(self.profiles)
+        for pname, pe in (entry.get("profiles") or {}).items():
+            if pname not in profiles:
+                raise GateError(f"{self.path}: stacks.{name}.profiles.{pname}: no such profile "
+                                f"(known: {', '.join(sorted(self.profiles))})")
+            p = profiles[pname]
+            profiles[pname] = dataclasses.replace(p, env={**p.env, **(pe.get("env") or {})},
+                                                  bars_status=pe.get("bars-status", p.bars_status))
+        return dataclasses.replace(self, env=env, profiles=profiles, stack=name, image=entry.get("image", self.image))
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
@@ -124,11 +145,19 @@ def load_spec(root: Path, gate: str) -> GateSpec:
     """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (file:line: field: problem)."""
     path, raw, data, lines = read_gate_yaml(root, gate, "gate.schema.json")
     profiles = {name: _profile(name, p) for name, p in data["profiles"].items()}
-    return GateSpec(gate=gate, path=path, sha256=hashlib.sha256(raw).hexdigest(), script=data["script"],
+    spec = GateSpec(gate=gate, path=path, sha256=hashlib.sha256(raw).hexdigest(), script=data["script"],
                     args=tuple(data.get("args", ())), env=dict(data.get("env", {})),
                     timeout_s=float(data.get("timeout-s", 1800)), kernels=tuple(data.get("kernels", ())),
                     profiles=profiles, description=data.get("description", ""),
-                    dense=_arm(data.get("dense")), legacy=_arm(data.get("legacy")), image=data["image"])
+                    dense=_arm(data.get("dense")), legacy=_arm(data.get("legacy")), image=data["image"],
+                    stacks=dict(data.get("stacks", {})))
+    for sname, entry in spec.stacks.items():  # a stack's profile must be one of the spec's (file:line)
+        for pname in (entry.get("profiles") or {}):
+            if pname not in profiles:
+                at = ("stacks", sname, "profiles", pname)
+                raise GateSpecError(str(path), lines.get(at), f"stacks.{sname}.profiles.{pname}",
+                                    f"no such profile (known: {', '.join(sorted(profiles))})")
+    return spec
 
 
 def _profile(name: str, p: dict) -> Profile:

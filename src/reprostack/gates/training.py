@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hostinfo
+from .. import hostinfo, ui
 from ..errors import ReprostackError
 from ..kernels import runtime
 from ..lock import Lock
@@ -98,8 +98,9 @@ def _run_arm(opts, spec, profile, arm, env: dict, run_dir: Path, artifacts: list
     launch, nodes = _launch(opts, spec, profile, str(Path(opts.root) / spec.driver), args)
     arm_env = {**env, **spec.env, **profile.env, **arm.env, **launch.env}
     log = run_dir / (f"{arm.name}.node{opts.node_rank}.log" if nodes > 1 else f"{arm.name}.log")
-    outcome = run_with_watchdog(launch.argv, env=arm_env, cwd=str(opts.out_dir), log_path=log,
-                                timeout_s=opts.timeout_s or spec.timeout_s)
+    with ui.step(f"{spec.gate} {arm.name} [{profile.name}]", log=log):
+        outcome = run_with_watchdog(launch.argv, env=arm_env, cwd=str(opts.out_dir), log_path=log,
+                                    timeout_s=opts.timeout_s or spec.timeout_s, echo=False)
     # one log per node; with a shared --out, node 0 reads every node's (transport lines are per node)
     logs = sorted(run_dir.glob(f"{arm.name}.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)

@@ -201,14 +201,18 @@ def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: flo
 
 def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str | os.PathLike | None,
                       timeout_s: float, log_path: str | os.PathLike, grace_s: float = 10.0,
-                      echo: bool = True) -> RunOutcome:
+                      echo: bool | None = None) -> RunOutcome:
     """Run `argv` under a time limit of `timeout_s` seconds; returns a RunOutcome, never raises on timeout.
 
     env: the full environment (None: inherit ours); log_path: created (parents too) and truncated; bytes are
-    written as received, one line at a time, and echoed to our stdout when `echo`. A final
+    written as received, one line at a time, and echoed to our stdout when `echo` (None: with -v, see
+    reprostack.ui; quiet by default, the caller's ui.step shows the log's newest line). A final
     `[reprostack watchdog] ...` line records any kill. Raises OSError when argv cannot be started. On
     KeyboardInterrupt every process of the run is killed before the exception propagates.
     """
+    if echo is None:
+        from .. import ui
+        echo = ui.verbose() > 0
     env, cookie = with_cookie(env)
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)

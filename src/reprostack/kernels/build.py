@@ -81,8 +81,11 @@ def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     log.write_text("")
     tmp = Path(tempfile.mkdtemp(prefix=f".{component}-", dir=out.parent))
     t0 = time.monotonic()
+    from .. import ui
     try:
-        info = make(tmp, log)
+        # the compiler's lines as one live line; all in the log. A wheel's unpack is its own step (its own ETA)
+        with ui.step(f"unpack {component} wheel" if fields.get("from") == "wheel" else f"build {component}", log=log):
+            info = make(tmp, log)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

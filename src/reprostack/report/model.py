@@ -249,6 +249,6 @@ def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateRep
         why = f"not run: required gate {blocker.gate} was not run either (root cause: gate {root})"
     else:
         root = blocker.gate
-        why = f"not run: required gate {blocker.gate} did not pass ({blocker.result.upper()}: {blocker.reason})"
+        why = f"not run: required gate {blocker.gate} did not pass ({blocker.label()}: {blocker.reason})"
     return GateReport(gate, blocker.profile, "not-run", why, started=now, ended=now, duration_s=0.0,
                       required=required, data={"blocked_by": blocker.gate, "root_cause": root})

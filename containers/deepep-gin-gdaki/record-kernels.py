@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Record in the image which kernels were built from which pin: /opt/reprostack/kernels.json.
+
+Usage: record-kernels.py OUT lock_sha256=HEX64 [arch=90] [image=deepep] C.FIELD=VALUE ...
+  C.pin, C.rev, C.patched_tree and C.src for every component C; a kernel also names C.recipe (the Recipe.digest
+  of kernels/C.yaml, rendered by reprostack) and, for nccl, C.include (holding the built nccl.h) and C.lib (the
+  built libnccl.so.2); for deepep, C.package=python names the deep_ep package the image's python3 finds.
+Derived here, from what was built: NCCL versions (nccl.h), the CUDA version (nvcc --version), paths and the
+sha256 of each built file. OUT is merged with what it holds (a child image adds its own component).
+The format is reprostack's schemas/kernels-manifest.schema.json; reprostack.kernels.prebuilt reads and checks it.
+Stdlib only (reprostack itself is not installed in the image). Any problem: exit 1 naming it, nothing written.
+"""
+import glob
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def fail(msg):
+    sys.exit(f"record-kernels: {msg}")
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def nccl_h_version(include):
+    try:
+        text = open(os.path.join(include, "nccl.h")).read()
+    except OSError as e:
+        fail(f"{include}/nccl.h: {e.strerror}")
+    parts = [re.search(rf"#define\s+NCCL_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
+        fail(f"{include}/nccl.h: NCCL_MAJOR/MINOR/PATCH not found")
+    return ".".join(p.group(1) for p in parts)
+
+
+def cuda_version():
+    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        fail(f"{nvcc} --version: {e}")
+    m = re.search(r"release (\d+\.\d+)", out)
+    if not m:
+        fail(f"no release in `{nvcc} --version`")
+    return m.group(1)
+
+
+def main(argv):
+    if not argv:
+        fail("usage: record-kernels.py OUT lock_sha256=HEX [arch=90] C.FIELD=VALUE ...")
+    out, top, comps = argv[0], {}, {}
+    for a in argv[1:]:
+        k, eq, v = a.partition("=")
+        if not eq or not v:
+            fail(f"{a!r}: expected KEY=VALUE with a value")
+        c, dot, f = k.partition(".")
+        (comps.setdefault(c, {}).__setitem__(f, v) if dot else top.__setitem__(k, v))
+    if not re.fullmatch(r"[0-9a-f]{64}", top.get("lock_sha256", "")):
+        fail("lock_sha256=HEX64 is required")
+    data = {"manifest_version": 1, "image": top.get("image", "deepep"), "lock_sha256": top["lock_sha256"],
+            "components": {}}
+    if os.path.exists(out):   # a child image adds its component; the image that built the kernels stays named
+        with open(out) as f:
+            data = json.load(f)
+    nccl_version = data["components"].get("nccl", {}).get("nccl_version")
+    for name, f in comps.items():
+        for req in ("rev", "patched_tree", "src"):
+            if req not in f:
+                fail(f"{name}.{req} is required")
+        if not all(re.fullmatch(r"[0-9a-f]{40}", f[k]) for k in ("rev", "patched_tree")):
+            fail(f"{name}: rev/patched_tree must be 40 hex (got {f['rev']!r}, {f['patched_tree']!r})")
+        if not os.path.isdir(f["src"]):
+            fail(f"{name}.src {f['src']} is not a folder")
+        c = {"pin": f.get("pin", name), "kind": "kernel" if "recipe" in f else "source", "rev": f["rev"],
+             "patched_tree": f["patched_tree"], "lock_sha256": top["lock_sha256"], "paths": {"src": f["src"]}}
+        if "recipe" in f:
+            arch = top.get("arch") or fail("arch=NN is required for a kernel")
+            c.update(recipe=f["recipe"], cuda_version=cuda_version(), arch=arch.split(","), files={})
+            if "include" in f:      # nccl
+                nccl_version = nccl_h_version(f["include"])
+                lib = f.get("lib") or fail(f"{name}.lib is required with {name}.include")
+                c["paths"].update(include=f["include"], lib=os.path.dirname(lib))
+                c["files"][lib] = sha256(lib)
+            if f.get("package") == "python":    # deepep, built against the nccl recorded before it
+                spec = importlib.util.find_spec("deep_ep")
+                if spec is None or not spec.submodule_search_locations:
+                    fail("python3 finds no deep_ep package")
+                pkg = list(spec.submodule_search_locations)[0]
+                so = sorted(glob.glob(os.path.join(pkg, "_C*.so")))
+                if not so:
+                    fail(f"no _C*.so in {pkg}")
+                c["paths"].update(package=pkg, extension=so[0])
+                c["files"][so[0]] = sha256(so[0])
+            if not nccl_version:
+                fail(f"{name}: record nccl (with nccl.include) before or with it")
+            c["nccl_version"] = nccl_version
+        data["components"][name] = c
+    with open(out + ".tmp", "w") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    os.replace(out + ".tmp", out)
+    for name, c in sorted(data["components"].items()):
+        print(f"kernels.json: {name} {c['rev']} (patched tree {c['patched_tree']}) {c['kind']}"
+              + (f", NCCL {c['nccl_version']}, CUDA {c['cuda_version']}, arch {','.join(c['arch'])}"
+                 if c["kind"] == "kernel" else "") + f" -> {c['paths']['src']}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,141 @@
+"""Named stacks of `upstreams.lock`: shared pins once, per-stack overrides of pins, patch series and env.
+
+```yaml
+stacks:
+  campaign:                       # the default stack (DEFAULT): the shared `upstreams:` as they are
+    description: ...
+  gin-gdaki:
+    description: ...
+    extends: campaign             # optional: start from another stack's pins and env (default: the shared pins)
+    env: {NCCL_GIN_TYPE: "5"}     # the stack's env, over its parent's (gates put it over the gate spec's env)
+    overrides:                    # pins of `upstreams:` this stack pins differently
+      nccl: {original: v2.30.7-1, rev: <40 hex>, tree: <40 hex>, fetch-refs: [refs/tags/v2.30.7-1]}
+```
+
+Invariants:
+- an override names a pin of `upstreams:` (or of a stack it extends); it never adds one;
+- an override is merged over the pin it replaces: its keys replace the pin's. One that moves a git pin's `rev`
+  starts a new pin of the same upstream: only `kind`, `url` and `policy` carry over, so a stale tree, submodule
+  or patch series of the shared pin can never pass for the new rev's. One with `kind:` is a whole pin;
+- the merged pin is validated exactly like a pin of `upstreams:` (same schema, same checks by lock.load), and a
+  problem names the override's own line and field (`stacks.S.overrides.P.rev`);
+- `extends` names another stack, never one of its own descendants (a cycle is an error at the `extends` line);
+- no `stacks:` section, or no `campaign` entry in it: the default stack still exists, with the shared pins;
+- an unknown stack name is an error naming the known ones.
+The selected stack: `--stack NAME` (cli), which sets $REPROSTACK_STACK for this process and its children
+(nox sessions, in-gate launches), else DEFAULT.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .errors import LockError
+from .yamlsrc import dotted, line_of
+
+DEFAULT = "campaign"
+ENV = "REPROSTACK_STACK"
+_GIT_REV_CARRIES = ("kind", "url", "policy")  # what a git override that moves `rev` keeps of the shared pin
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One stack: its own description/extends, and the effective env and overridden pins (its chain's, root first)."""
+
+    name: str
+    description: str
+    extends: str | None = None
+    env: dict = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()   # names of the pins that differ from the shared `upstreams:`
+    line: int | None = None           # line of `stacks.<name>` (None: the implicit default)
+
+
+def selected() -> str:
+    """The stack this process runs: $REPROSTACK_STACK (set by `--stack`), else DEFAULT."""
+    return os.environ.get(ENV) or DEFAULT
+
+
+def merge(base: dict, override: dict) -> dict:
+    """The pin `override` makes of `base` (see the module doc: a moved git rev keeps only kind/url/policy)."""
+    if "kind" in override:
+        return dict(override)
+    if base.get("kind") == "git" and "rev" in override and override["rev"] != base.get("rev"):
+        out = {k: base[k] for k in _GIT_REV_CARRIES if k in base}
+    else:
+        out = dict(base)
+    out.update(override)
+    return out
+
+
+def chain(data: dict, lines: dict, path: str, name: str) -> list[str]:
+    """Stack names from the root of `name`'s `extends` chain down to `name`. LockError on an unknown parent
+    or a cycle (at the `extends` line that closes it)."""
+    stacks = data.get("stacks") or {}
+    out: list[str] = []
+    cur: str | None = name
+    while cur is not None:
+        if cur in out:
+            at = ("stacks", out[-1], "extends")
+            raise LockError(path, line_of(lines, at), dotted(at),
+                            f"cycle: {' -> '.join([*out, cur])} (a stack cannot extend itself)")
+        out.append(cur)
+        parent = (stacks.get(cur) or {}).get("extends")
+        if parent is not None and parent not in stacks and parent != DEFAULT:
+            at = ("stacks", cur, "extends")
+            raise LockError(path, line_of(lines, at), dotted(at),
+                            f"no such stack {parent!r} (known: {', '.join(names(data))})")
+        cur = parent
+    return list(reversed(out))
+
+
+def names(data: dict) -> list[str]:
+    """Every stack of the document: DEFAULT first, then the others as written."""
+    return [DEFAULT, *(n for n in (data.get("stacks") or {}) if n != DEFAULT)]
+
+
+def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict, Stack]:
+    """(upstreams, lines, Stack) of stack `name`: the shared pins with the chain's overrides merged in, a line map
+    whose `("upstreams", P, ...)` entries of an overridden pin point into the override (so every later error names
+    the override's line), and the Stack. Raises LockError for an unknown stack, an unknown parent, a cycle or an
+    override of a pin that does not exist."""
+    stacks = data.get("stacks") or {}
+    if name != DEFAULT and name not in stacks:
+        at = ("stacks",)
+        raise LockError(path, line_of(lines, at) if stacks else None, "--stack",
+                        f"no such stack {name!r} (known: {', '.join(names(data))})")
+    ups = dict(data["upstreams"])
+    eff_lines = dict(lines)
+    env: dict = {}
+    overridden: list[str] = []
+    for s in chain(data, lines, path, name):
+        entry = stacks.get(s) or {}
+        env.update(entry.get("env") or {})
+        for pin, ov in (entry.get("overrides") or {}).items():
+            at = ("stacks", s, "overrides", pin)
+            if pin not in ups:
+                raise LockError(path, line_of(lines, at), dotted(at),
+                                f"overrides pin {pin!r}, which upstreams: does not have (known: {', '.join(sorted(ups))})")
+            ups[pin] = merge(ups[pin], ov)
+            for k in [k for k in eff_lines if k[:2] == ("upstreams", pin)]:
+                del eff_lines[k]  # inherited keys fall back to the override's own line
+            for k, ln in lines.items():
+                if k[:4] == at:
+                    eff_lines[("upstreams", pin, *k[4:])] = ln
+            if pin not in overridden:
+                overridden.append(pin)
+    entry = stacks.get(name) or {}
+    desc = entry.get("description") or "the shared pins of upstreams: (the published campaign)"
+    st = Stack(name=name, description=desc, extends=entry.get("extends"), env=env, overrides=tuple(overridden),
+               line=line_of(lines, ("stacks", name)) if name in stacks else None)
+    return ups, eff_lines, st
+
+
+def relocate(e: LockError, path: str, stack: str, pins: tuple[str, ...]) -> LockError:
+    """A LockError about `upstreams.P...` of an overridden pin, renamed to the override's field."""
+    for pin in pins:
+        head = f"upstreams.{pin}"
+        if e.field == head or e.field.startswith(head + ".") or e.field.startswith(head + "["):
+            msg = str(e).split(f"{e.field}: ", 1)[-1]
+            return LockError(path, e.line, f"stacks.{stack}.overrides.{pin}" + e.field[len(head):], msg)
+    return e

@@ -1,0 +1,26 @@
+"""Suite-wide: reprostack.ui's state (verbosity, timings file) starts fresh in every test, and its step
+durations go to the test's own folder, never to the user's ~/.cache/reprostack."""
+
+import re
+
+import pytest
+
+from reprostack import ui
+
+
+@pytest.fixture(autouse=True)
+def _ui_isolated(tmp_path_factory):
+    ui.reset()
+    ui.configure(cache=tmp_path_factory.mktemp("ui-cache"))
+    yield
+    ui.reset()
+
+
+# reprostack.ui's plain progress lines on stderr: a step's start (`NAME: started, ETA ... (last run)` or `..., first
+# run, no estimate`) and its end (`NAME: ok in 1.2 s`, `NAME: failed after 0.1 s`, `NAME: SKIP in 3 s`)
+STEP_LINE = re.compile(r"^\S[^:]*: (started, (ETA .+ \(last run\)|first run, no estimate)|.+ (in|after) [\d.]+ (s|min)\b)")
+
+
+def without_progress(err: str) -> str:
+    """stderr without reprostack.ui's progress lines (what is left: warnings, errors)."""
+    return "".join(ln for ln in err.splitlines(True) if not STEP_LINE.match(ln))

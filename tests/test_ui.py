@@ -1,0 +1,324 @@
+"""reprostack.ui on real files and real streams: plain lines off a terminal (and under NO_COLOR / CI), `-v`,
+ETAs from the stored durations (per host and step), the run folder's `latest` link swapped atomically, and a
+hostile timings file in the cache: read bounded, ignored with one warning line, never a traceback."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from reprostack import cli, ui
+from reprostack.gates import runner
+from reprostack.report import GateReport, evaluate
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def plain(tmp_path, verbose=0) -> io.StringIO:
+    s = io.StringIO()
+    ui.configure(verbose=verbose, cache=tmp_path / "cache", stream=s)
+    return s
+
+
+# --------------------------------------------------------------------------- plain output, -v
+
+
+def test_plain_lines_off_a_terminal(tmp_path):
+    s = plain(tmp_path)
+    assert not ui.live_display()
+    with ui.step("build nccl"):
+        ui.detail("hidden without -v")
+    lines = s.getvalue().splitlines()
+    assert lines[0] == "build nccl: started, first run, no estimate"
+    assert lines[1].startswith("build nccl: ok in ") and len(lines) == 2
+    assert "\x1b[" not in s.getvalue()  # no escape codes in a log
+
+
+@pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"CI": "true"}, {"TERM": "dumb"}])
+def test_no_live_display_under_no_color_or_ci(monkeypatch, env, tmp_path):
+    for k in ("NO_COLOR", "CI", "TERM"):
+        monkeypatch.delenv(k, raising=False)
+    ui.configure(stream=Tty(), cache=tmp_path)
+    monkeypatch.setattr("sys.stdout", Tty())
+    assert ui.live_display()  # both streams are terminals
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert not ui.live_display()
+
+
+def test_live_display_on_a_terminal_still_names_the_log(tmp_path):
+    t = Tty()
+    ui.configure(stream=t, cache=tmp_path, live=True)
+    log = tmp_path / "b.log"
+    log.write_text("nvcc -c src/device/all_reduce.cu -o x.o\n")
+    with ui.step("build deepep", log=log) as s:
+        s.update("compiling")
+    assert f"full log {log}" in t.getvalue() and "build deepep" in t.getvalue()
+
+
+def test_verbose_shows_details_and_every_log_line(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text("$ make -j2\n/usr/local/cuda/bin/nvcc -O3 -c src/transport/net.cc -o build/obj/net.o\n")
+    s = plain(tmp_path)
+    with ui.step("build nccl", log=log):
+        pass
+    quiet = s.getvalue()
+    assert f"build nccl: started, first run, no estimate; full log {log}" in quiet
+    assert "nvcc" not in quiet  # quiet: the compiler lines stay in the log
+    s = plain(tmp_path, verbose=1)
+    with ui.step("build nccl", log=log):
+        ui.detail("a detail")
+    lines = s.getvalue().splitlines()
+    assert "a detail" in lines and "  build nccl: $ make -j2" in lines
+    assert "  build nccl: nvcc src/transport/net.cc" in lines  # summarised: the tool and its source
+
+
+def test_cli_takes_v_before_and_after_the_subcommand():
+    assert cli.parser().parse_args(["-v", "lock", "check"]).verbose == 1
+    assert cli.parser().parse_args(["fetch", "-v", "deepep"]).verbose == 1
+    assert cli.parser().parse_args(["gate", "micro"]).verbose == 0
+
+
+def test_summarise_compiler_lines():
+    assert ui.summarise("g++ -O2 -fPIC -c csrc/deep_ep.cpp -o build/deep_ep.o") == "g++ csrc/deep_ep.cpp"
+    assert ui.summarise("  plain   words  ") == "plain words"
+    assert len(ui.summarise("x" * 500)) == 100
+
+
+# --------------------------------------------------------------------------- ETAs
+
+
+def test_eta_from_the_last_run_on_this_host(tmp_path, monkeypatch):
+    s = plain(tmp_path)
+    ui.record("build nccl", 192.4)
+    with ui.step("build nccl"):
+        pass
+    assert s.getvalue().splitlines()[0] == "build nccl: started, ETA 3 min 12 s (last run)"
+    stored = json.loads((tmp_path / "cache" / "timings.json").read_text())
+    assert stored["version"] == 1 and stored["hosts"][ui.host()]["build nccl"] < 5  # this run's, replacing 192.4
+    monkeypatch.setattr(ui, "host", lambda: "another-host")
+    assert ui.eta_text("build nccl") == "first run, no estimate"  # keyed by host
+
+
+def test_failed_step_is_not_stored(tmp_path):
+    s = plain(tmp_path)
+    ui.record("test_ep", 50.0)
+    with pytest.raises(RuntimeError):
+        with ui.step("test_ep"):
+            raise RuntimeError("x")
+    assert s.getvalue().splitlines()[-1].startswith("test_ep: failed after ")
+    assert ui.estimate("test_ep") == 50.0
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"{not json", "not JSON"),
+    (b"\xff\xfe\x00garbage", "not JSON"),
+    (b"[" * 200_000 + b"]" * 200_000, "larger than"),
+    (b"[" * 100_000, "not JSON"),
+    (b'{"version": 1, "hosts": []}', "not a timings file"),
+    (b'["version", 1]', "not a timings file"),
+    (b'{"version": 99, "hosts": {}}', "not a timings file"),
+])
+def test_hostile_timings_file_is_ignored_with_one_warning(tmp_path, content, why):
+    s = plain(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "timings.json").write_bytes(content)
+    with ui.step("fetch deepep"):
+        pass
+    with ui.step("fetch nccl"):
+        pass
+    warnings = [ln for ln in s.getvalue().splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and why in warnings[0] and str(tmp_path / "cache" / "timings.json") in warnings[0]
+    assert "Traceback" not in s.getvalue()
+    doc = json.loads((tmp_path / "cache" / "timings.json").read_text())  # rewritten whole and valid
+    assert set(doc["hosts"][ui.host()]) == {"fetch deepep", "fetch nccl"}
+
+
+def test_bad_entries_are_ignored_the_good_ones_kept(tmp_path):
+    s = plain(tmp_path)
+    (tmp_path / "cache").mkdir()
+    h = ui.host()
+    (tmp_path / "cache" / "timings.json").write_text(
+        '{"version": 1, "hosts": {"%s": {"a": 12, "b": NaN, "c": -1, "d": "9", "e": true, "f": 1e300}, "x": 5}}' % h)
+    assert ui.load_timings() == {h: {"a": 12.0}}
+    assert "6 entries not a number of seconds" in s.getvalue()
+
+
+def test_timings_read_is_bounded(tmp_path):
+    """/dev/zero as the timings file: an endless file is read up to the bound, then refused."""
+    s = plain(tmp_path)
+    (tmp_path / "cache").mkdir()
+    os.symlink("/dev/zero", tmp_path / "cache" / "timings.json")
+    assert ui.load_timings() == {}
+    assert f"larger than {ui.MAX_TIMINGS_BYTES} bytes" in s.getvalue()
+
+
+def test_unreadable_or_unwritable_timings_never_stop_a_step(tmp_path):
+    s = plain(tmp_path)
+    (tmp_path / "cache" / "timings.json").mkdir(parents=True)  # a folder where the file should be
+    with ui.step("patch deepep"):
+        pass
+    assert "patch deepep: ok in" in s.getvalue() and "cannot read" in s.getvalue()
+
+
+# --------------------------------------------------------------------------- run folders
+
+
+def test_new_run_dir_and_latest(tmp_path):
+    when = datetime(2026, 12, 2, 3, 10, 0, tzinfo=timezone.utc)
+    a = ui.new_run_dir(tmp_path / "gate_micro", now=when)
+    b = ui.new_run_dir(tmp_path / "gate_micro", now=when)  # the same second: a new folder all the same
+    assert (a.name, b.name) == ("2026-12-02T03-10-00Z", "2026-12-02T03-10-00Z-2")
+    latest = tmp_path / "gate_micro" / "latest"
+    assert os.readlink(latest) == b.name and latest.resolve() == b.resolve()  # relative: the tree can move
+    assert sorted(p.name for p in (tmp_path / "gate_micro").iterdir()) == [a.name, b.name, "latest"]
+
+
+def test_latest_is_swapped_atomically(tmp_path):
+    base = tmp_path / "runs"
+    ui.new_run_dir(base)
+    seen, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                seen.append(os.readlink(base / "latest"))
+            except FileNotFoundError:
+                seen.append(None)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(200):
+            (base / f"r{i}").mkdir()
+            ui.point_latest(base, f"r{i}")
+    finally:
+        stop.set()
+        t.join()
+    assert None not in seen and os.readlink(base / "latest") == "r199"
+    assert not [p for p in base.iterdir() if p.name.startswith(".latest")]  # no temp links left
+
+
+def test_latest_that_is_a_real_folder_is_left_alone(tmp_path):
+    (tmp_path / "latest").mkdir()
+    (tmp_path / "latest" / "keep").write_text("x")
+    with pytest.raises(OSError, match="not a symlink"):
+        ui.new_run_dir(tmp_path)
+    assert (tmp_path / "latest" / "keep").read_text() == "x" and os.listdir(tmp_path) == ["latest"]
+
+
+STAND_IN_LOCK = SimpleNamespace(stack="campaign")  # the gate runs are faked; the CLI records the lock's stack
+LOCAL_TEST = "PASS (local-test, not evidence)"  # report.model.GateReport.label of a self-test profile's pass
+
+
+def _fake_local_test_pass(g, a, lock, root, fetch):
+    return GateReport(g.stem, "local-test", "pass", "1 check(s) passed", evidence=False,
+                      checks=[evaluate("deepep.c4.errors", "requests", 0, "==", 0)])
+
+
+def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
+    monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
+    assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
+    first = (tmp_path / "out" / "gate_vllm" / "latest").resolve()
+    assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
+    second = (tmp_path / "out" / "gate_vllm" / "latest").resolve()
+    assert first != second and first.parent == second.parent == tmp_path / "out" / "gate_vllm"
+    for d in (first, second):  # each run whole in its own folder, nothing of one in the other
+        assert sorted(p.name for p in d.iterdir()) == ["junit.xml", "summary.json", "summary.md", "vllm.json"]
+    out, err = capsys.readouterr()
+    # the local-test pass is labelled wherever it is printed: the CLI's line, the progress line, the reports
+    assert "vllm [local-test]: PASS (local-test, not evidence) — 1 check(s) passed" in out
+    assert "gate vllm: PASS (local-test, not evidence) in " in err
+    summary = json.loads((second / "summary.json").read_text())
+    assert summary["gates"][0]["label"] == LOCAL_TEST
+    assert f"| {LOCAL_TEST} |" in (second / "summary.md").read_text()
+    assert f"{LOCAL_TEST}: 1 check(s) passed" in (second / "junit.xml").read_text()
+    # an explicit --out is used as given (shared between the nodes of one run)
+    assert cli.main(["gate", "vllm", "--profile", "local-test", "--out", str(tmp_path / "given")]) == 3
+    assert (tmp_path / "given" / "summary.json").is_file() and not (tmp_path / "given" / "latest").exists()
+
+
+def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
+    monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
+    assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
+    base = tmp_path / "out" / "gate_vllm"
+    good = os.readlink(base / "latest")
+
+    def bad_input(g, a, lock, root, fetch):
+        from reprostack.errors import ReprostackError
+        raise ReprostackError("gates/vllm.yaml:3: no profile 'nope'")
+
+    monkeypatch.setattr(runner, "_run_gate", bad_input)
+    assert cli.main(["gate", "vllm", "--profile", "nope"]) == 2
+    assert os.readlink(base / "latest") == good and sorted(p.name for p in base.iterdir()) == [good, "latest"]
+    from conftest import without_progress
+    assert without_progress(capsys.readouterr().err).splitlines()[-1] == (
+        "reprostack: error: gates/vllm.yaml:3: no profile 'nope'")
+
+
+def test_several_nodes_need_one_shared_out(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    assert cli.main(["gate", "micro", "--node-rank", "1", "--master-addr", "10.0.0.1"]) == 2
+    assert "needs --out DIR, the same folder on every node" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
+    """noxfile._gate without --out reads out/gate_<G>/latest/summary.json, which the CLI points at this run's
+    folder before running anything: a run that crashed leaves no summary there, never an earlier run's verdict."""
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", repo / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():  # test_readme may have registered the same sessions already
+        warnings.simplefilter("ignore", FutureWarning)
+        spec.loader.exec_module(noxfile)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
+    monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
+    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
+
+    class Session:
+        posargs = ["--profile", "local-test"]
+
+        def run(self, prog, *args, success_codes=(0,)):
+            assert prog == "reprostack"
+            cli.main(list(args))
+
+        def error(self, msg):
+            raise RuntimeError(msg)
+
+    rc, reason = noxfile._gate(Session(), "gate", "vllm")
+    assert rc == 3 and reason == "vllm: PASS (local-test, not evidence) 1 check(s) passed"
+
+    def crash(*a):
+        raise KeyError("a crash of the tool itself")
+
+    monkeypatch.setattr(runner, "_run_gate", crash)
+    with pytest.raises(RuntimeError, match="no out/gate_vllm/latest/summary.json was written"):
+        noxfile._gate(Session(), "gate", "vllm")
+    assert len([p for p in (tmp_path / "out" / "gate_vllm").iterdir()]) == 3  # two runs + latest; the first intact
