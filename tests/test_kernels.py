@@ -573,3 +573,29 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
     fake_python.unlink()  # same key: reused, nothing runs
     again = build.build_deepep(src, "e" * 40, recipe, tc, nccl, cache, jobs=3)
     assert again.reused is True and again.out == b.out
+
+
+def test_runtime_env_with_a_cache_keeps_bytecode_out_of_the_trees_and_reuses_it(tmp_path):
+    """With cache_root, a process importing modules from a source tree (the verified deepep tree, the overlay) writes
+    no __pycache__ there: its bytecode lands under <cache>/pycache, and the next process loads it from there instead
+    of compiling the sources again (the warm test's start-up on the H200). Inductor's cache sits beside it."""
+    import subprocess
+    import sys
+    out, tree, cache = tmp_path / "build", tmp_path / "tree", tmp_path / "cache"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("VALUE = 42\n")
+    env = runtime.runtime_env(out, {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"},
+                              cache_root=cache)
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["PYTHONPYCACHEPREFIX"] == str(cache / "pycache")
+    assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == (str(cache / "inductor"), "1")
+    env["PYTHONPATH"] = str(tree) + os.pathsep + env["PYTHONPATH"]
+    probe = ("import importlib.util, pkg, sys; spec = importlib.util.find_spec('pkg');"
+             "print(pkg.VALUE, spec.loader.get_code.__qualname__, importlib.util.cache_from_source(spec.origin))")
+    first = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    pyc = Path(first.stdout.split()[-1])
+    assert first.stdout.startswith("42 ") and pyc.is_file() and pyc.is_relative_to(cache / "pycache")
+    assert not list(tree.rglob("__pycache__")), "bytecode written into the source tree"
+    before = pyc.stat().st_mtime_ns
+    subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert pyc.stat().st_mtime_ns == before   # read, not rewritten: the second process compiled nothing

@@ -148,7 +148,7 @@ def setup_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict, 
                        Path(opts.fetch.cache.root) / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
                        accept_sha256=pre.file_sha256("nccl", lib / "libnccl.so.2"))
     _, nccl, deepep = build_kernels(opts, trees, prov, timings)
-    return Kernels(runtime.runtime_env(deepep.out), nccl.out / "build" / "lib", nccl.info["version"],
+    return Kernels(runtime.runtime_env(deepep.out, cache_root=Path(opts.fetch.cache.root)), nccl.out / "build" / "lib", nccl.info["version"],
                    deepep.out / "jit", [nccl.log, deepep.log])
 
 

@@ -43,15 +43,28 @@ def make_overlay(torch_site: Path, nccl_lib: Path, dest: Path) -> Path:
     return dest
 
 
-def runtime_env(deepep_out: Path, base: dict | None = None) -> dict:
-    """Environment for a process that imports torch + deep_ep from the build at `deepep_out`."""
+def runtime_env(deepep_out: Path, base: dict | None = None, *, cache_root: Path | None = None) -> dict:
+    """Environment for a process that imports torch + deep_ep from the build at `deepep_out`.
+
+    The gate's scripts run from the verified source trees (test_ep.py from the patched deepep tree): no __pycache__
+    may be left there, or the next run's re-hash of that tree sees foreign files and remakes it. With `cache_root`,
+    bytecode goes to `<cache_root>/pycache` (PYTHONPYCACHEPREFIX: Python then reads and writes .pyc only in that
+    mirror tree, never beside a source), and torch.compile's Inductor cache to `<cache_root>/inductor`, compiling in
+    the process (TORCHINDUCTOR_COMPILE_THREADS=1: no 16-process compile pool to start at every import of deep_ep,
+    which calls torch.compile in deep_ep/utils/math.py). The H200 profile (results/bench/warm-profile-h200-2026-12-02)
+    found those two to be most of the warm test's start-up. Neither changes what is measured: bytecode and the
+    Inductor cache are keyed by their sources and torch. Without `cache_root`: no bytecode is written at all."""
     env = dict(os.environ if base is None else base)
     # replaced, not extended: the test process sees the image's Python, the overlay and deep_ep, and
     # nothing of the tool's own environment (e.g. reprostack's dependencies)
     env["PYTHONPATH"] = os.pathsep.join([str(deepep_out / "overlay"), str(deepep_out / "site")])
-    # the gate's scripts run from the verified source trees (test_ep.py from the patched deepep tree): no
-    # __pycache__ may be left there, or the next run's re-hash of that tree sees foreign files and remakes it
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if cache_root is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(Path(cache_root) / "pycache")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_root) / "inductor")
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     return env
 
 
