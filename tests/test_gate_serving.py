@@ -334,3 +334,30 @@ def test_profile_run_exports_read_and_a_missing_one_is_an_error(tmp_path):
     res = _read_runs(CellResult("deepep", cell, "error", tmp_path, tmp_path / "log"), art, 2)
     assert res.status == "error" and res.detail.startswith("profile run 2 of 2 (")
     assert res.detail.endswith("run_0002): no profile_export_aiperf.json")
+
+
+def test_one_run_on_a_gpu_profile_is_inconclusive_never_pass():
+    """On a GPU profile the tok/s bar is judged on the runs' interval only: one AIPerf run (`--trials 1`) gives no
+    interval, so the bar is INCONCLUSIVE however far above it the figure is; the default there is 3 runs."""
+    from types import SimpleNamespace
+
+    from reprostack.gates import serving
+    spec = load_serving_spec(REPO, "vllm")
+    profile = next(p for p in spec.profiles.values() if p.needs_gpu and p.bars.threshold("c4") is not None)
+    deepep = next(a for a in spec.arms.values() if a.role == "deepep")
+    cell = next(c for c in spec.cells if c.name == "c4")
+    high = profile.bars.threshold("c4") * 10
+
+    def run(samples):
+        c = SimpleNamespace(cell=cell, errors=0, completed=cell.requests, error_types={}, samples=samples,
+                            agg_tok_s=samples[0] if samples else None)
+        return SimpleNamespace(arm=SimpleNamespace(name=deepep.name, assert_backend=False), backend=None, cells=[c])
+
+    bar = next(c for c in serving._checks(spec, profile, [run([high])]) if c.metric.endswith("c4.agg_tok_s"))
+    assert bar.inconclusive and not bar.passed and "one trial gives no interval" in bar.note
+    bar = next(c for c in serving._checks(spec, profile, [run([high, high * 1.01, high * 0.99])])
+               if c.metric.endswith("c4.agg_tok_s"))
+    assert bar.passed and not bar.inconclusive
+    bar = next(c for c in serving._checks(spec, profile, [run([])]) if c.metric.endswith("c4.agg_tok_s"))
+    assert not bar.passed and bar.value is None   # no figure at all: a failed bar, never a pass
+    assert serving.DEFAULT_TRIALS == 3

@@ -102,7 +102,7 @@ def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
                                               profile=a.profile, node_rank=a.node_rank, leader_addr=a.master_addr,
                                               arms=list(a.arms), vars=dict(a.vars),
                                               extra_server_args=list(a.server_args), python=sys.executable,
-                                              trials=a.trials or 1))
+                                              trials=a.trials))
 
 
 def required() -> set[str]:

@@ -9,16 +9,18 @@ what the profile needs or no profile fits it. On a worker node (`node_rank > 0`)
 the worker command and waits for it; its report is a SKIP that says the verdict is node 0's.
 Trials: `--trials K` (K >= 2) runs each cell as AIPerf's K profile runs (gates.aiperfrun) and judges the tok/s bar
 on their 95% interval (INCONCLUSIVE when it straddles the bar; `data.statistics` per `<arm>.<cell>.agg_tok_s`);
-the errors and completed-requests checks then cover every run. The default stays one run per cell, the bar on
-its value (serving sweeps take minutes per cell; the caller asks for trials).
+the errors and completed-requests checks then cover every run. Default: DEFAULT_TRIALS (3) runs per cell on a GPU
+profile, where one run (`--trials 1`) is INCONCLUSIVE on its bar, never PASS; one run on the local-test profile
+(the stand-in server's PASS is never evidence anyway).
 """
 
 from __future__ import annotations
 
+
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import hostinfo, ui
@@ -35,6 +37,8 @@ from .parsers.servelog import ServeLogReport, assert_backend
 from .probe import wait_ready
 from .server import ServerProcess
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
+
+DEFAULT_TRIALS = 3   # AIPerf profile runs per cell on a GPU profile when --trials is not given
 
 
 @dataclass
@@ -54,9 +58,10 @@ class ServingOptions:
     extra_server_args: list[str] = field(default_factory=list)
     python: str = sys.executable
     echo: bool | None = None  # AIPerf's and the workers' output on our stdout (None: with -v)
-    # --trials K: AIPerf's K profile runs per cell (aiperfrun); the tok/s bar is then judged on the runs' 95%
-    # interval (PASS / FAIL / INCONCLUSIVE, report.stats). 1 (the default): one run, the bar on its value
-    trials: int = 1
+    # --trials K: AIPerf's K profile runs per cell (aiperfrun); the tok/s bar is judged on the runs' 95% interval
+    # (PASS / FAIL / INCONCLUSIVE, report.stats). None: DEFAULT_TRIALS on a GPU profile, one run on the local-test
+    # profile (a stand-in server, never evidence). One run on a GPU profile is INCONCLUSIVE on its bar, never PASS.
+    trials: int | None = None
 
 
 @dataclass
@@ -201,7 +206,7 @@ def _checks(spec: ServingSpec, profile: ServingProfile, runs: list[ArmRun]) -> l
             checks.append(evaluate(f"{n}.completed_requests", "requests", c.completed, "==", c.cell.requests))
             if a == bar_arm:
                 bar = profile.bars.threshold(c.cell.name)
-                if bar is not None and len(c.samples) >= 2:
+                if bar is not None and len(c.samples) >= (1 if profile.needs_gpu else 2):  # GPU, 1 run: INCONCLUSIVE
                     pub = profile.bars.published[c.cell.name]
                     checks.append(evaluate_interval(f"{n}.agg_tok_s", summarize(c.samples, "tokens/sec"), ">=", bar,
                                                     note=f"published {pub} x (1 - {profile.bars.tolerance}); "
@@ -269,6 +274,8 @@ def run_serving(gate: str, opts: ServingOptions) -> GateReport:
     if profile.nodes > 1 and not opts.leader_addr:
         raise ReprostackError(f"profile {profile.name} spans {profile.nodes} nodes: give --master-addr (the leader's "
                               f"address) and --node-rank on each node")
+    if opts.trials is None:
+        opts = replace(opts, trials=DEFAULT_TRIALS if profile.needs_gpu else 1)
     run_dir = Path(opts.out_dir).resolve() / gate  # absolute: AIPerf runs inside each cell's folder
     run_dir.mkdir(parents=True, exist_ok=True)
     if opts.node_rank > 0:
