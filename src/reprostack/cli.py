@@ -578,7 +578,8 @@ def _plans(args, lock, root, opts) -> int:
     from rich.table import Table
     console = Console()
     for p in plans:
-        t = Table(title=escape(f"launch plan: gate {p.gate} [{p.profile}] (nothing was run)"), show_header=False,
+        name = registry.gate(p.gate).name  # what the operator types (`gate nemo-rl`), not the spec stem
+        t = Table(title=escape(f"launch plan: gate {name} [{p.profile}] (nothing was run)"), show_header=False,
                   title_justify="left")
         t.add_column(style="bold")
         t.add_column(overflow="fold")
