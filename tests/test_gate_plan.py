@@ -78,6 +78,9 @@ def test_cli_plan_prints_and_runs_nothing(tmp_path, capsys):
     assert {p["gate"]: p["profile"] for p in plans} == {
         "micro": "h200-ep1", "vllm": "p5en-efa-ep16", "sglang": "p5en-efa-ep16", "trtllm": "p5en-efa-ep16",
         "megatron": "h200-ep1", "nemo_rl": "p5en-efa-2x8"}
+    assert cli.main(["all-gates", "--plan", "--out", str(out)]) == 0
+    text = capsys.readouterr().out   # titles name each gate as `reprostack gate NAME` takes it
+    assert "launch plan: gate nemo-rl [p5en-efa-2x8]" in text and "gate nemo_rl [" not in text
     assert cli.main(["gate", "micro", "--plan", "--profile", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no profile 'nope'" in err[0]

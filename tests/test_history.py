@@ -324,3 +324,19 @@ def test_fuzz_the_report_reader_never_tracebacks(tmp_path):
         analyse(s)  # whatever went in can be compared
     assert not bad, f"{len(bad)}/{N_FUZZ}:\n" + "\n".join(bad[:20])
     assert refused >= 300
+
+
+def test_without_matplotlib_one_line_names_the_checkout_extra(tmp_path, db, capsys, monkeypatch):
+    """A venv made by the README's line (`pip install -e .`, no extras) has no matplotlib: one line, exit 2,
+    naming the extra as a checkout installs it (never `reprostack[plots]`, which pip would look up on the index)."""
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    res = tmp_path / "results"
+    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    rc, out, err = run(capsys, res, "--db", db, "--out", tmp_path / "h")
+    assert rc == 2
+    assert err.strip().splitlines() == [
+        "reprostack: error: history plots need matplotlib, the `plots` extra: pip install -e '.[plots]' in this "
+        "checkout, or pass --no-plots"]
+    assert not db.exists() and not (tmp_path / "h").exists()

@@ -159,6 +159,11 @@ def test_image_must_be_by_digest(tmp_path, capsys):
         assert cli.main(["launch", "k8s", "micro", "--out", str(out), f"--image={bad}"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "by digest" in err[0]
+    # the README's placeholder with only the digest filled in: the line says the name, not the digest, is wrong
+    readme = f"ACCOUNT.dkr.ecr.REGION.amazonaws.com/reprostack/deepep@{DIGEST}"
+    assert cli.main(["launch", "k8s", "micro", "--out", str(out), f"--image={readme}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "repository name is not a valid image reference" in err[0] and "ACCOUNT" in err[0]
     assert not out.exists()
 
 

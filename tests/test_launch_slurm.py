@@ -191,6 +191,7 @@ def test_local_test_gate_runs_as_a_slurm_job(lock, tmp_path, monkeypatch, capsys
     out = root / "out" / "slurm" / "vllm"
     assert "submitted job" in printed and ": RUNNING" in printed, printed
     assert rc == 3, printed   # a local-test PASS is labelled and exits 3, in a job as on the host
+    assert "vllm [local-test]: PASS (local-test, not evidence)" in printed, printed   # not just "FAILED, exit 3"
     report = json.loads((out / "vllm.json").read_text())
     assert (report["result"], report["profile"], report["evidence"]) == ("pass", "local-test", False)
     assert report["provenance"]["execution"]["mode"] == "host"
@@ -203,6 +204,25 @@ def test_local_test_gate_runs_as_a_slurm_job(lock, tmp_path, monkeypatch, capsys
     assert "node 0 exit 3" in batch
     server = (out / "vllm" / "server.deepep.log").read_text()   # both ranks of the test server
     assert "rank EP 0/2" in server and "rank EP 1/2" in server
+
+
+def test_submit_verdict_lines_read_only_this_jobs_summary(tmp_path):
+    """After --submit the CLI prints the gate's verdict from the summary.json the job wrote; a missing, older or
+    malformed one is one line saying there is no verdict (never a verdict the job did not write)."""
+    import time
+    from reprostack.cli import _slurm_verdicts
+    from reprostack.report.model import GateReport, evaluate
+    from reprostack.report.writers import write_reports
+    p = tmp_path / "summary.json"
+    assert _slurm_verdicts(p, since=0) == [f"{p}: not written (no verdict; see the logs)"]
+    write_reports([GateReport("vllm", "local-test", "pass", "20 check(s) passed",
+                              [evaluate("deepep.c4.errors", "requests", 0, "==", 0)], evidence=False)], tmp_path)
+    assert _slurm_verdicts(p, since=0) == ["vllm [local-test]: PASS (local-test, not evidence) — 20 check(s) passed"]
+    assert "not written by this job" in _slurm_verdicts(p, since=time.time() + 60)[0]
+    p.write_text('{"gates": [{"gate": "x"}]')
+    assert _slurm_verdicts(p, since=0) == [f"{p}: unreadable (JSONDecodeError; no verdict; see the logs)"]
+    p.write_text('{"gates": []}')
+    assert "unreadable (ValidationError" in _slurm_verdicts(p, since=0)[0]
 
 
 def test_rendezvous_lines_on_a_two_node_allocation(lock, tmp_path):

@@ -578,7 +578,8 @@ def _plans(args, lock, root, opts) -> int:
     from rich.table import Table
     console = Console()
     for p in plans:
-        t = Table(title=escape(f"launch plan: gate {p.gate} [{p.profile}] (nothing was run)"), show_header=False,
+        name = registry.gate(p.gate).name  # what the operator types (`gate nemo-rl`), not the spec stem
+        t = Table(title=escape(f"launch plan: gate {name} [{p.profile}] (nothing was run)"), show_header=False,
                   title_justify="left")
         t.add_column(style="bold")
         t.add_column(overflow="fold")
@@ -606,9 +607,32 @@ def _launch_slurm(args, lock, root, opts) -> int:
     print(f"{script}: sbatch script for gate {g.name}, {args.nodes} node(s), runtime {args.runtime}")
     if not args.submit:
         return 0
+    import time
+    started = time.time()
     rc = slurm.submit(str(script), cwd=str(root))
+    for line in _slurm_verdicts(script.parent / "summary.json", since=started):
+        print(line)  # the gate's own verdict: Slurm says FAILED for any non-zero exit, a local-test pass included
     print(f"gate {g.name}: job exit {rc}; report and per-node logs in {script.parent}")
     return rc
+
+
+def _slurm_verdicts(path: Path, *, since: float) -> list[str]:
+    """`GATE [PROFILE]: VERDICT — reason` per gate of the summary.json the job wrote (node 0, on the shared out
+    dir). Untrusted and maybe absent (the job died first) or left by an earlier job (older than `since`): then
+    one line saying so, never a verdict that this job did not write."""
+    import json
+    from .report.writers import validate_summary
+    try:
+        if path.stat().st_mtime < since:
+            return [f"{path}: not written by this job (no verdict; see the logs)"]
+        d = json.loads(path.read_text())
+        validate_summary(d)
+    except FileNotFoundError:
+        return [f"{path}: not written (no verdict; see the logs)"]
+    except Exception as e:  # unreadable or not a summary: name it, keep the job's exit code
+        return [f"{path}: unreadable ({type(e).__name__}; no verdict; see the logs)"]
+    return [f"{x['gate']} [{x.get('profile') or '-'}]: {x.get('label') or str(x['result']).upper()} — "
+            f"{x.get('reason', '')}" for x in d["gates"]]
 
 
 def _verify(args) -> int:

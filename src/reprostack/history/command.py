@@ -79,7 +79,8 @@ def run(folders: list[str], out: str | None, db: str | None, plots: bool = True)
     if out_dir.exists() and not out_dir.is_dir():
         raise ReprostackError(f"--out {out_dir}: exists and is not a folder")
     if plots and importlib.util.find_spec("matplotlib") is None:
-        raise ReprostackError("history plots need matplotlib: pip install 'reprostack[plots]', or pass --no-plots")
+        raise ReprostackError("history plots need matplotlib, the `plots` extra: pip install -e '.[plots]' in this "
+                              "checkout, or pass --no-plots")
     db_path = Path(db) if db else default_db()
     with Store.open(db_path) as store:
         files = scan(given, exclude=out_dir)

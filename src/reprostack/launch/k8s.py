@@ -135,6 +135,10 @@ def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str |
     if plan.mode != lp.MODE_CONTAINER:
         raise K8sError(f"gate {plan.gate}: a host-mode plan has no image to run on a cluster")
     if not _IMAGE.fullmatch(image or ""):
+        if re.search(r"@sha256:[0-9a-f]{64}$", image or ""):  # the digest is right: the name is what is refused
+            raise K8sError(f"image {image!r}: the repository name is not a valid image reference (lowercase "
+                           f"letters, digits, '.', '_', '-', '/' and a registry ':port'; placeholders such as "
+                           f"ACCOUNT or REGION must be replaced), by digest: REPO@sha256:<64 hex>")
         raise K8sError(f"image {image!r}: a cluster pulls by digest: REPO@sha256:<64 hex> (build and push the "
                        f"image, then pass --image)")
     base = dns1123(name or f"rs-{plan.gate}-{plan.profile}", "name", MAX_NAME)

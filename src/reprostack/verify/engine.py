@@ -300,7 +300,7 @@ def run_verify(dirs: list[Path], claims_path: Path, out_dir: Path) -> tuple[int,
         from .html import render_html
         page = render_html(results, claims_path, dirs, rc, md)
     except ImportError as e:  # matplotlib is the optional extra `plots`
-        page = (f"<!doctype html><p>No plots: {e}. Install the extra: pip install 'reprostack[plots]'.</p>"
+        page = (f"<!doctype html><p>No plots: {e}. Install the extra: pip install -e '.[plots]' in the checkout.</p>"
                 f"<pre>{md.replace('<', '&lt;')}</pre>\n")
     written["verify.html"] = write_text_atomic(out_dir / "verify.html", page)
     return rc, results, written
