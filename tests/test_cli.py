@@ -84,6 +84,16 @@ def test_lock_check_bad_lock(tmp_path, capsys):
     assert "a mutable ref or short id is not a pin" in err
 
 
+def test_error_lines_show_control_characters_escaped(tmp_path, capsys):
+    """hostile-input trial (session 4): a value quoted into an error (here a path with a terminal title escape,
+    a clear-screen and a CR) never reaches the terminal raw."""
+    bad = tmp_path / "x\x1b]0;owned\x07\x1b[2J\rupstreams.lock"
+    assert main(["lock", "check", "--lock", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", err), err
+    assert "x\\x1b]0;owned\\x07\\x1b[2J\\x0dupstreams.lock" in err
+
+
 def test_usage_error_is_argparse_exit_2(capsys):
     with pytest.raises(SystemExit) as ei:
         main(["lock", "verify"])

@@ -340,3 +340,39 @@ def test_without_matplotlib_one_line_names_the_checkout_extra(tmp_path, db, caps
         "reprostack: error: history plots need matplotlib, the `plots` extra: pip install -e '.[plots]' in this "
         "checkout, or pass --no-plots"]
     assert not db.exists() and not (tmp_path / "h").exists()
+
+
+# --- hostile-input trial (session 4): a history database someone else wrote
+
+@pytest.mark.parametrize("sql,what", [
+    ("CREATE TRIGGER forge AFTER INSERT ON reports BEGIN UPDATE measurements SET mean = 1; END", "trigger forge"),
+    ("CREATE VIEW v AS SELECT * FROM reports", "view v"),
+])
+def test_a_database_with_a_trigger_or_view_is_refused_and_left_alone(tmp_path, db, capsys, sql, what):
+    Store.open(db).close()
+    con = sqlite3.connect(db)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    res = tmp_path / "results"
+    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    rc, out, err = run(capsys, res, "--db", db, "--no-plots")
+    assert rc == 2 and err.count("\n") == 1 and f"holds {what}, which no reprostack history has" in err, err
+    assert db.read_bytes() == before
+
+
+def test_hostile_strings_and_non_finite_samples_in_the_database_never_reach_the_terminal(tmp_path, db, capsys):
+    res = tmp_path / "results"
+    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    assert run(capsys, res, "--db", db, "--no-plots")[0] == 0
+    con = sqlite3.connect(db)
+    con.execute("UPDATE reports SET profile = ?", ("p\x1b]0;owned\x07\x1b[2J",))
+    con.commit()
+    rc, out, err = run(capsys, res, "--db", db, "--no-plots")
+    assert rc == 0 and "\x1b" not in out + err and "\x07" not in out + err and "p?]0;owned??[2J" in out
+    con.execute("UPDATE measurements SET samples = ?", ("[NaN, 1e999]",))
+    con.commit()
+    con.close()
+    rc, out, err = run(capsys, res, "--db", db, "--no-plots")
+    assert rc == 2 and err.count("\n") == 1 and "not a finite number" in err, err

@@ -151,6 +151,17 @@ def test_names_are_sanitised_and_one_that_cannot_be_is_one_line(tmp_path, capsys
     assert "--node-selector" in capsys.readouterr().err and not out.exists()
 
 
+def test_host_paths_with_control_characters_are_one_line_and_write_nothing(tmp_path, capsys):
+    """hostile-input trial (session 4): a node path with a newline or an escape is refused before any manifest."""
+    image = "repo@sha256:" + "a" * 64
+    for extra in (["--host-path", "project=/fsx/a\nb"], ["--out-hostpath", "/fsx/\x1b[2Jout"]):
+        out = tmp_path / "m"
+        assert cli.main(["launch", "k8s", "micro", "--image", image, "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds a control character; refused" in err and "\x1b" not in err, err
+        assert not out.exists()
+
+
 def test_image_must_be_by_digest(tmp_path, capsys):
     out = tmp_path / "m"
     assert cli.main(["launch", "k8s", "micro", "--out", str(out)]) == 2

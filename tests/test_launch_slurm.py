@@ -18,11 +18,13 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from reprostack import cli
 from reprostack.gates import registry
+from reprostack.gates.spec import GateSpecError
 from reprostack.launch import slurm
 from reprostack.lock import load
 from test_gate_serving import TOOLS, small_root
@@ -120,11 +122,17 @@ def test_hostile_spec_values_are_refused_or_stay_literal(lock, tmp_path):
     got = subprocess.run(["bash", "-c", line + '; printf %s "$EP_EFA_RDMA_GBS"'], capture_output=True, text=True)
     assert got.stdout == "25'; touch /tmp/pwned; '$(id)`x`"   # a literal, nothing ran
     (root / "gates" / "micro.yaml").write_text(spec.replace('EP_EFA_RDMA_GBS: "25"', 'EP_EFA_RDMA_GBS: "25\\nrm -rf /"'))
-    with pytest.raises(slurm.SlurmRenderError, match="env EP_EFA_RDMA_GBS: .*control character"):
+    # refused where they are written (the gate spec's schema, since the hostile-input trial of session 4), with
+    # the renderer's own checks behind it
+    with pytest.raises(GateSpecError, match=r"micro.yaml:\d+: profiles.p5en-efa-ep16.env.EP_EFA_RDMA_GBS: "):
         render("micro", lock, root=root)
     (root / "gates" / "micro.yaml").write_text(spec.replace('EP_EFA_RDMA_GBS: "25"', '"X;id": "1"'))
-    with pytest.raises(slurm.SlurmRenderError, match="not a shell variable name"):
+    with pytest.raises(GateSpecError, match=r"micro.yaml:\d+: profiles.p5en-efa-ep16.env: 'X;id' does not match"):
         render("micro", lock, root=root)
+    with pytest.raises(slurm.SlurmRenderError, match="env A: .*control character"):
+        slurm._validate(SimpleNamespace(env=(("A", "1\nid"),), commands=()))
+    with pytest.raises(slurm.SlurmRenderError, match="not a shell variable name"):
+        slurm._validate(SimpleNamespace(env=(("X;id", "1"),), commands=()))
 
 
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):

@@ -126,6 +126,76 @@ def test_a_bad_wheel_is_one_line_and_leaves_no_prefix(tmp_path, kw, needle):
     assert nccl_dirs(tmp_path / "cache") == [] and not (tmp_path / "escaped").exists()
 
 
+def test_hostile_zip_tricks_are_one_line_and_leave_no_prefix(tmp_path):
+    """hostile-input trial (session 4): a member twice (a second nccl.h after the good one), a member whose
+    declared size is 1 byte but inflates to 20 MiB (a lying zip bomb), a member declared larger than the bound."""
+    import re
+    import struct
+    import warnings
+    dup = make_wheel(tmp_path / "dup" / WHEEL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate name it is told to write
+        with zipfile.ZipFile(dup, "a") as z:
+            z.writestr("nvidia/nccl/include/nccl.h", nccl_h("2.28.9"))
+
+    def resized(folder: str, size: int, local: bool) -> Path:
+        w = make_wheel(tmp_path / folder / WHEEL, members={"nvidia/nccl/lib/big": "\0" * (20 << 20)})
+        with zipfile.ZipFile(w) as z:
+            header = z.getinfo("nvidia/nccl/lib/big").header_offset
+        data = bytearray(w.read_bytes())
+        for m in re.finditer(b"PK\x01\x02", data):   # the central directory entry's uncompressed size
+            n = struct.unpack("<H", data[m.start() + 28:m.start() + 30])[0]
+            if data[m.start() + 46:m.start() + 46 + n] == b"nvidia/nccl/lib/big":
+                struct.pack_into("<I", data, m.start() + 24, size)
+        if local:
+            struct.pack_into("<I", data, header + 22, size)
+        w.write_bytes(bytes(data))
+        return w
+
+    for w, needle in [(dup, "member 'nvidia/nccl/include/nccl.h' is in the wheel twice; not unpacked"),
+                      (resized("lies", 1, True), "cannot unpack: Bad CRC-32"),
+                      (resized("huge", 0xFFFFFFF0, False), "nvidia/nccl/ would unpack to more than 4 GiB")]:
+        cache = tmp_path / w.parent.name / "cache"
+        with pytest.raises(BuildError) as ei:
+            ncclwheel.unpack(w, sha(w), "2.30.4", cache)
+        assert str(ei.value).startswith(f"{WHEEL}: ") and needle in str(ei.value) and "\n" not in str(ei.value)
+        assert nccl_dirs(cache) == []
+
+
+def test_a_wheelhouse_file_swapped_after_its_check_never_reaches_the_cache(tmp_path, monkeypatch):
+    """hostile-input trial (session 4): a shared wheelhouse whose file is replaced between the sha256 check and
+    the copy into the cache (the copy is what is hashed now, so the swap is caught, nothing is cached)."""
+    import shutil as real_shutil
+    from reprostack.fetch import wheels
+    good = make_wheel(tmp_path / "house" / WHEEL)
+    digest = sha(good)
+    lock_path = tmp_path / "upstreams.lock"
+    lock_path.write_text(f"""\
+lockfile-version: 1
+upstreams:
+  nccl-wheel:
+    kind: wheel
+    name: nvidia-nccl-cu13
+    version: "2.30.4"
+    files:
+      - filename: {WHEEL}
+        sha256: {digest}
+""")
+    lock = load(lock_path)
+    evil = make_wheel(tmp_path / "evil" / WHEEL, members={"nvidia/nccl/lib/libnccl.so.2": "evil"})
+    copy = real_shutil.copyfile
+
+    def swap_then_copy(src, dst, *a, **kw):
+        good.write_bytes(evil.read_bytes())  # the attacker's swap, after the check, before the copy
+        return copy(src, dst, *a, **kw)
+
+    monkeypatch.setattr(wheels.shutil, "copyfile", swap_then_copy)
+    with pytest.raises(FetchError) as ei:
+        wheels.fetch_wheels(lock, "nccl-wheel", cache_root=tmp_path / "cache", wheelhouses=[good.parent], offline=True)
+    assert f"sha256 {sha(evil)}, but" in str(ei.value) and "\n" not in str(ei.value)
+    assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
+
+
 def test_not_a_zip_is_one_line(tmp_path):
     w = tmp_path / WHEEL
     w.write_bytes(b"<html>rate limited</html>")

@@ -195,3 +195,19 @@ def test_hostile_facts_file_is_one_line_naming_it(tmp_path, kind, says):
     assert failed(verdict(tmp_path)) == [("facts", 1)]
     assert "Traceback" not in err
     shutil.rmtree(tmp_path / "run", ignore_errors=True)
+
+
+def test_a_forged_verdict_with_terminal_escapes_is_printed_escaped_on_one_line(tmp_path):
+    """hostile-input trial (session 4): a verdict planted on the shared disk whose failure details hold a
+    terminal title escape, a clear-screen, a CR and a newline: the node fails (never a pass) and its one error
+    line shows them escaped."""
+    d = tmp_path / "run" / "preflight"
+    d.mkdir(parents=True)
+    detail = "x\x1b]0;owned\x07\x1b[2J\rreprostack: preflight: pass\nreprostack: pass"
+    (d / "verdict.json").write_text(json.dumps({
+        "schema": "reprostack.preflight.verdict/1", "result": "fail", "nonces": {}, "written_utc": time.time() + 60,
+        "failures": [{"node": 1, "check": "lock", "detail": detail}]}))
+    (rc, out, err), = finish([start(tmp_path, "vllm", 1, 2, profile="local-test", port=free_port(), timeout=5)])
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "\x1b" not in err and "\r" not in err and "\x07" not in err
+    assert "node 1: lock: x\\x1b]0;owned\\x07\\x1b[2J reprostack: preflight: pass reprostack: pass" in err

@@ -80,3 +80,28 @@ def test_a_torn_part_or_a_foreign_wheel_is_one_line_and_joins_nothing(tmp_path):
     p = sh(dev, "receive")
     assert p.returncode == 2 and f"{WHEEL} sha256 {'0' * 64} is not the one upstreams.lock pins" in p.stderr
     assert not (dev / ".cache" / "wheelhouse" / WHEEL).exists()
+
+
+def test_a_forged_meta_is_one_line_and_stores_nothing(tmp_path):
+    """hostile-input trial (session 4): a meta whose FILENAME only matches the lock's as a regex (`.` for `_`),
+    a path-like or shell-like FILENAME, or part numbers out of range: exit 2, one line, nothing stored or joined."""
+    here, dev, sha = split(tmp_path)
+    parts = sorted(here.glob(".c*"))
+    forged = WHEEL.replace("_", ".", 1)
+    for bad, needle in [(forged, f"{forged} sha256 {sha} is not the one upstreams.lock pins"),
+                        ("a|" + WHEEL, "bad wheel filename"), ("$(touch pwned)", "bad wheel filename"),
+                        ("../" + WHEEL, "bad wheel filename")]:
+        shutil.rmtree(dev / ".c1", ignore_errors=True)
+        shutil.copytree(parts[0], dev / ".c1")
+        f, n, i, psha, wsha = (dev / ".c1" / "meta").read_text().split()
+        (dev / ".c1" / "meta").write_text(f"{bad} {n} {i} {psha} {wsha}\n")
+        p = sh(dev, "receive")
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and needle in p.stderr, (bad, p.stderr)
+    for n, i in [("0", "1"), ("2", "3"), ("", "1"), ("99999", "1")]:
+        f, _, _, psha, wsha = (parts[0] / "meta").read_text().split()
+        (dev / ".c1" / "meta").write_text(f"{f} {n} {i} {psha} {wsha}\n")
+        p = sh(dev, "receive")
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "part" in p.stderr, (n, i, p.stderr)
+    assert not (dev / "pwned").exists()
+    assert list((dev / ".cache" / "wheelhouse-parts").iterdir()) == []
+    assert list((dev / ".cache" / "wheelhouse").iterdir()) == []

@@ -316,6 +316,30 @@ def test_gate_spec_stack_naming_an_unknown_profile_is_a_located_error(tmp_path):
         type(spec).with_stack(spec.__class__(**{**spec.__dict__, "stacks": {"s": {"profiles": {"zz": {}}}}}), "s")
 
 
+@pytest.mark.parametrize("value", [r"a\0b", r"a\nexport X=1", r"a\e]0;x\a", r"a\rb"])
+def test_an_env_value_with_a_control_character_is_refused_where_it_is_written(tmp_path, value):
+    """hostile-input trial (session 4): a NUL (which the process launch would fail on with a traceback), a
+    newline, a terminal escape or a CR in a stack's env (the lock) or a gate spec's env: one located line."""
+    p = small_lock(tmp_path, f'stacks:\n  s:\n    description: s\n    env: {{A: "{value}"}}\n')
+    with pytest.raises(LockError) as e:
+        load(p)
+    assert f"{p}:{len(p.read_text().splitlines())}: stacks.s.env.A: " in _one_line(e.value)
+    (tmp_path / "gates").mkdir()
+    text = (REPO_ROOT / "gates" / "micro.yaml").read_text()
+    assert text.count("\nenv:\n") == 1
+    (tmp_path / "gates" / "micro.yaml").write_text(text.replace("\nenv:\n", f'\nenv:\n  EVIL: "{value}"\n'))
+    with pytest.raises(GateSpecError, match=r"micro.yaml:\d+: env.EVIL: "):
+        load_spec(tmp_path, "micro")
+
+
+def test_a_gate_spec_env_name_that_is_no_variable_name_is_refused(tmp_path):
+    (tmp_path / "gates").mkdir()
+    text = (REPO_ROOT / "gates" / "micro.yaml").read_text()
+    (tmp_path / "gates" / "micro.yaml").write_text(text.replace("\nenv:\n", "\nenv:\n  'A=B; id': x\n"))
+    with pytest.raises(GateSpecError, match=r"micro.yaml:\d+: env: 'A=B; id' does not match"):
+        load_spec(tmp_path, "micro")
+
+
 def test_micro_runs_the_stack_pins_and_env(tmp_path, monkeypatch):
     """run_micro on the CPU with the selected stack: the stack's NCCL pin is fetched, verified and reported, the
     stack's env reaches the test, provenance names the stack (GPU parts stood in for, as in test_gate_micro_flow)."""

@@ -164,6 +164,17 @@ def test_timings_read_is_bounded(tmp_path):
     assert f"larger than {ui.MAX_TIMINGS_BYTES} bytes" in s.getvalue()
 
 
+def test_a_fifo_as_the_timings_file_never_blocks_a_step(tmp_path):
+    """hostile-input trial (session 4): a FIFO planted on the shared cache disk would block open() forever."""
+    s = plain(tmp_path)
+    (tmp_path / "cache").mkdir()
+    os.mkfifo(tmp_path / "cache" / "timings.json")
+    with ui.step("fetch deepep"):
+        pass
+    assert "a FIFO, not a file; no step estimates" in s.getvalue() and "fetch deepep: ok in" in s.getvalue()
+    assert ui.load_timings()[ui.host()].keys() == {"fetch deepep"}  # replaced by a whole file
+
+
 def test_unreadable_or_unwritable_timings_never_stop_a_step(tmp_path):
     s = plain(tmp_path)
     (tmp_path / "cache" / "timings.json").mkdir(parents=True)  # a folder where the file should be

@@ -21,7 +21,8 @@ PART_BYTES=${SEED_PART_BYTES:-$((60 * 1024 * 1024))}
 die() { echo "seed_wheelhouse: $*" >&2; exit 2; }
 
 lock_sha() {  # the sha256 upstreams.lock pins for wheel filename $1 (the line after its `filename:`)
-  awk -v f="$1" '$0 ~ "filename: "f"$" {want=1; next} want && /sha256:/ {print $NF; exit}' "$R/upstreams.lock"
+  # compared as a string, never as a regex: a forged `a|b.whl` or `.*` must match no filename line
+  awk -v f="$1" '$(NF-1) == "filename:" && $NF == f {want=1; next} want && /sha256:/ {print $NF; exit}' "$R/upstreams.lock"
 }
 
 split_wheel() {
@@ -57,8 +58,10 @@ receive() {
   for d in "$R"/.c[0-9]*; do
     [ -f "$d/meta" ] || continue
     read -r f n i psha wsha < "$d/meta" || die "$d/meta: unreadable"
-    case "$f" in */*|.*|"") die "$d/meta: bad wheel filename '$f'";; esac
-    case "$n$i" in *[!0-9]*|"") die "$d/meta: part numbers must be integers";; esac
+    case "$f" in *[!A-Za-z0-9._+-]*|.*|"") die "$d/meta: bad wheel filename '$f'";; esac
+    case "$n" in *[!0-9]*|""|0*) die "$d/meta: part numbers must be integers from 1";; esac
+    case "$i" in *[!0-9]*|""|0*) die "$d/meta: part numbers must be integers from 1";; esac
+    [ "$i" -le "$n" ] && [ "$n" -le 9999 ] || die "$d/meta: part $i of $n is out of range"
     [ "$(sha256sum "$d/part" | cut -d' ' -f1)" = "$psha" ] || die "$d/part: sha256 differs from its meta (torn transfer)"
     [ "$wsha" = "$(lock_sha "$f")" ] || die "$d/meta: $f sha256 $wsha is not the one upstreams.lock pins"
     cp "$d/part" "$store/$f.$n.$i.tmp" && mv "$store/$f.$n.$i.tmp" "$store/$f.$n.$i"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -309,22 +310,32 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[lockmod.lockstacks.ENV] = before
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown(e) -> str:
+    """An error's text fit for a terminal: an untrusted value quoted into it (a forged preflight verdict, a path)
+    can hold escape sequences or a carriage return that would rewrite what the operator sees; every control
+    character but newline and tab is shown escaped (\\x1b)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(e))
+
+
 def _main(args) -> int:
     try:
         return _dispatch(args)
     except FetchError as e:
         hint = f"\n{_NO_NETWORK_HINT}" if isinstance(e, SourceUnreachable) else ""
-        print(f"reprostack: error: {e}{hint}", file=sys.stderr)
+        print(f"reprostack: error: {_shown(e)}{hint}", file=sys.stderr)
         return 2
     except ReprostackError as e:
-        print(f"reprostack: error: {e}", file=sys.stderr)
+        print(f"reprostack: error: {_shown(e)}", file=sys.stderr)
         return 2
     except GitFailed as e:  # git refused what it was given (a corrupt cache, a bad ref): its own words, one line
         print(f"reprostack: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
         return 2
     except OSError as e:  # the operator's paths (an --out that is a file, a read-only folder, a full disk)
         where = f"{e.filename}: " if e.filename else ""
-        print(f"reprostack: error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"reprostack: error: {_shown(f'{where}{e.strerror or e}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("reprostack: interrupted; nothing half-done is marked verified (the next run cleans up)", file=sys.stderr)

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import socket
+import stat
 import sys
 import threading
 import time
@@ -160,6 +161,13 @@ def load_timings(path: Path | None = None) -> dict[str, dict[str, float]]:
     (too large, not UTF-8 JSON, wrong types, non-finite or negative seconds) is ignored with one warning naming
     the file: whole when the file or its top level is bad, per entry otherwise."""
     path = Path(path) if path is not None else timings_path()
+    try:
+        fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        fifo = False
+    if fifo:  # open() would wait for a writer forever (a device is read up to the bound below)
+        warn(f"{path}: a FIFO, not a file; no step estimates", once=str(path))
+        return {}
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_TIMINGS_BYTES + 1)

@@ -80,11 +80,10 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
             for house in wheelhouses:
                 cand = Path(house) / filename
                 if cand.is_file():
-                    got = sha256_file(cand)
+                    got = _place(cand, dest, sha)  # the copy is hashed, not the wheelhouse file (it can change)
                     if got != sha:
                         raise FetchError(f"{cand}: sha256 {got}, but {lock.where('upstreams', name, 'files')} pins "
                                          f"{filename} as {sha}")
-                    _place(cand, dest)
                     break
         if dest.is_file():
             out.append(LocalWheel(dist, version, filename, sha, dest))
@@ -104,12 +103,21 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
     return sorted(out, key=lambda w: order[w.filename])
 
 
-def _place(src: Path, dest: Path) -> None:
+def _place(src: Path, dest: Path, sha: str) -> str:
+    """Copy `src` to a temp file beside `dest`, hash the copy, and rename it to `dest` only when its sha256 is
+    `sha`; returns the copy's sha256. Hashing the copy (not `src`, then copying) leaves no window in which a
+    wheelhouse or download file swapped after its check could land in the cache."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".part-", dir=dest.parent)
     os.close(fd)
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
+    try:
+        shutil.copyfile(src, tmp)
+        got = sha256_file(Path(tmp))
+        if got == sha:
+            os.replace(tmp, dest)
+        return got
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float) -> None:
@@ -134,9 +142,8 @@ def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float)
             raise FetchError(f"{lock.where('upstreams', name)}: pip download failed (exit {cp.returncode}):\n  {tail}")
         for d, v, f, s, dest in missing:
             got_path = Path(tmp, "dl", f)
-            if not got_path.is_file() or sha256_file(got_path) != s:
+            if not got_path.is_file() or _place(got_path, dest, s) != s:
                 raise FetchError(f"{lock.where('upstreams', name)}: pip download did not give {f} with sha256 {s}")
-            _place(got_path, dest)
 
 
 def main(argv: list[str] | None = None) -> int:

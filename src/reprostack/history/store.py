@@ -13,20 +13,22 @@ Invariants:
 - SQL takes values only as parameters, never formatted into the text;
 - a database of a newer schema than this code knows is refused with one line, before anything is written; an
   older one is migrated step by step (MIGRATIONS[v] takes version v to v + 1, each step one transaction); a file
-  that is not SQLite, or a SQLite file that is not a history (tables but user_version 0), is refused;
+  that is not SQLite, or a SQLite file that is not a history (tables but user_version 0, or any trigger or view:
+  the migrations make neither), is refused;
 - the default database lives outside git: `<cache dir>/history/history.sqlite3` (reprostack.paths.cache_dir).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import paths
 from ..errors import ReprostackError
-from .reader import Measurement, Record
+from .reader import Measurement, Record, clean
 
 SCHEMA_VERSION = 1
 
@@ -142,6 +144,13 @@ class Store:
             if tables:
                 raise HistoryError(f"{self.where}: a SQLite database with tables ({', '.join(tables[:5])}) but no "
                                    f"history schema version: not a reprostack history; use another --db")
+        # the migrations make tables and indexes only: a trigger (it could rewrite or add measurements as reports
+        # go in) or a view in the file was put there by someone else
+        foreign = [f"{r[0]} {r[1]}" for r in self.conn.execute(
+            "SELECT type, name FROM sqlite_master WHERE type NOT IN ('table', 'index') ORDER BY name")]
+        if foreign:
+            raise HistoryError(f"{self.where}: holds {', '.join(foreign[:5])[:200]}, which no reprostack history "
+                               f"has: not used; use another --db")
         return v
 
     def _migrate(self) -> None:
@@ -214,7 +223,7 @@ class Store:
             if gates is not None and row[2] not in gates:
                 continue
             m = _measurement(self.where, row)
-            out.append(Point(*row[:11], m))
+            out.append(Point(*(clean(v, 1000) for v in row[:11]), m))  # printed and put in the page, like a report's
         return out
 
     def pins(self, report_id: str) -> dict[str, str]:
@@ -232,8 +241,14 @@ def _measurement(where: str, row) -> Measurement:
                 and all(isinstance(v, str) for v in row[:13])
                 and (row[17] is None) == (row[18] is None)):
             raise ValueError("a value of the wrong type")
+        if not all(math.isfinite(v) for v in nums):  # json.loads takes NaN and 1e999 in `samples`
+            raise ValueError("a value that is not a finite number")
     except (ValueError, TypeError) as e:
         raise HistoryError(f"{where}: measurement {str(row[11])[:80]!r} of report {str(row[0])[:12]}: {e} "
                            f"(a damaged history database; remove it and ingest again)") from None
-    return Measurement(row[11], row[12], row[13], float(row[14]), row[15], row[16], row[17], row[18], row[19],
-                       tuple(float(x) for x in samples), row[21])
+    return Measurement(clean(row[11]), clean(row[12]), row[13], float(row[14]), row[15], row[16], row[17], row[18],
+                       _opt(row[19]), tuple(float(x) for x in samples), _opt(row[21]))
+
+
+def _opt(v):
+    return None if v is None else clean(v)

@@ -14,7 +14,7 @@ only its `nvidia/nccl/include/**` and `nvidia/nccl/lib/**` members are written t
 {include,lib}`, the same layout as a source build, through the same keyed, rename-when-complete step
 (build._reuse_or_build). key = sha256 of (wheel sha256, layout version): content-keyed, so DeepEP's build key (which
 holds NCCL's key) differs between wheel and source NCCL. The wheel is untrusted: every member name must be a relative
-path without `..`, NUL or backslash (any member, extracted or not); no symlinks; at most 4 GiB unpacked; it must hold
+path without `..`, NUL or backslash (any member, extracted or not), and only once; no symlinks; at most 4 GiB unpacked; it must hold
 include/nccl.h whose version equals the pin's and lib/libnccl.so.2. Any of these -> one BuildError line naming the
 wheel; no prefix is made (the temp dir is removed, the log stays in builds/logs).
 """
@@ -107,10 +107,14 @@ def unpack(wheel_path: Path, sha256: str, version: str, cache: Path) -> Built:
         try:
             with zipfile.ZipFile(wheel_path) as z:
                 infos = z.infolist()
+                seen: set[str] = set()
                 for info in infos:
                     why = _member_problem(info)
                     if why:
                         raise BuildError(f"{name}: member {info.filename!r} is {why}; not unpacked")
+                    if info.filename in seen:  # which copy wins differs between unzip tools: never guess
+                        raise BuildError(f"{name}: member {info.filename!r} is in the wheel twice; not unpacked")
+                    seen.add(info.filename)
                 wanted = [i for i in infos if not i.is_dir() and any(i.filename.startswith(f"{PREFIX}{p}/") for p in PARTS)]
                 if sum(i.file_size for i in wanted) > MAX_UNPACKED:
                     raise BuildError(f"{name}: nvidia/nccl/ would unpack to more than {MAX_UNPACKED >> 30} GiB")

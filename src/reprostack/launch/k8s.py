@@ -167,6 +167,9 @@ def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str |
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(plan.shm_size)}}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
     host_paths = host_paths or {}
+    for flag, p in [*((f"--host-path {k}", v) for k, v in host_paths.items()), ("--out-hostpath", out_hostpath)]:
+        if p is not None and re.search(r"[\x00-\x1f\x7f]", p):
+            raise K8sError(f"{flag}: {p[:60]!r} holds a control character; refused")
     for m in plan.mounts:
         vol = dns1123(m.what or Path(m.target).name, "mount")
         if m.what == "out":

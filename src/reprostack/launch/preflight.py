@@ -287,8 +287,8 @@ def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -
             if v["result"] == "pass":
                 print(f"preflight: node {node}: pass ({_verdict_path(d)})")
                 return 0
-            lines = "; ".join(f"node {r.get('node')}: {r.get('check')}: {r.get('detail')}"
-                              for r in v["failures"] if isinstance(r, dict))
+            lines = "; ".join(" ".join(f"node {r.get('node')}: {r.get('check')}: {r.get('detail')}".split())
+                              for r in v["failures"] if isinstance(r, dict))  # the verdict's text: one line
             raise PreflightError(f"preflight failed: {lines[:2000]} (nothing was run; {_verdict_path(d)})")
         time.sleep(HEARTBEAT_S)
     raise PreflightError(f"preflight: node {node}: no verdict from node 0 in {d} within {timeout_s + grace:g} s "
