@@ -677,3 +677,29 @@ def test_lock_base_is_pulled_by_digest_and_checked_after_pull_and_load(stack, tm
     [ok] = build_images(["onbase"], options(root, tmp_path / "e", docker_client, ns, offline=True))
     assert ok.image_id == res.image_id  # same base, same recipe: the same image
     forget(f"{repo}:1")
+
+
+def test_a_recipe_shares_a_sibling_recipes_file_and_its_digest_covers_it(tmp_path):
+    """`files: [{src: ../other/x.sh}]` takes another recipe's file instead of a copy; an edit of that file changes
+    this recipe's digest (its image key); any other path outside the folder is one line naming the field."""
+    from reprostack.containers.errors import RecipeError
+    root = tmp_path
+    for name in ("a", "b"):
+        (root / "containers" / name).mkdir(parents=True)
+        (root / "containers" / name / "Dockerfile").write_text("FROM scratch\n")
+    (root / "containers" / "a" / "image.yaml").write_text("base: local:reprostack-test/base:1\n")
+    (root / "containers" / "a" / "x.sh").write_text("echo a\n")
+    (root / "containers" / "b" / "image.yaml").write_text(
+        "base: local:reprostack-test/base:1\nfiles: [{src: ../a/x.sh, dest: files/x.sh}]\n")
+    before = load_recipe(root, "b")
+    assert [(f.src, f.dest) for f in before.files] == [("../a/x.sh", "files/x.sh")]
+    (root / "containers" / "a" / "x.sh").write_text("echo changed\n")
+    assert load_recipe(root, "b").recipe_sha256 != before.recipe_sha256
+    (root / "outside.sh").write_text("echo\n")
+    (root / "containers" / "notarecipe").mkdir()
+    (root / "containers" / "notarecipe" / "y.sh").write_text("echo\n")
+    for bad in ("../../outside.sh", "../a/../../outside.sh", "/etc/passwd", "../notarecipe/y.sh", "../a/missing.sh"):
+        (root / "containers" / "b" / "image.yaml").write_text(
+            f"base: local:reprostack-test/base:1\nfiles: [{{src: '{bad}', dest: files/x.sh}}]\n")
+        with pytest.raises(RecipeError, match=r"image.yaml:\d+: files\[0\]\.src|image.yaml:\d+:"):
+            load_recipe(root, "b")

@@ -584,8 +584,9 @@ def test_stack_image_recipe_renders_from_the_selected_stack():
     for c in ("nccl", "deepep"):
         assert f"{c}.recipe={load_recipe(REPO_ROOT, c).digest}" in text
     assert f"nccl.patched_tree={gin.git('nccl').tree} " in text  # the stack's v2.30.7-1 tree (no patch series)
-    assert (REPO_ROOT / "containers/deepep-gin-gdaki/record-kernels.py").read_bytes() == \
-        (REPO_ROOT / "containers/deepep/record-kernels.py").read_bytes()  # one script, two recipe folders
+    shared = {f.dest: f.src for f in recipe.files}   # one script, two recipes: the deepep recipe's own file
+    assert shared["files/record-kernels.py"] == "../deepep/record-kernels.py"
+    assert shared["files/check-one-nccl.sh"] == "../deepep/check-one-nccl.sh"
 
 
 def test_stack_image_plugin_check_script_on_real_shared_objects(tmp_path):

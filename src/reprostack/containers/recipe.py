@@ -12,13 +12,16 @@ image.yaml (schema: schemas/container.schema.json; errors name `FILE:LINE: field
     args: {NCCL_REV: "{{ upstreams.nccl.rev }}"}       # build args, rendered from the lock
     sources: [{upstream: nccl, dest: src/nccl}]        # patched trees into the context (no .git)
     wheels: [{pin: substrate-wheels, dest: wheels}]    # pinned wheels + requirements.txt (--hash) + pins.json
-    files: [{src: check.sh, dest: files/check.sh}]     # files of this folder into the context
+    files: [{src: check.sh, dest: files/check.sh}]     # files of this folder into the context; `../deepep/x.py`:
+                                                       # a sibling recipe's file, shared instead of copied
     labels: {org.opencontainers.image.title: DeepEP}   # extra labels (templates too)
 
 Invariants:
 - a registry base is pinned by digest; a tag alone is mutable and is an error, unless an override
   (`REPROSTACK_BASE_OVERRIDE` / `base_overrides`) substitutes a local image for it (tests, CPU machines);
-- `recipe_sha256` covers every file of the recipe folder, so any edit there changes the image key.
+- `recipe_sha256` covers every file of the recipe folder and every sibling recipe's file it names in `files`, so
+  any edit there changes the image key; a `files` entry is a regular file of this folder or `../<recipe>/<file>`
+  of another recipe folder, never a path anywhere else.
 """
 
 from __future__ import annotations
@@ -163,9 +166,12 @@ def load_recipe(root: Path, name: str) -> Recipe:
     files = []
     for i, f in enumerate(data.get("files") or ()):
         src = rdir / f["src"]
-        if not src.is_file() or src.is_symlink():
+        parts = Path(f["src"]).parts
+        shared = len(parts) == 3 and parts[0] == ".." and parts[1] not in ("", ".", "..") and parts[2] not in ("", ".", "..")
+        if (".." in parts and not shared) or Path(f["src"]).is_absolute() or not src.is_file() or src.is_symlink() \
+                or (shared and (src.parent.is_symlink() or not (src.parent / "image.yaml").is_file())):
             raise RecipeError(path, line_of(lines, ("files", i, "src")), f"files[{i}].src",
-                              f"{f['src']} is not a regular file of {rdir}")
+                              f"{f['src']} is not a regular file of {rdir} or ../<recipe>/<file> of another recipe")
         files.append(FileSpec(f["src"], f.get("dest", f"files/{f['src']}"), bool(f.get("executable", False)),
                               line_of(lines, ("files", i))))
     return Recipe(name=name, dir=rdir, path=path, dockerfile=dockerfile,
@@ -173,11 +179,13 @@ def load_recipe(root: Path, name: str) -> Recipe:
                   source=data.get("source"), args=dict(data.get("args") or {}), sources=sources,
                   files=tuple(files), labels=dict(data.get("labels") or {}), wheels=wheels,
                   description=data.get("description", ""), unresolved=data.get("unresolved"),
-                  recipe_sha256=recipe_digest(rdir), lines=lines)
+                  recipe_sha256=recipe_digest(rdir, [f.src for f in files if f.src.startswith("../")]),
+                  lines=lines)
 
 
-def recipe_digest(rdir: Path) -> str:
-    """sha256 over (relative path, mode class, sha256 of bytes) of every file in the recipe folder, sorted."""
+def recipe_digest(rdir: Path, shared: list[str] | tuple = ()) -> str:
+    """sha256 over (relative path, mode class, sha256 of bytes) of every file in the recipe folder, sorted, then of
+    each sibling recipe's file it shares (`../<recipe>/<file>`)."""
     entries = []
     for p in sorted(rdir.rglob("*")):
         if "__pycache__" in p.parts or p.is_dir():
@@ -187,6 +195,9 @@ def recipe_digest(rdir: Path) -> str:
             entries.append([rel, "symlink", os.readlink(p)])
         else:
             entries.append([rel, "x" if os.access(p, os.X_OK) else "f", hashlib.sha256(p.read_bytes()).hexdigest()])
+    for rel in sorted(set(shared)):
+        p = rdir / rel
+        entries.append([rel, "x" if os.access(p, os.X_OK) else "f", hashlib.sha256(p.read_bytes()).hexdigest()])
     return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
 
 
