@@ -13,6 +13,7 @@ Regenerate the examples after a deliberate change: REPROSTACK_UPDATE_EXAMPLES=1 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import shutil
@@ -256,3 +257,15 @@ def test_rendezvous_lines_on_a_two_node_allocation(lock, tmp_path):
     assert rc == 0, (tmp_path / "batch.log").read_text()
     got = sorted((tmp_path / f"node-{n}.log").read_text().strip() for n in (0, 1))
     assert got == ["rank=0 master=127.0.0.1:29500", "rank=1 master=127.0.0.1:29500"]
+
+
+@pytest.mark.parametrize("gate", list(cli.GATE_ORDER))
+def test_every_command_the_script_runs_is_one_the_cli_takes(gate, lock):
+    """The script's `reprostack preflight G` and `reprostack gate G` name the gate as the CLI knows it (nemo-rl, not
+    the report name nemo_rl, which argparse refuses: the job would end in exit 2 on every node)."""
+    text = render(gate, lock)
+    for sub in ("preflight", "gate"):
+        named = re.findall(rf"-m reprostack {sub} ([A-Za-z0-9_-]+)", text)
+        assert named, f"no `reprostack {sub}` in the {gate} script"
+        for n in named:
+            assert n in cli.GATE_ORDER, f"{sub} {n}"

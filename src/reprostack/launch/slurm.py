@@ -187,7 +187,8 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     srun = ["srun", f"--nodes={plan.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
     logs = '--output="${OUT}"/logs/node-%n.log'
     if o.preflight:
-        pre = ["python3", "-m", "reprostack", "preflight", gate, "--out", OUTV, "--nodes", str(plan.nodes),
+        from ..gates.registry import gate as gate_named   # the CLI's name (nemo-rl), not the report's (nemo_rl)
+        pre = ["python3", "-m", "reprostack", "preflight", gate_named(plan.gate).name, "--out", OUTV, "--nodes", str(plan.nodes),
                "--node-rank", RANK, "--profile", plan.profile, "--lock", f"{WORKV}/{o.lock_name}"]
         L += ["# step 1: the cross-node preflight (same lock and image on every node, GPUs, EFA, provider efa, clocks,",
               "# ports); a failing node is named in its log and nothing else runs",
