@@ -699,3 +699,5 @@ def test_stacks_diff_shows_the_nccl_wheel_of_gin_gdaki(capsys):
     out = capsys.readouterr().out
     assert "nccl.kind: campaign=git  gin-gdaki=wheel" in out and "nccl.version: campaign=-  gin-gdaki=2.32.3" in out
     assert "+ nvidia_nccl_cu13-2.32.3-py3-none-manylinux_2_27_x86_64.whl 1459723080ac" in out
+    assert cli.main(["stacks"]) == 0
+    assert "nccl -> wheel nccl-wheel-2-32 (nvidia-nccl-cu13 2.32.3)" in capsys.readouterr().out
