@@ -274,3 +274,82 @@ def test_the_overlay_puts_the_unpacked_wheel_nccl_in_torchs_place(tmp_path):
     libs = sorted((dest / "nvidia" / "nccl" / "lib").iterdir())
     assert [p.name for p in libs] == ["libnccl.so.2"]
     assert libs[0].resolve() == (b.out / "build" / "lib" / "libnccl.so.2").resolve()
+
+
+# --------------------------------------------------------------------------- a stack whose NCCL is a wheel alone
+
+WHEEL_2_32 = "nvidia_nccl_cu13-2.32.3-py3-none-manylinux_2_27_x86_64.whl"
+
+
+def alone_options(tmp_path: Path, wheel_sha: str) -> micro.MicroOptions:
+    """A project lock with wheel pin nccl-wheel-2-32 and a stack `gdaki` whose nccl is that wheel (no git NCCL);
+    the nccl git pin's server is taken away, so anything that fetched it would fail."""
+    root = tmp_path / "project"
+    s = make_stack(tmp_path / "srv")
+    lock_path = write_project(root, s)
+    lock_path.write_text(lock_path.read_text() + f"""\
+  nccl-wheel-2-32:
+    kind: wheel
+    name: nvidia-nccl-cu13
+    version: "2.32.3"
+    files:
+      - filename: {WHEEL_2_32}
+        sha256: "{wheel_sha}"
+stacks:
+  gdaki:
+    description: NCCL 2.32.3 from its wheel alone
+    overrides:
+      nccl: {{wheel: nccl-wheel-2-32}}
+""")
+    (tmp_path / "srv" / "nccl").rename(tmp_path / "srv" / "nccl-gone")
+    return micro.MicroOptions(root=root, lock=load(lock_path, stack="gdaki"), out_dir=tmp_path / "out",
+                              fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")))
+
+
+def test_a_wheel_alone_stack_builds_with_that_wheel_and_no_nccl_tree(tmp_path, monkeypatch, no_gpu_builds):
+    w = make_wheel(tmp_path / "house" / WHEEL_2_32, version="2.32.3")
+    monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
+    opts = alone_options(tmp_path, sha(w))
+    trees, pre = micro.source_trees(opts, ("nccl", "deepep"))
+    assert set(trees) == {"deepep"} and pre is None  # no nccl git source fetched
+    prov, timings = {}, {}
+    _, nccl, deepep = micro.build_kernels(opts, trees, prov, timings)
+    assert no_gpu_builds == [] and deepep.nccl is nccl and nccl.info["version"] == "2.32.3"
+    assert nccl.info["wheel"] == WHEEL_2_32 and nccl.info["wheel_sha256"] == sha(w)
+    assert prov["nccl_from"] == {"kind": "wheel", "why": "stack gdaki pins nccl as wheel nccl-wheel-2-32 "
+                                                          "(nvidia-nccl-cu13==2.32.3) alone; no git source"}
+
+
+def test_a_wheel_alone_with_another_sha256_is_one_line(tmp_path, monkeypatch, no_gpu_builds):
+    make_wheel(tmp_path / "house" / WHEEL_2_32, version="2.32.3")
+    monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
+    opts = alone_options(tmp_path, "0" * 64)
+    trees, _ = micro.source_trees(opts, ("nccl", "deepep"))
+    opts.fetch = dataclasses.replace(opts.fetch, offline=True)  # the wheel must come from the wheelhouse
+    with pytest.raises(FetchError) as ei:
+        micro.build_kernels(opts, trees, {}, {})
+    msg = str(ei.value)
+    assert "\n" not in msg and f"house/{WHEEL_2_32}: sha256 " in msg and f"pins {WHEEL_2_32} as {'0' * 64}" in msg
+    assert nccl_dirs(tmp_path / "cache") == [] and no_gpu_builds == []
+
+
+def test_a_wheel_alone_whose_nccl_h_is_another_version_is_one_line(tmp_path, monkeypatch, no_gpu_builds):
+    w = make_wheel(tmp_path / "house" / WHEEL_2_32, version="2.32.2")  # right name and sha256, wrong nccl.h
+    monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
+    opts = alone_options(tmp_path, sha(w))
+    trees, _ = micro.source_trees(opts, ("nccl", "deepep"))
+    with pytest.raises(BuildError) as ei:
+        micro.build_kernels(opts, trees, {}, {})
+    assert str(ei.value) == f"{WHEEL_2_32}: its nccl.h says 2.32.2, the lock pins 2.32.3"
+    assert nccl_dirs(tmp_path / "cache") == [] and no_gpu_builds == []
+
+
+def test_a_wheel_alone_stack_skips_without_gpu_naming_the_wheel(tmp_path, monkeypatch):
+    opts = alone_options(tmp_path, "1" * 64)
+    monkeypatch.setattr(micro.hostinfo, "collect", lambda: {"gpu_count": 0, "gpus": [], "efa_devices": []})
+    report = micro.run_micro(opts)
+    assert report.result == "skip", report
+    assert (f"deepep {opts.lock.git('deepep').patched_tree[:12]}, nccl wheel {WHEEL_2_32} (pin nccl-wheel-2-32;"
+            in report.reason)
+    assert report.provenance["upstreams"]["nccl"] == {"wheel": "nccl-wheel-2-32", "version": "2.32.3",
+                                                      "files": [f"{WHEEL_2_32} {'1' * 64}"]}

@@ -102,8 +102,11 @@ def test_real_lock_gin_gdaki_overrides_nccl_and_the_plugin_and_shares_the_rest()
     camp, gin = load(REPO_ROOT / "upstreams.lock"), load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")
     assert gin.stack == "gin-gdaki" and set(gin.stacks["gin-gdaki"].overrides) == {"nccl", "aws-ofi-nccl"}
     assert gin.git("aws-ofi-nccl").original == "v1.21.1" and gin.git("aws-ofi-nccl").submodules == ()
-    assert gin.git("nccl").rev == "73cf112295c33aee2b895f329f592f2a9b4b0f97"
-    assert gin.git("nccl").policy == camp.git("nccl").policy  # a moved rev keeps kind, url, policy
+    assert gin.get("nccl") == gin.get("nccl-wheel-2-32") and gin.get("nccl").version == "2.32.3"  # the wheel alone
+    assert gin.stacks["gin-gdaki"].wheel_of == {"nccl": "nccl-wheel-2-32"}
+    assert gin.get("nccl").files[0].sha256 == "1459723080ac889d73a26edfa3e04383a7928ab31ac8f0ec43b3ea9548b04ff3"
+    assert camp.git("nccl").original == "v2.30.4-1" and camp.stacks["campaign"].wheel_of == {}
+    assert cli._git_names(gin, []) == [n for n in cli._git_names(camp, []) if n != "nccl"]  # fetch/bundle: no nccl git
     for shared in ("deepep", "rdma-core", "libfabric", "gdrcopy", "substrate-wheels"):
         assert gin.upstreams[shared] == camp.upstreams[shared]
     assert gin.env["NCCL_GIN_TYPE"] == "5" and camp.env["NCCL_GIN_TYPE"] == "2"
@@ -568,22 +571,21 @@ def test_make_stack_lock_loads_with_and_without_stacks(tmp_path):
     assert load(p).stack == "campaign" and load(p).stacks["campaign"].line is None
 
 
-def test_stack_image_recipe_renders_from_the_selected_stack():
-    from reprostack.containers.recipe import load_all
+def test_stack_image_recipe_refuses_the_wheel_nccl_of_gin_gdaki_in_one_line():
+    """The gin-gdaki stack's NCCL is a wheel alone (no tree): its image recipe, which builds NCCL from a tree, is
+    refused at render (one line naming image.yaml's sources entry), never built from another NCCL."""
     from reprostack.containers.engine import render_recipe
+    from reprostack.containers.errors import RecipeError
+    from reprostack.containers.recipe import load_all
     recipe = load_all(REPO_ROOT)["deepep-gin-gdaki"]
     gin = load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")
-    text, args, labels = render_recipe(recipe, gin, from_ref="sha256:" + "ab" * 32)
-    assert args["NCCL_REV"] == gin.git("nccl").rev and args["OFI_REV"] == gin.git("aws-ofi-nccl").rev
-    assert labels["org.opencontainers.image.title"].endswith("NCCL v2.30.7-1, aws-ofi-nccl v1.21.1)")
-    assert "check-gin-plugin-v14.sh /opt/reprostack/aws-ofi-nccl/lib" in text and "ENV NCCL_GIN_TYPE=5" in text
-    assert recipe.parent == "substrate"
-    # built by kernels/*.yaml and recording the kernels manifest that container-mode gates of the stack check
-    from reprostack.kernels.recipe import load_recipe
-    assert "{{" not in text and "image=deepep-gin-gdaki" in text and f"lock_sha256={gin.sha256}" in text
-    for c in ("nccl", "deepep"):
-        assert f"{c}.recipe={load_recipe(REPO_ROOT, c).digest}" in text
-    assert f"nccl.patched_tree={gin.git('nccl').tree} " in text  # the stack's v2.30.7-1 tree (no patch series)
+    with pytest.raises(RecipeError) as ei:
+        render_recipe(recipe, gin, from_ref="sha256:" + "ab" * 32)
+    msg = str(ei.value)
+    assert "\n" not in msg and "deepep-gin-gdaki/image.yaml:" in msg and "'nccl' is a wheel pin" in msg
+    camp = load(REPO_ROOT / "upstreams.lock")  # the recipe itself is fine: under a git nccl it renders
+    text, args, labels = render_recipe(recipe, camp, from_ref="sha256:" + "ab" * 32)
+    assert args["NCCL_REV"] == camp.git("nccl").rev and "{{" not in text and "ENV NCCL_GIN_TYPE=5" in text
     shared = {f.dest: f.src for f in recipe.files}   # one script, two recipes: the deepep recipe's own file
     assert shared["files/record-kernels.py"] == "../deepep/record-kernels.py"
     assert shared["files/check-one-nccl.sh"] == "../deepep/check-one-nccl.sh"
@@ -625,10 +627,10 @@ def test_plan_of_the_stack_shows_its_env(capsys):
     assert env["NCCL_GIN_TYPE"] == "2" and "NCCL_DEBUG_SUBSYS" not in env
 
 
-def test_gin_gdaki_nccl_builds_from_git_never_from_the_campaigns_wheel():
+def test_gin_gdaki_takes_nccl_2_32_3_from_its_wheel_alone_and_the_campaign_the_2_30_4_wheel():
     """kernels/nccl.yaml's `wheel:` rule on the real lock: the campaign's nccl (v2.30.4-1, no patches) comes from the
-    pinned nvidia-nccl-cu13 2.30.4 wheel; the gin-gdaki stack's nccl (v2.30.7-1) is another release, so the same
-    wheel pin (shared, not overridden) must not stand in for it: it builds from the git pin."""
+    pinned nvidia-nccl-cu13 2.30.4 wheel; the gin-gdaki stack's nccl IS the 2.32.3 wheel pin (override `{wheel:
+    nccl-wheel-2-32}`): that wheel alone, whatever the recipe's `wheel:` names and with no tree version."""
     from reprostack.kernels import ncclwheel
     from reprostack.kernels.recipe import load_recipe
     recipe = load_recipe(REPO_ROOT, "nccl")
@@ -637,6 +639,65 @@ def test_gin_gdaki_nccl_builds_from_git_never_from_the_campaigns_wheel():
     assert gin.get("nccl-wheel").version == camp.get("nccl-wheel").version == "2.30.4"
     c = ncclwheel.choose(camp, recipe.source, recipe.wheel, "2.30.4")
     assert (c.kind, c.wheel_pin, c.version) == ("wheel", "nccl-wheel", "2.30.4")
-    g = ncclwheel.choose(gin, recipe.source, recipe.wheel, "2.30.7")
-    assert g.kind == "source" and g.wheel_pin is None
-    assert g.why == "wheel nvidia-nccl-cu13 2.30.4 is not the pinned release 2.30.7"
+    assert ncclwheel.needs_source(camp, "nccl") and not ncclwheel.needs_source(gin, "nccl")
+    g = ncclwheel.choose(gin, recipe.source, recipe.wheel, None)
+    assert (g.kind, g.wheel_pin, g.version) == ("wheel", "nccl-wheel-2-32", "2.32.3")
+    assert g.why == ("stack gin-gdaki pins nccl as wheel nccl-wheel-2-32 (nvidia-nccl-cu13==2.32.3) alone; "
+                     "no git source")
+
+
+# --------------------------------------------------------------------------- an override `{wheel: W}`
+
+WHEEL_PIN = """\
+  nccl-wheel-9:
+    kind: wheel
+    name: nvidia-nccl-cu13
+    version: "2.32.3"
+    files:
+      - filename: nvidia_nccl_cu13-2.32.3-py3-none-manylinux_2_27_x86_64.whl
+        sha256: "9999999999999999999999999999999999999999999999999999999999999999"
+"""
+
+
+def wheel_lock(tmp_path: Path, override: str) -> Path:
+    p = small_lock(tmp_path, f"""\
+stacks:
+  gdaki:
+    description: NCCL from a wheel alone
+    overrides:
+      nccl: {override}
+""")
+    text = p.read_text()
+    p.write_text(text.replace("stacks:\n", WHEEL_PIN + "stacks:\n", 1))
+    return p
+
+
+def test_a_wheel_override_makes_the_pin_that_wheel_whole(tmp_path):
+    p = wheel_lock(tmp_path, "{wheel: nccl-wheel-9}")
+    lk = load(p, stack="gdaki")
+    assert lk.get("nccl") == lk.get("nccl-wheel-9") and lk.get("nccl").kind == "wheel"
+    assert lk.stacks["gdaki"].wheel_of == {"nccl": "nccl-wheel-9"} and cli._git_names(lk, []) == ["deepep"]
+    assert load(p).git("nccl").rev == H  # the default stack keeps the git pin
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("{wheel: deepep}", "stacks.gdaki.overrides.nccl.wheel: 'deepep' is not a `kind: wheel` pin of upstreams: "
+                        "(wheel pins: nccl-wheel-9)"),
+    ("{wheel: nope}", "stacks.gdaki.overrides.nccl.wheel: 'nope' is not a `kind: wheel` pin"),
+    ("{wheel: nccl-wheel-9, rev: x}", "stacks.gdaki.overrides.nccl: an override with `wheel:` is that wheel pin, "
+                                      "whole: drop rev"),
+])
+def test_a_bad_wheel_override_is_one_line(tmp_path, capsys, override, needle):
+    p = wheel_lock(tmp_path, override)
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 2  # every stack validates, whichever is selected
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{p}:" in err and needle in err, err
+
+
+def test_stacks_diff_shows_the_nccl_wheel_of_gin_gdaki(capsys):
+    assert cli.main(["stacks", "diff", "campaign", "gin-gdaki"]) == 0
+    out = capsys.readouterr().out
+    assert "nccl.kind: campaign=git  gin-gdaki=wheel" in out and "nccl.version: campaign=-  gin-gdaki=2.32.3" in out
+    assert "+ nvidia_nccl_cu13-2.32.3-py3-none-manylinux_2_27_x86_64.whl 1459723080ac" in out
+    assert cli.main(["stacks"]) == 0
+    assert "nccl -> wheel nccl-wheel-2-32 (nvidia-nccl-cu13 2.32.3)" in capsys.readouterr().out

@@ -6,6 +6,8 @@
 # the wheel and could not be checked against the lock.)
 #
 #   here:    bash scripts/device/seed_wheelhouse.sh split [PIN]     (default PIN nccl-wheel)
+#            gin-gdaki's NCCL 2.32.3 (305,100,071 bytes = 6 parts of 56 MiB):
+#            SEED_PART_BYTES=$((56*1024*1024)) bash scripts/device/seed_wheelhouse.sh split nccl-wheel-2-32
 #            fetches the pin's wheel into the cache (sha256-checked against upstreams.lock) and writes
 #            .c1/ .c2/ ... each holding one part and a `meta` line: FILENAME PARTS INDEX PART_SHA256 WHEEL_SHA256
 #   device:  bash scripts/device/seed_wheelhouse.sh receive         (one call per part, carry: [".cN"])

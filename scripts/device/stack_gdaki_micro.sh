@@ -5,13 +5,18 @@
 #      the stack's verified pins (kernels/ginplugin.py), all cores, then the check that the plugin exports
 #      ncclGinPlugin_v14 (compiled only with GDAKI) next to ncclNetPlugin_v*; then a dlopen of the built plugin.
 #   B (foreground): `reprostack --stack gin-gdaki gate micro --profile h200-ep1 --arm deepep,dense`: the stack's NCCL
-#      (v2.30.7-1) and DeepEP (upstream + the campaign's series) built from the pins, test_ep.py at EP1, dense arm.
+#      (2.32.3 from the wheel alone, lock pin nccl-wheel-2-32: unpacked, no NCCL build) and DeepEP (upstream + the
+#      campaign's series) built from the pins against it, test_ep.py at EP1, dense arm.
 # What EP1 on one H200 proves: the stack's pins fetch, verify, build and load, and DeepEP V2 runs intranode on the
 # stack's NCCL. What it does not: no EFA here, so no GIN traffic, no EFA-GDA and nothing about the transports.
 #
 # Run from the repository root on the device (no network there). Needs, carried (git-ignored; see docs/stacks.md):
 #   .carry/sources.tar            reprostack --stack gin-gdaki bundle -o .carry/sources.tar \
-#                                   deepep nccl aws-ofi-nccl rdma-core libfabric gdrcopy
+#                                   deepep aws-ofi-nccl rdma-core libfabric gdrcopy     (no nccl: a wheel here)
+#   .cache/wheelhouse/nvidia_nccl_cu13-2.32.3-...whl  the stack's NCCL, seeded before this call (305 MB = 6 parts):
+#                                 here: SEED_PART_BYTES=$((56*1024*1024)) bash scripts/device/seed_wheelhouse.sh \
+#                                 split nccl-wheel-2-32; then one device call per part `seed_wheelhouse.sh receive`
+#                                 (carry .cN), consecutive on one warm machine
 #   .carry/ginplugin-pregen.tar   the generated build systems of libfabric and aws-ofi-nccl (autotools are not on the
 #                                 device): reprostack --stack gin-gdaki stacks plugin --autogen-only --out out/pregen
 #                                 && tar -cf .carry/ginplugin-pregen.tar -C out/pregen/work/src .
@@ -39,6 +44,7 @@ done
 ls .whl/*.whl >/dev/null 2>&1 || { echo "missing .whl/*.whl (reprostack's dependencies)" >&2; exit 2; }
 WHEELS=$(ls .whl/*.whl | grep -v '/reprostack-')
 "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS || exit 1
+export REPROSTACK_WHEELHOUSE=$R/.cache/wheelhouse:$R/.whl   # the NCCL wheel (seeded) is checked against the lock
 RS() { PYTHONPATH=$R/src:/tmp/site "$PY" -m reprostack --stack "$STACK" "$@"; }
 
 # ---- preflight: what the chain needs; fill gaps from what was carried, under $T only

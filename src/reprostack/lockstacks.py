@@ -9,7 +9,8 @@ stacks:
     extends: campaign             # optional: start from another stack's pins and env (default: the shared pins)
     env: {NCCL_GIN_TYPE: "5"}     # the stack's env, over its parent's (gates put it over the gate spec's env)
     overrides:                    # pins of `upstreams:` this stack pins differently
-      nccl: {original: v2.30.7-1, rev: <40 hex>, tree: <40 hex>, fetch-refs: [refs/tags/v2.30.7-1]}
+      aws-ofi-nccl: {original: v1.21.1, rev: <40 hex>, tree: <40 hex>, fetch-refs: [refs/tags/v1.21.1]}
+      nccl: {wheel: nccl-wheel-2-32}   # this stack's `nccl` IS that shared wheel pin: no git source for it
 ```
 
 Invariants:
@@ -49,6 +50,7 @@ class Stack:
     env: dict = field(default_factory=dict)
     overrides: tuple[str, ...] = ()   # names of the pins that differ from the shared `upstreams:`
     line: int | None = None           # line of `stacks.<name>` (None: the implicit default)
+    wheel_of: dict = field(default_factory=dict)  # pin -> the shared wheel pin an override `{wheel: W}` made it
 
 
 def selected() -> str:
@@ -108,6 +110,7 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
     eff_lines = dict(lines)
     env: dict = {}
     overridden: list[str] = []
+    wheel_of: dict = {}
     for s in chain(data, lines, path, name):
         entry = stacks.get(s) or {}
         env.update(entry.get("env") or {})
@@ -116,6 +119,10 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
             if pin not in ups:
                 raise LockError(path, line_of(lines, at), dotted(at),
                                 f"overrides pin {pin!r}, which upstreams: does not have (known: {', '.join(sorted(ups))})")
+            wheel_of.pop(pin, None)
+            if isinstance(ov, dict) and "wheel" in ov:  # the shared wheel pin, whole (has `kind:`: merge copies it)
+                ov = _wheel_override(path, lines, at, ov, ups)
+                wheel_of[pin] = ov.pop("_from")
             ups[pin] = merge(ups[pin], ov)
             for k in [k for k in eff_lines if k[:2] == ("upstreams", pin)]:
                 del eff_lines[k]  # inherited keys fall back to the override's own line
@@ -127,8 +134,24 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
     entry = stacks.get(name) or {}
     desc = entry.get("description") or "the shared pins of upstreams: (the published campaign)"
     st = Stack(name=name, description=desc, extends=entry.get("extends"), env=env, overrides=tuple(overridden),
-               line=line_of(lines, ("stacks", name)) if name in stacks else None)
+               line=line_of(lines, ("stacks", name)) if name in stacks else None, wheel_of=wheel_of)
     return ups, eff_lines, st
+
+
+def _wheel_override(path: str, lines: dict, at: tuple, ov: dict, ups: dict) -> dict:
+    """The whole pin an override `{wheel: W}` stands for: a copy of wheel pin W (plus `_from`: W). LockError at the
+    override's line for another key next to `wheel:` or a W that is not a `kind: wheel` pin."""
+    w = ov["wheel"]
+    if len(ov) != 1:
+        extra = ", ".join(sorted(k for k in ov if k != "wheel"))
+        raise LockError(path, line_of(lines, at), dotted(at),
+                        f"an override with `wheel:` is that wheel pin, whole: drop {extra}")
+    target = ups.get(w) if isinstance(w, str) else None
+    if not isinstance(target, dict) or target.get("kind") != "wheel":
+        wheels = sorted(n for n, u in ups.items() if isinstance(u, dict) and u.get("kind") == "wheel")
+        raise LockError(path, line_of(lines, (*at, "wheel")) or line_of(lines, at), dotted((*at, "wheel")),
+                        f"{w!r} is not a `kind: wheel` pin of upstreams: (wheel pins: {', '.join(wheels) or 'none'})")
+    return {**target, "_from": w}
 
 
 def relocate(e: LockError, path: str, stack: str, pins: tuple[str, ...]) -> LockError:

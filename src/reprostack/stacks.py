@@ -85,6 +85,9 @@ def listing(lk: lockmod.Lock) -> list[dict]:
         ov = {}
         for p in st.overrides:
             pin = sl.upstreams[p]
+            if p in st.wheel_of:  # an override `{wheel: W}`: the pin is that wheel, alone
+                ov[p] = f"wheel {st.wheel_of[p]} ({pin.name} {pin.version})"
+                continue
             ov[p] = (f"{pin.original or ''} {pin.rev[:12]}".strip() if isinstance(pin, lockmod.GitPin)
                      else getattr(pin, "version", None) or pin.kind)
         rows.append({"name": name, "description": st.description, "extends": st.extends, "overrides": ov,

@@ -92,8 +92,8 @@ def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
     tc = toolchain.detect(opts.python, arch=opts.arch)
     t = time.monotonic()
     recipe = load_recipe(opts.root, "nccl")
-    choice = ncclwheel.choose(opts.lock, recipe.source, recipe.wheel, preflight.nccl_source_version(trees["nccl"].path),
-                              recipe_path=str(recipe.path))
+    src_version = preflight.nccl_source_version(trees["nccl"].path) if "nccl" in trees else None  # none: wheel alone
+    choice = ncclwheel.choose(opts.lock, recipe.source, recipe.wheel, src_version, recipe_path=str(recipe.path))
     if choice.kind == "wheel":  # the pinned release as NVIDIA's wheel: sha256-checked, unpacked once (keyed)
         with ui.step(f"fetch nccl wheel {choice.version}", key="fetch nccl wheel"):
             wheel = fetch_wheels(opts.lock, choice.wheel_pin, cache_root=opts.fetch.cache.root,
@@ -129,9 +129,20 @@ class Kernels:
     accept_sha256: str | None = None
 
 
+def nccl_words(lock, trees: dict) -> str:
+    """`nccl <tree12>`, or `nccl wheel FILENAME (pin W)` for a stack whose NCCL is a wheel alone."""
+    if "nccl" in trees:
+        return f"nccl {trees['nccl'].tree[:12]}"
+    w = ncclwheel.wheel_alone(lock, "nccl")
+    files = ", ".join(f.filename for f in lock.get(w).files)
+    return f"nccl wheel {files} (pin {w}; fetched and sha256-checked when the kernels are built)"
+
+
 def source_trees(opts: GateRunOptions, names) -> tuple[dict, object]:
     """(trees by pin, Prebuilt or None): with `opts.prebuilt`, the image's trees after its manifest matched the lock
-    (kernels.prebuilt.check; PrebuiltError otherwise); else fetched, patched and verified here (sources.prepare)."""
+    (kernels.prebuilt.check; PrebuiltError otherwise); else fetched, patched and verified here (sources.prepare).
+    A stack whose `nccl` is a wheel (kernels.ncclwheel: NCCL from that wheel alone) has no nccl tree: dropped."""
+    names = tuple(n for n in names if n != "nccl" or ncclwheel.needs_source(opts.lock, "nccl"))
     if opts.prebuilt is not None:
         pre = kprebuilt.check(opts.prebuilt, opts.lock, opts.root, tuple(names), arch=opts.arch or toolchain.gpu_arch())
         return {n: pre.tree(opts.lock, n) for n in names}, pre
@@ -177,6 +188,10 @@ def provenance(lock: Lock, spec: GateSpec, trees: dict) -> dict:
         pin = st.pin
         ups[name] = {"url": pin.url, "rev": pin.rev, "tree": pin.tree, "patched_tree": pin.patched_tree,
                      "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in pin.patches]}
+    if "deepep" in trees and "nccl" not in trees and not ncclwheel.needs_source(lock, "nccl"):  # NCCL: a wheel alone
+        w = lock.get("nccl")
+        ups["nccl"] = {"wheel": ncclwheel.wheel_alone(lock, "nccl"), "version": w.version,
+                       "files": [f"{f.filename} {f.sha256}" for f in w.files]}
     return {"lock_sha256": lock.sha256, "stack": lock.stack, "gate_spec_sha256": spec.sha256, "upstreams": ups}
 
 
@@ -211,7 +226,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
 
     if host["gpu_count"] == 0:
         why = ("no GPU on this host (nvidia-smi lists none): " + ("the image's kernels manifest matched the lock "
-               if pre else "sources were verified and patched ") + f"(deepep {trees['deepep'].tree[:12]}, nccl {trees['nccl'].tree[:12]}); kernels and test_ep not run")
+               if pre else "sources were verified and patched ") + f"(deepep {trees['deepep'].tree[:12]}, {nccl_words(opts.lock, trees)}); kernels and test_ep not run")
         return finish(skipped(GATE, opts.profile or "-", why, provenance=prov))
     try:
         profile = choose_profile(spec, opts.profile, host)

@@ -240,7 +240,9 @@ def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir:
 def kernels_line(kind: str, spec, lock, image, mode: str) -> str:
     """Where a gate with `kernels:` gets NCCL and DeepEP: prebuilt in its image (container mode; the manifest the
     in-image runner checks against these pins before anything runs) or built on the host (host mode)."""
+    from ..kernels import ncclwheel
     from ..kernels.prebuilt import MANIFEST
+    from ..lock import WheelPin
     names = list(getattr(spec, "kernels", ()) or ())
     if not names:
         return ""
@@ -249,6 +251,9 @@ def kernels_line(kind: str, spec, lock, image, mode: str) -> str:
         pin = lock.upstreams.get(n)
         if pin is not None and getattr(pin, "rev", None):
             pins.append(f"{n} {pin.rev[:12]} patched tree {(pin.patched_tree or pin.tree)[:12]}")
+        elif isinstance(pin, WheelPin):  # the stack's NCCL is a wheel alone (kernels.ncclwheel)
+            pins.append(f"{n} from wheel {ncclwheel.wheel_alone(lock, n)} "
+                        f"({', '.join(f'{f.filename} sha256 {f.sha256[:12]}' for f in pin.files)})")
     img = image.recipe if image else "?"
     if kind == "serving":
         return (f"the engine's DeepEP and NCCL in image {img} (inherited from image deepep, whose {MANIFEST} records "

@@ -1,6 +1,10 @@
 """NCCL from NVIDIA's pinned release wheel instead of a source build, when the lock asks for exactly that release.
 
-Which NCCL (`choose`): the recipe (kernels/nccl.yaml) names a `kind: wheel` pin (`wheel: nccl-wheel`); the wheel is
+Which NCCL (`choose`), first: a stack whose `nccl` pin is itself a wheel (lock override `nccl: {wheel: W}`,
+reprostack.lockstacks) takes NCCL from that wheel ALONE: there is no git source, tree or version.mk of NCCL in that
+stack, the recipe's `wheel:` and the rules below do not apply, and `needs_source` is False (the gates prepare no
+`nccl` tree). A wheel `nccl` pin without files is the same one-line error as below. Otherwise the recipe
+(kernels/nccl.yaml) names a `kind: wheel` pin (`wheel: nccl-wheel`); the wheel is
 used (a lock without that pin builds from source) only when the `nccl` git pin is a release with no patch series and the wheel's version equals it:
 - the pin has no `patches` (a patch series can only be built from source);
 - its `original` is a release tag `vX.Y.Z-N` that it is fetched from (`refs/tags/<original>` in `fetch-refs`), and the
@@ -56,9 +60,30 @@ def release_of(pin: GitPin) -> str | None:
     return m.group(1) if m and f"refs/tags/{pin.original}" in pin.fetch_refs else None
 
 
-def choose(lock: Lock, source_pin: str, wheel_pin: str | None, src_version: str, *, recipe_path: str = "") -> Choice:
-    """Decide wheel or source build for the NCCL git pin `source_pin` (see the module doc). `src_version`: the
-    verified tree's version.mk. Raises BuildError when `wheel_pin` is named but not a wheel pin with files."""
+def needs_source(lock: Lock, source_pin: str) -> bool:
+    """False when the lock's (stack's) `source_pin` is a wheel pin: NCCL from that wheel alone, no git tree."""
+    return not isinstance(lock.upstreams.get(source_pin), WheelPin)
+
+
+def wheel_alone(lock: Lock, source_pin: str) -> str:
+    """The lock pin to fetch for a wheel `source_pin`: the shared wheel pin its stack override names, else itself."""
+    st = lock.stacks.get(lock.stack)
+    return (st.wheel_of.get(source_pin) if st else None) or source_pin
+
+
+def choose(lock: Lock, source_pin: str, wheel_pin: str | None, src_version: str | None, *,
+           recipe_path: str = "") -> Choice:
+    """Decide wheel or source build for the NCCL pin `source_pin` (see the module doc). `src_version`: the
+    verified tree's version.mk (None when there is no tree: a wheel `source_pin`). Raises BuildError when the wheel
+    to use is not a wheel pin with files."""
+    own = lock.upstreams.get(source_pin)
+    if isinstance(own, WheelPin):  # the stack's NCCL is a wheel: that wheel alone
+        name = wheel_alone(lock, source_pin)
+        if not own.files or own.unresolved:
+            raise BuildError(f"{lock.where('upstreams', source_pin)}: {source_pin} is wheel pin {name} without files; "
+                             f"run `reprostack lock wheels {name}`")
+        return Choice("wheel", f"stack {lock.stack} pins {source_pin} as wheel {name} ({own.name}=={own.version}) "
+                               "alone; no git source", name, own.version)
     if not wheel_pin:
         return Choice("source", "the recipe names no wheel")
     try:
