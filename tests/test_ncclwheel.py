@@ -46,6 +46,23 @@ def make_wheel(path: Path, *, version: str = "2.30.4", members: dict | None = No
     return path
 
 
+def wheel_pin(sha256: str, *, name: str = "nccl-wheel", version: str = "2.30.4", filename: str = WHEEL,
+              quoted: bool = False) -> str:
+    """The lock lines (under `upstreams:`) of an nvidia-nccl-cu13 wheel pin (`quoted`: the sha256 in quotes, for a
+    made-up all-digit one; the real lock and the seed script read it bare)."""
+    if quoted:
+        sha256 = f'"{sha256}"'
+    return f"""\
+  {name}:
+    kind: wheel
+    name: nvidia-nccl-cu13
+    version: "{version}"
+    files:
+      - filename: {filename}
+        sha256: {sha256}
+"""
+
+
 def sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
@@ -170,17 +187,7 @@ def test_a_wheelhouse_file_swapped_after_its_check_never_reaches_the_cache(tmp_p
     good = make_wheel(tmp_path / "house" / WHEEL)
     digest = sha(good)
     lock_path = tmp_path / "upstreams.lock"
-    lock_path.write_text(f"""\
-lockfile-version: 1
-upstreams:
-  nccl-wheel:
-    kind: wheel
-    name: nvidia-nccl-cu13
-    version: "2.30.4"
-    files:
-      - filename: {WHEEL}
-        sha256: {digest}
-""")
+    lock_path.write_text("lockfile-version: 1\nupstreams:\n" + wheel_pin(digest))
     lock = load(lock_path)
     evil = make_wheel(tmp_path / "evil" / WHEEL, members={"nvidia/nccl/lib/libnccl.so.2": "evil"})
     copy = real_shutil.copyfile
@@ -210,15 +217,7 @@ def gate_options(tmp_path: Path, wheel: Path) -> micro.MicroOptions:
     """A project whose lock pins the release NCCL (a real local git repo) and `wheel` as nccl-wheel."""
     root = tmp_path / "project"
     lock_path = write_project(root, make_stack(tmp_path / "srv"))
-    lock_path.write_text(lock_path.read_text() + f"""\
-  nccl-wheel:
-    kind: wheel
-    name: nvidia-nccl-cu13
-    version: "2.30.4"
-    files:
-      - filename: {WHEEL}
-        sha256: {sha(wheel)}
-""")
+    lock_path.write_text(lock_path.read_text() + wheel_pin(sha(wheel)))
     return micro.MicroOptions(root=root, lock=load(lock_path), out_dir=tmp_path / "out",
                               fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")))
 
@@ -287,19 +286,13 @@ def alone_options(tmp_path: Path, wheel_sha: str) -> micro.MicroOptions:
     root = tmp_path / "project"
     s = make_stack(tmp_path / "srv")
     lock_path = write_project(root, s)
-    lock_path.write_text(lock_path.read_text() + f"""\
-  nccl-wheel-2-32:
-    kind: wheel
-    name: nvidia-nccl-cu13
-    version: "2.32.3"
-    files:
-      - filename: {WHEEL_2_32}
-        sha256: "{wheel_sha}"
+    lock_path.write_text(lock_path.read_text() + wheel_pin(wheel_sha, name="nccl-wheel-2-32", version="2.32.3",
+                                                           filename=WHEEL_2_32, quoted=True) + """\
 stacks:
   gdaki:
     description: NCCL 2.32.3 from its wheel alone
     overrides:
-      nccl: {{wheel: nccl-wheel-2-32}}
+      nccl: {wheel: nccl-wheel-2-32}
 """)
     (tmp_path / "srv" / "nccl").rename(tmp_path / "srv" / "nccl-gone")
     return micro.MicroOptions(root=root, lock=load(lock_path, stack="gdaki"), out_dir=tmp_path / "out",

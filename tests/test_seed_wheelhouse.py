@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_ncclwheel import WHEEL, make_wheel
+from test_ncclwheel import WHEEL, make_wheel, wheel_pin
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "device" / "seed_wheelhouse.sh"
@@ -19,17 +19,7 @@ SCRIPT = REPO / "scripts" / "device" / "seed_wheelhouse.sh"
 def project(root: Path, sha: str) -> Path:
     (root / "scripts" / "device").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "scripts" / "device")
-    (root / "upstreams.lock").write_text(f"""\
-lockfile-version: 1
-upstreams:
-  nccl-wheel:
-    kind: wheel
-    name: nvidia-nccl-cu13
-    version: "2.30.4"
-    files:
-      - filename: {WHEEL}
-        sha256: {sha}
-""")
+    (root / "upstreams.lock").write_text("lockfile-version: 1\nupstreams:\n" + wheel_pin(sha))
     return root
 
 
