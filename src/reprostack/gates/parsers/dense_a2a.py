@@ -14,12 +14,11 @@ recv_bytes / p50_us / 1e3. Dense D+C = p50(dispatch) + p50(combine), the figure 
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
 
-from .logtext import numbered_lines
+from .logtext import tagged_json
 
 PHASES = ("dispatch", "cached dispatch", "combine")
 TAG = re.compile(r"\[dense_a2a\]\s(?P<json>.*)$")
@@ -53,14 +52,9 @@ class DenseParse:
 
 
 def _records(text: str, problems: list[str]):
-    for no, _pre, body in numbered_lines(text):
-        m = TAG.search(body)
-        if not m:
-            continue
-        try:
-            obj = json.loads(m.group("json"))
-        except json.JSONDecodeError as e:
-            problems.append(f"line {no}: not JSON after [dense_a2a]: {e.msg}")
+    for no, obj, err in tagged_json(text, TAG):
+        if err is not None:
+            problems.append(f"line {no}: not JSON after [dense_a2a]: {err}")
             continue
         if not isinstance(obj, dict) or "event" not in obj:
             problems.append(f"line {no}: [dense_a2a] record without an `event`")

@@ -9,6 +9,7 @@ Known prefixes (any number of them, in any order, at the start of a line):
 
 from __future__ import annotations
 
+import json
 import re
 
 _PREFIX = re.compile(
@@ -52,4 +53,19 @@ def numbered_lines(text: str) -> list[tuple[int, str, str]]:
     for i, raw in enumerate(lines, start=1):
         prefix, body = split_prefix(raw.rstrip("\r"))
         out.append((i, prefix, body))
+    return out
+
+
+def tagged_json(text: str, tag: re.Pattern) -> list[tuple[int, object, str | None]]:
+    """The JSON records our drivers print after their tag (`tag` has a group `json`), as (line number, value, None),
+    or (line number, None, JSON error message) for a tagged line whose rest is no JSON. Never raises on content."""
+    out = []
+    for no, _pre, body in numbered_lines(text):
+        m = tag.search(body)
+        if not m:
+            continue
+        try:
+            out.append((no, json.loads(m.group("json")), None))
+        except json.JSONDecodeError as e:
+            out.append((no, None, e.msg))
     return out

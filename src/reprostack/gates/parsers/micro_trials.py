@@ -15,14 +15,13 @@ comes from the per-trial ratios). A figure is listed only when every trial has i
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 from ...report.stats import Summary, ratios, summarize
 from .dense_a2a import DenseParse, parse_dense
-from .logtext import numbered_lines
+from .logtext import tagged_json
 from .test_ep import TestEpParse, parse_test_ep
 
 TAG = re.compile(r"\[micro_trials\]\s(?P<json>.*)$")
@@ -86,17 +85,8 @@ class TrialsParse:
 
 def markers(text: str) -> list[tuple[int, dict]]:
     """The driver's `[micro_trials]` records, (line, object); unreadable ones come back as {"bad": reason}."""
-    out = []
-    for no, _pre, body in numbered_lines(text):
-        m = TAG.search(body)
-        if not m:
-            continue
-        try:
-            obj = json.loads(m.group("json"))
-        except json.JSONDecodeError as e:
-            obj = {"bad": f"not JSON: {e.msg}"}
-        out.append((no, obj if isinstance(obj, dict) else {"bad": "not an object"}))
-    return out
+    return [(no, {"bad": f"not JSON: {err}"} if err is not None else obj if isinstance(obj, dict)
+             else {"bad": "not an object"}) for no, obj, err in tagged_json(text, TAG)]
 
 
 def parse_micro_trials(text: str, *, num_ranks: int, trials: int, arms: tuple[str, ...] = ("deepep",),
