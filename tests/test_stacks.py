@@ -134,8 +134,8 @@ stacks:
     assert load(p).git("deepep").patches  # the default stack keeps it
 
 
-def test_a_series_override_on_the_same_rev_replaces_the_series(tmp_path):
-    p = small_lock(tmp_path, f"""\
+# a stack `more` whose deepep carries one patch more than the campaign's series, on the same rev
+ONE_MORE_PATCH = f"""\
 stacks:
   more:
     description: one more patch
@@ -145,7 +145,11 @@ stacks:
           - {{cherry-pick: "{'e' * 40}", upstream-status: "Backport [#630]"}}
           - {{cherry-pick: "{'9' * 40}", upstream-status: Pending}}
         patched-tree: "{'8' * 40}"
-""")
+"""
+
+
+def test_a_series_override_on_the_same_rev_replaces_the_series(tmp_path):
+    p = small_lock(tmp_path, ONE_MORE_PATCH)
     pin = load(p, stack="more").git("deepep")
     assert [x.value[0] for x in pin.patches] == ["e", "9"] and pin.patched_tree == "8" * 40 and pin.rev == "c" * 40
 
@@ -250,17 +254,7 @@ def test_cli_stacks_list_and_diff(tmp_path, capsys):
 
 
 def test_cli_diff_shows_patch_series_entry_by_entry(tmp_path, capsys):
-    p = small_lock(tmp_path, f"""\
-stacks:
-  more:
-    description: one more patch
-    overrides:
-      deepep:
-        patches:
-          - {{cherry-pick: "{'e' * 40}", upstream-status: "Backport [#630]"}}
-          - {{cherry-pick: "{'9' * 40}", upstream-status: Pending}}
-        patched-tree: "{'8' * 40}"
-""")
+    p = small_lock(tmp_path, ONE_MORE_PATCH)
     assert cli.main(["stacks", "diff", "campaign", "more", "--lock", str(p)]) == 0
     out = capsys.readouterr().out
     assert f"    + cherry-pick {'9' * 40} (Pending)   (more only)" in out and "deepep.patched-tree" in out
