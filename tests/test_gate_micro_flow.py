@@ -1,5 +1,5 @@
-"""run_micro end to end on the CPU with the GPU parts stood in for: host inventory, toolchain, kernel builds
-and the one-NCCL check are replaced; the 'interpreter' is a shell script that prints a log per program
+"""run_micro end to end on the CPU with the GPU parts stood in for: host inventory, toolchain and kernel builds
+are replaced (the one-NCCL check is real: it judges the ranks' records the stand-in log carries); the 'interpreter' is a shell script that prints a log per program
 (the trials driver: K real H200 EP1 test_ep logs or EP2 logs built here, with the dense arm's fixture lines per
 trial, tests/trialslog.py; test_intranode: the synthetic fixture).
 Real: sources (local git repos), launch argv, watchdog, parsers, metrics, verdict, report files."""
@@ -7,6 +7,8 @@ Real: sources (local git repos), launch argv, watchdog, parsers, metrics, verdic
 from __future__ import annotations
 
 import json
+import os
+import socket
 import stat
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +21,8 @@ from reprostack.gates import micro
 from reprostack.lock import load
 from reprostack.report import exit_code, validate_report, write_reports
 from test_sources import make_stack, write_project
-from trialslog import REAL_EP1_DC, real_ep1_texts, trials_log
+from reprostack.gates.parsers.micro_trials import markers
+from trialslog import REAL_EP1_DC, marker, real_ep1_texts, trials_log
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures" / "arms"
@@ -40,9 +43,20 @@ def ep2_log(shift: float = 0.0) -> str:
     return "\n".join(out) + "\n"
 
 
-def stand_in_python(tmp_path: Path, trials_text: str) -> str:
+def stand_in_python(tmp_path: Path, trials_text: str, *, nccl_runtime: str | None = "2.30.4",
+                    mapped: list[str] | None = None) -> str:
     """An 'interpreter' that prints `trials_text` for the trials driver (test_ep + dense arm in one launch) and
-    the legacy fixture for test_intranode.py."""
+    the legacy fixture for test_intranode.py. Each rank that says `done` also leaves the driver's one-NCCL record
+    (this host; `mapped`, default the stand-in build's libnccl.so.2, see gpu_host; ncclGetVersion `nccl_runtime`);
+    none with nccl_runtime None."""
+    lib = tmp_path / "builds" / "nccl" / "build" / "lib" / "libnccl.so.2"
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    lib.write_bytes(b"stand-in libnccl")
+    if nccl_runtime is not None:
+        ranks = [m.get("rank") for _, m in markers(trials_text) if m.get("event") == "done"]
+        trials_text += "".join(marker(event="nccl", rank=r, host=socket.gethostname(), runtime=nccl_runtime,
+                                      mapped=mapped if mapped is not None else [os.path.realpath(lib)],
+                                      torch_built_with="2.28.9", deep_ep="/x/deep_ep") + "\n" for r in ranks)
     log = tmp_path / "trials.log"
     log.write_text(trials_text)
     p = tmp_path / "py"
@@ -72,8 +86,6 @@ def gpu_host(tmp_path, monkeypatch):
     monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
-    monkeypatch.setattr(micro.runtime, "check_one_nccl", lambda *a, **k: {
-        "mapped": ["/x/libnccl.so.2.30.4"], "runtime": "2.30.4", "torch_built_with": "2.28.9"})
     return host
 
 
@@ -197,3 +209,45 @@ def test_host_no_profile_fits_is_a_skip_naming_why(tmp_path, gpu_host):
     write_reports([rep], tmp_path / "out", required={"micro"})
     assert exit_code([rep], {"micro"}) == 3
 
+
+
+@pytest.mark.parametrize("case, why", [
+    ("two", "rank 0: expected exactly one NCCL, the pinned build in"),
+    ("foreign", "rank 0: expected exactly one NCCL, the pinned build in"),
+    ("none", "no rank on this host"),
+    ("other-host", "no rank on this host"),
+    ("error", "rank 0: reading its NCCL failed: OSError: boom"),
+    ("shape", "one-NCCL record without a list of mapped libraries"),
+])
+def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, gpu_host, case, why):
+    """No separate check process (issue 17): the ranks that measured say what they mapped; anything but exactly the
+    pinned NCCL on every rank of this host is an ERROR naming the rank, even with every figure in the log."""
+    text = trials_log(real_ep1_texts(3))
+    kw: dict = {}
+    if case == "two":
+        kw["mapped"] = [str(tmp_path / "builds/nccl/build/lib/libnccl.so.2"), "/opt/torch/nvidia/nccl/lib/libnccl.so.2"]
+    elif case == "foreign":
+        kw["mapped"] = ["/opt/torch/nvidia/nccl/lib/libnccl.so.2"]
+    elif case == "none":
+        kw["nccl_runtime"] = None
+    elif case == "other-host":
+        kw["nccl_runtime"] = None
+        text += marker(event="nccl", rank=0, host=socket.gethostname() + "-other", runtime="2.30.4",
+                       mapped=[str(tmp_path / "builds/nccl/build/lib/libnccl.so.2")]) + "\n"
+    elif case == "error":
+        kw["nccl_runtime"] = None
+        text += marker(event="nccl", rank=0, host=socket.gethostname(), error="OSError: boom") + "\n"
+    elif case == "shape":
+        kw["nccl_runtime"] = None
+        text += marker(event="nccl", rank=0, host=socket.gethostname(), mapped="libnccl.so.2") + "\n"
+    rep = micro.run_micro(options(tmp_path, stand_in_python(tmp_path, text, **kw), profile="h200-ep1", trials=3))
+    assert rep.result == "error" and rep.reason.startswith("one-NCCL check: ") and why in rep.reason, rep.reason
+    assert "\n" not in rep.reason
+    assert {a.path for a in rep.artifacts} >= {"micro/test_ep.log"}  # the figures' log is kept as evidence
+
+
+def test_the_ranks_nccl_version_must_be_the_pinned_one(tmp_path, gpu_host):
+    rep = micro.run_micro(options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3)),
+                                                            nccl_runtime="2.28.9"), profile="h200-ep1", trials=3))
+    assert rep.result == "fail" and "nccl_runtime" in rep.reason
+    assert rep.data["nccl_check"].startswith("in the measuring process of rank(s) [0]")

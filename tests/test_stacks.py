@@ -356,10 +356,8 @@ def test_micro_runs_the_stack_pins_and_env(tmp_path, monkeypatch):
     monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
-    monkeypatch.setattr(micro.runtime, "check_one_nccl", lambda *a, **k: {
-        "mapped": ["/x/libnccl.so.2.30.7"], "runtime": "2.30.7", "torch_built_with": "2.28.9"})
     py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log",
-                                              dense_scales=[1.0, 1.1, 0.9]))
+                                              dense_scales=[1.0, 1.1, 0.9]), nccl_runtime="2.30.7")
     opts = options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=3)
     nccl = tmp_path / "srv" / "nccl"
     rev = gr.commit_files(nccl, {"makefiles/version.mk": "NCCL_MAJOR   := 2\nNCCL_MINOR   := 30\nNCCL_PATCH   := 7\n"},

@@ -24,7 +24,10 @@ other routing option is refused, exit 2), interleaved with DeepEP trial by trial
 `schedule`), so drift of the machine hits both arms alike and each trial gives one paired ratio.
 
 Output lines (besides test_ep's own): `[micro_trials] {"event": "trial", "rank", "trial", "trials", "arm"}`
-before each arm's trial on every rank, `[micro_trials] {"event": "done", "rank", "trials"}` at the end;
+before each arm's trial on every rank, then after the last trial `[micro_trials] {"event": "nccl", "rank", "host",
+"mapped", "runtime", "torch_built_with", "deep_ep"}` (the one-NCCL evidence of the process that measured: the
+libnccl files in its /proc/self/maps and ncclGetVersion of the one mapped; the gate judges it, issue 17: no
+separate check process) and `[micro_trials] {"event": "done", "rank", "trials"}` at the end;
 the dense arm's `[dense_a2a] ...` lines carry `"trial": k`. Parsed by reprostack.gates.parsers.micro_trials.
 Pure-Python parts (arguments, schedule, checks) are tested on the CPU (tests/test_micro_trials.py).
 """
@@ -32,9 +35,12 @@ Pure-Python parts (arguments, schedule, checks) are tested on the CPU (tests/tes
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import json
+import os
 import runpy
+import socket
 import sys
 from pathlib import Path
 
@@ -99,6 +105,24 @@ def dense_options(ns: argparse.Namespace, own, fp8: bool) -> argparse.Namespace:
                               iters=own["dense_iters"], fp8_dispatch=int(bool(fp8)))
 
 
+def nccl_in_process() -> dict:  # pragma: no cover - needs torch + deep_ep loaded
+    """This process's one-NCCL evidence: every libnccl* file mapped (real paths, from /proc/self/maps),
+    ncclGetVersion of the mapped one when there is exactly one, torch's compile-time NCCL, deep_ep's folder."""
+    import torch
+    import deep_ep
+    with open("/proc/self/maps") as f:
+        libs = sorted({os.path.realpath(p[-1]) for p in (line.split() for line in f)
+                       if len(p) >= 6 and os.path.basename(p[-1]).startswith("libnccl")})
+    runtime = None
+    if len(libs) == 1:
+        v = ctypes.c_int()
+        if ctypes.CDLL(libs[0]).ncclGetVersion(ctypes.byref(v)) == 0:
+            runtime = f"{v.value // 10000}.{v.value % 10000 // 100}.{v.value % 100}"
+    return {"host": socket.gethostname(), "mapped": libs, "runtime": runtime,
+            "torch_built_with": ".".join(map(str, torch.cuda.nccl.version())),
+            "deep_ep": os.path.dirname(deep_ep.__file__)}
+
+
 def load_test_ep(path: str):
     """test_ep.py as a module (its `__main__` block does not run)."""
     spec = importlib.util.spec_from_file_location("_reprostack_test_ep", path)
@@ -130,6 +154,10 @@ def _child(local_rank: int, path: str, num_local_ranks: int, ns, own: dict):  # 
             dense.trial(k)
         if dense is not None:
             dense_a2a.emit({"event": "done", "rank": rank, "world": world, "check": "ok" if dense.check() else "mismatch"})
+        try:
+            emit({"event": "nccl", "rank": rank, **nccl_in_process()})
+        except Exception as e:  # the gate reports it; the trials' figures stay in the log
+            emit({"event": "nccl", "rank": rank, "error": f"{type(e).__name__}: {e}"})
         emit({"event": "done", "rank": rank, "trials": own["trials"]})
 
     mod.test_dispatch_combine = trials

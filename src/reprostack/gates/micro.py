@@ -1,7 +1,9 @@
 """Gate 1 (micro): lock -> sources -> kernels -> DeepEP test_ep.py -> parsed phases -> bars -> report.
 
 The gate passes only on measured evidence: a complete phase table for every rank and every bar of
-the profile met, with exactly one NCCL (the pinned one) in the process, on a profile whose bars were
+the profile met, with exactly one NCCL (the pinned one) in each measuring process (judged on the record each rank
+of the trials driver prints after its trials: /proc/self/maps and ncclGetVersion; no separate check process,
+issue 17; anything else is ERROR naming the rank), on a profile whose bars were
 measured (`bars-status: unmeasured` -> FAIL with every number reported). No GPU, or no profile that fits
 the host -> SKIP with the reason (after sources were fetched, patched and verified, which needs no GPU). A crash or timeout ->
 ERROR with the classified failure and the raw log. Optional runs (gates.arms): the dense comparison arm
@@ -248,13 +250,6 @@ def run_micro(opts: MicroOptions) -> GateReport:
         env.update(spec.env)
         env.update(profile.env)
         env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
-        t = time.monotonic()
-        with ui.step("check one NCCL"):
-            one = runtime.check_one_nccl(opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
-        timings["nccl_check_s"] = round(time.monotonic() - t, 2)
-        host["nccl_runtime"] = one["runtime"]
-        data["torch_built_with_nccl"] = one["torch_built_with"]
-        data["nccl_mapped"] = one["mapped"]
     except ReprostackError as e:
         rep = GateReport(GATE, profile.name, "error", f"setup: {e}", provenance=prov)
         return finish(rep)
@@ -345,6 +340,15 @@ def run_micro(opts: MicroOptions) -> GateReport:
         result, reason = decide([], ran_ok=False, failure_reason=f"{fc.kind}: {fc.detail} ({fc.first_line})")
         return finish(GateReport(GATE, profile.name, result, reason, provenance=prov, artifacts=artifacts))
 
+    try:  # the one-NCCL check, judged on what the measuring ranks saw (no separate process: issue 17)
+        one = one_nccl_of_ranks(tp.nccl, kern)
+    except ReprostackError as e:
+        return finish(GateReport(GATE, profile.name, "error", f"one-NCCL check: {e}", provenance=prov,
+                                 artifacts=artifacts))
+    host["nccl_runtime"] = one["runtime"]
+    data["torch_built_with_nccl"] = one["torch_built_with"]
+    data["nccl_mapped"] = one["mapped"]
+    data["nccl_check"] = f"in the measuring process of rank(s) {one['ranks']} after the trials (/proc/self/maps)"
     problems = tp.problems + [f"trial {k}: {p}" for k, t in enumerate(tp.deepep) for p in t.problems]
     checks = [evaluate("ranks_x_phases_missing", "lines", len(problems), "==", 0,
                        note="; ".join(problems[:8]) or None),
@@ -361,6 +365,31 @@ def run_micro(opts: MicroOptions) -> GateReport:
                                 f"(teardown; not counted, see test_ep.teardown_lines)")
     result, reason = verdict(profile, checks)
     return finish(GateReport(GATE, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))
+
+
+def one_nccl_of_ranks(records: list[dict], kern: Kernels, host: str | None = None) -> dict:
+    """The one-NCCL check (kernels.runtime.judge_one_nccl) of every rank record of THIS host (`host`, default this
+    machine's name; the other nodes' gates judge theirs): each must map exactly the pinned NCCL, and they must agree
+    on its version. Returns the first record plus `ranks`. Raises BuildError naming the rank and what it mapped,
+    or that no rank of this host left a record (a driver from before the records, or a log cut short)."""
+    import socket
+    from ..errors import BuildError
+    host = host or socket.gethostname()
+    mine = [r for r in records if r.get("host") == host]
+    if not mine:
+        raise BuildError(f"no rank on this host ({host}) left its one-NCCL record in the test's log "
+                         f"({len(records)} record(s) from other hosts)")
+    for r in mine:
+        if "error" in r:
+            raise BuildError(f"rank {r.get('rank')}: reading its NCCL failed: {str(r['error'])[:300]}")
+        try:
+            runtime.judge_one_nccl(r, kern.nccl_lib, accept_sha256=kern.accept_sha256)
+        except BuildError as e:
+            raise BuildError(f"rank {r.get('rank')}: {e}") from None
+    versions = sorted({str(r.get("runtime")) for r in mine})
+    if len(versions) != 1:
+        raise BuildError(f"the ranks on this host loaded different NCCL versions: {versions}")
+    return {**mine[0], "ranks": sorted({r.get("rank") for r in mine}, key=str)}
 
 
 def _failed_part(text: str, tp) -> str:

@@ -43,6 +43,11 @@ def make_overlay(torch_site: Path, nccl_lib: Path, dest: Path) -> Path:
     return dest
 
 
+def pycache_dir(cache_root: Path) -> Path:
+    """Where the test processes' bytecode lives (PYTHONPYCACHEPREFIX; kernels.bytecode fills it during the build)."""
+    return Path(cache_root) / "pycache"
+
+
 def runtime_env(deepep_out: Path, base: dict | None = None, *, cache_root: Path | None = None) -> dict:
     """Environment for a process that imports torch + deep_ep from the build at `deepep_out`.
 
@@ -53,7 +58,8 @@ def runtime_env(deepep_out: Path, base: dict | None = None, *, cache_root: Path 
     the process (TORCHINDUCTOR_COMPILE_THREADS=1: no 16-process compile pool to start at every import of deep_ep,
     which calls torch.compile in deep_ep/utils/math.py). The H200 profile (results/bench/warm-profile-h200-2026-12-02)
     found those two to be most of the warm test's start-up. Neither changes what is measured: bytecode and the
-    Inductor cache are keyed by their sources and torch. Without `cache_root`: no bytecode is written at all."""
+    Inductor cache are keyed by their sources and torch; Triton's kernel cache goes to `<cache_root>/triton` (not
+    ~/.triton, so a fresh cache dir is a cold run). Without `cache_root`: no bytecode is written at all."""
     env = dict(os.environ if base is None else base)
     # replaced, not extended: the test process sees the image's Python, the overlay and deep_ep, and
     # nothing of the tool's own environment (e.g. reprostack's dependencies)
@@ -62,8 +68,9 @@ def runtime_env(deepep_out: Path, base: dict | None = None, *, cache_root: Path 
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(Path(cache_root) / "pycache")
+    env["PYTHONPYCACHEPREFIX"] = str(pycache_dir(cache_root))
     env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_root) / "inductor")
+    env["TRITON_CACHE_DIR"] = str(Path(cache_root) / "triton")
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     return env
 
@@ -106,15 +113,24 @@ def check_one_nccl(python: str, env: dict, nccl_lib: Path, *, timeout: float = 3
     p = subprocess.run([python, "-c", _CHECK], env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise BuildError("importing torch + deep_ep in the kernel environment failed:\n" + p.stderr.strip()[-2000:])
-    info = json.loads(p.stdout.strip().splitlines()[-1])
+    return judge_one_nccl(json.loads(p.stdout.strip().splitlines()[-1]), nccl_lib, accept_sha256=accept_sha256)
+
+
+def judge_one_nccl(info: dict, nccl_lib: Path, *, accept_sha256: str | None = None) -> dict:
+    """`info` ({"mapped": [paths], "runtime", ...}: what a process that imported torch + deep_ep saw) against the
+    pinned build in `nccl_lib`: exactly one libnccl mapped, and it is that build (or has the bytes `accept_sha256`).
+    Returns `info`; raises BuildError naming every NCCL found. Never trusts `info`'s shape: it comes from a log."""
+    mapped = info.get("mapped") if isinstance(info, dict) else None
+    if not isinstance(mapped, list) or not all(isinstance(m, str) for m in mapped):
+        raise BuildError(f"one-NCCL record without a list of mapped libraries: {str(info)[:200]}")
     want = {str(f.resolve()) for f in Path(nccl_lib).glob("libnccl.so*")}
-    if accept_sha256 and len(info["mapped"]) == 1 and info["mapped"][0] not in want:
+    if accept_sha256 and len(mapped) == 1 and mapped[0] not in want:
         from ..digest import sha256_file
         try:
-            if sha256_file(Path(info["mapped"][0])) == accept_sha256:
-                want.add(info["mapped"][0])
+            if sha256_file(Path(mapped[0])) == accept_sha256:
+                want.add(mapped[0])
         except OSError:
             pass
-    if len(info["mapped"]) != 1 or info["mapped"][0] not in want:
-        raise BuildError(f"expected exactly one NCCL, the pinned build in {nccl_lib}; mapped: {info['mapped']}")
+    if len(mapped) != 1 or mapped[0] not in want:
+        raise BuildError(f"expected exactly one NCCL, the pinned build in {nccl_lib}; mapped: {mapped}")
     return info

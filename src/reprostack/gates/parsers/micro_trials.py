@@ -3,7 +3,8 @@ interleaved in one launch, into one parse per trial per arm and one figure per t
 
 The log holds test_ep.py's own lines (K repetitions of its case; parsers.test_ep attributes the k-th line of
 (rank, phase) to trial k), the dense arm's `[dense_a2a]` lines with `"trial": k` (parsers.dense_a2a), and the
-driver's `[micro_trials] {"event": "trial" | "done", ...}` markers. The markers are the count guard: every rank
+driver's `[micro_trials] {"event": "trial" | "nccl" | "done", ...}` markers (the `nccl` records, the one-NCCL evidence
+of each measuring rank, are collected in `nccl` for the gate to judge; logs from before they existed have none). The markers are the count guard: every rank
 announces each arm's trial exactly K times and says `done` once; a log cut short (a crash in trial 3) or
 doubled (the same output twice) shows up here, whatever the phase lines look like.
 
@@ -40,6 +41,7 @@ class TrialsParse:
     deepep: list[TestEpParse]
     dense: list[DenseParse] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    nccl: list[dict] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -100,6 +102,7 @@ def parse_micro_trials(text: str, *, num_ranks: int, trials: int, arms: tuple[st
     problems: list[str] = []
     seen: Counter = Counter()
     done: Counter = Counter()
+    nccl: list[dict] = []
     for no, obj in markers(text):
         if "bad" in obj:
             problems.append(f"line {no}: [micro_trials] record {obj['bad']}")
@@ -107,6 +110,8 @@ def parse_micro_trials(text: str, *, num_ranks: int, trials: int, arms: tuple[st
             seen[(obj.get("rank"), obj.get("arm"))] += 1
         elif obj.get("event") == "done":
             done[obj.get("rank")] += 1
+        elif obj.get("event") == "nccl":
+            nccl.append(obj)
     for arm in arms:
         for r in range(num_ranks):
             if seen[(r, arm)] != trials:
@@ -116,4 +121,4 @@ def parse_micro_trials(text: str, *, num_ranks: int, trials: int, arms: tuple[st
     for r in range(num_ranks):
         if done[r] != 1:
             problems.append(f"trial markers: rank {r} said done {done[r]} time(s), expected once")
-    return TrialsParse(trials, tuple(arms), deepep, dense, problems)
+    return TrialsParse(trials, tuple(arms), deepep, dense, problems, nccl)

@@ -1,0 +1,149 @@
+"""Bytecode for the gate's test processes, compiled while DeepEP builds (issue 17 item 1).
+
+The test processes run with PYTHONPYCACHEPREFIX=<cache>/pycache (kernels.runtime.runtime_env): Python then reads
+and writes .pyc files only under that prefix, never beside a source (the verified trees and the image's
+site-packages stay as they are). On a first run every module the test imports (the stdlib, site-packages, torch
+through the one-NCCL overlay) is compiled there, in each process that imports it: on the H200, 31.7 s of the test
+before the prefix existed (results/bench/warm-profile-h200-2026-12-02). `start()` compiles them into the prefix in
+a background process while nvcc compiles DeepEP (whose critical path is one source file, so cores are idle), and
+`Prewarm.finish()` waits for it, bounded, before the build step ends, so it never runs while something is measured.
+
+Invariants:
+- Writes only under the prefix: each file through py_compile with an explicit `cfile`, the path
+  `importlib.util.cache_from_source` gives under the prefix for the path the test imports it by (torch and
+  `nvidia/*` by their overlay paths, see runtime.make_overlay; everything else in place).
+- The same interpreter as the test (the .pyc name carries its tag, e.g. cpython-312, and its magic number).
+- What is written is what import would write: timestamp .pycs, checked against the source's mtime and size at
+  every import; so nothing the test measures changes, and a stale or foreign .pyc is recompiled by import itself.
+- A file that does not compile is skipped (the import reports it as it always would); an existing .pyc whose
+  header matches its source is kept (a warm prefix costs a stat and 16 bytes per file).
+- Best effort: a prewarm that fails or is cut at its bound loses time, never correctness; `finish()` returns
+  what happened (files compiled, seconds, whether it was cut) for the build record.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# run by the test's interpreter: python - PREFIX JOBS MAP... (MAP = SRC=>DEST: compile SRC's .py files under the
+# paths DEST/...; SRC alone: in place; SRC!EXCLUDE: skip that top-level name under SRC)
+_SCRIPT = r"""
+import importlib.util, multiprocessing, os, py_compile, sys
+from concurrent.futures import ProcessPoolExecutor
+
+def files(maps, skip):
+    for src, dest in maps:
+        for d, dirs, names in os.walk(src):
+            rel_d = os.path.relpath(d, src)
+            if rel_d == "." and src in skip:
+                dirs[:] = [x for x in dirs if x not in skip[src]]
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            for n in names:
+                if n.endswith(".py"):
+                    yield os.path.join(d, n), os.path.normpath(os.path.join(dest, rel_d, n))
+
+def one(pair):
+    src, shown = pair
+    cfile = importlib.util.cache_from_source(shown)
+    try:
+        st = os.stat(src)
+        with open(cfile, "rb") as f:
+            head = f.read(16)
+        if (len(head) == 16 and head[:4] == importlib.util.MAGIC_NUMBER and head[4:8] == bytes(4)
+                and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+                and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF):
+            return 0
+    except OSError:
+        pass
+    try:
+        py_compile.compile(src, cfile=cfile, dfile=shown, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+        return 1
+    except Exception:
+        return 0
+
+sys.pycache_prefix = sys.argv[1]
+jobs = int(sys.argv[2])
+maps, skip = [], {}
+for m in sys.argv[3:]:
+    if "!" in m:
+        src, name = m.split("!", 1)
+        skip.setdefault(src, set()).add(name)
+    else:
+        src, _, dest = m.partition("=>")
+        maps.append((src, dest or src))
+with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as ex:
+    print(sum(ex.map(one, files(maps, skip), chunksize=64)))
+"""
+
+
+def plan(torch_site: Path, overlay: Path, stdlib_dirs: list[str]) -> list[str]:
+    """The MAP arguments of the script: the stdlib dirs and `torch_site` in place, except torch/, which the test
+    imports through `overlay` (runtime.make_overlay: overlay/torch); nvidia/<pkg> both in place and under
+    overlay/nvidia/<pkg> (which path imports it depends on whether the wheels' `nvidia` has an __init__.py)."""
+    site = str(Path(torch_site))
+    out = [d for d in stdlib_dirs if d and d != site]
+    out += [site, f"{site}!torch", f"{site}/torch=>{overlay}/torch"]
+    nvidia = Path(site) / "nvidia"
+    if nvidia.is_dir():
+        out += [f"{d}=>{overlay}/nvidia/{d.name}" for d in sorted(nvidia.iterdir())
+                if d.is_dir() and d.name not in ("nccl", "__pycache__")]
+    return out
+
+
+@dataclass
+class Prewarm:
+    """A running prewarm (see the module doc); `finish()` once."""
+
+    proc: subprocess.Popen | None
+    t0: float
+    note: str = ""
+
+    def finish(self, bound_s: float = 90.0) -> dict:
+        """Wait up to `bound_s` for the prewarm, then stop it (its whole process group). Returns
+        {"compiled": n or None, "seconds": s, "cut": bool, "note": why it did not run, if so}."""
+        if self.proc is None:
+            return {"compiled": None, "seconds": 0.0, "cut": False, "note": self.note}
+        cut = False
+        try:
+            out, _ = self.proc.communicate(timeout=bound_s)
+        except subprocess.TimeoutExpired:
+            from ..gates.watchdog import kill_run
+            kill_run(self.proc, self.proc.pid, None, grace_s=5)
+            out, _ = self.proc.communicate()
+            cut = True
+        last = (out or "").strip().splitlines()[-1:] or [""]
+        n = int(last[0]) if last[0].isdigit() and self.proc.returncode == 0 else None
+        return {"compiled": n, "seconds": round(time.monotonic() - self.t0, 1), "cut": cut,
+                **({"note": f"exit {self.proc.returncode}"} if n is None and not cut else {})}
+
+
+def start(python: str, prefix: Path, torch_site: Path | None, overlay: Path, *, jobs: int,
+          stdlib_dirs: list[str] | None = None) -> Prewarm:
+    """Start compiling into `prefix` (niced, `jobs` processes, its own process group); a Prewarm that did nothing
+    (with its reason) when the torch site is unknown or the interpreter cannot be asked for its stdlib.
+    `stdlib_dirs`: compile these instead of the interpreter's stdlib (tests)."""
+    t0 = time.monotonic()
+    if not torch_site or not Path(torch_site).is_dir():
+        return Prewarm(None, t0, "no torch site-packages known")
+    if stdlib_dirs is None:
+        try:
+            p = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                               capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return Prewarm(None, t0, f"cannot ask {python} for its stdlib: {e}")
+        if p.returncode != 0:
+            return Prewarm(None, t0, f"cannot ask {python} for its stdlib: exit {p.returncode}")
+        stdlib_dirs = [p.stdout.strip()]
+    Path(prefix).mkdir(parents=True, exist_ok=True)
+    argv = [python, "-c", _SCRIPT, str(prefix), str(max(1, jobs)),
+            *plan(Path(torch_site), Path(overlay), stdlib_dirs)]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONPYCACHEPREFIX")}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=lambda: os.nice(10))
+    return Prewarm(proc, t0)
