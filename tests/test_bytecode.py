@@ -85,6 +85,8 @@ def test_a_prewarm_cut_at_its_bound_leaves_no_process(tmp_path):
 
 
 def test_no_torch_site_means_no_prewarm_and_a_reason(tmp_path):
-    got = bytecode.start(sys.executable, tmp_path / "p", None, tmp_path / "o", jobs=1).finish()
+    got = bytecode.start(sys.executable, tmp_path / "p", None, tmp_path / "o", jobs=1, stdlib_dirs=["/x"]).finish()
     assert got == {"compiled": None, "seconds": 0.0, "cut": False, "note": "no torch site-packages known"}
+    got = bytecode.start(sys.executable, tmp_path / "p", tmp_path, tmp_path / "o", jobs=1, stdlib_dirs=None).finish()
+    assert got["compiled"] is None and "stdlib is not known" in got["note"]
     assert not (tmp_path / "p").exists()

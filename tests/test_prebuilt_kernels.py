@@ -215,7 +215,8 @@ def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_p
     (root / "gates" / "drivers").mkdir(parents=True, exist_ok=True)
     for d in ("dense_a2a.py", "micro_trials.py"):
         shutil.copy(REPO / "gates/drivers" / d, root / "gates/drivers" / d)
-    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)))
+    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)),  # the ranks mapped the image's pinned NCCL
+                         mapped=[os.path.realpath(tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2")])
     cache = tmp_path / "cache"
     opts = micro.MicroOptions(root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(cache)),
                               out_dir=tmp_path / "out", python=py, profile="h200-ep1", prebuilt=m,

@@ -11,15 +11,17 @@
 # stack's NCCL. What it does not: no EFA here, so no GIN traffic, no EFA-GDA and nothing about the transports.
 #
 # Run from the repository root on the device (no network there). Needs, carried (git-ignored; see docs/stacks.md):
-#   .carry/sources.tar            reprostack --stack gin-gdaki bundle -o .carry/sources.tar \
+#   $BUNDLE (.carry/sources.tar)  reprostack --stack gin-gdaki bundle -o .carry/gdaki.tar \
 #                                   deepep aws-ofi-nccl rdma-core libfabric gdrcopy     (no nccl: a wheel here)
+#                                 (BUNDLE=.carry/gdaki.tar when the campaign's bundle is carried as sources.tar)
 #   .cache/wheelhouse/nvidia_nccl_cu13-2.32.3-...whl  the stack's NCCL, seeded before this call (305 MB = 6 parts):
 #                                 here: SEED_PART_BYTES=$((56*1024*1024)) bash scripts/device/seed_wheelhouse.sh \
 #                                 split nccl-wheel-2-32; then one device call per part `seed_wheelhouse.sh receive`
 #                                 (carry .cN), consecutive on one warm machine
-#   .carry/ginplugin-pregen.tar   the generated build systems of libfabric and aws-ofi-nccl (autotools are not on the
-#                                 device): reprostack --stack gin-gdaki stacks plugin --autogen-only --out out/pregen
-#                                 && tar -cf .carry/ginplugin-pregen.tar -C out/pregen/work/src .
+#   .carry/ginplugin-pregen.tar[.xz]  the generated build systems of libfabric and aws-ofi-nccl (autotools are not on
+#                                 the device): reprostack --stack gin-gdaki stacks plugin --autogen-only --out out/pregen
+#                                 && tar -cf - -C out/pregen/work/src . | xz -T0 -9 > .carry/ginplugin-pregen.tar.xz
+#                                 (58 MB as a plain tar, 4.5 MB with xz: it must fit one call's 64 MiB with the rest)
 #                                 (each tree stamped with the rev and tree it came from; checked against the lock here)
 #   .carry/debs/*.deb             optional: hwloc for the plugin's configure if the device has none
 #                                 (apt-get download libhwloc-dev libhwloc15 libudev1); unpacked under /tmp, never /
@@ -29,6 +31,8 @@
 set -u
 R=$(pwd)
 STACK=${STACK:-gin-gdaki}
+BUNDLE=${BUNDLE:-.carry/sources.tar}
+PREGEN=.carry/ginplugin-pregen.tar; [ -f "$PREGEN" ] || PREGEN=.carry/ginplugin-pregen.tar.xz
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # lender's rule
 PY=${REPROSTACK_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3)
@@ -38,7 +42,7 @@ T=/tmp/ginplugin-tools
 PLUGIN_ENV=()
 mkdir -p "$OUTD" "$D" "$T/bin"
 t0=$(date +%s)
-for f in .carry/sources.tar .carry/ginplugin-pregen.tar; do
+for f in "$BUNDLE" "$PREGEN"; do
   [ -f "$f" ] || { echo "missing $f (scripts/device/stack_gdaki_micro.sh header says how to make it)" >&2; exit 2; }
 done
 ls .whl/*.whl >/dev/null 2>&1 || { echo "missing .whl/*.whl (reprostack's dependencies)" >&2; exit 2; }
@@ -68,13 +72,13 @@ if [ ! -f /usr/include/hwloc.h ] && ls .carry/debs/*.deb >/dev/null 2>&1; then
 fi
 export PATH=$T/bin:$PATH
 cat "$D/preflight.txt"
-rm -rf /tmp/ginplugin-pregen && mkdir -p /tmp/ginplugin-pregen && tar -xf .carry/ginplugin-pregen.tar -C /tmp/ginplugin-pregen
+rm -rf /tmp/ginplugin-pregen && mkdir -p /tmp/ginplugin-pregen && tar -xf "$PREGEN" -C /tmp/ginplugin-pregen
 
 # ---- A: the GIN plugin chain, in the background (niced: the gate's NCCL build is the long pole)
 ( export REPROSTACK_CACHE=/tmp/reprostack-cache-plugin GINPLUGIN_PREGEN=/tmp/ginplugin-pregen
   tA=$(date +%s)
   timeout -k 10 470 nice -n 10 env "${PLUGIN_ENV[@]}" PYTHONPATH="$R/src:/tmp/site" "$PY" -m reprostack --stack "$STACK" stacks plugin \
-    --offline --bundle .carry/sources.tar --out out/ginplugin
+    --offline --bundle "$BUNDLE" --out out/ginplugin
   echo "plugin rc=$? wall_s=$(( $(date +%s) - tA ))" ) > "$D/plugin.log" 2>&1 &
 PA=$!
 
@@ -83,7 +87,7 @@ export REPROSTACK_CACHE=${REPROSTACK_CACHE:-/tmp/reprostack-cache}
 tB=$(date +%s)
 RS stacks 2>&1 | tee "$D/stacks.txt"
 PYTHONPATH=$R/src:/tmp/site timeout -k 10 "${GATE_TIMEOUT:-480}" "$PY" -m reprostack --stack "$STACK" gate micro \
-  --profile h200-ep1 --arm deepep,dense --offline --bundle .carry/sources.tar --out "$D" --python "$PY" \
+  --profile h200-ep1 --arm deepep,dense --offline --bundle "$BUNDLE" --out "$D" --python "$PY" \
   --timeout "${1:-180}" > "$D/cli.log" 2>&1
 rc=$?
 echo "gate rc=$rc wall_s=$(( $(date +%s) - tB ))" | tee "$D/wall.txt"

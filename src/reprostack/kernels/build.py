@@ -163,7 +163,8 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         from . import bytecode
         from .runtime import pycache_dir
         warm = bytecode.start(tc.python, pycache_dir(cache), Path(tc.torch_site) if tc.torch_site else None,
-                              final / "overlay", jobs=max(1, _jobs(jobs) // 2))
+                              final / "overlay", jobs=max(1, _jobs(jobs) // 2),
+                              stdlib_dirs=[tc.stdlib] if tc.stdlib else None)
         try:
             _run_logged(argv, cwd=work, env=env, log=log, step="deepep: pip install (setup.py build_ext)",
                         timeout=timeout)

@@ -16,7 +16,8 @@ Invariants:
 - What is written is what import would write: timestamp .pycs, checked against the source's mtime and size at
   every import; so nothing the test measures changes, and a stale or foreign .pyc is recompiled by import itself.
 - A file that does not compile is skipped (the import reports it as it always would); an existing .pyc whose
-  header matches its source is kept (a warm prefix costs a stat and 16 bytes per file).
+  header matches its source is kept (a warm prefix costs a stat and 16 bytes per file). Test suites and GUI parts
+  (folders named test, tests, idlelib, tkinter, ...) are not compiled ahead: what imports them compiles them.
 - Best effort: a prewarm that fails or is cut at its bound loses time, never correctness; `finish()` returns
   what happened (files compiled, seconds, whether it was cut) for the build record.
 """
@@ -35,13 +36,17 @@ _SCRIPT = r"""
 import importlib.util, multiprocessing, os, py_compile, sys
 from concurrent.futures import ProcessPoolExecutor
 
+NEVER = {"__pycache__", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip"}
+
 def files(maps, skip):
+    roots = {os.path.normpath(s) for s, _ in maps}
     for src, dest in maps:
         for d, dirs, names in os.walk(src):
             rel_d = os.path.relpath(d, src)
             if rel_d == "." and src in skip:
                 dirs[:] = [x for x in dirs if x not in skip[src]]
-            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            # another root (a site-packages inside the stdlib dir) is walked as itself, once
+            dirs[:] = [x for x in dirs if x not in NEVER and os.path.normpath(os.path.join(d, x)) not in roots]
             for n in names:
                 if n.endswith(".py"):
                     yield os.path.join(d, n), os.path.normpath(os.path.join(dest, rel_d, n))
@@ -123,25 +128,18 @@ class Prewarm:
 
 
 def start(python: str, prefix: Path, torch_site: Path | None, overlay: Path, *, jobs: int,
-          stdlib_dirs: list[str] | None = None) -> Prewarm:
-    """Start compiling into `prefix` (niced, `jobs` processes, its own process group); a Prewarm that did nothing
-    (with its reason) when the torch site is unknown or the interpreter cannot be asked for its stdlib.
-    `stdlib_dirs`: compile these instead of the interpreter's stdlib (tests)."""
+          stdlib_dirs: list[str] | None) -> Prewarm:
+    """Start compiling into `prefix` (niced, `jobs` processes, its own process group) with the test's interpreter
+    `python` (toolchain.detect probed it: its stdlib is `stdlib_dirs`); a Prewarm that did nothing, with its reason,
+    when the torch site or the stdlib is unknown."""
     t0 = time.monotonic()
     if not torch_site or not Path(torch_site).is_dir():
         return Prewarm(None, t0, "no torch site-packages known")
-    if stdlib_dirs is None:
-        try:
-            p = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
-                               capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return Prewarm(None, t0, f"cannot ask {python} for its stdlib: {e}")
-        if p.returncode != 0:
-            return Prewarm(None, t0, f"cannot ask {python} for its stdlib: exit {p.returncode}")
-        stdlib_dirs = [p.stdout.strip()]
+    if not stdlib_dirs:
+        return Prewarm(None, t0, "the interpreter's stdlib is not known (toolchain probe)")
     Path(prefix).mkdir(parents=True, exist_ok=True)
     argv = [python, "-c", _SCRIPT, str(prefix), str(max(1, jobs)),
-            *plan(Path(torch_site), Path(overlay), stdlib_dirs)]
+            *plan(Path(torch_site), Path(overlay), list(stdlib_dirs))]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONPYCACHEPREFIX")}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True,

@@ -14,7 +14,7 @@ from ..errors import BuildError
 _PROBE = r"""
 import json, os, sys, sysconfig
 out = {"python": sys.executable, "python_version": sys.version.split()[0],
-       "purelib": sysconfig.get_paths()["purelib"]}
+       "purelib": sysconfig.get_paths()["purelib"], "stdlib": sysconfig.get_paths()["stdlib"]}
 try:
     import torch
     out.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
@@ -44,10 +44,11 @@ class Toolchain:
     cuda_home: str
     arch: str
     nvshmem_root: str | None
+    stdlib: str | None = None   # the interpreter's stdlib folder (kernels.bytecode compiles it ahead)
 
     def key_fields(self) -> dict:
         d = asdict(self)
-        for path_only in ("python", "nvcc", "cuda_home"):  # where a tool is is not what the binary depends on
+        for path_only in ("python", "nvcc", "cuda_home", "stdlib"):  # where a tool is is not what the binary depends on
             d.pop(path_only)
         return d
 
@@ -108,4 +109,4 @@ def detect(python: str, *, arch: str | None = None) -> Toolchain:
     return Toolchain(python=python, python_version=probe["python_version"], torch=probe["torch"],
                      torch_cuda=probe.get("torch_cuda"), torch_site=probe["torch_site"], nvcc=nvcc,
                      nvcc_version=nvcc_version(nvcc), cuda_home=cuda_home(nvcc), arch=arch,
-                     nvshmem_root=probe.get("nvshmem_root"))
+                     nvshmem_root=probe.get("nvshmem_root"), stdlib=probe.get("stdlib"))
