@@ -76,7 +76,8 @@ def main() -> int:
     jit = Path(site).parent / "jit"
     env = dict(os.environ)
     env.update(genv)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if "PYTHONPYCACHEPREFIX" not in genv:  # a report from before the bytecode cache: as that gate ran it
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     script = next(a for a in cmd if a.endswith("test_ep.py"))
     cwd = str(Path(script).parents[2])                       # the patched deepep tree (the gate's cwd)
     print(f"gate report: {rep['result']} ({rep['reason']}); stages {data.get('timings_s')}")

@@ -279,7 +279,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     # one log per node; with a shared --out, node 0 parses all of them (each node prints its own ranks)
     log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
     data["command"] = launch.argv
-    data["env"] = {k: env[k] for k in sorted({*spec.env, *profile.env, *launch.env, "PYTHONPATH"}) if k in env}
+    data["env"] = {k: env[k] for k in sorted({*spec.env, *profile.env, *launch.env, *runtime.RUNTIME_KEYS}) if k in env}
     # its output: the live line (-v: every line); the ETA is per profile and number of trials
     with ui.step(f"test_ep [{profile.name}] x{opts.trials} trial(s)", log=log):
         outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path),

@@ -43,6 +43,11 @@ def make_overlay(torch_site: Path, nccl_lib: Path, dest: Path) -> Path:
     return dest
 
 
+# what runtime_env / prebuilt_env set (a report's data.env shows them: what the test ran with)
+RUNTIME_KEYS = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "TORCHINDUCTOR_CACHE_DIR",
+                "TORCHINDUCTOR_COMPILE_THREADS", "TRITON_CACHE_DIR", "EP_JIT_CACHE_DIR")
+
+
 def pycache_dir(cache_root: Path) -> Path:
     """Where the test processes' bytecode lives (PYTHONPYCACHEPREFIX; kernels.bytecode fills it during the build)."""
     return Path(cache_root) / "pycache"
