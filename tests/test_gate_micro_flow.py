@@ -83,7 +83,7 @@ def gpu_host(tmp_path, monkeypatch):
                                info={"seconds": 0.0, "version": "2.30.4"}, log=out / "build.log")
 
     monkeypatch.setattr(micro.hostinfo, "collect", lambda: dict(host, gpus=[{"name": "NVIDIA H200"}] * host["gpu_count"]))
-    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
+    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
     return host

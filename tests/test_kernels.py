@@ -565,6 +565,8 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
     assert env["TORCH_CUDA_ARCH_LIST"] == "9.0" and "-Wl,--exclude-libs,ALL" in env["LDFLAGS"]
     assert env["EP_NCCL_ROOT_DIR"] == str(nccl.out / "build") and env["MAX_JOBS"] == "3"
     assert env["EP_JIT_CACHE_DIR"] == str(b.out / "jit") and env["CUDA_HOME"] == "/opt/fake-cuda"
+    # git in the source copy must not find the repository around the cache (DeepEP's version takes its HEAD)
+    assert Path(env["GIT_CEILING_DIRECTORIES"]).parent == cache / "builds"
     assert (b.out / "overlay" / "nvidia" / "nccl" / "lib" / "libnccl.so.2").resolve() == \
         (nccl_lib / "libnccl.so.2").resolve()
     assert not (b.out / "src").exists()  # the build copy of the sources is removed

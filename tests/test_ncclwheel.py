@@ -232,7 +232,7 @@ def prepared(opts: micro.MicroOptions) -> dict:
 @pytest.fixture
 def no_gpu_builds(monkeypatch):
     calls = []
-    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
+    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: calls.append("make nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda src, tree, recipe, tc, nccl, cache, **k:
                         SimpleNamespace(component="deepep", key="k", reused=True, info={"seconds": 0}, nccl=nccl))

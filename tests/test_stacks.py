@@ -353,7 +353,7 @@ def test_micro_runs_the_stack_pins_and_env(tmp_path, monkeypatch):
         return SimpleNamespace(component=component, key=f"{component}-key", out=out, reused=True,
                                info={"seconds": 0.0, "version": "2.30.7"}, log=out / "build.log")
     monkeypatch.setattr(micro.hostinfo, "collect", lambda: dict(host, gpus=[{"name": "NVIDIA H200"}]))
-    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
+    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
     py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log",

@@ -15,6 +15,12 @@ K times on the same buffer. Each call draws its own random routing and data (ups
 once by init_dist) and runs its own bench_kineto (warm-up, 30 timed runs, L2 flushed) per phase. Trial 1
 pays the JIT before its timed runs, never inside them.
 
+One local rank (EP1, and each node of a torchrun launch with one GPU): that rank runs in this driver's own process
+instead of a process `torch.multiprocessing.spawn` would start for it: a second interpreter importing torch again
+cost ~5 s of each warm run on the H200 (py-spy, results/bench/), and nothing measured depends on which process
+calls upstream's test_loop (same function, same arguments, same GPU, same kernels and timing). Two or more local
+ranks are spawned exactly as upstream does.
+
 Like for like (item 2): the dense arm (gates/drivers/dense_a2a.DenseRunner) runs in the SAME processes (the
 ranks test_ep spawned, its default NCCL group), with the SAME sizes (test_ep's parsed --num-tokens,
 --hidden, --num-topk, --num-experts; tokens per rank max(1, T - rank)), the same payload dtype as test_ep's
@@ -183,6 +189,9 @@ def main(argv=None) -> int:  # pragma: no cover - needs torch + a GPU; the devic
         # by module name, not __main__ (runpy has replaced __main__ by test_ep.py's while it runs): the
         # spawned ranks import `micro_trials` from this folder (on sys.path, which spawn hands them)
         import micro_trials
+        if nprocs == 1 and kw.get("join", True):  # one local rank: in this process (see the module doc)
+            micro_trials._child(0, path, num_local_ranks, ns, opts)
+            return None
         return real_spawn(micro_trials._child, args=(path, num_local_ranks, ns, opts), nprocs=nprocs, **kw)
 
     torch.multiprocessing.spawn = spawn

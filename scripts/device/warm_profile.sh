@@ -16,15 +16,20 @@ WHEELS=$(ls .whl/*.whl .diag/*.whl | grep -v '/reprostack-')
 "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS || exit 1
 export PYTHONPATH=$R/src:/tmp/site REPROSTACK_WHEELHOUSE=$R/.cache/wheelhouse:$R/.whl REPROSTACK_CACHE=/tmp/prof-cache
 G=(-m reprostack gate micro --profile h200-ep1 --offline --bundle .carry/sources.tar --python "$PY")
+# PROF_FROM=<the --out of a finished warm gate run on this machine> (e.g. out/bench/gate_micro/warm after
+# bench_gate_micro.sh): profile that run's test command again, no builds here
+PROF_FROM=${PROF_FROM:-}
 {
+[ -n "$PROF_FROM" ] || {
 t=$(date +%s); "$PY" "${G[@]}" --trials 1 --out out/prof/cold >/dev/null 2>&1; echo "cold K=1 rc=$? wall $(( $(date +%s)-t )) s"
 t=$(date +%s); "$PY" "${G[@]}" --trials 1 --out out/prof/k1 >/dev/null 2>&1; echo "warm K=1 rc=$? wall $(( $(date +%s)-t )) s"
 t=$(date +%s); "$PY" "${G[@]}" --trials 5 --out out/prof/k5 >/dev/null 2>&1; echo "warm K=5 rc=$? wall $(( $(date +%s)-t )) s"
 for d in cold k1 k5; do "$PY" -c "import json,sys; r=json.load(open('out/prof/$d/micro.json')); print('$d', r['result'], r['data'].get('timings_s'))"; done
-"$PY" - "$OUTD" <<'PYEOF'
+}
+"$PY" - "$OUTD" "${PROF_FROM:-out/prof/k5}" <<'PYEOF'
 import json, os, subprocess, sys, time, collections
 out = sys.argv[1]
-r = json.load(open("out/prof/k5/micro.json"))
+r = json.load(open(os.path.join(sys.argv[2], "micro.json")))
 cmd, env = r["data"]["command"], dict(os.environ, **r["data"]["env"])
 t = time.monotonic()
 p = subprocess.run(["/tmp/site/bin/py-spy", "record", "--subprocesses", "--idle", "-r", "50", "--format", "raw",

@@ -91,7 +91,7 @@ def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
     """Build (or reuse, keyed) NCCL and DeepEP from the patched `trees` with the interpreter `opts.python`;
     records `nccl_build_s` / `deepep_build_s` in `timings` and `kernels` / `toolchain` in `prov`.
     Returns (toolchain, nccl Built, deepep Built). Raises BuildError / ReprostackError."""
-    tc = toolchain.detect(opts.python, arch=opts.arch)
+    tc = toolchain.detect(opts.python, arch=opts.arch, cache=opts.fetch.cache.root)
     t = time.monotonic()
     recipe = load_recipe(opts.root, "nccl")
     src_version = preflight.nccl_source_version(trees["nccl"].path) if "nccl" in trees else None  # none: wheel alone

@@ -45,6 +45,9 @@ def build_key(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
+PREWARM_GRACE_S = 5.0  # how long a finished DeepEP build waits for the bytecode prewarm before cutting it
+
+
 def _jobs(jobs: int | None) -> int:
     return jobs or max(1, len(os.sched_getaffinity(0)))
 
@@ -147,6 +150,10 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         final = Path(cache) / "builds" / f"deepep-{build_key(fields)[:16]}"
         env = dict(os.environ)
         env.update(env_vars)
+        # DeepEP's setup.py puts `git rev-parse --short HEAD` of its cwd into the version: the copy has no .git, so
+        # git would walk up into whatever repository holds the cache (reprostack's own checkout) and the built
+        # package would carry that commit. The ceiling stops the walk: always `+local`, whatever holds the cache.
+        env["GIT_CEILING_DIRECTORIES"] = str(tmp)
         env.update({"EP_NCCL_ROOT_DIR": str(nccl_root), "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
                     "MAX_JOBS": str(_jobs(jobs)), "EP_JIT_CACHE_DIR": str(final / "jit"),
                     "CUDA_HOME": tc.cuda_home})
@@ -171,7 +178,7 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         except BaseException:
             warm.finish(bound_s=0)
             raise
-        prewarm = warm.finish()
+        prewarm = warm.finish(bound_s=PREWARM_GRACE_S)
         with open(log, "a") as f:
             f.write(f"# bytecode prewarm (kernels.bytecode): {json.dumps(prewarm, sort_keys=True)}\n")
         shutil.rmtree(work)

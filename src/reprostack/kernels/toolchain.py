@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from ..errors import BuildError
 
@@ -87,16 +88,73 @@ def gpu_arch(nvidia_smi: str = "nvidia-smi") -> str | None:
     return out[0].replace(".", "") if out else None
 
 
-def detect(python: str, *, arch: str | None = None) -> Toolchain:
+PROBE_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
+_PROBE_FIELDS = ("python", "python_version", "purelib", "stdlib", "torch", "torch_cuda", "torch_site", "nvshmem_root")
+
+
+def _stat(path: str | None) -> list[int] | None:
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size] if st else None
+
+
+def _probe_witness(python: str, probe: dict) -> dict:
+    """What a cached probe of `python` stands on: the interpreter path as given and its file, the environment that
+    moves sys.path, and the files that say torch's and nvshmem's versions (a reinstall changes their stat)."""
+    site = probe.get("torch_site")
+    return {"python": os.path.abspath(python), "python_file": _stat(os.path.realpath(python)),
+            "env": {k: os.environ.get(k) for k in PROBE_ENV},
+            "torch_version_py": _stat(os.path.join(site, "torch", "version.py")) if site else None,
+            "nvshmem": _stat(probe.get("nvshmem_root")), "pyvenv": _stat(
+                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(python))), "pyvenv.cfg"))}
+
+
+def _cached_probe(python: str, cache: Path | None) -> tuple[dict | None, Path | None]:
+    """(the probe stored for `python` when everything it stands on is unchanged, else None; the cache file).
+    The file is untrusted (a shared cache): anything but the expected shape is ignored and probed again."""
+    if cache is None:
+        return None, None
+    import hashlib
+    f = Path(cache) / "toolchain" / (hashlib.sha256(os.path.abspath(python).encode()).hexdigest()[:32] + ".json")
+    try:
+        if f.stat().st_size > 64 * 1024:
+            return None, f
+        d = json.loads(f.read_text())
+        probe = d["probe"]
+        if (not isinstance(probe, dict) or set(probe) - set(_PROBE_FIELDS)
+                or not all(isinstance(v, str) for v in probe.values()) or "torch" not in probe
+                or d.get("witness") != _probe_witness(python, probe)):
+            return None, f
+        return probe, f
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, f
+
+
+def detect(python: str, *, arch: str | None = None, cache: Path | None = None) -> Toolchain:
     """Probe `python` (which must import torch), nvcc and the GPU arch.
 
+    With `cache` (the reprostack cache root), the interpreter's probe (an import of torch: seconds) is kept in
+    `<cache>/toolchain/` and reused while the interpreter, the environment that moves sys.path and the torch and
+    nvshmem installs are unchanged (`_probe_witness`); nvcc and the arch are asked every time.
     Raises BuildError: torch not importable by `python`; no nvcc; no arch (no GPU and none given).
     """
-    try:
-        probe = json.loads(subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
-                                          timeout=300, check=True).stdout)
-    except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
-        raise BuildError(f"cannot probe {python}: {e}") from None
+    probe, cfile = _cached_probe(python, cache)
+    if probe is None:
+        try:
+            probe = json.loads(subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
+                                              timeout=300, check=True).stdout)
+        except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
+            raise BuildError(f"cannot probe {python}: {e}") from None
+        if cfile is not None and "torch" in probe:
+            from ..atomicfile import write_text_atomic
+            keep = {k: v for k, v in probe.items() if k in _PROBE_FIELDS and isinstance(v, str)}
+            try:
+                cfile.parent.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(cfile, json.dumps({"probe": keep, "witness": _probe_witness(python, keep)}))
+            except OSError:
+                pass  # a read-only cache: probed again next time
     if "torch" not in probe:
         raise BuildError(f"{python} cannot import torch ({probe.get('torch_error')}); kernels are built "
                          f"against the torch of the Python that will run them: pass --python (nox: set "
