@@ -521,6 +521,15 @@ def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_
         out = cap.out.splitlines()
         assert out[0].startswith(f"selftest: {status} {ns}/selftest:") and out[1].startswith("summary: ")
         assert len(out) == 2 and f"selftest: {status}" not in cap.err   # each result printed once
+        # the operator's view on stderr: one ui step per image built (ETA, the log's path first), none when reused
+        err = [x for x in cap.err.splitlines() if x.startswith("build image selftest:")]
+        if status == "built":
+            log = tmp_path / "out" / "logs" / f"selftest-{out[0].split(':')[2].split()[0]}.log"
+            assert err[0] == f"build image selftest: started, first run, no estimate; full log {log}"
+            assert err[1].startswith("build image selftest: ok in ") and len(err) == 2 and log.is_file()
+            assert "Step 1/" in log.read_text() and "Step 1/" not in cap.err   # quiet: the engine's lines in the log
+        else:
+            assert err == []
 
 
 # --------------------------------------------------------------------------- wheels and image bundles

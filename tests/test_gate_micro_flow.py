@@ -6,6 +6,7 @@ Real: sources (local git repos), launch argv, watchdog, parsers, metrics, verdic
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from reprostack import sources
+from reprostack import sources, ui
 from reprostack.fetch import Cache
 from reprostack.gates import micro
 from reprostack.lock import load
@@ -168,8 +169,14 @@ def test_nvl_ep2_is_detected_runs_every_arm_and_never_passes(tmp_path, gpu_host)
     gpu_host["gpu_count"] = 2
     text = trials_log([ep2_log(), ep2_log(0.5)], num_ranks=2, dense_fixture=FIX / "dense_ep2.log")
     py = stand_in_python(tmp_path, text)
+    stream = io.StringIO()
+    ui.configure(stream=stream)
     rep = micro.run_micro(options(tmp_path, py, arms=("deepep", "dense"), legacy=True, trials=2))  # profile detected
     assert rep.profile == "h200-nvl-ep2"
+    step = "test_ep [h200-nvl-ep2] x2 trial(s)"  # one plain line per trial, from rank 0's DeepEP markers only
+    assert [x for x in stream.getvalue().splitlines() if x.startswith(f"  {step}")] == [
+        f"  {step}: trial 1/2", f"  {step}: trial 2/2"]
+    assert f"{step}: started, first run, no estimate; full log " in stream.getvalue()
     assert rep.result == "fail" and rep.reason == "profile h200-nvl-ep2 has no measured bar yet; numbers reported"
     assert all(c.passed for c in rep.checks[:-1]) and rep.checks[-1].metric == "bars_status"
     assert [c.metric for c in rep.checks] == ["ranks_x_phases_missing", "nccl_runtime", "dense_arm_complete",

@@ -294,11 +294,23 @@ def test_trials_are_aiperf_profile_runs_judged_on_their_interval(aiperf, lock, t
     """--trials 2: the pinned AIPerf's --num-profile-runs 2 per cell; each run's export read, the tok/s bar judged
     on the runs' interval (report.stats), errors / completed over every run."""
     from reprostack.report.stats import interval_verdict, summarize
+    import io
+
+    from reprostack import ui
+    from reprostack.gates.aiperfrun import profile_run_started
     root = small_root(tmp_path, "sglang")
     out = tmp_path / "out"
+    stream = io.StringIO()
+    ui.configure(stream=stream)
     rep = serve("sglang", root, lock, out, arms=["deepep"], trials=2)
     (cell,) = rep.data["arms"]["deepep"]["cells"]
     assert cell["status"] == "ok" and len(cell["samples"]) == 2 and len(cell["runs"]) == 2
+    step = "sglang deepep c4: aiperf [local-test] x2 runs"  # `run k/K` from AIPerf's own line per profile run
+    assert [x for x in stream.getvalue().splitlines() if x.startswith(f"  {step}")] == [
+        f"  {step}: run 1/2", f"  {step}: run 2/2"]
+    log = (out / "sglang" / "deepep" / "c4" / "aiperf.out.log").read_text().splitlines()
+    assert [x.split(" INFO ")[1].split("(")[0].strip() for x in log if profile_run_started(x)] == [
+        "[v0 t0] Executing run_0001...", "[v0 t1] Executing run_0002..."]
     assert all(r["completed"] == 8 and r["errors"] == 0 for r in cell["runs"])
     assert cell["completed"] == 8 and cell["errors"] == 0
     st = rep.data["statistics"]["deepep.c4.agg_tok_s"]

@@ -94,6 +94,33 @@ def test_summarise_compiler_lines():
     assert ui.summarise("g++ -O2 -fPIC -c csrc/deep_ep.cpp -o build/deep_ep.o") == "g++ csrc/deep_ep.cpp"
     assert ui.summarise("  plain   words  ") == "plain words"
     assert len(ui.summarise("x" * 500)) == 100
+    assert ui.summarise("\x1b[1m\x1b[32mStep 3/9 : RUN make\x1b[0m") == "Step 3/9 : RUN make"  # no colour codes
+
+
+def test_advance_is_one_plain_line_per_item_never_the_logs_newest_line(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_text("noise from the command\n")
+    s = plain(tmp_path)
+    with ui.step("test_ep", total=3, unit="trial", log=log) as st:
+        st.update("the log's newest line")
+        st.advance()
+        st.advance(text="(dense)")
+    lines = s.getvalue().splitlines()
+    assert lines[1:3] == ["  test_ep: trial 1/3", "  test_ep: trial 2/3 (dense)"] and len(lines) == 4
+    s = plain(tmp_path)
+    with ui.step("fetch", total=2) as st:
+        st.advance(2)
+    assert "  fetch: 2/2" in s.getvalue().splitlines()
+
+
+def test_line_counter_counts_matching_lines_up_to_the_total(tmp_path):
+    s = plain(tmp_path)
+    with ui.step("runs", total=2, unit="run") as st:
+        on_line = ui.line_counter(st, lambda line: line.startswith("go"))
+        for line in ("go 1", "other", "go 2", "go 2 again (a doubled output)", "go 3"):
+            on_line(line)
+    assert [x for x in s.getvalue().splitlines() if x.startswith("  ")] == ["  runs: run 1/2", "  runs: run 2/2"]
+    assert st.done == 2
 
 
 # --------------------------------------------------------------------------- ETAs

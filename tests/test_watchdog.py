@@ -207,3 +207,76 @@ while True:
     gc = int((tmp_path / "srv.log").read_text().split("grandchild ")[1].split()[0])
     assert srv.stop(grace_s=0.5) is None
     assert gone(gc)
+
+
+# --------------------------------------------------------------------------- on_line: progress from the output
+
+FAKE_TRIALS_DRIVER = r'''
+import json, sys
+def emit(prefix, **kw):  # the trials driver's marker (gates/drivers/micro_trials.py emit), behind a launcher prefix
+    print(prefix + "[micro_trials] " + json.dumps(kw, sort_keys=True), flush=True)
+K = 3
+for k in range(K):
+    for arm in ("deepep", "dense"):
+        for rank, prefix in ((1, "[default1]:"), (0, "[default0]:")):
+            emit(prefix, event="trial", rank=rank, trial=k, trials=K, arm=arm)
+        print(f"body of trial {k} {arm}", flush=True)
+print('[micro_trials] {"event": "trial", "rank": "0", "arm": "deepep"}')   # rank as text: not rank 0
+print('[micro_trials] {"event": "trial", "rank": 0, "arm": "deepep"')      # not JSON
+print('[default0]:[micro_trials] {"event": "trial", "rank": false, "arm": "deepep"}')
+emit("", event="done", rank=0, trials=K)
+'''
+
+
+def test_on_line_advances_a_step_per_rank0_deepep_trial_as_the_output_comes(tmp_path):
+    """A fake trials driver (real subprocess) prints the driver's markers for 2 ranks and both arms: the ui
+    stream gets `trial 1/3`, `2/3`, `3/3` in order, each before the body of its trial reached the log reader."""
+    import io
+
+    from reprostack import ui
+    from reprostack.gates.parsers.micro_trials import deepep_trial_started
+
+    stream = io.StringIO()
+    ui.configure(stream=stream, cache=tmp_path / "cache")
+    seen = []
+    driver = tmp_path / "fake_driver.py"
+    driver.write_text(FAKE_TRIALS_DRIVER)
+    with ui.step("test_ep [p] x3 trial(s)", total=3, unit="trial", log=tmp_path / "t.log") as st:
+        count = ui.line_counter(st, deepep_trial_started)
+
+        def on_line(line: str) -> None:
+            count(line)
+            if line.startswith("body of trial"):
+                seen.append((line, [x for x in stream.getvalue().splitlines() if ": trial " in x][-1]))
+
+        out = run_with_watchdog([sys.executable, str(driver)], env=dict(os.environ), cwd=tmp_path, timeout_s=30,
+                                log_path=tmp_path / "t.log", echo=False, on_line=on_line)
+    assert out.returncode == 0
+    progress = [x for x in stream.getvalue().splitlines() if x.startswith("  ")]
+    assert progress == [f"  test_ep [p] x3 trial(s): trial {k}/3" for k in (1, 2, 3)]
+    assert seen[0] == ("body of trial 0 deepep", "  test_ep [p] x3 trial(s): trial 1/3")
+    assert seen[5] == ("body of trial 2 dense", "  test_ep [p] x3 trial(s): trial 3/3")
+    assert seen[2][1].endswith("trial 2/3") and len(seen) == 6
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("test_ep [p] x3 trial(s): started, ") and lines[-1].startswith(
+        "test_ep [p] x3 trial(s): ok in ")
+
+
+def test_on_line_that_raises_is_dropped_with_one_warning_and_the_log_is_whole(tmp_path):
+    import io
+
+    from reprostack import ui
+
+    stream = io.StringIO()
+    ui.configure(stream=stream, cache=tmp_path / "cache")
+    calls = []
+
+    def broken(line: str) -> None:
+        calls.append(line)
+        raise KeyError("boom")
+
+    out = run_py(tmp_path, "for i in range(5):\n    print('line', i, flush=True)", on_line=broken)
+    assert out.returncode == 0 and calls == ["line 0"]
+    assert out.log_path.read_text() == "".join(f"line {i}\n" for i in range(5))
+    warnings = [x for x in stream.getvalue().splitlines() if "warning" in x]
+    assert len(warnings) == 1 and "output stopped: KeyError" in warnings[0]

@@ -4,8 +4,10 @@ from the last run on this host, a live display (rich) on a terminal and plain li
 Use:
     with ui.step("build nccl", log=log_path) as s:   # prints the start line with the ETA and the log's path
         ...                                         # the live line shows the log's newest line, summarised
-    with ui.step("trials", total=5) as s:
-        s.advance()                                 # 1/5, 2/5, ...
+    with ui.step("trials", total=5, unit="trial") as s:
+        s.advance()                                 # `trials: trial 1/5`, 2/5, ...
+    with ui.step("test_ep", total=5, unit="trial", log=log) as s:    # progress from the output's own markers:
+        run_with_watchdog(..., on_line=ui.line_counter(s, is_marker))  # each line is_marker accepts advances it
     ui.detail("only with -v")
 
 Invariants:
@@ -38,7 +40,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 TIMINGS_FILE = "timings.json"
 MAX_TIMINGS_BYTES = 256 * 1024
@@ -57,6 +59,7 @@ class _State:
 
 
 _S = _State()
+_EMIT_LOCK = threading.Lock()
 
 
 def configure(verbose: int | None = None, *, cache: Path | None = None, live: bool | None = None,
@@ -100,13 +103,14 @@ def verbose() -> int:
 
 
 def _emit(line: str) -> None:
-    if _S.progress is not None:
-        from rich.markup import escape
-        _S.progress.console.print(escape(line), highlight=False, soft_wrap=True)
-        return
-    out = _out()
-    out.write(line + "\n")
-    out.flush()
+    with _EMIT_LOCK:
+        if _S.progress is not None:
+            from rich.markup import escape
+            _S.progress.console.print(escape(line), highlight=False, soft_wrap=True)
+            return
+        out = _out()
+        out.write(line + "\n")
+        out.flush()
 
 
 def info(msg: str) -> None:
@@ -235,12 +239,14 @@ def record(step: str, seconds: float) -> None:
 
 _COMPILE = re.compile(r"(?:^|\s)(?:\S*/)?(nvcc|g\+\+|gcc|c\+\+|cc|clang\+\+|clang|ld|ar)\s")
 _SOURCE = re.compile(r"(\S+\.(?:cu|cc|cpp|cxx|c|cuh|so|a|o))\b")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def summarise(line: str, width: int = 100) -> str:
     """One short line for a build log line: `nvcc src/transport/net.cc` for a compiler command (the tool and the
-    file it works on), else the line itself, whitespace collapsed and cut to `width`."""
-    line = " ".join(line.split())
+    file it works on), else the line itself, terminal colour codes dropped, whitespace collapsed and cut to
+    `width`."""
+    line = " ".join(_ANSI.sub("", line).split())
     m = _COMPILE.search(" " + line)
     if m:
         files = _SOURCE.findall(line)
@@ -253,11 +259,12 @@ def summarise(line: str, width: int = 100) -> str:
 
 class Step:
     """An open step (see `step`). `update(text)`: the live line (shown as a line only with -v when plain);
-    `advance(n)`: progress of a step with a `total`; `no_record()`: do not store this run's duration (e.g. a
-    build that reused its cache and took no time)."""
+    `advance(n, text)`: progress of a step with a `total` (plain: one line `  name: unit done/total [text]`,
+    never the log's newest line); `no_record()`: do not store this run's duration (e.g. a build that reused its
+    cache and took no time)."""
 
-    def __init__(self, name: str, key: str, total: int | None):
-        self.name, self.key, self.total = name, key, total
+    def __init__(self, name: str, key: str, total: int | None, unit: str | None = None):
+        self.name, self.key, self.total, self.unit = name, key, total, unit
         self.done = 0
         self.text = ""
         self.record = True
@@ -284,7 +291,8 @@ class Step:
             _S.progress.update(self._task, advance=n, status=self.text)
         else:
             of = f"/{self.total}" if self.total else ""
-            _emit(f"  {self.name}: {self.done}{of}" + (f" {self.text}" if self.text else ""))
+            unit = f"{self.unit} " if self.unit else ""
+            _emit(f"  {self.name}: {unit}{self.done}{of}" + (f" {text}" if text else ""))
 
     def no_record(self) -> None:
         self.record = False
@@ -302,13 +310,14 @@ def _start_live():
 
 
 @contextmanager
-def step(name: str, *, key: str | None = None, total: int | None = None, log: Path | None = None) -> Iterator[Step]:
+def step(name: str, *, key: str | None = None, total: int | None = None, unit: str | None = None,
+         log: Path | None = None) -> Iterator[Step]:
     """A long step: prints `name: started, ETA ... (last run)` (or `first run, no estimate`), then `name: ok in
     12 s` or `name: failed after 3.1 s`. `key`: the timings key (default `name`); `total`: items for
-    `advance`; `log`: a file the step's work writes (its path is printed; its newest line, summarised, is the
-    live line, and with -v in plain mode every line)."""
+    `advance`, and `unit` their name in its lines (`trial 2/5`); `log`: a file the step's work writes (its path
+    is printed; its newest line, summarised, is the live line, and with -v in plain mode every line)."""
     from rich.markup import escape
-    s = Step(name, key or name, total)
+    s = Step(name, key or name, total, unit)
     eta = eta_text(s.key)
     live = live_display()
     opened = False
@@ -344,6 +353,16 @@ def step(name: str, *, key: str | None = None, total: int | None = None, log: Pa
             _emit(end + (f"; full log {log}" if log is not None and not ok else ""))
         if ok and s.record:
             record(s.key, took)
+
+
+def line_counter(s: Step, match: Callable[[str], bool]) -> Callable[[str], None]:
+    """A line callback (e.g. `gates.watchdog.run_with_watchdog(on_line=...)`) that advances `s` by one for each
+    line of a command's output that `match` accepts, up to `s.total` (a repeated marker in a hostile or doubled
+    output never shows `6/5`). `match` gets the line without its newline and must not raise."""
+    def on_line(line: str) -> None:
+        if (s.total is None or s.done < s.total) and match(line):
+            s.advance()
+    return on_line
 
 
 class _Follower:

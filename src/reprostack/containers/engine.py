@@ -14,7 +14,9 @@ For each image, parent first (`recipe.build_order`):
 4. key = sha256 of (recipe folder digest, rendered Dockerfile, context tar sha256, FROM identity,
    build args, content labels); tag = `<namespace>/<image>:<key[:16]>`;
 5. an image with that tag and key label exists -> reused, no build call; else build with
-   network_mode="none", pull=False, the provenance labels, the full log in `<out>/logs/`.
+   network_mode="none", pull=False, the provenance labels, the full log in `<out>/logs/`; the operator sees one
+   ui.step per built image (`build image NAME`: its ETA, the log's path, the engine's newest line summarised
+   as the live line, every line with -v; `show_progress=False`: nothing).
 
 SOURCE_DATE_EPOCH (tar mtimes, `org.opencontainers.image.created`): $SOURCE_DATE_EPOCH or the option
 when set; else per image the newest committer time of the upstream revs it copies, and at least its
@@ -28,6 +30,7 @@ the build summary (`<out>/images.json`) names the current lock and each image id
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -41,9 +44,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .. import sources as sources_mod
+from .. import ui
 from ..atomicfile import write_text_atomic
 from ..gitcmd import git
 from ..fetch.wheels import fetch_wheels
@@ -400,7 +403,7 @@ class _Builder:
                 "sha256": hashlib.sha256("".join(lw.sha256 for lw in wheels).encode()).hexdigest()}
 
     # ------------------------------------------------------------------ build
-    def image(self, r: Recipe, progress: Progress) -> ImageResult:
+    def image(self, r: Recipe) -> ImageResult:
         import docker.errors
 
         t0 = time.monotonic()
@@ -429,7 +432,11 @@ class _Builder:
                 pass
             log = self.out / "logs" / f"{r.name}-{key[:16]}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            image_id = self._run_build(r, p, Path(ctx_path), ctx_size, tag, api_labels, log, fields, progress)
+            # the operator's view (show_progress): `build image NAME: started, ETA ...; full log LOG`, the engine's
+            # newest line summarised as the live line (-v: every line), `build image NAME: ok in ...`
+            step = ui.step(f"build image {r.name}", log=log) if self.o.show_progress else contextlib.nullcontext()
+            with step:
+                image_id = self._run_build(r, p, Path(ctx_path), ctx_size, tag, api_labels, log, fields)
         finally:
             Path(ctx_path).unlink(missing_ok=True)
         self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
@@ -438,11 +445,9 @@ class _Builder:
                            p.epoch, log, dict(img.labels or {}))
 
     def _run_build(self, r: Recipe, p: _Plan, ctx_path: Path, ctx_size: int, tag: str, labels: dict, log: Path,
-                   fields: dict, progress: Progress) -> str:
+                   fields: dict) -> str:
         import docker.errors
 
-        n_steps = len(p.instructions) + 1 + len(labels)  # + our LABEL line + one step per API label
-        task = progress.add_task(f"{r.name}: starting", total=n_steps)
         step_n, step_text = 0, "(before the first step)"
         image_id = None
         line_buf = ""
@@ -477,8 +482,6 @@ class _Builder:
                                     step_n = int(head.split()[1].split("/")[0])
                                 except (IndexError, ValueError):
                                     pass
-                                progress.update(task, completed=step_n - 1,
-                                                description=f"{r.name}: {head.lower()} {step_text[:60]}")
                     elif "aux" in ev and isinstance(ev["aux"], dict) and "ID" in ev["aux"]:
                         image_id = ev["aux"]["ID"]
                     elif "error" in ev:
@@ -495,7 +498,6 @@ class _Builder:
                 fail(f"engine connection: {e}")
             if image_id is None:
                 fail("the engine reported no image id")
-        progress.update(task, completed=n_steps, description=f"{r.name}: built")
         return image_id
 
     @staticmethod
@@ -565,12 +567,10 @@ def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageR
                                overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
     b = _Builder(opts)
     results: list[ImageResult] = []
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=b.console, disable=not opts.show_progress, transient=True) as prog:
-        for n in order:
-            res = b.image(recipes[n], prog)
-            b.done[n] = res
-            results.append(res)   # one result line per image is the caller's to print (`reprostack build`: stdout)
+    for n in order:
+        res = b.image(recipes[n])
+        b.done[n] = res
+        results.append(res)   # one result line per image is the caller's to print (`reprostack build`: stdout)
     b.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(b.out / "images.json", json.dumps(
         {"lock": str(opts.lock.path), "lock_sha256": opts.lock.sha256, "images": [r.as_dict() for r in results]},

@@ -12,11 +12,16 @@ and the cell's figures become: agg_tok_s = mean of the runs (the runs' values in
 errors = the sum over runs, completed / request_count = the fewest any run completed (so `== requests` means
 every run completed all). A run export that is missing or unreadable makes the cell an error. AIPerf's own
 aggregate (`aggregate/`) is not read: our statistics come from the per-run exports (report.stats).
+
+Progress: AIPerf (0.10.0) logs `[v0 t1] Executing run_0002...` as each profile run starts (its orchestrator,
+one line per run, `--ui none` too); `profile_run_started` recognises it for the gate's `run k/K` (ui.line_counter
+through run_cell's `on_line`). Only a display: the runs are counted from their exports, never from this line.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +32,12 @@ from .servingspec import Cell
 from .watchdog import run_with_watchdog
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+_RUN_STARTED = re.compile(r"\sINFO\s+\[v\d+ t\d+\] Executing run_\d{4,}\.\.\.")
+
+
+def profile_run_started(line: str) -> bool:
+    """Whether one line of AIPerf's output is its log line of a profile run starting (module doc)."""
+    return len(line) <= 4096 and _RUN_STARTED.search(line) is not None
 
 
 @dataclass
@@ -108,9 +119,9 @@ def _tail(path: Path, n: int = 12) -> str:
 
 def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, tokenizer: str, aiperf: dict,
              cell_dir: Path, extra: tuple = (), env: dict | None = None, echo: bool = False,
-             runs: int = 1) -> CellResult:
+             runs: int = 1, on_line=None) -> CellResult:
     """Run one cell into `cell_dir` (removed first, then created) and parse what AIPerf wrote; with runs K > 1,
-    AIPerf's K profile runs (module doc).
+    AIPerf's K profile runs (module doc). `on_line`: each line of AIPerf's output (watchdog.run_with_watchdog).
 
     Returns a CellResult; never raises for AIPerf failures or unreadable exports (status `error` with the
     detail). timeout: aiperf `timeout-s` (default 1800 s) of the spec."""
@@ -131,7 +142,7 @@ def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, to
     if "--no-server-metrics" in argv:  # no metrics to flush: AIPerf would still wait its 2 s flush period
         run_env.setdefault("AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD", "0")
     out = run_with_watchdog(argv, env=run_env, cwd=str(cell_dir), timeout_s=float(aiperf.get("timeout-s", 1800)),
-                            log_path=log, echo=echo)
+                            log_path=log, echo=echo, on_line=on_line)
     res = CellResult(arm, cell, "error", cell_dir, log, out.returncode, duration_s=out.duration_s)
     export = artifacts / EXPORT_JSON
     if out.timed_out:

@@ -46,7 +46,7 @@ from ..report.stats import statistics_block
 from . import arms as armsmod
 from . import launchers, metrics
 from .parsers.failure import classify_failure
-from .parsers.micro_trials import markers, parse_micro_trials
+from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .spec import GateSpec, NoProfileForHost, Profile, load_spec
 from .watchdog import run_with_watchdog
 
@@ -280,10 +280,12 @@ def run_micro(opts: MicroOptions) -> GateReport:
     log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
     data["command"] = launch.argv
     data["env"] = {k: env[k] for k in sorted({*spec.env, *profile.env, *launch.env, *runtime.RUNTIME_KEYS}) if k in env}
-    # its output: the live line (-v: every line); the ETA is per profile and number of trials
-    with ui.step(f"test_ep [{profile.name}] x{opts.trials} trial(s)", log=log):
+    # its output: the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from
+    # rank 0's DeepEP trial markers (a plain line each; the bar when live)
+    with ui.step(f"test_ep [{profile.name}] x{opts.trials} trial(s)", log=log, total=opts.trials, unit="trial") as st:
         outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path),
-                                    timeout_s=opts.timeout_s or spec.timeout_s, log_path=log, echo=False)
+                                    timeout_s=opts.timeout_s or spec.timeout_s, log_path=log, echo=False,
+                                    on_line=ui.line_counter(st, deepep_trial_started))
     timings["test_s"] = round(outcome.duration_s, 2)
     logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)

@@ -30,7 +30,7 @@ from ..report import (Check, GateReport, artifact_for, decide, evaluate, evaluat
                       skipped, utc_now)
 from ..report.stats import statistics_block, summarize
 from . import launchers
-from .aiperfrun import CellResult, run_cell
+from .aiperfrun import CellResult, profile_run_started, run_cell
 from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
 from .parsers.failure import classify_failure
 from .parsers.servelog import ServeLogReport, assert_backend
@@ -153,10 +153,13 @@ def _run_arm(spec, profile, arm, opts, run_dir, tool: AiperfTool, tokenizer: str
                 run.error = f"server exited {server.returncode} before cell {cell.name}"
                 break
             runs = f" x{opts.trials} runs" if opts.trials > 1 else ""  # one AIPerf process; its ETA per K
-            with ui.step(f"{spec.gate} {arm.name} {cell.name}: aiperf [{profile.name}]{runs}") as st:
+            many = opts.trials > 1  # `run k/K` as AIPerf starts each profile run (aiperfrun.profile_run_started)
+            with ui.step(f"{spec.gate} {arm.name} {cell.name}: aiperf [{profile.name}]{runs}",
+                         total=opts.trials if many else None, unit="run") as st:
                 res = run_cell(tool, arm=arm.name, cell=cell, url=url, model=spec.served_model, tokenizer=tokenizer,
                                aiperf=spec.aiperf, cell_dir=run_dir / arm.name / cell.name,
-                               extra=profile.aiperf_args, echo=opts.echo, runs=opts.trials)
+                               extra=profile.aiperf_args, echo=opts.echo, runs=opts.trials,
+                               on_line=ui.line_counter(st, profile_run_started) if many else None)
                 st.outcome = res.status
             run.cells.append(res)
             if res.status != "ok":

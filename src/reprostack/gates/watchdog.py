@@ -29,6 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 WATCHDOG_TAG = "[reprostack watchdog]"
 COOKIE_ENV = "REPROSTACK_WATCHDOG_RUN"
@@ -201,7 +202,7 @@ def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: flo
 
 def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str | os.PathLike | None,
                       timeout_s: float, log_path: str | os.PathLike, grace_s: float = 10.0,
-                      echo: bool | None = None) -> RunOutcome:
+                      echo: bool | None = None, on_line: Callable[[str], None] | None = None) -> RunOutcome:
     """Run `argv` under a time limit of `timeout_s` seconds; returns a RunOutcome, never raises on timeout.
 
     env: the full environment (None: inherit ours); log_path: created (parents too) and truncated; bytes are
@@ -209,6 +210,10 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
     reprostack.ui; quiet by default, the caller's ui.step shows the log's newest line). A final
     `[reprostack watchdog] ...` line records any kill. Raises OSError when argv cannot be started. On
     KeyboardInterrupt every process of the run is killed before the exception propagates.
+
+    on_line: called in the reader thread with each line of output (decoded, newline dropped) after it is in the
+    log, before the call returns; e.g. `reprostack.ui.line_counter` to advance a step on the command's own
+    progress markers. A callback that raises is dropped with one warning; the log is written whatever it does.
     """
     if echo is None:
         from .. import ui
@@ -221,7 +226,7 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
         start = time.monotonic()
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-        pgid, ends_with_newline, closed = proc.pid, [True], [False]
+        pgid, ends_with_newline, closed, callback = proc.pid, [True], [False], [on_line]
 
         def pump() -> None:
             for line in iter(proc.stdout.readline, b""):
@@ -234,6 +239,13 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
                 if echo:
                     sys.stdout.write(line.decode(errors="replace"))
                     sys.stdout.flush()
+                if callback[0] is not None:
+                    try:
+                        callback[0](line.decode(errors="replace").rstrip("\r\n"))
+                    except Exception as e:  # our display's bug must never cost the run its log
+                        callback[0] = None
+                        from .. import ui
+                        ui.warn(f"progress from {argv[0]}'s output stopped: {type(e).__name__}: {e}")
 
         reader = threading.Thread(target=pump, name=f"watchdog-log-{pgid}", daemon=True)
         reader.start()

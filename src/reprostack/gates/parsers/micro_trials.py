@@ -16,13 +16,14 @@ comes from the per-trial ratios). A figure is listed only when every trial has i
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 from ...report.stats import Summary, ratios, summarize
 from .dense_a2a import DenseParse, parse_dense
-from .logtext import tagged_json
+from .logtext import split_prefix, tagged_json
 from .test_ep import TestEpParse, parse_test_ep
 
 TAG = re.compile(r"\[micro_trials\]\s(?P<json>.*)$")
@@ -89,6 +90,22 @@ def markers(text: str) -> list[tuple[int, dict]]:
     """The driver's `[micro_trials]` records, (line, object); unreadable ones come back as {"bad": reason}."""
     return [(no, {"bad": f"not JSON: {err}"} if err is not None else obj if isinstance(obj, dict)
              else {"bad": "not an object"}) for no, obj, err in tagged_json(text, TAG)]
+
+
+def deepep_trial_started(line: str) -> bool:
+    """Whether one output line is rank 0's marker of a DeepEP trial starting (the live `trial k/K` of the gate's
+    step: ui.line_counter). Launcher prefixes (`[default0]:`) are allowed; anything else (another rank or arm,
+    a record that is no JSON, a line over 4 KiB) is not a start. Never raises; the count guard is
+    parse_micro_trials, not this."""
+    if len(line) > 4096 or "[micro_trials]" not in line:
+        return False
+    m = TAG.search(split_prefix(line)[1])
+    try:
+        obj = json.loads(m.group("json")) if m else None
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(obj, dict) and obj.get("event") == "trial" and obj.get("arm") == "deepep"
+            and type(obj.get("rank")) is int and obj["rank"] == 0)
 
 
 def parse_micro_trials(text: str, *, num_ranks: int, trials: int, arms: tuple[str, ...] = ("deepep",),
