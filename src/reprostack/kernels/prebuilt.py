@@ -12,8 +12,8 @@ megatron-lm source tree). Format (schemas/kernels-manifest.schema.json, version 
                            build key holds), "nccl_version" (nccl: its nccl.h; deepep: the NCCL it was built
                            against), "cuda_version" (nvcc release), "arch" (["90"]), "files" {path: sha256}}}}
 
-An NCCL taken from a pinned wheel alone (a stack whose `nccl` is a wheel pin, e.g. gin-gdaki; written by
-containers/deepep-gin-gdaki/record-nccl-wheel.py) is a component of kind "wheel": no rev, tree or recipe, but
+An NCCL taken from a pinned wheel alone (a stack whose `nccl` is a wheel pin, e.g. gin-gdaki; the
+deepep-gin-gdaki recipe passes record-kernels.py `nccl.wheel_pin=...`) is a component of kind "wheel": no rev, tree or recipe, but
 "wheel_pin" (the lock's shared wheel pin), "wheel" (its filename), "wheel_sha256", "nccl_version" (its nccl.h),
 "paths" {include, lib, wheel} and "files" {libnccl.so.2: sha256}.
 
