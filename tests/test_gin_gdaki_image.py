@@ -76,8 +76,9 @@ stacks:
 def builder(lock_path: Path, tmp_path: Path, **kw) -> _Builder:
     """The build engine's planner for that project, its substrate taken as built (no engine is asked)."""
     lock = load(lock_path, stack="gin-gdaki")
+    kw.setdefault("client", object())
     opts = BuildOptions(root=lock_path.parent, lock=lock, fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-                        out_dir=tmp_path / "out", client=object(), console=Console(file=io.StringIO()), **kw)
+                        out_dir=tmp_path / "out", console=Console(file=io.StringIO()), **kw)
     b = _Builder(opts)
     b.done["substrate"] = ImageResult("substrate", "t/substrate:1", "sha256:" + "cd" * 32, "reused", 0.0, 0, "", "",
                                       "", 0, None)
@@ -268,3 +269,39 @@ def test_in_image_scripts_refuse_a_hostile_or_changed_wheel_and_write_nothing(tm
                         *wheel_args(tmp_path / "img", "0" * 64)], capture_output=True, text=True)
     assert r.returncode == 1 and f"sha256 {sha(good)}, the lock pins {'0' * 64}" in one_line(r.stderr)
     assert not (tmp_path / "k.json").exists()
+
+
+# --------------------------------------------------------------------------- on a Docker engine (the busybox test base)
+
+from dockerd import docker_client, test_base  # noqa: E402,F401 (session fixtures)
+
+
+def test_the_recipes_sha256_line_passes_in_a_real_build_on_the_test_base(tmp_path, docker_client, test_base):
+    """The committed recipe's own `sha256sum -c` line (the CUDA steps around it cannot run here) in a real build on
+    the busybox test base, under the stack: the context's wheel has the lock's bytes inside the image."""
+    import uuid
+
+    from reprostack.containers import build_images
+    w = make_wheel(tmp_path / "house" / WHEEL_2_32, version="2.32.3")
+    lock_path = project(tmp_path, sha(w))
+    line = re.search(r"^RUN cd /opt/reprostack/wheels/nccl \\\n && (echo .*sha256sum -c -)", (GDAKI / "Dockerfile")
+                     .read_text(), re.M).group(1)
+    d = lock_path.parent / "containers" / "nccl-wheel-check"
+    d.mkdir()
+    (d / "image.yaml").write_text("parent: substrate\nwheels:\n  - {pin: nccl, dest: wheels/nccl}\n")
+    (d / "Dockerfile").write_text("FROM {{ from }}\nCOPY {{ wheels.nccl.dest }} /opt/reprostack/wheels/nccl\n"
+                                  f"RUN cd /opt/reprostack/wheels/nccl && {line} > /opt/reprostack/sha256sum.out\n")
+    ns = f"rstest-{uuid.uuid4().hex[:10]}"
+    try:
+        b = builder(lock_path, tmp_path, wheelhouses=[tmp_path / "house"], namespace=ns, client=docker_client,
+                    show_progress=False)
+        results = build_images(["nccl-wheel-check"], b.o)
+        tag = results[-1].tag
+        out = docker_client.containers.run(tag, ["cat", "/opt/reprostack/sha256sum.out"], network_mode="none",
+                                           remove=True).decode()
+        assert out == f"{WHEEL_2_32}: OK\n"
+        assert json.loads(docker_client.images.get(tag).labels["dev.reprostack.upstreams"])["nccl"]["kind"] == "wheel"
+    finally:
+        for img in docker_client.images.list(filters={"reference": f"{ns}/*"}):
+            for t in img.tags:
+                docker_client.images.remove(t, force=True)
