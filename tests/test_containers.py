@@ -212,8 +212,10 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     assert set(GPU_RECIPES) | {"selftest", "selftest-child", "gate-selftest"} == set(recipes)
     lock = lockmod.load(REPO_ROOT / "upstreams.lock")
     fake_parent = "sha256:" + "ab" * 32
+    gin = lockmod.load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")  # deepep-gin-gdaki takes that stack's wheel
     for name in GPU_RECIPES:
-        text, args, labels = render_recipe(recipes[name], lock, from_ref=fake_parent)
+        text, args, labels = render_recipe(recipes[name], gin if name == "deepep-gin-gdaki" else lock,
+                                           from_ref=fake_parent)
         assert f"\nFROM {fake_parent}\n" in text
         assert "{{" not in text and "git clone" not in text
     text, args, labels = render_recipe(recipes["deepep"], lock, from_ref=fake_parent)

@@ -563,21 +563,28 @@ def test_make_stack_lock_loads_with_and_without_stacks(tmp_path):
     assert load(p).stack == "campaign" and load(p).stacks["campaign"].line is None
 
 
-def test_stack_image_recipe_refuses_the_wheel_nccl_of_gin_gdaki_in_one_line():
-    """The gin-gdaki stack's NCCL is a wheel alone (no tree): its image recipe, which builds NCCL from a tree, is
-    refused at render (one line naming image.yaml's sources entry), never built from another NCCL."""
+def test_stack_image_recipe_takes_the_wheel_nccl_of_gin_gdaki_and_is_refused_under_the_campaign():
+    """The gin-gdaki stack's NCCL is a wheel alone (no tree): its image recipe puts that wheel into the context
+    (`wheels: nccl`) and the Dockerfile re-checks the lock's sha256 before unpacking it; under the campaign, whose
+    `nccl` is a git pin, the render is refused in one line naming image.yaml's wheels entry and the stack to use."""
     from reprostack.containers.engine import render_recipe
     from reprostack.containers.errors import RecipeError
     from reprostack.containers.recipe import load_all
     recipe = load_all(REPO_ROOT)["deepep-gin-gdaki"]
     gin = load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")
+    wheel = gin.get("nccl-wheel-2-32").files[0]
+    text, args, labels = render_recipe(recipe, gin, from_ref="sha256:" + "ab" * 32)
+    assert f'echo "{wheel.sha256}  {wheel.filename}" | sha256sum -c -' in text and "{{" not in text
+    assert "COPY wheels/nccl /opt/reprostack/wheels/nccl" in text and "sources.nccl" not in recipe.dockerfile_text
+    assert "wheel_pin=nccl-wheel-2-32" in text and f"wheel_sha256={wheel.sha256}" in text
+    assert args["NCCL_VERSION"] == "2.32.3" and "NCCL_REV" not in args and "ENV NCCL_GIN_TYPE=5" in text
+    assert labels["org.opencontainers.image.title"].startswith("reprostack deepep-gin-gdaki (DeepEP V2, NCCL 2.32.3 wheel")
+    camp = load(REPO_ROOT / "upstreams.lock")
     with pytest.raises(RecipeError) as ei:
-        render_recipe(recipe, gin, from_ref="sha256:" + "ab" * 32)
+        render_recipe(recipe, camp, from_ref="sha256:" + "ab" * 32)
     msg = str(ei.value)
-    assert "\n" not in msg and "deepep-gin-gdaki/image.yaml:" in msg and "'nccl' is a wheel pin" in msg
-    camp = load(REPO_ROOT / "upstreams.lock")  # the recipe itself is fine: under a git nccl it renders
-    text, args, labels = render_recipe(recipe, camp, from_ref="sha256:" + "ab" * 32)
-    assert args["NCCL_REV"] == camp.git("nccl").rev and "{{" not in text and "ENV NCCL_GIN_TYPE=5" in text
+    assert "\n" not in msg and "deepep-gin-gdaki/image.yaml:" in msg and "wheels[0].pin: 'nccl' is a git pin" in msg
+    assert "`reprostack --stack gin-gdaki build deepep-gin-gdaki`" in msg
     shared = {f.dest: f.src for f in recipe.files}   # one script, two recipes: the deepep recipe's own file
     assert shared["files/record-kernels.py"] == "../deepep/record-kernels.py"
     assert shared["files/check-one-nccl.sh"] == "../deepep/check-one-nccl.sh"

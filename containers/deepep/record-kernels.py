@@ -5,6 +5,10 @@ Usage: record-kernels.py OUT lock_sha256=HEX64 [arch=90] [image=deepep] C.FIELD=
   C.pin, C.rev, C.patched_tree and C.src for every component C; a kernel also names C.recipe (the Recipe.digest
   of kernels/C.yaml, rendered by reprostack) and, for nccl, C.include (holding the built nccl.h) and C.lib (the
   built libnccl.so.2); for deepep, C.package=python names the deep_ep package the image's python3 finds.
+  An NCCL from a pinned wheel alone (a stack whose `nccl` is a wheel pin; the deepep-gin-gdaki recipe) names, instead
+  of rev/patched_tree/src/recipe: C.wheel_pin (the lock's wheel pin), C.wheel (its filename), C.wheel_sha256 (the
+  lock's sha256 of it), C.wheel_path (the image's copy, hashed again here: it must have that sha256), C.version (the
+  pin's version, which the unpacked nccl.h must say), C.include and C.lib: a component of kind "wheel".
 Derived here, from what was built: NCCL versions (nccl.h), the CUDA version (nvcc --version), paths and the
 sha256 of each built file. OUT is merged with what it holds (a child image adds its own component).
 The format is reprostack's schemas/kernels-manifest.schema.json; reprostack.kernels.prebuilt reads and checks it.
@@ -55,6 +59,29 @@ def cuda_version():
     return m.group(1)
 
 
+def wheel_component(name, f, lock_sha256):
+    """The manifest entry of an NCCL taken from a pinned wheel alone (no tree, no recipe): see the module doc."""
+    for req in ("wheel", "wheel_sha256", "wheel_path", "version", "include", "lib"):
+        if req not in f:
+            fail(f"{name}.{req} is required with {name}.wheel_pin")
+    if not re.fullmatch(r"[0-9a-f]{64}", f["wheel_sha256"]):
+        fail(f"{name}.wheel_sha256 must be 64 hex (got {f['wheel_sha256']!r})")
+    if os.path.basename(f["wheel_path"]) != f["wheel"] or not os.path.isfile(f["wheel_path"]):
+        fail(f"{name}.wheel_path {f['wheel_path']} is not the file {f['wheel']}")
+    got = sha256(f["wheel_path"])
+    if got != f["wheel_sha256"]:
+        fail(f"{f['wheel_path']}: sha256 {got}, the lock pins {f['wheel_sha256']}")
+    version = nccl_h_version(f["include"])
+    if version != f["version"]:
+        fail(f"{f['include']}/nccl.h says {version}, the wheel pin {f['wheel_pin']} is {f['version']}")
+    if not os.path.isfile(f["lib"]):
+        fail(f"{name}.lib {f['lib']} is not a file")
+    return {"pin": f.get("pin", name), "kind": "wheel", "wheel_pin": f["wheel_pin"], "wheel": f["wheel"],
+            "wheel_sha256": f["wheel_sha256"], "nccl_version": version, "lock_sha256": lock_sha256,
+            "paths": {"include": f["include"], "lib": os.path.dirname(f["lib"]), "wheel": f["wheel_path"]},
+            "files": {f["lib"]: sha256(f["lib"])}}
+
+
 def main(argv):
     if not argv:
         fail("usage: record-kernels.py OUT lock_sha256=HEX [arch=90] C.FIELD=VALUE ...")
@@ -74,6 +101,10 @@ def main(argv):
             data = json.load(f)
     nccl_version = data["components"].get("nccl", {}).get("nccl_version")
     for name, f in comps.items():
+        if "wheel_pin" in f:
+            data["components"][name] = c = wheel_component(name, f, top["lock_sha256"])
+            nccl_version = c["nccl_version"]
+            continue
         for req in ("rev", "patched_tree", "src"):
             if req not in f:
                 fail(f"{name}.{req} is required")
@@ -110,6 +141,10 @@ def main(argv):
         fh.write("\n")
     os.replace(out + ".tmp", out)
     for name, c in sorted(data["components"].items()):
+        if c["kind"] == "wheel":
+            print(f"kernels.json: {name} wheel {c['wheel']} (pin {c['wheel_pin']}, sha256 {c['wheel_sha256']}), "
+                  f"NCCL {c['nccl_version']} -> {c['paths']['lib']}")
+            continue
         print(f"kernels.json: {name} {c['rev']} (patched tree {c['patched_tree']}) {c['kind']}"
               + (f", NCCL {c['nccl_version']}, CUDA {c['cuda_version']}, arch {','.join(c['arch'])}"
                  if c["kind"] == "kernel" else "") + f" -> {c['paths']['src']}")

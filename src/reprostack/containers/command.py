@@ -11,7 +11,7 @@ from ..fetch.wheels import wheelhouses_from_env
 from ..lock import Lock
 from ..sources import FetchOptions
 from .bundle import load_bundle, save_bundle
-from .engine import BuildOptions, build_images, connect, preflight
+from .engine import BuildOptions, build_images, connect, preflight, verify_wheels
 from .recipe import OVERRIDE_ENV, overrides_from_env, parse_overrides
 from .testbase import TEST_BASE, ensure_test_base
 
@@ -40,14 +40,16 @@ def run(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -
     console = Console(stderr=True)
     overrides = overrides_from_env()
     overrides.update(parse_overrides(",".join(args.base_override)))
-    preflight(args.images or None, root, lock, overrides)  # recipe / pin errors come before any engine work
+    recipes, order = preflight(args.images or None, root, lock, overrides)  # recipe / pin errors: before the engine
+    wheelhouses = [Path(p) for p in args.wheelhouse] + wheelhouses_from_env()
+    verify_wheels(recipes, order, lock, cache_root=fetch.cache.root, wheelhouses=wheelhouses,
+                  offline=args.offline)   # so is a wheel with other bytes than the lock's
     client = connect()
     if args.test_base:
         console.print(f"test base {TEST_BASE}: {ensure_test_base(client)}")
     if args.load:
         for b in load_bundle(client, Path(args.load)):
             print(f"{b.name}: loaded {b.tag} {b.image_id} from {args.load}")
-    wheelhouses = [Path(p) for p in args.wheelhouse] + wheelhouses_from_env()
     results = build_images(args.images or None, BuildOptions(
         root=root, lock=lock, fetch=fetch, out_dir=Path(args.out), namespace=args.namespace,
         offline=args.offline, base_overrides=overrides, client=client, console=console, wheelhouses=wheelhouses))

@@ -195,6 +195,10 @@ def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) 
         pin = lock.upstreams.get(w.pin)
         if not isinstance(pin, (WheelPin, WheelsetPin)):
             what = "not in the lock" if pin is None else f"a {pin.kind} pin, not a wheel or wheelset"
+            if pin is not None and lock.stacks and any(w.pin in st.wheel_of for st in lock.stacks.values()):
+                stacks = sorted(n for n, st in lock.stacks.items() if w.pin in st.wheel_of)
+                what += (f" in stack {lock.stack} (the stacks that pin it as a wheel: {', '.join(stacks)}; "
+                         f"`reprostack --stack {stacks[0]} build {recipe.name}`)")
             raise RecipeError(recipe.path, w.line, f"wheels[{i}].pin", f"{w.pin!r} is {what}")
     if recipe.source and recipe.source not in lock.upstreams:
         raise RecipeError(recipe.path, recipe.line("source"), "source", f"{recipe.source!r} is not in the lock")
@@ -541,6 +545,19 @@ def check_resolved(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lo
             line = unresolved_line(lock, w.pin)
             if line:
                 raise RecipeError(r.path, w.line, f"wheels[{i}].pin", line)
+
+
+def verify_wheels(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lock, *, cache_root: Path | None,
+                  wheelhouses: Sequence[Path] = (), offline: bool = False) -> int:
+    """Before any engine work: every wheel the images of `order` put into a context (`wheels:`), in the cache and
+    sha256-checked against the lock (fetch.wheels: cache, wheelhouses, then pip unless offline), so a wrong or
+    missing wheel stops the build in one line before the engine is asked and before any image of the chain is
+    built. The context step checks the same bytes again as it writes them. Returns the number of wheels."""
+    n = 0
+    for name in order:
+        for w in recipes[name].wheels:
+            n += len(fetch_wheels(lock, w.pin, cache_root=cache_root, wheelhouses=wheelhouses, offline=offline))
+    return n
 
 
 def preflight(names: Sequence[str] | None, root: Path, lock: Lock,

@@ -9,7 +9,11 @@ Values (see `template_values`):
   from                                  the FROM image (parent image id, pinned base, or override's id)
   image.name, lock.sha256, source_date_epoch
   upstreams.<pin>.{url,rev,tree,patched_tree,original}   git pins (patched_tree = tree without a series)
-  upstreams.<pin>.{name,version}                          wheel pins
+  upstreams.<pin>.{name,version,wheel_pin}                wheel pins (wheel_pin: the shared pin a stack override
+                                        `{wheel: W}` made <pin> of, else <pin>: what a kernels manifest names)
+  upstreams.<pin>.{filename,sha256}     a wheel pin with exactly one file (so a Dockerfile can re-check it with
+                                        sha256sum); absent for a pin with several files, or a filename outside
+                                        [A-Za-z0-9_.+-] (it would go into a RUN line)
   sources.<pin>.dest                    where the recipe put that pin's tree inside the context
   wheels.<pin>.dest                     where the recipe put that pin's wheels (+ requirements.txt, pins.json)
   kernels.<c>.{recipe,targets,make,env,nccl_floor}   the kernel recipe kernels/<c>.yaml, so an image builds a
@@ -31,19 +35,24 @@ from ..lock import GitPin, Lock, WheelPin
 from .errors import RecipeError
 
 _FIELD = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}")
+_SAFE_FILENAME = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
 
 
 def template_values(lock: Lock, *, image: str, from_ref: str, epoch: int,
                     source_dests: Mapping[str, str], wheel_dests: Mapping[str, str] | None = None) -> dict[str, str]:
     """The flat {dotted name: value} map a recipe template may use."""
     v = {"from": from_ref, "image.name": image, "lock.sha256": lock.sha256, "source_date_epoch": str(epoch)}
+    st = lock.stacks.get(lock.stack)
+    wheel_of = st.wheel_of if st else {}
     for name, pin in lock.upstreams.items():
         p = f"upstreams.{name}."
         if isinstance(pin, GitPin):
             v.update({p + "url": pin.url, p + "rev": pin.rev, p + "tree": pin.tree,
                       p + "patched_tree": pin.patched_tree or pin.tree, p + "original": pin.original or ""})
         elif isinstance(pin, WheelPin):
-            v.update({p + "name": pin.name, p + "version": pin.version})
+            v.update({p + "name": pin.name, p + "version": pin.version, p + "wheel_pin": wheel_of.get(name, name)})
+            if len(pin.files) == 1 and _SAFE_FILENAME.fullmatch(pin.files[0].filename):
+                v.update({p + "filename": pin.files[0].filename, p + "sha256": pin.files[0].sha256})
     for name, dest in source_dests.items():
         v[f"sources.{name}.dest"] = dest
     for name, dest in (wheel_dests or {}).items():

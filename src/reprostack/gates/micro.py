@@ -143,10 +143,12 @@ def nccl_words(lock, trees: dict) -> str:
 def source_trees(opts: GateRunOptions, names) -> tuple[dict, object]:
     """(trees by pin, Prebuilt or None): with `opts.prebuilt`, the image's trees after its manifest matched the lock
     (kernels.prebuilt.check; PrebuiltError otherwise); else fetched, patched and verified here (sources.prepare).
-    A stack whose `nccl` is a wheel (kernels.ncclwheel: NCCL from that wheel alone) has no nccl tree: dropped."""
+    A stack whose `nccl` is a wheel (kernels.ncclwheel: NCCL from that wheel alone) has no nccl tree: dropped from the
+    trees; a prebuilt image's manifest is still checked for it (its `nccl` must be that wheel)."""
+    asked = tuple(names)
     names = tuple(n for n in names if n != "nccl" or ncclwheel.needs_source(opts.lock, "nccl"))
     if opts.prebuilt is not None:
-        pre = kprebuilt.check(opts.prebuilt, opts.lock, opts.root, tuple(names), arch=opts.arch or toolchain.gpu_arch())
+        pre = kprebuilt.check(opts.prebuilt, opts.lock, opts.root, asked, arch=opts.arch or toolchain.gpu_arch())
         return {n: pre.tree(opts.lock, n) for n in names}, pre
     return {n: sources.prepare(opts.lock, n, opts.fetch, opts.root) for n in names}, None
 

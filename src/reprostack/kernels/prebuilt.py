@@ -12,12 +12,19 @@ megatron-lm source tree). Format (schemas/kernels-manifest.schema.json, version 
                            build key holds), "nccl_version" (nccl: its nccl.h; deepep: the NCCL it was built
                            against), "cuda_version" (nvcc release), "arch" (["90"]), "files" {path: sha256}}}}
 
+An NCCL taken from a pinned wheel alone (a stack whose `nccl` is a wheel pin, e.g. gin-gdaki; the
+deepep-gin-gdaki recipe passes record-kernels.py `nccl.wheel_pin=...`) is a component of kind "wheel": no rev, tree or recipe, but
+"wheel_pin" (the lock's shared wheel pin), "wheel" (its filename), "wheel_sha256", "nccl_version" (its nccl.h),
+"paths" {include, lib, wheel} and "files" {libnccl.so.2: sha256}.
+
 Invariants:
 - the manifest is read bounded (reprostack.jsonsrc: size, depth, numbers) and validated against the schema
   before any field is used; a hostile one is one PrebuiltError line naming the file and the field;
 - `check` compares each asked-for component with the lock's pin (rev; patched tree = the tree after the patch
   series, or the tree without one) and, for kernels, with this checkout's recipe digest and the NCCL the
-  gate needs; every listed file must be a regular file whose sha256 is the recorded one. Any difference is one
+  gate needs; a component whose lock pin is a wheel (the selected stack's NCCL) must be of kind "wheel" and name
+  the same wheel pin, one of its files with the lock's sha256, and its version (and a git pin is never matched
+  by a wheel component); every listed file must be a regular file whose sha256 is the recorded one. Any difference is one
   PrebuiltError line: `MANIFEST: components.C.FIELD: the image has X, <where> has Y` and what to do;
 - nothing here fetches, builds or falls back to a host build: a caller that gets PrebuiltError reports it and
   has built nothing. The manifest's whole-lock sha256 may differ from the current lock (an image whose pins
@@ -34,10 +41,10 @@ from pathlib import Path
 from .. import jsonsrc
 from ..digest import sha256_file
 from ..errors import BuildError, LocatedError
-from ..lock import GitPin, Lock
+from ..lock import GitPin, Lock, WheelPin
 from ..sources import SourceTree
 from ..yamlsrc import validate
-from . import preflight
+from . import ncclwheel, preflight
 from .recipe import load_recipe
 
 MANIFEST = "/opt/reprostack/kernels.json"
@@ -73,6 +80,8 @@ class Prebuilt:
     def tree(self, lock: Lock, name: str) -> SourceTree:
         """The image's copy of pin `name`'s patched tree, as the gates use a fetched one."""
         c = self.components[name]
+        if c["kind"] == "wheel":
+            raise PrebuiltError(self.path, None, f"components.{name}", f"is NCCL from wheel {c['wheel']}: it has no tree")
         pin = lock.get(name)
         return SourceTree(pin=pin, path=Path(c["paths"]["src"]), tree=c["patched_tree"], patched=bool(pin.patches),
                           reused=True)
@@ -90,9 +99,10 @@ class Prebuilt:
 
     def kernels_provenance(self) -> dict:
         """`provenance.kernels` of a report, per component (host mode records build keys there instead)."""
-        keep = ("rev", "patched_tree", "recipe", "nccl_version", "cuda_version", "arch", "files")
+        keep = ("rev", "patched_tree", "recipe", "nccl_version", "cuda_version", "arch", "files", "wheel_pin", "wheel",
+                "wheel_sha256")
         return {n: {"prebuilt": True, **{k: c[k] for k in keep if k in c}}
-                for n, c in self.components.items() if c["kind"] == "kernel"}
+                for n, c in self.components.items() if c["kind"] in ("kernel", "wheel")}
 
 
 def load(path: Path | str) -> tuple[dict, str]:
@@ -131,8 +141,18 @@ def check(path: Path | str, lock: Lock, root: Path, names: tuple[str, ...] | lis
             raise PrebuiltError(path, None, f"components.{name}", f"missing: the image has "
                                 f"{', '.join(sorted(d['components'])) or 'none'}; the gate needs {name}: {rebuild}")
         pin = lock.upstreams.get(name)
+        if isinstance(pin, WheelPin):   # the selected stack's NCCL is a wheel alone: the image must hold that wheel
+            _check_wheel(path, lock, name, c, pin, rebuild)
+            if hash_files:
+                _hash_files(path, name, c, rebuild)
+            comps[name] = c
+            continue
         if not isinstance(pin, GitPin):
             raise PrebuiltError(path, None, f"components.{name}", f"the lock ({lock.path}) has no git pin {name!r}")
+        if c["kind"] == "wheel":
+            raise _mismatch(path, name, "kind", f"{name} from wheel {c['wheel']} (pin {c['wheel_pin']})",
+                            f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name})", f"git pin {pin.rev}",
+                            "this image was built for another stack; " + rebuild)
         where = f"the lock ({lock.path}: upstreams.{name})"
         if c["rev"] != pin.rev:
             raise _mismatch(path, name, "rev", c["rev"], where, pin.rev, rebuild)
@@ -151,15 +171,7 @@ def check(path: Path | str, lock: Lock, root: Path, names: tuple[str, ...] | lis
                 raise _mismatch(path, name, "arch", ",".join(c["arch"]), "this host's GPU", arch,
                                 "the image's kernels hold no code for this GPU; rebuild with its CUDA_ARCH")
             if hash_files:
-                for f, sha in c["files"].items():
-                    fp = Path(f)
-                    if not fp.is_file():
-                        raise PrebuiltError(path, None, f"components.{name}.files",
-                                            f"{f} is not a file in this image: {rebuild}")
-                    got = sha256_file(fp)
-                    if got != sha:
-                        raise _mismatch(path, name, f"files[{f}]", f"sha256 {sha}", "the file", f"sha256 {got}",
-                                        "the built file was replaced after the manifest was written; " + rebuild)
+                _hash_files(path, name, c, rebuild)
         comps[name] = c
     if "nccl" in comps and "deepep" in comps:
         n, e = comps["nccl"]["nccl_version"], comps["deepep"]["nccl_version"]
@@ -170,3 +182,36 @@ def check(path: Path | str, lock: Lock, root: Path, names: tuple[str, ...] | lis
         if floor and preflight.parse_version(n) < preflight.parse_version(floor):
             raise _mismatch(path, "nccl", "nccl_version", n, "kernels/deepep.yaml (nccl-floor)", f">= {floor}", rebuild)
     return Prebuilt(path, digest, d["image"], d["lock_sha256"], comps)
+
+
+def _hash_files(path: Path, name: str, c: dict, rebuild: str) -> None:
+    """Every file the component lists is a regular file with the recorded sha256, else one PrebuiltError line."""
+    for f, sha in c["files"].items():
+        fp = Path(f)
+        if not fp.is_file():
+            raise PrebuiltError(path, None, f"components.{name}.files", f"{f} is not a file in this image: {rebuild}")
+        got = sha256_file(fp)
+        if got != sha:
+            raise _mismatch(path, name, f"files[{f}]", f"sha256 {sha}", "the file", f"sha256 {got}",
+                            "the built file was replaced after the manifest was written; " + rebuild)
+
+
+def _check_wheel(path: Path, lock: Lock, name: str, c: dict, pin: WheelPin, rebuild: str) -> None:
+    """The component `name` of the image is the wheel the selected stack pins `name` as: kind "wheel", the same
+    shared wheel pin, one of its files with the lock's sha256, its version. Else one PrebuiltError line."""
+    want_pin = ncclwheel.wheel_alone(lock, name)
+    where = f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name} = wheel pin {want_pin})"
+    if c["kind"] != "wheel":
+        raise _mismatch(path, name, "kind", f"{name} {c['kind']} from rev {c['rev']}", where,
+                        f"{pin.name} {pin.version} from its wheel alone", "this image was built for another stack; "
+                        + rebuild)
+    if c["wheel_pin"] != want_pin:
+        raise _mismatch(path, name, "wheel_pin", c["wheel_pin"], where, want_pin, rebuild)
+    files = {f.filename: f.sha256 for f in pin.files}
+    if c["wheel"] not in files:
+        raise _mismatch(path, name, "wheel", c["wheel"], where, " or ".join(sorted(files)), rebuild)
+    if c["wheel_sha256"] != files[c["wheel"]]:
+        raise _mismatch(path, name, "wheel_sha256", c["wheel_sha256"], where, files[c["wheel"]],
+                        "the image holds other bytes than the lock pins; " + rebuild)
+    if c["nccl_version"] != pin.version:
+        raise _mismatch(path, name, "nccl_version", c["nccl_version"], where, pin.version, rebuild)
