@@ -18,6 +18,7 @@
 #   run(carry=[".c4", ".carry/sources.tar", ".whl"], timeout_s=600,
 #       command="bash scripts/device/bench_gate_micro.sh")   -> "... joined from 4 parts, sha256 534dbf30...", then
 #       the bench lines and "bench gate_micro: cold X s, warm Y s, verdict pass / pass (same)", then the timeline.
+# BENCH_TIMELINE=0: no timeline (it re-runs the warm test twice, ~80 s).
 # Into $OUT: gate_micro-h200.json (commit as results/bench/gate_micro-h200.json), timeline.json, bench.log,
 #   timeline.log, bench.tar (both runs' reports, raw logs and build logs).
 set -u
@@ -44,7 +45,7 @@ timeout -k 10 420 "$PY" -m reprostack bench gate_micro --host h200 --work out/be
 rc=${PIPESTATUS[0]}
 cp results/bench/gate_micro-h200.json "$OUTD/" 2>/dev/null
 left=$(( 530 - ($(date +%s) - T0) ))
-if [ -f out/bench/gate_micro/warm/micro.json ] && [ "$left" -gt 60 ]; then
+if [ "${BENCH_TIMELINE:-1}" = 1 ] && [ -f out/bench/gate_micro/warm/micro.json ] && [ "$left" -gt 60 ]; then
   timeout -k 5 "$left" "$PY" scripts/device/warm_timeline.py out/bench/gate_micro/warm 2>&1 | tee "$OUTD/timeline.log"
   cp out/bench/gate_micro/warm/timeline.json "$OUTD/" 2>/dev/null
 else
