@@ -18,6 +18,7 @@ import nox
 nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
 
+
 # The interpreter that holds torch (the image's); kernels are built and run with it, never with nox's venv.
 def torch_python() -> str:
     """The interpreter that holds torch: $REPROSTACK_TORCH_PYTHON, else the first of the Python running nox and
@@ -72,8 +73,10 @@ def tests(session: nox.Session) -> None:
     # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv, which
     # the serving-gate tests drive against the test server. One venv for tests and gates: built once under the
     # reprostack cache's tools/ (where `reprostack gate vllm` looks), unless REPROSTACK_TEST_TOOLS names another root.
-    tools = os.environ.get("REPROSTACK_TEST_TOOLS") or session.run(
-        "python", "-c", "from reprostack import paths; print(paths.cache_dir())", silent=True).strip()
+    tools = (
+        os.environ.get("REPROSTACK_TEST_TOOLS")
+        or session.run("python", "-c", "from reprostack import paths; print(paths.cache_dir())", silent=True).strip()
+    )
     session.run("python", "-m", "reprostack.gates.aiperftool", tools)
     # The container-mode tests' inputs (tests/test_gate_container.py): the wheels of containers/gate-selftest
     # (sha256-checked, into the same folder's wheels/), and, where an engine answers, the Debian test base
@@ -87,9 +90,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(tags=["ci"])
 def lint(session: nox.Session) -> None:
-    """ruff (pinned in the `lint` extra): pyflakes and syntax checks over src/, tests/, gates/, scripts/, noxfile.py."""
+    """ruff (pinned in the `lint` extra) over src/, tests/, gates/, scripts/, noxfile.py: the format is ruff's
+    (`ruff format --check`; `nox -s lint -- --fix` is not it: run `ruff format` to reformat), then pyflakes and
+    syntax checks (`ruff check`)."""
     _install(session, "[lint]")
-    session.run("ruff", "check", "src", "tests", "gates", "scripts", "noxfile.py", *session.posargs)
+    paths = ("src", "tests", "gates", "scripts", "noxfile.py")
+    session.run("ruff", "format", "--check", *paths)
+    session.run("ruff", "check", *paths, *session.posargs)
 
 
 @nox.session
@@ -148,8 +155,13 @@ def _gate(session: nox.Session, *command: str) -> int:
         elif a.startswith("--out="):
             out = a.split("=", 1)[1]
     if out is None:
-        out = str(Path("out", command[-1].replace("-", "_") if command[0] == "all-gates"
-                       else "gate_" + command[-1].replace("-", "_"), "latest"))
+        out = str(
+            Path(
+                "out",
+                command[-1].replace("-", "_") if command[0] == "all-gates" else "gate_" + command[-1].replace("-", "_"),
+                "latest",
+            )
+        )
     summary = Path(out, "summary.json")
     if not Path(out).is_symlink():
         summary.unlink(missing_ok=True)
@@ -249,8 +261,9 @@ def verify(session: nox.Session) -> None:
     _install(session, "[plots]")
     args = list(session.posargs)
     opts_with_value = {"--claims", "--out"}
-    positional = [a for i, a in enumerate(args)
-                  if not a.startswith("-") and (i == 0 or args[i - 1] not in opts_with_value)]
+    positional = [
+        a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] not in opts_with_value)
+    ]
     if not positional:
         args = ["tests/fixtures/published-2026-07", *args]
     session.run("reprostack", "verify", *args)

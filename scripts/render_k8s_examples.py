@@ -19,22 +19,47 @@ ROOT = Path(__file__).resolve().parents[1]
 # rendered with a syntactically valid stand-in (the renderer takes digests only), then written as FILL_IN
 STAND_IN = "registry.invalid/reprostack/{recipe}@sha256:" + "0" * 64
 FILL_IN = "REGISTRY/reprostack/{recipe}@sha256:DIGEST-OF-YOUR-PUSH"
-COMMON = ["--host-path", "project=/fsx/reprostack", "--host-path", "models=/fsx/huggingface",
-          "--node-selector", "node.kubernetes.io/instance-type=p5en.48xlarge"]
+COMMON = [
+    "--host-path",
+    "project=/fsx/reprostack",
+    "--host-path",
+    "models=/fsx/huggingface",
+    "--node-selector",
+    "node.kubernetes.io/instance-type=p5en.48xlarge",
+]
 # (folder, gate, image recipe, variant)
-EXAMPLES = [("micro", "micro", "deepep", "job"), ("vllm", "vllm", "vllm", "job"),
-            ("sglang", "sglang", "sglang", "job"), ("trtllm", "trtllm", "trtllm", "job"),
-            ("megatron", "megatron", "megatron", "job"), ("nemo-rl", "nemo-rl", "nemo-rl", "job"),
-            ("vllm-jobset", "vllm", "vllm", "jobset"), ("vllm-lws", "vllm", "vllm", "lws")]
+EXAMPLES = [
+    ("micro", "micro", "deepep", "job"),
+    ("vllm", "vllm", "vllm", "job"),
+    ("sglang", "sglang", "sglang", "job"),
+    ("trtllm", "trtllm", "trtllm", "job"),
+    ("megatron", "megatron", "megatron", "job"),
+    ("nemo-rl", "nemo-rl", "nemo-rl", "job"),
+    ("vllm-jobset", "vllm", "vllm", "jobset"),
+    ("vllm-lws", "vllm", "vllm", "lws"),
+]
 
 
 def argv(dest: Path, folder: str, gate: str, recipe: str, variant: str) -> list[str]:
-    return ["launch", "k8s", gate, "--variant", variant, "--out", str(dest / folder),
-            "--lock", str(ROOT / "upstreams.lock"), "--image", STAND_IN.format(recipe=recipe), *COMMON]
+    return [
+        "launch",
+        "k8s",
+        gate,
+        "--variant",
+        variant,
+        "--out",
+        str(dest / folder),
+        "--lock",
+        str(ROOT / "upstreams.lock"),
+        "--image",
+        STAND_IN.format(recipe=recipe),
+        *COMMON,
+    ]
 
 
 def render_all(dest: Path) -> int:
     from reprostack import cli
+
     for ex in EXAMPLES:
         rc = cli.main(argv(dest, *ex))
         if rc:

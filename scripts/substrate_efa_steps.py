@@ -29,8 +29,22 @@ from reprostack.containers.recipe import load_all
 from reprostack.fetch import Cache
 
 TAG = "reprostack-test/debian-efa-build:12"
-PACKAGES = ("python3", "cmake", "ninja-build", "pkg-config", "gcc", "g++", "make", "libc6-dev", "libnl-3-dev",
-            "libnl-route-3-dev", "autoconf", "automake", "libtool", "file")
+PACKAGES = (
+    "python3",
+    "cmake",
+    "ninja-build",
+    "pkg-config",
+    "gcc",
+    "g++",
+    "make",
+    "libc6-dev",
+    "libnl-3-dev",
+    "libnl-route-3-dev",
+    "autoconf",
+    "automake",
+    "libtool",
+    "file",
+)
 NO_CUDA = ("--with-cuda=/usr/local/cuda", "--enable-cuda-dlopen")
 
 
@@ -56,10 +70,20 @@ def main() -> int:
             t = t.replace(f" {flag}", "")
         body.append(t)
     print(f"deviation: libfabric without {' '.join(NO_CUDA)} (no CUDA toolkit on this base)")
-    dockerfile = "\n".join([f"FROM {base}", "RUN mkdir -p /opt/reprostack/src /opt/reprostack/built", *body,
-                            "RUN /opt/reprostack/efa/bin/fi_info --version && ls /opt/reprostack/efa/lib*"]) + "\n"
-    fetch = sources.FetchOptions(cache=Cache(Path(os.environ.get("REPROSTACK_CACHE") or Path.home() / ".cache/reprostack")),
-                                 offline=True)
+    dockerfile = (
+        "\n".join(
+            [
+                f"FROM {base}",
+                "RUN mkdir -p /opt/reprostack/src /opt/reprostack/built",
+                *body,
+                "RUN /opt/reprostack/efa/bin/fi_info --version && ls /opt/reprostack/efa/lib*",
+            ]
+        )
+        + "\n"
+    )
+    fetch = sources.FetchOptions(
+        cache=Cache(Path(os.environ.get("REPROSTACK_CACHE") or Path.home() / ".cache/reprostack")), offline=True
+    )
     ctx = Context(0)
     for s in recipe.sources:
         if s.upstream in ("rdma-core", "libfabric"):
@@ -73,8 +97,16 @@ def main() -> int:
         t_step, name, ok = time.monotonic(), "context", True
         t_build = time.monotonic()
         with open(tar, "rb") as f:
-            for ev in client.api.build(fileobj=f, custom_context=True, tag="reprostack-test/substrate-efa-steps:1",
-                                       network_mode="none", pull=False, rm=True, forcerm=True, decode=True):
+            for ev in client.api.build(
+                fileobj=f,
+                custom_context=True,
+                tag="reprostack-test/substrate-efa-steps:1",
+                network_mode="none",
+                pull=False,
+                rm=True,
+                forcerm=True,
+                decode=True,
+            ):
                 line = ev.get("stream", "")
                 if line.startswith("Step "):
                     now = time.monotonic()

@@ -89,8 +89,9 @@ def make(root: Path) -> Scenario:
     (up / ".gitmodules").write_text(f'[submodule "sub"]\n\tpath = sub\n\turl = {SUB_URL}\n')
     git("add", ".gitmodules", cwd=up)
     git("update-index", "--add", "--cacheinfo", f"160000,{s.c['s1']},sub", cwd=up)
-    s.c["base"] = commit(up, {"a.txt": text(a), "b.txt": "bravo\n", "c.txt": text(c), "d.txt": text(d),
-                              "e.txt": text(e)}, "base", 0)
+    s.c["base"] = commit(
+        up, {"a.txt": text(a), "b.txt": "bravo\n", "c.txt": text(c), "d.txt": text(d), "e.txt": text(e)}, "base", 0
+    )
 
     # PR heads (not on main)
     git("checkout", "-q", "--detach", s.c["base"], cwd=up)
@@ -107,8 +108,9 @@ def make(root: Path) -> Scenario:
     s.c["mbox_e"] = _stdout(["git", "format-patch", "-1", "--stdout", ee], up)
     git("checkout", "-q", "--detach", s.c["base"], cwd=up)
     dd = commit(up, {"d.txt": text(changed(d, 18, "d18 patched"))}, "d: patch line 18", 3)
-    s.c["diff_d"] = "# d: patch line 18\n#\n# Upstream-Status: Inappropriate [test only]\n" + \
-        _stdout(["git", "diff", s.c["base"], dd], up)
+    s.c["diff_d"] = "# d: patch line 18\n#\n# Upstream-Status: Inappropriate [test only]\n" + _stdout(
+        ["git", "diff", s.c["base"], dd], up
+    )
 
     # main moves on
     git("checkout", "-q", "main", cwd=up)
@@ -191,9 +193,19 @@ def _project(s: Scenario) -> None:
     patched = _patched_tree(s, files)
     s.c["patched"] = patched
     s1_tree = git("rev-parse", f"{s.c['s1']}^{{tree}}", cwd=s.sub)
-    s.lock.write_text(LOCK.format(URL=URL, SUB_URL=SUB_URL, base=s.c["base"], base_tree=s.tree(s.c["base"]),
-                                  s1=s.c["s1"], s1_tree=s1_tree, patched=patched, **{k: s.c[k] for k in ("p1", "bk", "p2")},
-                                  **{f"sha_{k}": hashlib.sha256((p / f).read_bytes()).hexdigest() for k, f in files.items()}))
+    s.lock.write_text(
+        LOCK.format(
+            URL=URL,
+            SUB_URL=SUB_URL,
+            base=s.c["base"],
+            base_tree=s.tree(s.c["base"]),
+            s1=s.c["s1"],
+            s1_tree=s1_tree,
+            patched=patched,
+            **{k: s.c[k] for k in ("p1", "bk", "p2")},
+            **{f"sha_{k}": hashlib.sha256((p / f).read_bytes()).hexdigest() for k, f in files.items()},
+        )
+    )
     (p / ".gitignore").write_text("/out/\n")
     git("init", "-q", "-b", "work", cwd=p)
     git("config", "user.name", "Bump Tester", cwd=p)

@@ -18,7 +18,9 @@ def _ui_isolated(tmp_path_factory):
 
 # reprostack.ui's plain progress lines on stderr: a step's start (`NAME: started, ETA ... (last run)` or `..., first
 # run, no estimate`) and its end (`NAME: ok in 1.2 s`, `NAME: failed after 0.1 s`, `NAME: SKIP in 3 s`)
-STEP_LINE = re.compile(r"^\S[^:]*: (started, (ETA .+ \(last run\)|first run, no estimate)|.+ (in|after) [\d.]+ (s|min)\b)")
+STEP_LINE = re.compile(
+    r"^\S[^:]*: (started, (ETA .+ \(last run\)|first run, no estimate)|.+ (in|after) [\d.]+ (s|min)\b)"
+)
 
 
 def without_progress(err: str) -> str:

@@ -54,7 +54,7 @@ def ping(host: str | None, timeout: float = 3.0) -> bool:
     """True when the engine at `host` (unix:///path) answers GET /_ping with OK."""
     if not host or not host.startswith("unix://"):
         return False
-    path = host[len("unix://"):]
+    path = host[len("unix://") :]
     if not os.path.exists(path):
         return False
     try:
@@ -129,15 +129,23 @@ def start_dockerd(root: Path) -> Dockerd:
     root.mkdir(parents=True, exist_ok=True)
     errors = []
     for driver in (None, "vfs"):
-        argv = ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false",
-                f"--host=unix://{root}/docker.sock", f"--data-root={root}/data", f"--exec-root={root}/exec",
-                f"--pidfile={root}/docker.pid"] + ([f"--storage-driver={driver}"] if driver else [])
+        argv = [
+            "dockerd",
+            "--bridge=none",
+            "--iptables=false",
+            "--ip6tables=false",
+            f"--host=unix://{root}/docker.sock",
+            f"--data-root={root}/data",
+            f"--exec-root={root}/exec",
+            f"--pidfile={root}/docker.pid",
+        ] + ([f"--storage-driver={driver}"] if driver else [])
         (root / "docker.sock").unlink(missing_ok=True)
         log = open(root / "dockerd.log", "ab")
         log.write(f"\n$ {' '.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         log.close()
         d = Dockerd(root, proc, driver or "overlay2")
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -210,7 +218,6 @@ if pytest is not None:
             _no_engine(f"cannot make the test base image: {e}")
         return ensure_test_base(docker_client)
 
-
     @pytest.fixture(scope="session")
     def debian_base(docker_client):
         """Id of `reprostack-test/debian:12` as made by the install step (never made here: no network in tests)."""
@@ -223,8 +230,10 @@ if pytest is not None:
         except docker.errors.ImageNotFound:
             img = None
         if img is None or (img.labels or {}).get(L_REQUEST) != request_key():
-            _no_engine(f"{DEBIAN_BASE} is not on the engine (or from another request): make it first with "
-                       f"`python -m reprostack.containers.debianbase` (root, debootstrap; nox -s tests does)")
+            _no_engine(
+                f"{DEBIAN_BASE} is not on the engine (or from another request): make it first with "
+                f"`python -m reprostack.containers.debianbase` (root, debootstrap; nox -s tests does)"
+            )
         return img.id
 
 

@@ -92,8 +92,13 @@ def start_registry(root: Path) -> Registry:
         cfg = root / "config.yml"
         cfg.write_text(CONFIG.format(data=root / "data", port=port))
         log = (root / "registry.log").open("ab")
-        proc = subprocess.Popen([shutil.which(BINARY), "serve", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
+        proc = subprocess.Popen(
+            [shutil.which(BINARY), "serve", str(cfg)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
+        )
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -22,8 +22,9 @@ def cli(cwd: Path, *args: str, **env) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if k not in ("REPROSTACK_MIRRORS", "REPROSTACK_CACHE")}
     e.update(env)
     e["PYTHONPATH"] = str(REPO / "src")
-    return subprocess.run([sys.executable, "-m", "reprostack", *args], cwd=cwd, env=e, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "reprostack", *args], cwd=cwd, env=e, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture
@@ -37,8 +38,19 @@ def project(tmp_path):
 def test_bench_gate_micro_cold_then_warm_same_verdict(project, tmp_path):
     root, lock, _ = project
     (tmp_path / "house").mkdir()
-    p = cli(root, "bench", "gate_micro", "--host", "cpu test", "--results", "res", "--work", "w",
-            REPROSTACK_WHEELHOUSE=str(tmp_path / "house"), PATH="/usr/bin:/bin")  # no nvidia-smi: SKIP
+    p = cli(
+        root,
+        "bench",
+        "gate_micro",
+        "--host",
+        "cpu test",
+        "--results",
+        "res",
+        "--work",
+        "w",
+        REPROSTACK_WHEELHOUSE=str(tmp_path / "house"),
+        PATH="/usr/bin:/bin",
+    )  # no nvidia-smi: SKIP
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"cold = fresh cache dir {root / 'w' / 'gate_micro' / 'cache'}; wheelhouse pre-seeded" in p.stdout
     res = json.loads((root / "res" / "gate_micro-cpu-test.json").read_text())
@@ -59,8 +71,9 @@ def test_bench_names_a_run_that_wrote_no_report(project):
 
 def test_bench_cpu_fetches_mirrored_pins_cold_and_warm(project):
     root, lock, stack = project
-    p = cli(root, "bench", "cpu", "--host", "h", "--results", "res", "--work", "w",
-            "--mirror", f"{stack.srv}={stack.srv}")
+    p = cli(
+        root, "bench", "cpu", "--host", "h", "--results", "res", "--work", "w", "--mirror", f"{stack.srv}={stack.srv}"
+    )
     assert p.returncode == 0, p.stderr
     res = json.loads((root / "res" / "cpu-h.json").read_text())
     assert res["pins_fetched"] == ["deepep", "nccl"] and res["pins_without_mirror"] == []

@@ -45,8 +45,11 @@ def run(s: Scenario, *args: str) -> int:
 
 
 def snapshot(s: Scenario) -> dict[str, bytes]:
-    return {str(p.relative_to(s.project)): p.read_bytes() for p in sorted(s.project.rglob("*"))
-            if p.is_file() and ".git" not in p.parts and "out" not in p.parts}
+    return {
+        str(p.relative_to(s.project)): p.read_bytes()
+        for p in sorted(s.project.rglob("*"))
+        if p.is_file() and ".git" not in p.parts and "out" not in p.parts
+    }
 
 
 def branches(s: Scenario) -> list[str]:
@@ -78,14 +81,16 @@ def test_bump_kept_refreshed_upstreamed(s, capsys):
     assert pin.submodules[0].tree == git("rev-parse", f"{s.c['s2']}^{{tree}}", cwd=s.sub)
     assert pin.original == f"main @ 2023-11-24 ({s.c['main'][:8]})"
     new_text = s.lock.read_text()
-    assert new_text.splitlines()[:4] == old_text.splitlines()[:4]         # header comment + `demo:   # ...`
-    assert new_text.split("  # another pin: never touched\n")[1] == old_text.split("  # another pin: never touched\n")[1]
+    assert new_text.splitlines()[:4] == old_text.splitlines()[:4]  # header comment + `demo:   # ...`
+    assert (
+        new_text.split("  # another pin: never touched\n")[1] == old_text.split("  # another pin: never touched\n")[1]
+    )
     assert "# flow style" in new_text and "# merged upstream after a rebase" not in new_text  # dropped with its entry
     assert lock.git("other").rev == s.c["base"]
 
     # refreshed files apply at offset 0 now; the kept file is untouched
     assert (s.project / "patches/demo/0002-e.patch").read_bytes() == old_e
-    assert "@@ -29,7 +29,7 @@" in (s.project / "patches/demo/0001-c.patch").read_text()   # was -27
+    assert "@@ -29,7 +29,7 @@" in (s.project / "patches/demo/0001-c.patch").read_text()  # was -27
     # every patch file's `sha256:` is the file as written (the refreshed ones got their new sha256)
     files = [e for e in pin.patches if e.kind != "cherry-pick"]
     assert [e.sha256 for e in files] == [hashlib.sha256((s.project / e.value).read_bytes()).hexdigest() for e in files]
@@ -99,15 +104,25 @@ def test_bump_kept_refreshed_upstreamed(s, capsys):
     assert msg.splitlines()[0] == f"Roll demo {s.c['base'][:8]}..{s.c['main'][:8]} (4 commits)"
     trailers = git("interpret-trailers", "--parse", cwd=s.project, input_bytes=msg.encode())
     assert f"Bump-Upstream: demo\nBump-Old-Rev: {s.c['base']}\nBump-New-Rev: {s.c['main']}" in trailers
-    assert sorted(git("show", "--name-only", "--format=", "HEAD", cwd=s.project).split()) == \
-        ["patches/demo/0001-c.patch", "patches/demo/d.diff", "upstreams.lock"]
+    assert sorted(git("show", "--name-only", "--format=", "HEAD", cwd=s.project).split()) == [
+        "patches/demo/0001-c.patch",
+        "patches/demo/d.diff",
+        "upstreams.lock",
+    ]
     assert git("status", "--porcelain", "--untracked-files=no", cwd=s.project) == ""
 
     # the PR body
     body = (s.project / f"out/bump/demo-{s.c['main'][:8]}.md").read_text()
     assert f"{URL}/compare/{s.c['base']}...{s.c['main']}" in body
-    for word in ("**kept**", "**refreshed**", "**upstreamed**", "```diff", "+    rev: " + s.c["main"],
-                 "nox -s bump -- demo", "Offset".lower()):
+    for word in (
+        "**kept**",
+        "**refreshed**",
+        "**upstreamed**",
+        "```diff",
+        "+    rev: " + s.c["main"],
+        "nox -s bump -- demo",
+        "Offset".lower(),
+    ):
         assert word in body, word
 
     # the patch stage accepts the new lock as it is
@@ -145,8 +160,10 @@ def test_bump_with_another_pin_holding_a_patch_file(s, capsys):
     sha = hashlib.sha256(own.read_bytes()).hexdigest()
     text = s.lock.read_text()
     tree = text.split("  other:", 1)[1].split("tree: ", 1)[1].split("\n", 1)[0]
-    s.lock.write_text(text.rstrip("\n") + f"\n    patches:\n      - mbox: patches/other/0001-x.patch\n"
-                      f"        sha256: {sha}\n        upstream-status: Pending\n    patched-tree: {tree}\n")
+    s.lock.write_text(
+        text.rstrip("\n") + f"\n    patches:\n      - mbox: patches/other/0001-x.patch\n"
+        f"        sha256: {sha}\n        upstream-status: Pending\n    patched-tree: {tree}\n"
+    )
     git("add", "-A", cwd=s.project)
     git("commit", "-q", "-m", "other carries a patch file", cwd=s.project)
     assert run(s) == 0, capsys.readouterr().err
@@ -183,8 +200,9 @@ def test_conflict_in_a_patch_file_names_its_hunk(s, capsys):
 
 
 def test_missing_policy_ref_is_a_lock_error(s, capsys):
-    s.lock.write_text(s.lock.read_text().replace("{track: branch, ref: refs/heads/main}",
-                                                 "{track: branch, ref: refs/heads/gone}"))
+    s.lock.write_text(
+        s.lock.read_text().replace("{track: branch, ref: refs/heads/main}", "{track: branch, ref: refs/heads/gone}")
+    )
     git("commit", "-qam", "policy gone", cwd=s.project)
     before = snapshot(s)
     assert run(s) == 2
@@ -242,8 +260,9 @@ def test_no_commit_writes_files_only(s):
 def test_tag_policy_takes_newest_version(s, capsys):
     for t, rev in (("v1.2", s.c["bk"]), ("v1.10", s.c["shift"]), ("v1.9", s.c["p2r"]), ("x2.0", s.c["main"])):
         git("tag", t, rev, cwd=s.up)
-    s.lock.write_text(s.lock.read_text().replace("{track: branch, ref: refs/heads/main}",
-                                                 '{track: tag, pattern: "v1.*"}'))
+    s.lock.write_text(
+        s.lock.read_text().replace("{track: branch, ref: refs/heads/main}", '{track: tag, pattern: "v1.*"}')
+    )
     git("commit", "-qam", "track tags", cwd=s.project)
     assert run(s, "--no-commit") == 0
     pin = lockmod.load(s.lock).git("demo")
@@ -266,8 +285,13 @@ def test_outdated_table_and_json(s, capsys):
     rows = json.loads(capsys.readouterr().out)["pins"]
     assert rows == json.loads((out / "outdated.json").read_text())["pins"]
     (r,) = rows
-    assert (r["pin"], r["commits"], r["days"], r["target"], r["target_ref"]) == \
-        ("demo", 4, 10, s.c["main"], "refs/heads/main")
+    assert (r["pin"], r["commits"], r["days"], r["target"], r["target_ref"]) == (
+        "demo",
+        4,
+        10,
+        s.c["main"],
+        "refs/heads/main",
+    )
     assert cli.main(["outdated", "demo", "--lock", str(s.lock), "--out", str(out)]) == 0
     table = capsys.readouterr().out
     assert "demo" in table and " 4 " in table and " 10 " in table
@@ -283,7 +307,7 @@ def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
     out, err = capsys.readouterr()
     assert rc == 2 and "error (below)" in out
     assert f"other: error: {rows['other']['error']}" in err
-    assert cli.main(["outdated", "--lock", str(s.lock), "--offline"]) == 2   # it would have asked the network
+    assert cli.main(["outdated", "--lock", str(s.lock), "--offline"]) == 2  # it would have asked the network
     assert "cannot run --offline" in capsys.readouterr().err
 
 
@@ -318,17 +342,26 @@ upstreams:
 
 
 def test_lockedit_block_and_flow_entries_keep_comments():
-    new = lockedit.edit_pin(LOCK, "x", lockedit.PinEdit(
-        rev="1" * 39 + "f", tree="2" * 40, original="main @ 2026-01-01 (11111111)", fetch_refs=("refs/tags/v2",),
-        series=["d" * 40, None, "e" * 40], patched_tree="e" * 40))
+    new = lockedit.edit_pin(
+        LOCK,
+        "x",
+        lockedit.PinEdit(
+            rev="1" * 39 + "f",
+            tree="2" * 40,
+            original="main @ 2026-01-01 (11111111)",
+            fetch_refs=("refs/tags/v2",),
+            series=["d" * 40, None, "e" * 40],
+            patched_tree="e" * 40,
+        ),
+    )
     assert "    rev: " + "1" * 39 + "f  # rev comment\n" in new
-    assert '    tree: "' + "2" * 40 + '"\n' in new                     # all digits: quoted, still a string
+    assert '    tree: "' + "2" * 40 + '"\n' in new  # all digits: quoted, still a string
     assert '    original: "main @ 2026-01-01 (11111111)"\n' in new
     assert "    fetch-refs: [refs/tags/v2]\n" in new
     assert "      - {cherry-pick: %s, upstream-status: Pending, tree: %s}   # one\n" % ("a" * 40, "d" * 40) in new
     assert "b" * 40 + "\n        upstream-status" not in new and "a comment inside the entry" not in new
     assert "tree: %s}" % ("e" * 40) in new and "    patched-tree: " + "e" * 40 in new
-    assert new.endswith(LOCK[LOCK.index("  y:"):]) and new.startswith("# head\n")
+    assert new.endswith(LOCK[LOCK.index("  y:") :]) and new.startswith("# head\n")
 
 
 def test_lockedit_all_entries_upstreamed_removes_the_series():
@@ -338,20 +371,26 @@ def test_lockedit_all_entries_upstreamed_removes_the_series():
 
 
 def test_lockedit_refuses_a_flow_series():
-    text = LOCK.replace("    patches:\n      - {cherry-pick: %s, upstream-status: Pending}   # one\n" % ("a" * 40),
-                        "    patches: [{cherry-pick: %s, upstream-status: Pending}]\n      # x\n" % ("a" * 40))
-    text = text[:text.index("      - cherry-pick")] + text[text.index("    patched-tree"):]
+    text = LOCK.replace(
+        "    patches:\n      - {cherry-pick: %s, upstream-status: Pending}   # one\n" % ("a" * 40),
+        "    patches: [{cherry-pick: %s, upstream-status: Pending}]\n      # x\n" % ("a" * 40),
+    )
+    text = text[: text.index("      - cherry-pick")] + text[text.index("    patched-tree") :]
     with pytest.raises(LockError, match=r"upstreams\.x\.patches: a flow-style series"):
-        lockedit.edit_pin(text, "x", lockedit.PinEdit(rev="f" * 40, tree="e" * 40, series=["1" * 40],
-                                                      patched_tree="1" * 40))
+        lockedit.edit_pin(
+            text, "x", lockedit.PinEdit(rev="f" * 40, tree="e" * 40, series=["1" * 40], patched_tree="1" * 40)
+        )
 
 
-@pytest.mark.parametrize("policy,msg", [
-    ("{track: tag}", "'pattern' is a required property"),
-    ("{track: nightly}", "'nightly' is not one of"),
-    ("{track: branch, ref: main}", "does not match"),
-    ("{track: pr, number: 0}", "less than the minimum"),
-])
+@pytest.mark.parametrize(
+    "policy,msg",
+    [
+        ("{track: tag}", "'pattern' is a required property"),
+        ("{track: nightly}", "'nightly' is not one of"),
+        ("{track: branch, ref: main}", "does not match"),
+        ("{track: pr, number: 0}", "less than the minimum"),
+    ],
+)
 def test_policy_schema_errors_name_the_line(tmp_path, policy, msg):
     p = tmp_path / "upstreams.lock"
     p.write_text(LOCK.replace("    patched-tree:", f"    policy: {policy}\n    patched-tree:"))
@@ -368,8 +407,12 @@ WORKFLOW = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "b
 
 def check_workflow(path: Path) -> subprocess.CompletedProcess:
     """check-jsonschema (pinned in the `test` extra) against its vendored GitHub workflow schema; no network."""
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
-                           str(path)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bump_workflow_syntax_is_valid_and_a_broken_one_is_caught(tmp_path):
@@ -390,7 +433,7 @@ def test_bump_workflow_opens_one_pr_per_outdated_pin(s, capsys):
     assert bump["needs"] == "outdated"
     assert bump["strategy"]["matrix"]["upstream"] == "${{ fromJSON(needs.outdated.outputs.pins) }}"
     assert any('nox -s bump -- "$PIN"' in st.get("run", "") for st in bump["steps"])
-    assert any("--body-file \"${SUMMARY%.json}.md\"" in st.get("run", "") for st in bump["steps"])
+    assert any('--body-file "${SUMMARY%.json}.md"' in st.get("run", "") for st in bump["steps"])
     uses = [st["uses"] for job in wf["jobs"].values() for st in job["steps"] if "uses" in st]
     assert len(uses) == 4 and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
     # the workflow's own jq filter on a real outdated.json: demo is 4 commits behind, `other` is unreachable

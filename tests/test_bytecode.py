@@ -37,8 +37,13 @@ def _site(tmp: Path) -> tuple[Path, Path, Path]:
 def _import_verbose(overlay: Path, site: Path, std: Path, prefix: Path) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(site), str(std)]), PYTHONPYCACHEPREFIX=str(prefix))
-    p = subprocess.run([sys.executable, "-v", "-c", "import torch, mystd, nvidia.cublas"], env=env,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-v", "-c", "import torch, mystd, nvidia.cublas"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return p.stderr
 
@@ -50,8 +55,12 @@ def test_prewarm_compiles_what_the_test_imports_through_the_overlay_into_the_pre
     got = bytecode.start(sys.executable, prefix, site, overlay, jobs=2, stdlib_dirs=[str(std)]).finish()
     assert got["cut"] is False and got["compiled"] >= 5, got
     log = _import_verbose(overlay, site, std, prefix)
-    for mod in (f"{overlay}/torch/__init__.py", f"{overlay}/torch/nn/__init__.py", f"{site}/otherpkg/__init__.py",
-                f"{std}/mystd.py"):
+    for mod in (
+        f"{overlay}/torch/__init__.py",
+        f"{overlay}/torch/nn/__init__.py",
+        f"{site}/otherpkg/__init__.py",
+        f"{std}/mystd.py",
+    ):
         assert f"matches {mod}" in log, (mod, log[-3000:])
     wrote = [ln for ln in log.splitlines() if ln.startswith("# wrote")]
     assert all(ln.startswith(f"# wrote '{prefix}/") for ln in wrote), wrote  # only ever into the prefix

@@ -109,8 +109,10 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
 
     code, out, err = run(capsys, "fetch", *args)
     assert (code, err) == (0, "")
-    assert out.splitlines() == [f"deepep: {stack.rev} tree {stack.tree} ok (1 submodule(s))",
-                                f"nccl: {stack.nccl_rev} tree {stack.nccl_tree} ok (0 submodule(s))"]
+    assert out.splitlines() == [
+        f"deepep: {stack.rev} tree {stack.tree} ok (1 submodule(s))",
+        f"nccl: {stack.nccl_rev} tree {stack.nccl_tree} ok (0 submodule(s))",
+    ]
 
     code, out, err = run(capsys, "patch", "deepep", *args)
     trees = tmp_path / "cache" / "trees"
@@ -130,8 +132,20 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
     # a node without network: servers gone, a fresh cache, only the bundle
     take_servers_away(stack)
     out_dir = tmp_path / "reports"
-    code, out, err = run(capsys, "gate", "micro", "--lock", str(lock), "--cache", str(tmp_path / "node-cache"),
-                         "--offline", "--bundle", str(archive), "--out", str(out_dir))
+    code, out, err = run(
+        capsys,
+        "gate",
+        "micro",
+        "--lock",
+        str(lock),
+        "--cache",
+        str(tmp_path / "node-cache"),
+        "--offline",
+        "--bundle",
+        str(archive),
+        "--out",
+        str(out_dir),
+    )
     assert code == 3, err
     assert out.splitlines()[0].startswith("micro [-]: SKIP — no GPU on this host")
     doc = json.loads((out_dir / "micro.json").read_text())
@@ -139,12 +153,15 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
     assert doc["provenance"]["upstreams"]["deepep"]["patched_tree"] == stack.patched
     assert json.loads((out_dir / "summary.json").read_text())["exit_code"] == 3
     assert "<skipped" in (out_dir / "junit.xml").read_text()
-    assert sorted(os.listdir(tmp_path / "node-cache" / "trees")) == [f"deepep-{stack.patched}",
-                                                                      f"nccl-{stack.nccl_tree}"]
+    assert sorted(os.listdir(tmp_path / "node-cache" / "trees")) == [
+        f"deepep-{stack.patched}",
+        f"nccl-{stack.nccl_tree}",
+    ]
 
 
 def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
     from test_gate_training import training_project
+
     root, _ = training_project(tmp_path)
     shutil.copy(REPO_ROOT / "gates" / "micro.yaml", root / "gates" / "micro.yaml")
     args = ["--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache")]
@@ -161,8 +178,11 @@ def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, 
     for cmd in (["fetch"], ["patch"], ["gate", "micro", "--out", str(tmp_path / "reports")]):
         code, out, err = run(capsys, *cmd, *args, "--offline")
         assert code == 2, cmd
-        assert re.match(r"reprostack: error: (deepep|nccl): https://example\.invalid/org/\1 @ [0-9a-f]{12} is not in "
-                        r"the cache ", err), err
+        assert re.match(
+            r"reprostack: error: (deepep|nccl): https://example\.invalid/org/\1 @ [0-9a-f]{12} is not in "
+            r"the cache ",
+            err,
+        ), err
         assert "is not in the cache" in err and "no bundle was given" in err
         assert "run `reprostack fetch`, then `reprostack bundle`" in err and "pass it with --bundle" in err
     assert not (tmp_path / "reports").exists()
@@ -170,8 +190,17 @@ def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, 
 
 def test_without_mirror_the_public_url_is_unreachable(world, tmp_path, capsys):
     _, lock, _ = world
-    code, _, err = run(capsys, "fetch", "nccl", "--lock", str(lock), "--cache", str(tmp_path / "c"),
-                       "--mirror", "https://example.invalid/other/=/nonexistent/")
+    code, _, err = run(
+        capsys,
+        "fetch",
+        "nccl",
+        "--lock",
+        str(lock),
+        "--cache",
+        str(tmp_path / "c"),
+        "--mirror",
+        "https://example.invalid/other/=/nonexistent/",
+    )
     assert code == 2 and err.startswith("reprostack: error: nccl: cannot fetch ")
     assert "https://example.invalid/org/nccl" in err
     assert "hint: without access to the upstream hosts" in err and "--offline --bundle FILE" in err
@@ -179,8 +208,17 @@ def test_without_mirror_the_public_url_is_unreachable(world, tmp_path, capsys):
 
 def test_mirror_prefix_with_trailing_slash(world, tmp_path, capsys):
     stack, lock, _ = world
-    code, _, err = run(capsys, "fetch", "nccl", "--lock", str(lock), "--cache", str(tmp_path / "c"),
-                       "--mirror", f"{BASE_URL}/={stack.srv}/")
+    code, _, err = run(
+        capsys,
+        "fetch",
+        "nccl",
+        "--lock",
+        str(lock),
+        "--cache",
+        str(tmp_path / "c"),
+        "--mirror",
+        f"{BASE_URL}/={stack.srv}/",
+    )
     assert (code, err) == (0, "")
 
 
@@ -193,24 +231,31 @@ def test_bad_mirror_argument(world, capsys):
 def test_unknown_pin(world, capsys):
     _, lock, args = world
     code, _, err = run(capsys, "fetch", "deep-ep", *args)
-    assert code == 2 and err.strip() == f"reprostack: error: {lock}: upstreams.deep-ep: no such pin (known: deepep, nccl)"
+    assert (
+        code == 2 and err.strip() == f"reprostack: error: {lock}: upstreams.deep-ep: no such pin (known: deepep, nccl)"
+    )
 
 
 def test_typo_profile_is_an_error_even_without_gpu(world, tmp_path, capsys):
     _, _, args = world
     out = tmp_path / "reports"
     code, _, err = run(capsys, "gate", "micro", *args, "--profile", "nosuch", "--out", str(out))
-    assert code == 2 and "no profile 'nosuch' (known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8, " \
-                         "p5en-efa-ep16)" in err
+    assert (
+        code == 2
+        and "no profile 'nosuch' (known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8, p5en-efa-ep16)" in err
+    )
     assert not (out / "summary.json").exists()
 
 
-@pytest.mark.parametrize("extra,msg", [
-    (["--arm", "dense"], "--arm 'dense': give a comma list of deepep, dense that includes deepep"),
-    (["--arm", "deepep,sparse"], "(unknown: sparse)"),
-    (["--profile", "h200-ep1", "--legacy"], "--legacy: tests/legacy/test_intranode.py runs at EP 2, 4, 8 only"),
-    (["--profile", "p5en-efa-ep16", "--legacy"], "is intranode only; profile p5en-efa-ep16 spans 2 nodes"),
-])
+@pytest.mark.parametrize(
+    "extra,msg",
+    [
+        (["--arm", "dense"], "--arm 'dense': give a comma list of deepep, dense that includes deepep"),
+        (["--arm", "deepep,sparse"], "(unknown: sparse)"),
+        (["--profile", "h200-ep1", "--legacy"], "--legacy: tests/legacy/test_intranode.py runs at EP 2, 4, 8 only"),
+        (["--profile", "p5en-efa-ep16", "--legacy"], "is intranode only; profile p5en-efa-ep16 spans 2 nodes"),
+    ],
+)
 def test_impossible_arm_requests_are_errors_before_anything_runs(world, tmp_path, capsys, extra, msg):
     _, _, args = world
     out = tmp_path / "reports"
@@ -222,6 +267,7 @@ def test_impossible_arm_requests_are_errors_before_anything_runs(world, tmp_path
 def test_internal_error_is_exit_2_never_1(world, tmp_path, capsys, monkeypatch):
     """A crash of the tool must not look like a gate verdict (1 = a gate failed)."""
     from reprostack import sources
+
     _, _, args = world
 
     def crash(*a, **k):
@@ -269,12 +315,19 @@ def test_lock_url_git_would_read_as_an_option_is_refused(world, tmp_path, capsys
         field = r"upstreams.deepep.submodules.third-party/fmt.url"
     lock.write_text(text)
     line = next(i for i, ln in enumerate(text.splitlines(), 1) if str(marker) in ln or "-oProxyCommand" in ln)
-    for argv in (["lock", "check", "--lock", str(lock)], ["outdated", *args], ["fetch", *args],
-                 ["bump", "nccl", "--no-commit", *args]):
+    for argv in (
+        ["lock", "check", "--lock", str(lock)],
+        ["outdated", *args],
+        ["fetch", *args],
+        ["bump", "nccl", "--no-commit", *args],
+    ):
         code, out, err = run(capsys, *argv)
         assert code == 2, argv
-        assert re.fullmatch(rf"reprostack: error: {re.escape(str(lock))}:{line}: {field}: .*(starts with '-'|"
-                            rf"transport helper|whitespace).*\n", err), (argv, err)
+        assert re.fullmatch(
+            rf"reprostack: error: {re.escape(str(lock))}:{line}: {field}: .*(starts with '-'|"
+            rf"transport helper|whitespace).*\n",
+            err,
+        ), (argv, err)
     assert not marker.exists()
 
 
@@ -284,18 +337,31 @@ def test_git_timeout_option(world, capsys, monkeypatch):
     assert code == 2 and err == "reprostack: error: --git-timeout: 'soon' is not a number of seconds from 1 to 86400\n"
     monkeypatch.setenv("REPROSTACK_GIT_TIMEOUT", "-1")
     code, out, err = run(capsys, "fetch", "nccl", *args)
-    assert code == 2 and err == "reprostack: error: REPROSTACK_GIT_TIMEOUT: '-1' is not a number of seconds from 1 to 86400\n"
+    assert (
+        code == 2
+        and err == "reprostack: error: REPROSTACK_GIT_TIMEOUT: '-1' is not a number of seconds from 1 to 86400\n"
+    )
     for raw in ("1e300", "1e-300", "nan", "inf"):  # an overflow of the subprocess timer or a timeout no git meets
         code, out, err = run(capsys, "fetch", "nccl", *args, "--git-timeout", raw)
-        assert code == 2 and err == f"reprostack: error: --git-timeout: '{raw}' is not a number of seconds from 1 to 86400\n"
+        assert (
+            code == 2
+            and err == f"reprostack: error: --git-timeout: '{raw}' is not a number of seconds from 1 to 86400\n"
+        )
     code, out, err = run(capsys, "fetch", "nccl", *args, "--git-timeout", "120")  # the option wins over the env
     assert code == 0, err
 
 
-@pytest.mark.parametrize("argv", [
-    ["gate", "micro", "--out", "{file}"], ["all-gates", "--out", "{file}"], ["gate", "micro", "--out", "{file}/sub"],
-    ["verify", "{fixtures}", "--out", "{file}"], ["bundle", "-o", "{dir}", "nccl"], ["fetch", "nccl", "--cache", "{file}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["gate", "micro", "--out", "{file}"],
+        ["all-gates", "--out", "{file}"],
+        ["gate", "micro", "--out", "{file}/sub"],
+        ["verify", "{fixtures}", "--out", "{file}"],
+        ["bundle", "-o", "{dir}", "nccl"],
+        ["fetch", "nccl", "--cache", "{file}"],
+    ],
+)
 def test_careless_paths_are_one_line_not_a_traceback(argv, tmp_path, capsys):
     """An --out that is a file, a bundle onto a folder, a cache that is a file: one line naming the path, exit 2."""
     f = tmp_path / "afile"

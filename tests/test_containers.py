@@ -28,8 +28,15 @@ import dockerd
 import registry as registry_mod
 from reprostack import lock as lockmod
 from reprostack import sources
-from reprostack.containers import (BuildOptions, ImageBuildError, RecipeError, build_images, load_all,
-                                   render_recipe, tree_in_image)
+from reprostack.containers import (
+    BuildOptions,
+    ImageBuildError,
+    RecipeError,
+    build_images,
+    load_all,
+    render_recipe,
+    tree_in_image,
+)
 from reprostack.containers.context import Context
 from reprostack.containers.engine import rfc3339
 from reprostack.containers.recipe import load_recipe, parse_overrides, recipe_digest, resolve_lock_bases
@@ -76,9 +83,15 @@ def add_recipe(root: Path, name: str, image_yaml: str, dockerfile: str, files: d
 
 def options(root: Path, tmp_path: Path, client, ns: str, **kw) -> BuildOptions:
     kw.setdefault("console", Console(file=io.StringIO(), width=160))
-    return BuildOptions(root=root, lock=lockmod.load(root / "upstreams.lock"),
-                        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")), out_dir=tmp_path / "out",
-                        namespace=ns, client=client, **kw)
+    return BuildOptions(
+        root=root,
+        lock=lockmod.load(root / "upstreams.lock"),
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+        out_dir=tmp_path / "out",
+        namespace=ns,
+        client=client,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -102,6 +115,7 @@ class BuildSpy:
         def spy(*a, **kw):
             self.tags.append(kw.get("tag"))
             return orig(*a, **kw)
+
         monkeypatch.setattr(client.api, "build", spy)
 
 
@@ -181,8 +195,10 @@ def test_file_with_a_pinned_sha256_is_checked_as_it_goes_into_the_tar(tmp_path):
     c.add_file("w/a-1.0-py3-none-any.whl", f, sha256=good, origin="recipe: wheels s")
     assert [m.name for m in tar_entries(c.tar())] == ["w", "w/a-1.0-py3-none-any.whl"]
     f.write_bytes(b"wheel bytez")
-    with pytest.raises(ContainerError, match=f"recipe: wheels s: {f} has sha256 [0-9a-f]{{64}} while it is put "
-                                             f"into the context, the lock pins {good}"):
+    with pytest.raises(
+        ContainerError,
+        match=f"recipe: wheels s: {f} has sha256 [0-9a-f]{{64}} while it is put into the context, the lock pins {good}",
+    ):
         c.tar()
 
 
@@ -214,14 +230,19 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     fake_parent = "sha256:" + "ab" * 32
     gin = lockmod.load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")  # deepep-gin-gdaki takes that stack's wheel
     for name in GPU_RECIPES:
-        text, args, labels = render_recipe(recipes[name], gin if name == "deepep-gin-gdaki" else lock,
-                                           from_ref=fake_parent)
+        text, args, labels = render_recipe(
+            recipes[name], gin if name == "deepep-gin-gdaki" else lock, from_ref=fake_parent
+        )
         assert f"\nFROM {fake_parent}\n" in text
         assert "{{" not in text and "git clone" not in text
     text, args, labels = render_recipe(recipes["deepep"], lock, from_ref=fake_parent)
     nccl, deepep = lock.git("nccl"), lock.git("deepep")
-    assert args == {"CUDA_ARCH": "90", "NCCL_REV": nccl.rev, "DEEPEP_PATCHED_TREE": deepep.patched_tree,
-                    "OFI_REV": lock.git("aws-ofi-nccl").rev}
+    assert args == {
+        "CUDA_ARCH": "90",
+        "NCCL_REV": nccl.rev,
+        "DEEPEP_PATCHED_TREE": deepep.patched_tree,
+        "OFI_REV": lock.git("aws-ofi-nccl").rev,
+    }
     assert "COPY src/nccl /opt/reprostack/src/nccl" in text and "COPY src/deepep /opt/reprostack/src/deepep" in text
     assert "COPY src/aws-ofi-nccl /opt/reprostack/src/aws-ofi-nccl" in text
     # the gate images install their wheel set on top and check every pin set of the image
@@ -238,9 +259,11 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     # the CUDA bases are image pins of the lock, by digest; the EFA userspace comes from git pins
     resolved = resolve_lock_bases(recipes, lock)
     assert resolved["substrate"].base.text == (
-        "docker.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:1470d2d7904fac4e5cb3bdfd4993305c46d3ee76deb0213eaaf248e5cf9c7400")
+        "docker.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:1470d2d7904fac4e5cb3bdfd4993305c46d3ee76deb0213eaaf248e5cf9c7400"
+    )
     assert resolved["trtllm"].base.text == (
-        "docker.io/nvidia/cuda:12.9.0-devel-ubuntu24.04@sha256:632c7db01c6a392f1a4a51b575ee1c125d19e7656de83a285ac222fc35b80606")
+        "docker.io/nvidia/cuda:12.9.0-devel-ubuntu24.04@sha256:632c7db01c6a392f1a4a51b575ee1c125d19e7656de83a285ac222fc35b80606"
+    )
     assert resolved["substrate"].base.pin == "cuda-13-0-devel"
     text, args, labels = render_recipe(recipes["substrate"], lock, from_ref=fake_parent)
     rdma, fab = lock.git("rdma-core"), lock.git("libfabric")
@@ -253,7 +276,9 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     text, args, _ = render_recipe(recipes["nemo-rl"], lock, from_ref=fake_parent)
     assert args == {"NEMO_RL_REV": lock.git("nemo-rl").rev} and lock.git("nemo-rl").tree in text
     text, _, labels = render_recipe(recipes["trtllm"], lock, from_ref=fake_parent)
-    assert "COPY wheels/trtllm /tmp/wheels" in text and labels["org.opencontainers.image.title"].endswith("(tensorrt-llm 0.21.0)")
+    assert "COPY wheels/trtllm /tmp/wheels" in text and labels["org.opencontainers.image.title"].endswith(
+        "(tensorrt-llm 0.21.0)"
+    )
 
 
 def test_unresolved_pin_and_recipe_stop_the_build_before_any_engine_work(tmp_path, capsys):
@@ -267,14 +292,20 @@ def test_unresolved_pin_and_recipe_stop_the_build_before_any_engine_work(tmp_pat
         build_images(["trtllm"], opts)
     yaml_path = REPO_ROOT / "containers/trtllm/image.yaml"
     line = next(i for i, l in enumerate(yaml_path.read_text().splitlines(), 1) if "pin: trtllm-wheels" in l)
-    assert str(ei.value) == (f"{yaml_path}:{line}: wheels[0].pin: unresolved pin tensorrt-llm 0.21.0 (sha256 not in "
-                             "the lock: run `reprostack lock wheels trtllm-wheels` where NVIDIA's index is reachable)")
-    with pytest.raises(RecipeError, match=r"nemo-rl/image.yaml:\d+: unresolved: image nemo-rl cannot be built yet: "
-                                          r"NeMo-RL v0.7.0's uv.lock requires Python >=3.13.13"):
+    assert str(ei.value) == (
+        f"{yaml_path}:{line}: wheels[0].pin: unresolved pin tensorrt-llm 0.21.0 (sha256 not in "
+        "the lock: run `reprostack lock wheels trtllm-wheels` where NVIDIA's index is reachable)"
+    )
+    with pytest.raises(
+        RecipeError,
+        match=r"nemo-rl/image.yaml:\d+: unresolved: image nemo-rl cannot be built yet: "
+        r"NeMo-RL v0.7.0's uv.lock requires Python >=3.13.13",
+    ):
         build_images(["nemo-rl"], opts)
     assert not (tmp_path / "out").exists()
     # the CLI: one line, exit 2, before it even looks for an engine
     from reprostack import cli
+
     old = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
     try:
@@ -289,7 +320,10 @@ def test_unresolved_pin_and_recipe_stop_the_build_before_any_engine_work(tmp_pat
     # fetching its wheels says the same, naming the lock line
     import reprostack.errors as rerr
     from reprostack.fetch.wheels import fetch_wheels
-    with pytest.raises(rerr.FetchError, match=r"upstreams.lock:\d+: upstreams.trtllm-wheels.unresolved: unresolved pin"):
+
+    with pytest.raises(
+        rerr.FetchError, match=r"upstreams.lock:\d+: upstreams.trtllm-wheels.unresolved: unresolved pin"
+    ):
         fetch_wheels(lock, "trtllm-wheels", cache_root=tmp_path / "c", offline=True)
 
 
@@ -299,26 +333,37 @@ def test_missing_base_digest_is_an_error_naming_the_recipe(tmp_path, stack):
     root = make_project(tmp_path / "project", stack, recipes=("substrate", "deepep"))
     y = root / "containers/substrate/image.yaml"
     y.write_text(y.read_text().replace("base: lock:cuda-13-0-devel", f"base: {CUDA}"))
-    opts = BuildOptions(root=root, lock=lockmod.load(root / "upstreams.lock"), client=object(),
-                        out_dir=tmp_path / "out", base_overrides={})
+    opts = BuildOptions(
+        root=root,
+        lock=lockmod.load(root / "upstreams.lock"),
+        client=object(),
+        out_dir=tmp_path / "out",
+        base_overrides={},
+    )
     with pytest.raises(RecipeError) as ei:
         build_images(["deepep"], opts)
     msg = str(ei.value)
-    base_line = next(i for i, l in enumerate((root / "containers/substrate/image.yaml").read_text().splitlines(), 1)
-                     if l.startswith("base:"))
+    base_line = next(
+        i
+        for i, l in enumerate((root / "containers/substrate/image.yaml").read_text().splitlines(), 1)
+        if l.startswith("base:")
+    )
     assert msg.startswith(f"{root}/containers/substrate/image.yaml:{base_line}: base: ")
     assert f"'{CUDA}' has no digest" in msg and "REPROSTACK_BASE_OVERRIDE" in msg and "nox -s lock" in msg
     # the override (by repo:tag) lifts exactly that requirement
     assert parse_overrides(f"{CUDA}=reprostack-test/base:1") == {CUDA: "reprostack-test/base:1"}
 
 
-@pytest.mark.parametrize("dockerfile, line, what", [
-    ("FROM {{ from }}\nFROM ubuntu:22.04\n", 2, "an image is only ever FROM"),
-    ("FROM {{ from }}\nRUN git clone https://github.com/x/y\n", 2, "no `git clone`"),
-    ("FROM {{ from }}\nADD https://example.invalid/x.tar.gz /x\n", 2, "ADD of a URL"),
-    ("FROM {{ from }}\n\nRUN echo {{ upstreams.nope.rev }}\n", 3, "unknown template field"),
-    ("# a comment\nRUN true\n", 2, "the first instruction must be FROM"),
-])
+@pytest.mark.parametrize(
+    "dockerfile, line, what",
+    [
+        ("FROM {{ from }}\nFROM ubuntu:22.04\n", 2, "an image is only ever FROM"),
+        ("FROM {{ from }}\nRUN git clone https://github.com/x/y\n", 2, "no `git clone`"),
+        ("FROM {{ from }}\nADD https://example.invalid/x.tar.gz /x\n", 2, "ADD of a URL"),
+        ("FROM {{ from }}\n\nRUN echo {{ upstreams.nope.rev }}\n", 3, "unknown template field"),
+        ("# a comment\nRUN true\n", 2, "the first instruction must be FROM"),
+    ],
+)
 def test_dockerfile_rules_name_the_line(tmp_path, stack, dockerfile, line, what):
     root = make_project(tmp_path / "project", stack, recipes=())
     add_recipe(root, "bad", "base: local:reprostack-test/base:1\n", dockerfile)
@@ -330,8 +375,12 @@ def test_dockerfile_rules_name_the_line(tmp_path, stack, dockerfile, line, what)
 def test_stage_alias_and_recipe_errors(tmp_path, stack):
     root = make_project(tmp_path / "project", stack, recipes=())
     lock = lockmod.load(root / "upstreams.lock")
-    add_recipe(root, "ok", "base: local:reprostack-test/base:1\n",
-               "FROM {{ from }} AS build\nRUN true\nFROM build\nRUN echo {{ upstreams.nccl.rev }}\n")
+    add_recipe(
+        root,
+        "ok",
+        "base: local:reprostack-test/base:1\n",
+        "FROM {{ from }} AS build\nRUN true\nFROM build\nRUN echo {{ upstreams.nccl.rev }}\n",
+    )
     text, _, _ = render_recipe(load_recipe(root, "ok"), lock, from_ref="sha256:" + "0" * 64)
     assert f"RUN echo {lock.git('nccl').rev}" in text
     add_recipe(root, "both", "base: local:x\nparent: ok\n", "FROM {{ from }}\n")
@@ -383,8 +432,16 @@ def test_selftest_chain_builds_with_labels_and_the_patched_tree_inside(stack, tm
     assert L["dev.reprostack.recipe-sha256"] == recipe_digest(root / "containers/selftest-child")
     assert L["dev.reprostack.key"] == child.key
     ups = json.loads(L["dev.reprostack.upstreams"])
-    assert ups == {"deepep": {"url": stack.url("deepep"), "rev": stack.rev, "tree": stack.tree,
-                              "patched-tree": stack.patched, "patches": 1, "submodules": {SUB: stack.fmt_rev}}}
+    assert ups == {
+        "deepep": {
+            "url": stack.url("deepep"),
+            "rev": stack.rev,
+            "tree": stack.tree,
+            "patched-tree": stack.patched,
+            "patches": 1,
+            "submodules": {SUB: stack.fmt_rev},
+        }
+    }
     P = docker_client.images.get(parent.tag).labels
     assert P["org.opencontainers.image.base.name"] == "reprostack-test/base:1"
     assert P["org.opencontainers.image.base.digest"] == test_base
@@ -397,11 +454,16 @@ def test_selftest_chain_builds_with_labels_and_the_patched_tree_inside(stack, tm
     assert inside.submodule_trees == {SUB: stack.fmt_tree}
     assert run_in(docker_client, child.tag, "sh", "-c", f"find {IN_IMAGE} -name .git | wc -l").strip() == "0"
     assert run_in(docker_client, child.tag, "cat", f"{IN_IMAGE}/csrc/ep.cpp") == "int kMaxQps = 6;  // EP_EFA_MAX_QPS\n"
-    assert run_in(docker_client, child.tag, "stat", "-c", "%Y %u:%g %a", f"{IN_IMAGE}/csrc/ep.cpp").split() == \
-        ["1767225600", "0:0", "644"]
+    assert run_in(docker_client, child.tag, "stat", "-c", "%Y %u:%g %a", f"{IN_IMAGE}/csrc/ep.cpp").split() == [
+        "1767225600",
+        "0:0",
+        "644",
+    ]
     assert run_in(docker_client, child.tag, "cat", "/opt/reprostack/src/deepep.patched-tree").strip() == stack.patched
-    assert run_in(docker_client, parent.tag, "cat", "/opt/reprostack/selftest/hello.txt") == \
-        (REPO_ROOT / "containers/selftest/hello.txt").read_text()
+    assert (
+        run_in(docker_client, parent.tag, "cat", "/opt/reprostack/selftest/hello.txt")
+        == (REPO_ROOT / "containers/selftest/hello.txt").read_text()
+    )
 
     # the build log and the summary are kept
     log = child.log.read_text()
@@ -418,19 +480,26 @@ def test_second_build_is_a_noop(stack, tmp_path, docker_client, test_base, ns, m
     again = build_images(["selftest-child"], options(root, tmp_path, docker_client, ns))
     assert spy.tags == []  # no build call at all
     assert [r.status for r in again] == ["reused", "reused"]
-    assert [(r.tag, r.image_id, r.context_sha256) for r in again] == [(r.tag, r.image_id, r.context_sha256) for r in first]
+    assert [(r.tag, r.image_id, r.context_sha256) for r in again] == [
+        (r.tag, r.image_id, r.context_sha256) for r in first
+    ]
     assert all(r.log is None for r in again)
 
 
-def test_one_byte_change_rebuilds_that_image_and_its_children_only(stack, tmp_path, docker_client, test_base, ns,
-                                                                   monkeypatch):
+def test_one_byte_change_rebuilds_that_image_and_its_children_only(
+    stack, tmp_path, docker_client, test_base, ns, monkeypatch
+):
     root = make_project(tmp_path / "project", stack)
     first = by_name(build_images(["selftest-child"], options(root, tmp_path, docker_client, ns)))
     spy = BuildSpy(docker_client, monkeypatch)
 
     # one byte of the patch series changes (6 -> 7): a new pick, a new patched tree in the lock
-    (pick2,) = gr.make_pull_ref(stack.srv / "deepep", 613, stack.rev,
-                                [({"csrc/ep.cpp": "int kMaxQps = 7;  // EP_EFA_MAX_QPS\n"}, "EFA auto-QP cap v2")])
+    (pick2,) = gr.make_pull_ref(
+        stack.srv / "deepep",
+        613,
+        stack.rev,
+        [({"csrc/ep.cpp": "int kMaxQps = 7;  // EP_EFA_MAX_QPS\n"}, "EFA auto-QP cap v2")],
+    )
     s2 = replace(stack, pick=pick2, patched=gr.tree_of(stack.srv / "deepep", pick2))
     (root / "upstreams.lock").write_text(lock_text(s2).replace("refs/pull/612/head", "refs/pull/613/head"))
     second = by_name(build_images(["selftest-child"], options(root, tmp_path, docker_client, ns)))
@@ -438,8 +507,9 @@ def test_one_byte_change_rebuilds_that_image_and_its_children_only(stack, tmp_pa
     assert second["selftest-child"].status == "built"
     assert second["selftest-child"].image_id != first["selftest-child"].image_id
     assert spy.tags == [second["selftest-child"].tag]
-    inside = tree_in_image(docker_client, second["selftest-child"].tag, IN_IMAGE,
-                           lockmod.load(root / "upstreams.lock").git("deepep"))
+    inside = tree_in_image(
+        docker_client, second["selftest-child"].tag, IN_IMAGE, lockmod.load(root / "upstreams.lock").git("deepep")
+    )
     assert inside.tree == s2.patched != stack.patched
 
     # one byte of a file only the parent's context holds: the parent and its child are rebuilt
@@ -455,9 +525,13 @@ def test_one_byte_change_rebuilds_that_image_and_its_children_only(stack, tmp_pa
 
 def test_broken_step_names_the_image_the_step_and_the_log(stack, tmp_path, docker_client, test_base, ns):
     root = make_project(tmp_path / "project", stack, recipes=("selftest",))
-    add_recipe(root, "broken", "parent: selftest\n",
-               "FROM {{ from }}\n# the next step passes\nRUN echo before-the-failure\n"
-               "RUN echo failing-step \\\n && exit 3\nRUN echo never-reached\n")
+    add_recipe(
+        root,
+        "broken",
+        "parent: selftest\n",
+        "FROM {{ from }}\n# the next step passes\nRUN echo before-the-failure\n"
+        "RUN echo failing-step \\\n && exit 3\nRUN echo never-reached\n",
+    )
     opts = options(root, tmp_path, docker_client, ns)
     with pytest.raises(ImageBuildError) as ei:
         build_images(["broken"], opts)
@@ -475,21 +549,29 @@ def test_broken_step_names_the_image_the_step_and_the_log(stack, tmp_path, docke
     assert docker_client.images.list(filters={"reference": f"{ns}/selftest"})
 
 
-def test_base_override_and_default_epoch_from_the_source_commit(stack, tmp_path, docker_client, test_base, ns,
-                                                                monkeypatch):
+def test_base_override_and_default_epoch_from_the_source_commit(
+    stack, tmp_path, docker_client, test_base, ns, monkeypatch
+):
     """A registry base given by tag only builds when REPROSTACK_BASE_OVERRIDE substitutes a local image (and the
     image says so); without SOURCE_DATE_EPOCH the epoch is the newest committer time of the revs it copies."""
     up = patchrepos.make_upstream(tmp_path / "srv2")  # commits dated 1700000000 + n
     root = make_project(tmp_path / "project", stack, recipes=())
-    (root / "upstreams.lock").write_text(lock_text(stack) + f"""\
+    (root / "upstreams.lock").write_text(
+        lock_text(stack)
+        + f"""\
   extra:
     kind: git
     url: {up.path}
-    rev: {up['f2']}
-    tree: {up.tree('f2')}
-""")
-    add_recipe(root, "cudalike", f"base: {CUDA}\nsource: extra\nsources: [{{upstream: extra, dest: src/extra}}]\n",
-               "FROM {{ from }}\nCOPY {{ sources.extra.dest }} /opt/extra\n")
+    rev: {up["f2"]}
+    tree: {up.tree("f2")}
+"""
+    )
+    add_recipe(
+        root,
+        "cudalike",
+        f"base: {CUDA}\nsource: extra\nsources: [{{upstream: extra, dest: src/extra}}]\n",
+        "FROM {{ from }}\nCOPY {{ sources.extra.dest }} /opt/extra\n",
+    )
     monkeypatch.setenv("REPROSTACK_BASE_OVERRIDE", f"{CUDA}=reprostack-test/base:1")
     (r,) = build_images(["cudalike"], options(root, tmp_path, docker_client, ns))
     L = r.labels
@@ -513,8 +595,19 @@ def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_
     p = argparse.ArgumentParser()
     command.add_arguments(p)
     cli._common(p)
-    argv = ["selftest", "--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache"),
-            "--out", str(tmp_path / "out"), "--namespace", ns, "--test-base", "--offline"]
+    argv = [
+        "selftest",
+        "--lock",
+        str(root / "upstreams.lock"),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--out",
+        str(tmp_path / "out"),
+        "--namespace",
+        ns,
+        "--test-base",
+        "--offline",
+    ]
     for status in ("built", "reused"):
         args = p.parse_args(argv)
         lock, lroot = cli._load(args)
@@ -522,14 +615,14 @@ def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_
         cap = capsys.readouterr()
         out = cap.out.splitlines()
         assert out[0].startswith(f"selftest: {status} {ns}/selftest:") and out[1].startswith("summary: ")
-        assert len(out) == 2 and f"selftest: {status}" not in cap.err   # each result printed once
+        assert len(out) == 2 and f"selftest: {status}" not in cap.err  # each result printed once
         # the operator's view on stderr: one ui step per image built (ETA, the log's path first), none when reused
         err = [x for x in cap.err.splitlines() if x.startswith("build image selftest:")]
         if status == "built":
             log = tmp_path / "out" / "logs" / f"selftest-{out[0].split(':')[2].split()[0]}.log"
             assert err[0] == f"build image selftest: started, first run, no estimate; full log {log}"
             assert err[1].startswith("build image selftest: ok in ") and len(err) == 2 and log.is_file()
-            assert "Step 1/" in log.read_text() and "Step 1/" not in cap.err   # quiet: the engine's lines in the log
+            assert "Step 1/" in log.read_text() and "Step 1/" not in cap.err  # quiet: the engine's lines in the log
         else:
             assert err == []
 
@@ -541,6 +634,7 @@ def test_wheel_set_goes_into_the_image_verified(stack, tmp_path, docker_client, 
     """A recipe's `wheels:` puts the pinned wheels (taken from a wheelhouse, sha256 checked), requirements.txt
     with --hash lines and pins.json into the context; inside the image the bytes still match the lock."""
     from wheelindex import make_wheel, sha256 as wsha
+
     built = tmp_path / "house"
     built.mkdir()
     a, b = make_wheel(built, "app", "1.0", ("lib==1.0",)), make_wheel(built, "lib", "2.0")
@@ -557,15 +651,21 @@ def test_wheel_set_goes_into_the_image_verified(stack, tmp_path, docker_client, 
       - {{name: app, version: "1.0", filename: {a.name}, sha256: {wsha(a)}}}
       - {{name: lib, version: "2.0", filename: {b.name}, sha256: {wsha(b)}}}
 """)
-    add_recipe(root, "wheeled", "parent: selftest\nwheels:\n  - {pin: demo-set, dest: wheels/demo}\n",
-               "FROM {{ from }}\nCOPY {{ wheels.demo-set.dest }} /opt/wheels\n"
-               "RUN cd /opt/wheels && sed -n 's/^\\([^=]*\\)==\\([^ ]*\\) --hash=sha256:\\(.*\\)$/\\3/p' requirements.txt"
-               " > want && ls *.whl | xargs sha256sum | cut -d' ' -f1 | sort > got && sort want | cmp - got\n")
+    add_recipe(
+        root,
+        "wheeled",
+        "parent: selftest\nwheels:\n  - {pin: demo-set, dest: wheels/demo}\n",
+        "FROM {{ from }}\nCOPY {{ wheels.demo-set.dest }} /opt/wheels\n"
+        "RUN cd /opt/wheels && sed -n 's/^\\([^=]*\\)==\\([^ ]*\\) --hash=sha256:\\(.*\\)$/\\3/p' requirements.txt"
+        " > want && ls *.whl | xargs sha256sum | cut -d' ' -f1 | sort > got && sort want | cmp - got\n",
+    )
     opts = options(root, tmp_path, docker_client, ns, wheelhouses=[built], offline=True)
     results = by_name(build_images(["wheeled"], opts))
     tag = results["wheeled"].tag
-    assert run_in(docker_client, tag, "cat", "/opt/wheels/requirements.txt") == \
-        f"app==1.0 --hash=sha256:{wsha(a)}\nlib==2.0 --hash=sha256:{wsha(b)}\n"
+    assert (
+        run_in(docker_client, tag, "cat", "/opt/wheels/requirements.txt")
+        == f"app==1.0 --hash=sha256:{wsha(a)}\nlib==2.0 --hash=sha256:{wsha(b)}\n"
+    )
     pins = json.loads(run_in(docker_client, tag, "cat", "/opt/wheels/pins.json"))
     assert pins["packages"] == {"app": "1.0", "lib": "2.0"} and pins["overrides"] == ["lib"]
     ups = json.loads(docker_client.images.get(tag).labels["dev.reprostack.upstreams"])
@@ -573,13 +673,17 @@ def test_wheel_set_goes_into_the_image_verified(stack, tmp_path, docker_client, 
     # a wheel whose bytes differ from the lock never reaches a context
     (built / a.name).write_bytes(b.read_bytes())
     import reprostack.errors as rerr
+
     with pytest.raises(rerr.FetchError, match="sha256"):
-        build_images(["wheeled"], options(root, tmp_path / "again", docker_client, ns, wheelhouses=[built], offline=True))
+        build_images(
+            ["wheeled"], options(root, tmp_path / "again", docker_client, ns, wheelhouses=[built], offline=True)
+        )
 
 
 def test_images_bundle_saves_and_loads_with_ids_checked(stack, tmp_path, docker_client, test_base, ns, capsys):
     from reprostack.containers.bundle import load_bundle, save_bundle
     from reprostack.containers.errors import ContainerError
+
     root = make_project(tmp_path / "project", stack)
     results = build_images(["selftest-child"], options(root, tmp_path, docker_client, ns))
     child = results[-1]
@@ -613,17 +717,22 @@ registry = registry_mod.registry  # session fixture (tests/registry.py)
 
 
 def _lock_with_base(root: Path, stack, repo: str, digest: str, image_id: str | None = None) -> None:
-    (root / "upstreams.lock").write_text(lock_text(stack) + f"""\
+    (root / "upstreams.lock").write_text(
+        lock_text(stack)
+        + f"""\
   tb:
     kind: image
     repo: {repo}
     tag: "1"
     digest: {digest}
-""" + (f"    id: {image_id}\n" if image_id else ""))
+"""
+        + (f"    id: {image_id}\n" if image_id else "")
+    )
 
 
-def test_lock_base_is_pulled_by_digest_and_checked_after_pull_and_load(stack, tmp_path, docker_client, test_base,
-                                                                       registry, ns):
+def test_lock_base_is_pulled_by_digest_and_checked_after_pull_and_load(
+    stack, tmp_path, docker_client, test_base, registry, ns
+):
     """`base: lock:PIN`: the image is pulled by digest from a real registry (docker-registry on loopback) and its
     RepoDigests checked; a `docker load`ed image under the pin's repo:tag that is not the pinned one is refused
     naming the lock line; a loaded copy is accepted only when the lock pins its `id`."""
@@ -634,8 +743,10 @@ def test_lock_base_is_pulled_by_digest_and_checked_after_pull_and_load(stack, tm
     assert docker_client.images.get(test_base).tag(repo, "1")
     errors = [ev for ev in docker_client.images.push(repo, tag="1", stream=True, decode=True) if "error" in ev]
     assert not errors, errors
-    digest = next(d for d in docker_client.images.get(f"{repo}:1").attrs["RepoDigests"]
-                  if d.startswith(repo + "@")).split("@", 1)[1]
+    digest = next(
+        d for d in docker_client.images.get(f"{repo}:1").attrs["RepoDigests"] if d.startswith(repo + "@")
+    ).split("@", 1)[1]
+
     def forget(*refs):
         for ref in refs:
             try:
@@ -674,11 +785,19 @@ def test_lock_base_is_pulled_by_digest_and_checked_after_pull_and_load(stack, tm
     _lock_with_base(root, stack, repo, digest)
     with pytest.raises(ContainerError) as ei:
         build_images(["onbase"], options(root, tmp_path / "c", docker_client, ns, offline=True))
-    digest_line = next(i for i, l in enumerate((root / "upstreams.lock").read_text().splitlines(), 1)
-                       if l.strip().startswith("digest: "))
+    digest_line = next(
+        i
+        for i, l in enumerate((root / "upstreams.lock").read_text().splitlines(), 1)
+        if l.strip().startswith("digest: ")
+    )
     msg = str(ei.value)
-    assert msg.startswith(f"{root}/upstreams.lock:{digest_line}: upstreams.tb.digest: {repo}:1 in this engine is "
-                          f"{res.image_id}, which does not carry the pinned digest {digest}") and "\n" not in msg
+    assert (
+        msg.startswith(
+            f"{root}/upstreams.lock:{digest_line}: upstreams.tb.digest: {repo}:1 in this engine is "
+            f"{res.image_id}, which does not carry the pinned digest {digest}"
+        )
+        and "\n" not in msg
+    )
     # the genuine image under that tag (as a load of it leaves it: no RepoDigests) passes once the lock pins its id
     forget(f"{repo}:1")
     assert docker_client.images.get(test_base).tag(repo, "1")
@@ -694,6 +813,7 @@ def test_a_recipe_shares_a_sibling_recipes_file_and_its_digest_covers_it(tmp_pat
     """`files: [{src: ../other/x.sh}]` takes another recipe's file instead of a copy; an edit of that file changes
     this recipe's digest (its image key); any other path outside the folder is one line naming the field."""
     from reprostack.containers.errors import RecipeError
+
     root = tmp_path
     for name in ("a", "b"):
         (root / "containers" / name).mkdir(parents=True)
@@ -701,7 +821,8 @@ def test_a_recipe_shares_a_sibling_recipes_file_and_its_digest_covers_it(tmp_pat
     (root / "containers" / "a" / "image.yaml").write_text("base: local:reprostack-test/base:1\n")
     (root / "containers" / "a" / "x.sh").write_text("echo a\n")
     (root / "containers" / "b" / "image.yaml").write_text(
-        "base: local:reprostack-test/base:1\nfiles: [{src: ../a/x.sh, dest: files/x.sh}]\n")
+        "base: local:reprostack-test/base:1\nfiles: [{src: ../a/x.sh, dest: files/x.sh}]\n"
+    )
     before = load_recipe(root, "b")
     assert [(f.src, f.dest) for f in before.files] == [("../a/x.sh", "files/x.sh")]
     (root / "containers" / "a" / "x.sh").write_text("echo changed\n")
@@ -711,6 +832,7 @@ def test_a_recipe_shares_a_sibling_recipes_file_and_its_digest_covers_it(tmp_pat
     (root / "containers" / "notarecipe" / "y.sh").write_text("echo\n")
     for bad in ("../../outside.sh", "../a/../../outside.sh", "/etc/passwd", "../notarecipe/y.sh", "../a/missing.sh"):
         (root / "containers" / "b" / "image.yaml").write_text(
-            f"base: local:reprostack-test/base:1\nfiles: [{{src: '{bad}', dest: files/x.sh}}]\n")
+            f"base: local:reprostack-test/base:1\nfiles: [{{src: '{bad}', dest: files/x.sh}}]\n"
+        )
         with pytest.raises(RecipeError, match=r"image.yaml:\d+: files\[0\]\.src|image.yaml:\d+:"):
             load_recipe(root, "b")

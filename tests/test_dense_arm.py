@@ -45,8 +45,13 @@ def test_route_is_deterministic_distinct_and_seeded():
     assert a != drv.route(128, 256, 8, seed=1, rank=3) and a != drv.route(128, 256, 8, seed=0, rank=4)
 
 
-@pytest.mark.parametrize("args,msg", [((0, 256, 8, 0, 0), "num_tokens must be >= 1"),
-                                      ((8, 4, 8, 0, 0), r"topk must be in 1\.\.num_experts \(4\), not 8")])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        ((0, 256, 8, 0, 0), "num_tokens must be >= 1"),
+        ((8, 4, 8, 0, 0), r"topk must be in 1\.\.num_experts \(4\), not 8"),
+    ],
+)
 def test_route_bad_input(args, msg):
     with pytest.raises(ValueError, match=msg):
         drv.route(*args)
@@ -80,12 +85,19 @@ def test_count_matrix_is_consistent(world):
         assert sum(m[src]) == sum(len(d) for d in dests)  # one row per (token, distinct rank)
         assert all(c <= drv.tokens_of_rank(128, src) for c in m[src])
     # a token with 8 experts reaches at most min(8, world) ranks and at least one
-    assert all(drv.tokens_of_rank(128, s) <= sum(m[s]) <= min(8, world) * drv.tokens_of_rank(128, s) for s in range(world))
+    assert all(
+        drv.tokens_of_rank(128, s) <= sum(m[s]) <= min(8, world) * drv.tokens_of_rank(128, s) for s in range(world)
+    )
 
 
 def test_summarize_us_converts_ms_and_takes_the_median():
-    assert drv.summarize_us([0.010, 0.030, 0.020, 0.040]) == {"p50_us": 25.0, "mean_us": 25.0, "min_us": 10.0,
-                                                              "max_us": 40.0, "iters": 4}
+    assert drv.summarize_us([0.010, 0.030, 0.020, 0.040]) == {
+        "p50_us": 25.0,
+        "mean_us": 25.0,
+        "min_us": 10.0,
+        "max_us": 40.0,
+        "iters": 4,
+    }
 
 
 # --------------------------------------------------------------------------- parser
@@ -98,9 +110,13 @@ def test_dense_ep8_complete():
     assert set(p.phases) == {"dispatch", "cached dispatch", "combine"}
     d, c = p.phases["dispatch"], p.phases["combine"]
     assert d["n"] == c["n"] == 8
-    ranks = [json.loads(ln.split("] ", 1)[1]) for ln in (FIX / "dense_ep8.log").read_text().splitlines()
-             if ln.startswith("[dense_a2a]") and '"phase": "dispatch"' in ln]
+    ranks = [
+        json.loads(ln.split("] ", 1)[1])
+        for ln in (FIX / "dense_ep8.log").read_text().splitlines()
+        if ln.startswith("[dense_a2a]") and '"phase": "dispatch"' in ln
+    ]
     import statistics
+
     assert d["p50_us"] == pytest.approx(statistics.median(r["p50_us"] for r in ranks))
     assert d["p50_gbs"] == pytest.approx(statistics.median(r["recv_bytes"] / r["p50_us"] / 1e3 for r in ranks))
     assert p.dc_p50_us == pytest.approx(d["p50_us"] + c["p50_us"])
@@ -152,10 +168,24 @@ def test_dense_metrics_and_ratio():
 
 
 def test_torchrun_workers_launch():
-    one = launchers.torchrun_workers("/py", "/r/gates/drivers/dense_a2a.py", ["--iters", "5"], gpus=1, master_port=29555)
-    assert one.argv == ["/py", "-X", "faulthandler", "-m", "torch.distributed.run", "--nnodes=1",
-                        "--nproc-per-node=1", "--node-rank=0", "--master-addr=127.0.0.1", "--master-port=29555",
-                        "/r/gates/drivers/dense_a2a.py", "--iters", "5"]
+    one = launchers.torchrun_workers(
+        "/py", "/r/gates/drivers/dense_a2a.py", ["--iters", "5"], gpus=1, master_port=29555
+    )
+    assert one.argv == [
+        "/py",
+        "-X",
+        "faulthandler",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc-per-node=1",
+        "--node-rank=0",
+        "--master-addr=127.0.0.1",
+        "--master-port=29555",
+        "/r/gates/drivers/dense_a2a.py",
+        "--iters",
+        "5",
+    ]
     assert one.env == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "PYTHONFAULTHANDLER": "1"}
     two = launchers.torchrun_workers("/py", "d.py", [], gpus=8, nodes=2, node_rank=1, master_addr="h", master_port=7)
     assert two.argv[5:10] == ["--nnodes=2", "--nproc-per-node=8", "--node-rank=1", "--master-addr=h", "--master-port=7"]

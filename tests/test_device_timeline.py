@@ -43,15 +43,25 @@ def test_probe_logs_events_and_changes_no_result(tmp_path):
         (tmp_path / "pkgs" / rel).write_text(text)
     (tmp_path / "t.py").write_text(SCRIPT)
     log = tmp_path / "tl.jsonl"
-    env = {**os.environ, "PYTHONPATH": f"{PROBE}{os.pathsep}{tmp_path / 'pkgs'}", "TL_LOG": str(log),
-           "TL_T0": repr(time.time())}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{PROBE}{os.pathsep}{tmp_path / 'pkgs'}",
+        "TL_LOG": str(log),
+        "TL_T0": repr(time.time()),
+    }
     p = subprocess.run([sys.executable, "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "(0, 1, 'group') 7 (42, 'copy')"  # results unchanged
     events = [json.loads(x) for x in log.read_text().splitlines()]
     names = [e["ev"] for e in events]
-    for want in ("interpreter up", "import deep_ep done", "init_dist done", "ElasticBuffer.__init__ done",
-                 "bench_kineto done", "exit"):
+    for want in (
+        "interpreter up",
+        "import deep_ep done",
+        "init_dist done",
+        "ElasticBuffer.__init__ done",
+        "bench_kineto done",
+        "exit",
+    ):
         assert want in names
     assert len({e["pid"] for e in events if e["ev"] == "ElasticBuffer.__init__ done"}) == 2  # parent and child
     assert all(e["t"] >= 0 for e in events)

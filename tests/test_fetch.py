@@ -15,8 +15,7 @@ import pytest
 
 import gitrepos as gr
 from reprostack.errors import FetchError
-from reprostack.fetch import (Cache, FetchedGit, fetch_git, import_bundle, materialize, mirrors_from_env,
-                              write_bundle)
+from reprostack.fetch import Cache, FetchedGit, fetch_git, import_bundle, materialize, mirrors_from_env, write_bundle
 from reprostack.fetch import verify
 from reprostack.fetch.cache import normalise_url, url_key
 import os
@@ -56,13 +55,18 @@ def make_world(root: Path, *, up_url: str | None = None, lib_url: str | None = N
     gr.add_submodule(up, SUB, "https://example.invalid/org/lib", lib_v2)
     rev = gr.commit_files(up, {"src/b.c": "int b;\n"}, "u3: the pinned commit")
     u4 = gr.commit_files(up, {"src/c.c": "int c;\n"}, "u4: main moves on")
-    p1, p2 = gr.make_pull_ref(up, 7, rev, [({"feature.txt": "one\n"}, "p1"),
-                                          ({"feature.txt": "one\ntwo\n"}, "p2")])
+    p1, p2 = gr.make_pull_ref(up, 7, rev, [({"feature.txt": "one\n"}, "p1"), ({"feature.txt": "one\ntwo\n"}, "p2")])
     pin = GitPin(
-        name="up", url=up_url or str(up), rev=rev, tree=gr.tree_of(up, rev),
+        name="up",
+        url=up_url or str(up),
+        rev=rev,
+        tree=gr.tree_of(up, rev),
         submodules=(Submodule(SUB, lib_url or str(lib), lib_v2, gr.tree_of(lib, lib_v2)),),
-        patches=(PatchEntry("cherry-pick", p1, "Submitted [PR #7]", ref="refs/pull/7/head", index=1),
-                 PatchEntry("cherry-pick", p2, "Submitted [PR #7]", ref="refs/pull/7/head", index=2)))
+        patches=(
+            PatchEntry("cherry-pick", p1, "Submitted [PR #7]", ref="refs/pull/7/head", index=1),
+            PatchEntry("cherry-pick", p2, "Submitted [PR #7]", ref="refs/pull/7/head", index=2),
+        ),
+    )
     return World(up, lib, lib_v1, lib_v2, rev, u4, p1, p2, pin)
 
 
@@ -171,8 +175,13 @@ def test_moved_tag_does_not_matter(world, tmp_path):
 @pytest.mark.parametrize("v0", [False, True])
 def test_force_pushed_and_pruned_commit_is_gone(world, tmp_path, v0):
     gone = gr.commit_files(world.up, {"src/d.c": "int d;\n"}, "u5: force-pushed away later")
-    pin = GitPin(name="up", url=str(world.up), rev=gone, tree=gr.tree_of(world.up, gone),
-                 fetch_refs=("refs/heads/main", "refs/heads/release"))
+    pin = GitPin(
+        name="up",
+        url=str(world.up),
+        rev=gone,
+        tree=gr.tree_of(world.up, gone),
+        fetch_refs=("refs/heads/main", "refs/heads/release"),
+    )
     gr.force_push_away(world.up, "main", world.u4)
     assert not gr.has_object(world.up, gone)
     cache = Cache(tmp_path / "cache")
@@ -187,7 +196,9 @@ def test_force_pushed_and_pruned_commit_is_gone(world, tmp_path, v0):
 
 def test_typo_url_fails_fast(world, tmp_path):
     pin = replace(world.pin, url=str(tmp_path / "srv" / "upp"), submodules=(), patches=())
-    with pytest.raises(FetchError, match=r"up: cannot fetch .* from .*/srv/upp: .*does not appear to be a git repository"):
+    with pytest.raises(
+        FetchError, match=r"up: cannot fetch .* from .*/srv/upp: .*does not appear to be a git repository"
+    ):
         fetch_git(pin, cache=Cache(tmp_path / "cache"), timeout=30)
 
 
@@ -258,8 +269,12 @@ def test_bundle_round_trip_to_an_empty_cache_without_servers(world, tmp_path):
     assert names[0] == "manifest.json" and set(names) == {"manifest.json", "up.bundle", "up--third-party+lib.bundle"}
     up = manifest["upstreams"]["up"]
     assert manifest["schema_version"] == 1
-    assert (up["url"], up["rev"], up["tree"], up["commits"]) == (world.pin.url, world.rev, world.pin.tree,
-                                                                 [world.p1, world.p2])
+    assert (up["url"], up["rev"], up["tree"], up["commits"]) == (
+        world.pin.url,
+        world.rev,
+        world.pin.tree,
+        [world.p1, world.p2],
+    )
     assert up["shallow"] and len(up["sha256"]) == 64
     assert up["submodules"][SUB]["rev"] == world.lib_v2
 
@@ -300,20 +315,22 @@ def test_corrupted_bundle(world, tmp_path):
 
 
 def test_mirror_via_insteadof(tmp_path, monkeypatch):
-    w = make_world(tmp_path / "srv", up_url="https://example.invalid/org/up",
-                   lib_url="https://example.invalid/org/lib")
+    w = make_world(tmp_path / "srv", up_url="https://example.invalid/org/up", lib_url="https://example.invalid/org/lib")
     cache = Cache(tmp_path / "cache")
     f = fetch_git(w.pin, cache=cache, mirrors={"https://example.invalid/org": str(tmp_path / "srv")})
     assert_fetched(f, w, cache)
     assert f.repo.name.endswith("-up.git")  # keyed by the public URL, not the mirror
 
-    monkeypatch.setenv("REPROSTACK_MIRRORS", f"https://example.invalid/org/up={w.up},"
-                                             f"https://example.invalid/org/lib={w.lib}")
+    monkeypatch.setenv(
+        "REPROSTACK_MIRRORS", f"https://example.invalid/org/up={w.up},https://example.invalid/org/lib={w.lib}"
+    )
     assert fetch_git(w.pin, cache=Cache(tmp_path / "cache2")).submodules[SUB].is_dir()
 
     monkeypatch.delenv("REPROSTACK_MIRRORS")
     with pytest.raises(FetchError, match=r"cannot fetch .* from https://example.invalid/org/up"):
-        fetch_git(w.pin, cache=Cache(tmp_path / "cache3"), mirrors={"https://example.invalid/org": str(tmp_path / "nope")})
+        fetch_git(
+            w.pin, cache=Cache(tmp_path / "cache3"), mirrors={"https://example.invalid/org": str(tmp_path / "nope")}
+        )
 
 
 def test_mirrors_from_env():
@@ -349,8 +366,12 @@ def test_cache_layout_and_url_normalisation(tmp_path):
     assert Cache().root.is_absolute()
     marker = cache.write_marker("https://h/r", "c" * 40, tree="d" * 40, with_parent=True)
     assert marker == tmp_path / "verified" / url_key("https://h/r") / f"{'c' * 40}.json"
-    assert cache.read_marker("https://h/r", "c" * 40) == {"url": "https://h/r", "rev": "c" * 40, "tree": "d" * 40,
-                                                          "with_parent": True}
+    assert cache.read_marker("https://h/r", "c" * 40) == {
+        "url": "https://h/r",
+        "rev": "c" * 40,
+        "tree": "d" * 40,
+        "with_parent": True,
+    }
     cache.write_marker("https://h/r", "c" * 40, tree="d" * 40)  # with_parent is sticky
     assert cache.read_marker("https://h/r", "c" * 40)["with_parent"] is True
     assert [p.name for p in marker.parent.iterdir()] == [marker.name]  # no temp files left behind
@@ -378,6 +399,7 @@ def test_url_git_could_read_as_an_option_runs_nothing(world, tmp_path, url):
 
 def test_history_never_passes_an_option_url_to_git(world, tmp_path):
     from reprostack.bump.history import history
+
     marker = tmp_path / "ran"
     with history("up", f"--upload-pack=touch {marker}", Cache(tmp_path / "cache"), {}, 30) as h:
         with pytest.raises(FetchError, match="starts with '-'"):
@@ -417,7 +439,9 @@ def test_cache_repo_config_that_could_run_a_program_is_refused(world, tmp_path):
     (hooks / "reference-transaction").write_text(f"#!/bin/sh\ntouch {marker}\n")
     (hooks / "reference-transaction").chmod(0o755)
     gr.set_config(f.repo, "core.hooksPath", str(hooks))
-    with pytest.raises(FetchError, match=r"up: the cache repo .* has config core.hookspath that reprostack never writes"):
+    with pytest.raises(
+        FetchError, match=r"up: the cache repo .* has config core.hookspath that reprostack never writes"
+    ):
         fetch_git(world.pin, cache=cache)
     assert not marker.exists()
 
@@ -464,8 +488,11 @@ def test_fork_only_commit_is_refused(world, tmp_path):
     orphan = git("commit-tree", "-p", world.rev, "-m", "only in a fork", tree, cwd=world.up)
     pin = replace(world.pin, rev=orphan, tree=tree, submodules=(), patches=())
     cache = Cache(tmp_path / "cache")
-    with pytest.raises(FetchError, match=rf"up: commit {orphan[:12]} is not reachable from any branch or tag of "
-                                         rf".*only a fork .* or a mirror holds is refused"):
+    with pytest.raises(
+        FetchError,
+        match=rf"up: commit {orphan[:12]} is not reachable from any branch or tag of "
+        rf".*only a fork .* or a mirror holds is refused",
+    ):
         fetch_git(pin, cache=cache)
     assert cache.read_marker(pin.url, orphan) is None
     with pytest.raises(FetchError, match="not reachable"):  # objects now in the cache: still not trusted
@@ -500,6 +527,7 @@ def test_older_pin_after_newer_shallow_fetch_is_still_proven(world, tmp_path):
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -508,6 +536,7 @@ def _free_port() -> int:
 def test_timeout_option_and_a_server_that_never_answers(world, tmp_path, monkeypatch):
     import socket
     from reprostack import sources
+
     monkeypatch.setenv("REPROSTACK_GIT_TIMEOUT", "7")
     assert sources.FetchOptions.make(tmp_path / "c").timeout == 7.0
     assert sources.FetchOptions.make(tmp_path / "c", timeout=3).timeout == 3
@@ -534,7 +563,9 @@ def test_ssh_runs_in_batch_mode(world, tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "ssh-args"
-    (bin_dir / "ssh").write_text(f'#!/bin/sh\necho "$@" >> {log}\necho "ssh: connect to host: Connection closed" >&2\nexit 255\n')
+    (bin_dir / "ssh").write_text(
+        f'#!/bin/sh\necho "$@" >> {log}\necho "ssh: connect to host: Connection closed" >&2\nexit 255\n'
+    )
     (bin_dir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.delenv("GIT_SSH_COMMAND", raising=False)
@@ -557,6 +588,7 @@ def test_transient_failure_is_retried_with_backoff(world, tmp_path, monkeypatch)
     succeeds. A permanent failure (no such repository) is not retried."""
     import subprocess
     import time
+
     real_sleep = time.sleep
     port = _free_port()
     gr.set_config(world.up, "uploadpack.allowAnySHA1InWant", "true")
@@ -566,11 +598,25 @@ def test_transient_failure_is_retried_with_backoff(world, tmp_path, monkeypatch)
     def sleep(s: float) -> None:
         waits.append(s)
         if not daemon:
-            daemon.append(subprocess.Popen(
-                ["git", "daemon", "--export-all", "--reuseaddr", f"--base-path={world.up.parent}",
-                 "--listen=127.0.0.1", f"--port={port}", str(world.up.parent)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            daemon.append(
+                subprocess.Popen(
+                    [
+                        "git",
+                        "daemon",
+                        "--export-all",
+                        "--reuseaddr",
+                        f"--base-path={world.up.parent}",
+                        "--listen=127.0.0.1",
+                        f"--port={port}",
+                        str(world.up.parent),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             import socket
+
             for _ in range(100):
                 with socket.socket() as c:
                     if c.connect_ex(("127.0.0.1", port)) == 0:
@@ -578,6 +624,7 @@ def test_transient_failure_is_retried_with_backoff(world, tmp_path, monkeypatch)
                 real_sleep(0.05)
 
     import types
+
     monkeypatch.setattr(gitcmd, "time", types.SimpleNamespace(sleep=sleep))  # only gitcmd's backoff waits
     pin = replace(world.pin, url=f"git://127.0.0.1:{port}/up", submodules=(), patches=())
     try:
@@ -596,13 +643,22 @@ def test_transient_failure_is_retried_with_backoff(world, tmp_path, monkeypatch)
 def test_transient_classification():
     def failed(stderr: str, timed_out: bool = False) -> GitFailed:
         return GitFailed(["git", "fetch"], None if timed_out else 128, "", stderr, timed_out)
-    for msg in ("fatal: early EOF", "error: RPC failed; HTTP 502 curl 22 The requested URL returned error: 502",
-                "fatal: unable to connect to x: Connection refused", "Connection reset by peer"):
+
+    for msg in (
+        "fatal: early EOF",
+        "error: RPC failed; HTTP 502 curl 22 The requested URL returned error: 502",
+        "fatal: unable to connect to x: Connection refused",
+        "Connection reset by peer",
+    ):
         assert transient(failed(msg)), msg
     assert transient(failed("", timed_out=True))
-    for msg in ("fatal: repository 'https://x/y/' not found", "fatal: Authentication failed for 'https://x/'",
-                "Permission denied (publickey).", "fatal: remote error: upload-pack: not our ref " + "a" * 40,
-                "fatal: '/x' does not appear to be a git repository"):
+    for msg in (
+        "fatal: repository 'https://x/y/' not found",
+        "fatal: Authentication failed for 'https://x/'",
+        "Permission denied (publickey).",
+        "fatal: remote error: upload-pack: not our ref " + "a" * 40,
+        "fatal: '/x' does not appear to be a git repository",
+    ):
         assert not transient(failed(msg)), msg
 
 

@@ -34,14 +34,65 @@ N = 1000  # mutated inputs per reader
 
 # A billion laughs: 9 levels of 9 aliases, 9**9 = 387,420,489 leaves when expanded.
 BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
-YAML_VALUES = ("[]", "{}", "null", "~", "0", "-1", "1.5", "true", "'x'", "[1, [2, {a: b}]]", "{a: [1]}", ".nan",
-               ".inf", "-.inf", "9" * 5000, "1e999", "2026-13-45", "2026-07-07", "!!binary AAAA", "!!int x",
-               "!!python/object/apply:os.system [true]", "!!set {a, b}", "&x [1]", "*nope", "<<: *x", "'\u202e\U0001F600'",
-               "\"\\ud800\"", "|\n  block", "\"\\0\"", "[" * 400 + "]" * 400, "{a: " * 300 + "1" + "}" * 300)
-JSON_VALUES = ("[]", "{}", "null", "0", "-1", "1.5", "true", "\"x\"", "NaN", "Infinity", "-Infinity", "1e999",
-               "9" * 5000, "-0", "[1, [2]]", "{\"a\": 1}", "\"\\ud800\"", "\"\u202e\"", "[" * 3000 + "]" * 3000,
-               "{\"a\":" * 3000 + "1" + "}" * 3000, "1" + "0" * 400, "\"" + "x" * 10000 + "\"")
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+)
+YAML_VALUES = (
+    "[]",
+    "{}",
+    "null",
+    "~",
+    "0",
+    "-1",
+    "1.5",
+    "true",
+    "'x'",
+    "[1, [2, {a: b}]]",
+    "{a: [1]}",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "9" * 5000,
+    "1e999",
+    "2026-13-45",
+    "2026-07-07",
+    "!!binary AAAA",
+    "!!int x",
+    "!!python/object/apply:os.system [true]",
+    "!!set {a, b}",
+    "&x [1]",
+    "*nope",
+    "<<: *x",
+    "'\u202e\U0001f600'",
+    '"\\ud800"',
+    "|\n  block",
+    '"\\0"',
+    "[" * 400 + "]" * 400,
+    "{a: " * 300 + "1" + "}" * 300,
+)
+JSON_VALUES = (
+    "[]",
+    "{}",
+    "null",
+    "0",
+    "-1",
+    "1.5",
+    "true",
+    '"x"',
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e999",
+    "9" * 5000,
+    "-0",
+    "[1, [2]]",
+    '{"a": 1}',
+    '"\\ud800"',
+    '"\u202e"',
+    "[" * 3000 + "]" * 3000,
+    '{"a":' * 3000 + "1" + "}" * 3000,
+    "1" + "0" * 400,
+    '"' + "x" * 10000 + '"',
+)
 
 
 def _deep_yaml(n: int) -> bytes:
@@ -59,7 +110,7 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
                 b[rng.randrange(len(b))] = rng.randrange(256)
         return bytes(b)
     if op == 1:  # truncation
-        return data[:rng.randrange(len(data) + 1)]
+        return data[: rng.randrange(len(data) + 1)]
     if op == 2:  # line deletion
         del lines[rng.randrange(len(lines))]
         return b"".join(lines)
@@ -90,17 +141,21 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
         return b"[" * n + b"]" * n
     if op == 8:  # alias bomb (YAML) / a huge number (JSON)
         if kind == "yaml":
-            return BILLION_LAUGHS.encode() if rng.random() < 0.5 else data + b"\nzz: " + BILLION_LAUGHS.split("\n")[-2].split(": ", 1)[1].encode() + b"\n"
+            return (
+                BILLION_LAUGHS.encode()
+                if rng.random() < 0.5
+                else data + b"\nzz: " + BILLION_LAUGHS.split("\n")[-2].split(": ", 1)[1].encode() + b"\n"
+            )
         return data.replace(b"40", b"4" + b"0" * 5000, 1)
     if op == 9:  # NaN / Infinity in place of a number
         word = rng.choice((b".nan", b".inf") if kind == "yaml" else (b"NaN", b"Infinity", b"-Infinity", b"1e999"))
         for digit in (b"0", b"1", b"2", b"5", b"8"):
             j = data.find(digit, rng.randrange(len(data) + 1))
             if j > 0:
-                return data[:j] + word + data[j + 1:]
+                return data[:j] + word + data[j + 1 :]
         return data + word
     if op == 10:  # unicode and control characters
-        ch = rng.choice(("\u202e", "\U0001F600", "\x00", "\x07", "\x1b", "\ufeff", "\u2028", "\x85", "é", "\t"))
+        ch = rng.choice(("\u202e", "\U0001f600", "\x00", "\x07", "\x1b", "\ufeff", "\u2028", "\x85", "é", "\t"))
         j = rng.randrange(len(data) + 1)
         return data[:j] + ch.encode() + data[j:]
     if op == 11:  # invalid UTF-8
@@ -111,8 +166,18 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
     if op == 13:  # binary noise
         return bytes(rng.randrange(256) for _ in range(rng.randint(1, 300)))
     if op == 14:  # a document of another shape
-        return rng.choice((b"- a\n- b\n", b"42\n", b"'str'\n", b"[1, 2]\n", b"\"x\"\n", b"{\"a\": [1, 2]}\n",
-                           b"key: value\n", b"!!python/object:os.system x\n"))
+        return rng.choice(
+            (
+                b"- a\n- b\n",
+                b"42\n",
+                b"'str'\n",
+                b"[1, 2]\n",
+                b'"x"\n',
+                b'{"a": [1, 2]}\n',
+                b"key: value\n",
+                b"!!python/object:os.system x\n",
+            )
+        )
     # a block of lines moved
     i, j = sorted(rng.randrange(len(lines) + 1) for _ in range(2))
     block = lines[i:j]
@@ -132,7 +197,7 @@ def _stage(tmp: Path) -> Path:
     shutil.copy(ROOT / "upstreams.lock", root / "upstreams.lock")
     text = (ROOT / "upstreams.lock").read_text()
     (root / "trimmed").mkdir()
-    (root / "trimmed" / "upstreams.lock").write_text(text[:text.index("\n  vllm-wheels:\n") + 1])
+    (root / "trimmed" / "upstreams.lock").write_text(text[: text.index("\n  vllm-wheels:\n") + 1])
     for cell in sorted(PUB.glob("*/c*")):
         shutil.copytree(cell, root / "aiperf" / cell.parent.name / cell.name)
     return root
@@ -162,17 +227,26 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
     cells = sorted((root / "aiperf").glob("*/c*"))
     lock, trimmed = root / "upstreams.lock", root / "trimmed" / "upstreams.lock"
     return {
-        "lock": [(lock, lambda: lockmod.load(lock, root=root))] +
-                [(trimmed, lambda: lockmod.load(trimmed, root=root))] * 4,
-        "gate spec": [(p, (lambda f: lambda: f(root))(_gate_loader(p.stem))) for p in sorted((root / "gates").glob("*.yaml"))],
+        "lock": [(lock, lambda: lockmod.load(lock, root=root))]
+        + [(trimmed, lambda: lockmod.load(trimmed, root=root))] * 4,
+        "gate spec": [
+            (p, (lambda f: lambda: f(root))(_gate_loader(p.stem))) for p in sorted((root / "gates").glob("*.yaml"))
+        ],
         "claims": [(root / "claims" / "published.yaml", lambda: load_claims(root / "claims" / "published.yaml"))],
-        "image.yaml": [(p, (lambda n: lambda: load_image_recipe(root, n))(p.parent.name))
-                       for p in sorted((root / "containers").glob("*/image.yaml"))],
-        "kernel recipe": [(p, (lambda n: lambda: load_kernel_recipe(root, n))(p.stem))
-                          for p in sorted((root / "kernels").glob("*.yaml"))],
+        "image.yaml": [
+            (p, (lambda n: lambda: load_image_recipe(root, n))(p.parent.name))
+            for p in sorted((root / "containers").glob("*/image.yaml"))
+        ],
+        "kernel recipe": [
+            (p, (lambda n: lambda: load_kernel_recipe(root, n))(p.stem))
+            for p in sorted((root / "kernels").glob("*.yaml"))
+        ],
         "aiperf export": [(c / EXPORT_JSON, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSON)) for c in cells],
-        "aiperf records": [(c / EXPORT_JSONL, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSONL))
-                           for c in cells if (c / EXPORT_JSONL).is_file()],
+        "aiperf records": [
+            (c / EXPORT_JSONL, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSONL))
+            for c in cells
+            if (c / EXPORT_JSONL).is_file()
+        ],
     }
 
 
@@ -205,8 +279,9 @@ def staged(tmp_path_factory):
     return _stage(tmp_path_factory.mktemp("fuzz"))
 
 
-@pytest.mark.parametrize("name", ["lock", "gate spec", "claims", "image.yaml", "kernel recipe", "aiperf export",
-                                  "aiperf records"])
+@pytest.mark.parametrize(
+    "name", ["lock", "gate spec", "claims", "image.yaml", "kernel recipe", "aiperf export", "aiperf records"]
+)
 def test_fuzz_reader_never_tracebacks(name, staged):
     bad = run_reader(name, readers(staged)[name])
     assert not bad, f"{len(bad)}/{N} mutated inputs escaped as non-ReprostackError:\n" + "\n".join(bad[:20])
@@ -223,8 +298,10 @@ def test_billion_laughs_is_one_located_line(staged, tmp_path):
     p.write_text("lockfile-version: 1\nupstreams: {}\n" + BILLION_LAUGHS)
     with pytest.raises(ReprostackError) as ei:
         lockmod.load(p, root=staged)
-    assert str(ei.value) == (f"{p}:4: (yaml): alias *a names a sequence: only aliases of scalars are allowed (an "
-                             f"alias of a collection can expand exponentially)")
+    assert str(ei.value) == (
+        f"{p}:4: (yaml): alias *a names a sequence: only aliases of scalars are allowed (an "
+        f"alias of a collection can expand exponentially)"
+    )
     claims = tmp_path / "claims.yaml"
     claims.write_text(BILLION_LAUGHS)
     with pytest.raises(ReprostackError, match=r"claims\.yaml:2: \(yaml\): alias \*a names a sequence"):
@@ -238,7 +315,7 @@ def test_deep_nesting_is_one_located_line(depth, tmp_path):
     with pytest.raises(ReprostackError, match=r"claims\.yaml:3: \(yaml\): nested deeper than 64 levels"):
         load_claims(claims)
     agg = tmp_path / EXPORT_JSON
-    agg.write_text("{\"a\": " + "[" * depth + "]" * depth + "}")
+    agg.write_text('{"a": ' + "[" * depth + "]" * depth + "}")
     with pytest.raises(ReprostackError, match=rf"{EXPORT_JSON}: nested deeper than 32 levels"):
         parse_export(agg)
 
@@ -258,8 +335,11 @@ def test_bad_inputs_through_the_cli_exit_2_with_one_line(staged, tmp_path, capsy
         for i in range(40):
             p = (lock, claims)[i % 2]
             p.write_bytes(mutate(original[p], rng, "yaml"))
-            argv = (["lock", "--lock", str(lock), "check"] if p == lock else
-                    ["verify", str(PUB), "--claims", str(claims), "--out", str(tmp_path / "out")])
+            argv = (
+                ["lock", "--lock", str(lock), "check"]
+                if p == lock
+                else ["verify", str(PUB), "--claims", str(claims), "--out", str(tmp_path / "out")]
+            )
             try:
                 (lockmod.load if p == lock else load_claims)(p)
                 valid = True
@@ -278,21 +358,33 @@ def test_bad_inputs_through_the_cli_exit_2_with_one_line(staged, tmp_path, capsy
     assert seen_2 >= 25  # most mutations are refused: the sample exercises the error path
 
 
-@pytest.mark.parametrize("text,message", [
-    ("# " + "x" * (4 << 20), r": \(file\): more than the 4194304 bytes a YAML file here may have"),
-    ("[" + "1," * 100_001 + "]", r":1: \(yaml\): more than 100000 nodes"),
-    ("a: &a x\nb: [" + ", ".join(["*a"] * 1001) + "]\n", r":2: \(yaml\): more than 1000 aliases"),
-    ("lockfile-version: 1\nb: &b {k: v}\nc: *b\n", r":3: \(yaml\): alias \*b names a mapping: only aliases of scalars"),
-    ("lockfile-version: .nan\n", r":1: \(yaml\): '\.nan' is not a finite number"),
-    ("lockfile-version: -.inf\n", r":1: \(yaml\): '-\.inf' is not a finite number"),
-    ("lockfile-version: 2026-13-45\n", r":1: \(yaml\): cannot read '2026-13-45' as timestamp: month must be in 1\.\.12"),
-    ("lockfile-version: " + "9" * 5000 + "\n", r":1: \(yaml\): cannot read '9{30}\.\.\.' as int: Exceeds the limit"),
-    ("lockfile-version: 1\nx: a\x07\n", r":2: \(yaml\): character '\\x07' is not allowed in YAML"),
-    ("!!python/object/apply:os.system [true]\n", r":1: \(yaml\): could not determine a constructor for the tag"),
-    ("? [1]\n: 2\n", r":1: \(yaml\): found unhashable key"),
-    ("", r":1: \(file\): empty file"),
-    (b"lockfile-version: 1\nx: \xff\n", r":2: \(file\): not UTF-8 \(byte 0xff at offset 23\)"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("# " + "x" * (4 << 20), r": \(file\): more than the 4194304 bytes a YAML file here may have"),
+        ("[" + "1," * 100_001 + "]", r":1: \(yaml\): more than 100000 nodes"),
+        ("a: &a x\nb: [" + ", ".join(["*a"] * 1001) + "]\n", r":2: \(yaml\): more than 1000 aliases"),
+        (
+            "lockfile-version: 1\nb: &b {k: v}\nc: *b\n",
+            r":3: \(yaml\): alias \*b names a mapping: only aliases of scalars",
+        ),
+        ("lockfile-version: .nan\n", r":1: \(yaml\): '\.nan' is not a finite number"),
+        ("lockfile-version: -.inf\n", r":1: \(yaml\): '-\.inf' is not a finite number"),
+        (
+            "lockfile-version: 2026-13-45\n",
+            r":1: \(yaml\): cannot read '2026-13-45' as timestamp: month must be in 1\.\.12",
+        ),
+        (
+            "lockfile-version: " + "9" * 5000 + "\n",
+            r":1: \(yaml\): cannot read '9{30}\.\.\.' as int: Exceeds the limit",
+        ),
+        ("lockfile-version: 1\nx: a\x07\n", r":2: \(yaml\): character '\\x07' is not allowed in YAML"),
+        ("!!python/object/apply:os.system [true]\n", r":1: \(yaml\): could not determine a constructor for the tag"),
+        ("? [1]\n: 2\n", r":1: \(yaml\): found unhashable key"),
+        ("", r":1: \(file\): empty file"),
+        (b"lockfile-version: 1\nx: \xff\n", r":2: \(file\): not UTF-8 \(byte 0xff at offset 23\)"),
+    ],
+)
 def test_yaml_bounds_are_one_located_line(text, message, tmp_path, staged):
     p = tmp_path / "upstreams.lock"
     p.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -302,21 +394,31 @@ def test_yaml_bounds_are_one_located_line(text, message, tmp_path, staged):
     assert "\n" not in str(ei.value)
 
 
-@pytest.mark.parametrize("text,message", [
-    ('{"schema_version": "1.3", "x": {"unit": "ms", "avg": NaN}}', r": NaN is not a number a JSON export may hold"),
-    ('{"a": -Infinity}', r": -Infinity is not a number"),
-    ('{"a": 1e999}', r": inf is not a finite number"),
-    ('{"a": ' + "1" * 60 + "}", r": an integer of 60 digits \(more than 40\)"),
-    ('{"a": ' + "1" * 5000 + "}", r": Exceeds the limit \(4300 digits\)"),
-    ("[1, 2]", r": top level is an array, expected an object"),
-    ('{\n"a": 1,\n}', r":3: not JSON: Expecting property name enclosed in double quotes"),
-    (b'{"a": "\xff"}', r":1: not UTF-8 \(byte 0xff at offset 7\)"),
-    ('{"schema_version": "1.3", "error_summary": {"x": 1}, "m": {"unit": "ms", "avg": 1}}',
-     r": error_summary is an object, expected a list"),
-    ('{"schema_version": "1.3", "was_cancelled": "no", "m": {"unit": "ms", "avg": 1}}',
-     r": was_cancelled is a string, expected true or false"),
-    ('{"execution_metadata": "x", "m": {"unit": "ms", "avg": 1}}', r": execution_metadata is a string, expected an object"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"schema_version": "1.3", "x": {"unit": "ms", "avg": NaN}}', r": NaN is not a number a JSON export may hold"),
+        ('{"a": -Infinity}', r": -Infinity is not a number"),
+        ('{"a": 1e999}', r": inf is not a finite number"),
+        ('{"a": ' + "1" * 60 + "}", r": an integer of 60 digits \(more than 40\)"),
+        ('{"a": ' + "1" * 5000 + "}", r": Exceeds the limit \(4300 digits\)"),
+        ("[1, 2]", r": top level is an array, expected an object"),
+        ('{\n"a": 1,\n}', r":3: not JSON: Expecting property name enclosed in double quotes"),
+        (b'{"a": "\xff"}', r":1: not UTF-8 \(byte 0xff at offset 7\)"),
+        (
+            '{"schema_version": "1.3", "error_summary": {"x": 1}, "m": {"unit": "ms", "avg": 1}}',
+            r": error_summary is an object, expected a list",
+        ),
+        (
+            '{"schema_version": "1.3", "was_cancelled": "no", "m": {"unit": "ms", "avg": 1}}',
+            r": was_cancelled is a string, expected true or false",
+        ),
+        (
+            '{"execution_metadata": "x", "m": {"unit": "ms", "avg": 1}}',
+            r": execution_metadata is a string, expected an object",
+        ),
+    ],
+)
 def test_json_bounds_are_one_line_naming_the_file(text, message, tmp_path):
     p = tmp_path / EXPORT_JSON
     p.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -325,19 +427,24 @@ def test_json_bounds_are_one_line_naming_the_file(text, message, tmp_path):
     assert re.match(re.escape(str(p)) + message, str(ei.value)), str(ei.value)
 
 
-@pytest.mark.parametrize("line,message", [
-    ("[1]", r":3: top level is an array, expected an object"),
-    ('{"metadata": 5}', r":3: a record must be an object with 'metadata' and 'metrics' objects"),
-    ('{"metadata": {"was_cancelled": 1}}', r":3: metadata\.was_cancelled is a number, expected true or false"),
-    ('{"metadata": {"request_start_ns": "x"}}', r":3: metadata\.request_start_ns is a string, expected an integer"),
-    ('{"metadata": {}, "metrics": {"ttft": {"value": "x", "unit": "ms"}}}',
-     r":3: metrics\.ttft\.value is a string with unit 'ms', expected a number and a unit"),
-    ('{"metadata": {}, "metrics": {"ttft": 5}}', r":3: metrics\.ttft must be an object with a 'value'"),
-    ('{"metadata": {"x": ' + "[" * 40 + "]" * 40 + "}}", r":3: nested deeper than 32 levels"),
-    ('{"metadata": {"x": NaN}}', r":3: NaN is not a number"),
-    ("{" + "x" * 100, r":3: not JSON: "),
-    ('{"metadata": {}, "pad": "' + "x" * (4 << 20) + '"}', r":3: a record of more than 4194304 bytes"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("[1]", r":3: top level is an array, expected an object"),
+        ('{"metadata": 5}', r":3: a record must be an object with 'metadata' and 'metrics' objects"),
+        ('{"metadata": {"was_cancelled": 1}}', r":3: metadata\.was_cancelled is a number, expected true or false"),
+        ('{"metadata": {"request_start_ns": "x"}}', r":3: metadata\.request_start_ns is a string, expected an integer"),
+        (
+            '{"metadata": {}, "metrics": {"ttft": {"value": "x", "unit": "ms"}}}',
+            r":3: metrics\.ttft\.value is a string with unit 'ms', expected a number and a unit",
+        ),
+        ('{"metadata": {}, "metrics": {"ttft": 5}}', r":3: metrics\.ttft must be an object with a 'value'"),
+        ('{"metadata": {"x": ' + "[" * 40 + "]" * 40 + "}}", r":3: nested deeper than 32 levels"),
+        ('{"metadata": {"x": NaN}}', r":3: NaN is not a number"),
+        ("{" + "x" * 100, r":3: not JSON: "),
+        ('{"metadata": {}, "pad": "' + "x" * (4 << 20) + '"}', r":3: a record of more than 4194304 bytes"),
+    ],
+)
 def test_jsonl_bounds_name_the_record_line(line, message, tmp_path):
     real = (PUB / "trtllm-shim" / "c4" / EXPORT_JSONL).read_text().splitlines()
     p = tmp_path / EXPORT_JSONL

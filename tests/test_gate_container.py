@@ -41,9 +41,16 @@ def lock():
 @pytest.fixture(scope="session")
 def gate_image(docker_client, debian_base, lock, tmp_path_factory):
     """containers/gate-selftest built once per session (offline: wheels from the install step's cache)."""
-    opts = BuildOptions(root=REPO, lock=lock, fetch=FetchOptions.make(TOOLS, offline=True), offline=True,
-                        out_dir=tmp_path_factory.mktemp("build"), client=docker_client, show_progress=False)
-    img, = build_images(["gate-selftest"], opts)
+    opts = BuildOptions(
+        root=REPO,
+        lock=lock,
+        fetch=FetchOptions.make(TOOLS, offline=True),
+        offline=True,
+        out_dir=tmp_path_factory.mktemp("build"),
+        client=docker_client,
+        show_progress=False,
+    )
+    (img,) = build_images(["gate-selftest"], opts)
     return img
 
 
@@ -52,22 +59,34 @@ def _cli(*args) -> int:
 
 
 def test_vllm_local_test_runs_in_its_container_end_to_end(docker_client, gate_image, tmp_path):
-    root = small_root(tmp_path, "vllm")   # one cell (c4): the spec, the lock, AIPerf's constraints
-    for d in ("containers", "patches"):    # the gate's recipe chain (its plan names the image); copies: the
+    root = small_root(tmp_path, "vllm")  # one cell (c4): the spec, the lock, AIPerf's constraints
+    for d in ("containers", "patches"):  # the gate's recipe chain (its plan names the image); copies: the
         shutil.copytree(REPO / d, root / d)  # root is mounted into the container, a symlink would lead nowhere
     out = tmp_path / "out"
     (out / "vllm.json").parent.mkdir(parents=True)
-    (out / "vllm.json").write_text('{"stale": true}')   # an earlier run's report is never taken for this one
-    rc = _cli("vllm", "--container", "--image", gate_image.tag, "--profile", "local-test", "--arm", "deepep",
-              "--lock", str(root / "upstreams.lock"), "--out", str(out))
+    (out / "vllm.json").write_text('{"stale": true}')  # an earlier run's report is never taken for this one
+    rc = _cli(
+        "vllm",
+        "--container",
+        "--image",
+        gate_image.tag,
+        "--profile",
+        "local-test",
+        "--arm",
+        "deepep",
+        "--lock",
+        str(root / "upstreams.lock"),
+        "--out",
+        str(out),
+    )
     rep = json.loads((out / "vllm.json").read_text())
-    assert rc == 3, rep["reason"]   # a local-test pass is never evidence: exit 3, as on the host
+    assert rc == 3, rep["reason"]  # a local-test pass is never evidence: exit 3, as on the host
     assert rep["result"] == "pass" and rep["profile"] == "local-test" and rep["evidence"] is False
     ex = rep["provenance"]["execution"]
     assert ex["mode"] == "container" and ex["image"] == "gate-selftest"
     assert ex["image_id"] == gate_image.image_id == docker_client.images.get(gate_image.tag).id
     assert ex["lock_sha256"] == load(root / "upstreams.lock").sha256 and ex["container"]["exit_code"] == 3
-    assert ex["inner"]["environment"]["executable"] == "/opt/reprostack/venv/bin/python3"   # ran in the image
+    assert ex["inner"]["environment"]["executable"] == "/opt/reprostack/venv/bin/python3"  # ran in the image
     summary = (out / "summary.md").read_text()
     assert f"Ran in **container mode (gate-selftest {gate_image.image_id[:19]}…, lock " in summary
     # the raw server log, AIPerf's exports and the prefixed container log are in the out dir, as recorded
@@ -76,7 +95,10 @@ def test_vllm_local_test_runs_in_its_container_end_to_end(docker_client, gate_im
     for a in rep["artifacts"]:
         assert artifact_for(out / a["path"]).sha256 == a["sha256"]
     log = (out / "container" / "node0.log").read_text().splitlines()
-    assert all(line.startswith("[node 0] ") for line in log) and "[node 0] vllm [local-test]: PASS (local-test, not evidence)" in log[-2]
+    assert (
+        all(line.startswith("[node 0] ") for line in log)
+        and "[node 0] vllm [local-test]: PASS (local-test, not evidence)" in log[-2]
+    )
     assert not docker_client.containers.list(all=True, filters={"id": ex["container"]["container_id"]})
 
 
@@ -86,12 +108,17 @@ def test_a_container_that_writes_no_report_is_the_gates_error(docker_client, gat
     out = tmp_path / "out"
     out.mkdir()
     (out / "vllm.json").write_text('{"stale": true}')
-    rc = _cli("vllm", "--container", "--image", gate_image.tag, "--profile", "local-test", "--arm", "nope",
-              "--out", str(out))
+    rc = _cli(
+        "vllm", "--container", "--image", gate_image.tag, "--profile", "local-test", "--arm", "nope", "--out", str(out)
+    )
     rep = json.loads((out / "vllm.json").read_text())
     assert rc == 1 and rep["result"] == "error"
-    assert rep["reason"].startswith("the gate's container exited 2 without writing vllm.json (its last line: "
-                                    "reprostack: error: ") and "nope" in rep["reason"]
+    assert (
+        rep["reason"].startswith(
+            "the gate's container exited 2 without writing vllm.json (its last line: reprostack: error: "
+        )
+        and "nope" in rep["reason"]
+    )
     assert rep["provenance"]["execution"]["image_id"] == gate_image.image_id
 
 
@@ -100,8 +127,10 @@ def test_an_image_the_engine_cannot_start_is_one_line_and_loses_nothing(docker_c
     out = tmp_path / "out"
     out.mkdir()
     (out / "vllm.json").write_text('{"earlier": true}')
-    assert _cli("vllm", "--container", "--image", "reprostack-test/base:1", "--profile", "local-test",
-                "--out", str(out)) == 2
+    assert (
+        _cli("vllm", "--container", "--image", "reprostack-test/base:1", "--profile", "local-test", "--out", str(out))
+        == 2
+    )
     err = without_progress(capsys.readouterr().err).strip().splitlines()
     assert len(err) == 1 and err[0].startswith("reprostack: error: gate vllm: the engine refused node 0's container")
     assert (out / "vllm.json").read_text() == '{"earlier": true}'
@@ -118,14 +147,18 @@ def test_gpu_profile_container_carries_gpus_efa_devices_and_ulimits(lock):
     assert [(r["Count"], r["Capabilities"]) for r in kw["device_requests"]] == [(-1, [["gpu"]])]
     assert kw["devices"] == [f"{d}:{d}:rwm" for d in efa]
     assert {u["Name"]: (u["Soft"], u["Hard"]) for u in kw["ulimits"]} == {
-        "memlock": (-1, -1), "stack": (67108864, 67108864)}
+        "memlock": (-1, -1),
+        "stack": (67108864, 67108864),
+    }
     assert kw["network_mode"] == "host" and kw["ipc_mode"] == "host" and kw["shm_size"] == "32g"
     argv = kw["command"]
     assert argv[:6] == ["python3", "-m", "reprostack", "gate", "vllm", "--no-container"]
     assert argv[argv.index("--profile") + 1] == "p5en-efa-ep16" and argv[argv.index("--node-rank") + 1] == "1"
     assert {m["Target"]: m["ReadOnly"] for m in kw["mounts"]} == {
-        "/out": False, "/workspace": True, "/opt/reprostack/code/reprostack": True} | (
-        {"/models": True} if "/models" in {m["Target"] for m in kw["mounts"]} else {})
+        "/out": False,
+        "/workspace": True,
+        "/opt/reprostack/code/reprostack": True,
+    } | ({"/models": True} if "/models" in {m["Target"] for m in kw["mounts"]} else {})
 
 
 def test_container_without_an_engine_is_one_line_never_host_mode(tmp_path, capsys, monkeypatch):
@@ -146,33 +179,61 @@ def test_container_needs_a_profile(tmp_path, capsys):
 
 def test_image_without_container_is_refused(tmp_path, capsys):
     assert _cli("vllm", "--image", "x:1", "--out", str(tmp_path / "o")) == 2
-    assert without_progress(capsys.readouterr().err).strip() == "reprostack: error: --image IMAGE needs --container (host mode runs no image)"
-    with pytest.raises(SystemExit):   # argparse: the two modes exclude each other
+    assert (
+        without_progress(capsys.readouterr().err).strip()
+        == "reprostack: error: --image IMAGE needs --container (host mode runs no image)"
+    )
+    with pytest.raises(SystemExit):  # argparse: the two modes exclude each other
         cli.parser().parse_args(["gate", "vllm", "--container", "--no-container"])
 
 
 def _written(out: Path, **kw) -> Path:
     (out / "vllm").mkdir(parents=True, exist_ok=True)
     (out / "vllm" / "server.log").write_text("ready\n")
-    rep = GateReport("vllm", "local-test", Result.PASS, "ok", checks=[evaluate("x", "", 1, ">=", 1)],
-                     artifacts=[artifact_for(out / "vllm" / "server.log", relative_to=out)], started=utc_now(),
-                     ended=utc_now(), duration_s=1.0)
+    rep = GateReport(
+        "vllm",
+        "local-test",
+        Result.PASS,
+        "ok",
+        checks=[evaluate("x", "", 1, ">=", 1)],
+        artifacts=[artifact_for(out / "vllm" / "server.log", relative_to=out)],
+        started=utc_now(),
+        ended=utc_now(),
+        duration_s=1.0,
+    )
     for k, v in kw.items():
         setattr(rep, k, v)
     write_reports([rep], out)
     return out / "vllm.json"
 
 
-@pytest.mark.parametrize("damage, why", [
-    (lambda p: p.write_text("{not json"), "is not JSON"),
-    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "result": "great"})), "is not a gate report: result"),
-    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "gate": "sglang"})), "is for gate 'sglang'"),
-    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "started": "2000-01-01T00:00:00Z"})),
-     "not this run's report"),
-    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "artifacts": [
-        {"path": "../outside.log", "sha256": "0" * 64, "bytes": 1}]})), "names artifact '../outside.log', not a file"),
-    (lambda p: (p.parent / "vllm" / "server.log").write_text("changed\n"), "the file there has"),
-])
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda p: p.write_text("{not json"), "is not JSON"),
+        (
+            lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "result": "great"})),
+            "is not a gate report: result",
+        ),
+        (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "gate": "sglang"})), "is for gate 'sglang'"),
+        (
+            lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "started": "2000-01-01T00:00:00Z"})),
+            "not this run's report",
+        ),
+        (
+            lambda p: p.write_text(
+                json.dumps(
+                    {
+                        **json.loads(p.read_text()),
+                        "artifacts": [{"path": "../outside.log", "sha256": "0" * 64, "bytes": 1}],
+                    }
+                )
+            ),
+            "names artifact '../outside.log', not a file",
+        ),
+        (lambda p: (p.parent / "vllm" / "server.log").write_text("changed\n"), "the file there has"),
+    ],
+)
 def test_report_read_back_from_the_container_is_checked(tmp_path, damage, why):
     out = tmp_path / "out"
     before = utc_now()
@@ -186,6 +247,7 @@ def test_report_read_back_from_the_container_is_checked(tmp_path, damage, why):
 
 def test_prebuilt_aiperf_venv_must_carry_the_locks_marker(tmp_path, lock, monkeypatch):
     from reprostack.gates.aiperftool import ensure_aiperf
+
     venv = tmp_path / "aiperf"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "aiperf").write_text("")
@@ -198,7 +260,7 @@ def test_prebuilt_aiperf_venv_must_carry_the_locks_marker(tmp_path, lock, monkey
     sha = lock.get("aiperf").files[0].sha256
     (venv / ".reprostack-verified.json").write_text(json.dumps({"version": "0.10.0", "sha256": sha}))
     assert ensure_aiperf(lock, tmp_path / "cache", REPO).venv == venv
-    assert not (tmp_path / "cache").exists()   # used as is: nothing built
+    assert not (tmp_path / "cache").exists()  # used as is: nothing built
 
 
 def test_debian_base_records_what_it_holds(docker_client, debian_base):
@@ -206,9 +268,11 @@ def test_debian_base_records_what_it_holds(docker_client, debian_base):
     import hashlib
 
     from reprostack.containers.debianbase import DEBIAN_BASE, L_DATE, L_PACKAGES, request_key
+
     labels = docker_client.images.get(DEBIAN_BASE).labels
-    raw = docker_client.containers.run(DEBIAN_BASE, ["cat", "/etc/reprostack-debian-base.json"], remove=True,
-                                       network_mode="none")
+    raw = docker_client.containers.run(
+        DEBIAN_BASE, ["cat", "/etc/reprostack-debian-base.json"], remove=True, network_mode="none"
+    )
     info = json.loads(raw)
     lines = "".join(f"{k} {v}\n" for k, v in sorted(info["packages"].items()))
     assert info["request"] == request_key() and info["release"]["codename"] == "bookworm"

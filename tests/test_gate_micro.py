@@ -46,8 +46,11 @@ def test_real_spec():
     assert ep1.env == {"EP_DISABLE_GIN": "1"}
     assert [(b.metric, b.op, b.threshold) for b in ep1.bars] == [("dc_p50_us", "<=", 30)]
 
-    with pytest.raises(GateError, match=r"no profile 'ep8' \(known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, "
-                                        r"h200-nvl-ep8, p5en-efa-ep16\)"):
+    with pytest.raises(
+        GateError,
+        match=r"no profile 'ep8' \(known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, "
+        r"h200-nvl-ep8, p5en-efa-ep16\)",
+    ):
         spec.profile("ep8")
 
 
@@ -87,7 +90,10 @@ def test_spec_bar_without_source(tmp_path):
 
 def test_spec_duplicate_key_and_wrong_gate_name(tmp_path):
     p, text = broken_spec(tmp_path, "timeout-s: 1200\n", "timeout-s: 1200\ntimeout-s: 600\n")
-    assert spec_error(tmp_path) == f"{p}:{line_of(text, 'timeout-s: 600')}: timeout-s: duplicate key (first at line {line_of(text, 'timeout-s: 1200')})"
+    assert (
+        spec_error(tmp_path)
+        == f"{p}:{line_of(text, 'timeout-s: 600')}: timeout-s: duplicate key (first at line {line_of(text, 'timeout-s: 1200')})"
+    )
     p, text = broken_spec(tmp_path, "gate: micro\n", "gate: macro\n")
     assert spec_error(tmp_path) == f"{p}:{line_of(text, 'gate: macro')}: gate: is 'macro', file name says 'micro'"
 
@@ -107,25 +113,31 @@ def spec():
 EFA = [{"name": f"rdmap{i}s0", "pci": None, "ports": {}} for i in range(16)]
 
 
-@pytest.mark.parametrize("host,profile", [
-    ({"gpu_count": 1, "efa_devices": []}, "h200-ep1"),
-    ({"gpu_count": 8, "efa_devices": EFA}, "p5en-efa-ep16"),
-    ({"gpu_count": 2, "efa_devices": []}, "h200-nvl-ep2"),
-    ({"gpu_count": 4, "efa_devices": []}, "h200-nvl-ep4"),
-    ({"gpu_count": 8, "efa_devices": []}, "h200-nvl-ep8"),  # 8 GPUs, no EFA: one host over NVLink, not EP16
-    ({"gpu_count": 4, "efa_devices": [], "gpus": [{"name": "NVIDIA H200"}] * 4}, "h200-nvl-ep4"),
-])
+@pytest.mark.parametrize(
+    "host,profile",
+    [
+        ({"gpu_count": 1, "efa_devices": []}, "h200-ep1"),
+        ({"gpu_count": 8, "efa_devices": EFA}, "p5en-efa-ep16"),
+        ({"gpu_count": 2, "efa_devices": []}, "h200-nvl-ep2"),
+        ({"gpu_count": 4, "efa_devices": []}, "h200-nvl-ep4"),
+        ({"gpu_count": 8, "efa_devices": []}, "h200-nvl-ep8"),  # 8 GPUs, no EFA: one host over NVLink, not EP16
+        ({"gpu_count": 4, "efa_devices": [], "gpus": [{"name": "NVIDIA H200"}] * 4}, "h200-nvl-ep4"),
+    ],
+)
 def test_choose_profile_by_host(spec, host, profile):
     assert choose_profile(spec, None, host).name == profile
 
 
-@pytest.mark.parametrize("host", [
-    {"gpu_count": 3, "efa_devices": []},
-    {"gpu_count": 16, "efa_devices": []},
-    {"gpu_count": 4, "efa_devices": [], "gpus": [{"name": "NVIDIA A100-SXM4-80GB"}] * 4},  # H200 profiles only
-    {"gpu_count": 1, "efa_devices": EFA},
-    {},
-])
+@pytest.mark.parametrize(
+    "host",
+    [
+        {"gpu_count": 3, "efa_devices": []},
+        {"gpu_count": 16, "efa_devices": []},
+        {"gpu_count": 4, "efa_devices": [], "gpus": [{"name": "NVIDIA A100-SXM4-80GB"}] * 4},  # H200 profiles only
+        {"gpu_count": 1, "efa_devices": EFA},
+        {},
+    ],
+)
 def test_choose_profile_no_match_names_known_profiles(spec, host):
     with pytest.raises(ReprostackError) as ei:
         choose_profile(spec, None, host)
@@ -152,11 +164,33 @@ def test_local_launch():
 
 
 def test_torchrun_launch():
-    l = launchers.torchrun("/py", "/t/test_ep.py", ["--num-sms", "4"], gpus=8, nodes=2, node_rank=1,
-                           master_addr="10.0.0.1", master_port=29500)
-    assert l.argv == ["/py", "-X", "faulthandler", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
-                      "--node-rank=1", "--master-addr=10.0.0.1", "--master-port=29500",
-                      "/t/test_ep.py", "--num-processes", "8", "--num-sms", "4"]
+    l = launchers.torchrun(
+        "/py",
+        "/t/test_ep.py",
+        ["--num-sms", "4"],
+        gpus=8,
+        nodes=2,
+        node_rank=1,
+        master_addr="10.0.0.1",
+        master_port=29500,
+    )
+    assert l.argv == [
+        "/py",
+        "-X",
+        "faulthandler",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--node-rank=1",
+        "--master-addr=10.0.0.1",
+        "--master-port=29500",
+        "/t/test_ep.py",
+        "--num-processes",
+        "8",
+        "--num-sms",
+        "4",
+    ]
     # torchrun itself sets WORLD_SIZE = nnodes x 1 and RANK = node rank (test_ep.py's contract)
     assert l.env == {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -191,8 +225,9 @@ def test_micro_without_gpu_is_a_skip_and_exit_3(tmp_path, gpu_less, profile):
     root = tmp_path / "project"
     lock = load(write_project(root, stack))
     out = tmp_path / "out"
-    opts = MicroOptions(root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-                        out_dir=out, profile=profile)
+    opts = MicroOptions(
+        root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")), out_dir=out, profile=profile
+    )
 
     rep = run_micro(opts)
     assert rep.gate == "micro" and rep.result == "skip" and rep.required is True
@@ -243,8 +278,12 @@ def test_micro_fetch_failure_is_an_operator_error_not_a_report(tmp_path, gpu_les
     stack = make_stack(tmp_path / "srv")
     root = tmp_path / "project"
     lock = load(write_project(root, stack))
-    opts = MicroOptions(root=root, lock=lock, out_dir=tmp_path / "out",
-                        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache"), offline=True))
+    opts = MicroOptions(
+        root=root,
+        lock=lock,
+        out_dir=tmp_path / "out",
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache"), offline=True),
+    )
     with pytest.raises(ReprostackError, match="is not in the cache"):
         run_micro(opts)
     assert not (tmp_path / "out").exists()

@@ -27,25 +27,40 @@ from trialslog import REAL_EP1_DC, marker, real_ep1_texts, trials_log
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures" / "arms"
-MARKS = (("*", "dispatch", "copy"), ("-", "expanded dispatch", "copy"), ("#", "cached dispatch", "copy"),
-         ("@", "combine", "reduce"), ("+", "reduced combine", "reduce"))
+MARKS = (
+    ("*", "dispatch", "copy"),
+    ("-", "expanded dispatch", "copy"),
+    ("#", "cached dispatch", "copy"),
+    ("@", "combine", "reduce"),
+    ("+", "reduced combine", "reduce"),
+)
 
 
 def ep2_log(shift: float = 0.0) -> str:
     """An EP2 test_ep.py output in its printed shapes (numbers invented; times + `shift`)."""
-    out = ["Config:", " > Ranks: 1 x 2", " > Experts: 8/256", " > Tokens: 128 (max: 128), hidden: 7168",
-           " > #SM: 132, #QPs: 129/129", "", "Running all test cases:",
-           " > Testing with do_handle_copy=1, expert_alignment=128, use_fp8_dispatch=1, num_bias=0, "
-           "with_previous_event=0, async_with_compute_stream=0, allocate_on_comm_stream=0 ..."]
+    out = [
+        "Config:",
+        " > Ranks: 1 x 2",
+        " > Experts: 8/256",
+        " > Tokens: 128 (max: 128), hidden: 7168",
+        " > #SM: 132, #QPs: 129/129",
+        "",
+        "Running all test cases:",
+        " > Testing with do_handle_copy=1, expert_alignment=128, use_fp8_dispatch=1, num_bias=0, "
+        "with_previous_event=0, async_with_compute_stream=0, allocate_on_comm_stream=0 ...",
+    ]
     for i, (m, phase, aux) in enumerate(MARKS):
         for r in range(2):
-            out.append(f"   {m} EP: {r:3}/2 | {phase}: 0 GB/s (SO), {200 + 10 * i + r} GB/s (SU), "
-                       f"{20.0 + i + r + shift:.3f} us, 1500000 bytes | {aux}: 800 GB/s, 3.000 us")
+            out.append(
+                f"   {m} EP: {r:3}/2 | {phase}: 0 GB/s (SO), {200 + 10 * i + r} GB/s (SU), "
+                f"{20.0 + i + r + shift:.3f} us, 1500000 bytes | {aux}: 800 GB/s, 3.000 us"
+            )
     return "\n".join(out) + "\n"
 
 
-def stand_in_python(tmp_path: Path, trials_text: str, *, nccl_runtime: str | None = "2.30.4",
-                    mapped: list[str] | None = None) -> str:
+def stand_in_python(
+    tmp_path: Path, trials_text: str, *, nccl_runtime: str | None = "2.30.4", mapped: list[str] | None = None
+) -> str:
     """An 'interpreter' that prints `trials_text` for the trials driver (test_ep + dense arm in one launch) and
     the legacy fixture for test_intranode.py. Each rank that says `done` also leaves the driver's one-NCCL record
     (this host; `mapped`, default the stand-in build's libnccl.so.2, see gpu_host; ncclGetVersion `nccl_runtime`);
@@ -55,19 +70,31 @@ def stand_in_python(tmp_path: Path, trials_text: str, *, nccl_runtime: str | Non
     lib.write_bytes(b"stand-in libnccl")
     if nccl_runtime is not None:
         ranks = [m.get("rank") for _, m in markers(trials_text) if m.get("event") == "done"]
-        trials_text += "".join(marker(event="nccl", rank=r, host=socket.gethostname(), runtime=nccl_runtime,
-                                      mapped=mapped if mapped is not None else [os.path.realpath(lib)],
-                                      torch_built_with="2.28.9", deep_ep="/x/deep_ep") + "\n" for r in ranks)
+        trials_text += "".join(
+            marker(
+                event="nccl",
+                rank=r,
+                host=socket.gethostname(),
+                runtime=nccl_runtime,
+                mapped=mapped if mapped is not None else [os.path.realpath(lib)],
+                torch_built_with="2.28.9",
+                deep_ep="/x/deep_ep",
+            )
+            + "\n"
+            for r in ranks
+        )
     log = tmp_path / "trials.log"
     log.write_text(trials_text)
     p = tmp_path / "py"
-    p.write_text("#!/bin/sh\n"
-                 f'echo "$@" >> {tmp_path}/calls\n'
-                 'case "$*" in\n'
-                 f'  *micro_trials.py*) cat {log} ;;\n'
-                 f'  *test_intranode.py*) cat {FIX / "legacy_ep8.log"} ;;\n'
-                 '  *) echo "unexpected: $*"; exit 9 ;;\n'
-                 'esac\n')
+    p.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {tmp_path}/calls\n'
+        'case "$*" in\n'
+        f"  *micro_trials.py*) cat {log} ;;\n"
+        f"  *test_intranode.py*) cat {FIX / 'legacy_ep8.log'} ;;\n"
+        '  *) echo "unexpected: $*"; exit 9 ;;\n'
+        "esac\n"
+    )
     p.chmod(p.stat().st_mode | stat.S_IXUSR)
     return str(p)
 
@@ -80,11 +107,21 @@ def gpu_host(tmp_path, monkeypatch):
     def built(component: str) -> SimpleNamespace:
         out = tmp_path / "builds" / component
         (out / "build" / "lib").mkdir(parents=True, exist_ok=True)
-        return SimpleNamespace(component=component, key=f"{component}-key", out=out, reused=True,
-                               info={"seconds": 0.0, "version": "2.30.4"}, log=out / "build.log")
+        return SimpleNamespace(
+            component=component,
+            key=f"{component}-key",
+            out=out,
+            reused=True,
+            info={"seconds": 0.0, "version": "2.30.4"},
+            log=out / "build.log",
+        )
 
-    monkeypatch.setattr(micro.hostinfo, "collect", lambda: dict(host, gpus=[{"name": "NVIDIA H200"}] * host["gpu_count"]))
-    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
+    monkeypatch.setattr(
+        micro.hostinfo, "collect", lambda: dict(host, gpus=[{"name": "NVIDIA H200"}] * host["gpu_count"])
+    )
+    monkeypatch.setattr(
+        micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})
+    )
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
     return host
@@ -104,8 +141,14 @@ def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) 
     (root / "gates" / "micro.yaml").write_text(yaml)
     for d in ("dense_a2a.py", "micro_trials.py"):
         (root / "gates" / "drivers" / d).write_text((REPO_ROOT / "gates/drivers" / d).read_text())
-    return micro.MicroOptions(root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-                              out_dir=tmp_path / "out", python=python, **kw)
+    return micro.MicroOptions(
+        root=root,
+        lock=lock,
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+        out_dir=tmp_path / "out",
+        python=python,
+        **kw,
+    )
 
 
 def test_ep1_k3_with_dense_arm_passes_on_the_interval_of_real_logs(tmp_path, gpu_host):
@@ -113,7 +156,12 @@ def test_ep1_k3_with_dense_arm_passes_on_the_interval_of_real_logs(tmp_path, gpu
     py = stand_in_python(tmp_path, text)
     rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=3))
     assert rep.result == "pass", rep.reason
-    assert [c.metric for c in rep.checks] == ["ranks_x_phases_missing", "nccl_runtime", "dc_p50_us", "dense_arm_complete"]
+    assert [c.metric for c in rep.checks] == [
+        "ranks_x_phases_missing",
+        "nccl_runtime",
+        "dc_p50_us",
+        "dense_arm_complete",
+    ]
     st = rep.data["statistics"]
     assert st["dc_p50_us"]["samples"] == REAL_EP1_DC and st["dc_p50_us"]["n"] == 3
     lo, hi = st["dc_p50_us"]["ci95"]
@@ -131,8 +179,12 @@ def test_ep1_k3_with_dense_arm_passes_on_the_interval_of_real_logs(tmp_path, gpu
     assert values["dispatch_su_gbs_p50"]["value"] == 113  # first trial's figure
     calls = (tmp_path / "calls").read_text().splitlines()
     assert len(calls) == 1  # one launch: both arms, every trial
-    assert "micro_trials.py --num-processes 1 --test-ep " in calls[0] and "tests/elastic/test_ep.py --trials 3 " \
-        "--arms deepep,dense --dense-warmup 20 --dense-iters 100 --dense-seed 0 --num-tokens 128" in calls[0]
+    assert (
+        "micro_trials.py --num-processes 1 --test-ep " in calls[0]
+        and "tests/elastic/test_ep.py --trials 3 "
+        "--arms deepep,dense --dense-warmup 20 --dense-iters 100 --dense-seed 0 --num-tokens 128"
+        in calls[0]
+    )
     assert {a.path for a in rep.artifacts} >= {"micro/test_ep.log"}
     write_reports([rep], tmp_path / "out", required={"micro"})
     validate_report(json.loads((tmp_path / "out" / "micro.json").read_text()))
@@ -175,12 +227,19 @@ def test_nvl_ep2_is_detected_runs_every_arm_and_never_passes(tmp_path, gpu_host)
     assert rep.profile == "h200-nvl-ep2"
     step = "test_ep [h200-nvl-ep2] x2 trial(s)"  # one plain line per trial, from rank 0's DeepEP markers only
     assert [x for x in stream.getvalue().splitlines() if x.startswith(f"  {step}")] == [
-        f"  {step}: trial 1/2", f"  {step}: trial 2/2"]
+        f"  {step}: trial 1/2",
+        f"  {step}: trial 2/2",
+    ]
     assert f"{step}: started, first run, no estimate; full log " in stream.getvalue()
     assert rep.result == "fail" and rep.reason == "profile h200-nvl-ep2 has no measured bar yet; numbers reported"
     assert all(c.passed for c in rep.checks[:-1]) and rep.checks[-1].metric == "bars_status"
-    assert [c.metric for c in rep.checks] == ["ranks_x_phases_missing", "nccl_runtime", "dense_arm_complete",
-                                              "legacy_complete", "bars_status"]
+    assert [c.metric for c in rep.checks] == [
+        "ranks_x_phases_missing",
+        "nccl_runtime",
+        "dense_arm_complete",
+        "legacy_complete",
+        "bars_status",
+    ]
     assert rep.data["statistics"]["dispatch_p50_us"]["samples"] == [20.5, 21.0]
     values = {m["metric"]: m["value"] for m in rep.data["metrics"]}
     assert values["dispatch_p50_us"] == 20.75 and values["combine_su_gbs_p50"] == 230.5
@@ -217,15 +276,17 @@ def test_host_no_profile_fits_is_a_skip_naming_why(tmp_path, gpu_host):
     assert exit_code([rep], {"micro"}) == 3
 
 
-
-@pytest.mark.parametrize("case, why", [
-    ("two", "rank 0: expected exactly one NCCL, the pinned build in"),
-    ("foreign", "rank 0: expected exactly one NCCL, the pinned build in"),
-    ("none", "no rank on this host"),
-    ("other-host", "no rank on this host"),
-    ("error", "rank 0: reading its NCCL failed: OSError: boom"),
-    ("shape", "one-NCCL record without a list of mapped libraries"),
-])
+@pytest.mark.parametrize(
+    "case, why",
+    [
+        ("two", "rank 0: expected exactly one NCCL, the pinned build in"),
+        ("foreign", "rank 0: expected exactly one NCCL, the pinned build in"),
+        ("none", "no rank on this host"),
+        ("other-host", "no rank on this host"),
+        ("error", "rank 0: reading its NCCL failed: OSError: boom"),
+        ("shape", "one-NCCL record without a list of mapped libraries"),
+    ],
+)
 def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, gpu_host, case, why):
     """No separate check process (issue 17): the ranks that measured say what they mapped; anything but exactly the
     pinned NCCL on every rank of this host is an ERROR naming the rank, even with every figure in the log."""
@@ -239,8 +300,16 @@ def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, g
         kw["nccl_runtime"] = None
     elif case == "other-host":
         kw["nccl_runtime"] = None
-        text += marker(event="nccl", rank=0, host=socket.gethostname() + "-other", runtime="2.30.4",
-                       mapped=[str(tmp_path / "builds/nccl/build/lib/libnccl.so.2")]) + "\n"
+        text += (
+            marker(
+                event="nccl",
+                rank=0,
+                host=socket.gethostname() + "-other",
+                runtime="2.30.4",
+                mapped=[str(tmp_path / "builds/nccl/build/lib/libnccl.so.2")],
+            )
+            + "\n"
+        )
     elif case == "error":
         kw["nccl_runtime"] = None
         text += marker(event="nccl", rank=0, host=socket.gethostname(), error="OSError: boom") + "\n"
@@ -254,7 +323,13 @@ def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, g
 
 
 def test_the_ranks_nccl_version_must_be_the_pinned_one(tmp_path, gpu_host):
-    rep = micro.run_micro(options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3)),
-                                                            nccl_runtime="2.28.9"), profile="h200-ep1", trials=3))
+    rep = micro.run_micro(
+        options(
+            tmp_path,
+            stand_in_python(tmp_path, trials_log(real_ep1_texts(3)), nccl_runtime="2.28.9"),
+            profile="h200-ep1",
+            trials=3,
+        )
+    )
     assert rep.result == "fail" and "nccl_runtime" in rep.reason
     assert rep.data["nccl_check"].startswith("in the measuring process of rank(s) [0]")

@@ -60,11 +60,13 @@ def test_spec_measured_profile_needs_a_bar(tmp_path):
 def test_spec_bad_bars_status_and_lonely_limit(tmp_path):
     old = "    bars-status: unmeasured\n    bars: []\n  h200-nvl-ep8:"
     p, text = broken_spec(tmp_path, old, "    bars-status: maybe\n    bars: []\n  h200-nvl-ep8:")
-    assert spec_error(tmp_path).startswith(f"{p}:{line_of(text, 'bars-status: maybe')}: profiles.h200-nvl-ep4.bars-status: ")
-    old = "    scale-up-limit-gbs: 450\n    scale-up-limit-source: *nvl4\n    env:\n      EP_DISABLE_GIN: \"1\"\n      #"
+    assert spec_error(tmp_path).startswith(
+        f"{p}:{line_of(text, 'bars-status: maybe')}: profiles.h200-nvl-ep4.bars-status: "
+    )
+    old = '    scale-up-limit-gbs: 450\n    scale-up-limit-source: *nvl4\n    env:\n      EP_DISABLE_GIN: "1"\n      #'
     text = (REPO_ROOT / "gates/micro.yaml").read_text()
     assert text.count(old) == 3
-    bad = text.replace(old, "    scale-up-limit-gbs: 450\n    env:\n      EP_DISABLE_GIN: \"1\"\n      #", 1)
+    bad = text.replace(old, '    scale-up-limit-gbs: 450\n    env:\n      EP_DISABLE_GIN: "1"\n      #', 1)
     (tmp_path / "gates/micro.yaml").write_text(bad)
     with pytest.raises(GateSpecError, match=r"profiles\.h200-nvl-ep2: 'scale-up-limit-source' is a dependency"):
         load_spec(tmp_path, "micro")
@@ -74,7 +76,10 @@ def test_spec_bad_bars_status_and_lonely_limit(tmp_path):
 
 
 def _passing_checks():
-    return [evaluate("ranks_x_phases_missing", "lines", 0, "==", 0), evaluate("nccl_runtime", "version", "2.30.4", "==", "2.30.4")]
+    return [
+        evaluate("ranks_x_phases_missing", "lines", 0, "==", 0),
+        evaluate("nccl_runtime", "version", "2.30.4", "==", "2.30.4"),
+    ]
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
@@ -84,8 +89,14 @@ def test_unmeasured_profile_never_passes(spec, n, tmp_path):
     assert result == "fail" and reason == f"profile h200-nvl-ep{n} has no measured bar yet; numbers reported"
     bar = checks[-1]
     assert (bar.metric, bar.value, bar.threshold, bar.passed) == ("bars_status", "unmeasured", "measured", False)
-    rep = GateReport("micro", f"h200-nvl-ep{n}", result, reason, checks=checks,
-                     data={"metrics": [{"metric": "dc_p50_us", "unit": "us", "value": 42.0, "note": None}]})
+    rep = GateReport(
+        "micro",
+        f"h200-nvl-ep{n}",
+        result,
+        reason,
+        checks=checks,
+        data={"metrics": [{"metric": "dc_p50_us", "unit": "us", "value": 42.0, "note": None}]},
+    )
     write_reports([rep], tmp_path, required={"micro"})
     assert exit_code([rep], {"micro"}) == 1
     doc = json.loads((tmp_path / "micro.json").read_text())
@@ -94,9 +105,13 @@ def test_unmeasured_profile_never_passes(spec, n, tmp_path):
 
 
 def test_unmeasured_reason_keeps_other_failures(spec):
-    checks = _passing_checks() + [evaluate("dense_arm_complete", "", False, "==", True, note="done: rank(s) 3 did not finish")]
+    checks = _passing_checks() + [
+        evaluate("dense_arm_complete", "", False, "==", True, note="done: rank(s) 3 did not finish")
+    ]
     result, reason = verdict(spec.profile("h200-nvl-ep2"), checks)
-    assert result == "fail" and reason.startswith("profile h200-nvl-ep2 has no measured bar yet; numbers reported; also: ")
+    assert result == "fail" and reason.startswith(
+        "profile h200-nvl-ep2 has no measured bar yet; numbers reported; also: "
+    )
     assert "dense_arm_complete = False" in reason
 
 
@@ -115,7 +130,9 @@ def test_scale_up_figures_on_the_real_ep1_log(spec):
     assert v["dispatch_su_gbs_p50"] == 113 and v["cached_dispatch_su_gbs_p50"] == 185
     assert v["combine_su_gbs_p50"] == 312 and v["reduced_combine_su_gbs_p50"] == 96
     assert all(v[f"{metrics.slug(p)}_so_gbs_p50"] == 0 for p in parsed.phases)
-    assert v["dispatch_su_nvlink_ratio"] == pytest.approx(113 / 450) and v["combine_su_nvlink_ratio"] == pytest.approx(312 / 450)
+    assert v["dispatch_su_nvlink_ratio"] == pytest.approx(113 / 450) and v["combine_su_nvlink_ratio"] == pytest.approx(
+        312 / 450
+    )
     assert v["dispatch_p50_us"] == 8.449 and v["combine_p50_us"] == 5.889 and round(v["dc_p50_us"], 3) == 14.338
     assert metrics.deepep_metrics(parsed, None)["dispatch_su_nvlink_ratio"] is None
     rows = metrics.rows(v, spec.profile("h200-ep1").scale_up_limit_source)
@@ -147,7 +164,9 @@ def test_legacy_ep8_complete():
     assert fp8["sweep_points"] == 16 and comb["sweep_points"] == 17 and fp8["default"] is not None
     best_line = next(ln for ln in (FIX / "legacy_ep8.log").read_text().splitlines() if "Best combine" in ln)
     assert f"t: {comb['best']['us']:.2f} us" in best_line and f"NVL chunk {comb['best']['nvl_chunk']}:" in best_line
-    assert p.dc_us == pytest.approx(fp8["best"]["us"] + comb["best"]["us"]) and p.dc_basis.startswith("best dispatch (FP8)")
+    assert p.dc_us == pytest.approx(fp8["best"]["us"] + comb["best"]["us"]) and p.dc_basis.startswith(
+        "best dispatch (FP8)"
+    )
     v = metrics.legacy_metrics(p)
     assert v["legacy_dispatch_fp8_us"] == fp8["best"]["us"] and v["legacy_dc_us"] == p.dc_us
     assert v["legacy_combine_gbs"] == comb["best"]["gbs"]

@@ -14,8 +14,14 @@ from reprostack.lock import load
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = load(ROOT / "upstreams.lock")
-IMAGES = {"micro": "deepep", "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "megatron": "megatron",
-          "nemo-rl": "nemo-rl"}
+IMAGES = {
+    "micro": "deepep",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "trtllm": "trtllm",
+    "megatron": "megatron",
+    "nemo-rl": "nemo-rl",
+}
 
 
 @pytest.mark.parametrize("gate", list(IMAGES))
@@ -45,7 +51,7 @@ def test_plan_commands_are_the_gates_own(tmp_path):
     assert dict(micro.env)["NCCL_GIN_TYPE"] == "2"
     vllm = gate_plan(registry.gate("vllm"), ROOT, LOCK, out_dir=tmp_path, images_json=tmp_path / "x")
     assert vllm.commands[0].argv[:2] == ("vllm", "serve") and "--headless" in vllm.commands[1].argv
-    assert dict(vllm.env)["FI_PROVIDER"] == "efa" and "PATH" not in dict(vllm.env)   # the spec's env only
+    assert dict(vllm.env)["FI_PROVIDER"] == "efa" and "PATH" not in dict(vllm.env)  # the spec's env only
     models = next(m for m in vllm.mounts if m.what == "models")
     assert dict(vllm.env)["HF_HOME"] == models.target == "/models" and models.read_only
     assert models.source.startswith("/") and "$" not in models.source
@@ -58,12 +64,19 @@ def test_plan_commands_are_the_gates_own(tmp_path):
 
 def test_one_gpu_profile_and_a_build_summary_give_the_built_image(tmp_path):
     summary = tmp_path / "images.json"
-    summary.write_text(json.dumps({"images": [{"name": "deepep", "tag": "reprostack/deepep:0123456789abcdef",
-                                               "image_id": "sha256:" + "ab" * 32}]}))
+    summary.write_text(
+        json.dumps(
+            {
+                "images": [
+                    {"name": "deepep", "tag": "reprostack/deepep:0123456789abcdef", "image_id": "sha256:" + "ab" * 32}
+                ]
+            }
+        )
+    )
     p = gate_plan(registry.gate("micro"), ROOT, LOCK, profile="h200-ep1", out_dir=tmp_path, images_json=summary)
     assert (p.nodes, p.gpus_per_node, p.efa_devices_per_node) == (1, 1, 0)
     assert p.image.image_id == "sha256:" + "ab" * 32 and docker_run_kwargs(p, 0)["image"] == p.image.image_id
-    summary.write_text("{not json")          # a stale or foreign summary loses the ids, never the plan
+    summary.write_text("{not json")  # a stale or foreign summary loses the ids, never the plan
     assert gate_plan(registry.gate("micro"), ROOT, LOCK, out_dir=tmp_path, images_json=summary).image.image_id is None
 
 
@@ -71,15 +84,22 @@ def test_cli_plan_prints_and_runs_nothing(tmp_path, capsys):
     out = tmp_path / "gates"
     assert cli.main(["gate", "trtllm", "--plan", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "launch plan: gate trtllm [p5en-efa-ep16] (nothing was run)" in text and "cuda:12.9.0-devel-ubuntu24.04" in text
+    assert (
+        "launch plan: gate trtllm [p5en-efa-ep16] (nothing was run)" in text and "cuda:12.9.0-devel-ubuntu24.04" in text
+    )
     assert not out.exists()
     assert cli.main(["all-gates", "--plan", "--json", "--profile", "h200-ep1", "--out", str(out)]) == 0
     plans = json.loads(capsys.readouterr().out)
     assert {p["gate"]: p["profile"] for p in plans} == {
-        "micro": "h200-ep1", "vllm": "p5en-efa-ep16", "sglang": "p5en-efa-ep16", "trtllm": "p5en-efa-ep16",
-        "megatron": "h200-ep1", "nemo_rl": "p5en-efa-2x8"}
+        "micro": "h200-ep1",
+        "vllm": "p5en-efa-ep16",
+        "sglang": "p5en-efa-ep16",
+        "trtllm": "p5en-efa-ep16",
+        "megatron": "h200-ep1",
+        "nemo_rl": "p5en-efa-2x8",
+    }
     assert cli.main(["all-gates", "--plan", "--out", str(out)]) == 0
-    text = capsys.readouterr().out   # titles name each gate as `reprostack gate NAME` takes it
+    text = capsys.readouterr().out  # titles name each gate as `reprostack gate NAME` takes it
     assert "launch plan: gate nemo-rl [p5en-efa-2x8]" in text and "gate nemo_rl [" not in text
     assert cli.main(["gate", "micro", "--plan", "--profile", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -33,10 +33,22 @@ def test_registry_loads_each_spec_through_its_own_schema():
     specs = registry.load_all(REPO_ROOT)
     assert list(specs) == ["micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl"] == list(registry.GATE_ORDER)
     kinds = {n: type(s) for n, s in specs.items()}
-    assert kinds == {"micro": GateSpec, "vllm": ServingSpec, "sglang": ServingSpec, "trtllm": ServingSpec,
-                     "megatron": TrainingSpec, "nemo-rl": TrainingSpec}
+    assert kinds == {
+        "micro": GateSpec,
+        "vllm": ServingSpec,
+        "sglang": ServingSpec,
+        "trtllm": ServingSpec,
+        "megatron": TrainingSpec,
+        "nemo-rl": TrainingSpec,
+    }
     assert [registry.gate(n).requirements(REPO_ROOT) for n in specs] == [
-        (), ("micro",), ("micro",), ("micro",), ("micro",), ("megatron",)]
+        (),
+        ("micro",),
+        ("micro",),
+        ("micro",),
+        ("micro",),
+        ("megatron",),
+    ]
     assert registry.gate("nemo_rl") is registry.gate("nemo-rl")
     with pytest.raises(GateError, match="no gate 'nemo'"):
         registry.gate("nemo")
@@ -81,14 +93,25 @@ def passed(g) -> GateReport:
 def h200(monkeypatch, gpu_less):
     """A one-GPU H200 without EFA; micro and megatron (which would build kernels) pass as they did there."""
     monkeypatch.setattr("reprostack.hostinfo.collect", lambda **kw: dict(H200))
-    monkeypatch.setattr(runner, "run_gate",
-                        lambda g, *a: passed(g) if g.name in ("micro", "megatron") else real_run_gate(g, *a))
+    monkeypatch.setattr(
+        runner, "run_gate", lambda g, *a: passed(g) if g.name in ("micro", "megatron") else real_run_gate(g, *a)
+    )
 
 
 def all_gates(root: Path, tmp_path: Path, capsys, *extra: str) -> tuple[int, str, str, Path]:
     out = tmp_path / "reports"
-    code = cli.main(["all-gates", "--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache"),
-                     "--out", str(out), *extra])
+    code = cli.main(
+        [
+            "all-gates",
+            "--lock",
+            str(root / "upstreams.lock"),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     o, e = capsys.readouterr()
     return code, o, e, out
 
@@ -99,8 +122,13 @@ def test_all_gates_on_one_h200_ends_with_the_combined_report(tmp_path, h200, cap
     assert code == 3, err
     summary = json.loads((reports / "summary.json").read_text())
     assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
-        ("micro", "pass"), ("vllm", "skip"), ("sglang", "skip"), ("trtllm", "skip"), ("megatron", "pass"),
-        ("nemo_rl", "skip")]
+        ("micro", "pass"),
+        ("vllm", "skip"),
+        ("sglang", "skip"),
+        ("trtllm", "skip"),
+        ("megatron", "pass"),
+        ("nemo_rl", "skip"),
+    ]
     assert summary["missing"] == [] and summary["exit_code"] == 3
     rl = json.loads((reports / "nemo_rl.json").read_text())
     assert rl["result"] == "skip" and "nemo_rl.yaml: no profile for this host (1 GPU(s), EFA: False)" in rl["reason"]
@@ -139,10 +167,18 @@ def test_all_gates_bad_spec_and_crash_become_error_reports(tmp_path, h200, monke
     assert code == 1
     by = {g["gate"]: g for g in json.loads((reports / "summary.json").read_text())["gates"]}
     assert [(g, r["result"]) for g, r in by.items()] == [
-        ("micro", "pass"), ("vllm", "error"), ("sglang", "error"), ("trtllm", "skip"), ("megatron", "pass"),
-        ("nemo_rl", "skip")]
-    assert by["vllm"]["reason"].startswith("spec: ") and "vllm.yaml:9: requires[0]: 'megatron' is not a gate that " \
-                                                         "runs before vllm (those: micro)" in by["vllm"]["reason"]
+        ("micro", "pass"),
+        ("vllm", "error"),
+        ("sglang", "error"),
+        ("trtllm", "skip"),
+        ("megatron", "pass"),
+        ("nemo_rl", "skip"),
+    ]
+    assert (
+        by["vllm"]["reason"].startswith("spec: ")
+        and "vllm.yaml:9: requires[0]: 'megatron' is not a gate that runs before vllm (those: micro)"
+        in by["vllm"]["reason"]
+    )
     assert by["sglang"]["reason"] == "internal error: RuntimeError: boom (traceback on stderr)"
     assert "Traceback" in err and "RuntimeError: boom" in err
     assert "sglang [-]: ERROR — internal error: RuntimeError: boom" in out
@@ -159,7 +195,8 @@ def test_all_gates_with_a_bad_micro_spec_reports_it_and_blocks_its_dependents(tm
     assert by["micro"]["result"] == "error" and "micro.yaml:18: " in by["micro"]["reason"]
     assert "timeout-sec" in by["micro"]["reason"] and "\n" not in by["micro"]["reason"]
     assert {g: r["result"] for g, r in by.items() if g != "micro"} == dict.fromkeys(
-        ["vllm", "sglang", "trtllm", "megatron", "nemo_rl"], "not-run")
+        ["vllm", "sglang", "trtllm", "megatron", "nemo_rl"], "not-run"
+    )
     assert by["nemo_rl"]["reason"].endswith("(root cause: gate micro)")
 
 
@@ -168,8 +205,9 @@ def test_single_gate_with_bad_spec_still_exits_2_with_one_line(tmp_path, gpu_les
     micro = root / "gates" / "micro.yaml"
     micro.write_text(micro.read_text().replace("timeout-s:", "timeout-sec:", 1))
     out = tmp_path / "reports"
-    code = cli.main(["gate", "micro", "--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache"),
-                     "--out", str(out)])
+    code = cli.main(
+        ["gate", "micro", "--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache"), "--out", str(out)]
+    )
     err = without_progress(capsys.readouterr().err)
     assert code == 2 and err.startswith("reprostack: error: ") and "micro.yaml:" in err and len(err.splitlines()) == 1
     assert not out.exists()

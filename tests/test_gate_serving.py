@@ -76,7 +76,11 @@ def test_real_specs(gate):
     assert s.model == "Qwen/Qwen3-30B-A3B-FP8" and s.requires == ("micro",)
     assert [(c.name, c.concurrency, c.requests) for c in s.cells] == [("c4", 4, 40), ("c8", 8, 64), ("c32", 32, 128)]
     assert (s.aiperf["isl"], s.aiperf["osl"], s.aiperf["streaming"], s.aiperf["extra-inputs"]) == (
-        120, 128, True, ["ignore_eos:true"])
+        120,
+        128,
+        True,
+        ["ignore_eos:true"],
+    )
     assert s.elastic_buffer["num-cpu-timeout-secs"] >= 600 and s.elastic_buffer["num-gpu-timeout-secs"] >= 600
     ep16 = s.profile("p5en-efa-ep16")
     assert (ep16.nodes, ep16.gpus_per_node, ep16.ep_size, ep16.needs_efa) == (2, 8, 16, True)
@@ -94,19 +98,43 @@ def test_real_specs(gate):
     if gate == "sglang":
         assert env["SGLANG_DEEPEP_USE_V2"] == "1" and env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "1024"
     if gate == "trtllm":
-        assert "worker" not in s.server and "enable_attention_dp: true" in (
-            REPO / "gates" / "trtllm" / "extra_llm_api_options.yaml").read_text()
+        assert (
+            "worker" not in s.server
+            and "enable_attention_dp: true" in (REPO / "gates" / "trtllm" / "extra_llm_api_options.yaml").read_text()
+        )
 
 
-@pytest.mark.parametrize("old, new, match", [
-    ("      tolerance: 0.15\n", "      tolerance: 1.5\n", r"vllm.yaml:\d+: profiles.p5en-efa-ep16.bars.tolerance: 1.5"),
-    ("  num-cpu-timeout-secs: 600", "  num-cpu-timeout-secs: 300", r"vllm.yaml:\d+: elastic-buffer.num-cpu-timeout-secs"),
-    ('--all2all-backend, "${all2all_backend}",\n           --data-parallel-address, "${leader_addr}", --data-parallel-rpc-port, "${rpc_port}"]\n  worker',
-     '--all2all-backend, "${all2all_backend_typo}",\n           --data-parallel-address, "${leader_addr}", --data-parallel-rpc-port, "${rpc_port}"]\n  worker', r"vllm.yaml:\d+: server.leader.\d+: unknown template variable \$\{all2all_backend_typo\}"),
-    ("published: {c4: 19.5,", "published: {c5: 19.5, c4: 19.5,", r"vllm.yaml:\d+: profiles.p5en-efa-ep16.bars.published.c5: no such cell"),
-    ("pattern: 'NET/OFI Selected provider is efa\\b'", "pattern: 'NET/OFI (Selected'", r"vllm.yaml:\d+: backend-assertion.required\[1\].pattern: not a regex"),
-    ("    role: alternative\n", "    role: deepep\n", r"vllm.yaml:\d+: arms: exactly one arm"),
-])
+@pytest.mark.parametrize(
+    "old, new, match",
+    [
+        (
+            "      tolerance: 0.15\n",
+            "      tolerance: 1.5\n",
+            r"vllm.yaml:\d+: profiles.p5en-efa-ep16.bars.tolerance: 1.5",
+        ),
+        (
+            "  num-cpu-timeout-secs: 600",
+            "  num-cpu-timeout-secs: 300",
+            r"vllm.yaml:\d+: elastic-buffer.num-cpu-timeout-secs",
+        ),
+        (
+            '--all2all-backend, "${all2all_backend}",\n           --data-parallel-address, "${leader_addr}", --data-parallel-rpc-port, "${rpc_port}"]\n  worker',
+            '--all2all-backend, "${all2all_backend_typo}",\n           --data-parallel-address, "${leader_addr}", --data-parallel-rpc-port, "${rpc_port}"]\n  worker',
+            r"vllm.yaml:\d+: server.leader.\d+: unknown template variable \$\{all2all_backend_typo\}",
+        ),
+        (
+            "published: {c4: 19.5,",
+            "published: {c5: 19.5, c4: 19.5,",
+            r"vllm.yaml:\d+: profiles.p5en-efa-ep16.bars.published.c5: no such cell",
+        ),
+        (
+            "pattern: 'NET/OFI Selected provider is efa\\b'",
+            "pattern: 'NET/OFI (Selected'",
+            r"vllm.yaml:\d+: backend-assertion.required\[1\].pattern: not a regex",
+        ),
+        ("    role: alternative\n", "    role: deepep\n", r"vllm.yaml:\d+: arms: exactly one arm"),
+    ],
+)
 def test_bad_specs_name_file_and_line(tmp_path, old, new, match):
     text = (REPO / "gates" / "vllm.yaml").read_text()
     assert text.count(old) == 1, old
@@ -165,8 +193,9 @@ def test_comparison_arm_alone_never_passes(aiperf, lock, tmp_path):
     rep = serve("vllm", root, lock, tmp_path / "out", arms=["allgather"])
     assert rep.result == "skip", rep.reason  # was PASS: the allgather arm's own checks all passed
     assert rep.checks and all(c.passed and c.metric.startswith("allgather.") for c in rep.checks)
-    assert rep.reason.startswith("arm deepep (the gate's evidence) did not run: only allgather ran, comparison "
-                                 "evidence only")
+    assert rep.reason.startswith(
+        "arm deepep (the gate's evidence) did not run: only allgather ran, comparison evidence only"
+    )
     assert exit_code([rep], {"vllm"}) == 3
     validate_report(json.loads(write_reports([rep], tmp_path / "out")["vllm.json"].read_text()))
 
@@ -191,8 +220,14 @@ def test_error_with_a_dead_server(aiperf, lock, tmp_path):
 
 def test_error_when_the_server_never_gets_ready(lock, tmp_path, aiperf):
     root = small_root(tmp_path, "vllm")
-    text = (root / "gates" / "vllm.yaml").read_text().replace(
-        "probe: {path: /v1/models, timeout-s: 1800, interval-s: 5}", "probe: {path: /v1/models, timeout-s: 3, interval-s: 0.2}")
+    text = (
+        (root / "gates" / "vllm.yaml")
+        .read_text()
+        .replace(
+            "probe: {path: /v1/models, timeout-s: 1800, interval-s: 5}",
+            "probe: {path: /v1/models, timeout-s: 3, interval-s: 0.2}",
+        )
+    )
     (root / "gates" / "vllm.yaml").write_text(text)
     rep = serve("vllm", root, lock, tmp_path / "out", arms=["deepep"], extra_server_args=["--ready-after-s=60"])
     assert rep.result == "error" and "server not ready at http://127.0.0.1:" in rep.reason and "HTTP 503" in rep.reason
@@ -276,14 +311,20 @@ def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkey
     assert rc == 1 and ran == ["micro"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
-        ("micro", "fail"), ("vllm", "not-run"), ("sglang", "not-run"), ("trtllm", "not-run"),
-        ("megatron", "not-run"), ("nemo_rl", "not-run")]
+        ("micro", "fail"),
+        ("vllm", "not-run"),
+        ("sglang", "not-run"),
+        ("trtllm", "not-run"),
+        ("megatron", "not-run"),
+        ("nemo_rl", "not-run"),
+    ]
     assert summary["gates"][1]["reason"].startswith("not run: required gate micro did not pass (FAIL: dc_p50_us")
     assert "<skipped" in (tmp_path / "junit.xml").read_text()
 
 
 def test_not_run_alone_is_never_a_pass(tmp_path):
     from reprostack.report import evaluate, not_run
+
     micro = GateReport("micro", "-", "pass", "1 check(s) passed", checks=[evaluate("dc_p50_us", "us", 14.3, "<=", 30)])
     blocked = not_run("vllm", GateReport("micro", "-", "skip", "no GPU"))
     assert blocked.result == "not-run" and exit_code([micro, blocked]) == 3
@@ -298,6 +339,7 @@ def test_trials_are_aiperf_profile_runs_judged_on_their_interval(aiperf, lock, t
 
     from reprostack import ui
     from reprostack.gates.aiperfrun import profile_run_started
+
     root = small_root(tmp_path, "sglang")
     out = tmp_path / "out"
     stream = io.StringIO()
@@ -307,10 +349,14 @@ def test_trials_are_aiperf_profile_runs_judged_on_their_interval(aiperf, lock, t
     assert cell["status"] == "ok" and len(cell["samples"]) == 2 and len(cell["runs"]) == 2
     step = "sglang deepep c4: aiperf [local-test] x2 runs"  # `run k/K` from AIPerf's own line per profile run
     assert [x for x in stream.getvalue().splitlines() if x.startswith(f"  {step}")] == [
-        f"  {step}: run 1/2", f"  {step}: run 2/2"]
+        f"  {step}: run 1/2",
+        f"  {step}: run 2/2",
+    ]
     log = (out / "sglang" / "deepep" / "c4" / "aiperf.out.log").read_text().splitlines()
     assert [x.split(" INFO ")[1].split("(")[0].strip() for x in log if profile_run_started(x)] == [
-        "[v0 t0] Executing run_0001...", "[v0 t1] Executing run_0002..."]
+        "[v0 t0] Executing run_0001...",
+        "[v0 t1] Executing run_0002...",
+    ]
     assert all(r["completed"] == 8 and r["errors"] == 0 for r in cell["runs"])
     assert cell["completed"] == 8 and cell["errors"] == 0
     st = rep.data["statistics"]["deepep.c4.agg_tok_s"]
@@ -321,8 +367,10 @@ def test_trials_are_aiperf_profile_runs_judged_on_their_interval(aiperf, lock, t
     assert rep.result == {"pass": "pass", "inconclusive": "inconclusive", "fail": "fail"}[want]
     assert "95% CI [" in bar.note
     runs = {a.path for a in rep.artifacts if "profile_runs" in a.path}
-    assert {"sglang/deepep/c4/aiperf/profile_runs/run_0001/profile_export_aiperf.json",
-            "sglang/deepep/c4/aiperf/profile_runs/run_0002/profile_export_aiperf.json"} <= runs
+    assert {
+        "sglang/deepep/c4/aiperf/profile_runs/run_0001/profile_export_aiperf.json",
+        "sglang/deepep/c4/aiperf/profile_runs/run_0002/profile_export_aiperf.json",
+    } <= runs
     validate_report(json.loads(write_reports([rep], out)["sglang.json"].read_text()))
 
 
@@ -331,6 +379,7 @@ def test_profile_run_exports_read_and_a_missing_one_is_an_error(tmp_path):
     campaign's sglang c4 cell) copied as run 1 and 2; without run 2 the cell is an error naming it."""
     from reprostack.gates.aiperfrun import CellResult, _read_runs
     from reprostack.gates.servingspec import Cell
+
     src = REPO / "tests/fixtures/published-2026-07/sglang/c4"
     art = tmp_path / "aiperf"
     for i in (1, 2):
@@ -354,6 +403,7 @@ def test_one_run_on_a_gpu_profile_is_inconclusive_never_pass():
     from types import SimpleNamespace
 
     from reprostack.gates import serving
+
     spec = load_serving_spec(REPO, "vllm")
     profile = next(p for p in spec.profiles.values() if p.needs_gpu and p.bars.threshold("c4") is not None)
     deepep = next(a for a in spec.arms.values() if a.role == "deepep")
@@ -361,15 +411,24 @@ def test_one_run_on_a_gpu_profile_is_inconclusive_never_pass():
     high = profile.bars.threshold("c4") * 10
 
     def run(samples):
-        c = SimpleNamespace(cell=cell, errors=0, completed=cell.requests, error_types={}, samples=samples,
-                            agg_tok_s=samples[0] if samples else None)
+        c = SimpleNamespace(
+            cell=cell,
+            errors=0,
+            completed=cell.requests,
+            error_types={},
+            samples=samples,
+            agg_tok_s=samples[0] if samples else None,
+        )
         return SimpleNamespace(arm=SimpleNamespace(name=deepep.name, assert_backend=False), backend=None, cells=[c])
 
     bar = next(c for c in serving._checks(spec, profile, [run([high])]) if c.metric.endswith("c4.agg_tok_s"))
     assert bar.inconclusive and not bar.passed and "one trial gives no interval" in bar.note
-    bar = next(c for c in serving._checks(spec, profile, [run([high, high * 1.01, high * 0.99])])
-               if c.metric.endswith("c4.agg_tok_s"))
+    bar = next(
+        c
+        for c in serving._checks(spec, profile, [run([high, high * 1.01, high * 0.99])])
+        if c.metric.endswith("c4.agg_tok_s")
+    )
     assert bar.passed and not bar.inconclusive
     bar = next(c for c in serving._checks(spec, profile, [run([])]) if c.metric.endswith("c4.agg_tok_s"))
-    assert not bar.passed and bar.value is None   # no figure at all: a failed bar, never a pass
+    assert not bar.passed and bar.value is None  # no figure at all: a failed bar, never a pass
     assert serving.DEFAULT_TRIALS == 3

@@ -63,7 +63,12 @@ def failed(checks) -> set[str]:
 
 def test_real_specs():
     spec, ep1 = spec_and_profile()
-    assert (spec.kind, spec.source, spec.steps, spec.kernels) == ("megatron-driver", "megatron-lm", 3, ("nccl", "deepep"))
+    assert (spec.kind, spec.source, spec.steps, spec.kernels) == (
+        "megatron-driver",
+        "megatron-lm",
+        3,
+        ("nccl", "deepep"),
+    )
     assert spec.deepep_arm == "deepep" and spec.reference_arm == "alltoall"
     assert (REPO_ROOT / spec.driver).is_file() and "--allow-ep1-deepep" in ep1.args
     assert {b.metric for b in ep1.bars} == {"loss_increases", "loss_drop", "grad_norm_min", "arms_loss_rel_diff_max"}
@@ -95,17 +100,26 @@ def test_spec_bar_for_unknown_arm_names_file_and_line(tmp_path):
     p, text = broken_spec(tmp_path, "- {metric: efa_tx_gb, arm: deepep,", "- {metric: efa_tx_gb, arm: deep-ep,")
     with pytest.raises(GateSpecError) as ei:
         load_training_spec(tmp_path, "megatron")
-    assert str(ei.value) == (f"{p}:{line_of(text, 'arm: deep-ep')}: profiles.p5en-efa-ep16.bars[3].arm: "
-                             f"no arm 'deep-ep' (known: deepep, alltoall)")
+    assert str(ei.value) == (
+        f"{p}:{line_of(text, 'arm: deep-ep')}: profiles.p5en-efa-ep16.bars[3].arm: "
+        f"no arm 'deep-ep' (known: deepep, alltoall)"
+    )
 
 
 def test_spec_unknown_metric_and_missing_driver(tmp_path):
-    p, text = broken_spec(tmp_path, 'metric: loss_increases, op: "<=", threshold: 0, unit: steps,\n',
-                          'metric: loss_rises, op: "<=", threshold: 0, unit: steps,\n')
-    with pytest.raises(GateSpecError, match=rf"^{p}:{line_of(text, 'loss_rises')}: profiles.p5en-efa-ep16.bars\[0\].metric: "):
+    p, text = broken_spec(
+        tmp_path,
+        'metric: loss_increases, op: "<=", threshold: 0, unit: steps,\n',
+        'metric: loss_rises, op: "<=", threshold: 0, unit: steps,\n',
+    )
+    with pytest.raises(
+        GateSpecError, match=rf"^{p}:{line_of(text, 'loss_rises')}: profiles.p5en-efa-ep16.bars\[0\].metric: "
+    ):
         load_training_spec(tmp_path, "megatron")
     p, text = broken_spec(tmp_path / "b", "driver: gates/drivers/megatron_moe.py", "driver: gates/drivers/nope.py")
-    with pytest.raises(GateSpecError, match=rf"^{p}:{line_of(text, 'nope.py')}: driver: gates/drivers/nope.py does not exist"):
+    with pytest.raises(
+        GateSpecError, match=rf"^{p}:{line_of(text, 'nope.py')}: driver: gates/drivers/nope.py does not exist"
+    ):
         load_training_spec(tmp_path / "b", "megatron")
 
 
@@ -140,9 +154,13 @@ def test_committed_report_is_the_pass_it_claims():
     assert all(c["pass"] for c in doc["checks"]) and len(doc["checks"]) == 14
     assert doc["provenance"]["upstreams"]["megatron-lm"]["patched_tree"] == "e6183f5ca72f2aca900a801b18ad09392f21f874"
     assert {a: v["transport_evidence"] for a, v in doc["data"]["arms"].items()} == {
-        "deepep": "no EFA device", "alltoall": "no EFA device"}
-    assert load(REPO_ROOT / "upstreams.lock").git("megatron-lm").patched_tree == \
-        doc["provenance"]["upstreams"]["megatron-lm"]["patched_tree"]
+        "deepep": "no EFA device",
+        "alltoall": "no EFA device",
+    }
+    assert (
+        load(REPO_ROOT / "upstreams.lock").git("megatron-lm").patched_tree
+        == doc["provenance"]["upstreams"]["megatron-lm"]["patched_tree"]
+    )
 
 
 def test_first_device_call_deepep_arm_is_a_classified_failure():
@@ -166,8 +184,12 @@ def test_nan_loss_fails():
     p = parse_megatron(bad, expected_steps=3)
     assert any("step 2: loss is nan" in x for x in p.problems)
     result, checks = verdict(bad, real("alltoall"))
-    assert result == "fail" and {"deepep.nonfinite", "deepep.steps_problems", "deepep.loss_drop",
-                                 "arms_loss_rel_diff_max"} <= failed(checks)
+    assert result == "fail" and {
+        "deepep.nonfinite",
+        "deepep.steps_problems",
+        "deepep.loss_drop",
+        "arms_loss_rel_diff_max",
+    } <= failed(checks)
 
 
 def test_missing_step_fails():
@@ -187,8 +209,9 @@ def test_loss_going_up_fails():
 
 
 def test_wrong_buffer_class_fails():
-    bad = real("deepep").replace("buffer: ElasticBuffer module=deep_ep.buffers.elastic",
-                                 "buffer: Buffer module=deep_ep.buffers.legacy")
+    bad = real("deepep").replace(
+        "buffer: ElasticBuffer module=deep_ep.buffers.elastic", "buffer: Buffer module=deep_ep.buffers.legacy"
+    )
     result, checks = verdict(bad, real("alltoall"))
     assert result == "fail" and failed(checks) == {"deepep.buffer_class"}
     missing = "\n".join(l for l in real("deepep").splitlines() if "buffer:" not in l)
@@ -222,10 +245,13 @@ def test_efa_profile_needs_tx_bytes():
     tx = next(c for c in checks if c.metric == "deepep.efa_tx_gb")
     assert result == "fail" and failed(checks) == {"deepep.efa_tx_gb"} and tx.value is None
     assert not any(c.metric == "alltoall.efa_tx_gb" for c in checks)
-    two_nodes = (real("deepep").replace("transport: node=0 no EFA device",
-                                        "transport: node=0 efa_tx_bytes=700000000 source=hw_counters devices=16")
-                 + "[megatron-moe] transport: node=1 efa_tx_bytes=600000000 source=hw_counters devices=16\n"
-                 + "NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct\n")
+    two_nodes = (
+        real("deepep").replace(
+            "transport: node=0 no EFA device", "transport: node=0 efa_tx_bytes=700000000 source=hw_counters devices=16"
+        )
+        + "[megatron-moe] transport: node=1 efa_tx_bytes=600000000 source=hw_counters devices=16\n"
+        + "NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct\n"
+    )
     p = parse_megatron(two_nodes, expected_steps=3)
     assert p.efa_tx_bytes == 1_300_000_000 and p.providers == ["efa"]
     assert failed(verdict(two_nodes, real("alltoall"), profile="p5en-efa-ep16")[1]) == set()
@@ -257,7 +283,7 @@ def test_nemo_rl_parser_and_bars():
     up = text.replace("• Loss: 0.0198", "• Loss: 0.0500")
     checks, _ = nemo_rl_checks(spec, prof, parse_nemo_rl(up, expected_steps=3))
     assert failed(checks) == {"loss_drop"}
-    cut = text[:text.index("===== Step 3/3")]
+    cut = text[: text.index("===== Step 3/3")]
     p = parse_nemo_rl(cut, expected_steps=3)
     assert not p.complete and "step(s) 3 of 3 missing" in p.problems
     nan = text.replace("• Loss: 0.0275", "• Loss: nan")
@@ -277,7 +303,9 @@ def training_project(tmp_path: Path) -> tuple[Path, object]:
         rev = gr.commit_files(repo, {"README.md": f"{name}\n"}, name)
         extra[name] = (repo, rev, gr.tree_of(repo, rev))
     text = lock_text(stack) + "".join(
-        f"  {n}:\n    kind: git\n    url: {r}\n    rev: {rev}\n    tree: {tree}\n" for n, (r, rev, tree) in extra.items())
+        f"  {n}:\n    kind: git\n    url: {r}\n    rev: {rev}\n    tree: {tree}\n"
+        for n, (r, rev, tree) in extra.items()
+    )
     root = tmp_path / "project"
     (root / "gates").mkdir(parents=True)
     for f in ("megatron.yaml", "nemo_rl.yaml"):
@@ -290,12 +318,17 @@ def training_project(tmp_path: Path) -> tuple[Path, object]:
 
 def test_training_gates_without_gpu_are_skips_and_exit_3(tmp_path, gpu_less):
     root, extra = training_project(tmp_path)
-    opts = TrainingOptions(root=root, lock=load(root / "upstreams.lock"), out_dir=tmp_path / "out",
-                           fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")))
+    opts = TrainingOptions(
+        root=root,
+        lock=load(root / "upstreams.lock"),
+        out_dir=tmp_path / "out",
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+    )
     reps = [run_megatron(opts), run_nemo_rl(opts)]
     assert [(r.gate, r.result, r.checks) for r in reps] == [("megatron", "skip", []), ("nemo_rl", "skip", [])]
-    assert reps[0].reason.startswith(f"no GPU on this host (nvidia-smi lists none): sources verified (megatron-lm "
-                                     f"{extra['megatron-lm'][2][:12]})")
+    assert reps[0].reason.startswith(
+        f"no GPU on this host (nvidia-smi lists none): sources verified (megatron-lm {extra['megatron-lm'][2][:12]})"
+    )
     assert "2 nodes x 8 GPUs" in reps[1].reason
     assert reps[0].provenance["upstreams"]["megatron-lm"]["rev"] == extra["megatron-lm"][1]
     assert not (tmp_path / "cache" / "builds").exists()
@@ -324,8 +357,12 @@ def test_driver_is_valid_python_and_documents_its_lines():
     compile(src, "megatron_moe.py", "exec")
     for needle in ("step i/N | loss L | grad_norm G", "buffer: <class>", "transport: node=<n>", "done: N steps"):
         assert needle in src
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "gates" / "drivers" / "megatron_moe.py"), "--help"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "gates" / "drivers" / "megatron_moe.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "--allow-ep1-deepep" in out.stdout
 
 
@@ -338,8 +375,11 @@ def one_h200(tmp_path, monkeypatch, gpu_less):
     from types import SimpleNamespace
 
     from reprostack.gates import training
-    monkeypatch.setattr("reprostack.hostinfo.collect", lambda **kw: {"gpu_count": 1, "efa_devices": [],
-                                                                     "gpus": [{"name": "NVIDIA H200"}]})
+
+    monkeypatch.setattr(
+        "reprostack.hostinfo.collect",
+        lambda **kw: {"gpu_count": 1, "efa_devices": [], "gpus": [{"name": "NVIDIA H200"}]},
+    )
 
     def kernels(opts, trees, prov, timings, data, pre=None):
         data["nccl"] = dict(NCCL_OK, torch_built_with="2.28.9")
@@ -347,14 +387,24 @@ def one_h200(tmp_path, monkeypatch, gpu_less):
 
     def run_arm(opts, spec, profile, arm, env, run_dir, artifacts):
         parsed = parse_megatron(real(arm.name), expected_steps=spec.steps)
-        return {"parse": parsed, "outcome": SimpleNamespace(returncode=0, timed_out=False), "command": ["torchrun"],
-                "log": f"{arm.name}.log", "env": {}}
+        return {
+            "parse": parsed,
+            "outcome": SimpleNamespace(returncode=0, timed_out=False),
+            "command": ["torchrun"],
+            "log": f"{arm.name}.log",
+            "env": {},
+        }
 
     monkeypatch.setattr(training, "_kernels", kernels)
     monkeypatch.setattr(training, "_run_arm", run_arm)
     root, _ = training_project(tmp_path)
-    return lambda arms: TrainingOptions(root=root, lock=load(root / "upstreams.lock"), out_dir=tmp_path / "out",
-                                        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")), arms=arms)
+    return lambda arms: TrainingOptions(
+        root=root,
+        lock=load(root / "upstreams.lock"),
+        out_dir=tmp_path / "out",
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+        arms=arms,
+    )
 
 
 def test_megatron_comparison_arm_alone_never_passes(one_h200):
@@ -362,8 +412,9 @@ def test_megatron_comparison_arm_alone_never_passes(one_h200):
     assert both.result == "pass", both.reason  # the same logs with the DeepEP arm: a pass
     rep = run_megatron(one_h200(["alltoall"]))
     assert rep.result == "skip" and rep.checks and all(c.passed for c in rep.checks)
-    assert rep.reason.startswith("arm deepep (the gate's evidence) did not run: only alltoall ran, comparison "
-                                 "evidence only") and rep.reason.endswith("run it with --arm deepep")
+    assert rep.reason.startswith(
+        "arm deepep (the gate's evidence) did not run: only alltoall ran, comparison evidence only"
+    ) and rep.reason.endswith("run it with --arm deepep")
     assert exit_code([rep], {"megatron"}) == 3
     assert run_megatron(one_h200(["deepep"])).result == "pass"
 
@@ -372,6 +423,7 @@ def test_step_figures_after_the_first_are_the_statistics(one_h200):
     """Issue 16: a training run's steps are repeated samples; step 1 (set-up, JIT) is left out. On the real H200
     log: step_ms 137.9, 128.4 -> mean 133.15, t interval 133.15 -+ 12.7062 * stdev / sqrt(2) = -+ 4.75 * 12.7062."""
     from reprostack.gates.training import step_statistics
+
     st = step_statistics("deepep", parse_megatron(real("deepep"), expected_steps=3))
     ms = st["deepep.step_ms"]
     assert (ms["n"], ms["samples"], ms["mean"], ms["unit"]) == (2, [137.9, 128.4], 133.15, "ms")
@@ -381,5 +433,9 @@ def test_step_figures_after_the_first_are_the_statistics(one_h200):
     two.steps = two.steps[:2]  # one step after the first: no interval, no entry
     assert step_statistics("deepep", two) == {}
     rep = run_megatron(one_h200(None))
-    assert set(rep.data["statistics"]) == {"deepep.step_ms", "deepep.tokens_per_s", "alltoall.step_ms",
-                                           "alltoall.tokens_per_s"}
+    assert set(rep.data["statistics"]) == {
+        "deepep.step_ms",
+        "deepep.tokens_per_s",
+        "alltoall.step_ms",
+        "alltoall.tokens_per_s",
+    }

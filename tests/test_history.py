@@ -36,19 +36,51 @@ LOCK_A, LOCK_B = "a" * 64, "b" * 64
 NCCL_A, NCCL_B = "1933fdd6360a8bfccaa0166bd71bce363d32e5b6", "2044aee7471b9dcc8bb0277c8e8f712fa3c4f6c7"
 
 
-def report(folder: Path, name: str, *, lock: str, date: str, stats: dict | None = None, value: float = 14.5,
-           nccl: str = NCCL_A, metric: str = "dc_p50_us", gate: str = "micro") -> Path:
+def report(
+    folder: Path,
+    name: str,
+    *,
+    lock: str,
+    date: str,
+    stats: dict | None = None,
+    value: float = 14.5,
+    nccl: str = NCCL_A,
+    metric: str = "dc_p50_us",
+    gate: str = "micro",
+) -> Path:
     """Write `<folder>/<name>/<gate>.json`: one `metric <= 30 us` check; `stats` = {metric: (mean, lo, hi, n)}."""
-    prov = {"lock_sha256": lock, "upstreams": {"nccl": {"rev": nccl}, "deepep": {"rev": "b306af06" * 5}},
-            "host": {"gpus": [{"name": "NVIDIA H200"}], "driver_version": "580.159.04"},
-            "execution": {"mode": "host", "environment": {"freeze_sha256": "f" * 64}}}
+    prov = {
+        "lock_sha256": lock,
+        "upstreams": {"nccl": {"rev": nccl}, "deepep": {"rev": "b306af06" * 5}},
+        "host": {"gpus": [{"name": "NVIDIA H200"}], "driver_version": "580.159.04"},
+        "execution": {"mode": "host", "environment": {"freeze_sha256": "f" * 64}},
+    }
     data = {}
     if stats:
-        data["statistics"] = {m: {"n": n, "mean": mean, "p50": mean, "stdev": 0.1, "ci95": [lo, hi],
-                                  "samples": [mean] * n, "unit": "us", "method": "t"}
-                              for m, (mean, lo, hi, n) in stats.items()}
-    r = GateReport(gate, "h200-ep1", "pass", "ok", [evaluate(metric, "us", value, "<=", 30)], provenance=prov,
-                   started=date, ended=date, data=data)
+        data["statistics"] = {
+            m: {
+                "n": n,
+                "mean": mean,
+                "p50": mean,
+                "stdev": 0.1,
+                "ci95": [lo, hi],
+                "samples": [mean] * n,
+                "unit": "us",
+                "method": "t",
+            }
+            for m, (mean, lo, hi, n) in stats.items()
+        }
+    r = GateReport(
+        gate,
+        "h200-ep1",
+        "pass",
+        "ok",
+        [evaluate(metric, "us", value, "<=", 30)],
+        provenance=prov,
+        started=date,
+        ended=date,
+        data=data,
+    )
     p = folder / name / f"{gate}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(r.to_dict(), indent=2))
@@ -69,13 +101,14 @@ def db(tmp_path):
 def test_regression_flagged_when_intervals_separate_and_pins_named(tmp_path, db, capsys):
     res = tmp_path / "results"
     report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
-    report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)},
-           nccl=NCCL_B)
+    report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)}, nccl=NCCL_B)
     rc, out, err = run(capsys, res, "--db", db, "--out", tmp_path / "h", "--no-plots")
     assert rc == 0 and err == ""
     assert "1 regression(s) flagged" in out
-    assert (f"lock aaaaaaaa -> bbbbbbbb: regression: 14.35 [14.2, 14.5] n=5 -> 15.15 [15, 15.3] n=5; "
-            f"pins changed: nccl {NCCL_A[:12]} -> {NCCL_B[:12]}") in out
+    assert (
+        f"lock aaaaaaaa -> bbbbbbbb: regression: 14.35 [14.2, 14.5] n=5 -> 15.15 [15, 15.3] n=5; "
+        f"pins changed: nccl {NCCL_A[:12]} -> {NCCL_B[:12]}"
+    ) in out
     assert re.search(r"2026-12-02T00:00:00Z\s+bbbbbbbb\s+pass\s+5\s+15.15\s+\[15, 15.3\]\s+\w+\s+regression", out)
 
 
@@ -90,8 +123,9 @@ def test_a_drop_of_a_lower_is_better_metric_is_an_improvement(tmp_path, db, caps
 def test_overlapping_intervals_are_not_flagged(tmp_path, db, capsys):
     res = tmp_path / "results"
     report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
-    report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (14.6, 14.45, 14.75, 5)},
-           nccl=NCCL_B)
+    report(
+        res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (14.6, 14.45, 14.75, 5)}, nccl=NCCL_B
+    )
     rc, out, _ = run(capsys, res, "--db", db, "--no-plots")
     assert rc == 0 and "no regression flagged" in out
     assert "lock aaaaaaaa -> bbbbbbbb: same:" in out
@@ -131,15 +165,20 @@ def test_a_newer_schema_is_refused_with_one_line_and_left_alone(tmp_path, db, ca
     before = db.read_bytes()
     rc, out, err = run(capsys, tmp_path, "--db", db, "--no-plots")
     assert rc == 2 and out == ""
-    assert err == (f"reprostack: error: {db}: history schema version 99 is newer than this reprostack reads "
-                   f"({storemod.SCHEMA_VERSION}): use a newer reprostack, or another --db\n")
+    assert err == (
+        f"reprostack: error: {db}: history schema version 99 is newer than this reprostack reads "
+        f"({storemod.SCHEMA_VERSION}): use a newer reprostack, or another --db\n"
+    )
     assert db.read_bytes() == before
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"not a database at all" * 100, "not a history database (file is not a database)"),
-    (None, "a SQLite database with tables (other) but no history schema version"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"not a database at all" * 100, "not a history database (file is not a database)"),
+        (None, "a SQLite database with tables (other) but no history schema version"),
+    ],
+)
 def test_a_file_that_is_not_a_history_is_refused(tmp_path, db, capsys, content, message):
     if content is None:
         con = sqlite3.connect(db)
@@ -198,7 +237,7 @@ def test_plots_and_one_self_contained_html_page(tmp_path, db, capsys):
     srcs = re.findall(r"""src=["']([^"']*)""", page)
     assert len(srcs) == 2 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert not re.search(r"https?://|<script|<link|url\(|@import", page, re.I)
-    assert "class=\"regression\"" in page
+    assert 'class="regression"' in page
     first = [p.read_bytes() for p in pngs] + [page]
     run(capsys, res, "--db", db, "--out", out)  # the same history gives the same bytes (no churn in git)
     assert [p.read_bytes() for p in pngs] + [(out / "index.html").read_text()] == first
@@ -266,13 +305,17 @@ def test_bump_section_before_after_verdict(tmp_path):
     report(res, "1", lock=sha(old), date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
     no_db = tmp_path / "none.sqlite3"
     md = bumpview.section(tmp_path, old, new, ("micro",), db=no_db)
-    assert "| micro/h200-ep1 [campaign] | dc_p50_us (us) | 14.35 [14.2, 14.5] n=5 | not run yet | " \
-           "not run under the new lock |" in md
+    assert (
+        "| micro/h200-ep1 [campaign] | dc_p50_us (us) | 14.35 [14.2, 14.5] n=5 | not run yet | "
+        "not run under the new lock |" in md
+    )
     report(res, "2", lock=sha(new), date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)})
     md = bumpview.section(tmp_path, old, new, ("micro",), db=no_db)
     assert md.startswith("### Gate history\n")
-    assert "| micro/h200-ep1 [campaign] | dc_p50_us (us) | 14.35 [14.2, 14.5] n=5 | 15.15 [15, 15.3] n=5 | " \
-           "regression |" in md
+    assert (
+        "| micro/h200-ep1 [campaign] | dc_p50_us (us) | 14.35 [14.2, 14.5] n=5 | 15.15 [15, 15.3] n=5 | "
+        "regression |" in md
+    )
     assert bumpview.section(tmp_path, old, new, ("sglang",), db=no_db) is None  # no run of the gate
     assert not no_db.exists()
 
@@ -285,15 +328,22 @@ def test_bump_pr_body_has_the_gate_history(s, capsys):
     nccl = s.project / "kernels" / "nccl.yaml"
     nccl.write_text(nccl.read_text().replace("\nsource: nccl\n", "\nsource: demo\n"))
     old_sha = hashlib.sha256(s.lock.read_bytes()).hexdigest()
-    report(s.project / "results", "run1", lock=old_sha, date="2026-12-01T00:00:00Z",
-           stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
+    report(
+        s.project / "results",
+        "run1",
+        lock=old_sha,
+        date="2026-12-01T00:00:00Z",
+        stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)},
+    )
     git("add", "-A", cwd=s.project)
     git("commit", "-q", "-m", "gates, kernels, one run", cwd=s.project)
     assert bump_run(s) == 0, capsys.readouterr().err
     body = (s.project / f"out/bump/demo-{s.c['main'][:8]}.md").read_text()
     assert "### Gate history\n" in body
-    assert "| micro/h200-ep1 [campaign] | dc_p50_us (us) | 14.35 [14.2, 14.5] n=5 | not run yet | " \
-           "not run under the new lock |" in body
+    assert (
+        "| micro/h200-ep1 [campaign] | dc_p50_us (us) | 14.35 [14.2, 14.5] n=5 | not run yet | "
+        "not run under the new lock |" in body
+    )
 
 
 N_FUZZ = 1000
@@ -330,6 +380,7 @@ def test_without_matplotlib_one_line_names_the_checkout_extra(tmp_path, db, caps
     """A venv made by the README's line (`pip install -e .`, no extras) has no matplotlib: one line, exit 2,
     naming the extra as a checkout installs it (never `reprostack[plots]`, which pip would look up on the index)."""
     import importlib.util
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     res = tmp_path / "results"
@@ -338,16 +389,21 @@ def test_without_matplotlib_one_line_names_the_checkout_extra(tmp_path, db, caps
     assert rc == 2
     assert err.strip().splitlines() == [
         "reprostack: error: history plots need matplotlib, the `plots` extra: pip install -e '.[plots]' in this "
-        "checkout, or pass --no-plots"]
+        "checkout, or pass --no-plots"
+    ]
     assert not db.exists() and not (tmp_path / "h").exists()
 
 
 # --- hostile-input trial (session 4): a history database someone else wrote
 
-@pytest.mark.parametrize("sql,what", [
-    ("CREATE TRIGGER forge AFTER INSERT ON reports BEGIN UPDATE measurements SET mean = 1; END", "trigger forge"),
-    ("CREATE VIEW v AS SELECT * FROM reports", "view v"),
-])
+
+@pytest.mark.parametrize(
+    "sql,what",
+    [
+        ("CREATE TRIGGER forge AFTER INSERT ON reports BEGIN UPDATE measurements SET mean = 1; END", "trigger forge"),
+        ("CREATE VIEW v AS SELECT * FROM reports", "view v"),
+    ],
+)
 def test_a_database_with_a_trigger_or_view_is_refused_and_left_alone(tmp_path, db, capsys, sql, what):
     Store.open(db).close()
     con = sqlite3.connect(db)

@@ -44,12 +44,14 @@ def test_drift_against_the_locked_wheelsets_layers():
     sub = hostenv.locked_wheelset(lock, "substrate-wheels")
     vllm = hostenv.locked_wheelset(lock, "vllm-wheels")
     assert sub["torch"] == "2.11.0" and sub["nvidia-nccl-cu13"] == "2.30.4"
-    assert vllm["torch"] == "2.11.0" and "vllm" in vllm and len(vllm) > len(sub)   # installed-on layer included
+    assert vllm["torch"] == "2.11.0" and "vllm" in vllm and len(vllm) > len(sub)  # installed-on layer included
     host = {"installed": {**sub, "nvidia-nccl-cu13": "2.28.9"}}
     del host["installed"]["triton"]
     d = hostenv.drift(host, sub)
-    assert d == [{"name": "nvidia-nccl-cu13", "locked": "2.30.4", "installed": "2.28.9"},
-                 {"name": "triton", "locked": sub["triton"], "installed": None}]
+    assert d == [
+        {"name": "nvidia-nccl-cu13", "locked": "2.30.4", "installed": "2.28.9"},
+        {"name": "triton", "locked": sub["triton"], "installed": None},
+    ]
 
 
 def test_host_execution_on_this_interpreter_reports_mode_and_drift():
@@ -69,13 +71,18 @@ def test_gate_reports_that_ran_say_host_mode(monkeypatch, tmp_path):
 
     lock = load(ROOT / "upstreams.lock")
     results = iter(["pass", "skip"])
-    monkeypatch.setattr(runner, "_run_gate", lambda g, a, lock, root, fetch: GateReport(
-        g.report_name, "h200-ep1", next(results), "why", checks=[evaluate("dc_p50_us", "us", 14.7, "<=", 30)]))
+    monkeypatch.setattr(
+        runner,
+        "_run_gate",
+        lambda g, a, lock, root, fetch: GateReport(
+            g.report_name, "h200-ep1", next(results), "why", checks=[evaluate("dc_p50_us", "us", 14.7, "<=", 30)]
+        ),
+    )
     args = runner.GateArgs(out=tmp_path, python=sys.executable)
     ran = runner.run_gate(registry.gate("micro"), args, lock, ROOT, None)
     assert ran.provenance["execution"]["mode"] == "host"
     assert ran.provenance["execution"]["environment"]["executable"]
     skipped = runner.run_gate(registry.gate("micro"), args, lock, ROOT, None)
-    assert "execution" not in skipped.provenance          # nothing ran: no environment to vouch for
+    assert "execution" not in skipped.provenance  # nothing ran: no environment to vouch for
     md = write_reports([ran], tmp_path)["summary.md"].read_text()
     assert "Ran in **host mode (python " in md

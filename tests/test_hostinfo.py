@@ -33,7 +33,9 @@ def fake_bin(tmp_path: Path, script: str, monkeypatch) -> None:
     d.mkdir(exist_ok=True)
     (d / "nvidia-smi").write_text(script)
     (d / "nvidia-smi").chmod(0o755)
-    (d / "fi_info").write_text("#!/bin/sh\necho 'fi_info: 2.6.0'\necho 'libfabric: 2.6.0amzn1.0'\necho 'libfabric api: 2.6'\n")
+    (d / "fi_info").write_text(
+        "#!/bin/sh\necho 'fi_info: 2.6.0'\necho 'libfabric: 2.6.0amzn1.0'\necho 'libfabric api: 2.6'\n"
+    )
     (d / "fi_info").chmod(0o755)
     monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ.get('PATH', '')}")
 
@@ -64,15 +66,26 @@ def test_collect_with_fake_tools(tmp_path, monkeypatch):
     fake_bin(tmp_path, FAKE_SMI, monkeypatch)
     info = hostinfo.collect(nccl_runtime="2.30.4", sysfs_root=fake_sysfs(tmp_path / "sys"))
     assert info["gpus"] == [
-        {"index": 0, "name": "NVIDIA H200", "driver_version": "580.65.06", "memory_total_mib": 143771,
-         "pci_bus_id": "00000000:18:00.0"},
-        {"index": 1, "name": "NVIDIA H200", "driver_version": "580.65.06", "memory_total_mib": 143771,
-         "pci_bus_id": "00000000:2A:00.0"},
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "driver_version": "580.65.06",
+            "memory_total_mib": 143771,
+            "pci_bus_id": "00000000:18:00.0",
+        },
+        {
+            "index": 1,
+            "name": "NVIDIA H200",
+            "driver_version": "580.65.06",
+            "memory_total_mib": 143771,
+            "pci_bus_id": "00000000:2A:00.0",
+        },
     ]
     assert info["gpu_count"] == 2 and info["driver_version"] == "580.65.06"
     assert info["cuda_driver_version"] == "13.0"
-    assert info["efa_devices"] == [{"name": "rdmap16s27", "pci": "0000:10:1b.0",
-                                    "ports": {"1": {"tx_bytes": 1234567890, "rx_bytes": 42}}}]
+    assert info["efa_devices"] == [
+        {"name": "rdmap16s27", "pci": "0000:10:1b.0", "ports": {"1": {"tx_bytes": 1234567890, "rx_bytes": 42}}}
+    ]
     assert info["other_rdma_devices"] == [{"name": "mlx5_0", "driver": "mlx5_core"}]
     assert info["efa_versions"] == {"efa_driver": "2.17.1g", "libfabric": "2.6.0amzn1.0"}
     assert hostinfo.efa_tx_bytes(info) == 1234567890
@@ -85,7 +98,7 @@ def test_collect_with_fake_tools(tmp_path, monkeypatch):
 
 def test_absent_nvidia_smi_and_sysfs(tmp_path):
     info = hostinfo.collect(sysfs_root=tmp_path / "nosys", nvidia_smi=str(tmp_path / "missing" / "nvidia-smi"))
-    assert info["efa_versions"]["efa_driver"] is None   # no efa module: absent, never guessed
+    assert info["efa_versions"]["efa_driver"] is None  # no efa module: absent, never guessed
     assert info["gpus"] == [] and info["gpu_count"] == 0 and info["cuda_driver_version"] is None
     assert info["efa_devices"] == [] and info["nccl_runtime"] is None
     assert any("not found" in n for n in info["notes"]) and any("no EFA device" in n for n in info["notes"])

@@ -23,19 +23,31 @@ from reprostack.kernels.toolchain import Toolchain
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-VERSION_MK = "##### version\nNCCL_MAJOR   := 2\nNCCL_MINOR   := 30\nNCCL_PATCH   := 4\nNCCL_SUFFIX  :=\nPKG_REVISION := 1\n"
+VERSION_MK = (
+    "##### version\nNCCL_MAJOR   := 2\nNCCL_MINOR   := 30\nNCCL_PATCH   := 4\nNCCL_SUFFIX  :=\nPKG_REVISION := 1\n"
+)
 
 
 def nccl_h(version: str = "2.30.4") -> str:
     major, minor, patch = version.split(".")
-    return (f'#define NCCL_MAJOR {major}\n#define NCCL_MINOR {minor}\n#define NCCL_PATCH {patch}\n'
-            f'#define NCCL_SUFFIX ""\n')
+    return (
+        f'#define NCCL_MAJOR {major}\n#define NCCL_MINOR {minor}\n#define NCCL_PATCH {patch}\n#define NCCL_SUFFIX ""\n'
+    )
 
 
 def toolchain(tmp_path: Path, **kw) -> Toolchain:
-    tc = Toolchain(python=sys.executable, python_version="3.11.9", torch="2.11.0", torch_cuda="13.0",
-                   torch_site=str(tmp_path / "site"), nvcc="/nonexistent/bin/nvcc", nvcc_version="13.0",
-                   cuda_home="/opt/fake-cuda", arch="90", nvshmem_root=None)
+    tc = Toolchain(
+        python=sys.executable,
+        python_version="3.11.9",
+        torch="2.11.0",
+        torch_cuda="13.0",
+        torch_site=str(tmp_path / "site"),
+        nvcc="/nonexistent/bin/nvcc",
+        nvcc_version="13.0",
+        cuda_home="/opt/fake-cuda",
+        arch="90",
+        nvshmem_root=None,
+    )
     return replace(tc, **kw)
 
 
@@ -65,14 +77,19 @@ def write_recipe(root: Path, component: str, text: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("component: nccl\nsource: nccl\nmake:\n  targets: [src.build]\nflags: [-O3]\n",
-     "unknown key(s) ['flags']; allowed: "),
-    ("component: deepep\nsource: nccl\n", "component is 'deepep', file name says 'nccl'"),
-    ("component: nccl\n", "`source` (a string) is required"),
-    ("- component: nccl\n", "a recipe is a mapping"),
-    ("component: nccl\nsource: [nccl\n", "cannot read recipe"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (
+            "component: nccl\nsource: nccl\nmake:\n  targets: [src.build]\nflags: [-O3]\n",
+            "unknown key(s) ['flags']; allowed: ",
+        ),
+        ("component: deepep\nsource: nccl\n", "component is 'deepep', file name says 'nccl'"),
+        ("component: nccl\n", "`source` (a string) is required"),
+        ("- component: nccl\n", "a recipe is a mapping"),
+        ("component: nccl\nsource: [nccl\n", "cannot read recipe"),
+    ],
+)
 def test_bad_recipes_name_file_and_problem(tmp_path, text, needle):
     p = write_recipe(tmp_path, "nccl", text)
     with pytest.raises(BuildError) as ei:
@@ -91,13 +108,16 @@ def test_env_values_are_strings(tmp_path):
     assert load_recipe(tmp_path, "deepep").env == {"MAX_JOBS": "8", "FLAG": "True"}
 
 
-@pytest.mark.parametrize("value,arch,out", [
-    ("-gencode=arch=compute_{arch},code=sm_{arch}", "90", "-gencode=arch=compute_90,code=sm_90"),
-    ("{arch_dotted}", "90", "9.0"),
-    ("{arch_dotted}", "100", "10.0"),
-    ("{arch}a", "90", "90a"),
-    ("no placeholder", "90", "no placeholder"),
-])
+@pytest.mark.parametrize(
+    "value,arch,out",
+    [
+        ("-gencode=arch=compute_{arch},code=sm_{arch}", "90", "-gencode=arch=compute_90,code=sm_90"),
+        ("{arch_dotted}", "90", "9.0"),
+        ("{arch_dotted}", "100", "10.0"),
+        ("{arch}a", "90", "90a"),
+        ("no placeholder", "90", "no placeholder"),
+    ],
+)
 def test_render(value, arch, out):
     assert render(value, arch) == out
 
@@ -143,8 +163,9 @@ def test_check_nvshmem_root(tmp_path):
     (r / "lib").mkdir(parents=True)
     with pytest.raises(BuildError) as ei:
         preflight.check_nvshmem_root(str(r))
-    assert str(ei.value) == (f"NVSHMEM root {r} lacks include/nvshmem.h, lib/libnvshmem_host.so*, "
-                             f"lib/libnvshmem_device.a")
+    assert str(ei.value) == (
+        f"NVSHMEM root {r} lacks include/nvshmem.h, lib/libnvshmem_host.so*, lib/libnvshmem_device.a"
+    )
     (r / "include").mkdir()
     (r / "include" / "nvshmem.h").write_text("")
     (r / "lib" / "libnvshmem_host.so.3").write_text("")
@@ -178,7 +199,9 @@ def fake_nccl_tree(root: Path, *, header_version: str = "2.30.4", fail: bool = F
     (src / "makefiles" / "version.mk").write_text(VERSION_MK)
     mk = FAKE_NCCL_MAKEFILE.format(header=nccl_h(header_version).replace("\n", "\\n"))
     if fail:
-        mk = mk.replace("\tmkdir -p", "\t@echo 'nvcc fatal: Unsupported gpu architecture compute_90'; exit 7\n\tmkdir -p", 1)
+        mk = mk.replace(
+            "\tmkdir -p", "\t@echo 'nvcc fatal: Unsupported gpu architecture compute_90'; exit 7\n\tmkdir -p", 1
+        )
     (src / "Makefile").write_text(mk)
     return src
 
@@ -236,14 +259,20 @@ def edited_recipe(tmp_path: Path, old: str, new: str):
 def test_build_key_covers_tree_recipe_and_toolchain(tmp_path):
     src, cache = fake_nccl_tree(tmp_path), tmp_path / "cache"
     recipe, tc = load_recipe(REPO_ROOT, "nccl"), toolchain(tmp_path)
-    keys = {build.build_nccl(src, "a" * 40, recipe, tc, cache).key,
-            build.build_nccl(src, "b" * 40, recipe, tc, cache).key,
-            build.build_nccl(src, "a" * 40, edited_recipe(tmp_path, "  NVCC_GENCODE:", "  NVCC_GENCODE_X:"), tc, cache).key,
-            build.build_nccl(src, "a" * 40, recipe, replace(tc, nvcc_version="13.1"), cache).key}
+    keys = {
+        build.build_nccl(src, "a" * 40, recipe, tc, cache).key,
+        build.build_nccl(src, "b" * 40, recipe, tc, cache).key,
+        build.build_nccl(src, "a" * 40, edited_recipe(tmp_path, "  NVCC_GENCODE:", "  NVCC_GENCODE_X:"), tc, cache).key,
+        build.build_nccl(src, "a" * 40, recipe, replace(tc, nvcc_version="13.1"), cache).key,
+    }
     assert len(keys) == 4
     # a comment or layout edit is not a content change: the build is reused
-    assert build.build_nccl(src, "a" * 40, edited_recipe(tmp_path, "component:", "# a comment\ncomponent:"),
-                            tc, cache).reused is True
+    assert (
+        build.build_nccl(
+            src, "a" * 40, edited_recipe(tmp_path, "component:", "# a comment\ncomponent:"), tc, cache
+        ).reused
+        is True
+    )
     # where a tool lives is not part of the key
     assert build.build_nccl(src, "a" * 40, recipe, replace(tc, cuda_home="/elsewhere"), cache).reused is True
     assert build.build_key({"a": 1, "b": [2]}) == build.build_key({"b": [2], "a": 1})
@@ -325,8 +354,14 @@ def test_deepep_names_missing_nvshmem_pieces(tmp_path, monkeypatch):
     monkeypatch.setenv("EP_NVSHMEM_ROOT_DIR", str(nv))  # the override wins over the toolchain's wheel
     tc = toolchain(tmp_path, nvshmem_root=str(fake_nvshmem(tmp_path / "wheel-nvshmem")))
     with pytest.raises(BuildError) as ei:
-        build.build_deepep(tmp_path, "e" * 40, load_recipe(REPO_ROOT, "deepep"), tc,
-                           fake_nccl_built(tmp_path, "2.30.4"), tmp_path / "cache")
+        build.build_deepep(
+            tmp_path,
+            "e" * 40,
+            load_recipe(REPO_ROOT, "deepep"),
+            tc,
+            fake_nccl_built(tmp_path, "2.30.4"),
+            tmp_path / "cache",
+        )
     assert str(ei.value) == f"NVSHMEM root {nv} lacks lib/libnvshmem_host.so*, lib/libnvshmem_device.a"
 
 
@@ -459,10 +494,13 @@ def test_elfcheck_static_libstdcxx_exporting_locale_is_refused(regex_obj):
 
 @needs_gxx
 @needs_readelf
-@pytest.mark.parametrize("name,flags,needs", [
-    ("private.so", ("-static-libstdc++", "-Wl,--exclude-libs,ALL"), False),
-    ("plain.so", (), True),
-])
+@pytest.mark.parametrize(
+    "name,flags,needs",
+    [
+        ("private.so", ("-static-libstdc++", "-Wl,--exclude-libs,ALL"), False),
+        ("plain.so", (), True),
+    ],
+)
 def test_elfcheck_private_or_shared_libstdcxx_passes(regex_obj, name, flags, needs):
     so = link(regex_obj, name, *flags)
     info = check_private_libstdcxx(so)
@@ -488,17 +526,30 @@ def test_why_the_check_exists_static_libstdcxx_mixes_locale_facets(regex_obj, tm
     shared_user = link(regex_obj, "torch_like.so")
     script = tmp_path / "mix.py"
     script.write_text(MIX)
-    bad = subprocess.run([sys.executable, str(script), str(link(regex_obj, "mix-static.so", "-static-libstdc++")),
-                          str(shared_user)], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, str(script), str(link(regex_obj, "mix-static.so", "-static-libstdc++")), str(shared_user)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "ok" not in bad.stdout, bad
-    good = subprocess.run([sys.executable, str(script),
-                           str(link(regex_obj, "mix-private.so", "-static-libstdc++", "-Wl,--exclude-libs,ALL")),
-                           str(shared_user)], capture_output=True, text=True, timeout=120)
+    good = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(link(regex_obj, "mix-private.so", "-static-libstdc++", "-Wl,--exclude-libs,ALL")),
+            str(shared_user),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (good.returncode, good.stdout) == (0, "ok\n"), good
 
 
 def test_elfcheck_without_readelf(tmp_path, monkeypatch):
     import reprostack.kernels.elfcheck as elfcheck
+
     monkeypatch.setattr(elfcheck.shutil, "which", lambda name: None)
     assert elfcheck.libstdcxx_exposure(tmp_path / "x.so") is None
     assert elfcheck.check_private_libstdcxx(tmp_path / "x.so") == {"checked": False, "why": "readelf not found"}
@@ -543,8 +594,9 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
     fake_python.write_text(FAKE_PIP)
     fake_python.chmod(0o755)
     site = fake_site(tmp_path)
-    tc = toolchain(tmp_path, python=str(fake_python), torch_site=str(site),
-                   nvshmem_root=str(fake_nvshmem(tmp_path / "nvshmem")))
+    tc = toolchain(
+        tmp_path, python=str(fake_python), torch_site=str(site), nvshmem_root=str(fake_nvshmem(tmp_path / "nvshmem"))
+    )
     cache = tmp_path / "cache"
     nccl = fake_nccl_built(tmp_path, "2.30.4")
     nccl_lib = nccl.out / "build" / "lib"
@@ -567,10 +619,14 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
     assert env["EP_JIT_CACHE_DIR"] == str(b.out / "jit") and env["CUDA_HOME"] == "/opt/fake-cuda"
     # git in the source copy must not find the repository around the cache (DeepEP's version takes its HEAD)
     assert Path(env["GIT_CEILING_DIRECTORIES"]).parent == cache / "builds"
-    assert (b.out / "overlay" / "nvidia" / "nccl" / "lib" / "libnccl.so.2").resolve() == \
-        (nccl_lib / "libnccl.so.2").resolve()
+    assert (b.out / "overlay" / "nvidia" / "nccl" / "lib" / "libnccl.so.2").resolve() == (
+        nccl_lib / "libnccl.so.2"
+    ).resolve()
     assert not (b.out / "src").exists()  # the build copy of the sources is removed
-    assert runtime.runtime_env(b.out, {})["PYTHONPATH"].split(os.pathsep) == [str(b.out / "overlay"), str(b.out / "site")]
+    assert runtime.runtime_env(b.out, {})["PYTHONPATH"].split(os.pathsep) == [
+        str(b.out / "overlay"),
+        str(b.out / "site"),
+    ]
 
     fake_python.unlink()  # same key: reused, nothing runs
     again = build.build_deepep(src, "e" * 40, recipe, tc, nccl, cache, jobs=3)
@@ -583,21 +639,25 @@ def test_runtime_env_with_a_cache_keeps_bytecode_out_of_the_trees_and_reuses_it(
     of compiling the sources again (the warm test's start-up on the H200). Inductor's cache sits beside it."""
     import subprocess
     import sys
+
     out, tree, cache = tmp_path / "build", tmp_path / "tree", tmp_path / "cache"
     (tree / "pkg").mkdir(parents=True)
     (tree / "pkg" / "__init__.py").write_text("VALUE = 42\n")
-    env = runtime.runtime_env(out, {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"},
-                              cache_root=cache)
+    env = runtime.runtime_env(
+        out, {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"}, cache_root=cache
+    )
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert env["PYTHONPYCACHEPREFIX"] == str(cache / "pycache")
     assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == (str(cache / "inductor"), "1")
     env["PYTHONPATH"] = str(tree) + os.pathsep + env["PYTHONPATH"]
-    probe = ("import importlib.util, pkg, sys; spec = importlib.util.find_spec('pkg');"
-             "print(pkg.VALUE, spec.loader.get_code.__qualname__, importlib.util.cache_from_source(spec.origin))")
+    probe = (
+        "import importlib.util, pkg, sys; spec = importlib.util.find_spec('pkg');"
+        "print(pkg.VALUE, spec.loader.get_code.__qualname__, importlib.util.cache_from_source(spec.origin))"
+    )
     first = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     pyc = Path(first.stdout.split()[-1])
     assert first.stdout.startswith("42 ") and pyc.is_file() and pyc.is_relative_to(cache / "pycache")
     assert not list(tree.rglob("__pycache__")), "bytecode written into the source tree"
     before = pyc.stat().st_mtime_ns
     subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert pyc.stat().st_mtime_ns == before   # read, not rewritten: the second process compiled nothing
+    assert pyc.stat().st_mtime_ns == before  # read, not rewritten: the second process compiled nothing

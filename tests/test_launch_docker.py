@@ -17,26 +17,43 @@ MEMLOCK = resource.getrlimit(resource.RLIMIT_MEMLOCK)
 
 
 def _plan(out, argv, *, image="reprostack-test/base:1", timeout=60):
-    return LaunchPlan(ulimits=(("memlock", *MEMLOCK),),gate="selftest", profile="cpu", mode="container", image=ImageRef("selftest", tag=image),
-                      nodes=1, gpus_per_node=0, commands=(NodeCommand(0, "leader", tuple(argv), (("NODE", "0"),)),),
-                      env=(("GATE_ENV", "campaign"),), mounts=(Mount(str(out), "/out", read_only=False, what="out"),),
-                      timeout_s=timeout, lock_sha256="0" * 64)
+    return LaunchPlan(
+        ulimits=(("memlock", *MEMLOCK),),
+        gate="selftest",
+        profile="cpu",
+        mode="container",
+        image=ImageRef("selftest", tag=image),
+        nodes=1,
+        gpus_per_node=0,
+        commands=(NodeCommand(0, "leader", tuple(argv), (("NODE", "0"),)),),
+        env=(("GATE_ENV", "campaign"),),
+        mounts=(Mount(str(out), "/out", read_only=False, what="out"),),
+        timeout_s=timeout,
+        lock_sha256="0" * 64,
+    )
 
 
 def test_node_runs_in_the_image_writes_through_the_out_mount_and_logs_with_prefix(docker_client, test_base, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    plan = _plan(out, ["sh", "-c", 'echo "env=$GATE_ENV node=$NODE"; echo to-stderr >&2; '
-                                   'ulimit -l > /out/memlock; echo report > /out/report.txt'])
+    plan = _plan(
+        out,
+        [
+            "sh",
+            "-c",
+            'echo "env=$GATE_ENV node=$NODE"; echo to-stderr >&2; '
+            "ulimit -l > /out/memlock; echo report > /out/report.txt",
+        ],
+    )
     run = run_node(docker_client, plan, 0, tmp_path / "logs", gpus=False)
     assert run.exit_code == 0 and not run.timed_out
-    assert run.image_id == docker_client.images.get("reprostack-test/base:1").id   # what ran is the built image
+    assert run.image_id == docker_client.images.get("reprostack-test/base:1").id  # what ran is the built image
     log = run.log.read_text().splitlines()
     assert "[node 0] env=campaign node=0" in log and "[node 0] to-stderr" in log
-    assert (out / "report.txt").read_text() == "report\n" 
+    assert (out / "report.txt").read_text() == "report\n"
     want = "unlimited" if MEMLOCK[0] == resource.RLIM_INFINITY else str(MEMLOCK[0] // 1024)
     assert (out / "memlock").read_text().strip() == want
-    assert not docker_client.containers.list(all=True, filters={"id": run.container_id})   # removed
+    assert not docker_client.containers.list(all=True, filters={"id": run.container_id})  # removed
 
 
 def test_timeout_kills_the_container_and_keeps_what_it_printed(docker_client, test_base, tmp_path):

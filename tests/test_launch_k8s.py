@@ -35,7 +35,7 @@ def render(tmp_path, gate, *extra, name="m"):
 
 
 def validate(doc):
-    kubernetes_validate.validate(doc, K8S, strict=True)   # raises ValidationError on any unknown or bad field
+    kubernetes_validate.validate(doc, K8S, strict=True)  # raises ValidationError on any unknown or bad field
 
 
 def script(pod_spec):
@@ -52,8 +52,12 @@ def test_every_gate_renders_an_indexed_job_and_headless_service_that_validate(ga
     validate(job)
     validate(svc)
     spec = job["spec"]
-    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimit"]) == \
-        ("Indexed", 2, 2, 0)
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimit"]) == (
+        "Indexed",
+        2,
+        2,
+        0,
+    )
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == svc["metadata"]["name"] == job["metadata"]["name"]
@@ -76,8 +80,10 @@ def test_every_gate_renders_an_indexed_job_and_headless_service_that_validate(ga
     pre = next(i for i, ln in enumerate(lines) if " -m reprostack preflight " in ln)
     run = next(i for i, ln in enumerate(lines) if " -m reprostack gate " in ln)
     assert pre < run and "--nodes 2" in lines[pre] and "--no-container" in lines[run]
-    assert job["metadata"]["annotations"]["reprostack.dev/lock-sha256"] == \
-        __import__("reprostack.lock", fromlist=["load"]).load(ROOT / "upstreams.lock").sha256
+    assert (
+        job["metadata"]["annotations"]["reprostack.dev/lock-sha256"]
+        == __import__("reprostack.lock", fromlist=["load"]).load(ROOT / "upstreams.lock").sha256
+    )
 
 
 def test_jobset_and_leaderworkerset_embed_valid_builtin_templates(tmp_path):
@@ -117,9 +123,13 @@ def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(t
     log = tmp_path / "calls"
     (bin_ / "python3").write_text(f'#!/bin/sh\nprintf "%s|" "$@" >> {log}\necho >> {log}\n')
     (bin_ / "python3").chmod(0o755)
-    r = subprocess.run(["/bin/sh", "-c", text], env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "1",
-                                                     "MASTER_ADDR": env["MASTER_ADDR"]},
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["/bin/sh", "-c", text],
+        env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "1", "MASTER_ADDR": env["MASTER_ADDR"]},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     pre, gate = [ln.split("|")[:-1] for ln in log.read_text().splitlines()]
     assert pre[:4] == ["-m", "reprostack", "preflight", "micro"]
@@ -128,8 +138,12 @@ def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(t
     assert gate[gate.index("--master-addr") + 1] == "rs-micro-p5en-efa-ep16-0.rs-micro-p5en-efa-ep16"
     # a failing preflight runs nothing else: the shell stops with its exit code
     (bin_ / "python3").write_text(f'#!/bin/sh\necho "$3" >> {log}.2\n[ "$3" = preflight ] && exit 2\nexit 0\n')
-    r = subprocess.run(["/bin/sh", "-c", text], env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0",
-                                                     "MASTER_ADDR": "x"}, capture_output=True, timeout=30)
+    r = subprocess.run(
+        ["/bin/sh", "-c", text],
+        env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0", "MASTER_ADDR": "x"},
+        capture_output=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and Path(f"{log}.2").read_text().split() == ["preflight"]
 
 
@@ -146,8 +160,10 @@ def test_names_are_sanitised_and_one_that_cannot_be_is_one_line(tmp_path, capsys
         assert cli.main(["launch", "k8s", "micro", "--out", str(out), "--image", IMAGE, f"--name={bad}"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "DNS-1123" in err[0] and not out.exists()
-    assert cli.main(["launch", "k8s", "micro", "--out", str(out), "--image", IMAGE,
-                     "--node-selector", "key=bad value"]) == 2
+    assert (
+        cli.main(["launch", "k8s", "micro", "--out", str(out), "--image", IMAGE, "--node-selector", "key=bad value"])
+        == 2
+    )
     assert "--node-selector" in capsys.readouterr().err and not out.exists()
 
 
@@ -200,8 +216,9 @@ def test_committed_examples_are_what_rendering_gives(tmp_path):
     got = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.yaml"))
     assert got == sorted(p.relative_to(committed) for p in committed.rglob("*.yaml"))
     for rel in got:
-        assert (tmp_path / rel).read_bytes() == (committed / rel).read_bytes(), \
+        assert (tmp_path / rel).read_bytes() == (committed / rel).read_bytes(), (
             f"{rel}: differs; run python3 scripts/render_k8s_examples.py"
+        )
     for rel in got:
         for doc in yaml.safe_load_all((committed / rel).read_text()):
             if doc["kind"] in ("Job", "Service"):

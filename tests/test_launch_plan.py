@@ -8,16 +8,28 @@ from reprostack.launch.plan import ImageRef, LaunchPlan, Mount, NodeCommand, doc
 
 
 def _plan(**kw):
-    base = dict(gate="micro", profile="p5en-efa-ep16", mode="container",
-                image=ImageRef("deepep", tag="reprostack/deepep:0123456789abcdef", image_id="sha256:" + "ab" * 32,
-                               base="docker.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:" + "14" * 32),
-                nodes=2, gpus_per_node=8,
-                commands=(NodeCommand(0, "leader", ("python", "test_ep.py", "--num-processes", "8"), (("RANK", "0"),)),
-                          NodeCommand(1, "worker", ("python", "test_ep.py", "--num-processes", "8"), (("RANK", "1"),))),
-                env=(("NCCL_GIN_TYPE", "2"), ("FI_PROVIDER", "efa")), efa_devices_per_node=16,
-                mounts=(Mount("/srv/out", "/out", read_only=False, what="out"),
-                        Mount("/srv/cache", "/cache", what="cache")),
-                timeout_s=1800, lock_sha256="f" * 64)
+    base = dict(
+        gate="micro",
+        profile="p5en-efa-ep16",
+        mode="container",
+        image=ImageRef(
+            "deepep",
+            tag="reprostack/deepep:0123456789abcdef",
+            image_id="sha256:" + "ab" * 32,
+            base="docker.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:" + "14" * 32,
+        ),
+        nodes=2,
+        gpus_per_node=8,
+        commands=(
+            NodeCommand(0, "leader", ("python", "test_ep.py", "--num-processes", "8"), (("RANK", "0"),)),
+            NodeCommand(1, "worker", ("python", "test_ep.py", "--num-processes", "8"), (("RANK", "1"),)),
+        ),
+        env=(("NCCL_GIN_TYPE", "2"), ("FI_PROVIDER", "efa")),
+        efa_devices_per_node=16,
+        mounts=(Mount("/srv/out", "/out", read_only=False, what="out"), Mount("/srv/cache", "/cache", what="cache")),
+        timeout_s=1800,
+        lock_sha256="f" * 64,
+    )
     base.update(kw)
     return LaunchPlan(**base)
 
@@ -56,10 +68,13 @@ def test_host_mode_is_labelled_and_has_no_container():
         docker_run_kwargs(p, 0)
 
 
-@pytest.mark.parametrize("mounts, why", [
-    ((Mount("/srv/cache", "/cache", read_only=False, what="cache"),), "only the out dir"),
-    ((Mount("/srv/out", "out", read_only=False, what="out"),), "absolute"),
-])
+@pytest.mark.parametrize(
+    "mounts, why",
+    [
+        ((Mount("/srv/cache", "/cache", read_only=False, what="cache"),), "only the out dir"),
+        ((Mount("/srv/out", "out", read_only=False, what="out"),), "absolute"),
+    ],
+)
 def test_mount_invariants(mounts, why):
     with pytest.raises(ValueError, match=why):
         _plan(mounts=mounts)

@@ -54,22 +54,27 @@ def bash_n(text: str, tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- rendering
 
+
 @pytest.mark.parametrize("runtime", slurm.RUNTIMES)
 def test_every_runtime_renders_a_script_bash_parses(runtime, lock, tmp_path):
-    image = "reprostack/deepep:0123456789abcdef" if runtime == "docker" else None   # docker needs a known image
+    image = "reprostack/deepep:0123456789abcdef" if runtime == "docker" else None  # docker needs a known image
     text = render("micro", lock, runtime=runtime, partition="p5en", image=image)
     bash_n(text, tmp_path)
     head = [line for line in text.splitlines() if line.startswith("#SBATCH")]
-    assert head[:4] == ["#SBATCH --job-name=rs-micro", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
-                        "#SBATCH --exclusive"]
+    assert head[:4] == [
+        "#SBATCH --job-name=rs-micro",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --exclusive",
+    ]
     assert "#SBATCH --partition=p5en" in head and "#SBATCH --gpus-per-node=8" in head
-    assert "#SBATCH --time=0-00:30:00" in head   # micro's 1200 s watchdog + the container slack, in minutes
+    assert "#SBATCH --time=0-00:30:00" in head  # micro's 1200 s watchdog + the container slack, in minutes
     assert 'MASTER_NODE=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 1)' in text
     assert '--node-rank "${SLURM_NODEID}"' in text and '--master-addr "${MASTER_ADDR}"' in text
-    assert "export NCCL_GIN_TYPE=2" in text and "export FI_PROVIDER=efa" in text   # the campaign's env
-    assert text.count("srun ") == 2 and "reprostack preflight micro" in text     # preflight first, then the gate
+    assert "export NCCL_GIN_TYPE=2" in text and "export FI_PROVIDER=efa" in text  # the campaign's env
+    assert text.count("srun ") == 2 and "reprostack preflight micro" in text  # preflight first, then the gate
     assert text.index("reprostack preflight") < text.index("reprostack gate micro")
-    assert ('HOST MODE' in text) == (runtime == "host")
+    assert ("HOST MODE" in text) == (runtime == "host")
     if runtime == "pyxis":
         assert '--container-image="${IMAGE}"' in text and '"${OUT}":/out,"${PROJECT}":/workspace:ro' in text
     if runtime == "docker":
@@ -85,10 +90,16 @@ def test_the_image_by_digest_when_known(lock, tmp_path):
     ref = "registry.example/reprostack/deepep@sha256:" + "a" * 64
     assert f"export IMAGE={ref}   # --image" in render("micro", lock, image=ref)
     summary = tmp_path / "images.json"
-    summary.write_text(json.dumps({"images": [{"name": "deepep", "tag": "reprostack/deepep:0123456789abcdef",
-                                               "image_id": "sha256:" + "b" * 64}]}))
-    text = slurm.script_for(registry.gate("micro"), REPO, lock, nodes=2, out="o", runtime="docker",
-                            images_json=summary)
+    summary.write_text(
+        json.dumps(
+            {
+                "images": [
+                    {"name": "deepep", "tag": "reprostack/deepep:0123456789abcdef", "image_id": "sha256:" + "b" * 64}
+                ]
+            }
+        )
+    )
+    text = slurm.script_for(registry.gate("micro"), REPO, lock, nodes=2, out="o", runtime="docker", images_json=summary)
     assert "export IMAGE=sha256:" + "b" * 64 + "   # image id" in text
 
 
@@ -97,8 +108,8 @@ def test_a_cpu_profile_asks_for_no_gpus_and_host_mode_says_so(lock, tmp_path):
     bash_n(text, tmp_path)
     assert "--gpus-per-node" not in text and "HOST MODE" in text.splitlines()[1]
     task = next(x for x in text.splitlines() if x.startswith("  bash -c "))
-    inner = shlex.split(shlex.split(task)[2])   # the command each task runs, as bash reads it
-    assert inner[inner.index("--cache") + 1] == "/c d"   # the operator's cache, one word
+    inner = shlex.split(shlex.split(task)[2])  # the command each task runs, as bash reads it
+    assert inner[inner.index("--cache") + 1] == "/c d"  # the operator's cache, one word
 
 
 def test_nodes_must_match_the_profile_and_docker_needs_a_known_image(lock):
@@ -115,14 +126,17 @@ def test_hostile_spec_values_are_refused_or_stay_literal(lock, tmp_path):
         (root / d).symlink_to(REPO / d)
     shutil.copy(REPO / "upstreams.lock", root)
     spec = (REPO / "gates" / "micro.yaml").read_text()
-    (root / "gates" / "micro.yaml").write_text(spec.replace('EP_EFA_RDMA_GBS: "25"',
-                                                            "EP_EFA_RDMA_GBS: \"25'; touch /tmp/pwned; '$(id)`x`\""))
+    (root / "gates" / "micro.yaml").write_text(
+        spec.replace('EP_EFA_RDMA_GBS: "25"', "EP_EFA_RDMA_GBS: \"25'; touch /tmp/pwned; '$(id)`x`\"")
+    )
     text = render("micro", lock, root=root)
     bash_n(text, tmp_path)
     line = next(x for x in text.splitlines() if x.startswith("export EP_EFA_RDMA_GBS="))
     got = subprocess.run(["bash", "-c", line + '; printf %s "$EP_EFA_RDMA_GBS"'], capture_output=True, text=True)
-    assert got.stdout == "25'; touch /tmp/pwned; '$(id)`x`"   # a literal, nothing ran
-    (root / "gates" / "micro.yaml").write_text(spec.replace('EP_EFA_RDMA_GBS: "25"', 'EP_EFA_RDMA_GBS: "25\\nrm -rf /"'))
+    assert got.stdout == "25'; touch /tmp/pwned; '$(id)`x`"  # a literal, nothing ran
+    (root / "gates" / "micro.yaml").write_text(
+        spec.replace('EP_EFA_RDMA_GBS: "25"', 'EP_EFA_RDMA_GBS: "25\\nrm -rf /"')
+    )
     # refused where they are written (the gate spec's schema, since the hostile-input trial of session 4), with
     # the renderer's own checks behind it
     with pytest.raises(GateSpecError, match=r"micro.yaml:\d+: profiles.p5en-efa-ep16.env.EP_EFA_RDMA_GBS: "):
@@ -145,12 +159,12 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
 
 
 def test_submit_without_sbatch_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))   # no sbatch here
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
     out = tmp_path / "o"
     assert cli.main(["launch", "slurm", "micro", "--nodes", "2", "--out", str(out), "--submit"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "reprostack: error: --submit: sbatch not found on PATH (run on a Slurm login node, or render only)"
-    assert (out / "job.sbatch").is_file()   # the script was rendered; only the submission could not happen
+    assert (out / "job.sbatch").is_file()  # the script was rendered; only the submission could not happen
 
 
 # --------------------------------------------------------------------------- committed examples
@@ -171,13 +185,14 @@ def test_committed_example_is_what_rendering_gives(gate, lock):
 
 # --------------------------------------------------------------------------- a real Slurm
 
+
 def _slurm_up() -> str | None:
     """Why no Slurm answers (None: one does). SLURM_CONF from the environment or .ci/slurm-up's default."""
     if shutil.which("sbatch") is None or shutil.which("scontrol") is None:
         return "no Slurm client (sbatch, scontrol): apt-get install slurm-wlm munge; .ci/slurm-up"
     conf = os.environ.get("SLURM_CONF") or "/tmp/rs-slurm/slurm.conf"
     if not Path(conf).is_file():
-        return f"no slurm.conf at {conf}: start one with `eval \"$(.ci/slurm-up)\"`"
+        return f'no slurm.conf at {conf}: start one with `eval "$(.ci/slurm-up)"`'
     os.environ.setdefault("SLURM_CONF", conf)
     r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
     return None if "is UP" in r.stdout else f"no slurmctld answers ({conf}): start one with .ci/slurm-up"
@@ -185,33 +200,50 @@ def _slurm_up() -> str | None:
 
 def test_local_test_gate_runs_as_a_slurm_job(lock, tmp_path, monkeypatch, capsys):
     why = _slurm_up()
-    if why and os.environ.get("REPROSTACK_REQUIRE_SLURM"):   # .ci/run: the job must really run
+    if why and os.environ.get("REPROSTACK_REQUIRE_SLURM"):  # .ci/run: the job must really run
         pytest.fail(f"REPROSTACK_REQUIRE_SLURM is set but {why}")
     if why:
         pytest.skip(why)
-    root = small_root(tmp_path, "vllm")   # one cell (c4) keeps the job short
+    root = small_root(tmp_path, "vllm")  # one cell (c4) keeps the job short
     for d in ("containers", "patches"):
         (root / d).symlink_to(REPO / d)
     monkeypatch.setenv("REPROSTACK_PYTHON", os.environ.get("REPROSTACK_PYTHON") or __import__("sys").executable)
-    rc = cli.main(["launch", "slurm", "vllm", "--nodes", "1", "--profile", "local-test", "--runtime", "host",
-                   "--arm", "deepep", "--lock", str(root / "upstreams.lock"),
-                   "--cache", str(TOOLS), "--submit"])
+    rc = cli.main(
+        [
+            "launch",
+            "slurm",
+            "vllm",
+            "--nodes",
+            "1",
+            "--profile",
+            "local-test",
+            "--runtime",
+            "host",
+            "--arm",
+            "deepep",
+            "--lock",
+            str(root / "upstreams.lock"),
+            "--cache",
+            str(TOOLS),
+            "--submit",
+        ]
+    )
     printed = capsys.readouterr().out
     out = root / "out" / "slurm" / "vllm"
     assert "submitted job" in printed and ": RUNNING" in printed, printed
-    assert rc == 3, printed   # a local-test PASS is labelled and exits 3, in a job as on the host
-    assert "vllm [local-test]: PASS (local-test, not evidence)" in printed, printed   # not just "FAILED, exit 3"
+    assert rc == 3, printed  # a local-test PASS is labelled and exits 3, in a job as on the host
+    assert "vllm [local-test]: PASS (local-test, not evidence)" in printed, printed  # not just "FAILED, exit 3"
     report = json.loads((out / "vllm.json").read_text())
     assert (report["result"], report["profile"], report["evidence"]) == ("pass", "local-test", False)
     assert report["provenance"]["execution"]["mode"] == "host"
-    verdict = json.loads((out / "preflight" / "verdict.json").read_text())   # the first srun step ran and passed
+    verdict = json.loads((out / "preflight" / "verdict.json").read_text())  # the first srun step ran and passed
     assert verdict["result"] == "pass", verdict
-    node0 = (out / "logs" / "node-0.log").read_text()   # the per-node log srun wrote (%n)
+    node0 = (out / "logs" / "node-0.log").read_text()  # the per-node log srun wrote (%n)
     assert "vllm [local-test]: PASS (local-test, not evidence)" in node0
     assert (out / "logs" / "node-0.rc").read_text().strip() == "3"
     batch = next((out / "logs").glob("batch-*.log")).read_text()
     assert "node 0 exit 3" in batch
-    server = (out / "vllm" / "server.deepep.log").read_text()   # both ranks of the test server
+    server = (out / "vllm" / "server.deepep.log").read_text()  # both ranks of the test server
     assert "rank EP 0/2" in server and "rank EP 1/2" in server
 
 
@@ -222,10 +254,22 @@ def test_submit_verdict_lines_read_only_this_jobs_summary(tmp_path):
     from reprostack.cli import _slurm_verdicts
     from reprostack.report.model import GateReport, evaluate
     from reprostack.report.writers import write_reports
+
     p = tmp_path / "summary.json"
     assert _slurm_verdicts(p, since=0) == [f"{p}: not written (no verdict; see the logs)"]
-    write_reports([GateReport("vllm", "local-test", "pass", "20 check(s) passed",
-                              [evaluate("deepep.c4.errors", "requests", 0, "==", 0)], evidence=False)], tmp_path)
+    write_reports(
+        [
+            GateReport(
+                "vllm",
+                "local-test",
+                "pass",
+                "20 check(s) passed",
+                [evaluate("deepep.c4.errors", "requests", 0, "==", 0)],
+                evidence=False,
+            )
+        ],
+        tmp_path,
+    )
     assert _slurm_verdicts(p, since=0) == ["vllm [local-test]: PASS (local-test, not evidence) — 20 check(s) passed"]
     assert "not written by this job" in _slurm_verdicts(p, since=time.time() + 60)[0]
     p.write_text('{"gates": [{"gate": "x"}]')
@@ -245,14 +289,25 @@ def test_rendezvous_lines_on_a_two_node_allocation(lock, tmp_path):
         pytest.skip("this Slurm has one node name (.ci/slurm-up falls back to one when two slurmd cannot run)")
     text = render("micro", lock)
     lines = text.splitlines()
-    start = lines.index("# rendezvous from Slurm: the first node of the allocation is the leader (node rank = "
-                        "SLURM_NODEID)")
+    start = lines.index(
+        "# rendezvous from Slurm: the first node of the allocation is the leader (node rank = SLURM_NODEID)"
+    )
     end = next(i for i, x in enumerate(lines) if x.startswith("export MASTER_PORT="))
     job = tmp_path / "rdv.sbatch"
-    job.write_text("\n".join(["#!/bin/bash", "#SBATCH --nodes=2 --ntasks-per-node=1 --exclusive",
-                              f"#SBATCH --output={tmp_path}/batch.log", "set -euo pipefail", *lines[start:end + 1],
-                              f"srun --output={tmp_path}/node-%n.log bash -c "
-                              "'echo \"rank=${SLURM_NODEID} master=${MASTER_ADDR}:${MASTER_PORT}\"'", ""]))
+    job.write_text(
+        "\n".join(
+            [
+                "#!/bin/bash",
+                "#SBATCH --nodes=2 --ntasks-per-node=1 --exclusive",
+                f"#SBATCH --output={tmp_path}/batch.log",
+                "set -euo pipefail",
+                *lines[start : end + 1],
+                f"srun --output={tmp_path}/node-%n.log bash -c "
+                "'echo \"rank=${SLURM_NODEID} master=${MASTER_ADDR}:${MASTER_PORT}\"'",
+                "",
+            ]
+        )
+    )
     rc = slurm.submit(str(job), cwd=str(tmp_path), poll_s=0.5, echo=lambda s: None)
     assert rc == 0, (tmp_path / "batch.log").read_text()
     got = sorted((tmp_path / f"node-{n}.log").read_text().strip() for n in (0, 1))

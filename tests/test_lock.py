@@ -68,7 +68,7 @@ def assert_where(err: LockError, path: Path, line: int, field: str) -> str:
     msg = str(err)
     assert msg.startswith(prefix), msg
     assert (err.path, err.line, err.field) == (str(path), line, field)
-    return msg[len(prefix):]
+    return msg[len(prefix) :]
 
 
 # --------------------------------------------------------------------------- the real lock
@@ -78,8 +78,16 @@ def test_real_lock():
     lock = load(REAL_LOCK)
     assert lock.path == REAL_LOCK
     assert lock.sha256 == hashlib.sha256(REAL_LOCK.read_bytes()).hexdigest()
-    assert {"deepep", "nccl", "aiperf", "substrate-wheels", "vllm-wheels", "sglang-wheels", "megatron-lm",
-            "nemo-rl"} <= set(lock.upstreams)
+    assert {
+        "deepep",
+        "nccl",
+        "aiperf",
+        "substrate-wheels",
+        "vllm-wheels",
+        "sglang-wheels",
+        "megatron-lm",
+        "nemo-rl",
+    } <= set(lock.upstreams)
 
     dp = lock.git("deepep")
     assert isinstance(dp, GitPin) and dp.kind == "git"
@@ -114,7 +122,8 @@ def test_real_lock():
     aiperf = lock.get("aiperf")  # resolved with `reprostack lock wheels aiperf` (pip against PyPI)
     assert (aiperf.kind, aiperf.name, aiperf.version) == ("wheel", "aiperf", "0.10.0")
     assert [(f.filename, f.sha256) for f in aiperf.files] == [
-        ("aiperf-0.10.0-py3-none-any.whl", "cf8c01d0fd8f45a9e29abddc9cdbd404586c17a05834044c4c3720d272d6591d")]
+        ("aiperf-0.10.0-py3-none-any.whl", "cf8c01d0fd8f45a9e29abddc9cdbd404586c17a05834044c4c3720d272d6591d")
+    ]
 
     text = REAL_LOCK.read_text()
     assert lock.line_of(("upstreams", "deepep", "patches", 0)) == line_of(text, f"- cherry-pick: {PICK}")
@@ -151,11 +160,14 @@ def test_short_sha(tmp_path):
     assert f"'{TREE[:12]}' does not match" in rest and "short id is not a pin" in rest
 
 
-@pytest.mark.parametrize("anchor,added,field", [
-    ("        description: one fix\n", "        descripton: typo\n", "upstreams.demo.patches[0].descripton"),
-    ("    kind: git\n", "    branch: main\n", "upstreams.demo.branch"),
-    ("lockfile-version: 1\n", "extra: 1\n", "extra"),
-])
+@pytest.mark.parametrize(
+    "anchor,added,field",
+    [
+        ("        description: one fix\n", "        descripton: typo\n", "upstreams.demo.patches[0].descripton"),
+        ("    kind: git\n", "    branch: main\n", "upstreams.demo.branch"),
+        ("lockfile-version: 1\n", "extra: 1\n", "extra"),
+    ],
+)
 def test_unknown_key(tmp_path, anchor, added, field):
     text = edit(anchor, anchor + added)
     p = write(tmp_path, text)
@@ -220,8 +232,10 @@ FIX_SHA = hashlib.sha256(b"From x\n").hexdigest()  # of the 0001-fix.patch these
 
 
 def mbox_lock(sha: str = FIX_SHA, value: str = "patches/demo/0001-fix.patch") -> str:
-    return edit(f"      - cherry-pick: {PICK}\n        ref: refs/pull/612/head\n",
-                f"      - mbox: {value}\n        sha256: {sha}  # sha256 of the committed file\n")
+    return edit(
+        f"      - cherry-pick: {PICK}\n        ref: refs/pull/612/head\n",
+        f"      - mbox: {value}\n        sha256: {sha}  # sha256 of the committed file\n",
+    )
 
 
 def test_mbox_file_missing_names_the_file(tmp_path):
@@ -257,8 +271,9 @@ def test_patch_file_changed_by_one_byte_names_lock_line_and_file(tmp_path):
 
 
 def test_patch_file_entry_without_sha256(tmp_path):
-    text = edit(f"      - cherry-pick: {PICK}\n        ref: refs/pull/612/head\n",
-                "      - diff: patches/demo/fix.diff\n")
+    text = edit(
+        f"      - cherry-pick: {PICK}\n        ref: refs/pull/612/head\n", "      - diff: patches/demo/fix.diff\n"
+    )
     p = write(tmp_path, text)
     rest = assert_where(load_error(p), p, line_of(text, "- diff: "), "upstreams.demo.patches[0]")
     assert rest.startswith("a patch file entry needs `sha256:`")
@@ -292,18 +307,30 @@ def test_patch_file_symlink_out_of_patches(tmp_path):
 
 @pytest.mark.parametrize("sub", ["../..", "/abs/x", "-x", "a/../../b", ".git", "third-party/.GIT/x", "a//b"])
 def test_submodule_path_traversal(tmp_path, sub):
-    text = edit("    patches:\n", f"    submodules:\n      {sub!r}:\n        url: https://example.invalid/s\n"
-                                  f"        rev: {REV}\n    patches:\n")
+    text = edit(
+        "    patches:\n",
+        f"    submodules:\n      {sub!r}:\n        url: https://example.invalid/s\n        rev: {REV}\n    patches:\n",
+    )
     p = write(tmp_path, text)
     rest = assert_where(load_error(p), p, line_of(text, f"{sub!r}:"), f"upstreams.demo.submodules.{sub}")
     assert "must" in rest
 
 
-@pytest.mark.parametrize("fn", ["../aiperf-0.10.0-py3-none-any.whl", "x/aiperf-0.10.0-py3-none-any.whl",
-                                "..\\aiperf-0.10.0-py3-none-any.whl", "aiperf.whl", ".aiperf-0.10.0-py3-none-any.whl"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        "../aiperf-0.10.0-py3-none-any.whl",
+        "x/aiperf-0.10.0-py3-none-any.whl",
+        "..\\aiperf-0.10.0-py3-none-any.whl",
+        "aiperf.whl",
+        ".aiperf-0.10.0-py3-none-any.whl",
+    ],
+)
 def test_wheel_filename_traversal(tmp_path, fn):
-    text = BASE + (f"  w:\n    kind: wheel\n    name: aiperf\n    version: '0.10.0'\n    files:\n"
-                   f"      - filename: {fn!r}\n        sha256: {FIX_SHA}\n")
+    text = BASE + (
+        f"  w:\n    kind: wheel\n    name: aiperf\n    version: '0.10.0'\n    files:\n"
+        f"      - filename: {fn!r}\n        sha256: {FIX_SHA}\n"
+    )
     p = write(tmp_path, text)
     rest = assert_where(load_error(p), p, line_of(text, "filename: "), "upstreams.w.files[0].filename")
     assert "not a bare file name" in rest or "not a wheel filename" in rest
@@ -326,7 +353,10 @@ def test_yaml_syntax_error_has_its_line(tmp_path):
     text = edit("    kind: git\n", "    kind: git\n    original: EPv2: release\n")
     p = write(tmp_path, text)
     rest = assert_where(load_error(p), p, line_of(text, "original: EPv2: release"), "(yaml)")
-    assert rest in ("mapping values are not allowed here", "mapping values are not allowed in this context")  # PyYAML, libyaml
+    assert rest in (
+        "mapping values are not allowed here",
+        "mapping values are not allowed in this context",
+    )  # PyYAML, libyaml
 
 
 def test_bad_indentation_is_a_yaml_error(tmp_path):
@@ -356,7 +386,9 @@ def test_last_entry_tree_differs_from_patched_tree(tmp_path):
 def test_unknown_status(tmp_path):
     text = edit('upstream-status: "Submitted [PR #612]"', "upstream-status: Merged")
     p = write(tmp_path, text)
-    assert_where(load_error(p), p, line_of(text, "upstream-status: Merged"), "upstreams.demo.patches[0].upstream-status")
+    assert_where(
+        load_error(p), p, line_of(text, "upstream-status: Merged"), "upstreams.demo.patches[0].upstream-status"
+    )
 
 
 def test_empty_and_missing_file(tmp_path):
@@ -378,7 +410,9 @@ def test_get_unknown_pin_lists_known_pins():
 
 
 def test_git_on_a_wheel_pin(tmp_path):
-    text = BASE + f"""\
+    text = (
+        BASE
+        + f"""\
   torch:
     kind: wheel
     name: torch
@@ -387,6 +421,7 @@ def test_git_on_a_wheel_pin(tmp_path):
       - filename: torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl
         sha256: {"ab" * 32}
 """
+    )
     p = write(tmp_path, text)
     lock = load(p)
     wheel = lock.get("torch")
@@ -409,8 +444,21 @@ def _snapshot(root: Path) -> dict[str, tuple]:
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_WRITE_EVENTS = {"os.mkdir", "os.rename", "os.replace", "os.remove", "os.rmdir", "os.symlink", "os.link",
-                 "os.truncate", "os.chmod", "os.utime", "shutil.copyfile", "shutil.rmtree", "shutil.move"}
+_WRITE_EVENTS = {
+    "os.mkdir",
+    "os.rename",
+    "os.replace",
+    "os.remove",
+    "os.rmdir",
+    "os.symlink",
+    "os.link",
+    "os.truncate",
+    "os.chmod",
+    "os.utime",
+    "shutil.copyfile",
+    "shutil.rmtree",
+    "shutil.move",
+}
 _audit: list | None = None
 
 
@@ -461,24 +509,46 @@ def test_lock_is_immutable():
 # --------------------------------------------------------------------------- URLs and refs git could run
 
 
-@pytest.mark.parametrize("url, why", [
-    ('"--upload-pack=touch /tmp/x"', "starts with '-'"), ("-oProxyCommand=x", "starts with '-'"),
-    ("ext::sh", "transport helper"), ('"ext::sh -c touch% /tmp/x"', "whitespace"), ("fd::0", "transport helper"),
-    ("http://example.invalid/x", "scheme 'http'"), ("ssh://-oProxyCommand=x/y", "host starting with '-'"),
-    ("relative/path", "neither"), ('"https://x/a\\tb"', "whitespace"),
-    # the hostile trial's forms (issue 14): each passed `lock check` before
-    ('"ssh://[-oProxyCommand=x]/x"', "not plain"), ('"ssh://-oProxyCommand=x@host/x"', "starting with '-'"),
-    ("ssh://-@127.0.0.1:1/x", "starting with '-'"), ("git@host:-x", "path starting with '-'"),
-    ('"host:--upload-pack=touch${IFS}/tmp/x"', "path starting with '-'"), ("HTTPS://github.com/x", "lower case"),
-    ("ssh://", "no host"), ("file://", "no repository path")])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ('"--upload-pack=touch /tmp/x"', "starts with '-'"),
+        ("-oProxyCommand=x", "starts with '-'"),
+        ("ext::sh", "transport helper"),
+        ('"ext::sh -c touch% /tmp/x"', "whitespace"),
+        ("fd::0", "transport helper"),
+        ("http://example.invalid/x", "scheme 'http'"),
+        ("ssh://-oProxyCommand=x/y", "host starting with '-'"),
+        ("relative/path", "neither"),
+        ('"https://x/a\\tb"', "whitespace"),
+        # the hostile trial's forms (issue 14): each passed `lock check` before
+        ('"ssh://[-oProxyCommand=x]/x"', "not plain"),
+        ('"ssh://-oProxyCommand=x@host/x"', "starting with '-'"),
+        ("ssh://-@127.0.0.1:1/x", "starting with '-'"),
+        ("git@host:-x", "path starting with '-'"),
+        ('"host:--upload-pack=touch${IFS}/tmp/x"', "path starting with '-'"),
+        ("HTTPS://github.com/x", "lower case"),
+        ("ssh://", "no host"),
+        ("file://", "no repository path"),
+    ],
+)
 def test_url_git_could_misread_is_refused(tmp_path, url, why):
     text = edit("url: https://example.invalid/org/demo", f"url: {url}")
     p = write(tmp_path, text)
     assert why in assert_where(load_error(p), p, line_of(text, "url:"), "upstreams.demo.url")
 
 
-@pytest.mark.parametrize("url", ["https://github.com/o/r", "ssh://git@github.com/o/r", "git://h/r", "file:///srv/r",
-                                 "git@github.com:o/r.git", "/srv/mirrors/r"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://github.com/o/r",
+        "ssh://git@github.com/o/r",
+        "git://h/r",
+        "file:///srv/r",
+        "git@github.com:o/r.git",
+        "/srv/mirrors/r",
+    ],
+)
 def test_url_forms_git_reads_as_repositories(tmp_path, url):
     assert load(write(tmp_path, edit("url: https://example.invalid/org/demo", f"url: {url}"))).git("demo").url == url
 
@@ -488,8 +558,11 @@ def test_hint_ref_git_could_misread_is_refused(tmp_path, ref):
     text = edit("ref: refs/pull/612/head", f"ref: {ref}")
     p = write(tmp_path, text)
     assert_where(load_error(p), p, line_of(text, "ref:"), "upstreams.demo.patches[0].ref")
+
+
 def test_lock_check_cli_one_line_exit_2_on_a_changed_patch_file(tmp_path, capsys):
     from reprostack import cli
+
     (tmp_path / "patches" / "demo").mkdir(parents=True)
     f = tmp_path / "patches" / "demo" / "0001-fix.patch"
     f.write_text("From x\n")
@@ -499,16 +572,28 @@ def test_lock_check_cli_one_line_exit_2_on_a_changed_patch_file(tmp_path, capsys
     assert cli.main(["lock", "check", "--lock", str(p)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"reprostack: error: {p}:{line_of(mbox_lock(), 'sha256: ')}: upstreams.demo.patches[0].sha256: "
-                          f"patch file patches/demo/0001-fix.patch has sha256 ")
+    assert err.startswith(
+        f"reprostack: error: {p}:{line_of(mbox_lock(), 'sha256: ')}: upstreams.demo.patches[0].sha256: "
+        f"patch file patches/demo/0001-fix.patch has sha256 "
+    )
 
 
-@pytest.mark.parametrize("ref", ["refs/heads/../../x", "refs/heads/a..b", "refs/heads/x.lock", "refs/heads//x",
-                                 "refs/heads/.hidden", "refs/heads/x/"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "refs/heads/../../x",
+        "refs/heads/a..b",
+        "refs/heads/x.lock",
+        "refs/heads//x",
+        "refs/heads/.hidden",
+        "refs/heads/x/",
+    ],
+)
 def test_fetch_ref_git_would_refuse_is_named_with_its_line(tmp_path, ref):
     """A `fetch-refs` entry git's check-ref-format refuses passed the schema and failed at fetch time blaming the
     network (hostile trial, issue 14); now `lock check` names it."""
     from reprostack.lock import ref_problem
+
     assert ref_problem(ref) and ref_problem("refs/pull/612/head") is None and ref_problem("refs/tags/v2.30.4-1") is None
     root = Path(__file__).resolve().parents[1]
     text = (root / "upstreams.lock").read_text()
@@ -516,5 +601,7 @@ def test_fetch_ref_git_would_refuse_is_named_with_its_line(tmp_path, ref):
     bad = tmp_path / "upstreams.lock"
     bad.write_text(text.replace("fetch-refs: [refs/tags/v0.7.0]", f"fetch-refs: [{ref}]"))
     line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if ref in t)
-    with pytest.raises(LockError, match=rf"upstreams.lock:{line}: upstreams.nemo-rl.fetch-refs\[0\]: .* is not a ref name"):
+    with pytest.raises(
+        LockError, match=rf"upstreams.lock:{line}: upstreams.nemo-rl.fetch-refs\[0\]: .* is not a ref name"
+    ):
         load(bad, root)

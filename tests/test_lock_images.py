@@ -15,7 +15,7 @@ from reprostack.errors import LockError
 from lockfiles import lock_head
 
 docker_client, test_base = dockerd.docker_client, dockerd.test_base  # session fixtures (tests/dockerd.py)
-registry = registry_mod.registry                                       # session fixture (tests/registry.py)
+registry = registry_mod.registry  # session fixture (tests/registry.py)
 
 REV, TREE = "a1" * 20, "b2" * 20
 
@@ -36,7 +36,9 @@ def pushed(registry, docker_client, test_base):
 
 def _lock(tmp_path, repo: str, tag: str, digest_line: str = "") -> tuple:
     p = tmp_path / "upstreams.lock"
-    p.write_text(lock_head(REV, TREE) + f"""\
+    p.write_text(
+        lock_head(REV, TREE)
+        + f"""\
   # the test base, resolved by `reprostack lock images`
   base:
     kind: image
@@ -50,7 +52,8 @@ def _lock(tmp_path, repo: str, tag: str, digest_line: str = "") -> tuple:
       - filename: demo_pkg-1.0-py3-none-any.whl
         sha256: {"c" * 64}
 # footer comment
-""")
+"""
+    )
     return p
 
 
@@ -64,9 +67,10 @@ def test_fill_writes_the_engines_digest_then_check_passes(tmp_path, pushed, caps
         lockmod.load(p)  # `lock check` refuses an unfilled image pin
     assert cli.main(["lock", "images", "--lock", str(p)]) == 0
     after = p.read_text()
-    assert after == before.replace('# a tag, only where the digest comes from\n',
-                                   f'# a tag, only where the digest comes from\n    digest: {digest}\n'
-                                   f'    id: {test_base}\n')
+    assert after == before.replace(
+        "# a tag, only where the digest comes from\n",
+        f"# a tag, only where the digest comes from\n    digest: {digest}\n    id: {test_base}\n",
+    )
     pin = lockmod.load(p).get("base")
     assert isinstance(pin, lockmod.ImagePin) and pin.digest == digest and pin.ref == f"{repo}:{tag}@{digest}"
     assert pin.id == test_base
@@ -84,16 +88,19 @@ def test_fill_replaces_only_the_digest_line(tmp_path, pushed, test_base, capsys)
     p = _lock(tmp_path, repo, tag, f"    digest: {stale}  # stale: rewritten\n")
     before = p.read_text()
     assert cli.main(["lock", "images", "base", "--lock", str(p)]) == 0
-    assert p.read_text() == before.replace(f"{stale}  # stale: rewritten\n",
-                                           f"{digest}  # stale: rewritten\n    id: {test_base}\n")
+    assert p.read_text() == before.replace(
+        f"{stale}  # stale: rewritten\n", f"{digest}  # stale: rewritten\n    id: {test_base}\n"
+    )
     # a stale id is rewritten in place, and `--check` names its line
     wrong = "sha256:" + "c" * 64
     p.write_text(p.read_text().replace(test_base, wrong))
     line = p.read_text().splitlines().index(f"    id: {wrong}") + 1
     capsys.readouterr()
     assert cli.main(["lock", "images", "--check", "--lock", str(p)]) == 2
-    assert (f"{p}:{line}: upstreams.base.id: lock has {wrong}, the registry's linux/amd64 image of "
-            f"{repo}@{digest} is {test_base}") in capsys.readouterr().err
+    assert (
+        f"{p}:{line}: upstreams.base.id: lock has {wrong}, the registry's linux/amd64 image of "
+        f"{repo}@{digest} is {test_base}"
+    ) in capsys.readouterr().err
     assert cli.main(["lock", "images", "--lock", str(p)]) == 0
     assert f"    id: {test_base}\n" in p.read_text() and wrong not in p.read_text()
     assert line == p.read_text().splitlines().index(f"    id: {test_base}") + 1
@@ -140,6 +147,7 @@ def test_unknown_tag_is_an_error_naming_the_line_and_nothing_is_written(tmp_path
 
 def test_unreachable_registry_is_an_error(tmp_path, capsys):
     import socket
+
     with socket.socket() as s:  # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -160,8 +168,10 @@ def test_images_refuses_a_wheel_pin_and_schema_checks_the_digest(tmp_path, capsy
 
 
 def test_registry_host_and_scheme():
-    assert lockimages.manifest_url("nvcr.io/nvidia/cuda", "13.0.0-devel-ubuntu22.04") == \
-        "https://nvcr.io/v2/nvidia/cuda/manifests/13.0.0-devel-ubuntu22.04"
+    assert (
+        lockimages.manifest_url("nvcr.io/nvidia/cuda", "13.0.0-devel-ubuntu22.04")
+        == "https://nvcr.io/v2/nvidia/cuda/manifests/13.0.0-devel-ubuntu22.04"
+    )
     assert lockimages.manifest_url("busybox", "1") == "https://registry-1.docker.io/v2/library/busybox/manifests/1"
     assert lockimages.manifest_url("localhost:5000/a/b", "t") == "http://localhost:5000/v2/a/b/manifests/t"
     assert lockimages.manifest_url("127.0.0.1:5000/a", "t") == "http://127.0.0.1:5000/v2/a/manifests/t"
@@ -178,7 +188,9 @@ upstreams:
     repo: {repo}
     tag: "{tag}"
 {digest_line}""")
-    (root / "containers" / "fromlock" / "image.yaml").write_text(f"description: built on a lock image pin\nbase: {base}\n")
+    (root / "containers" / "fromlock" / "image.yaml").write_text(
+        f"description: built on a lock image pin\nbase: {base}\n"
+    )
     (root / "containers" / "fromlock" / "Dockerfile").write_text("FROM {{ from }}\nRUN echo ok > /fromlock\n")
     return root
 
@@ -199,9 +211,17 @@ def test_recipe_base_from_a_lock_image_pin_builds_on_the_pinned_digest(tmp_path,
     ns = f"rstest-{uuid.uuid4().hex[:10]}"
 
     def opts():
-        return BuildOptions(root=root, lock=lockmod.load(root / "upstreams.lock"), out_dir=tmp_path / "out",
-                            namespace=ns, client=docker_client, base_overrides={}, show_progress=False,
-                            console=Console(file=io.StringIO(), width=160))
+        return BuildOptions(
+            root=root,
+            lock=lockmod.load(root / "upstreams.lock"),
+            out_dir=tmp_path / "out",
+            namespace=ns,
+            client=docker_client,
+            base_overrides={},
+            show_progress=False,
+            console=Console(file=io.StringIO(), width=160),
+        )
+
     try:
         (r,) = build_images(["fromlock"], opts())
         assert r.status == "built" and r.from_ref == test_base  # the image id that repo@digest names here
@@ -229,18 +249,35 @@ def test_an_index_pins_its_own_digest_and_the_linux_amd64_image_id(tmp_path, pus
     host, name = repo.split("/", 1)
 
     def get(d):
-        req = urllib.request.Request(f"http://{host}/v2/{name}/manifests/{d}", headers={
-            "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        req = urllib.request.Request(
+            f"http://{host}/v2/{name}/manifests/{d}",
+            headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.read()
 
     def put_list(list_tag, platforms):
-        body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.list.v2+json",
-                           "manifests": [{"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                                          "size": len(get(digest)), "digest": digest,
-                                          "platform": {"architecture": arch, "os": "linux"}} for arch in platforms]})
-        req = urllib.request.Request(f"http://{host}/v2/{name}/manifests/{list_tag}", data=body.encode(), method="PUT",
-                                     headers={"Content-Type": "application/vnd.docker.distribution.manifest.list.v2+json"})
+        body = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.docker.distribution.manifest.list.v2+json",
+                "manifests": [
+                    {
+                        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                        "size": len(get(digest)),
+                        "digest": digest,
+                        "platform": {"architecture": arch, "os": "linux"},
+                    }
+                    for arch in platforms
+                ],
+            }
+        )
+        req = urllib.request.Request(
+            f"http://{host}/v2/{name}/manifests/{list_tag}",
+            data=body.encode(),
+            method="PUT",
+            headers={"Content-Type": "application/vnd.docker.distribution.manifest.list.v2+json"},
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.headers["Docker-Content-Digest"]
 
@@ -261,19 +298,24 @@ def test_an_index_pins_its_own_digest_and_the_linux_amd64_image_id(tmp_path, pus
     assert q.read_bytes() == before
 
 
-@pytest.mark.parametrize("repo, want", [
-    ("docker.io/nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),       # the lock's CUDA pins
-    ("index.docker.io/nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),
-    ("nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),
-    ("docker.io/ubuntu", ("registry-1.docker.io", "library/ubuntu")),
-    ("ubuntu", ("registry-1.docker.io", "library/ubuntu")),
-    ("nvcr.io/nvidia/cuda", ("nvcr.io", "nvidia/cuda")),
-    ("127.0.0.1:5000/reprostack-test/base", ("127.0.0.1:5000", "reprostack-test/base")),
-])
+@pytest.mark.parametrize(
+    "repo, want",
+    [
+        ("docker.io/nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),  # the lock's CUDA pins
+        ("index.docker.io/nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),
+        ("nvidia/cuda", ("registry-1.docker.io", "nvidia/cuda")),
+        ("docker.io/ubuntu", ("registry-1.docker.io", "library/ubuntu")),
+        ("ubuntu", ("registry-1.docker.io", "library/ubuntu")),
+        ("nvcr.io/nvidia/cuda", ("nvcr.io", "nvidia/cuda")),
+        ("127.0.0.1:5000/reprostack-test/base", ("127.0.0.1:5000", "reprostack-test/base")),
+    ],
+)
 def test_registry_host_of_a_repo(repo, want):
     """docker.io serves no registry API: Docker Hub's names go to registry-1.docker.io (the CUDA pins asked
     https://docker.io/v2/... before)."""
     from reprostack.lockimages import manifest_url, split_repo
+
     assert split_repo(repo) == want
     assert manifest_url("docker.io/nvidia/cuda", "13.0.0-devel-ubuntu22.04").startswith(
-        "https://registry-1.docker.io/v2/nvidia/cuda/manifests/")
+        "https://registry-1.docker.io/v2/nvidia/cuda/manifests/"
+    )

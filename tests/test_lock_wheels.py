@@ -44,8 +44,11 @@ def index(tmp_path, monkeypatch):
         for proj in ("demo-pkg", "plat-pkg"):
             d = www / simple / proj
             d.mkdir(parents=True)
-            links = "".join(f'<a href="../../files/{w.name}{"#sha256=" + _sha(w) if frag else ""}">{w.name}</a><br>\n'
-                            for w in wheels.values() if w.name.startswith(proj.replace("-", "_") + "-"))
+            links = "".join(
+                f'<a href="../../files/{w.name}{"#sha256=" + _sha(w) if frag else ""}">{w.name}</a><br>\n'
+                for w in wheels.values()
+                if w.name.startswith(proj.replace("-", "_") + "-")
+            )
             (d / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
@@ -77,7 +80,9 @@ TREE = "186344a19c36d5dceb2c386fb0b6b0a2f08e9e75"
 
 def _lock(tmp_path: Path, url: str, version: str = "1.0", simple: str = "simple") -> Path:
     p = tmp_path / "upstreams.lock"
-    p.write_text(lock_head(REV, TREE) + f"""\
+    p.write_text(
+        lock_head(REV, TREE)
+        + f"""\
   # the demo wheel, resolved by `reprostack lock wheels`
   demo:
     kind: wheel
@@ -96,7 +101,8 @@ def _lock(tmp_path: Path, url: str, version: str = "1.0", simple: str = "simple"
     python-version: "3.11"
     platforms: [manylinux2014_x86_64, win_amd64]
 # footer comment
-""")
+"""
+    )
     return p
 
 
@@ -114,7 +120,8 @@ def test_fill_then_check(tmp_path, index, capsys):
     demo, plat = lock.get("demo"), lock.get("plat")
     assert [(f.filename, f.sha256) for f in demo.files] == [(wheels["demo"].name, _sha(wheels["demo"]))]
     assert sorted((f.filename, f.sha256) for f in plat.files) == sorted(
-        (wheels[k].name, _sha(wheels[k])) for k in ("linux", "win"))
+        (wheels[k].name, _sha(wheels[k])) for k in ("linux", "win")
+    )
     # every line outside the files blocks is byte for byte the same, comments included
     assert _lines_without_files(after) == _lines_without_files(before)
     assert "    # comment after files stays\n  plat:" in after
@@ -139,7 +146,10 @@ def test_check_names_line_and_pin_on_a_tampered_hash(tmp_path, index, capsys):
     capsys.readouterr()
     assert cli.main(["lock", "wheels", "--check", "--lock", str(p), "demo"]) == 2
     err = capsys.readouterr().err
-    assert f"{p}:{line}: upstreams.demo.files[0].sha256: {wheels['demo'].name}: lock has {'f' * 64}, the index serves {good}" in err
+    assert (
+        f"{p}:{line}: upstreams.demo.files[0].sha256: {wheels['demo'].name}: lock has {'f' * 64}, the index serves {good}"
+        in err
+    )
     assert p.read_text() == tampered  # --check writes nothing
 
 
@@ -181,16 +191,27 @@ def test_lock_check_rejects_an_unfilled_wheel_pin(tmp_path, index, capsys):
     assert f"{p}:19: upstreams.plat: 'files' is a required property" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("tail", ["..%2F..%2Fevil-1.0-py3-none-any.whl", "sub%2Fevil-1.0-py3-none-any.whl",
-                                  "evil.whl", "..%5Cevil-1.0-py3-none-any.whl"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "..%2F..%2Fevil-1.0-py3-none-any.whl",
+        "sub%2Fevil-1.0-py3-none-any.whl",
+        "evil.whl",
+        "..%5Cevil-1.0-py3-none-any.whl",
+    ],
+)
 def test_a_wheel_filename_from_a_pip_report_must_be_a_bare_wheel_filename(tail):
     """An index's URL decides the filename the lock records and the cache writes: a quoted `/`, `\\` or `..`, or
     a name that is not NAME-VER-PY-ABI-PLAT.whl, is refused (issue 14 item 10)."""
     from reprostack import lockwheels
     from reprostack.errors import ReprostackError
+
     item = {"metadata": {"name": "evil", "version": "1.0"}, "download_info": {"url": f"https://idx.invalid/p/{tail}"}}
-    with pytest.raises(ReprostackError, match=r"^upstreams.lock:3: upstreams.x: evil==1.0 resolves to .*(not a bare "
-                                              r"file name|not a wheel filename)"):
+    with pytest.raises(
+        ReprostackError,
+        match=r"^upstreams.lock:3: upstreams.x: evil==1.0 resolves to .*(not a bare "
+        r"file name|not a wheel filename)",
+    ):
         lockwheels.report_wheel(item, "upstreams.lock:3: upstreams.x")
 
 
@@ -200,9 +221,11 @@ def test_an_unresolved_pin_loads_and_lock_wheels_fills_it_dropping_the_mark(tmp_
     `lock wheels` fills it from the index and drops the mark, every other line unchanged."""
     url, wheels = index
     p = _lock(tmp_path, url)
-    text = p.read_text().replace('    platforms: [manylinux2014_x86_64, win_amd64]\n',
-                                 '    platforms: [manylinux2014_x86_64, win_amd64]\n'
-                                 '    unresolved: where the index is reachable  # kept until filled\n')
+    text = p.read_text().replace(
+        "    platforms: [manylinux2014_x86_64, win_amd64]\n",
+        "    platforms: [manylinux2014_x86_64, win_amd64]\n"
+        "    unresolved: where the index is reachable  # kept until filled\n",
+    )
     p.write_text(text)
     lock = load(p)
     plat = lock.get("plat")
@@ -214,11 +237,12 @@ def test_an_unresolved_pin_loads_and_lock_wheels_fills_it_dropping_the_mark(tmp_
     assert sorted(f.filename for f in load(p).get("plat").files) == sorted(wheels[k].name for k in ("linux", "win"))
     assert [l for l in _lines_without_files(after)] == [l for l in _lines_without_files(text) if "unresolved" not in l]
     # both `files` and `unresolved`: refused, naming the pin
-    p.write_text(after.replace("    python-version: \"3.11\"\n",
-                               "    python-version: \"3.11\"\n    unresolved: stale\n"))
+    p.write_text(after.replace('    python-version: "3.11"\n', '    python-version: "3.11"\n    unresolved: stale\n'))
     capsys.readouterr()
     assert cli.main(["lock", "check", "--lock", str(p)]) == 2
     err = capsys.readouterr().err
     line = next(i for i, l in enumerate(p.read_text().splitlines(), 1) if "unresolved: stale" in l)
-    assert err.strip() == (f"reprostack: error: {p}:{line}: upstreams.plat.unresolved: a pin with `files` is resolved: "
-                           "drop `unresolved` (`lock wheels` does when it fills)")
+    assert err.strip() == (
+        f"reprostack: error: {p}:{line}: upstreams.plat.unresolved: a pin with `files` is resolved: "
+        "drop `unresolved` (`lock wheels` does when it fills)"
+    )

@@ -26,7 +26,7 @@ from trialslog import DENSE_FIX, REAL_EP1, REAL_EP1_DC, dense_records, marker, r
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DRIVERS = REPO_ROOT / "gates" / "drivers"
 
-FAKE_TEST_EP = '''
+FAKE_TEST_EP = """
 import argparse
 import torch
 
@@ -60,7 +60,7 @@ if __name__ == "__main__":
     parser.add_argument("--skip-check", action="store_true")
     args = parser.parse_args()
     torch.multiprocessing.spawn(test_loop, args=(args.num_processes, args), nprocs=args.num_processes)
-'''
+"""
 
 
 @pytest.fixture
@@ -105,6 +105,7 @@ class StandInDense:
     def trial(self, k):
         import dense_a2a
         from trialslog import dense_trial
+
         for r in dense_trial(self.phases, k, 1 + k / 10):
             dense_a2a.emit(r)
 
@@ -124,12 +125,35 @@ def run_driver(driver, tmp_path, monkeypatch, capsys, argv):
 
 
 def test_driver_runs_k_trials_of_both_arms_abab_in_one_launch(driver, tmp_path, monkeypatch, capsys):
-    rc, out = run_driver(driver, tmp_path, monkeypatch, capsys,
-                         ["--trials", "3", "--arms", "deepep,dense", "--dense-iters", "7", "--num-tokens", "128",
-                          "--hidden", "7168", "--num-topk", "8", "--num-experts", "256", "--test-first-only"])
+    rc, out = run_driver(
+        driver,
+        tmp_path,
+        monkeypatch,
+        capsys,
+        [
+            "--trials",
+            "3",
+            "--arms",
+            "deepep,dense",
+            "--dense-iters",
+            "7",
+            "--num-tokens",
+            "128",
+            "--hidden",
+            "7168",
+            "--num-topk",
+            "8",
+            "--num-experts",
+            "256",
+            "--test-first-only",
+        ],
+    )
     assert rc == 0
-    order = [(m["trial"], m["arm"]) for m in map(json.loads, (x.split("] ", 1)[1] for x in out.splitlines()
-                                                               if x.startswith("[micro_trials]"))) if m["event"] == "trial"]
+    order = [
+        (m["trial"], m["arm"])
+        for m in map(json.loads, (x.split("] ", 1)[1] for x in out.splitlines() if x.startswith("[micro_trials]")))
+        if m["event"] == "trial"
+    ]
     assert order == [(0, "deepep"), (0, "dense"), (1, "deepep"), (1, "dense"), (2, "deepep"), (2, "dense")]
     (a,) = StandInDense.made  # one runner, made in the rank after DeepEP's first trial, with test_ep's sizes
     assert (a.num_tokens, a.hidden, a.num_topk, a.num_experts, a.iters, a.fp8_dispatch) == (128, 7168, 8, 256, 7, 1)
@@ -138,7 +162,8 @@ def test_driver_runs_k_trials_of_both_arms_abab_in_one_launch(driver, tmp_path, 
     assert tp.figures["dc_p50_us"] == REAL_EP1_DC
     assert tp.figures["dense_dc_p50_us"] == pytest.approx([152.797, 168.077, 183.356], abs=2e-3)
     assert tp.figures["deepep_over_dense_dc"] == pytest.approx(
-        [a / b for a, b in zip(REAL_EP1_DC, tp.figures["dense_dc_p50_us"])])
+        [a / b for a, b in zip(REAL_EP1_DC, tp.figures["dense_dc_p50_us"])]
+    )
     s = tp.summaries()["deepep_over_dense_dc"]
     assert s.n == 3 and s.ci95[0] < s.mean < s.ci95[1] and s.unit == "ratio"
 
@@ -157,10 +182,15 @@ def test_driver_refuses_routing_the_dense_arm_cannot_copy(driver, tmp_path, monk
     assert "the dense arm routes uniformly; test_ep.py was given --unbalanced-ratio 2.0" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, msg", [(["--trials", "0"], "--trials must be >= 1"),
-                                       (["--arms", "dense"], "that includes deepep"),
-                                       (["--arms", "deepep,nccl"], "that includes deepep"),
-                                       (["--dense-iters", "0"], "--dense-iters >= 1")])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--trials", "0"], "--trials must be >= 1"),
+        (["--arms", "dense"], "that includes deepep"),
+        (["--arms", "deepep,nccl"], "that includes deepep"),
+        (["--dense-iters", "0"], "--dense-iters >= 1"),
+    ],
+)
 def test_driver_bad_options_exit_2_in_one_line(driver, capsys, argv, msg):
     with pytest.raises(SystemExit) as e:
         driver.parse_args(["--test-ep", "x.py", *argv])
@@ -168,8 +198,22 @@ def test_driver_bad_options_exit_2_in_one_line(driver, capsys, argv, msg):
 
 
 def test_driver_option_split_and_schedule(driver):
-    own, rest = driver.parse_args(["--num-processes", "2", "--test-ep", "t.py", "--trials", "4", "--seed", "3",
-                                   "--arms", "deepep,dense", "--num-tokens", "128"])
+    own, rest = driver.parse_args(
+        [
+            "--num-processes",
+            "2",
+            "--test-ep",
+            "t.py",
+            "--trials",
+            "4",
+            "--seed",
+            "3",
+            "--arms",
+            "deepep,dense",
+            "--num-tokens",
+            "128",
+        ]
+    )
     assert (own.trials, own.arms, own.dense_seed) == (4, ("deepep", "dense"), 0)
     assert rest == ["--num-processes", "2", "--seed", "3", "--num-tokens", "128"]  # test_ep's --seed is its own
     assert driver.schedule(2, ("deepep",)) == [(0, "deepep"), (1, "deepep")]
@@ -205,14 +249,18 @@ def test_parser_flags_a_doubled_log_and_missing_markers():
     bare = "".join(real_ep1_texts(2))  # plain test_ep output, no driver markers
     tp = parse_micro_trials(bare, num_ranks=1, trials=2)
     assert tp.deepep[1].complete and not tp.complete
-    assert tp.problems == ["trial markers: rank 0 started 0 deepep trial(s), expected 2",
-                           "trial markers: rank 0 said done 0 time(s), expected once"]
+    assert tp.problems == [
+        "trial markers: rank 0 started 0 deepep trial(s), expected 2",
+        "trial markers: rank 0 said done 0 time(s), expected once",
+    ]
 
 
 def test_parser_short_log_lacks_the_last_trial():
     tp = parse_micro_trials(trials_log(real_ep1_texts(2)), num_ranks=1, trials=3)
     assert tp.deepep[0].complete and tp.deepep[1].complete and not tp.deepep[2].complete
-    assert "dc_p50_us" not in tp.figures and "trial markers: rank 0 started 2 deepep trial(s), expected 3" in tp.problems
+    assert (
+        "dc_p50_us" not in tp.figures and "trial markers: rank 0 started 2 deepep trial(s), expected 3" in tp.problems
+    )
 
 
 def test_parser_bad_marker_and_bad_arguments():
@@ -235,10 +283,13 @@ def test_parser_dense_trial_missing_is_not_ok():
 # ------------------------------------------------------------------------------------------- CLI plumbing
 
 
-@pytest.mark.parametrize("value, msg", [("0", "argument --trials: 0: give K >= 1"),
-                                        ("five", "argument --trials: 'five' is not a whole number")])
+@pytest.mark.parametrize(
+    "value, msg",
+    [("0", "argument --trials: 0: give K >= 1"), ("five", "argument --trials: 'five' is not a whole number")],
+)
 def test_cli_trials_bad_value_is_exit_2_in_one_line(capsys, value, msg):
     from reprostack.cli import main
+
     with pytest.raises(SystemExit) as e:
         main(["gate", "micro", "--trials", value])
     assert e.value.code == 2 and msg in capsys.readouterr().err
@@ -247,6 +298,7 @@ def test_cli_trials_bad_value_is_exit_2_in_one_line(capsys, value, msg):
 def test_cli_trials_reach_the_micro_gate_and_the_in_image_command(tmp_path, monkeypatch):
     from reprostack.gates import container, micro, runner
     from reprostack.gates.registry import GATES
+
     seen = {}
     monkeypatch.setattr(micro, "run_micro", lambda opts: seen.update(opts=opts))
     g = next(g for g in GATES if g.name == "micro")
@@ -264,5 +316,6 @@ def test_cli_trials_reach_the_micro_gate_and_the_in_image_command(tmp_path, monk
 def test_micro_refuses_a_bad_trial_count_before_anything_runs(tmp_path):
     from reprostack.errors import ReprostackError
     from reprostack.gates import micro
+
     with pytest.raises(ReprostackError, match="--trials 0: give a whole number >= 1"):
         micro.run_micro(micro.MicroOptions(root=tmp_path, lock=None, fetch=None, out_dir=tmp_path, trials=0))

@@ -27,12 +27,18 @@ REPO = Path(__file__).resolve().parents[1]
 WHEEL = "nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl"
 
 
-def make_wheel(path: Path, *, version: str = "2.30.4", members: dict | None = None, drop: tuple = (),
-               symlink: str | None = None) -> Path:
+def make_wheel(
+    path: Path, *, version: str = "2.30.4", members: dict | None = None, drop: tuple = (), symlink: str | None = None
+) -> Path:
     """A wheel shaped like NVIDIA's: nvidia/nccl/{include,lib}/ plus dist-info; `members` adds or replaces entries."""
-    m = {"nvidia/nccl/include/nccl.h": nccl_h(version), "nvidia/nccl/include/nccl_device.h": "// device API\n",
-         "nvidia/nccl/include/nccl_device/gin.h": "// gin\n", "nvidia/nccl/lib/libnccl.so.2": "\x7fELF our nccl",
-         "nvidia/nccl/lib/libnccl_device.bc": "bc", f"nvidia_nccl_cu13-{version}.dist-info/METADATA": "Name: x\n"}
+    m = {
+        "nvidia/nccl/include/nccl.h": nccl_h(version),
+        "nvidia/nccl/include/nccl_device.h": "// device API\n",
+        "nvidia/nccl/include/nccl_device/gin.h": "// gin\n",
+        "nvidia/nccl/lib/libnccl.so.2": "\x7fELF our nccl",
+        "nvidia/nccl/lib/libnccl_device.bc": "bc",
+        f"nvidia_nccl_cu13-{version}.dist-info/METADATA": "Name: x\n",
+    }
     m.update(members or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
@@ -46,8 +52,9 @@ def make_wheel(path: Path, *, version: str = "2.30.4", members: dict | None = No
     return path
 
 
-def wheel_pin(sha256: str, *, name: str = "nccl-wheel", version: str = "2.30.4", filename: str = WHEEL,
-              quoted: bool = False) -> str:
+def wheel_pin(
+    sha256: str, *, name: str = "nccl-wheel", version: str = "2.30.4", filename: str = WHEEL, quoted: bool = False
+) -> str:
     """The lock lines (under `upstreams:`) of an nvidia-nccl-cu13 wheel pin (`quoted`: the sha256 in quotes, for a
     made-up all-digit one; the real lock and the seed script read it bare)."""
     if quoted:
@@ -97,8 +104,10 @@ def test_patched_unreleased_or_other_version_builds_from_source():
     c = ncclwheel.choose(lock, "nccl", "nccl-wheel", "2.30.5")  # the verified tree says another version
     assert (c.kind, c.why) == ("source", "nccl: original says 2.30.4, its version.mk says 2.30.5")
     newer = with_pin(lock, "nccl-wheel", version="2.31.0")
-    assert ncclwheel.choose(newer, "nccl", "nccl-wheel", "2.30.4").why == \
-        "wheel nvidia-nccl-cu13 2.31.0 is not the pinned release 2.30.4"
+    assert (
+        ncclwheel.choose(newer, "nccl", "nccl-wheel", "2.30.4").why
+        == "wheel nvidia-nccl-cu13 2.31.0 is not the pinned release 2.30.4"
+    )
     assert ncclwheel.choose(lock, "nccl", "no-such", "2.30.4").why == "the lock has no pin no-such"
     assert ncclwheel.choose(lock, "nccl", None, "2.30.4").kind == "source"
 
@@ -118,22 +127,36 @@ def test_unpack_makes_the_source_build_layout_then_reuses(tmp_path):
     b = ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
     assert not b.reused and b.info["from"] == "wheel" and b.info["version"] == "2.30.4"
     files = sorted(str(p.relative_to(b.out / "build")) for p in (b.out / "build").rglob("*") if p.is_file())
-    assert files == ["include/nccl.h", "include/nccl_device.h", "include/nccl_device/gin.h",
-                     "lib/libnccl.so.2", "lib/libnccl_device.bc"]  # no dist-info
+    assert files == [
+        "include/nccl.h",
+        "include/nccl_device.h",
+        "include/nccl_device/gin.h",
+        "lib/libnccl.so.2",
+        "lib/libnccl_device.bc",
+    ]  # no dist-info
     again = ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
     assert again.reused and again.out == b.out and again.key == b.key
     other = make_wheel(tmp_path / "wh2" / WHEEL, members={"nvidia/nccl/lib/libnccl.so.2": "other bytes"})
     assert ncclwheel.unpack(other, sha(other), "2.30.4", tmp_path / "cache").key != b.key  # keyed by content
 
 
-@pytest.mark.parametrize("kw,needle", [
-    ({"members": {"nvidia/nccl/../../evil.so": "x"}}, "member 'nvidia/nccl/../../evil.so' is a path outside the prefix (..)"),
-    ({"members": {"/etc/cron.d/x": "x"}}, "member '/etc/cron.d/x' is not a relative path"),
-    ({"symlink": "nvidia/nccl/lib/libnccl.so"}, "member 'nvidia/nccl/lib/libnccl.so' is a symlink"),
-    ({"drop": ("nvidia/nccl/lib/libnccl.so.2",)}, "no nvidia/nccl/lib/libnccl.so.2 in the wheel; not an NCCL wheel"),
-    ({"drop": ("nvidia/nccl/include/nccl.h",)}, "no nvidia/nccl/include/nccl.h in the wheel"),
-    ({"members": {"nvidia/nccl/include/nccl.h": nccl_h("2.28.9")}}, "its nccl.h says 2.28.9, the lock pins 2.30.4"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (
+            {"members": {"nvidia/nccl/../../evil.so": "x"}},
+            "member 'nvidia/nccl/../../evil.so' is a path outside the prefix (..)",
+        ),
+        ({"members": {"/etc/cron.d/x": "x"}}, "member '/etc/cron.d/x' is not a relative path"),
+        ({"symlink": "nvidia/nccl/lib/libnccl.so"}, "member 'nvidia/nccl/lib/libnccl.so' is a symlink"),
+        (
+            {"drop": ("nvidia/nccl/lib/libnccl.so.2",)},
+            "no nvidia/nccl/lib/libnccl.so.2 in the wheel; not an NCCL wheel",
+        ),
+        ({"drop": ("nvidia/nccl/include/nccl.h",)}, "no nvidia/nccl/include/nccl.h in the wheel"),
+        ({"members": {"nvidia/nccl/include/nccl.h": nccl_h("2.28.9")}}, "its nccl.h says 2.28.9, the lock pins 2.30.4"),
+    ],
+)
 def test_a_bad_wheel_is_one_line_and_leaves_no_prefix(tmp_path, kw, needle):
     w = make_wheel(tmp_path / WHEEL, **kw)
     with pytest.raises(BuildError) as ei:
@@ -149,6 +172,7 @@ def test_hostile_zip_tricks_are_one_line_and_leave_no_prefix(tmp_path):
     import re
     import struct
     import warnings
+
     dup = make_wheel(tmp_path / "dup" / WHEEL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zipfile warns about the duplicate name it is told to write
@@ -160,18 +184,20 @@ def test_hostile_zip_tricks_are_one_line_and_leave_no_prefix(tmp_path):
         with zipfile.ZipFile(w) as z:
             header = z.getinfo("nvidia/nccl/lib/big").header_offset
         data = bytearray(w.read_bytes())
-        for m in re.finditer(b"PK\x01\x02", data):   # the central directory entry's uncompressed size
-            n = struct.unpack("<H", data[m.start() + 28:m.start() + 30])[0]
-            if data[m.start() + 46:m.start() + 46 + n] == b"nvidia/nccl/lib/big":
+        for m in re.finditer(b"PK\x01\x02", data):  # the central directory entry's uncompressed size
+            n = struct.unpack("<H", data[m.start() + 28 : m.start() + 30])[0]
+            if data[m.start() + 46 : m.start() + 46 + n] == b"nvidia/nccl/lib/big":
                 struct.pack_into("<I", data, m.start() + 24, size)
         if local:
             struct.pack_into("<I", data, header + 22, size)
         w.write_bytes(bytes(data))
         return w
 
-    for w, needle in [(dup, "member 'nvidia/nccl/include/nccl.h' is in the wheel twice; not unpacked"),
-                      (resized("lies", 1, True), "cannot unpack: Bad CRC-32"),
-                      (resized("huge", 0xFFFFFFF0, False), "nvidia/nccl/ would unpack to more than 4 GiB")]:
+    for w, needle in [
+        (dup, "member 'nvidia/nccl/include/nccl.h' is in the wheel twice; not unpacked"),
+        (resized("lies", 1, True), "cannot unpack: Bad CRC-32"),
+        (resized("huge", 0xFFFFFFF0, False), "nvidia/nccl/ would unpack to more than 4 GiB"),
+    ]:
         cache = tmp_path / w.parent.name / "cache"
         with pytest.raises(BuildError) as ei:
             ncclwheel.unpack(w, sha(w), "2.30.4", cache)
@@ -184,6 +210,7 @@ def test_a_wheelhouse_file_swapped_after_its_check_never_reaches_the_cache(tmp_p
     the copy into the cache (the copy is what is hashed now, so the swap is caught, nothing is cached)."""
     import shutil as real_shutil
     from reprostack.fetch import wheels
+
     good = make_wheel(tmp_path / "house" / WHEEL)
     digest = sha(good)
     lock_path = tmp_path / "upstreams.lock"
@@ -218,8 +245,12 @@ def gate_options(tmp_path: Path, wheel: Path) -> micro.MicroOptions:
     root = tmp_path / "project"
     lock_path = write_project(root, make_stack(tmp_path / "srv"))
     lock_path.write_text(lock_path.read_text() + wheel_pin(sha(wheel)))
-    return micro.MicroOptions(root=root, lock=load(lock_path), out_dir=tmp_path / "out",
-                              fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")))
+    return micro.MicroOptions(
+        root=root,
+        lock=load(lock_path),
+        out_dir=tmp_path / "out",
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+    )
 
 
 def prepared(opts: micro.MicroOptions) -> dict:
@@ -232,10 +263,17 @@ def prepared(opts: micro.MicroOptions) -> dict:
 @pytest.fixture
 def no_gpu_builds(monkeypatch):
     calls = []
-    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
+    monkeypatch.setattr(
+        micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})
+    )
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: calls.append("make nccl"))
-    monkeypatch.setattr(micro.kbuild, "build_deepep", lambda src, tree, recipe, tc, nccl, cache, **k:
-                        SimpleNamespace(component="deepep", key="k", reused=True, info={"seconds": 0}, nccl=nccl))
+    monkeypatch.setattr(
+        micro.kbuild,
+        "build_deepep",
+        lambda src, tree, recipe, tc, nccl, cache, **k: SimpleNamespace(
+            component="deepep", key="k", reused=True, info={"seconds": 0}, nccl=nccl
+        ),
+    )
     return calls
 
 
@@ -267,6 +305,7 @@ def test_the_overlay_puts_the_unpacked_wheel_nccl_in_torchs_place(tmp_path):
     """The one-NCCL overlay (kernels.runtime) over a wheel-made prefix: torch's nvidia/nccl/lib/libnccl.so.2 is ours."""
     from reprostack.kernels import runtime
     from test_kernels import fake_site
+
     w = make_wheel(tmp_path / WHEEL)
     b = ncclwheel.unpack(w, sha(w), "2.30.4", tmp_path / "cache")
     dest = runtime.make_overlay(fake_site(tmp_path), b.out / "build" / "lib", tmp_path / "overlay")
@@ -286,17 +325,24 @@ def alone_options(tmp_path: Path, wheel_sha: str) -> micro.MicroOptions:
     root = tmp_path / "project"
     s = make_stack(tmp_path / "srv")
     lock_path = write_project(root, s)
-    lock_path.write_text(lock_path.read_text() + wheel_pin(wheel_sha, name="nccl-wheel-2-32", version="2.32.3",
-                                                           filename=WHEEL_2_32, quoted=True) + """\
+    lock_path.write_text(
+        lock_path.read_text()
+        + wheel_pin(wheel_sha, name="nccl-wheel-2-32", version="2.32.3", filename=WHEEL_2_32, quoted=True)
+        + """\
 stacks:
   gdaki:
     description: NCCL 2.32.3 from its wheel alone
     overrides:
       nccl: {wheel: nccl-wheel-2-32}
-""")
+"""
+    )
     (tmp_path / "srv" / "nccl").rename(tmp_path / "srv" / "nccl-gone")
-    return micro.MicroOptions(root=root, lock=load(lock_path, stack="gdaki"), out_dir=tmp_path / "out",
-                              fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")))
+    return micro.MicroOptions(
+        root=root,
+        lock=load(lock_path, stack="gdaki"),
+        out_dir=tmp_path / "out",
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+    )
 
 
 def test_a_wheel_alone_stack_builds_with_that_wheel_and_no_nccl_tree(tmp_path, monkeypatch, no_gpu_builds):
@@ -309,8 +355,10 @@ def test_a_wheel_alone_stack_builds_with_that_wheel_and_no_nccl_tree(tmp_path, m
     _, nccl, deepep = micro.build_kernels(opts, trees, prov, timings)
     assert no_gpu_builds == [] and deepep.nccl is nccl and nccl.info["version"] == "2.32.3"
     assert nccl.info["wheel"] == WHEEL_2_32 and nccl.info["wheel_sha256"] == sha(w)
-    assert prov["nccl_from"] == {"kind": "wheel", "why": "stack gdaki pins nccl as wheel nccl-wheel-2-32 "
-                                                          "(nvidia-nccl-cu13==2.32.3) alone; no git source"}
+    assert prov["nccl_from"] == {
+        "kind": "wheel",
+        "why": "stack gdaki pins nccl as wheel nccl-wheel-2-32 (nvidia-nccl-cu13==2.32.3) alone; no git source",
+    }
 
 
 def test_a_wheel_alone_with_another_sha256_is_one_line(tmp_path, monkeypatch, no_gpu_builds):
@@ -342,7 +390,12 @@ def test_a_wheel_alone_stack_skips_without_gpu_naming_the_wheel(tmp_path, monkey
     monkeypatch.setattr(micro.hostinfo, "collect", lambda: {"gpu_count": 0, "gpus": [], "efa_devices": []})
     report = micro.run_micro(opts)
     assert report.result == "skip", report
-    assert (f"deepep {opts.lock.git('deepep').patched_tree[:12]}, nccl wheel {WHEEL_2_32} (pin nccl-wheel-2-32;"
-            in report.reason)
-    assert report.provenance["upstreams"]["nccl"] == {"wheel": "nccl-wheel-2-32", "version": "2.32.3",
-                                                      "files": [f"{WHEEL_2_32} {'1' * 64}"]}
+    assert (
+        f"deepep {opts.lock.git('deepep').patched_tree[:12]}, nccl wheel {WHEEL_2_32} (pin nccl-wheel-2-32;"
+        in report.reason
+    )
+    assert report.provenance["upstreams"]["nccl"] == {
+        "wheel": "nccl-wheel-2-32",
+        "version": "2.32.3",
+        "files": [f"{WHEEL_2_32} {'1' * 64}"],
+    }

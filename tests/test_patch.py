@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from patchrepos import (SHA256, Upstream, diff_bytes, format_patch, make_upstream, pick, pin_of,
-                        worktree_at, write_patch)
+from patchrepos import SHA256, Upstream, diff_bytes, format_patch, make_upstream, pick, pin_of, worktree_at, write_patch
 from reprostack.errors import PatchError
 from reprostack.gitcmd import GitFailed, git
 from reprostack.lock import PatchEntry
-from reprostack.patch import (PatchHeader, SeriesError, SeriesResult, apply_series, check_patch_headers,
-                              check_series)
+from reprostack.patch import PatchHeader, SeriesError, SeriesResult, apply_series, check_patch_headers, check_series
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +36,15 @@ def leftovers(out: Path) -> list[str]:
 
 def entry(kind: str, value: str, status: str, tree: str | None = None) -> PatchEntry:
     """A file entry vouching for the bytes `write_patch` wrote at `value` (a lock's `sha256:`)."""
-    return PatchEntry(kind=kind, value=value, upstream_status=status, description=f"{kind} {value}", tree=tree,
-                      sha256=SHA256.get(value), where=f"upstreams.lock:{10 + len(value)}")
+    return PatchEntry(
+        kind=kind,
+        value=value,
+        upstream_status=status,
+        description=f"{kind} {value}",
+        tree=tree,
+        sha256=SHA256.get(value),
+        where=f"upstreams.lock:{10 + len(value)}",
+    )
 
 
 def plain_diff(comment: str, body: bytes) -> bytes:
@@ -51,8 +56,9 @@ def plain_diff(comment: str, body: bytes) -> bytes:
 
 def test_clean_cherry_pick_series(up, ws):
     src, project, out = ws
-    pin = pin_of(up, [pick(up["f1"], tree=up.tree("f1")), pick(up["f2"]), pick(up["f3"], tree=up.tree("f3"))],
-                 up.tree("f3"))
+    pin = pin_of(
+        up, [pick(up["f1"], tree=up.tree("f1")), pick(up["f2"]), pick(up["f3"], tree=up.tree("f3"))], up.tree("f3")
+    )
     res = apply_series(pin, src, out / "dest", project)
     assert isinstance(res, SeriesResult)
     assert res.tree == up.tree("f3")  # reference application: the upstream's own linear history
@@ -138,11 +144,15 @@ def test_crlf_file_patched_through_mbox_keeps_crlf(up, ws, tmp_path):
 
 def test_plain_diff_and_mbox_both_apply(up, ws):
     src, project, out = ws
-    d = write_patch(project, "0001-f1.diff", plain_diff(
-        "# Change line 3 of a.txt.\n#\n# Upstream-Status: Pending\n", diff_bytes(up, up["base"], up["f1"])))
+    d = write_patch(
+        project,
+        "0001-f1.diff",
+        plain_diff("# Change line 3 of a.txt.\n#\n# Upstream-Status: Pending\n", diff_bytes(up, up["base"], up["f1"])),
+    )
     m = write_patch(project, "0002-f2.patch", format_patch(up, up["f2"]))
-    pin = pin_of(up, [entry("diff", d, "Pending", tree=up.tree("f1")), entry("mbox", m, "Submitted [PR #2]")],
-                 up.tree("f2"))
+    pin = pin_of(
+        up, [entry("diff", d, "Pending", tree=up.tree("f1")), entry("mbox", m, "Submitted [PR #2]")], up.tree("f2")
+    )
     res = apply_series(pin, src, out / "dest", project)
     assert res.tree == up.tree("f2")
     assert [e.kind for e in res.entries] == ["diff", "mbox"]
@@ -154,7 +164,7 @@ def test_plain_diff_and_mbox_both_apply(up, ws):
 def test_unified_diff_without_git_header_applies(up, ws):
     src, project, out = ws
     body = diff_bytes(up, up["base"], up["f1"]).decode()
-    body = body[body.index("--- a/"):]  # a `diff -u`-style patch: no `diff --git`/`index` lines
+    body = body[body.index("--- a/") :]  # a `diff -u`-style patch: no `diff --git`/`index` lines
     d = write_patch(project, "0001-f1.diff", plain_diff("Change line 3.\n\nUpstream-Status: Pending\n", body.encode()))
     res = apply_series(pin_of(up, [entry("diff", d, "Pending")], up.tree("f1")), src, out / "dest", project)
     assert res.tree == up.tree("f1")
@@ -200,8 +210,11 @@ def test_binary_hunk_without_full_index_fails_before_applying(up, ws):
 
 def test_binary_hunk_with_full_index_applies(up, ws):
     src, project, out = ws
-    d = write_patch(project, "0001-bin.diff", plain_diff(
-        "Reverse data.\n\nUpstream-Status: Pending\n", diff_bytes(up, up["base"], up["bin1"], "--binary")))
+    d = write_patch(
+        project,
+        "0001-bin.diff",
+        plain_diff("Reverse data.\n\nUpstream-Status: Pending\n", diff_bytes(up, up["base"], up["bin1"], "--binary")),
+    )
     res = apply_series(pin_of(up, [entry("diff", d, "Pending")], up.tree("bin1")), src, out / "dest", project)
     assert res.tree == up.tree("bin1")
 
@@ -209,12 +222,18 @@ def test_binary_hunk_with_full_index_applies(up, ws):
 def test_binary_apply_failure_is_named(up, ws, monkeypatch):
     # Should an abbreviated binary hunk get past the pre-check, git's own message comes through, named.
     import reprostack.patch.precheck as precheck_mod
+
     src, project, out = ws
     body = diff_bytes(up, up["base"], up["bin1"], "--binary").decode()
     full = body.split("\n")[1]
     a, b = full.split()[1].split("..")
-    d = write_patch(project, "0001-bin.diff", plain_diff(
-        "Reverse data.\n\nUpstream-Status: Pending\n", body.replace(full, f"index {a[:7]}..{b[:7]} 100644").encode()))
+    d = write_patch(
+        project,
+        "0001-bin.diff",
+        plain_diff(
+            "Reverse data.\n\nUpstream-Status: Pending\n", body.replace(full, f"index {a[:7]}..{b[:7]} 100644").encode()
+        ),
+    )
     monkeypatch.setattr(precheck_mod, "_abbreviated_binary", lambda text: [])
     with pytest.raises(SeriesError) as ei:
         apply_series(pin_of(up, [entry("diff", d, "Pending")], up.tree("bin1")), src, out / "dest", project)
@@ -225,6 +244,7 @@ def test_binary_apply_failure_is_named(up, ws, monkeypatch):
 
 def test_patch_file_without_upstream_status_fails_before_anything(up, ws, monkeypatch):
     import reprostack.patch.apply as apply_mod
+
     src, project, out = ws
     d = write_patch(project, "0002-nostatus.diff", plain_diff("Change line 15.\n", diff_bytes(up, up["f1"], up["f3"])))
     pin = pin_of(up, [pick(up["f1"]), entry("diff", d, "Pending")], up.tree("f3"))
@@ -300,25 +320,37 @@ def test_empty_series_checks_out_the_base(up, ws):
 # ---------------------------------------------------------------- headers
 
 
-@pytest.mark.parametrize("comment, status, description", [
-    ("# Fix the thing\n# in two lines.\n#\n# Upstream-Status: Backport [abc123]\n", "Backport [abc123]",
-     "Fix the thing in two lines."),
-    ("Upstream-Status: Denied\n\nWhy: it was refused.\nSigned-off-by: A <a@b>\n", "Denied", "Why: it was refused."),
-    ("Subject-less note\nUpstream-Status: Inappropriate [local config]\n", "Inappropriate [local config]",
-     "Subject-less note"),
-])
+@pytest.mark.parametrize(
+    "comment, status, description",
+    [
+        (
+            "# Fix the thing\n# in two lines.\n#\n# Upstream-Status: Backport [abc123]\n",
+            "Backport [abc123]",
+            "Fix the thing in two lines.",
+        ),
+        ("Upstream-Status: Denied\n\nWhy: it was refused.\nSigned-off-by: A <a@b>\n", "Denied", "Why: it was refused."),
+        (
+            "Subject-less note\nUpstream-Status: Inappropriate [local config]\n",
+            "Inappropriate [local config]",
+            "Subject-less note",
+        ),
+    ],
+)
 def test_plain_diff_headers(tmp_path, comment, status, description):
     p = tmp_path / "x.diff"
     p.write_bytes(comment.encode() + b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
     assert check_patch_headers(p) == PatchHeader(status, description, "diff", 1)
 
 
-@pytest.mark.parametrize("comment, error", [
-    ("Just a note.\n", "no `Upstream-Status:` header"),
-    ("Note.\nUpstream-Status: Submitted\n", "is not valid"),
-    ("Upstream-Status: Pending\n", "no description"),
-    ("A.\nUpstream-Status: Pending\nUpstream-Status: Denied\n", "conflicting"),
-])
+@pytest.mark.parametrize(
+    "comment, error",
+    [
+        ("Just a note.\n", "no `Upstream-Status:` header"),
+        ("Note.\nUpstream-Status: Submitted\n", "is not valid"),
+        ("Upstream-Status: Pending\n", "no description"),
+        ("A.\nUpstream-Status: Pending\nUpstream-Status: Denied\n", "conflicting"),
+    ],
+)
 def test_plain_diff_header_errors_name_the_file(tmp_path, comment, error):
     p = tmp_path / "bad.diff"
     p.write_bytes(comment.encode() + b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
@@ -366,7 +398,9 @@ def test_applied_bytes_are_the_checked_copy(up, ws):
     m = write_patch(project, "0001-f1.patch", format_patch(up, up["f1"]))
     res = apply_series(pin_of(up, [entry("mbox", m, "Pending")], up.tree("f1")), src, out / "dest", project)
     assert res.tree == up.tree("f1")
-    assert (out / "dest" / ".git" / "reprostack-patches" / "0001-0001-f1.patch").read_bytes() == (project / m).read_bytes()
+    assert (out / "dest" / ".git" / "reprostack-patches" / "0001-0001-f1.patch").read_bytes() == (
+        project / m
+    ).read_bytes()
 
 
 def test_patch_file_entry_without_sha256_is_refused(up, ws):
@@ -382,16 +416,25 @@ NEW_FILE = "diff --git a/{p} b/{p}\nnew file mode {mode}\n--- /dev/null\n+++ b/{
 COMMENT = "# Escape test.\n#\n# Upstream-Status: Pending\n"
 
 
-@pytest.mark.parametrize("diff, why", [
-    (NEW_FILE.format(p="../x", mode="100644", body="evil"), "touches '../x', which has a '..'"),
-    ("--- /dev/null\n+++ /tmp/abs-x\n@@ -0,0 +1 @@\n+evil\n", "touches '/tmp/abs-x', which is absolute"),
-    (NEW_FILE.format(p=".git/hooks/post-checkout", mode="100755", body="evil"),
-     "touches '.git/hooks/post-checkout', which reaches into .git"),
-    (NEW_FILE.format(p="up", mode="120000", body="../../..") + "\\ No newline at end of file\n",
-     "makes 'up' a symlink to '../../..', outside the work tree"),
-    (NEW_FILE.format(p="etc", mode="120000", body="/etc") + "\\ No newline at end of file\n",
-     "makes 'etc' a symlink to '/etc'"),
-])
+@pytest.mark.parametrize(
+    "diff, why",
+    [
+        (NEW_FILE.format(p="../x", mode="100644", body="evil"), "touches '../x', which has a '..'"),
+        ("--- /dev/null\n+++ /tmp/abs-x\n@@ -0,0 +1 @@\n+evil\n", "touches '/tmp/abs-x', which is absolute"),
+        (
+            NEW_FILE.format(p=".git/hooks/post-checkout", mode="100755", body="evil"),
+            "touches '.git/hooks/post-checkout', which reaches into .git",
+        ),
+        (
+            NEW_FILE.format(p="up", mode="120000", body="../../..") + "\\ No newline at end of file\n",
+            "makes 'up' a symlink to '../../..', outside the work tree",
+        ),
+        (
+            NEW_FILE.format(p="etc", mode="120000", body="/etc") + "\\ No newline at end of file\n",
+            "makes 'etc' a symlink to '/etc'",
+        ),
+    ],
+)
 def test_patch_target_outside_the_tree_is_refused(up, ws, diff, why):
     src, project, out = ws
     d = write_patch(project, "0001-escape.diff", plain_diff(COMMENT, diff.encode()))
@@ -403,13 +446,25 @@ def test_patch_target_outside_the_tree_is_refused(up, ws, diff, why):
 
 def test_patch_through_a_symlink_of_an_earlier_entry_is_refused(up, ws):
     src, project, out = ws
-    inside = write_patch(project, "0001-link.diff", plain_diff(COMMENT, (NEW_FILE.format(
-        p="lnk", mode="120000", body="sub") + "\\ No newline at end of file\n").encode()))
-    through = write_patch(project, "0002-through.diff", plain_diff(COMMENT, NEW_FILE.format(
-        p="lnk/x", mode="100644", body="evil").encode()))
+    inside = write_patch(
+        project,
+        "0001-link.diff",
+        plain_diff(
+            COMMENT, (NEW_FILE.format(p="lnk", mode="120000", body="sub") + "\\ No newline at end of file\n").encode()
+        ),
+    )
+    through = write_patch(
+        project,
+        "0002-through.diff",
+        plain_diff(COMMENT, NEW_FILE.format(p="lnk/x", mode="100644", body="evil").encode()),
+    )
     with pytest.raises(SeriesError) as ei:
-        apply_series(pin_of(up, [entry("diff", inside, "Pending"), entry("diff", through, "Pending")], up.tree("f1")),
-                     src, out / "dest", project)
+        apply_series(
+            pin_of(up, [entry("diff", inside, "Pending"), entry("diff", through, "Pending")], up.tree("f1")),
+            src,
+            out / "dest",
+            project,
+        )
     msg = str(ei.value)
     assert f"#2 of 2 diff {through}: {through} touches 'lnk/x' through the symlink 'lnk'" in msg
     assert "#1 of 2" not in msg  # a symlink inside the tree is fine

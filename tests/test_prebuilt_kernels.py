@@ -36,8 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "containers" / "deepep" / "record-kernels.py"
 
 
-def fake_image(img: Path, lock, *, nccl=(2, 30, 4), deepep_tree: str | None = None, arch: str = "90",
-               root: Path = REPO) -> Path:
+def fake_image(
+    img: Path, lock, *, nccl=(2, 30, 4), deepep_tree: str | None = None, arch: str = "90", root: Path = REPO
+) -> Path:
     """A folder laid out like the deepep image (trees, built NCCL, an installed deep_ep with _C, nvcc), then the
     real record-kernels.py writes kernels.json there as the Dockerfile does. Returns the manifest's path."""
     deepep, ncclpin = lock.get("deepep"), lock.get("nccl")
@@ -58,13 +59,25 @@ def fake_image(img: Path, lock, *, nccl=(2, 30, 4), deepep_tree: str | None = No
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
     nvcc.chmod(nvcc.stat().st_mode | stat.S_IXUSR)
     out = img / "kernels.json"
-    argv = [sys.executable, str(RECORD), str(out), f"lock_sha256={lock.sha256}", f"arch={arch}", "image=deepep",
-            f"nccl.rev={ncclpin.rev}", f"nccl.patched_tree={ncclpin.patched_tree or ncclpin.tree}",
-            f"nccl.recipe={load_recipe(root, 'nccl').digest}", f"nccl.src={img / 'src' / 'nccl'}",
-            f"nccl.include={inc}", f"nccl.lib={lib / 'libnccl.so.2'}",
-            f"deepep.rev={deepep.rev}", f"deepep.patched_tree={deepep_tree or deepep.patched_tree or deepep.tree}",
-            f"deepep.recipe={load_recipe(root, 'deepep').digest}", f"deepep.src={img / 'src' / 'deepep'}",
-            "deepep.package=python"]
+    argv = [
+        sys.executable,
+        str(RECORD),
+        str(out),
+        f"lock_sha256={lock.sha256}",
+        f"arch={arch}",
+        "image=deepep",
+        f"nccl.rev={ncclpin.rev}",
+        f"nccl.patched_tree={ncclpin.patched_tree or ncclpin.tree}",
+        f"nccl.recipe={load_recipe(root, 'nccl').digest}",
+        f"nccl.src={img / 'src' / 'nccl'}",
+        f"nccl.include={inc}",
+        f"nccl.lib={lib / 'libnccl.so.2'}",
+        f"deepep.rev={deepep.rev}",
+        f"deepep.patched_tree={deepep_tree or deepep.patched_tree or deepep.tree}",
+        f"deepep.recipe={load_recipe(root, 'deepep').digest}",
+        f"deepep.src={img / 'src' / 'deepep'}",
+        "deepep.package=python",
+    ]
     env = {**os.environ, "CUDA_HOME": str(img / "cuda"), "PYTHONPATH": str(img / "site")}
     p = subprocess.run(argv, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -93,7 +106,7 @@ def test_manifest_from_the_recipe_script_matches_the_lock(world, tmp_path):
     n, e = d["components"]["nccl"], d["components"]["deepep"]
     assert (n["nccl_version"], n["cuda_version"], n["arch"]) == ("2.30.4", "13.0", ["90"])
     assert e["nccl_version"] == "2.30.4" and e["paths"]["extension"].endswith("_C.cpython-310-x86_64-linux-gnu.so")
-    assert n["recipe"] == load_recipe(root, "nccl").digest   # the same digest the host build key holds
+    assert n["recipe"] == load_recipe(root, "nccl").digest  # the same digest the host build key holds
     pre = prebuilt.check(m, lock, root, ("nccl", "deepep"), arch="90")
     t = pre.tree(lock, "deepep")
     assert t.path == tmp_path / "img" / "src" / "deepep" and t.tree == lock.get("deepep").patched_tree and t.patched
@@ -101,32 +114,45 @@ def test_manifest_from_the_recipe_script_matches_the_lock(world, tmp_path):
     # a child image (megatron) adds its source tree; the image that built the kernels stays named
     src = tmp_path / "img" / "src" / "megatron-lm"
     src.mkdir()
-    pin = lock.get("deepep")   # any git pin of the lock stands in for megatron-lm here
-    subprocess.run([sys.executable, str(RECORD), str(m), f"lock_sha256={lock.sha256}", f"megatron-lm.rev={pin.rev}",
-                    f"megatron-lm.patched_tree={pin.patched_tree}", f"megatron-lm.src={src}"], check=True,
-                   capture_output=True)
+    pin = lock.get("deepep")  # any git pin of the lock stands in for megatron-lm here
+    subprocess.run(
+        [
+            sys.executable,
+            str(RECORD),
+            str(m),
+            f"lock_sha256={lock.sha256}",
+            f"megatron-lm.rev={pin.rev}",
+            f"megatron-lm.patched_tree={pin.patched_tree}",
+            f"megatron-lm.src={src}",
+        ],
+        check=True,
+        capture_output=True,
+    )
     d2 = json.loads(m.read_text())
     assert d2["image"] == "deepep" and d2["components"]["megatron-lm"]["kind"] == "source"
     assert d2["components"]["nccl"] == n
 
 
-@pytest.mark.parametrize("case, field", [
-    ("patched_tree", "components.deepep.patched_tree"),
-    ("recipe", "components.deepep.recipe"),
-    ("nccl_floor", "components.nccl.nccl_version"),
-    ("arch", "components.nccl.arch"),
-    ("replaced_lib", "components.nccl.files["),
-    ("missing_component", "components.megatron-lm"),
-])
+@pytest.mark.parametrize(
+    "case, field",
+    [
+        ("patched_tree", "components.deepep.patched_tree"),
+        ("recipe", "components.deepep.recipe"),
+        ("nccl_floor", "components.nccl.nccl_version"),
+        ("arch", "components.nccl.arch"),
+        ("replaced_lib", "components.nccl.files["),
+        ("missing_component", "components.megatron-lm"),
+    ],
+)
 def test_a_mismatch_is_one_line_naming_the_field_and_both_values(world, tmp_path, case, field):
     _, root, lock = world
     kw, names, arch = {}, ("nccl", "deepep"), "90"
     if case == "patched_tree":
-        kw["deepep_tree"] = lock.get("deepep").tree          # the tree before the patch series
+        kw["deepep_tree"] = lock.get("deepep").tree  # the tree before the patch series
     if case == "nccl_floor":
         kw["nccl"] = (2, 28, 9)
     m = fake_image(tmp_path / "img", lock, root=root, **kw)
-    if case == "recipe":   # this checkout's recipe changed after the image was built
+    if case == "recipe":  # this checkout's recipe changed after the image was built
         p = root / "kernels" / "deepep.yaml"
         p.write_text(p.read_text().replace('LDFLAGS: "-Wl,--exclude-libs,ALL"', 'LDFLAGS: "-Wl,-O1"'))
     if case == "arch":
@@ -139,8 +165,11 @@ def test_a_mismatch_is_one_line_naming_the_field_and_both_values(world, tmp_path
         prebuilt.check(m, lock, root, names, arch=arch)
     msg = one_line(ei.value)
     assert msg.startswith(f"{m}: {field}"), msg
-    want = {"patched_tree": (lock.get("deepep").tree, lock.get("deepep").patched_tree),
-            "nccl_floor": ("2.28.9", ">= 2.30.4"), "arch": ("90", "100")}.get(case)
+    want = {
+        "patched_tree": (lock.get("deepep").tree, lock.get("deepep").patched_tree),
+        "nccl_floor": ("2.28.9", ">= 2.30.4"),
+        "arch": ("90", "100"),
+    }.get(case)
     if want:
         assert f"the image has {want[0]}" in msg and f"has {want[1]}" in msg
     assert "reprostack build deepep" in msg or "CUDA_ARCH" in msg
@@ -187,12 +216,22 @@ def _hostile(tmp_path: Path, good: dict, case: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("case, says", [
-    ("huge", "more than 1048576 bytes"), ("deep", "nested deeper"), ("nan", "NaN"), ("not_json", "not UTF-8"),
-    ("dir", "not a regular file"), ("version", "manifest_version"), ("dotdot", "components.nccl.paths.lib"),
-    ("relative_file", "components.nccl.files"), ("extra_key", "components.deepep"),
-    ("pin_name", "components.deepep.pin"), ("rev_type", "components.deepep.rev"),
-])
+@pytest.mark.parametrize(
+    "case, says",
+    [
+        ("huge", "more than 1048576 bytes"),
+        ("deep", "nested deeper"),
+        ("nan", "NaN"),
+        ("not_json", "not UTF-8"),
+        ("dir", "not a regular file"),
+        ("version", "manifest_version"),
+        ("dotdot", "components.nccl.paths.lib"),
+        ("relative_file", "components.nccl.files"),
+        ("extra_key", "components.deepep"),
+        ("pin_name", "components.deepep.pin"),
+        ("rev_type", "components.deepep.rev"),
+    ],
+)
 def test_hostile_manifest_is_one_line_naming_it(world, tmp_path, case, says):
     _, root, lock = world
     good = json.loads(fake_image(tmp_path / "img", lock, root=root).read_text())
@@ -206,29 +245,43 @@ def test_hostile_manifest_is_one_line_naming_it(world, tmp_path, case, says):
 def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_path, gpu_host, monkeypatch):  # noqa: F811
     stack, root, lock = world
     m = fake_image(tmp_path / "img", lock, root=root)
-    take_servers_away(stack)   # any fetch would fail
+    take_servers_away(stack)  # any fetch would fail
 
     def no_build(*a, **k):
         raise AssertionError("a kernel build ran in container mode")
+
     monkeypatch.setattr(micro.kbuild, "build_nccl", no_build)
     monkeypatch.setattr(micro.kbuild, "build_deepep", no_build)
     (root / "gates" / "drivers").mkdir(parents=True, exist_ok=True)
     for d in ("dense_a2a.py", "micro_trials.py"):
         shutil.copy(REPO / "gates/drivers" / d, root / "gates/drivers" / d)
-    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)),  # the ranks mapped the image's pinned NCCL
-                         mapped=[os.path.realpath(tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2")])
+    py = stand_in_python(
+        tmp_path,
+        trials_log(real_ep1_texts(3)),  # the ranks mapped the image's pinned NCCL
+        mapped=[os.path.realpath(tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2")],
+    )
     cache = tmp_path / "cache"
-    opts = micro.MicroOptions(root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(cache)),
-                              out_dir=tmp_path / "out", python=py, profile="h200-ep1", prebuilt=m,
-                              trials=3)
+    opts = micro.MicroOptions(
+        root=root,
+        lock=lock,
+        fetch=sources.FetchOptions(cache=Cache(cache)),
+        out_dir=tmp_path / "out",
+        python=py,
+        profile="h200-ep1",
+        prebuilt=m,
+        trials=3,
+    )
     rep = micro.run_micro(opts)
     assert rep.result == "pass", rep.reason
     kf = rep.provenance["kernels_from"]
     assert kf["mode"] == "prebuilt" and kf["manifest"] == str(m) and kf["image"] == "deepep"
     assert rep.provenance["kernels"]["nccl"]["prebuilt"] and "key" not in rep.provenance["kernels"]["nccl"]
-    assert str(tmp_path / "img" / "src" / "deepep" / "tests" / "elastic" / "test_ep.py") in (tmp_path / "calls").read_text()
-    assert not list(cache.rglob("*.pack")) and not (cache / "builds").exists()   # nothing fetched, nothing built
-    assert "PYTHONPATH" not in rep.data["env"]   # the image's own deep_ep: no overlay, not the runner's code
+    assert (
+        str(tmp_path / "img" / "src" / "deepep" / "tests" / "elastic" / "test_ep.py")
+        in (tmp_path / "calls").read_text()
+    )
+    assert not list(cache.rglob("*.pack")) and not (cache / "builds").exists()  # nothing fetched, nothing built
+    assert "PYTHONPATH" not in rep.data["env"]  # the image's own deep_ep: no overlay, not the runner's code
 
 
 def test_gate_with_a_bad_manifest_is_exit_2_and_writes_nothing(world, tmp_path, capsys):
@@ -236,13 +289,40 @@ def test_gate_with_a_bad_manifest_is_exit_2_and_writes_nothing(world, tmp_path, 
     bad = tmp_path / "kernels.json"
     bad.write_text('{"manifest_version": 1}')
     out = tmp_path / "out"
-    rc = main(["gate", "micro", "--no-container", "--kernels-manifest", str(bad), "--lock", str(lock.path),
-               "--cache", str(tmp_path / "cache"), "--out", str(out), "--offline"])
+    rc = main(
+        [
+            "gate",
+            "micro",
+            "--no-container",
+            "--kernels-manifest",
+            str(bad),
+            "--lock",
+            str(lock.path),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--out",
+            str(out),
+            "--offline",
+        ]
+    )
     err = without_progress(capsys.readouterr().err).strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"reprostack: error: {bad}:"), err
     assert not out.exists()
-    rc = main(["gate", "micro", "--container", "--kernels-manifest", str(bad), "--lock", str(lock.path),
-               "--out", str(out), "--profile", "h200-ep1"])
+    rc = main(
+        [
+            "gate",
+            "micro",
+            "--container",
+            "--kernels-manifest",
+            str(bad),
+            "--lock",
+            str(lock.path),
+            "--out",
+            str(out),
+            "--profile",
+            "h200-ep1",
+        ]
+    )
     assert rc == 2 and "--kernels-manifest is the in-image runner's option" in capsys.readouterr().err
 
 
@@ -266,11 +346,13 @@ def test_container_runner_and_plan_name_the_prebuilt_kernels():
     host = gate_plan(registry.gate("micro"), REPO, lock, mode="host")
     assert host.kernels.startswith("built on this host")
     assert gate_plan(registry.gate("vllm"), REPO, lock, images_json=Path("/x")).kernels.startswith(
-        "the engine's DeepEP and NCCL in image vllm")
+        "the engine's DeepEP and NCCL in image vllm"
+    )
 
 
 def test_a_deepep_bump_names_the_serving_gates_and_every_image_built_on_deepep():
     from reprostack.bump.impact import impact
+
     imp = impact(REPO, "deepep")
     assert {"vllm", "sglang", "trtllm", "micro", "megatron"} <= set(imp.gates)
     assert {"deepep", "vllm", "sglang", "megatron", "nemo-rl"} <= set(imp.images) and "substrate" not in imp.images
@@ -280,8 +362,11 @@ def test_a_deepep_bump_names_the_serving_gates_and_every_image_built_on_deepep()
 def test_plan_shows_the_comparison_arms_beside_the_deepep_arm():
     lock = load(REPO / "upstreams.lock")
     micro_plan = gate_plan(registry.gate("micro"), REPO, lock, profile="h200-ep1", images_json=Path("/x"))
-    assert [(a.name, a.role) for a in micro_plan.arms] == [("deepep", "deepep"), ("dense", "comparison"),
-                                                           ("legacy", "second-evidence")]
+    assert [(a.name, a.role) for a in micro_plan.arms] == [
+        ("deepep", "deepep"),
+        ("dense", "comparison"),
+        ("legacy", "second-evidence"),
+    ]
     assert micro_plan.arms[0].commands == micro_plan.commands
     assert "/workspace/gates/drivers/dense_a2a.py" in " ".join(micro_plan.arms[1].commands[0].argv)
     vllm = gate_plan(registry.gate("vllm"), REPO, lock, images_json=Path("/x"))
@@ -299,6 +384,7 @@ def test_plan_shows_the_comparison_arms_beside_the_deepep_arm():
 def test_the_deepep_image_builds_with_the_kernel_recipes_values_and_refuses_shell(tmp_path):
     from reprostack.containers import render
     from reprostack.containers.errors import RecipeError
+
     vals = render.kernel_values(REPO)
     assert vals["kernels.nccl.make"] == 'NVCC_GENCODE="-gencode=arch=compute_${CUDA_ARCH},code=sm_${CUDA_ARCH}"'
     assert vals["kernels.deepep.env"] == 'TORCH_CUDA_ARCH_LIST="${CUDA_ARCH_DOTTED}" LDFLAGS="-Wl,--exclude-libs,ALL"'
@@ -330,8 +416,16 @@ def test_container_run_stamps_the_image_id_on_prebuilt_kernels(tmp_path, monkeyp
     def run_node(client, plan, node, out_dir, **kw):
         assert "--kernels-manifest" in plan.commands[0].argv
         time_ok = utc_now()
-        rep = GateReport("micro", "h200-ep1", "skip", "no GPU", started=time_ok, ended=time_ok, duration_s=0.0,
-                         provenance={"kernels_from": pre.provenance(), "kernels": pre.kernels_provenance()})
+        rep = GateReport(
+            "micro",
+            "h200-ep1",
+            "skip",
+            "no GPU",
+            started=time_ok,
+            ended=time_ok,
+            duration_s=0.0,
+            provenance={"kernels_from": pre.provenance(), "kernels": pre.kernels_provenance()},
+        )
         write_reports([rep], out, required={"micro"})
         log = out_dir / "node0.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -345,5 +439,10 @@ def test_container_run_stamps_the_image_id_on_prebuilt_kernels(tmp_path, monkeyp
     kf = rep.provenance["kernels_from"]
     assert kf["mode"] == "prebuilt" and kf["image_id"] == image_id and kf["manifest_sha256"] == pre.sha256
     ex = rep.provenance["execution"]
-    assert ex["kernels"] == {"mode": "prebuilt", "image_id": image_id, "manifest": str(m), "manifest_sha256": pre.sha256}
+    assert ex["kernels"] == {
+        "mode": "prebuilt",
+        "image_id": image_id,
+        "manifest": str(m),
+        "manifest_sha256": pre.sha256,
+    }
     assert f"kernels prebuilt in the image, manifest {pre.sha256[:8]}" in describe(ex)

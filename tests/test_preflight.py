@@ -28,8 +28,14 @@ def stubs(tmp_path, name, *, gpus=0, fi_info="efa") -> str:
     d.mkdir()
     rows = "".join(f"{i}, NVIDIA H200, 580.65.06, 143771, 00000000:{i:02X}:00.0\\n" for i in range(gpus))
     (d / "nvidia-smi").write_text(f'#!/bin/sh\nprintf "{rows}"\n')
-    (d / "fi_info").write_text("#!/bin/sh\n" + ("printf 'provider: efa\\n    fabric: efa\\n'\n" if fi_info == "efa"
-                                                 else "echo 'fi_getinfo: -61 (No data available)' >&2; exit 1\n"))
+    (d / "fi_info").write_text(
+        "#!/bin/sh\n"
+        + (
+            "printf 'provider: efa\\n    fabric: efa\\n'\n"
+            if fi_info == "efa"
+            else "echo 'fi_getinfo: -61 (No data available)' >&2; exit 1\n"
+        )
+    )
     for f in d.iterdir():
         f.chmod(0o755)
     return str(d)
@@ -39,8 +45,25 @@ def start(tmp_path, gate, node, nodes, *, profile, bin_dir=None, lock=None, time
     e = {k: v for k, v in os.environ.items() if k not in ("FI_PROVIDER", "REPROSTACK_IMAGE")}
     e["PATH"] = f"{bin_dir or stubs(tmp_path, f'n{node}')}:{e['PATH']}"
     e.update(env or {})
-    argv = [sys.executable, "-m", "reprostack", "preflight", gate, "--out", str(tmp_path / "run"), "--nodes",
-            str(nodes), "--node-rank", str(node), "--profile", profile, "--timeout", str(timeout), "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "reprostack",
+        "preflight",
+        gate,
+        "--out",
+        str(tmp_path / "run"),
+        "--nodes",
+        str(nodes),
+        "--node-rank",
+        str(node),
+        "--profile",
+        profile,
+        "--timeout",
+        str(timeout),
+        "--port",
+        str(port),
+    ]
     if lock:
         argv += ["--lock", str(lock)]
     return subprocess.Popen(argv, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -86,8 +109,12 @@ def test_lock_mismatch_names_the_node_and_the_check(tmp_path):
             (other / d).symlink_to(ROOT / d)
     (other / "upstreams.lock").write_bytes((ROOT / "upstreams.lock").read_bytes() + b"\n# a different lock\n")
     port = free_port()
-    res = finish([start(tmp_path, "vllm", 0, 2, profile="local-test", port=port),
-                  start(tmp_path, "vllm", 1, 2, profile="local-test", port=port, lock=other / "upstreams.lock")])
+    res = finish(
+        [
+            start(tmp_path, "vllm", 0, 2, profile="local-test", port=port),
+            start(tmp_path, "vllm", 1, 2, profile="local-test", port=port, lock=other / "upstreams.lock"),
+        ]
+    )
     assert [rc for rc, _, _ in res] == [2, 2]
     assert failed(verdict(tmp_path)) == [("lock", 1)]
     for _, _, err in res:
@@ -97,10 +124,12 @@ def test_lock_mismatch_names_the_node_and_the_check(tmp_path):
 
 def test_gpu_count_mismatch_names_the_node(tmp_path):
     port = free_port()
-    res = finish([start(tmp_path, "micro", 0, 2, profile="h200-nvl-ep8", port=port,
-                        bin_dir=stubs(tmp_path, "eight", gpus=8)),
-                  start(tmp_path, "micro", 1, 2, profile="h200-nvl-ep8", port=port,
-                        bin_dir=stubs(tmp_path, "seven", gpus=7))])
+    res = finish(
+        [
+            start(tmp_path, "micro", 0, 2, profile="h200-nvl-ep8", port=port, bin_dir=stubs(tmp_path, "eight", gpus=8)),
+            start(tmp_path, "micro", 1, 2, profile="h200-nvl-ep8", port=port, bin_dir=stubs(tmp_path, "seven", gpus=7)),
+        ]
+    )
     assert [rc for rc, _, _ in res] == [2, 2]
     v = verdict(tmp_path)
     assert failed(v) == [("gpus", 1)]
@@ -109,12 +138,37 @@ def test_gpu_count_mismatch_names_the_node(tmp_path):
 
 def test_provider_not_efa_is_named_never_a_silent_fallback(tmp_path):
     port = free_port()
-    procs = [start(tmp_path, "micro", 0, 3, profile="p5en-efa-ep16", port=port,
-                   bin_dir=stubs(tmp_path, "ok", gpus=8), env={"FI_PROVIDER": "efa"}),
-             start(tmp_path, "micro", 1, 3, profile="p5en-efa-ep16", port=port,
-                   bin_dir=stubs(tmp_path, "nofi", gpus=8, fi_info="none")),
-             start(tmp_path, "micro", 2, 3, profile="p5en-efa-ep16", port=port,
-                   bin_dir=stubs(tmp_path, "tcp", gpus=8), env={"FI_PROVIDER": "tcp"})]
+    procs = [
+        start(
+            tmp_path,
+            "micro",
+            0,
+            3,
+            profile="p5en-efa-ep16",
+            port=port,
+            bin_dir=stubs(tmp_path, "ok", gpus=8),
+            env={"FI_PROVIDER": "efa"},
+        ),
+        start(
+            tmp_path,
+            "micro",
+            1,
+            3,
+            profile="p5en-efa-ep16",
+            port=port,
+            bin_dir=stubs(tmp_path, "nofi", gpus=8, fi_info="none"),
+        ),
+        start(
+            tmp_path,
+            "micro",
+            2,
+            3,
+            profile="p5en-efa-ep16",
+            port=port,
+            bin_dir=stubs(tmp_path, "tcp", gpus=8),
+            env={"FI_PROVIDER": "tcp"},
+        ),
+    ]
     res = finish(procs)
     assert [rc for rc, _, _ in res] == [2, 2, 2]
     v = verdict(tmp_path)
@@ -123,19 +177,19 @@ def test_provider_not_efa_is_named_never_a_silent_fallback(tmp_path):
     detail = {(r["check"], r["node"]): r["detail"] for r in v["failures"]}
     assert "fi_info -p efa: exit 1" in detail[("provider", 1)]
     assert "FI_PROVIDER=tcp" in detail[("provider", 2)]
-    if not list(Path("/dev/infiniband").glob("uverbs*")):   # this CPU machine: no EFA device on any node
+    if not list(Path("/dev/infiniband").glob("uverbs*")):  # this CPU machine: no EFA device on any node
         assert {("efa", n) for n in range(3)} <= set(bad)
 
 
 def test_a_node_that_never_comes_is_named_after_the_timeout(tmp_path):
     port = free_port()
-    (rc, _, err), = finish([start(tmp_path, "vllm", 0, 2, profile="local-test", port=port, timeout=1)])
+    ((rc, _, err),) = finish([start(tmp_path, "vllm", 0, 2, profile="local-test", port=port, timeout=1)])
     assert rc == 2 and "node 1: arrival: no facts" in err and len(err.strip().splitlines()) == 1
     assert failed(verdict(tmp_path)) == [("arrival", 1)]
 
 
 def test_a_node_without_node_0_gives_up(tmp_path):
-    (rc, _, err), = finish([start(tmp_path, "vllm", 1, 2, profile="local-test", port=free_port(), timeout=1)])
+    ((rc, _, err),) = finish([start(tmp_path, "vllm", 1, 2, profile="local-test", port=free_port(), timeout=1)])
     assert rc == 2 and "node 1: no verdict from node 0" in err and len(err.strip().splitlines()) == 1
 
 
@@ -155,27 +209,39 @@ def _plant(kind):
             tmp = p.with_suffix(".tmp")
             tmp.write_text(kind)
             tmp.rename(p)
+
     return write
 
 
-
-@pytest.mark.parametrize("kind,says", [
-    ("{not json", "not JSON"),
-    ("oversized", "more than 65536 bytes"),
-    ("fifo", "not a regular file"),
-    ("symlink-dev-zero", "not a regular file"),
-    ('{"schema": "reprostack.preflight.node/1", "gpus": {"count": NaN}}', "not a number"),
-    ("[1, 2]", "expected an object"),
-    ("schema", "is not of type"),
-    ("node", "node is 5, expected 1"),
-])
+@pytest.mark.parametrize(
+    "kind,says",
+    [
+        ("{not json", "not JSON"),
+        ("oversized", "more than 65536 bytes"),
+        ("fifo", "not a regular file"),
+        ("symlink-dev-zero", "not a regular file"),
+        ('{"schema": "reprostack.preflight.node/1", "gpus": {"count": NaN}}', "not a number"),
+        ("[1, 2]", "expected an object"),
+        ("schema", "is not of type"),
+        ("node", "node is 5, expected 1"),
+    ],
+)
 def test_hostile_facts_file_is_one_line_naming_it(tmp_path, kind, says):
     port = free_port()
-    if kind in ("schema", "node"):   # a well-formed facts file of node 1 (preflight.collect), one field made wrong
+    if kind in ("schema", "node"):  # a well-formed facts file of node 1 (preflight.collect), one field made wrong
         from reprostack.launch.preflight import collect
         from reprostack.lock import load
-        facts = collect(gate="vllm", profile="local-test", nodes=2, node=1, nonce="0" * 32, port=port,
-                        lock_sha256=load(ROOT / "upstreams.lock").sha256, need_provider=False)
+
+        facts = collect(
+            gate="vllm",
+            profile="local-test",
+            nodes=2,
+            node=1,
+            nonce="0" * 32,
+            port=port,
+            lock_sha256=load(ROOT / "upstreams.lock").sha256,
+            need_provider=False,
+        )
         if kind == "schema":
             facts["gpus"]["count"] = "8"
         else:
@@ -183,12 +249,12 @@ def test_hostile_facts_file_is_one_line_naming_it(tmp_path, kind, says):
         kind = json.dumps(facts)
     p0 = start(tmp_path, "vllm", 0, 2, profile="local-test", port=port, timeout=20)
     d = tmp_path / "run" / "preflight"
-    for _ in range(400):     # node 0 clears earlier runs' files when it starts: plant after that
+    for _ in range(400):  # node 0 clears earlier runs' files when it starts: plant after that
         if (d / "node-0.json").exists():
             break
         time.sleep(0.05)
     _plant(kind)(d / "node-1.json")
-    (rc, _, err), = finish([p0])
+    ((rc, _, err),) = finish([p0])
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
     assert "node 1: facts:" in lines[0] and "node-1.json" in lines[0] and says in lines[0]
@@ -204,10 +270,18 @@ def test_a_forged_verdict_with_terminal_escapes_is_printed_escaped_on_one_line(t
     d = tmp_path / "run" / "preflight"
     d.mkdir(parents=True)
     detail = "x\x1b]0;owned\x07\x1b[2J\rreprostack: preflight: pass\nreprostack: pass"
-    (d / "verdict.json").write_text(json.dumps({
-        "schema": "reprostack.preflight.verdict/1", "result": "fail", "nonces": {}, "written_utc": time.time() + 60,
-        "failures": [{"node": 1, "check": "lock", "detail": detail}]}))
-    (rc, out, err), = finish([start(tmp_path, "vllm", 1, 2, profile="local-test", port=free_port(), timeout=5)])
+    (d / "verdict.json").write_text(
+        json.dumps(
+            {
+                "schema": "reprostack.preflight.verdict/1",
+                "result": "fail",
+                "nonces": {},
+                "written_utc": time.time() + 60,
+                "failures": [{"node": 1, "check": "lock", "detail": detail}],
+            }
+        )
+    )
+    ((rc, out, err),) = finish([start(tmp_path, "vllm", 1, 2, profile="local-test", port=free_port(), timeout=5)])
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "\x1b" not in err and "\r" not in err and "\x07" not in err
     assert "node 1: lock: x\\x1b]0;owned\\x07\\x1b[2J reprostack: preflight: pass reprostack: pass" in err

@@ -136,8 +136,8 @@ def test_aiperf_venv_that_cannot_be_made_is_one_line(tmp_path):
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith(f"{sys.executable} -m venv {target} failed (exit 1): ")
-    assert "Unable to create directory" in msg and "python3-venv" not in msg   # the hint is for ensurepip only
-    assert target.read_text() == "not a folder\n"   # what was there is not ours to delete
+    assert "Unable to create directory" in msg and "python3-venv" not in msg  # the hint is for ensurepip only
+    assert target.read_text() == "not a folder\n"  # what was there is not ours to delete
 
 
 def test_aiperf_with_a_base_python_that_does_not_exist_is_a_gate_error(tmp_path):
@@ -160,14 +160,21 @@ def test_a_python_without_torch_names_the_setting_that_picks_another(tmp_path):
 
 def test_the_tests_session_aiperf_step_fails_in_one_line(tmp_path):
     # `nox -s tests` runs `python -m reprostack.gates.aiperftool DIR` from the clone; here from a folder with no lock
-    r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool", str(tmp_path / "tools")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "reprostack.gates.aiperftool", str(tmp_path / "tools")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == "reprostack: error: upstreams.lock: (file): No such file or directory\n"
     assert not (tmp_path / "tools").exists()
     r = subprocess.run([sys.executable, "-m", "reprostack.gates.aiperftool", "a", "b"], capture_output=True, text=True)
-    assert (r.returncode, r.stderr) == (2, "usage: python -m reprostack.gates.aiperftool [CACHE_ROOT]  (default: the "
-                                           "reprostack cache, the gates' own)\n")
+    assert (r.returncode, r.stderr) == (
+        2,
+        "usage: python -m reprostack.gates.aiperftool [CACHE_ROOT]  (default: the reprostack cache, the gates' own)\n",
+    )
 
 
 def test_nox_finds_the_python_that_holds_torch(tmp_path, monkeypatch):
@@ -185,11 +192,11 @@ def test_nox_finds_the_python_that_holds_torch(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     torchy = bindir / "python3"
-    torchy.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    torchy.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} "$@"\n')
     torchy.chmod(0o755)
     monkeypatch.delenv("REPROSTACK_TORCH_PYTHON", raising=False)
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    assert noxfile.torch_python() == str(torchy)      # this venv has no torch, python3 on PATH has
+    assert noxfile.torch_python() == str(torchy)  # this venv has no torch, python3 on PATH has
     monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "/opt/x/python3")
     assert noxfile.torch_python() == "/opt/x/python3"

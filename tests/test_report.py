@@ -11,26 +11,52 @@ import jsonschema
 import pytest
 
 from reprostack.report import (
-    GateReport, artifact_for, decide, evaluate, exit_code, skipped, utc_now, validate_report, validate_summary,
+    GateReport,
+    artifact_for,
+    decide,
+    evaluate,
+    exit_code,
+    skipped,
+    utc_now,
+    validate_report,
+    validate_summary,
     write_reports,
 )
 
 
 def micro(dc: float | None = 443.6, **kw) -> GateReport:
-    checks = [evaluate("dc_p50_us", "us", dc, "<=", 740),
-              evaluate("ranks_complete", "", True, "==", True)]
+    checks = [evaluate("dc_p50_us", "us", dc, "<=", 740), evaluate("ranks_complete", "", True, "==", True)]
     result, reason = decide(checks, ran_ok=True)
-    return GateReport("micro", "ep16-2node", result, reason, checks,
-                      provenance={"lock_sha256": "ab" * 32, "host": {"gpus": [], "nccl_runtime": "2.30.4"}},
-                      started=utc_now(), ended=utc_now(), duration_s=12.5,
-                      data={"phases_us": {"dispatch": {"p50": 185.4}}}, **kw)
+    return GateReport(
+        "micro",
+        "ep16-2node",
+        result,
+        reason,
+        checks,
+        provenance={"lock_sha256": "ab" * 32, "host": {"gpus": [], "nccl_runtime": "2.30.4"}},
+        started=utc_now(),
+        ended=utc_now(),
+        duration_s=12.5,
+        data={"phases_us": {"dispatch": {"p50": 185.4}}},
+        **kw,
+    )
 
 
-@pytest.mark.parametrize("value,op,threshold,passed", [
-    (443.6, "<=", 740, True), (740, "<=", 740, True), (740.1, "<=", 740, False), (1, "<", 1, False),
-    (1e9, ">=", 1e9, True), (0, ">", 0, False), ("efa", "==", "efa", True), (None, "<=", 740, False),
-    (math.nan, ">=", 0, False), ("x", "<", 3, False),
-])
+@pytest.mark.parametrize(
+    "value,op,threshold,passed",
+    [
+        (443.6, "<=", 740, True),
+        (740, "<=", 740, True),
+        (740.1, "<=", 740, False),
+        (1, "<", 1, False),
+        (1e9, ">=", 1e9, True),
+        (0, ">", 0, False),
+        ("efa", "==", "efa", True),
+        (None, "<=", 740, False),
+        (math.nan, ">=", 0, False),
+        ("x", "<", 3, False),
+    ],
+)
 def test_evaluate(value, op, threshold, passed):
     c = evaluate("m", "u", value, op, threshold)
     assert c.passed is passed
@@ -80,14 +106,28 @@ def test_write_reports_all_files_valid(tmp_path):
     skip = skipped("vllm", "c4-c8-c32", "no GPU on this host")
     err = GateReport("sglang", "c4", "error", "timeout | killed\nby watchdog", started=utc_now(), ended=utc_now())
     paths = write_reports([good, slow, skip, err], tmp_path / "out")
-    assert set(paths) == {"micro.json", "micro-ep8.json", "vllm.json", "sglang.json", "summary.json", "summary.md",
-                          "junit.xml"}
+    assert set(paths) == {
+        "micro.json",
+        "micro-ep8.json",
+        "vllm.json",
+        "sglang.json",
+        "summary.json",
+        "summary.md",
+        "junit.xml",
+    }
     assert not list((tmp_path / "out").glob("*.tmp"))
     for name in ("micro", "micro-ep8", "vllm", "sglang"):
         validate_report(json.loads(paths[f"{name}.json"].read_text()))
     d = json.loads(paths["micro.json"].read_text())
-    assert d["result"] == "pass" and d["checks"][0] == {"metric": "dc_p50_us", "unit": "us", "value": 443.6,
-                                                        "op": "<=", "threshold": 740, "pass": True, "note": None}
+    assert d["result"] == "pass" and d["checks"][0] == {
+        "metric": "dc_p50_us",
+        "unit": "us",
+        "value": 443.6,
+        "op": "<=",
+        "threshold": 740,
+        "pass": True,
+        "note": None,
+    }
     assert d["artifacts"][0]["path"] == "micro.log" and GateReport.from_dict(d).to_dict() == d
 
     summary = json.loads(paths["summary.json"].read_text())
@@ -110,7 +150,12 @@ def test_write_reports_all_files_valid(tmp_path):
     assert "812.25" in cases["micro-ep8.dc_p50_us"].find("failure").get("message")
     assert cases["vllm"].find("skipped").get("message") == "no GPU on this host"
     assert cases["sglang"].find("error") is not None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("8", "2", "1", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "8",
+        "2",
+        "1",
+        "1",
+    )
 
 
 def test_non_finite_values_are_written_as_strings(tmp_path):
@@ -145,11 +190,11 @@ def test_exit_codes():
     good, skip = micro(), skipped("vllm", "p", "no GPU")
     failed = micro(dc=800)
     assert exit_code([good], {"micro"}) == 0
-    assert exit_code([good, skip], {"micro"}) == 0          # vllm not required
+    assert exit_code([good, skip], {"micro"}) == 0  # vllm not required
     assert exit_code([good, skip], {"micro", "vllm"}) == 3  # a skipped required gate never passes
-    assert exit_code([good], {"micro", "vllm"}) == 3        # missing
+    assert exit_code([good], {"micro", "vllm"}) == 3  # missing
     assert exit_code([failed, skip], {"micro", "vllm"}) == 1
-    assert exit_code([good, skip]) == 3                     # None: the reports' own `required` flags
+    assert exit_code([good, skip]) == 3  # None: the reports' own `required` flags
     assert exit_code([], set()) == 3 and exit_code([]) == 3  # nothing required, nothing proven
     err = GateReport("micro", "p", "error", "crash")
     assert exit_code([err], {"micro"}) == 1

@@ -25,8 +25,14 @@ def project(root: Path, sha: str) -> Path:
 
 def sh(root: Path, *args: str, **env) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHON": sys.executable, "SEED_PART_BYTES": "4096", **env}
-    return subprocess.run(["bash", "scripts/device/seed_wheelhouse.sh", *args], cwd=root, env=e,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", "scripts/device/seed_wheelhouse.sh", *args],
+        cwd=root,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def split(tmp_path: Path) -> tuple[Path, Path, str]:
@@ -78,9 +84,12 @@ def test_a_forged_meta_is_one_line_and_stores_nothing(tmp_path):
     here, dev, sha = split(tmp_path)
     parts = sorted(here.glob(".c*"))
     forged = WHEEL.replace("_", ".", 1)
-    for bad, needle in [(forged, f"{forged} sha256 {sha} is not the one upstreams.lock pins"),
-                        ("a|" + WHEEL, "bad wheel filename"), ("$(touch pwned)", "bad wheel filename"),
-                        ("../" + WHEEL, "bad wheel filename")]:
+    for bad, needle in [
+        (forged, f"{forged} sha256 {sha} is not the one upstreams.lock pins"),
+        ("a|" + WHEEL, "bad wheel filename"),
+        ("$(touch pwned)", "bad wheel filename"),
+        ("../" + WHEEL, "bad wheel filename"),
+    ]:
         shutil.rmtree(dev / ".c1", ignore_errors=True)
         shutil.copytree(parts[0], dev / ".c1")
         f, n, i, psha, wsha = (dev / ".c1" / "meta").read_text().split()

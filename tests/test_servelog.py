@@ -24,8 +24,9 @@ def spec():
 
 
 def check(spec, text):
-    return assert_backend(text, num_ranks=16, gpus_per_node=8, required=list(spec.required),
-                          forbidden=list(spec.forbidden))
+    return assert_backend(
+        text, num_ranks=16, gpus_per_node=8, required=list(spec.required), forbidden=list(spec.forbidden)
+    )
 
 
 def by_name(results, name):
@@ -65,9 +66,15 @@ def test_provider_evidence_log_alone(spec):
 
 
 def test_missing_provider_lines_name_the_ranks(spec):
-    text = "\n".join(line for line in (REAL + ELASTIC).splitlines()
-                     if not ("deepep-efa-bench-1:" in line and "Selected provider is efa" in line
-                             and (" [3] " in line or " [4] " in line)))
+    text = "\n".join(
+        line
+        for line in (REAL + ELASTIC).splitlines()
+        if not (
+            "deepep-efa-bench-1:" in line
+            and "Selected provider is efa" in line
+            and (" [3] " in line or " [4] " in line)
+        )
+    )
     rep = check(spec, text)
     assert rep.problems == ["required `Selected provider is efa`: ranks 11-12 missing (14 of 16 ranks printed it)"]
     assert by_name(rep.required, "Selected provider is efa").missing_ranks == [11, 12]
@@ -85,15 +92,22 @@ def test_legacy_buffer_line_is_forbidden(spec):
     assert not rep.ok
     (p,) = rep.problems
     assert p.startswith("forbidden `legacy Buffer destroy warning`: 1 line(s), first line ")
-    rep2 = check(spec, REAL + ELASTIC + '  File "/venv/lib/python3.10/site-packages/deep_ep/buffers/legacy.py", line 40, in __init__\n')
+    rep2 = check(
+        spec,
+        REAL
+        + ELASTIC
+        + '  File "/venv/lib/python3.10/site-packages/deep_ep/buffers/legacy.py", line 40, in __init__\n',
+    )
     assert [f.total for f in rep2.forbidden] == [0, 1]
 
 
 def test_gin_barrier_timeout_is_a_symptom_and_the_first_dead_rank_is_named(spec):
-    tail = ("[1,13]<stderr>:Traceback (most recent call last):\n"
-            "[1,13]<stderr>:RuntimeError: CUDA error: an illegal memory access was encountered\n"
-            "[1,2]<stdout>:DeepEP Gin barrier timeout, tag: 3, scaleout: 0, scaleup: 2, thread: 13, signal: 4, target: 5\n"
-            "[1,5]<stdout>:DeepEP Gin barrier timeout, tag: 3, scaleout: 0, scaleup: 5, thread: 13, signal: 4, target: 5\n")
+    tail = (
+        "[1,13]<stderr>:Traceback (most recent call last):\n"
+        "[1,13]<stderr>:RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "[1,2]<stdout>:DeepEP Gin barrier timeout, tag: 3, scaleout: 0, scaleup: 2, thread: 13, signal: 4, target: 5\n"
+        "[1,5]<stdout>:DeepEP Gin barrier timeout, tag: 3, scaleout: 0, scaleup: 5, thread: 13, signal: 4, target: 5\n"
+    )
     rep = check(spec, REAL + ELASTIC + tail)
     assert rep.ok  # the backend assertion itself holds; the death is reported separately
     assert rep.first_dead_rank == 13 and "cuda_error" in rep.death
@@ -101,18 +115,24 @@ def test_gin_barrier_timeout_is_a_symptom_and_the_first_dead_rank_is_named(spec)
 
 
 def test_gin_barrier_timeout_without_a_death_line_points_at_the_waited_peer(spec):
-    tail = "".join(f"[1,{r}]<stdout>:DeepEP Gin barrier timeout, tag: 3, scaleout: 0, scaleup: {r % 8}, thread: 9, "
-                   f"signal: 4, target: 5\n" for r in (1, 2, 3))
+    tail = "".join(
+        f"[1,{r}]<stdout>:DeepEP Gin barrier timeout, tag: 3, scaleout: 0, scaleup: {r % 8}, thread: 9, "
+        f"signal: 4, target: 5\n"
+        for r in (1, 2, 3)
+    )
     rep = check(spec, REAL + ELASTIC + tail)
     assert rep.first_dead_rank == 9
     assert "wait on peer(s) 9" in rep.death
 
 
-@pytest.mark.parametrize("line, rank", [
-    ("(EngineCore_DP5 pid=4242) ERROR 07-07 06:57:28 [core.py:1] CUDA error: out of memory", 5),
-    ("[2026-07-07 06:57:28 DP3 TP3 EP3] Scheduler hit an exception: NCCL error: remote process exited", 3),
-    ("[rank6]: RuntimeError: CUDA error: an illegal memory access was encountered", 6),
-])
+@pytest.mark.parametrize(
+    "line, rank",
+    [
+        ("(EngineCore_DP5 pid=4242) ERROR 07-07 06:57:28 [core.py:1] CUDA error: out of memory", 5),
+        ("[2026-07-07 06:57:28 DP3 TP3 EP3] Scheduler hit an exception: NCCL error: remote process exited", 3),
+        ("[rank6]: RuntimeError: CUDA error: an illegal memory access was encountered", 6),
+    ],
+)
 def test_rank_attribution_of_engine_prefixes(spec, line, rank):
     rep = check(spec, REAL + ELASTIC + line + "\n")
     assert rep.first_dead_rank == rank

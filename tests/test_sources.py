@@ -58,20 +58,43 @@ def make_stack(srv: Path) -> Stack:
     fmt_rev = gr.commit_files(fmt, {"include/fmt/core.h": "// fmt v1\n"}, "fmt v1")
 
     deepep = gr.init_repo(srv / "deepep")
-    gr.commit_files(deepep, {"README.md": "DeepEP\n", "csrc/ep.cpp": "int kMaxQps = 128;\n",
-                             "tests/elastic/test_ep.py": "raise SystemExit('not run on CPU')\n"}, "d1")
+    gr.commit_files(
+        deepep,
+        {
+            "README.md": "DeepEP\n",
+            "csrc/ep.cpp": "int kMaxQps = 128;\n",
+            "tests/elastic/test_ep.py": "raise SystemExit('not run on CPU')\n",
+        },
+        "d1",
+    )
     gr.add_submodule(deepep, SUB, "https://example.invalid/fmtlib/fmt", fmt_rev)
     rev = gr.commit_files(deepep, {"csrc/gin.cpp": "int gin;\n"}, "d3: the pinned commit")
     gr.commit_files(deepep, {"csrc/later.cpp": "int later;\n"}, "d4: main moves on")
-    (pick,) = gr.make_pull_ref(deepep, 612, rev, [({"csrc/ep.cpp": "int kMaxQps = 6;  // EP_EFA_MAX_QPS\n"},
-                                                   "EFA auto-QP cap")])
+    (pick,) = gr.make_pull_ref(
+        deepep, 612, rev, [({"csrc/ep.cpp": "int kMaxQps = 6;  // EP_EFA_MAX_QPS\n"}, "EFA auto-QP cap")]
+    )
 
     nccl = gr.init_repo(srv / "nccl")
-    nccl_rev = gr.commit_files(nccl, {"makefiles/version.mk": "NCCL_MAJOR   := 2\nNCCL_MINOR   := 30\nNCCL_PATCH   := 4\n",
-                                      "src/nccl.h.in": "#define NCCL_MAJOR ${nccl:Major}\n"}, "nccl 2.30.4-1")
+    nccl_rev = gr.commit_files(
+        nccl,
+        {
+            "makefiles/version.mk": "NCCL_MAJOR   := 2\nNCCL_MINOR   := 30\nNCCL_PATCH   := 4\n",
+            "src/nccl.h.in": "#define NCCL_MAJOR ${nccl:Major}\n",
+        },
+        "nccl 2.30.4-1",
+    )
     gr.tag(nccl, "v2.30.4-1", nccl_rev)
-    return Stack(srv, fmt_rev, gr.tree_of(fmt, fmt_rev), rev, gr.tree_of(deepep, rev), pick,
-                 gr.tree_of(deepep, pick), nccl_rev, gr.tree_of(nccl, nccl_rev))
+    return Stack(
+        srv,
+        fmt_rev,
+        gr.tree_of(fmt, fmt_rev),
+        rev,
+        gr.tree_of(deepep, rev),
+        pick,
+        gr.tree_of(deepep, pick),
+        nccl_rev,
+        gr.tree_of(nccl, nccl_rev),
+    )
 
 
 def lock_text(s: Stack, base: str | None = None) -> str:
@@ -82,13 +105,13 @@ lockfile-version: 1
 upstreams:
   deepep:
     kind: git
-    url: {s.url('deepep', base)}
+    url: {s.url("deepep", base)}
     original: test release
     rev: {s.rev}
     tree: {s.tree}
     submodules:
       {SUB}:
-        url: {s.url('fmt', base)}
+        url: {s.url("fmt", base)}
         rev: {s.fmt_rev}
         tree: {s.fmt_tree}
     patches:
@@ -100,7 +123,7 @@ upstreams:
     patched-tree: {s.patched}
   nccl:
     kind: git
-    url: {s.url('nccl', base)}
+    url: {s.url("nccl", base)}
     original: v2.30.4-1
     rev: {s.nccl_rev}
     tree: {s.nccl_tree}
@@ -139,17 +162,37 @@ def stack(tmp_path) -> Stack:
 
 def deepep_pin(s: Stack, **kw) -> GitPin:
     pin = GitPin(
-        name="deepep", url=s.url("deepep"), rev=s.rev, tree=s.tree, original="test release",
+        name="deepep",
+        url=s.url("deepep"),
+        rev=s.rev,
+        tree=s.tree,
+        original="test release",
         submodules=(Submodule(SUB, s.url("fmt"), s.fmt_rev, s.fmt_tree),),
-        patches=(PatchEntry("cherry-pick", s.pick, "Submitted [PR #612]", ref="refs/pull/612/head",
-                            description="EFA auto-QP cap", tree=s.patched, index=1),),
-        patched_tree=s.patched)
+        patches=(
+            PatchEntry(
+                "cherry-pick",
+                s.pick,
+                "Submitted [PR #612]",
+                ref="refs/pull/612/head",
+                description="EFA auto-QP cap",
+                tree=s.patched,
+                index=1,
+            ),
+        ),
+        patched_tree=s.patched,
+    )
     return replace(pin, **kw)
 
 
 def nccl_pin(s: Stack) -> GitPin:
-    return GitPin(name="nccl", url=s.url("nccl"), rev=s.nccl_rev, tree=s.nccl_tree, original="v2.30.4-1",
-                  fetch_refs=("refs/tags/v2.30.4-1",))
+    return GitPin(
+        name="nccl",
+        url=s.url("nccl"),
+        rev=s.nccl_rev,
+        tree=s.nccl_tree,
+        original="v2.30.4-1",
+        fetch_refs=("refs/tags/v2.30.4-1",),
+    )
 
 
 def lock_of(tmp_path: Path, *pins: GitPin) -> Lock:
@@ -272,15 +315,16 @@ def test_plain_tree_history_is_walkable(stack, tmp_path):
 
 def test_patched_tree_history_is_walkable(stack, tmp_path):
     st = sources.prepare(lock_of(tmp_path, deepep_pin(stack)), "deepep", opts(tmp_path), project(tmp_path))
-    assert git("log", "--format=%H", cwd=st.path, check=False).split() == [git("rev-parse", "HEAD", cwd=st.path),
-                                                                          stack.rev]
+    assert git("log", "--format=%H", cwd=st.path, check=False).split() == [
+        git("rev-parse", "HEAD", cwd=st.path),
+        stack.rev,
+    ]
     git("fsck", "--no-dangling", cwd=st.path)
 
 
 def test_wrong_patched_tree_leaves_nothing(stack, tmp_path):
     bogus = "f" * 40
-    pin = deepep_pin(stack, patched_tree=bogus,
-                     patches=(replace(deepep_pin(stack).patches[0], tree=None),))
+    pin = deepep_pin(stack, patched_tree=bogus, patches=(replace(deepep_pin(stack).patches[0], tree=None),))
     o = opts(tmp_path)
     with pytest.raises(PatchError, match=f"expected tree {bogus}"):
         sources.prepare(lock_of(tmp_path, pin), "deepep", o, project(tmp_path))
@@ -289,8 +333,9 @@ def test_wrong_patched_tree_leaves_nothing(stack, tmp_path):
 
 def test_unknown_pin_names_known_pins(stack, tmp_path):
     with pytest.raises(LockError, match=r"upstreams\.nope: no such pin \(known: deepep, nccl\)"):
-        sources.prepare(lock_of(tmp_path, deepep_pin(stack), nccl_pin(stack)), "nope", opts(tmp_path),
-                        project(tmp_path))
+        sources.prepare(
+            lock_of(tmp_path, deepep_pin(stack), nccl_pin(stack)), "nope", opts(tmp_path), project(tmp_path)
+        )
 
 
 def test_a_reused_tree_must_agree_with_the_series_record(stack, tmp_path):
@@ -311,8 +356,20 @@ def test_a_reused_tree_must_agree_with_the_series_record(stack, tmp_path):
 # ------------------------------------------------------- untrusted cache: reuse re-hashes the files on disk
 
 
-@pytest.mark.parametrize("tamper", ["skip-worktree", "assume-unchanged", "untracked", "ignored", "submodule-file",
-                                    "fsmonitor-config", "info-attributes", "submodule-gitfile", "commondir"])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "skip-worktree",
+        "assume-unchanged",
+        "untracked",
+        "ignored",
+        "submodule-file",
+        "fsmonitor-config",
+        "info-attributes",
+        "submodule-gitfile",
+        "commondir",
+    ],
+)
 def test_tampered_cached_tree_is_remade_not_reused(stack, tmp_path, tamper):
     """A cached tree whose files differ from the pin while git's own index hides it (skip-worktree,
     assume-unchanged), with an untracked or ignored file added, or with config that could run a program,
@@ -381,6 +438,7 @@ def test_gitlink_the_lock_does_not_pin_stays_an_empty_folder(stack, tmp_path):
 
 def test_worktree_tree_hashes_files_not_the_index(stack, tmp_path):
     from reprostack.fetch.checkout import worktree_tree
+
     o = opts(tmp_path)
     st = sources.prepare(lock_of(tmp_path, nccl_pin(stack)), "nccl", o, project(tmp_path))
     assert worktree_tree(st.path) == stack.nccl_tree
@@ -388,19 +446,29 @@ def test_worktree_tree_hashes_files_not_the_index(stack, tmp_path):
     (st.path / "makefiles" / "version.mk").write_text("NCCL_MAJOR := 9\n")
     assert git("rev-parse", "HEAD^{tree}", cwd=st.path) == stack.nccl_tree
     assert worktree_tree(st.path) != stack.nccl_tree
+
+
 # --------------------------------------------------------------------------- issue 14: patch files, interrupted work
 
 
 def diff_entry_project(s: Stack, tmp_path: Path) -> tuple[GitPin, Path]:
     """A deepep pin whose series is one committed plain diff (the pick's change) vouched by its sha256."""
     import hashlib
+
     proj = project(tmp_path)
     f = proj / "patches" / "deepep" / "0001-qp-cap.diff"
     f.parent.mkdir(parents=True, exist_ok=True)
     body = git("diff", s.rev, s.pick, cwd=s.srv / "deepep")
     f.write_bytes(b"# EFA auto-QP cap.\n#\n# Upstream-Status: Pending\n" + body.encode() + b"\n")
-    e = PatchEntry("diff", "patches/deepep/0001-qp-cap.diff", "Pending", tree=s.patched, index=1,
-                   sha256=hashlib.sha256(f.read_bytes()).hexdigest(), where="upstreams.lock:42")
+    e = PatchEntry(
+        "diff",
+        "patches/deepep/0001-qp-cap.diff",
+        "Pending",
+        tree=s.patched,
+        index=1,
+        sha256=hashlib.sha256(f.read_bytes()).hexdigest(),
+        where="upstreams.lock:42",
+    )
     return deepep_pin(s, patches=(e,)), proj
 
 
@@ -415,8 +483,13 @@ def test_patch_file_changed_after_lock_is_refused_on_a_warm_cache(stack, tmp_pat
     with pytest.raises(PatchError) as ei:
         sources.prepare(lock, "deepep", o, proj)
     msg = str(ei.value)
-    assert msg.startswith("upstreams.lock:42: deepep #1 diff patches/deepep/0001-qp-cap.diff: patch file "
-                          "patches/deepep/0001-qp-cap.diff has sha256 ") and "\n" not in msg
+    assert (
+        msg.startswith(
+            "upstreams.lock:42: deepep #1 diff patches/deepep/0001-qp-cap.diff: patch file "
+            "patches/deepep/0001-qp-cap.diff has sha256 "
+        )
+        and "\n" not in msg
+    )
     assert f"the lock pins {pin.patches[0].sha256}" in msg
     assert first.path.is_dir()  # the good tree is left alone: the lock, not the tree, is in question
 
@@ -426,12 +499,14 @@ def test_two_concurrent_patch_processes_on_one_cache_both_succeed(stack, tmp_pat
     tree's flock and reuses it (before: both fetched, then the second rename crashed on a non-empty folder)."""
     import subprocess
     import sys
+
     lock = write_project(tmp_path / "proj", stack)
     cache = tmp_path / "cache"
     cmd = [sys.executable, "-m", "reprostack", "patch", "deepep", "nccl", "--lock", str(lock), "--cache", str(cache)]
     env = {k: v for k, v in os.environ.items() if k != "REPROSTACK_MIRRORS"}
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     for out, _ in outs:
@@ -446,8 +521,13 @@ def test_leftovers_of_a_killed_run_are_cleaned_and_the_fetch_succeeds(stack, tmp
     lock, o = lock_of(tmp_path, deepep_pin(stack)), opts(tmp_path)
     sources.fetch(deepep_pin(stack), o)  # the repos exist; now leave what a killed run leaves
     repo = o.cache.repo_dir(stack.url("deepep"))
-    for rel in ("shallow.lock", "objects/pack/tmp_pack_Ab12Cd", "objects/pack/tmp_idx_Ab12Cd", "packed-refs.lock",
-                "refs/reprostack/x.lock"):
+    for rel in (
+        "shallow.lock",
+        "objects/pack/tmp_pack_Ab12Cd",
+        "objects/pack/tmp_idx_Ab12Cd",
+        "packed-refs.lock",
+        "refs/reprostack/x.lock",
+    ):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_bytes(b"\0" * 4096)
     (repo.parent / f".{repo.name}.k1ll3d").mkdir()
@@ -463,8 +543,13 @@ def test_leftovers_of_a_killed_run_are_cleaned_and_the_fetch_succeeds(stack, tmp
         git("fetch", "--depth=1", stack.url("deepep"), stack.rev, cwd=repo)
     st = sources.prepare(lock, "deepep", o, project(tmp_path))
     assert st.tree == stack.patched and st.reused is False
-    for rel in ("shallow.lock", "objects/pack/tmp_pack_Ab12Cd", "objects/pack/tmp_idx_Ab12Cd", "packed-refs.lock",
-                "refs/reprostack/x.lock"):
+    for rel in (
+        "shallow.lock",
+        "objects/pack/tmp_pack_Ab12Cd",
+        "objects/pack/tmp_idx_Ab12Cd",
+        "packed-refs.lock",
+        "refs/reprostack/x.lock",
+    ):
         assert not (repo / rel).exists(), rel
     assert not (repo.parent / f".{repo.name}.k1ll3d").exists()
     assert trees_dir_entries(o) == [f"deepep-{stack.patched}"]
@@ -504,6 +589,7 @@ def test_kill_9_during_a_fetch_then_the_next_fetch_succeeds(stack, tmp_path):
     import subprocess
     import sys
     import time
+
     lock = write_project(tmp_path / "proj", stack)
     big = gr.init_repo(tmp_path / "big")
     gr.commit_files(big, {"blob.bin": os.urandom(1 << 20)}, "a pack big enough to be cut")
@@ -512,9 +598,23 @@ def test_kill_9_during_a_fetch_then_the_next_fetch_succeeds(stack, tmp_path):
         repo = cache.ensure_repo(stack.url("deepep"))
     relay = tmp_path / "relay.py"
     relay.write_text(RELAY)
-    p = subprocess.Popen(["git", "-c", "protocol.ext.allow=always", "-c", "fetch.unpackLimit=1", "fetch",
-                          "--depth=1", f"ext::{sys.executable} {relay} 20000 {big}", "HEAD"],
-                         cwd=repo, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [
+            "git",
+            "-c",
+            "protocol.ext.allow=always",
+            "-c",
+            "fetch.unpackLimit=1",
+            "fetch",
+            "--depth=1",
+            f"ext::{sys.executable} {relay} 20000 {big}",
+            "HEAD",
+        ],
+        cwd=repo,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while not list(repo.glob("objects/pack/tmp_pack_*")) and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.05)
@@ -522,8 +622,13 @@ def test_kill_9_during_a_fetch_then_the_next_fetch_succeeds(stack, tmp_path):
     p.wait()
     assert (repo / "shallow.lock").exists() and list(repo.glob("objects/pack/tmp_pack_*"))
     env = {k: v for k, v in os.environ.items() if k != "REPROSTACK_MIRRORS"}
-    again = subprocess.run([sys.executable, "-m", "reprostack", "fetch", "deepep", "--lock", str(lock),
-                            "--cache", str(cache.root)], env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "reprostack", "fetch", "deepep", "--lock", str(lock), "--cache", str(cache.root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     assert f"deepep: {stack.rev} tree {stack.tree} ok" in again.stdout
     assert not (repo / "shallow.lock").exists() and not list(repo.glob("objects/pack/tmp_pack_*"))

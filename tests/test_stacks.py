@@ -36,6 +36,7 @@ def _no_selected_stack(monkeypatch):
 
 def test_cli_leaves_the_stack_variable_as_it_found_it(tmp_path):
     import os
+
     p = small_lock(tmp_path, GIN)
     assert cli.main(["--stack", "nope", "lock", "check", "--lock", str(p)]) == 2
     assert lockstacks.ENV not in os.environ
@@ -43,7 +44,8 @@ def test_cli_leaves_the_stack_variable_as_it_found_it(tmp_path):
 
 def small_lock(tmp_path: Path, stacks: str) -> Path:
     p = tmp_path / "upstreams.lock"
-    p.write_text(f"""\
+    p.write_text(
+        f"""\
 lockfile-version: 1
 upstreams:
   nccl:
@@ -63,7 +65,9 @@ upstreams:
       - cherry-pick: {"e" * 40}
         upstream-status: "Backport [#630]"
     patched-tree: {"f" * 40}
-""" + stacks)
+"""
+        + stacks
+    )
     return p
 
 
@@ -92,7 +96,7 @@ def test_real_lock_default_stack_is_the_campaign_and_its_pins_are_the_shared_one
     assert lk.stack == "campaign" and set(lk.stacks) >= {"campaign", "gin-gdaki"}
     text = (REPO_ROOT / "upstreams.lock").read_text()
     tmp = tmp_path / "upstreams.lock"
-    tmp.write_text(text[:text.index("\nstacks:\n") + 1])  # the shared pins alone, as before stacks existed
+    tmp.write_text(text[: text.index("\nstacks:\n") + 1])  # the shared pins alone, as before stacks existed
     before = load(tmp, root=REPO_ROOT)
     assert before.upstreams == lk.upstreams  # the default stack's pins are unchanged
     assert before.stacks["campaign"].overrides == ()
@@ -122,13 +126,16 @@ def test_selected_stack_comes_from_the_environment(tmp_path, monkeypatch):
 
 
 def test_moving_a_git_rev_drops_the_shared_series_and_trees(tmp_path):
-    p = small_lock(tmp_path, f"""\
+    p = small_lock(
+        tmp_path,
+        f"""\
 stacks:
   newer:
     description: DeepEP at another commit, no series
     overrides:
-      deepep: {{rev: "{'3' * 40}", tree: "{'4' * 40}"}}
-""")
+      deepep: {{rev: "{"3" * 40}", tree: "{"4" * 40}"}}
+""",
+    )
     pin = load(p, stack="newer").git("deepep")
     assert (pin.rev, pin.tree, pin.patches, pin.patched_tree) == ("3" * 40, "4" * 40, (), None)
     assert load(p).git("deepep").patches  # the default stack keeps it
@@ -142,9 +149,9 @@ stacks:
     overrides:
       deepep:
         patches:
-          - {{cherry-pick: "{'e' * 40}", upstream-status: "Backport [#630]"}}
-          - {{cherry-pick: "{'9' * 40}", upstream-status: Pending}}
-        patched-tree: "{'8' * 40}"
+          - {{cherry-pick: "{"e" * 40}", upstream-status: "Backport [#630]"}}
+          - {{cherry-pick: "{"9" * 40}", upstream-status: Pending}}
+        patched-tree: "{"8" * 40}"
 """
 
 
@@ -170,13 +177,16 @@ def test_unknown_stack_is_one_line_naming_the_known_ones(tmp_path):
 
 
 def test_override_of_a_pin_that_does_not_exist_names_its_line(tmp_path):
-    p = small_lock(tmp_path, """\
+    p = small_lock(
+        tmp_path,
+        """\
 stacks:
   x:
     description: typo
     overrides:
       ncc: {original: v2}
-""")
+""",
+    )
     with pytest.raises(LockError) as e:
         load(p)  # every stack validates, whichever is selected
     line = p.read_text().splitlines().index("      ncc: {original: v2}") + 1
@@ -184,11 +194,14 @@ stacks:
 
 
 def test_extends_cycle_names_the_extends_line(tmp_path):
-    p = small_lock(tmp_path, """\
+    p = small_lock(
+        tmp_path,
+        """\
 stacks:
   a: {description: a, extends: b}
   b: {description: b, extends: a}
-""")
+""",
+    )
     with pytest.raises(LockError) as e:
         load(p)
     assert re.search(r":2[0-9]: stacks\.[ab]\.extends: cycle: (a -> b -> a|b -> a -> b)", _one_line(e.value))
@@ -200,13 +213,16 @@ def test_extends_an_unknown_stack_is_an_error(tmp_path):
         load(p)
 
 
-@pytest.mark.parametrize("override, field, why", [
-    ('{rev: "abc", tree: "' + "2" * 40 + '"}', "rev", "pattern|does not match|40"),
-    ("{rev: \"" + "1" * 40 + "\"}", "", "tree"),  # a moved rev needs its own tree
-    ('{url: "-oProxyCommand=x"}', "url", "-oProxyCommand"),
-    ('{fetch-refs: ["refs/heads/a..b"]}', "fetch-refs[0]", "ref name"),
-    ('{colour: red}', "colour", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "override, field, why",
+    [
+        ('{rev: "abc", tree: "' + "2" * 40 + '"}', "rev", "pattern|does not match|40"),
+        ('{rev: "' + "1" * 40 + '"}', "", "tree"),  # a moved rev needs its own tree
+        ('{url: "-oProxyCommand=x"}', "url", "-oProxyCommand"),
+        ('{fetch-refs: ["refs/heads/a..b"]}', "fetch-refs[0]", "ref name"),
+        ("{colour: red}", "colour", "unknown key"),
+    ],
+)
 def test_a_bad_override_is_validated_like_a_pin_and_names_the_override(tmp_path, override, field, why):
     p = small_lock(tmp_path, f"stacks:\n  s:\n    description: s\n    overrides:\n      nccl: {override}\n")
     with pytest.raises(LockError) as e:
@@ -228,7 +244,7 @@ def test_bump_lock_edit_keeps_the_stacks_section(tmp_path):
     p = small_lock(tmp_path, GIN)
     text = p.read_text()
     new = edit_pin(text, "nccl", PinEdit(rev="5" * 40, tree="6" * 40), str(p))
-    assert new[new.index("stacks:"):] == text[text.index("stacks:"):]
+    assert new[new.index("stacks:") :] == text[text.index("stacks:") :]
     p.write_text(new)
     assert load(p).git("nccl").rev == "5" * 40 and load(p, stack="gin").git("nccl").rev == "1" * 40
 
@@ -243,14 +259,20 @@ def test_cli_stacks_list_and_diff(tmp_path, capsys):
     assert "campaign (default, selected): the campaign" in out and "nccl -> v2.30.7-1 111111111111" in out
     assert cli.main(["stacks", "diff", "campaign", "gin", "--lock", str(p)]) == 0
     out = capsys.readouterr().out
-    assert f"nccl.rev: campaign={H}  gin={'1' * 40}" in out and "nccl.original: campaign=v2.30.4-1  gin=v2.30.7-1" in out
+    assert (
+        f"nccl.rev: campaign={H}  gin={'1' * 40}" in out and "nccl.original: campaign=v2.30.4-1  gin=v2.30.7-1" in out
+    )
     assert "env NCCL_GIN_TYPE: campaign=2  gin=5" in out and "deepep" not in out
     assert cli.main(["stacks", "diff", "gin", "gin", "--lock", str(p)]) == 0
     assert "identical" in capsys.readouterr().out
     assert cli.main(["stacks", "diff", "campaign", "gin", "--json", "--lock", str(p)]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {(r["name"], r["field"]) for r in rows} == {("nccl", "rev"), ("nccl", "tree"), ("nccl", "original"),
-                                                      ("NCCL_GIN_TYPE", "value")}
+    assert {(r["name"], r["field"]) for r in rows} == {
+        ("nccl", "rev"),
+        ("nccl", "tree"),
+        ("nccl", "original"),
+        ("NCCL_GIN_TYPE", "value"),
+    }
 
 
 def test_cli_diff_shows_patch_series_entry_by_entry(tmp_path, capsys):
@@ -278,8 +300,11 @@ def test_cli_stack_option_selects_the_stack_for_every_command(tmp_path, capsys, 
 def test_cli_gate_reports_record_the_stack(tmp_path, monkeypatch):
     from reprostack.gates import runner
     from reprostack.report import GateReport
+
     p = small_lock(tmp_path, GIN)
-    monkeypatch.setattr(runner, "run_gate", lambda g, a, lock, root, fetch: GateReport("micro", "h200-ep1", "skip", "x"))
+    monkeypatch.setattr(
+        runner, "run_gate", lambda g, a, lock, root, fetch: GateReport("micro", "h200-ep1", "skip", "x")
+    )
     assert cli.main(["--stack", "gin", "gate", "micro", "--lock", str(p), "--out", str(tmp_path / "out")]) == 3
     assert json.loads((tmp_path / "out" / "micro.json").read_text())["provenance"]["stack"] == "gin"
 
@@ -303,8 +328,11 @@ def test_gate_spec_stack_env_layers_over_the_lock_stack_env(tmp_path):
 
 def test_gate_spec_stack_naming_an_unknown_profile_is_a_located_error(tmp_path):
     (tmp_path / "gates").mkdir()
-    text = (REPO_ROOT / "gates" / "micro.yaml").read_text().replace("      p5en-efa-ep16:\n        # aws",
-                                                                    "      p5en-typo:\n        # aws")
+    text = (
+        (REPO_ROOT / "gates" / "micro.yaml")
+        .read_text()
+        .replace("      p5en-efa-ep16:\n        # aws", "      p5en-typo:\n        # aws")
+    )
     (tmp_path / "gates" / "micro.yaml").write_text(text)
     with pytest.raises(GateSpecError, match=r"micro.yaml:\d+: stacks.gin-gdaki.profiles.p5en-typo: no such profile"):
         load_spec(tmp_path, "micro")
@@ -342,6 +370,7 @@ def test_micro_runs_the_stack_pins_and_env(tmp_path, monkeypatch):
     stack's env reaches the test, provenance names the stack (GPU parts stood in for, as in test_gate_micro_flow)."""
     from test_gate_micro_flow import FIX, options, stand_in_python
     from trialslog import real_ep1_texts, trials_log
+
     host = {"gpu_count": 1, "gpus": [], "efa_devices": []}
     from types import SimpleNamespace
 
@@ -350,21 +379,36 @@ def test_micro_runs_the_stack_pins_and_env(tmp_path, monkeypatch):
     def built(component):
         out = tmp_path / "builds" / component
         (out / "build" / "lib").mkdir(parents=True, exist_ok=True)
-        return SimpleNamespace(component=component, key=f"{component}-key", out=out, reused=True,
-                               info={"seconds": 0.0, "version": "2.30.7"}, log=out / "build.log")
+        return SimpleNamespace(
+            component=component,
+            key=f"{component}-key",
+            out=out,
+            reused=True,
+            info={"seconds": 0.0, "version": "2.30.7"},
+            log=out / "build.log",
+        )
+
     monkeypatch.setattr(micro.hostinfo, "collect", lambda: dict(host, gpus=[{"name": "NVIDIA H200"}]))
-    monkeypatch.setattr(micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}))
+    monkeypatch.setattr(
+        micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})
+    )
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
-    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log",
-                                              dense_scales=[1.0, 1.1, 0.9]), nccl_runtime="2.30.7")
+    py = stand_in_python(
+        tmp_path,
+        trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log", dense_scales=[1.0, 1.1, 0.9]),
+        nccl_runtime="2.30.7",
+    )
     opts = options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=3)
     nccl = tmp_path / "srv" / "nccl"
-    rev = gr.commit_files(nccl, {"makefiles/version.mk": "NCCL_MAJOR   := 2\nNCCL_MINOR   := 30\nNCCL_PATCH   := 7\n"},
-                          "nccl 2.30.7-1")
+    rev = gr.commit_files(
+        nccl, {"makefiles/version.mk": "NCCL_MAJOR   := 2\nNCCL_MINOR   := 30\nNCCL_PATCH   := 7\n"}, "nccl 2.30.7-1"
+    )
     gr.tag(nccl, "v2.30.7-1", rev)
     lock_path = opts.root / "upstreams.lock"
-    lock_path.write_text(lock_path.read_text() + f"""\
+    lock_path.write_text(
+        lock_path.read_text()
+        + f"""\
 stacks:
   campaign: {{description: c, env: {{NCCL_GIN_TYPE: "2"}}}}
   gin-gdaki:
@@ -373,7 +417,8 @@ stacks:
     env: {{NCCL_GIN_TYPE: "5", NCCL_SYM_GIN_KERNELS_ENABLE: "0"}}
     overrides:
       nccl: {{original: v2.30.7-1, rev: "{rev}", tree: "{gr.tree_of(nccl, rev)}", fetch-refs: [refs/tags/v2.30.7-1]}}
-""")
+"""
+    )
     opts.lock = load(lock_path, stack="gin-gdaki")
     rep = micro.run_micro(opts)
     assert rep.result == "pass", rep.reason
@@ -395,8 +440,9 @@ def _sources(tmp_path: Path) -> dict:
         (d / ".git").mkdir(parents=True)
         (d / "README").write_text(n)
         if n in ginplugin.AUTOGEN:  # a stand-in autogen.sh: writes an executable configure that records its args
-            (d / "autogen.sh").write_text("#!/bin/sh\nprintf '#!/bin/sh\\necho \"$@\" > configured\\n' > configure\n"
-                                          "chmod +x configure\n")
+            (d / "autogen.sh").write_text(
+                "#!/bin/sh\nprintf '#!/bin/sh\\necho \"$@\" > configured\\n' > configure\nchmod +x configure\n"
+            )
             (d / "autogen.sh").chmod(0o755)
         out[n] = ginplugin.ChainSource(n, d, str(i) * 40, "f" * 40)
     return out
@@ -404,9 +450,19 @@ def _sources(tmp_path: Path) -> dict:
 
 def test_render_script_builds_the_chain_in_order_with_the_pinned_flags(tmp_path):
     text = ginplugin.render_script(_sources(tmp_path), tmp_path / "w", tmp_path / "p", "/usr/local/cuda", 16)
-    order = [text.index(f"STEP='{s}'") for s in ("copy rdma-core", "libfabric autogen", "aws-ofi-nccl autogen",
-                                                  "rdma-core cmake", "libfabric configure",
-                                                  "aws-ofi-nccl configure", "aws-ofi-nccl build", "record")]
+    order = [
+        text.index(f"STEP='{s}'")
+        for s in (
+            "copy rdma-core",
+            "libfabric autogen",
+            "aws-ofi-nccl autogen",
+            "rdma-core cmake",
+            "libfabric configure",
+            "aws-ofi-nccl configure",
+            "aws-ofi-nccl build",
+            "record",
+        )
+    ]
     assert order == sorted(order)
     assert "-DENABLE_RESOLVE_NEIGH=0" in text and "-DNO_MAN_PAGES=1" in text and "--build" in text and "-j 16" in text
     assert f"--enable-efa={tmp_path / 'p'}" in text and "--with-cuda=/usr/local/cuda" in text
@@ -417,7 +473,11 @@ def test_render_script_builds_the_chain_in_order_with_the_pinned_flags(tmp_path)
     assert text.index(f"export BRAZIL_PACKAGE_CHANGE_ID={'3' * 40}") < text.index("STEP='aws-ofi-nccl autogen'")
     assert "git clone" not in text and "curl" not in text and "wget" not in text
     # `set -e` ignores a failure of any but the last command of an && list: no build step hides in one
-    assert not [ln for ln in text.splitlines() if "&&" in ln and re.search(r"\b(make|cmake|configure|autogen|cd|tar)\b", ln.split("&&")[0])]
+    assert not [
+        ln
+        for ln in text.splitlines()
+        if "&&" in ln and re.search(r"\b(make|cmake|configure|autogen|cd|tar)\b", ln.split("&&")[0])
+    ]
     built = json.loads(text.split("<<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0])
     assert built["aws-ofi-nccl"]["rev"] == "3" * 40 and set(built) == set(ginplugin.CHAIN)
 
@@ -463,17 +523,29 @@ def test_autogen_only_then_pregenerated_trees_are_used_only_when_their_stamp_mat
         (srcs[n].path / "autogen.sh").unlink()
     script = tmp_path / "b.sh"
     script.write_text(ginplugin.render_script(srcs, tmp_path / "w", tmp_path / "p", "/c", 1))
-    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
-                                                                                   "GINPLUGIN_PREGEN": str(pre)})
+    r = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "GINPLUGIN_PREGEN": str(pre)},
+    )
     assert "FAILED at: rdma-core cmake" in r.stderr, r.stderr  # past both autogen steps, with no autogen.sh
     (pre / "libfabric" / "README").write_text("changed after autogen")  # stamp right, a source file not
-    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
-                                                                                   "GINPLUGIN_PREGEN": str(pre)})
+    r = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "GINPLUGIN_PREGEN": str(pre)},
+    )
     assert r.returncode == 2 and "libfabric differs from the verified tree of libfabric" in r.stderr, r.stderr
     (pre / "libfabric" / "README").write_text("libfabric")
     (pre / "libfabric" / ginplugin.STAMP).write_text(f"{'9' * 40} {'f' * 40}\n")  # made from another tree
-    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={"PATH": os.environ["PATH"],
-                                                                                   "GINPLUGIN_PREGEN": str(pre)})
+    r = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "GINPLUGIN_PREGEN": str(pre)},
+    )
     assert r.returncode == 2 and "does not name libfabric 1111" in r.stderr and "cmake" not in r.stderr
 
 
@@ -482,8 +554,10 @@ def _so(tmp_path: Path, name: str, symbols: list[str]) -> Path:
     if not cc:
         pytest.skip("no C compiler")
     src = tmp_path / f"{name}.c"
-    src.write_text("".join(f"__attribute__((visibility(\"default\"))) int {s}[4] = {{1}};\n" for s in symbols)
-                   + "static int hidden_ncclGinPlugin_v14 = 0;\nint use(void) { return hidden_ncclGinPlugin_v14; }\n")
+    src.write_text(
+        "".join(f'__attribute__((visibility("default"))) int {s}[4] = {{1}};\n' for s in symbols)
+        + "static int hidden_ncclGinPlugin_v14 = 0;\nint use(void) { return hidden_ncclGinPlugin_v14; }\n"
+    )
     out = tmp_path / "lib" / f"{name}.so"
     out.parent.mkdir(exist_ok=True)
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
@@ -498,7 +572,9 @@ def test_export_check_finds_the_gdaki_table_in_a_real_shared_object(tmp_path):
 
 def test_export_check_refuses_a_proxy_only_build(tmp_path):
     lib = _so(tmp_path, "libnccl-net-ofi", ["ncclGinPlugin_v13", "ncclNetPlugin_v10", "ncclRmaPlugin_v14"])
-    with pytest.raises(BuildError, match=r"no plugin exports ncclGinPlugin_v14 .*libnccl-net-ofi.so: ncclGinPlugin_v13"):
+    with pytest.raises(
+        BuildError, match=r"no plugin exports ncclGinPlugin_v14 .*libnccl-net-ofi.so: ncclGinPlugin_v13"
+    ):
         ginplugin.check_exports(lib.parent)
     assert ginplugin.check_exports(lib.parent, "ncclGinPlugin_v13")["gin"] == ["ncclGinPlugin_v13"]
 
@@ -532,22 +608,40 @@ def test_cli_plugin_render_only_uses_the_stack_pins_verified_trees(tmp_path, cap
         r = gr.init_repo(srv / n)
         revs[n] = gr.commit_files(r, {"README": f"{n} 1\n"}, f"{n} 1")
     newer = gr.commit_files(srv / "aws-ofi-nccl", {"README": "aws-ofi-nccl 2 (GDAKI)\n"}, "2")
-    pins = "".join(f"""\
+    pins = "".join(
+        f"""\
   {n}:
     kind: git
     url: {srv / n}
     rev: {revs[n]}
     tree: {gr.tree_of(srv / n, revs[n])}
-""" for n in ginplugin.CHAIN)
+"""
+        for n in ginplugin.CHAIN
+    )
     lock = tmp_path / "upstreams.lock"
     lock.write_text(f"""lockfile-version: 1\nupstreams:\n{pins}stacks:
   gin:
     description: newer plugin
     overrides:
-      aws-ofi-nccl: {{rev: "{newer}", tree: "{gr.tree_of(srv / 'aws-ofi-nccl', newer)}"}}
+      aws-ofi-nccl: {{rev: "{newer}", tree: "{gr.tree_of(srv / "aws-ofi-nccl", newer)}"}}
 """)
-    args = ["--stack", "gin", "stacks", "plugin", "--render-only", "--lock", str(lock), "--cache", str(tmp_path / "c"),
-            "--out", str(tmp_path / "o"), "--jobs", "3", "--cuda", "/opt/cuda"]
+    args = [
+        "--stack",
+        "gin",
+        "stacks",
+        "plugin",
+        "--render-only",
+        "--lock",
+        str(lock),
+        "--cache",
+        str(tmp_path / "c"),
+        "--out",
+        str(tmp_path / "o"),
+        "--jobs",
+        "3",
+        "--cuda",
+        "/opt/cuda",
+    ]
     assert cli.main(args) == 0, capsys.readouterr().err
     assert f"aws-ofi-nccl {newer[:12]}" in capsys.readouterr().out
     text = (tmp_path / "o" / "build-plugin.sh").read_text()
@@ -570,6 +664,7 @@ def test_stack_image_recipe_takes_the_wheel_nccl_of_gin_gdaki_and_is_refused_und
     from reprostack.containers.engine import render_recipe
     from reprostack.containers.errors import RecipeError
     from reprostack.containers.recipe import load_all
+
     recipe = load_all(REPO_ROOT)["deepep-gin-gdaki"]
     gin = load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")
     wheel = gin.get("nccl-wheel-2-32").files[0]
@@ -578,14 +673,16 @@ def test_stack_image_recipe_takes_the_wheel_nccl_of_gin_gdaki_and_is_refused_und
     assert "COPY wheels/nccl /opt/reprostack/wheels/nccl" in text and "sources.nccl" not in recipe.dockerfile_text
     assert "wheel_pin=nccl-wheel-2-32" in text and f"wheel_sha256={wheel.sha256}" in text
     assert args["NCCL_VERSION"] == "2.32.3" and "NCCL_REV" not in args and "ENV NCCL_GIN_TYPE=5" in text
-    assert labels["org.opencontainers.image.title"].startswith("reprostack deepep-gin-gdaki (DeepEP V2, NCCL 2.32.3 wheel")
+    assert labels["org.opencontainers.image.title"].startswith(
+        "reprostack deepep-gin-gdaki (DeepEP V2, NCCL 2.32.3 wheel"
+    )
     camp = load(REPO_ROOT / "upstreams.lock")
     with pytest.raises(RecipeError) as ei:
         render_recipe(recipe, camp, from_ref="sha256:" + "ab" * 32)
     msg = str(ei.value)
     assert "\n" not in msg and "deepep-gin-gdaki/image.yaml:" in msg and "wheels[0].pin: 'nccl' is a git pin" in msg
     assert "`reprostack --stack gin-gdaki build deepep-gin-gdaki`" in msg
-    shared = {f.dest: f.src for f in recipe.files}   # one script, two recipes: the deepep recipe's own file
+    shared = {f.dest: f.src for f in recipe.files}  # one script, two recipes: the deepep recipe's own file
     assert shared["files/record-kernels.py"] == "../deepep/record-kernels.py"
     assert shared["files/check-one-nccl.sh"] == "../deepep/check-one-nccl.sh"
 
@@ -611,7 +708,9 @@ def test_device_script_is_valid_bash_and_runs_the_stack():
 def test_bump_of_a_pin_the_selected_stack_overrides_is_refused_in_one_line(tmp_path, capsys):
     p = small_lock(tmp_path, GIN)
     before = p.read_bytes()
-    assert cli.main(["--stack", "gin", "bump", "nccl", "--lock", str(p), "--no-commit", "--out", str(tmp_path / "b")]) == 2
+    assert (
+        cli.main(["--stack", "gin", "bump", "nccl", "--lock", str(p), "--no-commit", "--out", str(tmp_path / "b")]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "stack gin overrides pin nccl; bump moves the shared pin only" in err
     assert p.read_bytes() == before and not (tmp_path / "b").exists()
@@ -632,6 +731,7 @@ def test_gin_gdaki_takes_nccl_2_32_3_from_its_wheel_alone_and_the_campaign_the_2
     nccl-wheel-2-32}`): that wheel alone, whatever the recipe's `wheel:` names and with no tree version."""
     from reprostack.kernels import ncclwheel
     from reprostack.kernels.recipe import load_recipe
+
     recipe = load_recipe(REPO_ROOT, "nccl")
     assert recipe.wheel == "nccl-wheel"
     camp, gin = load(REPO_ROOT / "upstreams.lock"), load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")
@@ -641,8 +741,9 @@ def test_gin_gdaki_takes_nccl_2_32_3_from_its_wheel_alone_and_the_campaign_the_2
     assert ncclwheel.needs_source(camp, "nccl") and not ncclwheel.needs_source(gin, "nccl")
     g = ncclwheel.choose(gin, recipe.source, recipe.wheel, None)
     assert (g.kind, g.wheel_pin, g.version) == ("wheel", "nccl-wheel-2-32", "2.32.3")
-    assert g.why == ("stack gin-gdaki pins nccl as wheel nccl-wheel-2-32 (nvidia-nccl-cu13==2.32.3) alone; "
-                     "no git source")
+    assert g.why == (
+        "stack gin-gdaki pins nccl as wheel nccl-wheel-2-32 (nvidia-nccl-cu13==2.32.3) alone; no git source"
+    )
 
 
 # --------------------------------------------------------------------------- an override `{wheel: W}`
@@ -659,13 +760,16 @@ WHEEL_PIN = """\
 
 
 def wheel_lock(tmp_path: Path, override: str) -> Path:
-    p = small_lock(tmp_path, f"""\
+    p = small_lock(
+        tmp_path,
+        f"""\
 stacks:
   gdaki:
     description: NCCL from a wheel alone
     overrides:
       nccl: {override}
-""")
+""",
+    )
     text = p.read_text()
     p.write_text(text.replace("stacks:\n", WHEEL_PIN + "stacks:\n", 1))
     return p
@@ -679,13 +783,21 @@ def test_a_wheel_override_makes_the_pin_that_wheel_whole(tmp_path):
     assert load(p).git("nccl").rev == H  # the default stack keeps the git pin
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("{wheel: deepep}", "stacks.gdaki.overrides.nccl.wheel: 'deepep' is not a `kind: wheel` pin of upstreams: "
-                        "(wheel pins: nccl-wheel-9)"),
-    ("{wheel: nope}", "stacks.gdaki.overrides.nccl.wheel: 'nope' is not a `kind: wheel` pin"),
-    ("{wheel: nccl-wheel-9, rev: x}", "stacks.gdaki.overrides.nccl: an override with `wheel:` is that wheel pin, "
-                                      "whole: drop rev"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        (
+            "{wheel: deepep}",
+            "stacks.gdaki.overrides.nccl.wheel: 'deepep' is not a `kind: wheel` pin of upstreams: "
+            "(wheel pins: nccl-wheel-9)",
+        ),
+        ("{wheel: nope}", "stacks.gdaki.overrides.nccl.wheel: 'nope' is not a `kind: wheel` pin"),
+        (
+            "{wheel: nccl-wheel-9, rev: x}",
+            "stacks.gdaki.overrides.nccl: an override with `wheel:` is that wheel pin, whole: drop rev",
+        ),
+    ],
+)
 def test_a_bad_wheel_override_is_one_line(tmp_path, capsys, override, needle):
     p = wheel_lock(tmp_path, override)
     assert cli.main(["lock", "check", "--lock", str(p)]) == 2  # every stack validates, whichever is selected

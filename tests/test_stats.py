@@ -10,10 +10,28 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 
-from reprostack.report import (Check, GateReport, Result, decide, evaluate, evaluate_interval, exit_code,
-                               validate_report, write_reports)
-from reprostack.report.stats import (FAIL, INCONCLUSIVE, PASS, T975, interval_verdict, ratios, statistics_block,
-                                     summarize, t975)
+from reprostack.report import (
+    Check,
+    GateReport,
+    Result,
+    decide,
+    evaluate,
+    evaluate_interval,
+    exit_code,
+    validate_report,
+    write_reports,
+)
+from reprostack.report.stats import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    T975,
+    interval_verdict,
+    ratios,
+    statistics_block,
+    summarize,
+    t975,
+)
 
 
 def test_t_quantiles_of_the_table_and_between_rows():
@@ -37,9 +55,16 @@ def test_t_interval_of_two_samples_by_hand():
     # mean 11, stdev sqrt(2); half width = 12.7062 * sqrt(2) / sqrt(2) = 12.7062
     s = summarize([10, 12])
     assert s.ci95 == pytest.approx((-1.7062, 23.7062), abs=1e-9)
-    assert s.to_dict() == {"n": 2, "mean": 11.0, "p50": 11.0, "stdev": pytest.approx(math.sqrt(2)),
-                           "ci95": [pytest.approx(-1.7062), pytest.approx(23.7062)], "samples": [10.0, 12.0],
-                           "unit": "", "method": "t"}
+    assert s.to_dict() == {
+        "n": 2,
+        "mean": 11.0,
+        "p50": 11.0,
+        "stdev": pytest.approx(math.sqrt(2)),
+        "ci95": [pytest.approx(-1.7062), pytest.approx(23.7062)],
+        "samples": [10.0, 12.0],
+        "unit": "",
+        "method": "t",
+    }
 
 
 def test_constant_trials_have_a_zero_width_interval():
@@ -53,8 +78,9 @@ def test_one_trial_has_no_interval_and_no_statistics_entry():
     assert statistics_block({"dc_p50_us": s, "two": summarize([1, 2])}) == {"two": summarize([1, 2]).to_dict()}
 
 
-@pytest.mark.parametrize("bad, msg", [([], "no samples"), ([1.0, float("nan")], "non-finite"),
-                                      ([float("inf"), 1.0], "non-finite")])
+@pytest.mark.parametrize(
+    "bad, msg", [([], "no samples"), ([1.0, float("nan")], "non-finite"), ([float("inf"), 1.0], "non-finite")]
+)
 def test_refused_samples(bad, msg):
     with pytest.raises(ValueError, match=msg):
         summarize(bad)
@@ -69,10 +95,22 @@ def test_paired_ratios():
 
 
 # interval of [1..5] is 3 -+ 2.7764 * sqrt(0.5) = [1.03678874, 4.96321126]
-@pytest.mark.parametrize("op, threshold, want", [
-    ("<=", 5, PASS), ("<=", 4.9632, INCONCLUSIVE), ("<=", 3, INCONCLUSIVE), ("<=", 1.0, FAIL),
-    ("<", 4.97, PASS), ("<", 1.0368, INCONCLUSIVE), (">=", 1.0, PASS), (">=", 3, INCONCLUSIVE),
-    (">=", 5, FAIL), (">", 4.97, FAIL), (">", 1.03, PASS)])
+@pytest.mark.parametrize(
+    "op, threshold, want",
+    [
+        ("<=", 5, PASS),
+        ("<=", 4.9632, INCONCLUSIVE),
+        ("<=", 3, INCONCLUSIVE),
+        ("<=", 1.0, FAIL),
+        ("<", 4.97, PASS),
+        ("<", 1.0368, INCONCLUSIVE),
+        (">=", 1.0, PASS),
+        (">=", 3, INCONCLUSIVE),
+        (">=", 5, FAIL),
+        (">", 4.97, FAIL),
+        (">", 1.03, PASS),
+    ],
+)
 def test_interval_verdict_on_a_known_interval(op, threshold, want):
     assert interval_verdict(summarize([1, 2, 3, 4, 5]), op, threshold) == want
 
@@ -100,9 +138,17 @@ def test_evaluate_interval_and_decide():
 
 
 def _report(result: str, checks, stats=None) -> GateReport:
-    return GateReport("micro", "h200-ep1", result, "why", checks=checks, started="2026-12-02T03:00:00Z",
-                      ended="2026-12-02T03:01:00Z", duration_s=60.0,
-                      data={"statistics": stats} if stats is not None else {})
+    return GateReport(
+        "micro",
+        "h200-ep1",
+        result,
+        "why",
+        checks=checks,
+        started="2026-12-02T03:00:00Z",
+        ended="2026-12-02T03:01:00Z",
+        duration_s=60.0,
+        data={"statistics": stats} if stats is not None else {},
+    )
 
 
 def test_inconclusive_report_is_not_a_pass_and_renders_its_statistics(tmp_path):
@@ -129,12 +175,41 @@ def test_inconclusive_report_is_not_a_pass_and_renders_its_statistics(tmp_path):
     assert suite.find("testcase[@name='micro.dc_p50_us']/failure").get("type") == "inconclusive"
 
 
-@pytest.mark.parametrize("bad", [{"n": 1, "mean": 1.0, "p50": 1.0, "stdev": 0.0, "ci95": [1.0, 1.0], "samples": [1.0],
-                                  "unit": "us", "method": "t"},
-                                 {"n": 2, "mean": 1.0, "p50": 1.0, "stdev": 0.0, "ci95": [1.0], "samples": [1.0, 1.0],
-                                  "unit": "us", "method": "t"},
-                                 {"n": 2, "mean": 1.0, "p50": 1.0, "stdev": 0.0, "ci95": [1.0, 1.0],
-                                  "samples": [1.0, 1.0], "unit": "us", "method": "guess"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {
+            "n": 1,
+            "mean": 1.0,
+            "p50": 1.0,
+            "stdev": 0.0,
+            "ci95": [1.0, 1.0],
+            "samples": [1.0],
+            "unit": "us",
+            "method": "t",
+        },
+        {
+            "n": 2,
+            "mean": 1.0,
+            "p50": 1.0,
+            "stdev": 0.0,
+            "ci95": [1.0],
+            "samples": [1.0, 1.0],
+            "unit": "us",
+            "method": "t",
+        },
+        {
+            "n": 2,
+            "mean": 1.0,
+            "p50": 1.0,
+            "stdev": 0.0,
+            "ci95": [1.0, 1.0],
+            "samples": [1.0, 1.0],
+            "unit": "us",
+            "method": "guess",
+        },
+    ],
+)
 def test_schema_refuses_a_statistics_entry_off_the_contract(bad):
     doc = _report("fail", [evaluate("x", "", 1, "==", 0)], {"dc_p50_us": bad}).to_dict()
     with pytest.raises(jsonschema.ValidationError):

@@ -8,14 +8,19 @@ from pathlib import Path
 import pytest
 
 from reprostack.gates.parsers.test_ep import (
-    PHASES, PhaseStats, classify_failure, dispatch_plus_combine_p50, finished_cleanly, parse_test_ep,
+    PHASES,
+    PhaseStats,
+    classify_failure,
+    dispatch_plus_combine_p50,
+    finished_cleanly,
+    parse_test_ep,
 )
 
 FIX = Path(__file__).parent / "fixtures"
 TEP = FIX / "test_ep"
 PUBLISHED = FIX / "published-2026-07" / "micro" / "test_ep_ep16_summary.json"
 
-LINE = ("   * EP: {r:3}/{n} | dispatch: 5 GB/s (SO), 123 GB/s (SU), {us} us, 1234567 bytes | copy: 88 GB/s, 12.345 us")
+LINE = "   * EP: {r:3}/{n} | dispatch: 5 GB/s (SO), 123 GB/s (SU), {us} us, 1234567 bytes | copy: 88 GB/s, 12.345 us"
 
 
 def log(name: str) -> str:
@@ -33,8 +38,19 @@ def test_ep16_two_node_complete_matches_published_summary():
     pub = json.loads(PUBLISHED.read_text())
     p = parse_test_ep(log("ep16_two_node_complete.log"), num_ranks=16)
     assert p.complete and p.ok, p.problems
-    assert p.config == {"ranks": "2 x 8", "scaleout_ranks": 2, "scaleup_ranks": 8, "topk": 8, "experts": 256,
-                        "tokens": 128, "max_tokens": 128, "hidden": 7168, "sms": 4, "qps": 6, "allocated_qps": 6}
+    assert p.config == {
+        "ranks": "2 x 8",
+        "scaleout_ranks": 2,
+        "scaleup_ranks": 8,
+        "topk": 8,
+        "experts": 256,
+        "tokens": 128,
+        "max_tokens": 128,
+        "hidden": 7168,
+        "sms": 4,
+        "qps": 6,
+        "allocated_qps": 6,
+    }
     assert p.config["experts"] == pub["config"]["num_experts"] and p.config["sms"] == pub["config"]["num_sms"]
     assert len(p.modes) == 1 and p.modes[0].settings.startswith("do_handle_copy=1, expert_alignment=128")
     assert set(p.phases) == set(PHASES)
@@ -121,8 +137,17 @@ def test_torchrun_prefixes_interleaving_and_glued_records():
     assert sum(s.line == line_no for m in p.modes for s in m.samples["dispatch"].values()) == 2
 
 
-@pytest.mark.parametrize("prefix", ["[rank3]: ", "[default3]:", "3: ", "2026-07-06T22:54:01.123Z ",
-                                    "[1,3]<stdout>:", "2026-07-06 22:54:01,123 [rank3]:"])
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "[rank3]: ",
+        "[default3]:",
+        "3: ",
+        "2026-07-06T22:54:01.123Z ",
+        "[1,3]<stdout>:",
+        "2026-07-06 22:54:01,123 [rank3]:",
+    ],
+)
 def test_launcher_prefixes(prefix):
     text = "\n".join(prefix + LINE.format(r=r, n=2, us=100.0 + r) for r in range(2))
     p = parse_test_ep(text, num_ranks=2)
@@ -175,24 +200,65 @@ def test_sigsegv_with_faulthandler_innermost_frame():
     assert not p.complete and p.config["ranks"] == "1 x 1"
 
 
-@pytest.mark.parametrize("text,rc,kind,needle", [
-    ("start\n[rank2]: RuntimeError: CUDA runtime exception (csrc/x.hpp:10): 700 (cudaErrorIllegalAddress, an illegal "
-     "memory access was encountered)\n[rank5]: torch.distributed.DistBackendError: NCCL error in: x\n", 1,
-     "cuda_error", "(rank 2)"),
-    ("DeepEP Gin barrier timeout, tag: 0, scaleout: 1, scaleup: 3, thread: 0, signal: 1, target: 2\n"
-     "Segmentation fault (core dumped)\n", 139, "gin_barrier_timeout", "Gin barrier timeout"),
-    ("Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n    f()\n"
-     "RuntimeError: Assertion exception (csrc/elastic/buffer.hpp:478): num_sms <= 132\n", 1, "ep_assertion", "Assertion"),
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "oom", "out of memory"),
-    ("RuntimeError: CUDA error: out of memory\n", 1, "oom", "out of memory"),
-    ("x\nterminate called after throwing an instance of 'EPException'\n  what():  NCCL exception (csrc/a.hpp:9): 6 (remote)\n"
-     "Aborted (core dumped)\n", 134, "nccl_error", "uncaught C++ exception: NCCL exception"),
-    ("terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n", -6, "sigabrt", "bad_alloc"),
-    ("[rank0]:[E1106 ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE)\n",
-     1, "nccl_error", "rank 0"),
-    ("RuntimeError: Dispatch CPU wait exception (csrc/elastic/buffer.hpp:1000): info\n", 1, "ep_timeout", "CPU wait"),
-    ("Assertion failed: deep_ep/impls/dispatch.cuh:120, condition: slot < n\n", 1, "ep_assertion", "Assertion failed"),
-])
+@pytest.mark.parametrize(
+    "text,rc,kind,needle",
+    [
+        (
+            "start\n[rank2]: RuntimeError: CUDA runtime exception (csrc/x.hpp:10): 700 (cudaErrorIllegalAddress, an illegal "
+            "memory access was encountered)\n[rank5]: torch.distributed.DistBackendError: NCCL error in: x\n",
+            1,
+            "cuda_error",
+            "(rank 2)",
+        ),
+        (
+            "DeepEP Gin barrier timeout, tag: 0, scaleout: 1, scaleup: 3, thread: 0, signal: 1, target: 2\n"
+            "Segmentation fault (core dumped)\n",
+            139,
+            "gin_barrier_timeout",
+            "Gin barrier timeout",
+        ),
+        (
+            'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n    f()\n'
+            "RuntimeError: Assertion exception (csrc/elastic/buffer.hpp:478): num_sms <= 132\n",
+            1,
+            "ep_assertion",
+            "Assertion",
+        ),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 1, "oom", "out of memory"),
+        ("RuntimeError: CUDA error: out of memory\n", 1, "oom", "out of memory"),
+        (
+            "x\nterminate called after throwing an instance of 'EPException'\n  what():  NCCL exception (csrc/a.hpp:9): 6 (remote)\n"
+            "Aborted (core dumped)\n",
+            134,
+            "nccl_error",
+            "uncaught C++ exception: NCCL exception",
+        ),
+        (
+            "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n",
+            -6,
+            "sigabrt",
+            "bad_alloc",
+        ),
+        (
+            "[rank0]:[E1106 ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE)\n",
+            1,
+            "nccl_error",
+            "rank 0",
+        ),
+        (
+            "RuntimeError: Dispatch CPU wait exception (csrc/elastic/buffer.hpp:1000): info\n",
+            1,
+            "ep_timeout",
+            "CPU wait",
+        ),
+        (
+            "Assertion failed: deep_ep/impls/dispatch.cuh:120, condition: slot < n\n",
+            1,
+            "ep_assertion",
+            "Assertion failed",
+        ),
+    ],
+)
 def test_classify_failure_kinds(text, rc, kind, needle):
     fc = classify_failure(text, rc, False)
     assert fc.kind == kind, fc
@@ -201,19 +267,23 @@ def test_classify_failure_kinds(text, rc, kind, needle):
 
 def test_classify_earliest_evidence_wins():
     # rank 3 crashes first; its peers then report NCCL errors: the crash is the cause.
-    text = ("[rank3]: Fatal Python error: Segmentation fault\n[rank3]: Current thread 0x1 (most recent call first):\n"
-            '[rank3]:   File "/x/elastic.py", line 811 in dispatch\n'
-            "[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356\n")
+    text = (
+        "[rank3]: Fatal Python error: Segmentation fault\n[rank3]: Current thread 0x1 (most recent call first):\n"
+        '[rank3]:   File "/x/elastic.py", line 811 in dispatch\n'
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356\n"
+    )
     fc = classify_failure(text, 1, False)
     assert fc.kind == "sigsegv" and "(rank 3)" in fc.detail and "/x/elastic.py:811 in dispatch" in fc.detail
 
 
 def test_classify_python_exception_last_line_of_chain():
-    text = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"a.py\", line 1, in f\n[rank1]:     g()\n"
-            "[rank0]: unrelated output\n[rank1]: KeyError: 'x'\n[rank1]: \n"
-            "[rank1]: During handling of the above exception, another exception occurred:\n[rank1]: \n"
-            "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"a.py\", line 9, in h\n"
-            "[rank1]: ValueError: bad config\n[rank0]: done\n")
+    text = (
+        '[rank1]: Traceback (most recent call last):\n[rank1]:   File "a.py", line 1, in f\n[rank1]:     g()\n'
+        "[rank0]: unrelated output\n[rank1]: KeyError: 'x'\n[rank1]: \n"
+        "[rank1]: During handling of the above exception, another exception occurred:\n[rank1]: \n"
+        '[rank1]: Traceback (most recent call last):\n[rank1]:   File "a.py", line 9, in h\n'
+        "[rank1]: ValueError: bad config\n[rank0]: done\n"
+    )
     fc = classify_failure(text, 1, False)
     assert fc.kind == "python_exception" and fc.line_no == 11
     assert fc.detail.startswith("ValueError: bad config") and "(rank 1)" in fc.detail
@@ -236,7 +306,7 @@ def test_classify_without_text_evidence():
 def test_faulthandler_under_timestamps_and_rank_prefixes():
     src = log("ep1_sigsegv_faulthandler.log").splitlines()
     stamped = [f"2026-07-06T22:54:{i % 60:02d}.{i:06d}Z [rank0]: {ln}" for i, ln in enumerate(src)]
-    noise = "2026-07-06T22:54:59.000000Z [rank1]:   File \"/other.py\", line 1 in elsewhere"
+    noise = '2026-07-06T22:54:59.000000Z [rank1]:   File "/other.py", line 1 in elsewhere'
     stamped.insert(stamped.index(next(x for x in stamped if "Current thread" in x)) + 1, noise)
     fc = classify_failure("\n".join(stamped), 1, False)
     assert fc.kind == "sigsegv" and "(rank 0)" in fc.detail

@@ -22,8 +22,15 @@ def _world(tmp_path: Path, monkeypatch) -> tuple[str, Path, Path]:
     count = tmp_path / "runs"
     py = tmp_path / "venv" / "bin" / "python"
     py.parent.mkdir(parents=True)
-    probe = {"python": str(py), "python_version": "3.12.3", "purelib": str(site), "stdlib": "/usr/lib/python3.12",
-             "torch": "2.11.0+cu130", "torch_cuda": "13.0", "torch_site": str(site)}
+    probe = {
+        "python": str(py),
+        "python_version": "3.12.3",
+        "purelib": str(site),
+        "stdlib": "/usr/lib/python3.12",
+        "torch": "2.11.0+cu130",
+        "torch_cuda": "13.0",
+        "torch_site": str(site),
+    }
     py.write_text(f"#!/bin/sh\necho x >> {count}\necho '{json.dumps(probe)}'\n")
     py.chmod(0o755)
     nvcc = tmp_path / "cuda" / "bin" / "nvcc"
@@ -55,10 +62,17 @@ def test_the_probe_is_reused_until_what_it_stands_on_changes(tmp_path, monkeypat
     assert _runs(count) == 4
 
 
-@pytest.mark.parametrize("content", [
-    "not json", "[]", '{"probe": "x"}', '{"probe": {"torch": 1}, "witness": {}}',
-    '{"probe": {"torch": "9", "evil": "x"}, "witness": {}}', "x" * (70 * 1024),
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        "[]",
+        '{"probe": "x"}',
+        '{"probe": {"torch": 1}, "witness": {}}',
+        '{"probe": {"torch": "9", "evil": "x"}, "witness": {}}',
+        "x" * (70 * 1024),
+    ],
+)
 def test_a_hostile_cache_file_is_probed_again_and_rewritten(tmp_path, monkeypatch, content):
     py, _, count = _world(tmp_path, monkeypatch)
     cache = tmp_path / "cache"

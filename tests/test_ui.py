@@ -148,15 +148,18 @@ def test_failed_step_is_not_stored(tmp_path):
     assert ui.estimate("test_ep") == 50.0
 
 
-@pytest.mark.parametrize("content, why", [
-    (b"{not json", "not JSON"),
-    (b"\xff\xfe\x00garbage", "not JSON"),
-    (b"[" * 200_000 + b"]" * 200_000, "larger than"),
-    (b"[" * 100_000, "not JSON"),
-    (b'{"version": 1, "hosts": []}', "not a timings file"),
-    (b'["version", 1]', "not a timings file"),
-    (b'{"version": 99, "hosts": {}}', "not a timings file"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"{not json", "not JSON"),
+        (b"\xff\xfe\x00garbage", "not JSON"),
+        (b"[" * 200_000 + b"]" * 200_000, "larger than"),
+        (b"[" * 100_000, "not JSON"),
+        (b'{"version": 1, "hosts": []}', "not a timings file"),
+        (b'["version", 1]', "not a timings file"),
+        (b'{"version": 99, "hosts": {}}', "not a timings file"),
+    ],
+)
 def test_hostile_timings_file_is_ignored_with_one_warning(tmp_path, content, why):
     s = plain(tmp_path)
     (tmp_path / "cache").mkdir()
@@ -177,7 +180,8 @@ def test_bad_entries_are_ignored_the_good_ones_kept(tmp_path):
     (tmp_path / "cache").mkdir()
     h = ui.host()
     (tmp_path / "cache" / "timings.json").write_text(
-        '{"version": 1, "hosts": {"%s": {"a": 12, "b": NaN, "c": -1, "d": "9", "e": true, "f": 1e300}, "x": 5}}' % h)
+        '{"version": 1, "hosts": {"%s": {"a": 12, "b": NaN, "c": -1, "d": "9", "e": true, "f": 1e300}, "x": 5}}' % h
+    )
     assert ui.load_timings() == {h: {"a": 12.0}}
     assert "6 entries not a number of seconds" in s.getvalue()
 
@@ -261,8 +265,14 @@ LOCAL_TEST = "PASS (local-test, not evidence)"  # report.model.GateReport.label 
 
 
 def _fake_local_test_pass(g, a, lock, root, fetch):
-    return GateReport(g.stem, "local-test", "pass", "1 check(s) passed", evidence=False,
-                      checks=[evaluate("deepep.c4.errors", "requests", 0, "==", 0)])
+    return GateReport(
+        g.stem,
+        "local-test",
+        "pass",
+        "1 check(s) passed",
+        evidence=False,
+        checks=[evaluate("deepep.c4.errors", "requests", 0, "==", 0)],
+    )
 
 
 def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys):
@@ -303,14 +313,17 @@ def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypat
 
     def bad_input(g, a, lock, root, fetch):
         from reprostack.errors import ReprostackError
+
         raise ReprostackError("gates/vllm.yaml:3: no profile 'nope'")
 
     monkeypatch.setattr(runner, "_run_gate", bad_input)
     assert cli.main(["gate", "vllm", "--profile", "nope"]) == 2
     assert os.readlink(base / "latest") == good and sorted(p.name for p in base.iterdir()) == [good, "latest"]
     from conftest import without_progress
+
     assert without_progress(capsys.readouterr().err).splitlines()[-1] == (
-        "reprostack: error: gates/vllm.yaml:3: no profile 'nope'")
+        "reprostack: error: gates/vllm.yaml:3: no profile 'nope'"
+    )
 
 
 def test_several_nodes_need_one_shared_out(tmp_path, monkeypatch, capsys):

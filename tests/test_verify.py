@@ -65,14 +65,31 @@ def test_records_count_errors_and_cancelled(tmp_path):
 def _flat_and_legacy(tmp_path):
     """The two older layouts, derived from the published 1.3 export (same metric objects, different envelope)."""
     d = json.loads((PUB / "sglang" / "c8" / "profile_export_aiperf.json").read_text())
-    skip = {"schema_version", "aiperf_version", "benchmark_id", "input_config", "run_info", "telemetry_data",
-            "was_cancelled", "error_summary", "start_time", "end_time"}
+    skip = {
+        "schema_version",
+        "aiperf_version",
+        "benchmark_id",
+        "input_config",
+        "run_info",
+        "telemetry_data",
+        "was_cancelled",
+        "error_summary",
+        "start_time",
+        "end_time",
+    }
     metrics = {k: v for k, v in d.items() if k not in skip}
-    flat = dict(metrics, input_config=d["input_config"],
-                execution_metadata={"was_cancelled": False, "error_summary": [{"error_details": {"code": 500}, "count": 3}]},
-                ai_perf_v1={k: {"tag": k, "header": k} for k in metrics})
-    legacy = {"input_config": d["input_config"], "was_cancelled": False, "error_summary": [],
-              "records": {k: dict(v, tag=k, header=k) for k, v in metrics.items()}}
+    flat = dict(
+        metrics,
+        input_config=d["input_config"],
+        execution_metadata={"was_cancelled": False, "error_summary": [{"error_details": {"code": 500}, "count": 3}]},
+        ai_perf_v1={k: {"tag": k, "header": k} for k in metrics},
+    )
+    legacy = {
+        "input_config": d["input_config"],
+        "was_cancelled": False,
+        "error_summary": [],
+        "records": {k: dict(v, tag=k, header=k) for k, v in metrics.items()},
+    }
     v10 = dict(metrics, schema_version="1.0", error_summary=[])
     out = {}
     for name, data in (("flat", flat), ("legacy", legacy), ("v10", v10)):
@@ -140,7 +157,7 @@ def test_missing_artifact(tmp_path):
     assert cli.main(["verify", str(d), "--out", str(out)]) == 3
     r = {x["claim"]["id"]: x for x in json.loads((out / "verify.json").read_text())["results"]}
     assert r["vllm-epnc1.c8.agg"]["verdict"] == "artifact missing"
-    assert r["vllm-epnc1.requests"]["verdict"] == "artifact missing"   # never summed from 2 of 3 cells
+    assert r["vllm-epnc1.requests"]["verdict"] == "artifact missing"  # never summed from 2 of 3 cells
     assert "vllm-epnc1/c8/profile_export_aiperf.json" in r["vllm-epnc1.c8.agg"]["detail"]
     assert r["trtllm-shim.completed.records"]["verdict"] == "artifact missing"
     assert r["trtllm-shim.requests"]["verdict"] == "match"
@@ -184,6 +201,7 @@ def test_claims_file_errors_name_file_and_line(tmp_path):
 
 def test_html_page_plots_agg_tok_s_per_arm_published_vs_recomputed(tmp_path):
     from reprostack.verify.html import _series
+
     rc, results, written = run_verify([PUB], CLAIMS, tmp_path)
     assert rc == 0 and set(written) == {"verify.json", "verify.md", "verify.html"}
     page = written["verify.html"].read_text()
@@ -198,6 +216,7 @@ def test_html_page_plots_agg_tok_s_per_arm_published_vs_recomputed(tmp_path):
 
 
 # --- the raw records against the aggregate (profile_export.jsonl beside profile_export_aiperf.json) ---
+
 
 def _tampered(tmp_path, cell: str, edit) -> tuple[int, dict]:
     """Copy the published fixtures, let `edit(records)` change trtllm-shim/<cell>/profile_export.jsonl (a list of
@@ -224,8 +243,9 @@ def test_a_dropped_record_is_a_mismatch(tmp_path):
     assert rc == 1
     detail = r["trtllm-shim.c8.agg"]["detail"]
     assert r["trtllm-shim.c8.agg"]["verdict"] == "mismatch"
-    assert detail.startswith("raw records contradict the aggregate: profile_export.jsonl has 63 records, the "
-                             "aggregate says 64")
+    assert detail.startswith(
+        "raw records contradict the aggregate: profile_export.jsonl has 63 records, the aggregate says 64"
+    )
     # every claim recomputed from that folder is held to it; the other cells are untouched
     assert r["trtllm-shim.requests"]["verdict"] == "mismatch" and r["trtllm-shim.c4.agg"]["verdict"] == "match"
 
@@ -233,15 +253,19 @@ def test_a_dropped_record_is_a_mismatch(tmp_path):
 def test_a_cancelled_record_is_a_mismatch(tmp_path):
     def cancel(recs):
         recs[6]["metadata"]["was_cancelled"] = True
+
     rc, r = _tampered(tmp_path, "c4", cancel)
     assert rc == 1 and r["trtllm-shim.c4.agg"]["verdict"] == "mismatch"
-    assert "profile_export.jsonl: 1 record cancelled (line 7); the aggregate counts 0 errors" in \
-        r["trtllm-shim.c4.agg"]["detail"]
+    assert (
+        "profile_export.jsonl: 1 record cancelled (line 7); the aggregate counts 0 errors"
+        in r["trtllm-shim.c4.agg"]["detail"]
+    )
 
 
 def test_an_errored_record_is_a_mismatch(tmp_path):
     def fail(recs):
         recs[0]["error"] = {"code": 500, "type": "HTTPError", "message": "boom"}
+
     rc, r = _tampered(tmp_path, "c32", fail)
     assert rc == 1
     assert "1 record errored (line 1); the aggregate counts 0 errors" in r["trtllm-shim.c32.agg"]["detail"]
@@ -251,27 +275,34 @@ def test_an_errored_record_is_a_mismatch(tmp_path):
 def test_a_changed_value_is_a_mismatch_naming_the_statistic(tmp_path):
     def slower(recs):
         recs[3]["metrics"]["time_to_first_token"]["value"] += 40.0
+
     rc, r = _tampered(tmp_path, "c4", slower)
     assert rc == 1
     detail = r["trtllm-shim.c4.agg"]["detail"]
     assert re.search(r"recomputed avg time_to_first_token 1123\.7\d* ms vs aggregate 1122\.7\d* ms", detail), detail
     assert r["trtllm-shim.c4.agg"]["recomputed"] == pytest.approx(66.46206595635347)  # the claimed figure itself
+
     # a timestamp moved: the duration and the throughputs recomputed from it disagree
     def later(recs):
         recs[-1]["metadata"]["request_end_ns"] += 2_000_000_000
+
     rc, r = _tampered(tmp_path / "t2", "c4", later)
-    assert rc == 1 and "recomputed benchmark_duration 79.0364 sec vs aggregate 77.0364 sec" in \
-        r["trtllm-shim.c4.agg"]["detail"]
+    assert (
+        rc == 1
+        and "recomputed benchmark_duration 79.0364 sec vs aggregate 77.0364 sec" in r["trtllm-shim.c4.agg"]["detail"]
+    )
 
 
 def test_unreadable_records_beside_an_aggregate_are_an_error(tmp_path):
     def garble(recs):
         recs[2]["metrics"]["request_latency"] = {"value": "slow", "unit": "ms"}
+
     rc, r = _tampered(tmp_path, "c8", garble)
     assert rc == 2 and r["trtllm-shim.c8.agg"]["verdict"] == "error"
     assert r["trtllm-shim.c8.agg"]["detail"].endswith(
         "trtllm-shim/c8/profile_export.jsonl:3: metrics.request_latency.value is a string with unit 'ms', "
-        "expected a number and a unit")
+        "expected a number and a unit"
+    )
 
 
 @pytest.mark.parametrize("artifact", ["/etc/passwd", "../outside/profile_export_aiperf.json", "c4/../../x.json"])
@@ -279,6 +310,7 @@ def test_a_claim_artifact_outside_the_folder_is_refused(tmp_path, artifact):
     """A claims file whose artifacts point out of the folder given to verify (absolute, `..`) made an empty folder
     verify 17 claims against files elsewhere (hostile trial, issue 14): now the claims file is refused, FILE:LINE."""
     from reprostack import cli
+
     claims = Path(__file__).resolve().parents[1] / "claims" / "published.yaml"
     text = claims.read_text()
     first = text.split("artifacts:", 1)[1].split("\n", 1)[0]
@@ -289,6 +321,7 @@ def test_a_claim_artifact_outside_the_folder_is_refused(tmp_path, artifact):
 
 def test_a_link_out_of_the_folder_is_not_its_artifact(tmp_path):
     from reprostack.verify.engine import _find
+
     (tmp_path / "d" / "c4").mkdir(parents=True)
     outside = tmp_path / "elsewhere.json"
     outside.write_text("{}")
@@ -303,6 +336,7 @@ def test_records_that_cannot_be_read_never_let_the_aggregate_stand_alone(tmp_pat
     import os
     import shutil
     from reprostack.verify.engine import _contradictions
+
     src = Path(__file__).resolve().parent / "fixtures" / "published-2026-07" / "trtllm-shim" / "c4"
     d = tmp_path / "c4"
     d.mkdir()
@@ -322,6 +356,7 @@ def test_verify_names_the_statistic_a_published_figure_is(tmp_path):
     """Issue 16: a figure published as a p50 that is AIPerf's avg is a mismatch saying so; every claim lists the
     statistics that reproduce it (TTFT of the published TRT-LLM c4 export: avg 1122.7 ms, p50 159.7 ms)."""
     from reprostack.verify.engine import run_verify
+
     claims = tmp_path / "claims.yaml"
     claims.write_text("""\
 schema: 1
@@ -354,7 +389,11 @@ claims:
     ttft, itl = results
     assert rc == 1 and ttft.verdict == "mismatch" and ttft.reproduced_by == ("avg",)
     assert ttft.detail == "published 1122.7 = avg 1122.7012, not p50 159.7084"
-    assert itl.verdict == "match" and itl.reproduced_by == ("avg", "p50")    # 51.789 and 51.824 both round to 51.8
+    assert itl.verdict == "match" and itl.reproduced_by == ("avg", "p50")  # 51.789 and 51.824 both round to 51.8
     data = json.loads(written["verify.json"].read_text())
-    assert data["results"][0]["reproduced_by"] == ["avg"] and set(data["results"][0]["statistics"]) >= {"avg", "p50", "p99"}
+    assert data["results"][0]["reproduced_by"] == ["avg"] and set(data["results"][0]["statistics"]) >= {
+        "avg",
+        "p50",
+        "p99",
+    }
     assert "| avg, p50 | match |" in written["verify.md"].read_text()

@@ -23,20 +23,32 @@ def gone(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
-    return stat[stat.rfind(")") + 2:].split()[0] in ("Z", "X")
+    return stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X")
 
 
 def run_py(tmp_path: Path, code: str, **kw):
     kw.setdefault("timeout_s", 10)
     kw.setdefault("grace_s", 0.5)
-    return run_with_watchdog([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path,
-                             log_path=tmp_path / "logs" / "run.log", echo=False, **kw)
+    return run_with_watchdog(
+        [sys.executable, "-c", code],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "logs" / "run.log",
+        echo=False,
+        **kw,
+    )
 
 
 def test_exit_code_and_output_pass_through(tmp_path, capsys):
     code = "import sys\nprint('hello', flush=True)\nprint('to stderr', file=sys.stderr)\nsys.exit(3)"
-    out = run_with_watchdog([sys.executable, "-c", code], env=None, cwd=tmp_path, timeout_s=10,
-                            log_path=tmp_path / "logs" / "run.log", echo=True)
+    out = run_with_watchdog(
+        [sys.executable, "-c", code],
+        env=None,
+        cwd=tmp_path,
+        timeout_s=10,
+        log_path=tmp_path / "logs" / "run.log",
+        echo=True,
+    )
     assert (out.returncode, out.timed_out, out.signal_name, out.killed_pids, out.note) == (3, False, None, (), None)
     log = out.log_path.read_text()
     assert "hello\n" in log and "to stderr\n" in log and WATCHDOG_TAG not in log
@@ -46,8 +58,9 @@ def test_exit_code_and_output_pass_through(tmp_path, capsys):
 def test_stdin_is_devnull_and_cwd_env_apply(tmp_path):
     env = dict(os.environ, REPRO_X="42")
     code = "import os,sys\nprint(repr(sys.stdin.read()), os.getcwd(), os.environ['REPRO_X'])"
-    out = run_with_watchdog([sys.executable, "-c", code], env=env, cwd=tmp_path, timeout_s=10,
-                            log_path=tmp_path / "run.log", echo=False)
+    out = run_with_watchdog(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, timeout_s=10, log_path=tmp_path / "run.log", echo=False
+    )
     assert out.returncode == 0
     assert out.log_path.read_text().strip() == f"'' {tmp_path} 42"
 
@@ -108,6 +121,7 @@ print(f"child {child}", flush=True)
 
 
 # setsid escapes (issue 14 item 12): a grandchild in its own session and process group, sleeping forever
+
 
 def _grandchild(out) -> int:
     return int(out.log_path.read_text().split("grandchild ")[1].split()[0])
@@ -178,6 +192,7 @@ print(f"grandchild {gc}", flush=True)
 def test_other_processes_of_ours_are_left_alone(tmp_path):
     """A process we started outside the run (no cookie, not below the leader) survives the run's kill."""
     import subprocess
+
     bystander = subprocess.Popen([sys.executable, "-c", "import time\ntime.sleep(60)"], start_new_session=True)
     try:
         out = run_py(tmp_path, "import time\ntime.sleep(60)", timeout_s=1.0, grace_s=0.5)
@@ -189,6 +204,7 @@ def test_other_processes_of_ours_are_left_alone(tmp_path):
 
 def test_server_stop_kills_a_setsid_worker(tmp_path):
     from reprostack.gates.server import ServerProcess
+
     code = """
 import os, time
 gc = os.fork()
@@ -211,7 +227,7 @@ while True:
 
 # --------------------------------------------------------------------------- on_line: progress from the output
 
-FAKE_TRIALS_DRIVER = r'''
+FAKE_TRIALS_DRIVER = r"""
 import json, sys
 def emit(prefix, **kw):  # the trials driver's marker (gates/drivers/micro_trials.py emit), behind a launcher prefix
     print(prefix + "[micro_trials] " + json.dumps(kw, sort_keys=True), flush=True)
@@ -225,7 +241,7 @@ print('[micro_trials] {"event": "trial", "rank": "0", "arm": "deepep"}')   # ran
 print('[micro_trials] {"event": "trial", "rank": 0, "arm": "deepep"')      # not JSON
 print('[default0]:[micro_trials] {"event": "trial", "rank": false, "arm": "deepep"}')
 emit("", event="done", rank=0, trials=K)
-'''
+"""
 
 
 def test_on_line_advances_a_step_per_rank0_deepep_trial_as_the_output_comes(tmp_path):
@@ -249,8 +265,15 @@ def test_on_line_advances_a_step_per_rank0_deepep_trial_as_the_output_comes(tmp_
             if line.startswith("body of trial"):
                 seen.append((line, [x for x in stream.getvalue().splitlines() if ": trial " in x][-1]))
 
-        out = run_with_watchdog([sys.executable, str(driver)], env=dict(os.environ), cwd=tmp_path, timeout_s=30,
-                                log_path=tmp_path / "t.log", echo=False, on_line=on_line)
+        out = run_with_watchdog(
+            [sys.executable, str(driver)],
+            env=dict(os.environ),
+            cwd=tmp_path,
+            timeout_s=30,
+            log_path=tmp_path / "t.log",
+            echo=False,
+            on_line=on_line,
+        )
     assert out.returncode == 0
     progress = [x for x in stream.getvalue().splitlines() if x.startswith("  ")]
     assert progress == [f"  test_ep [p] x3 trial(s): trial {k}/3" for k in (1, 2, 3)]
@@ -259,7 +282,8 @@ def test_on_line_advances_a_step_per_rank0_deepep_trial_as_the_output_comes(tmp_
     assert seen[2][1].endswith("trial 2/3") and len(seen) == 6
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("test_ep [p] x3 trial(s): started, ") and lines[-1].startswith(
-        "test_ep [p] x3 trial(s): ok in ")
+        "test_ep [p] x3 trial(s): ok in "
+    )
 
 
 def test_on_line_that_raises_is_dropped_with_one_warning_and_the_log_is_whole(tmp_path):

@@ -34,8 +34,13 @@ def index(tmp_path, monkeypatch):
         "helper": make_wheel(src, "helper", "1.0"),
     }
     idx = Index(tmp_path / "www", list(wheels.values()))
-    for k, v in {"PIP_CONFIG_FILE": os.devnull, "PIP_DEFAULT_TIMEOUT": "10", "PIP_RETRIES": "0",
-                 "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}.items():
+    for k, v in {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DEFAULT_TIMEOUT": "10",
+        "PIP_RETRIES": "0",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }.items():
         monkeypatch.setenv(k, v)
     for k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT"):
         monkeypatch.delenv(k, raising=False)
@@ -50,7 +55,9 @@ def _lock(tmp_path: Path, url: str, base_overrides: str = "[lib==2.0]") -> Path:
     python-version: "3.11"
     platform-tags: [manylinux_2_17_x86_64]
 """
-    p.write_text(lock_head() + f"""\
+    p.write_text(
+        lock_head()
+        + f"""\
   base-set:
     kind: wheelset
 {target}    requirements: [app==1.0]
@@ -60,7 +67,8 @@ def _lock(tmp_path: Path, url: str, base_overrides: str = "[lib==2.0]") -> Path:
     installed-on: base-set
 {target}    requirements: [tool==1.0]
 # footer
-""")
+"""
+    )
     return p
 
 
@@ -74,7 +82,9 @@ def test_fill_resolves_the_closure_applies_overrides_and_layers(tmp_path, index,
     base, top = lock.get("base-set"), lock.get("top-set")
     # app's own lib==1.0 was replaced by the override lib 2.0
     assert [(f.name, f.version, f.filename, f.sha256) for f in base.files] == [
-        ("app", "1.0", w["app"].name, sha256(w["app"])), ("lib", "2.0", w["lib2"].name, sha256(w["lib2"]))]
+        ("app", "1.0", w["app"].name, sha256(w["app"])),
+        ("lib", "2.0", w["lib2"].name, sha256(w["lib2"])),
+    ]
     # the layer holds only what the base set lacks: lib stays the base's
     assert [(f.name, f.version) for f in top.files] == [("helper", "1.0"), ("tool", "1.0")]
     after = p.read_text()
@@ -104,7 +114,9 @@ def test_override_that_replaces_nothing_and_unresolved_base_are_errors(tmp_path,
 
 def test_lock_rejects_inconsistent_sets(tmp_path):
     p = tmp_path / "upstreams.lock"
-    p.write_text(lock_head() + f"""\
+    p.write_text(
+        lock_head()
+        + f"""\
   s:
     kind: wheelset
     python-version: "3.11"
@@ -112,10 +124,14 @@ def test_lock_rejects_inconsistent_sets(tmp_path):
     requirements: [app==1.0]
     files:
       - {{name: app, version: "2.0", filename: app-2.0-py3-none-any.whl, sha256: {"a" * 64}}}
-""")
+"""
+    )
     with pytest.raises(LockError) as ei:
         load(p)
-    assert str(ei.value) == f"{p}:13: upstreams.s.requirements[0]: app==1.0 but `files` pins app==2.0 (run `reprostack lock wheels s`)"
+    assert (
+        str(ei.value)
+        == f"{p}:13: upstreams.s.requirements[0]: app==1.0 but `files` pins app==2.0 (run `reprostack lock wheels s`)"
+    )
 
 
 def test_fetch_wheels_from_a_wheelhouse_the_index_or_not_at_all(tmp_path, index):
@@ -158,8 +174,9 @@ def test_fetch_wheels_from_a_wheelhouse_the_index_or_not_at_all(tmp_path, index)
 def _pip(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
-    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args], capture_output=True, text=True, env=env
+    )
 
 
 def test_check_pins_on_a_real_install_names_the_chain(tmp_path, index):
@@ -171,6 +188,7 @@ def test_check_pins_on_a_real_install_names_the_chain(tmp_path, index):
     cli.main(["lock", "wheels", "--lock", str(p), "top-set"])
     lock = load(p)
     import json
+
     wheels_dir = tmp_path / "ctx"
     wheels_dir.mkdir()
     pins = []
@@ -183,8 +201,19 @@ def test_check_pins_on_a_real_install_names_the_chain(tmp_path, index):
         pf = tmp_path / f"{name}.json"
         pf.write_text(json.dumps({"pin": name, "packages": {x.name: x.version for x in got}}))
         pins.append(str(pf))
-        cp = _pip("install", "--no-index", "--find-links", str(wheels_dir), "--no-deps", "--require-hashes",
-                  "--target", str(tmp_path / "site"), "--upgrade", "-r", str(req))
+        cp = _pip(
+            "install",
+            "--no-index",
+            "--find-links",
+            str(wheels_dir),
+            "--no-deps",
+            "--require-hashes",
+            "--target",
+            str(tmp_path / "site"),
+            "--upgrade",
+            "-r",
+            str(req),
+        )
         assert cp.returncode == 0, cp.stderr
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
     ok = subprocess.run([sys.executable, "-S", str(CHECK_PINS), *pins], capture_output=True, text=True, env=env)

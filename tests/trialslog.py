@@ -10,19 +10,27 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "results" / "gate_micro"
 # the three committed H200 EP1 runs that completed: D+C p50 14.360, 14.338, 14.725 us
-REAL_EP1 = [RESULTS / "2026-11-29-h200-ep1-dense-arm/micro/test_ep.log",
-            RESULTS / "2026-11-29-h200-ep1-exclude-libs/micro/test_ep.log",
-            RESULTS / "2026-12-02-h200-ep1-nox-cold/micro/test_ep.log"]
+REAL_EP1 = [
+    RESULTS / "2026-11-29-h200-ep1-dense-arm/micro/test_ep.log",
+    RESULTS / "2026-11-29-h200-ep1-exclude-libs/micro/test_ep.log",
+    RESULTS / "2026-12-02-h200-ep1-nox-cold/micro/test_ep.log",
+]
 REAL_EP1_DC = [14.36, 14.338, 14.725]
 DENSE_FIX = REPO_ROOT / "tests" / "fixtures" / "arms"
 
 
 def dense_records(fixture: Path) -> tuple[dict, list[dict], list[dict]]:
     """(config, phase records, done records) of a dense fixture log."""
-    recs = [json.loads(line.split("[dense_a2a] ", 1)[1]) for line in fixture.read_text().splitlines()
-            if "[dense_a2a] " in line]
-    return (next(r for r in recs if r["event"] == "config"), [r for r in recs if r["event"] == "phase"],
-            [r for r in recs if r["event"] == "done"])
+    recs = [
+        json.loads(line.split("[dense_a2a] ", 1)[1])
+        for line in fixture.read_text().splitlines()
+        if "[dense_a2a] " in line
+    ]
+    return (
+        next(r for r in recs if r["event"] == "config"),
+        [r for r in recs if r["event"] == "phase"],
+        [r for r in recs if r["event"] == "done"],
+    )
 
 
 def dense_trial(phases: list[dict], k: int, scale: float) -> list[dict]:
@@ -40,8 +48,14 @@ def marker(**kw) -> str:
     return "[micro_trials] " + json.dumps(kw, sort_keys=True)
 
 
-def trials_log(test_ep_texts: list[str], *, num_ranks: int = 1, dense_fixture: Path | None = None,
-               dense_scales: list[float] | None = None, done: bool = True) -> str:
+def trials_log(
+    test_ep_texts: list[str],
+    *,
+    num_ranks: int = 1,
+    dense_fixture: Path | None = None,
+    dense_scales: list[float] | None = None,
+    done: bool = True,
+) -> str:
     """The driver's output for len(test_ep_texts) trials: per trial each rank's deepep marker, that trial's
     test_ep text, then (with a dense fixture) each rank's dense marker and the fixture's phase lines scaled by
     dense_scales[k]; at the end the dense `done` lines and each rank's driver `done`."""

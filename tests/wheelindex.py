@@ -16,7 +16,9 @@ def make_wheel(dest: Path, name: str, version: str, requires: tuple[str, ...] = 
     mod = name.replace("-", "_")
     path = Path(dest) / f"{mod}-{version}-{tag}.whl"
     di = f"{mod}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
     files = {
         f"{mod}/__init__.py": f"VERSION = {version!r}\n",
         f"{di}/METADATA": meta,

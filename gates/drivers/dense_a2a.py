@@ -98,15 +98,22 @@ def send_plan(dests: list[list[int]], world: int) -> tuple[list[int], list[int]]
 
 def count_matrix(num_tokens: int, num_experts: int, topk: int, seed: int, world: int) -> list[list[int]]:
     """[src][dst] rows rank src sends to rank dst; column dst is what dst receives (its recv counts)."""
-    return [send_plan(dest_ranks(route(num_tokens, num_experts, topk, seed, r), num_experts, world), world)[1]
-            for r in range(world)]
+    return [
+        send_plan(dest_ranks(route(num_tokens, num_experts, topk, seed, r), num_experts, world), world)[1]
+        for r in range(world)
+    ]
 
 
 def summarize_us(samples_ms: list[float]) -> dict:
     """p50 (statistics.median), mean, min, max in microseconds of CUDA event times given in ms."""
     us = [x * 1000.0 for x in samples_ms]
-    return {"p50_us": round(statistics.median(us), 3), "mean_us": round(statistics.fmean(us), 3),
-            "min_us": round(min(us), 3), "max_us": round(max(us), 3), "iters": len(us)}
+    return {
+        "p50_us": round(statistics.median(us), 3),
+        "mean_us": round(statistics.fmean(us), 3),
+        "min_us": round(min(us), 3),
+        "max_us": round(max(us), 3),
+        "iters": len(us),
+    }
 
 
 def emit(obj: dict) -> None:
@@ -131,8 +138,13 @@ def _args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--fp8-dispatch", type=int, choices=(0, 1), default=1,
-                    help="dispatch rows as FP8 e4m3 + per-128 float32 scales (test_ep's first mode) or bf16")
+    ap.add_argument(
+        "--fp8-dispatch",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="dispatch rows as FP8 e4m3 + per-128 float32 scales (test_ep's first mode) or bf16",
+    )
     return ap.parse_args(argv)
 
 
@@ -188,7 +200,7 @@ class DenseRunner:  # pragma: no cover - needs torch + a GPU; tests/test_micro_t
         self.seen["counts"] = splits
 
     def cached_dispatch(self):
-        send = self.tokens[:, :self.row_width].index_select(0, self.pack)
+        send = self.tokens[:, : self.row_width].index_select(0, self.pack)
         self.dist.all_to_all_single(self.recv_rows, send, self.recv_counts, self.send_counts)
 
     def combine(self):
@@ -217,24 +229,45 @@ class DenseRunner:  # pragma: no cover - needs torch + a GPU; tests/test_micro_t
             rows = self.rows_out if phase != "combine" else self.rows_in
             if phase == "cached dispatch":
                 row = self.row_width
-            emit({"event": "phase", "rank": self.rank, "world": self.world, "phase": phase, **summarize_us(times),
-                  "send_rows": self.rows_in, "recv_rows": self.rows_out, "recv_bytes": rows * row,
-                  **({} if k is None else {"trial": k})})
+            emit(
+                {
+                    "event": "phase",
+                    "rank": self.rank,
+                    "world": self.world,
+                    "phase": phase,
+                    **summarize_us(times),
+                    "send_rows": self.rows_in,
+                    "recv_rows": self.rows_out,
+                    "recv_bytes": rows * row,
+                    **({} if k is None else {"trial": k}),
+                }
+            )
 
     def check(self) -> bool:
         torch = self.torch
         ok = self.seen["counts"] == self.recv_counts
         per_token = torch.bincount(self.pack, minlength=self.x.shape[0]).to(torch.float32).unsqueeze(1)
-        return ok and torch.allclose(self.seen["y"].float(), (self.x.float() * per_token).to(torch.bfloat16).float(),
-                                     rtol=2e-2, atol=2e-2)
+        return ok and torch.allclose(
+            self.seen["y"].float(), (self.x.float() * per_token).to(torch.bfloat16).float(), rtol=2e-2, atol=2e-2
+        )
 
     def config(self) -> dict:
         a = self.a
-        return {"event": "config", "world": self.world, "tokens": a.num_tokens, "hidden": a.hidden,
-                "topk": a.num_topk, "experts": a.num_experts,
-                "dtype": "float8_e4m3fn+scales" if a.fp8_dispatch else "bfloat16", "combine_dtype": "bfloat16",
-                "bytes_per_token": self.tokens.shape[1], "seed": a.seed, "warmup": a.warmup, "iters": a.iters,
-                "torch": self.torch.__version__}
+        return {
+            "event": "config",
+            "world": self.world,
+            "tokens": a.num_tokens,
+            "hidden": a.hidden,
+            "topk": a.num_topk,
+            "experts": a.num_experts,
+            "dtype": "float8_e4m3fn+scales" if a.fp8_dispatch else "bfloat16",
+            "combine_dtype": "bfloat16",
+            "bytes_per_token": self.tokens.shape[1],
+            "seed": a.seed,
+            "warmup": a.warmup,
+            "iters": a.iters,
+            "torch": self.torch.__version__,
+        }
 
 
 def main(argv=None) -> int:  # pragma: no cover - needs torch + a GPU; the device script runs it

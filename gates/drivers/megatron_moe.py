@@ -94,14 +94,31 @@ def build(args, torch, dist):
         model_parallel_cuda_manual_seed(args.seed)
     dtype = torch.float32 if args.cpu else torch.bfloat16
     config = TransformerConfig(
-        num_layers=1, hidden_size=args.hidden, num_attention_heads=16, ffn_hidden_size=args.ffn,
-        moe_ffn_hidden_size=args.ffn, num_moe_experts=args.num_experts, moe_router_topk=args.topk,
+        num_layers=1,
+        hidden_size=args.hidden,
+        num_attention_heads=16,
+        ffn_hidden_size=args.ffn,
+        moe_ffn_hidden_size=args.ffn,
+        num_moe_experts=args.num_experts,
+        moe_router_topk=args.topk,
         moe_token_dispatcher_type="flex" if args.dispatcher == "flex-deepep" else "alltoall",
-        moe_flex_dispatcher_backend="deepep", moe_router_dtype="fp32", moe_grouped_gemm=False,
-        moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, moe_permute_fusion=False,
-        add_bias_linear=False, gated_linear_unit=True, activation_func=torch.nn.functional.silu,
-        bf16=not args.cpu, params_dtype=dtype, expert_model_parallel_size=world, tensor_model_parallel_size=1,
-        gradient_accumulation_fusion=False, use_cpu_initialization=args.cpu, sequence_parallel=False)
+        moe_flex_dispatcher_backend="deepep",
+        moe_router_dtype="fp32",
+        moe_grouped_gemm=False,
+        moe_router_load_balancing_type="none",
+        moe_aux_loss_coeff=0.0,
+        moe_permute_fusion=False,
+        add_bias_linear=False,
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        bf16=not args.cpu,
+        params_dtype=dtype,
+        expert_model_parallel_size=world,
+        tensor_model_parallel_size=1,
+        gradient_accumulation_fusion=False,
+        use_cpu_initialization=args.cpu,
+        sequence_parallel=False,
+    )
     bypassed = False
     if args.dispatcher == "flex-deepep" and world == 1:
         if not args.allow_ep1_deepep:
@@ -118,9 +135,9 @@ def build(args, torch, dist):
             self.head = torch.nn.Linear(args.hidden, args.vocab, bias=False, dtype=dtype)
 
         def forward(self, tokens, targets):
-            h = self.embed(tokens)                      # [s, b, h]
+            h = self.embed(tokens)  # [s, b, h]
             out, _bias = self.moe(self.norm(h))
-            logits = self.head(h + out).float()         # [s, b, vocab]
+            logits = self.head(h + out).float()  # [s, b, vocab]
             return torch.nn.functional.cross_entropy(logits.view(-1, args.vocab), targets.view(-1))
 
     model = Model()
@@ -139,9 +156,12 @@ def _ep1_flex_class(td):
             self.num_local_experts = num_local_experts
             self.local_expert_indices = local_expert_indices
             self._comm_manager = td._DeepepManager(
-                group=self.tp_ep_group, num_local_experts=num_local_experts,
+                group=self.tp_ep_group,
+                num_local_experts=num_local_experts,
                 router_topk=self.tp_size * config.moe_router_topk,
-                num_experts=self.tp_size * config.num_moe_experts, config=config)
+                num_experts=self.tp_size * config.num_moe_experts,
+                config=config,
+            )
             self.cudagraph_attrs = ["_comm_manager.token_probs", "_comm_manager.token_indices"]
 
     return EP1FlexTokenDispatcher
@@ -191,16 +211,21 @@ def main(argv=None) -> int:
     model, bypassed = build(args, torch, dist)
     dev = torch.device("cpu") if args.cpu else torch.device("cuda", local_rank)
     if rank == 0:
-        say(f"config: arm={args.dispatcher} world={world} ep={world} experts={args.num_experts} topk={args.topk} "
+        say(
+            f"config: arm={args.dispatcher} world={world} ep={world} experts={args.num_experts} topk={args.topk} "
             f"hidden={args.hidden} ffn={args.ffn} tokens_per_rank={tokens_per_rank} vocab={args.vocab} "
             f"seed={args.seed} lr={args.lr} steps={args.steps} dtype={'fp32' if args.cpu else 'bf16'} "
-            f"torch={torch.__version__}")
+            f"torch={torch.__version__}"
+        )
         disp = model.moe.token_dispatcher
         comm = getattr(disp, "_comm_manager", None)
-        say(f"dispatcher: {type(disp).__name__} base={type(disp).__mro__[1].__name__} "
-            f"comm={type(comm).__name__ if comm is not None else '-'}" + (" guard=bypassed-ep1" if bypassed else ""))
-    checksum = torch.tensor(sum(float(p.detach().double().sum()) for p in model.parameters()), dtype=torch.float64,
-                            device=dev)
+        say(
+            f"dispatcher: {type(disp).__name__} base={type(disp).__mro__[1].__name__} "
+            f"comm={type(comm).__name__ if comm is not None else '-'}" + (" guard=bypassed-ep1" if bypassed else "")
+        )
+    checksum = torch.tensor(
+        sum(float(p.detach().double().sum()) for p in model.parameters()), dtype=torch.float64, device=dev
+    )
     dist.all_reduce(checksum)
     if rank == 0:
         say(f"init_checksum: {float(checksum):.10e}")
@@ -225,13 +250,18 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         if rank == 0:
-            say(f"step {step}/{args.steps} | loss {float(mean_loss) / world:.6f} | grad_norm {gn:.6f} | "
-                f"tokens/s {tokens_per_rank * world / dt:.1f} | step_ms {dt * 1e3:.1f}")
+            say(
+                f"step {step}/{args.steps} | loss {float(mean_loss) / world:.6f} | grad_norm {gn:.6f} | "
+                f"tokens/s {tokens_per_rank * world / dt:.1f} | step_ms {dt * 1e3:.1f}"
+            )
             if step == 1 and args.dispatcher == "flex-deepep":
                 from megatron.core.transformer.moe import fused_a2a
+
                 buf = fused_a2a._buffer
-                say(f"buffer: {type(buf).__name__} module={type(buf).__module__} "
-                    f"have_deep_ep_v2={getattr(fused_a2a, 'HAVE_DEEP_EP_V2', None)}")
+                say(
+                    f"buffer: {type(buf).__name__} module={type(buf).__module__} "
+                    f"have_deep_ep_v2={getattr(fused_a2a, 'HAVE_DEEP_EP_V2', None)}"
+                )
     tx1, _ = efa_tx_bytes()
     if local_rank == 0:
         if ndev == 0:

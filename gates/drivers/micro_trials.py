@@ -106,9 +106,16 @@ def check_like_for_like(ns: argparse.Namespace) -> str | None:
 
 def dense_options(ns: argparse.Namespace, own, fp8: bool) -> argparse.Namespace:
     """DenseRunner's options from test_ep's parsed arguments (the same sizes) and this driver's."""
-    return argparse.Namespace(num_tokens=ns.num_tokens, hidden=ns.hidden, num_topk=ns.num_topk,
-                              num_experts=ns.num_experts, seed=own["dense_seed"], warmup=own["dense_warmup"],
-                              iters=own["dense_iters"], fp8_dispatch=int(bool(fp8)))
+    return argparse.Namespace(
+        num_tokens=ns.num_tokens,
+        hidden=ns.hidden,
+        num_topk=ns.num_topk,
+        num_experts=ns.num_experts,
+        seed=own["dense_seed"],
+        warmup=own["dense_warmup"],
+        iters=own["dense_iters"],
+        fp8_dispatch=int(bool(fp8)),
+    )
 
 
 def nccl_in_process() -> dict:  # pragma: no cover - needs torch + deep_ep loaded
@@ -116,17 +123,27 @@ def nccl_in_process() -> dict:  # pragma: no cover - needs torch + deep_ep loade
     ncclGetVersion of the mapped one when there is exactly one, torch's compile-time NCCL, deep_ep's folder."""
     import torch
     import deep_ep
+
     with open("/proc/self/maps") as f:
-        libs = sorted({os.path.realpath(p[-1]) for p in (line.split() for line in f)
-                       if len(p) >= 6 and os.path.basename(p[-1]).startswith("libnccl")})
+        libs = sorted(
+            {
+                os.path.realpath(p[-1])
+                for p in (line.split() for line in f)
+                if len(p) >= 6 and os.path.basename(p[-1]).startswith("libnccl")
+            }
+        )
     runtime = None
     if len(libs) == 1:
         v = ctypes.c_int()
         if ctypes.CDLL(libs[0]).ncclGetVersion(ctypes.byref(v)) == 0:
             runtime = f"{v.value // 10000}.{v.value % 10000 // 100}.{v.value % 100}"
-    return {"host": socket.gethostname(), "mapped": libs, "runtime": runtime,
-            "torch_built_with": ".".join(map(str, torch.cuda.nccl.version())),
-            "deep_ep": os.path.dirname(deep_ep.__file__)}
+    return {
+        "host": socket.gethostname(),
+        "mapped": libs,
+        "runtime": runtime,
+        "torch_built_with": ".".join(map(str, torch.cuda.nccl.version())),
+        "deep_ep": os.path.dirname(deep_ep.__file__),
+    }
 
 
 def load_test_ep(path: str):
@@ -146,6 +163,7 @@ def _child(local_rank: int, path: str, num_local_ranks: int, ns, own: dict):  # 
 
     def trials(buffer, args):
         import torch.distributed as dist
+
         rank, world = dist.get_rank(), dist.get_world_size()
         dense = None
         for k, arm in schedule(own["trials"], own["arms"]):
@@ -159,7 +177,9 @@ def _child(local_rank: int, path: str, num_local_ranks: int, ns, own: dict):  # 
                     dense_a2a.emit(dense.config())
             dense.trial(k)
         if dense is not None:
-            dense_a2a.emit({"event": "done", "rank": rank, "world": world, "check": "ok" if dense.check() else "mismatch"})
+            dense_a2a.emit(
+                {"event": "done", "rank": rank, "world": world, "check": "ok" if dense.check() else "mismatch"}
+            )
         try:
             emit({"event": "nccl", "rank": rank, **nccl_in_process()})
         except Exception as e:  # the gate reports it; the trials' figures stay in the log
@@ -176,8 +196,13 @@ def main(argv=None) -> int:  # pragma: no cover - needs torch + a GPU; the devic
     import torch.multiprocessing
 
     real_spawn = torch.multiprocessing.spawn
-    opts = {"trials": own.trials, "arms": own.arms, "dense_warmup": own.dense_warmup,
-            "dense_iters": own.dense_iters, "dense_seed": own.dense_seed}
+    opts = {
+        "trials": own.trials,
+        "arms": own.arms,
+        "dense_warmup": own.dense_warmup,
+        "dense_iters": own.dense_iters,
+        "dense_seed": own.dense_seed,
+    }
 
     def spawn(fn, args=(), nprocs=1, **kw):  # upstream's __main__ calls spawn(test_loop, (n, args), n)
         num_local_ranks, ns = args
@@ -189,6 +214,7 @@ def main(argv=None) -> int:  # pragma: no cover - needs torch + a GPU; the devic
         # by module name, not __main__ (runpy has replaced __main__ by test_ep.py's while it runs): the
         # spawned ranks import `micro_trials` from this folder (on sys.path, which spawn hands them)
         import micro_trials
+
         if nprocs == 1 and kw.get("join", True):  # one local rank: in this process (see the module doc)
             micro_trials._child(0, path, num_local_ranks, ns, opts)
             return None

@@ -47,13 +47,22 @@ def run_once(cmd: list[str], env: dict, cwd: str, jit_dir: Path, label: str, out
     (out / f"timeline-{label}.log").write_text(p.stdout + p.stderr)
     events = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     dc = [ln.strip() for ln in (p.stdout + p.stderr).splitlines() if "| dispatch:" in ln or "| combine:" in ln]
-    return {"label": label, "wall_s": wall, "rc": p.returncode, "jit_kernels_before": before,
-            "jit_kernels_after": jit_kernels(jit_dir), "events": events, "phase_lines": dc}
+    return {
+        "label": label,
+        "wall_s": wall,
+        "rc": p.returncode,
+        "jit_kernels_before": before,
+        "jit_kernels_after": jit_kernels(jit_dir),
+        "events": events,
+        "phase_lines": dc,
+    }
 
 
 def show(r: dict) -> None:
-    print(f"== {r['label']}: wall {r['wall_s']} s, rc {r['rc']}, JIT kernels {r['jit_kernels_before']} -> "
-          f"{r['jit_kernels_after']} ({'compiled ' + str(r['jit_kernels_after'] - r['jit_kernels_before']) if r['jit_kernels_after'] > r['jit_kernels_before'] else 'none compiled'})")
+    print(
+        f"== {r['label']}: wall {r['wall_s']} s, rc {r['rc']}, JIT kernels {r['jit_kernels_before']} -> "
+        f"{r['jit_kernels_after']} ({'compiled ' + str(r['jit_kernels_after'] - r['jit_kernels_before']) if r['jit_kernels_after'] > r['jit_kernels_before'] else 'none compiled'})"
+    )
     for e in r["events"]:
         extra = f"  ({e['s']} s)" if "s" in e else ""
         print(f"  t={e['t']:8.3f}  pid {e['pid']:>7}  {e['ev']}{extra}")
@@ -72,14 +81,14 @@ def main() -> int:
         print(f"the gate did not run test_ep ({rep['result']}: {rep['reason']}); no timeline")
         return 0
     cmd, genv = data["command"], data["env"]
-    site = genv["PYTHONPATH"].split(os.pathsep)[-1]          # <deepep build>/site (kernels.runtime.runtime_env)
+    site = genv["PYTHONPATH"].split(os.pathsep)[-1]  # <deepep build>/site (kernels.runtime.runtime_env)
     jit = Path(site).parent / "jit"
     env = dict(os.environ)
     env.update(genv)
     if "PYTHONPYCACHEPREFIX" not in genv:  # a report from before the bytecode cache: as that gate ran it
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     script = next(a for a in cmd if a.endswith("test_ep.py"))
-    cwd = str(Path(script).parents[2])                       # the patched deepep tree (the gate's cwd)
+    cwd = str(Path(script).parents[2])  # the patched deepep tree (the gate's cwd)
     print(f"gate report: {rep['result']} ({rep['reason']}); stages {data.get('timings_s')}")
     print(f"command: {' '.join(cmd)}\nJIT cache: {jit} ({jit_kernels(jit)} kernels); ninja: {shutil.which('ninja')}")
     runs = [run_once(cmd, env, cwd, jit, "jit-warm", out)]

@@ -46,11 +46,18 @@ def _timed(argv: list[str], env: dict, log: Path | None = None, timeout: float =
     t = time.monotonic()
     if log:
         with open(log, "w") as f:
-            p = subprocess.run(argv, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               timeout=timeout)
+            p = subprocess.run(
+                argv, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout
+            )
     else:
-        p = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           stdin=subprocess.DEVNULL, timeout=timeout)
+        p = subprocess.run(
+            argv,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+        )
     return round(time.monotonic() - t, 2), p.returncode
 
 
@@ -67,12 +74,15 @@ def _report(out: Path, gate: str) -> dict:
             last = (out / "cli.log").read_text(errors="replace").strip().splitlines()[-1][:300]
         except (OSError, IndexError):
             last = "(no output)"
-        raise ReprostackError(f"{f}: the benched run wrote no readable report ({type(e).__name__}); its last line: "
-                              f"{last} (log: {out}/cli.log)") from None
+        raise ReprostackError(
+            f"{f}: the benched run wrote no readable report ({type(e).__name__}); its last line: "
+            f"{last} (log: {out}/cli.log)"
+        ) from None
 
 
-def bench_gate(gate: str, gate_args: list[str], *, lock: lockmod.Lock, out_dir: Path, work: Path,
-               host: str | None = None) -> tuple[dict, int]:
+def bench_gate(
+    gate: str, gate_args: list[str], *, lock: lockmod.Lock, out_dir: Path, work: Path, host: str | None = None
+) -> tuple[dict, int]:
     """Run `gate` cold then warm (see the module doc); returns (result dict, exit code) and writes the JSON."""
     work = Path(work).resolve()
     if work.exists():
@@ -83,34 +93,59 @@ def bench_gate(gate: str, gate_args: list[str], *, lock: lockmod.Lock, out_dir: 
     env[paths.CACHE_ENV] = str(cache)
     house = env.get("REPROSTACK_WHEELHOUSE", "")
     seeded = sorted(p.name for h in house.split(os.pathsep) if h and Path(h).is_dir() for p in Path(h).glob("*.whl"))
-    print(f"bench gate_{gate}: cold = fresh cache dir {cache}; wheelhouse pre-seeded (not part of the cold figure): "
-          f"{house or '(none)'} ({len(seeded)} wheel(s))", flush=True)
+    print(
+        f"bench gate_{gate}: cold = fresh cache dir {cache}; wheelhouse pre-seeded (not part of the cold figure): "
+        f"{house or '(none)'} ({len(seeded)} wheel(s))",
+        flush=True,
+    )
     runs = {}
     for kind in ("cold", "warm"):
         out = work / kind
         out.mkdir()
         wall, rc = _timed(_cli("gate", gate, "--out", str(out), *gate_args), env, out / "cli.log")
         rep = _report(out, gate)
-        runs[kind] = {"wall_s": wall, "exit_code": rc, "result": rep.get("result"), "reason": rep.get("reason"),
-                      "stages_s": rep.get("data", {}).get("timings_s", {}),
-                      "kernels": rep.get("provenance", {}).get("kernels"),
-                      "nccl_from": rep.get("provenance", {}).get("nccl_from"), "report": str(out / f"{gate}.json")}
-        print(f"bench gate_{gate}: {kind} {wall:.1f} s, {rep.get('result')} ({rep.get('reason')}); stages "
-              + ", ".join(f"{k} {v}" for k, v in runs[kind]["stages_s"].items()), flush=True)
+        runs[kind] = {
+            "wall_s": wall,
+            "exit_code": rc,
+            "result": rep.get("result"),
+            "reason": rep.get("reason"),
+            "stages_s": rep.get("data", {}).get("timings_s", {}),
+            "kernels": rep.get("provenance", {}).get("kernels"),
+            "nccl_from": rep.get("provenance", {}).get("nccl_from"),
+            "report": str(out / f"{gate}.json"),
+        }
+        print(
+            f"bench gate_{gate}: {kind} {wall:.1f} s, {rep.get('result')} ({rep.get('reason')}); stages "
+            + ", ".join(f"{k} {v}" for k, v in runs[kind]["stages_s"].items()),
+            flush=True,
+        )
         host_info = rep.get("provenance", {}).get("host")
     same = (runs["cold"]["result"], runs["cold"]["exit_code"]) == (runs["warm"]["result"], runs["warm"]["exit_code"])
     label = host_label(host)
-    res = {"bench": f"gate_{gate}", "host": label, "load_avg_after": [round(x, 2) for x in os.getloadavg()], "host_inventory": host_info, "lock_sha256": lock.sha256,
-           "gate_args": gate_args, "wheelhouse_preseeded": seeded,
-           "cold_s": runs["cold"]["wall_s"], "warm_s": runs["warm"]["wall_s"],
-           "verdict": {"cold": runs["cold"]["result"], "warm": runs["warm"]["result"], "same": same},
-           "targets_s": TARGETS, "targets_met": {k: runs[k[:4]]["wall_s"] <= v for k, v in TARGETS.items()},
-           "runs": runs, "python": platform.python_version(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    res = {
+        "bench": f"gate_{gate}",
+        "host": label,
+        "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        "host_inventory": host_info,
+        "lock_sha256": lock.sha256,
+        "gate_args": gate_args,
+        "wheelhouse_preseeded": seeded,
+        "cold_s": runs["cold"]["wall_s"],
+        "warm_s": runs["warm"]["wall_s"],
+        "verdict": {"cold": runs["cold"]["result"], "warm": runs["warm"]["result"], "same": same},
+        "targets_s": TARGETS,
+        "targets_met": {k: runs[k[:4]]["wall_s"] <= v for k, v in TARGETS.items()},
+        "runs": runs,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     path = Path(out_dir) / f"gate_{gate}-{label}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(res, indent=1, sort_keys=True) + "\n")
-    print(f"bench gate_{gate}: cold {res['cold_s']} s, warm {res['warm_s']} s, verdict {runs['cold']['result']} / "
-          f"{runs['warm']['result']} ({'same' if same else 'DIFFERENT'}); wrote {path}")
+    print(
+        f"bench gate_{gate}: cold {res['cold_s']} s, warm {res['warm_s']} s, verdict {runs['cold']['result']} / "
+        f"{runs['warm']['result']} ({'same' if same else 'DIFFERENT'}); wrote {path}"
+    )
     return res, 0 if same else 1
 
 
@@ -131,9 +166,17 @@ def bench_cpu(*, lock: lockmod.Lock, mirrors: dict, out_dir: Path, work: Path, h
         return all(any(u.startswith(m) for m in mirrors) for u in urls)
 
     names = [n for n, p in git.items() if mirrored(p)]
-    res = {"bench": "cpu", "host": host_label(host), "lock_sha256": lock.sha256, "cpus": os.cpu_count(),
-           "python": platform.python_version(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "load_avg_before": [round(x, 2) for x in os.getloadavg()], "pins_fetched": names, "pins_without_mirror": [n for n in git if n not in names]}
+    res = {
+        "bench": "cpu",
+        "host": host_label(host),
+        "lock_sha256": lock.sha256,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_avg_before": [round(x, 2) for x in os.getloadavg()],
+        "pins_fetched": names,
+        "pins_without_mirror": [n for n in git if n not in names],
+    }
     if names:
         for kind in ("cold", "warm"):
             wall, rc = _timed(_cli("fetch", *names), env, work / f"fetch-{kind}.log")
@@ -146,6 +189,11 @@ def bench_cpu(*, lock: lockmod.Lock, mirrors: dict, out_dir: Path, work: Path, h
     path = Path(out_dir) / f"cpu-{res['host']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(res, indent=1, sort_keys=True) + "\n")
-    print("bench cpu: " + ", ".join(f"{k} {res[k]}" for k in ("fetch_cold_s", "fetch_warm_s", "lock_check_s",
-                                                             "cli_start_s") if k in res) + f"; wrote {path}")
+    print(
+        "bench cpu: "
+        + ", ".join(
+            f"{k} {res[k]}" for k in ("fetch_cold_s", "fetch_warm_s", "lock_check_s", "cli_start_s") if k in res
+        )
+        + f"; wrote {path}"
+    )
     return res

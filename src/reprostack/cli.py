@@ -25,55 +25,95 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
     p.add_argument("--cache", default=None, help=f"cache root (default: ${paths.CACHE_ENV} or the user cache dir)")
     p.add_argument("--offline", action="store_true", help="use only the cache and --bundle archives, never the network")
-    p.add_argument("--bundle", action="append", default=[], metavar="FILE", help="source bundle written by `reprostack bundle`")
-    p.add_argument("--mirror", action="append", default=[], metavar="URL=PATH",
-                   help="fetch URL (prefix) from PATH instead (git insteadOf); also $REPROSTACK_MIRRORS")
-    p.add_argument("--git-timeout", default=None, metavar="S",
-                   help="seconds allowed per git command (default: $REPROSTACK_GIT_TIMEOUT or 600); transient network "
-                        "failures are retried with backoff")
+    p.add_argument(
+        "--bundle", action="append", default=[], metavar="FILE", help="source bundle written by `reprostack bundle`"
+    )
+    p.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        metavar="URL=PATH",
+        help="fetch URL (prefix) from PATH instead (git insteadOf); also $REPROSTACK_MIRRORS",
+    )
+    p.add_argument(
+        "--git-timeout",
+        default=None,
+        metavar="S",
+        help="seconds allowed per git command (default: $REPROSTACK_GIT_TIMEOUT or 600); transient network "
+        "failures are retried with backoff",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
-    ap.add_argument("-v", "--verbose", action="count", default=0,
-                    help="details: every step's log lines, per-item progress (default: one line per step)")
-    ap.add_argument("--stack", default=None, metavar="NAME",
-                    help="the lock's stack to use (`reprostack stacks` lists them; default: $REPROSTACK_STACK, else "
-                         "the published campaign); reports record it as provenance.stack")
+    ap.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="details: every step's log lines, per-item progress (default: one line per step)",
+    )
+    ap.add_argument(
+        "--stack",
+        default=None,
+        metavar="NAME",
+        help="the lock's stack to use (`reprostack stacks` lists them; default: $REPROSTACK_STACK, else "
+        "the published campaign); reports record it as provenance.stack",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("stacks", help="list the lock's stacks; `stacks diff A B`: the pins, patches and env that differ; "
-                                      "`stacks plugin`: build the selected stack's aws-ofi-nccl GIN plugin chain",
-                       description="`stacks`: list the lock's stacks. `stacks diff A B`: the pins (rev, tree, version), "
-                                   "patch series and env that differ. `stacks plugin --out DIR`: build rdma-core, "
-                                   "libfabric and the aws-ofi-nccl plugin of the selected stack (--stack) from its "
-                                   "verified pins into DIR/prefix and check it exports --symbol. `stacks check-plugin "
-                                   "LIBDIR`: only the export check.")
+    p = sub.add_parser(
+        "stacks",
+        help="list the lock's stacks; `stacks diff A B`: the pins, patches and env that differ; "
+        "`stacks plugin`: build the selected stack's aws-ofi-nccl GIN plugin chain",
+        description="`stacks`: list the lock's stacks. `stacks diff A B`: the pins (rev, tree, version), "
+        "patch series and env that differ. `stacks plugin --out DIR`: build rdma-core, "
+        "libfabric and the aws-ofi-nccl plugin of the selected stack (--stack) from its "
+        "verified pins into DIR/prefix and check it exports --symbol. `stacks check-plugin "
+        "LIBDIR`: only the export check.",
+    )
     p.add_argument("action", nargs="*", metavar="ACTION", help="nothing | diff A B | plugin | check-plugin LIBDIR")
     p.add_argument("--json", action="store_true", help="JSON instead of text")
     p.add_argument("--out", default="out/ginplugin", help="plugin: work folder (default: out/ginplugin)")
     p.add_argument("--jobs", type=int, default=None, help="plugin: parallel build jobs (default: all cores)")
     p.add_argument("--cuda", default=None, help="plugin: CUDA root (default: from nvcc on PATH, else /usr/local/cuda)")
     p.add_argument("--render-only", action="store_true", help="plugin: write the build script, run nothing")
-    p.add_argument("--autogen-only", action="store_true",
-                   help="plugin: only run autogen.sh of libfabric and aws-ofi-nccl (on a host with autotools); the "
-                        "stamped trees under DIR/work/src go where autotools are missing ($GINPLUGIN_PREGEN)")
-    p.add_argument("--symbol", default="ncclGinPlugin_v14", help="plugin/check-plugin: the GIN table that must be "
-                                                                "exported (default: ncclGinPlugin_v14, GDAKI only)")
+    p.add_argument(
+        "--autogen-only",
+        action="store_true",
+        help="plugin: only run autogen.sh of libfabric and aws-ofi-nccl (on a host with autotools); the "
+        "stamped trees under DIR/work/src go where autotools are missing ($GINPLUGIN_PREGEN)",
+    )
+    p.add_argument(
+        "--symbol",
+        default="ncclGinPlugin_v14",
+        help="plugin/check-plugin: the GIN table that must be exported (default: ncclGinPlugin_v14, GDAKI only)",
+    )
     _common(p)
 
-    p = sub.add_parser("lock", help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
-                                    "`lock images` fills/checks base image digests from the registry")
-    p.add_argument("action", choices=["check", "wheels", "images"],
-                   help="check: validate the lockfile; wheels: resolve each wheel pin's files with pip and write "
-                        "their sha256 into the lock (only the `files:` blocks change); images: resolve each image "
-                        "pin's repo:tag to its manifest digest (registry API v2) and write it (only `digest:` lines)")
-    p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="wheels/images: [PIN...] [--check] (see `lock wheels -h`, `lock images -h`)")
+    p = sub.add_parser(
+        "lock",
+        help="validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
+        "`lock images` fills/checks base image digests from the registry",
+    )
+    p.add_argument(
+        "action",
+        choices=["check", "wheels", "images"],
+        help="check: validate the lockfile; wheels: resolve each wheel pin's files with pip and write "
+        "their sha256 into the lock (only the `files:` blocks change); images: resolve each image "
+        "pin's repo:tag to its manifest digest (registry API v2) and write it (only `digest:` lines)",
+    )
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        help="wheels/images: [PIN...] [--check] (see `lock wheels -h`, `lock images -h`)",
+    )
     p.add_argument("--lock", default=None)
 
-    for name, helptext in (("fetch", "fetch pinned sources into the cache and verify commit and tree"),
-                           ("patch", "build the patched trees (fetch first) and verify patched-tree")):
+    for name, helptext in (
+        ("fetch", "fetch pinned sources into the cache and verify commit and tree"),
+        ("patch", "build the patched trees (fetch first) and verify patched-tree"),
+    ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("names", nargs="*", help="pins (default: every git pin)")
         _common(p)
@@ -83,20 +123,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="archive to write (e.g. out/sources.tar)")
     _common(p)
 
-    p = sub.add_parser("bump", help="move a git pin to a newer upstream revision, replay its series, write lock + branch "
-                                    "+ PR body",
-                       description="Move pin UPSTREAM to its policy target (or --to REF), replay the patch series "
-                                   "there (kept / refreshed / upstreamed / conflict, zero fuzz), verify, then write "
-                                   "upstreams.lock and refreshed patches and commit them on a new branch. The PR body "
-                                   "goes to --out. Exit 0: bumped or already current; 1: stopped at a conflict (report "
-                                   "written, nothing else); 2: bad input or an error (nothing written).")
+    p = sub.add_parser(
+        "bump",
+        help="move a git pin to a newer upstream revision, replay its series, write lock + branch + PR body",
+        description="Move pin UPSTREAM to its policy target (or --to REF), replay the patch series "
+        "there (kept / refreshed / upstreamed / conflict, zero fuzz), verify, then write "
+        "upstreams.lock and refreshed patches and commit them on a new branch. The PR body "
+        "goes to --out. Exit 0: bumped or already current; 1: stopped at a conflict (report "
+        "written, nothing else); 2: bad input or an error (nothing written).",
+    )
     p.add_argument("upstream", help="the git pin to bump")
-    p.add_argument("--to", default=None, metavar="REF",
-                   help="target: a 40-hex commit, refs/..., or a branch or tag name (default: the pin's policy)")
+    p.add_argument(
+        "--to",
+        default=None,
+        metavar="REF",
+        help="target: a 40-hex commit, refs/..., or a branch or tag name (default: the pin's policy)",
+    )
     p.add_argument("--branch", default=None, help="branch to commit on (default: bump-<pin>-<new8>)")
     p.add_argument("--no-commit", action="store_true", help="write the lock and patch files only, no branch/commit")
-    p.add_argument("--allow-rewind", action="store_true",
-                   help="accept a target that does not descend from the pinned rev (a rewritten upstream)")
+    p.add_argument(
+        "--allow-rewind",
+        action="store_true",
+        help="accept a target that does not descend from the pinned rev (a rewritten upstream)",
+    )
     p.add_argument("--out", default="out/bump", help="report folder (default: out/bump)")
     _common(p)
 
@@ -108,6 +157,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="build images from containers/<image>/ on the Docker engine ($DOCKER_HOST)")
     from .containers import command as containers_command
+
     containers_command.add_arguments(p)
     _common(p)
 
@@ -122,32 +172,47 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("launch", help="render a gate's launch plan for a cluster engine (nothing runs without --apply)")
     engines = p.add_subparsers(dest="engine", required=True)
     from .launch import k8s as launch_k8s
+
     launch_k8s.add_arguments(engines.add_parser("k8s", help=launch_k8s.HELP, description=launch_k8s.HELP))
     # --- launch slurm (reprostack.launch.slurm): one sbatch script from the gate's launch plan
-    p = engines.add_parser("slurm", help="one sbatch script from the gate's launch plan; --submit runs it",
-                           description="Write OUT/job.sbatch: #SBATCH --nodes=N --ntasks-per-node=1 --exclusive, "
-                                       "rendezvous from SLURM_*, the preflight step, one srun of the per-node agent "
-                                       "in the gate's image; node 0 writes the report into OUT. --submit: sbatch, "
-                                       "follow the job, exit with its exit code (2: bad input or no sbatch).")
+    p = engines.add_parser(
+        "slurm",
+        help="one sbatch script from the gate's launch plan; --submit runs it",
+        description="Write OUT/job.sbatch: #SBATCH --nodes=N --ntasks-per-node=1 --exclusive, "
+        "rendezvous from SLURM_*, the preflight step, one srun of the per-node agent "
+        "in the gate's image; node 0 writes the report into OUT. --submit: sbatch, "
+        "follow the job, exit with its exit code (2: bad input or no sbatch).",
+    )
     p.add_argument("gate", choices=list(GATE_ORDER))
     p.add_argument("--nodes", type=int, required=True, help="nodes (must equal the profile's)")
     p.add_argument("--partition", default=None)
     p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published p5en one)")
-    p.add_argument("--out", default=None, help="out dir on the shared filesystem, relative to the project root "
-                                               "(default: out/slurm/<gate>)")
-    p.add_argument("--runtime", choices=["pyxis", "enroot", "docker", "host"], default="pyxis",
-                   help="pyxis (default): srun --container-image; enroot: a squashfs from `build --save`; docker: "
-                        "docker run per node; host: each node's own packages (labelled host mode)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="out dir on the shared filesystem, relative to the project root (default: out/slurm/<gate>)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=["pyxis", "enroot", "docker", "host"],
+        default="pyxis",
+        help="pyxis (default): srun --container-image; enroot: a squashfs from `build --save`; docker: "
+        "docker run per node; host: each node's own packages (labelled host mode)",
+    )
     p.add_argument("--image", default=None, metavar="REF", help="image ref (default: the recipe's digest/id)")
     p.add_argument("--sqsh", default=None, metavar="PATH", help="enroot squashfs (default: out/images/<recipe>.sqsh)")
-    p.add_argument("--no-preflight", dest="preflight", action="store_false",
-                   help="omit the `reprostack preflight` step")
+    p.add_argument(
+        "--no-preflight", dest="preflight", action="store_false", help="omit the `reprostack preflight` step"
+    )
     p.add_argument("--arm", action="append", default=[], help="arm(s) to run (default: every arm)")
     p.add_argument("--submit", action="store_true", help="sbatch it, print state changes, exit with the job's code")
     _common(p)
     # --- end launch slurm
-    p = sub.add_parser("preflight", help="cross-node preflight: same lock and image, GPUs, EFA, provider efa, clocks, "
-                                         "port; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check")
+    p = sub.add_parser(
+        "preflight",
+        help="cross-node preflight: same lock and image, GPUs, EFA, provider efa, clocks, "
+        "port; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check",
+    )
     p.add_argument("gate", choices=list(GATE_ORDER))
     p.add_argument("--out", required=True, help="shared folder of the run (facts and verdict under DIR/preflight)")
     p.add_argument("--nodes", type=int, required=True)
@@ -156,34 +221,48 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds node 0 waits for every node (default 300)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port that must be free on node 0 (default 29500)")
-    p = sub.add_parser("bench", help="time the main job cold and warm (bench gate_micro) or the CPU side (bench cpu); "
-                                     "JSON in results/bench/",
-                       description="gate_micro: `reprostack gate micro` cold (fresh cache dir, the wheelhouse as given) "
-                                   "then warm; exit 0 same verdict both times, 1 different. cpu: fetch of every "
-                                   "mirrored git pin cold/warm, lock check, CLI start. Arguments after `--` go to the gate.")
+    p = sub.add_parser(
+        "bench",
+        help="time the main job cold and warm (bench gate_micro) or the CPU side (bench cpu); JSON in results/bench/",
+        description="gate_micro: `reprostack gate micro` cold (fresh cache dir, the wheelhouse as given) "
+        "then warm; exit 0 same verdict both times, 1 different. cpu: fetch of every "
+        "mirrored git pin cold/warm, lock check, CLI start. Arguments after `--` go to the gate.",
+    )
     p.add_argument("what", choices=["gate_micro", "cpu"])
     p.add_argument("--host", default=None, help="host label in the file name (default: the short host name)")
     p.add_argument("--results", default="results/bench", help="folder of the JSON (default: results/bench)")
-    p.add_argument("--work", default="out/bench", help="scratch folder: caches and reports of the runs (default: out/bench; emptied first)")
+    p.add_argument(
+        "--work",
+        default="out/bench",
+        help="scratch folder: caches and reports of the runs (default: out/bench; emptied first)",
+    )
     p.add_argument("--lock", default=None)
-    p.add_argument("--mirror", action="append", default=[], metavar="URL=PATH", help="cpu: mirror (also $REPROSTACK_MIRRORS)")
+    p.add_argument(
+        "--mirror", action="append", default=[], metavar="URL=PATH", help="cpu: mirror (also $REPROSTACK_MIRRORS)"
+    )
     p.set_defaults(gate_args=[])  # what follows `--` (the gate's own options), split off in main()
 
-    p = sub.add_parser("verify", help="recompute published claims from raw AIPerf artifacts; verify.json + verify.md",
-                       description="Recompute every claim of --claims from the AIPerf artifacts under DIR (the first "
-                                   "DIR holding all of a claim's artifacts is used). Exit 0: every claim matched or is "
-                                   "a declared ambiguity; 1: a mismatch; 3: an artifact missing; 2: an artifact or the "
-                                   "claims file could not be read.")
+    p = sub.add_parser(
+        "verify",
+        help="recompute published claims from raw AIPerf artifacts; verify.json + verify.md",
+        description="Recompute every claim of --claims from the AIPerf artifacts under DIR (the first "
+        "DIR holding all of a claim's artifacts is used). Exit 0: every claim matched or is "
+        "a declared ambiguity; 1: a mismatch; 3: an artifact missing; 2: an artifact or the "
+        "claims file could not be read.",
+    )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="folder(s) of AIPerf artifacts (<arm>/<cell>/...)")
     p.add_argument("--claims", default=None, help="claims file (default: claims/published.yaml of the project root)")
     p.add_argument("--out", default="out/verify", help="report folder (default: out/verify)")
 
-    p = sub.add_parser("history", help="ingest gate reports into a SQLite history; tables, regressions, plots",
-                       description="Ingest every gate report (*.json) under FOLDER (default: results/) into the "
-                                   "history database, print a table per metric across runs, flag a regression where "
-                                   "two runs' or two lock versions' 95%% intervals separate (naming the pins that "
-                                   "changed), write one PNG per metric and index.html into --out. Exit 0; 2 when a "
-                                   "report was skipped (each named on stderr) or the database cannot be used.")
+    p = sub.add_parser(
+        "history",
+        help="ingest gate reports into a SQLite history; tables, regressions, plots",
+        description="Ingest every gate report (*.json) under FOLDER (default: results/) into the "
+        "history database, print a table per metric across runs, flag a regression where "
+        "two runs' or two lock versions' 95%% intervals separate (naming the pins that "
+        "changed), write one PNG per metric and index.html into --out. Exit 0; 2 when a "
+        "report was skipped (each named on stderr) or the database cannot be used.",
+    )
     p.add_argument("folders", nargs="*", metavar="FOLDER", help="folders (or report files) to ingest")
     p.add_argument("--out", default=None, help="plots folder (default: results/history of the project root)")
     p.add_argument("--db", default=None, help="history database (default: <cache dir>/history/history.sqlite3)")
@@ -195,26 +274,49 @@ def parser() -> argparse.ArgumentParser:
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
     _common(p)
-    p.add_argument("--plan", action="store_true",
-                   help="print the launch plan (image by digest, per-node commands, env, GPUs, EFA, ulimits, mounts, "
-                        "timeout) and run nothing; default profile: the published 2 x p5en one")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the launch plan (image by digest, per-node commands, env, GPUs, EFA, ulimits, mounts, "
+        "timeout) and run nothing; default profile: the published 2 x p5en one",
+    )
     p.add_argument("--json", action="store_true", help="with --plan: JSON instead of the table")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--container", dest="container", action="store_true", default=False,
-                       help="run inside the gate's image through the Docker engine at $DOCKER_HOST (no engine: "
-                            "an error, never a fall back to host mode); the report records the image id")
-    where.add_argument("--no-container", dest="container", action="store_false",
-                       help="host mode (the default): run on this host's own packages; the report says so")
-    p.add_argument("--image", default=None, metavar="IMAGE",
-                   help="with --container: the image to run in (default: the gate recipe's id from the last "
-                        "`reprostack build` here, out/build/images.json)")
-    p.add_argument("--kernels-manifest", default=None, metavar="FILE",
-                   help="micro/training gates in host mode: take NCCL and DeepEP prebuilt in this image, as FILE (the "
-                        "image's /opt/reprostack/kernels.json) records them, after checking it against the lock; nothing "
-                        "is fetched or built (--container passes it to the in-image runner)")
-    p.add_argument("--out", default=None,
-                   help="report folder, used as given (share it between nodes); default: a new folder "
-                        "out/gate_<G>/<UTC time>/ (all-gates: out/all_gates/<UTC time>/) and a `latest` link to it")
+    where.add_argument(
+        "--container",
+        dest="container",
+        action="store_true",
+        default=False,
+        help="run inside the gate's image through the Docker engine at $DOCKER_HOST (no engine: "
+        "an error, never a fall back to host mode); the report records the image id",
+    )
+    where.add_argument(
+        "--no-container",
+        dest="container",
+        action="store_false",
+        help="host mode (the default): run on this host's own packages; the report says so",
+    )
+    p.add_argument(
+        "--image",
+        default=None,
+        metavar="IMAGE",
+        help="with --container: the image to run in (default: the gate recipe's id from the last "
+        "`reprostack build` here, out/build/images.json)",
+    )
+    p.add_argument(
+        "--kernels-manifest",
+        default=None,
+        metavar="FILE",
+        help="micro/training gates in host mode: take NCCL and DeepEP prebuilt in this image, as FILE (the "
+        "image's /opt/reprostack/kernels.json) records them, after checking it against the lock; nothing "
+        "is fetched or built (--container passes it to the in-image runner)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="report folder, used as given (share it between nodes); default: a new folder "
+        "out/gate_<G>/<UTC time>/ (all-gates: out/all_gates/<UTC time>/) and a `latest` link to it",
+    )
     p.add_argument("--profile", default=None, help="hardware profile of gates/<gate>.yaml (default: detect)")
     p.add_argument("--python", default=sys.executable, help="interpreter that holds torch (default: this one)")
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
@@ -224,20 +326,44 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-addr", default=None)
     p.add_argument("--master-port", type=int, default=None)
     p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
-    p.add_argument("--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)")
-    p.add_argument("--trials", type=_trials, default=None, metavar="K",
-                   help="repeated trials, bars judged on their 95%% interval (PASS / FAIL / INCONCLUSIVE): micro: "
-                        "the measurement K >= 1 times in one launch (default 5; K=1 has no interval: INCONCLUSIVE); "
-                        "serving: AIPerf's --num-profile-runs K per cell (default 1: the bar on the one run)")
-    p.add_argument("--arm", action="append", default=[],
-                   help="arm(s) to run (repeatable or comma list; default: every arm of a serving/training gate; "
-                        "micro: deepep, plus dense for the all_to_all_single comparison arm)")
-    p.add_argument("--var", action="append", default=[], metavar="K=V",
-                   help="serving gates: value of a ${K} template variable of the gate spec (e.g. trtllm_seam=DIR)")
-    p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                   help="serving gates: appended to the server command (e.g. the test server's --fail-every=3)")
-    p.add_argument("--legacy", action="store_true", help="also run DeepEP's legacy test_intranode.py (EP 2/4/8, "
-                                                         "one node) as second evidence")
+    p.add_argument(
+        "--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)"
+    )
+    p.add_argument(
+        "--trials",
+        type=_trials,
+        default=None,
+        metavar="K",
+        help="repeated trials, bars judged on their 95%% interval (PASS / FAIL / INCONCLUSIVE): micro: "
+        "the measurement K >= 1 times in one launch (default 5; K=1 has no interval: INCONCLUSIVE); "
+        "serving: AIPerf's --num-profile-runs K per cell (default 1: the bar on the one run)",
+    )
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        help="arm(s) to run (repeatable or comma list; default: every arm of a serving/training gate; "
+        "micro: deepep, plus dense for the all_to_all_single comparison arm)",
+    )
+    p.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="serving gates: value of a ${K} template variable of the gate spec (e.g. trtllm_seam=DIR)",
+    )
+    p.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="serving gates: appended to the server command (e.g. the test server's --fail-every=3)",
+    )
+    p.add_argument(
+        "--legacy",
+        action="store_true",
+        help="also run DeepEP's legacy test_intranode.py (EP 2/4/8, one node) as second evidence",
+    )
 
 
 def _trials(text: str) -> int:
@@ -277,9 +403,15 @@ def _fetch_opts(args) -> sources.FetchOptions:
             raise ReprostackError(str(e)) from None
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
         raise ReprostackError(f"--cache {args.cache}: exists and is not a folder")
-    opts = sources.FetchOptions.make(Path(args.cache) if args.cache else None, offline=args.offline,
-                                     mirrors=mirrors, bundles=args.bundle, timeout=timeout)
+    opts = sources.FetchOptions.make(
+        Path(args.cache) if args.cache else None,
+        offline=args.offline,
+        mirrors=mirrors,
+        bundles=args.bundle,
+        timeout=timeout,
+    )
     from . import ui
+
     ui.configure(cache=opts.cache.root)  # the step durations (ETAs) live next to what they time
     return opts
 
@@ -292,11 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     gate_args: list[str] = []
     if "bench" in argv and "--" in argv and argv.index("bench") < argv.index("--"):  # bench ... -- GATE OPTIONS
-        argv, gate_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+        argv, gate_args = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = parser().parse_args(argv)
     if gate_args:
         args.gate_args = gate_args
     from . import ui
+
     ui.configure(verbose=args.verbose)
     before = os.environ.get(lockmod.lockstacks.ENV)
     if args.stack is not None:  # for this command and what it starts (nox sessions, gate launches); restored after
@@ -346,27 +479,34 @@ def _main(args) -> int:
         return 2
 
 
-_NO_NETWORK_HINT = ("hint: without access to the upstream hosts, fetch through local mirrors (--mirror URL=PATH or "
-                    "REPROSTACK_MIRRORS=URL=PATH,...) or from a bundle (--offline --bundle FILE; README: "
-                    "'A GPU node without internet')")
+_NO_NETWORK_HINT = (
+    "hint: without access to the upstream hosts, fetch through local mirrors (--mirror URL=PATH or "
+    "REPROSTACK_MIRRORS=URL=PATH,...) or from a bundle (--offline --bundle FILE; README: "
+    "'A GPU node without internet')"
+)
 
 
 def _dispatch(args) -> int:
     if args.cmd == "lock":
-        desc = {"wheels": "resolve wheel pins with pip; fill (default) or --check their files",
-                "images": "resolve image pins' repo:tag to the registry's manifest digest; fill (default) or --check "
-                          "their digest"}.get(args.action, "validate the lockfile")
+        desc = {
+            "wheels": "resolve wheel pins with pip; fill (default) or --check their files",
+            "images": "resolve image pins' repo:tag to the registry's manifest digest; fill (default) or --check "
+            "their digest",
+        }.get(args.action, "validate the lockfile")
         wp = argparse.ArgumentParser(prog=f"reprostack lock {args.action}", description=desc)
         wp.add_argument("--lock", default=args.lock)
         if args.action in ("wheels", "images"):
             wp.add_argument("names", nargs="*", help=f"pins (default: every {args.action[:-1]} pin)")
-            wp.add_argument("--check", action="store_true",
-                            help="compare the lock with what the index/registry serves and fail on any difference; "
-                                 "write nothing")
+            wp.add_argument(
+                "--check",
+                action="store_true",
+                help="compare the lock with what the index/registry serves and fail on any difference; write nothing",
+            )
         wargs = wp.parse_intermixed_args(args.rest)
         args.lock = wargs.lock
         if args.action in ("wheels", "images"):
             from . import lockimages, lockwheels
+
             lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
             mod = lockwheels if args.action == "wheels" else lockimages
             return mod.run(lock_path, wargs.names, wargs.check)
@@ -377,36 +517,56 @@ def _dispatch(args) -> int:
         return _verify(args)
     if args.cmd == "history":
         from .history.command import run as history_run
+
         return history_run(args.folders, args.out, args.db, plots=not args.no_plots)
     if args.cmd == "bench":
         from . import bench
         from .fetch.git import mirrors_from_env
+
         lock, _ = _load(args)
         rest = list(args.gate_args)
         if args.what == "cpu":
-            bench.bench_cpu(lock=lock, mirrors={**mirrors_from_env(), **_key_values(args.mirror, "--mirror", "URL=PATH")},
-                            out_dir=Path(args.results), work=Path(args.work) / "cpu", host=args.host)
+            bench.bench_cpu(
+                lock=lock,
+                mirrors={**mirrors_from_env(), **_key_values(args.mirror, "--mirror", "URL=PATH")},
+                out_dir=Path(args.results),
+                work=Path(args.work) / "cpu",
+                host=args.host,
+            )
             return 0
-        return bench.bench_gate("micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro",
-                                host=args.host)[1]
+        return bench.bench_gate(
+            "micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro", host=args.host
+        )[1]
     if args.cmd == "stacks":
         from . import stacks
+
         if args.action[:1] in (["plugin"], ["check-plugin"]):
             lock, root = _load(args)
             return stacks.plugin(args, lock, root, _fetch_opts(args) if args.action[0] == "plugin" else None)
-        return stacks.run(Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE,
-                          args.action, args.json)
+        return stacks.run(
+            Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE, args.action, args.json
+        )
     lock, root = _load(args)
-    if args.cmd == "launch" and args.engine == "slurm":   # issue 15: launch/slurm.py
+    if args.cmd == "launch" and args.engine == "slurm":  # issue 15: launch/slurm.py
         return _launch_slurm(args, lock, root, _fetch_opts(args))
-    if args.cmd in ("launch", "preflight"):   # issue 15: launch/k8s.py, launch/preflight.py
+    if args.cmd in ("launch", "preflight"):  # issue 15: launch/k8s.py, launch/preflight.py
         from .gates import registry
         from .launch import k8s as launch_k8s, preflight
+
         g = registry.gate(args.gate)
         if args.cmd == "launch":
             return launch_k8s.main(args, g, lock, root)
-        return preflight.run(g, root, lock, out=Path(args.out), nodes=args.nodes, node_rank=args.node_rank,
-                             profile=args.profile, timeout_s=args.timeout, port=args.port)
+        return preflight.run(
+            g,
+            root,
+            lock,
+            out=Path(args.out),
+            nodes=args.nodes,
+            node_rank=args.node_rank,
+            profile=args.profile,
+            timeout_s=args.timeout,
+            port=args.port,
+        )
     opts = _fetch_opts(args)
     if args.cmd == "fetch":
         for n in _git_names(lock, args.names):
@@ -420,6 +580,7 @@ def _dispatch(args) -> int:
         return 0
     if args.cmd == "bundle":
         from .fetch import write_bundle
+
         if Path(args.output).is_dir():
             raise ReprostackError(f"-o {args.output}: is a folder; name the archive to write (e.g. out/sources.tar)")
         fetched = [sources.fetch(lock.git(n), opts) for n in _git_names(lock, args.names)]
@@ -432,6 +593,7 @@ def _dispatch(args) -> int:
         return _outdated(args, lock, opts)
     if args.cmd == "build":
         from .containers import command as containers_command
+
         return containers_command.run(args, lock, root, opts)
     return _gates(args, lock, root, opts)
 
@@ -448,15 +610,19 @@ def argv_of(args) -> list[str]:
 
 def _bump(args, root: Path, opts, argv: list[str]) -> int:
     from .bump import BumpConflict, plan_bump, write_bump, write_report
+
     lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
     lk = lockmod.load(lock_path)
     if args.upstream in lk.stacks[lk.stack].overrides:  # bump edits upstreams: (the shared pin), not an override
-        raise ReprostackError(f"{lk.where('upstreams', args.upstream)}: stack {lk.stack} overrides pin "
-                              f"{args.upstream}; bump moves the shared pin only: edit stacks.{lk.stack}.overrides."
-                              f"{args.upstream} (rev and tree, checked by `reprostack --stack {lk.stack} fetch "
-                              f"{args.upstream}`)")
-    r = plan_bump(lock_path, args.upstream, opts, to=args.to, project_root=root, allow_rewind=args.allow_rewind,
-                  args=argv)
+        raise ReprostackError(
+            f"{lk.where('upstreams', args.upstream)}: stack {lk.stack} overrides pin "
+            f"{args.upstream}; bump moves the shared pin only: edit stacks.{lk.stack}.overrides."
+            f"{args.upstream} (rev and tree, checked by `reprostack --stack {lk.stack} fetch "
+            f"{args.upstream}`)"
+        )
+    r = plan_bump(
+        lock_path, args.upstream, opts, to=args.to, project_root=root, allow_rewind=args.allow_rewind, args=argv
+    )
     if r.status == "current":
         print(f"{r.upstream}: already at {r.new_rev} ({r.target.how}); nothing to do")
         return 0
@@ -466,6 +632,7 @@ def _bump(args, root: Path, opts, argv: list[str]) -> int:
         print(f"report: {md.resolve()}")
         return 1
     from .history.bumpview import section as history_section
+
     r.history = history_section(root, r.old_lock_text, r.new_lock_text, r.impact.gates)
     branch = None if args.no_commit else (args.branch or f"bump-{r.upstream}-{r.new_rev[:8]}")
     write_bump(r, branch)
@@ -474,7 +641,10 @@ def _bump(args, root: Path, opts, argv: list[str]) -> int:
     for o in r.replay.outcomes:
         counts[o.outcome] = counts.get(o.outcome, 0) + 1
     print(f"{r.title}: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "no patch series"))
-    print(f"{r.lock_path}: rev {r.new_rev} tree {r.new_tree}" + (f" patched-tree {r.patched_tree}" if r.patched_tree else ""))
+    print(
+        f"{r.lock_path}: rev {r.new_rev} tree {r.new_tree}"
+        + (f" patched-tree {r.patched_tree}" if r.patched_tree else "")
+    )
     if r.branch:
         print(f"branch: {r.branch} (commit {r.commit})")
     print(f"PR body: {md.resolve()}")
@@ -483,6 +653,7 @@ def _bump(args, root: Path, opts, argv: list[str]) -> int:
 
 def _outdated(args, lock, opts) -> int:
     from .bump.outdated import outdated, table, to_json, write_json
+
     if opts.offline:
         raise ReprostackError("outdated asks each upstream (or its --mirror) for its refs: it cannot run --offline")
     rows = outdated(lock, args.names, opts)
@@ -491,6 +662,7 @@ def _outdated(args, lock, opts) -> int:
         print(to_json(rows), end="")
     else:
         from rich.console import Console
+
         Console().print(table(rows))
         for r in rows:  # in full: a table cell would cut them
             if r.error:
@@ -505,19 +677,36 @@ def _gates(args, lock, root, opts) -> int:
     from . import ui
     from .gates import registry, runner
     from .report import exit_code, write_reports
+
     base = Path(args.out) if args.out else run_base(args)
-    ga = runner.GateArgs(out=base, profile=args.profile, python=args.python, jobs=args.jobs,
-                         arch=args.arch, nodes=args.nodes, node_rank=args.node_rank, master_addr=args.master_addr,
-                         master_port=args.master_port, modes=args.modes, trials=args.trials, timeout=args.timeout,
-                         arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
-                         vars=_key_values(args.var, "--var", "K=V"), server_args=list(args.server_arg),
-                         legacy=args.legacy, container=args.container, image=args.image,
-                         kernels_manifest=args.kernels_manifest)
+    ga = runner.GateArgs(
+        out=base,
+        profile=args.profile,
+        python=args.python,
+        jobs=args.jobs,
+        arch=args.arch,
+        nodes=args.nodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        modes=args.modes,
+        trials=args.trials,
+        timeout=args.timeout,
+        arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
+        vars=_key_values(args.var, "--var", "K=V"),
+        server_args=list(args.server_arg),
+        legacy=args.legacy,
+        container=args.container,
+        image=args.image,
+        kernels_manifest=args.kernels_manifest,
+    )
     if args.image and not args.container:
         raise ReprostackError("--image IMAGE needs --container (host mode runs no image)")
     if args.kernels_manifest and args.container:
-        raise ReprostackError("--kernels-manifest is the in-image runner's option: --container already uses the "
-                              "image's /opt/reprostack/kernels.json")
+        raise ReprostackError(
+            "--kernels-manifest is the in-image runner's option: --container already uses the "
+            "image's /opt/reprostack/kernels.json"
+        )
     near = next((p for p in (base, *base.parents) if p.exists()), None)  # before any gate runs for minutes
     if near is not None and not near.is_dir():
         raise ReprostackError(f"--out {base}: {near} exists and is not a folder")
@@ -525,8 +714,10 @@ def _gates(args, lock, root, opts) -> int:
         args.out = str(base)
         return _plans(args, lock, root, opts)
     if not args.out and ((args.nodes or 1) > 1 or args.node_rank > 0):  # each node would stamp its own folder
-        raise ReprostackError("a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
-                              "every node's log there)")
+        raise ReprostackError(
+            "a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
+            "every node's log there)"
+        )
     # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
     # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
     before = _latest_target(base)
@@ -573,6 +764,7 @@ def _plans(args, lock, root, opts) -> int:
 
     from .gates import registry
     from .gates.plan import gate_plan
+
     gates = [registry.gate(args.gate)] if args.cmd == "gate" else registry.present(root)
     plans = []
     for g in gates:
@@ -581,17 +773,26 @@ def _plans(args, lock, root, opts) -> int:
             profile = None  # --profile names one gate's hardware; the others show their published one
         plans.append(gate_plan(g, root, lock, profile=profile, out_dir=Path(args.out), cache_dir=opts.cache.root))
     if args.json:
-        print(json.dumps([p.to_dict() for p in plans] if args.cmd == "all-gates" else plans[0].to_dict(),
-                         indent=2, sort_keys=True))
+        print(
+            json.dumps(
+                [p.to_dict() for p in plans] if args.cmd == "all-gates" else plans[0].to_dict(),
+                indent=2,
+                sort_keys=True,
+            )
+        )
         return 0
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
     console = Console()
     for p in plans:
         name = registry.gate(p.gate).name  # what the operator types (`gate nemo-rl`), not the spec stem
-        t = Table(title=escape(f"launch plan: gate {name} [{p.profile}] (nothing was run)"), show_header=False,
-                  title_justify="left")
+        t = Table(
+            title=escape(f"launch plan: gate {name} [{p.profile}] (nothing was run)"),
+            show_header=False,
+            title_justify="left",
+        )
         t.add_column(style="bold")
         t.add_column(overflow="fold")
         for line in p.lines():
@@ -606,12 +807,25 @@ def _launch_slurm(args, lock, root, opts) -> int:
     from .atomicfile import write_text_atomic
     from .gates import registry
     from .launch import slurm
+
     g = registry.gate(args.gate)
     out = args.out or f"out/slurm/{g.name}"
     arms = [a.strip() for x in args.arm for a in x.split(",") if a.strip()]
-    text = slurm.script_for(g, root, lock, nodes=args.nodes, out=out, profile=args.profile, runtime=args.runtime,
-                            partition=args.partition, preflight=args.preflight, image=args.image, sqsh=args.sqsh,
-                            arms=arms, cache=str(opts.cache.root) if args.cache else None)
+    text = slurm.script_for(
+        g,
+        root,
+        lock,
+        nodes=args.nodes,
+        out=out,
+        profile=args.profile,
+        runtime=args.runtime,
+        partition=args.partition,
+        preflight=args.preflight,
+        image=args.image,
+        sqsh=args.sqsh,
+        arms=arms,
+        cache=str(opts.cache.root) if args.cache else None,
+    )
     script = (root / out if not Path(out).is_absolute() else Path(out)) / "job.sbatch"
     (script.parent / "logs").mkdir(parents=True, exist_ok=True)
     write_text_atomic(script, text, mode=0o755)
@@ -619,6 +833,7 @@ def _launch_slurm(args, lock, root, opts) -> int:
     if not args.submit:
         return 0
     import time
+
     started = time.time()
     rc = slurm.submit(str(script), cwd=str(root))
     for line in _slurm_verdicts(script.parent / "summary.json", since=started):
@@ -633,6 +848,7 @@ def _slurm_verdicts(path: Path, *, since: float) -> list[str]:
     one line saying so, never a verdict that this job did not write."""
     import json
     from .report.writers import validate_summary
+
     try:
         if path.stat().st_mtime < since:
             return [f"{path}: not written by this job (no verdict; see the logs)"]
@@ -642,12 +858,15 @@ def _slurm_verdicts(path: Path, *, since: float) -> list[str]:
         return [f"{path}: not written (no verdict; see the logs)"]
     except Exception as e:  # unreadable or not a summary: name it, keep the job's exit code
         return [f"{path}: unreadable ({type(e).__name__}; no verdict; see the logs)"]
-    return [f"{x['gate']} [{x.get('profile') or '-'}]: {x.get('label') or str(x['result']).upper()} — "
-            f"{x.get('reason', '')}" for x in d["gates"]]
+    return [
+        f"{x['gate']} [{x.get('profile') or '-'}]: {x.get('label') or str(x['result']).upper()} — {x.get('reason', '')}"
+        for x in d["gates"]
+    ]
 
 
 def _verify(args) -> int:
     from .verify import run_verify
+
     claims = Path(args.claims) if args.claims else paths.project_root() / "claims" / "published.yaml"
     rc, results, written = run_verify([Path(d) for d in args.dirs], claims, Path(args.out))
     for r in results:

@@ -33,31 +33,49 @@ MAX_TIMEOUT_S = 86400
 TIMEOUT_ENV = "REPROSTACK_GIT_TIMEOUT"
 ALLOWED_PROTOCOLS = "file:git:ssh:https"
 SSH_CONNECT_TIMEOUT_S = 30
-RETRIES = 3            # extra attempts of a network git command after a transient failure
+RETRIES = 3  # extra attempts of a network git command after a transient failure
 RETRY_BACKOFF_S = 2.0  # first wait; doubled after each attempt
 
 # git's config as set on the command line (GIT_CONFIG_COUNT ranks with `-c`, above a repo's own config):
 # nothing a repository's config says may run a program.
-_OVERRIDES = (("core.hooksPath", os.devnull), ("core.fsmonitor", "false"), ("credential.helper", ""),
-              ("core.askPass", "/bin/true"), ("core.attributesFile", os.devnull),)
+_OVERRIDES = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("credential.helper", ""),
+    ("core.askPass", "/bin/true"),
+    ("core.attributesFile", os.devnull),
+)
 
 _SCHEME_URL = re.compile(r"^(https|ssh|git|file)://(?P<host>[^/]*)(?P<path>/.*)?$")
-_AUTHORITY = re.compile(r"^(?:(?P<user>[A-Za-z0-9._~+%-]+)@)?(?P<host>[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+_AUTHORITY = re.compile(
+    r"^(?:(?P<user>[A-Za-z0-9._~+%-]+)@)?(?P<host>[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
+)
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._~+-]+@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*):(?!:)(?P<path>.*)$")
-_TRANSIENT = re.compile(r"early EOF|connection (?:was )?reset|connection refused|connection timed out|timed out"
-                        r"|the remote end hung up unexpectedly|RPC failed|HTTP 5\d\d|returned error: 5\d\d"
-                        r"|temporary failure|unexpected disconnect|broken pipe", re.I)
-_PERMANENT = re.compile(r"not found|does not exist|not our ref|unadvertised object|couldn't find remote ref"
-                        r"|no such remote ref|authentication failed|permission denied|could not read username"
-                        r"|not appear to be a git repository|repository .* not found|HTTP 40\d|returned error: 40\d",
-                        re.I)
+_TRANSIENT = re.compile(
+    r"early EOF|connection (?:was )?reset|connection refused|connection timed out|timed out"
+    r"|the remote end hung up unexpectedly|RPC failed|HTTP 5\d\d|returned error: 5\d\d"
+    r"|temporary failure|unexpected disconnect|broken pipe",
+    re.I,
+)
+_PERMANENT = re.compile(
+    r"not found|does not exist|not our ref|unadvertised object|couldn't find remote ref"
+    r"|no such remote ref|authentication failed|permission denied|could not read username"
+    r"|not appear to be a git repository|repository .* not found|HTTP 40\d|returned error: 40\d",
+    re.I,
+)
 
 
 class GitFailed(Exception):
     """git exited non-zero or timed out. `.stderr` holds git's message, `.argv` the command."""
 
     def __init__(self, argv: Sequence[str], returncode: int | None, stdout: str, stderr: str, timed_out: bool = False):
-        self.argv, self.returncode, self.stdout, self.stderr, self.timed_out = list(argv), returncode, stdout, stderr, timed_out
+        self.argv, self.returncode, self.stdout, self.stderr, self.timed_out = (
+            list(argv),
+            returncode,
+            stdout,
+            stderr,
+            timed_out,
+        )
         what = "timed out" if timed_out else f"exit {returncode}"
         super().__init__(f"git {' '.join(argv[1:])}: {what}: {stderr.strip()[-2000:]}")
 
@@ -74,7 +92,7 @@ def url_problem(url: str, *, local: bool = False) -> str | None:
         return "is empty"
     if url.startswith("-"):
         return "starts with '-' (git would read it as an option)"
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7f for ch in url):
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
         return "contains whitespace or control characters"
     if "::" in url.split("/", 1)[0]:
         return "names a git transport helper (`X::`), which is never allowed"
@@ -160,8 +178,9 @@ def foreign_config(gitdir: str | Path, allowed: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(k for k in keys if k not in ok))
 
 
-def git_env(extra: Mapping[str, str] | None = None, *, user: bool = False,
-            timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
+def git_env(
+    extra: Mapping[str, str] | None = None, *, user: bool = False, timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, str]:
     """Environment for git: no terminal prompt, no askpass, no system/global config, fixed identity.
 
     user=True keeps the user's own config, GIT_* variables, identity and clock (only prompts stay off):
@@ -174,32 +193,45 @@ def git_env(extra: Mapping[str, str] | None = None, *, user: bool = False,
     for k in list(env):
         if k.startswith("GIT_") and k not in ("GIT_SSL_CAINFO",):
             del env[k]
-    env.update({
-        "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
-        "GIT_NO_REPLACE_OBJECTS": "1",
-        "GIT_ATTR_NOSYSTEM": "1",
-        "GIT_SSH_COMMAND": ssh_command(timeout),
-        "GIT_CONFIG_COUNT": str(len(_OVERRIDES)),
-        **{f"GIT_CONFIG_KEY_{i}": k for i, (k, _) in enumerate(_OVERRIDES)},
-        **{f"GIT_CONFIG_VALUE_{i}": v for i, (_, v) in enumerate(_OVERRIDES)},
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_ASKPASS": "/bin/true",
-        "SSH_ASKPASS": "/bin/true",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_AUTHOR_NAME": "reprostack", "GIT_AUTHOR_EMAIL": "reprostack@localhost",
-        "GIT_COMMITTER_NAME": "reprostack", "GIT_COMMITTER_EMAIL": "reprostack@localhost",
-        "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z",
-        "LC_ALL": "C",
-    })
+    env.update(
+        {
+            "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_SSH_COMMAND": ssh_command(timeout),
+            "GIT_CONFIG_COUNT": str(len(_OVERRIDES)),
+            **{f"GIT_CONFIG_KEY_{i}": k for i, (k, _) in enumerate(_OVERRIDES)},
+            **{f"GIT_CONFIG_VALUE_{i}": v for i, (_, v) in enumerate(_OVERRIDES)},
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "/bin/true",
+            "SSH_ASKPASS": "/bin/true",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_AUTHOR_NAME": "reprostack",
+            "GIT_AUTHOR_EMAIL": "reprostack@localhost",
+            "GIT_COMMITTER_NAME": "reprostack",
+            "GIT_COMMITTER_EMAIL": "reprostack@localhost",
+            "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z",
+            "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z",
+            "LC_ALL": "C",
+        }
+    )
     if extra:
         env.update(extra)
     return env
 
 
-def git(*args: str, cwd: str | Path | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-        env: Mapping[str, str] | None = None, check: bool = True, input_bytes: bytes | None = None,
-        user: bool = False, stderr: bool = False, raw: bool = False):
+def git(
+    *args: str,
+    cwd: str | Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    input_bytes: bytes | None = None,
+    user: bool = False,
+    stderr: bool = False,
+    raw: bool = False,
+):
     """Run `git ARGS` in `cwd` and return stdout (text, stripped of the final newline).
 
     Raises GitFailed on non-zero exit (when `check`) or on timeout (the process is killed).
@@ -210,9 +242,15 @@ def git(*args: str, cwd: str | Path | None = None, timeout: float = DEFAULT_TIME
     """
     argv = ["git", *args]
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=git_env(env, user=user, timeout=timeout), timeout=timeout,
-                              stdin=subprocess.DEVNULL if input_bytes is None else None,
-                              input=input_bytes, capture_output=True)
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=git_env(env, user=user, timeout=timeout),
+            timeout=timeout,
+            stdin=subprocess.DEVNULL if input_bytes is None else None,
+            input=input_bytes,
+            capture_output=True,
+        )
     except subprocess.TimeoutExpired as e:
         raise GitFailed(argv, None, _text(e.stdout), _text(e.stderr), timed_out=True) from None
     out, err = _text(proc.stdout), _text(proc.stderr)
@@ -233,8 +271,13 @@ def transient(e: GitFailed) -> bool:
     return bool(_TRANSIENT.search(e.stderr)) and not _PERMANENT.search(e.stderr)
 
 
-def git_remote(*args: str, cwd: str | Path | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-               retries: int | None = None, input_bytes: bytes | None = None) -> str:
+def git_remote(
+    *args: str,
+    cwd: str | Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    retries: int | None = None,
+    input_bytes: bytes | None = None,
+) -> str:
     """`git(*args)` for a command that talks to a server (fetch, ls-remote): a transient failure
     (see `transient`) is retried up to `retries` (default RETRIES) more times, waiting RETRY_BACKOFF_S,
     then twice as long each time. The last failure is raised as GitFailed."""
@@ -245,7 +288,7 @@ def git_remote(*args: str, cwd: str | Path | None = None, timeout: float = DEFAU
         except GitFailed as e:
             if attempt == n or not transient(e):
                 raise
-            time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+            time.sleep(RETRY_BACKOFF_S * 2**attempt)
     raise AssertionError("unreachable")
 
 

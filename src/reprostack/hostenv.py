@@ -32,9 +32,22 @@ MODE_CONTAINER = "container"
 DEFAULT_WHEELSET = "substrate-wheels"
 
 # Distributions whose versions decide what the transport is; recorded by name in the fingerprint.
-KEY_DISTRIBUTIONS = ("torch", "nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12",
-                     "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12", "cuda-toolkit", "triton", "deep-ep",
-                     "megatron-core", "vllm", "sglang", "tensorrt-llm")
+KEY_DISTRIBUTIONS = (
+    "torch",
+    "nvidia-nccl-cu13",
+    "nvidia-nccl-cu12",
+    "nvidia-nvshmem-cu13",
+    "nvidia-nvshmem-cu12",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-runtime-cu12",
+    "cuda-toolkit",
+    "triton",
+    "deep-ep",
+    "megatron-core",
+    "vllm",
+    "sglang",
+    "tensorrt-llm",
+)
 
 _PROBE = r"""
 import json, platform, sys
@@ -59,8 +72,9 @@ def fingerprint(python: str) -> dict:
     installed (canonical name -> version); or {"executable": python, "error": why} when it cannot be read.
     """
     try:
-        p = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=_TIMEOUT_S,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            [python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"executable": python, "error": f"{python}: {e}"}
     if p.returncode != 0:
@@ -72,11 +86,15 @@ def fingerprint(python: str) -> dict:
     except (ValueError, KeyError, AttributeError, TypeError) as e:
         return {"executable": python, "error": f"{python}: unreadable probe output: {e}"}
     freeze = "".join(f"{n}=={installed[n]}\n" for n in sorted(installed))
-    return {"python": raw.get("python"), "executable": raw.get("executable"),
-            "implementation": raw.get("implementation"),
-            "key": {n: installed[n] for n in KEY_DISTRIBUTIONS if n in installed},
-            "distributions": len(installed), "freeze_sha256": hashlib.sha256(freeze.encode()).hexdigest(),
-            "installed": installed}
+    return {
+        "python": raw.get("python"),
+        "executable": raw.get("executable"),
+        "implementation": raw.get("implementation"),
+        "key": {n: installed[n] for n in KEY_DISTRIBUTIONS if n in installed},
+        "distributions": len(installed),
+        "freeze_sha256": hashlib.sha256(freeze.encode()).hexdigest(),
+        "installed": installed,
+    }
 
 
 def locked_wheelset(lock: Lock, name: str) -> dict[str, str]:
@@ -101,8 +119,7 @@ def drift(fp: dict, locked: dict[str, str]) -> list[dict] | None:
     if "installed" not in fp:
         return None
     have = fp["installed"]
-    return [{"name": n, "locked": v, "installed": have.get(n)} for n, v in sorted(locked.items())
-            if have.get(n) != v]
+    return [{"name": n, "locked": v, "installed": have.get(n)} for n, v in sorted(locked.items()) if have.get(n) != v]
 
 
 def host_execution(lock: Lock, python: str, wheelset: str = DEFAULT_WHEELSET) -> dict:
@@ -116,10 +133,13 @@ def host_execution(lock: Lock, python: str, wheelset: str = DEFAULT_WHEELSET) ->
     else:
         why = None
     d = drift(fp, locked) if locked is not None else None
-    out = {"mode": MODE_HOST,
-           "note": "host mode: the gate ran on this host's own packages, not inside the pinned image",
-           "environment": {k: v for k, v in fp.items() if k != "installed"},
-           "wheelset": wheelset, "wheelset_drift": d}
+    out = {
+        "mode": MODE_HOST,
+        "note": "host mode: the gate ran on this host's own packages, not inside the pinned image",
+        "environment": {k: v for k, v in fp.items() if k != "installed"},
+        "wheelset": wheelset,
+        "wheelset_drift": d,
+    }
     if why:
         out["wheelset_error"] = why
     if d is not None:
@@ -130,12 +150,17 @@ def host_execution(lock: Lock, python: str, wheelset: str = DEFAULT_WHEELSET) ->
 def describe(execution: dict) -> str:
     """One line for summaries: `host mode (python 3.12.3, torch 2.11.0, freeze 1a2b3c4d…; 5 of substrate-wheels differ)`
     or `container mode (vllm sha256:0123456789ab…, lock 1a2b3c4d…)`."""
-    if execution.get("mode") == MODE_CONTAINER:   # reprostack.gates.container
+    if execution.get("mode") == MODE_CONTAINER:  # reprostack.gates.container
         kernels = execution.get("kernels") if isinstance(execution.get("kernels"), dict) else {}
-        pre = (f"; kernels prebuilt in the image, manifest {str(kernels.get('manifest_sha256'))[:8]}…"
-               if kernels.get("mode") == "prebuilt" else "")
-        return (f"container mode ({execution.get('image')} {str(execution.get('image_id'))[:19]}…, "
-                f"lock {str(execution.get('lock_sha256'))[:8]}…{pre})")
+        pre = (
+            f"; kernels prebuilt in the image, manifest {str(kernels.get('manifest_sha256'))[:8]}…"
+            if kernels.get("mode") == "prebuilt"
+            else ""
+        )
+        return (
+            f"container mode ({execution.get('image')} {str(execution.get('image_id'))[:19]}…, "
+            f"lock {str(execution.get('lock_sha256'))[:8]}…{pre})"
+        )
     if execution.get("mode") != MODE_HOST:
         return str(execution.get("mode", "?"))
     env = execution.get("environment", {})

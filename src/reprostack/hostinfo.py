@@ -50,8 +50,15 @@ def gpus(nvidia_smi: str = "nvidia-smi") -> tuple[list[dict], list[str]]:
             continue
         try:
             idx, name, driver, mem, bus = row
-            found.append({"index": int(idx), "name": name, "driver_version": driver,
-                          "memory_total_mib": int(float(mem)), "pci_bus_id": bus})
+            found.append(
+                {
+                    "index": int(idx),
+                    "name": name,
+                    "driver_version": driver,
+                    "memory_total_mib": int(float(mem)),
+                    "pci_bus_id": bus,
+                }
+            )
         except ValueError:
             notes.append(f"nvidia-smi: unparsed row {','.join(row)!r}")
     return found, notes
@@ -135,8 +142,9 @@ def efa_versions(sysfs_root: str | os.PathLike = "/sys", fi_info: str = "fi_info
     return {"efa_driver": _read_text(Path(sysfs_root) / "module" / "efa" / "version"), "libfabric": lib}
 
 
-def collect(*, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = "/sys",
-            nvidia_smi: str = "nvidia-smi") -> dict:
+def collect(
+    *, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = "/sys", nvidia_smi: str = "nvidia-smi"
+) -> dict:
     """Host inventory as a JSON-ready dict.
 
     Keys: hostname, kernel (uname -r), os, machine, cpu_count, python, gpus (see `gpus`), gpu_count,
@@ -152,10 +160,19 @@ def collect(*, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = 
     if not efa:
         notes.append(f"no EFA device under {Path(sysfs_root) / 'class' / 'infiniband'}")
     return {
-        "hostname": socket.gethostname(), "kernel": platform.release(), "os": platform.system(),
-        "machine": platform.machine(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-        "gpus": found, "gpu_count": len(found), "driver_version": found[0]["driver_version"] if found else None,
-        "cuda_driver_version": cuda, "efa_devices": efa, "other_rdma_devices": others,
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "os": platform.system(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "gpus": found,
+        "gpu_count": len(found),
+        "driver_version": found[0]["driver_version"] if found else None,
+        "cuda_driver_version": cuda,
+        "efa_devices": efa,
+        "other_rdma_devices": others,
         "efa_versions": efa_versions(sysfs_root),
-        "nccl_runtime": nccl_runtime, "notes": notes,
+        "nccl_runtime": nccl_runtime,
+        "notes": notes,
     }

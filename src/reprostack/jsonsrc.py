@@ -20,11 +20,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-MAX_BYTES = 64 << 20          # one aggregate export is ~30 KB
-MAX_JSONL_BYTES = 1 << 30     # a long AIPerf run: ~5 KB per request
-MAX_LINE_BYTES = 4 << 20      # one request record (its inter_chunk_latency list grows with the OSL)
-MAX_DEPTH = 32                # AIPerf nests <= 6 deep
-MAX_INT_DIGITS = 40           # ns timestamps have 19; a float holds < 309
+MAX_BYTES = 64 << 20  # one aggregate export is ~30 KB
+MAX_JSONL_BYTES = 1 << 30  # a long AIPerf run: ~5 KB per request
+MAX_LINE_BYTES = 4 << 20  # one request record (its inter_chunk_latency list grows with the OSL)
+MAX_DEPTH = 32  # AIPerf nests <= 6 deep
+MAX_INT_DIGITS = 40  # ns timestamps have 19; a float holds < 309
 
 
 def _constant(name: str):
@@ -35,12 +35,19 @@ def _walk(obj, where: str, error) -> None:
     """Level by level (no recursion): refuse nesting past MAX_DEPTH, non-finite floats and huge integers."""
     depth, level = 0, [obj]
     while level:
-        odd = [v for v in level
-               if (type(v) is float and not math.isfinite(v)) or (type(v) is int and not -_BIG < v < _BIG)]
+        odd = [
+            v for v in level if (type(v) is float and not math.isfinite(v)) or (type(v) is int and not -_BIG < v < _BIG)
+        ]
         if odd:
             v = odd[0]
-            raise error(f"{where}: " + (f"{v} is not a finite number" if type(v) is float
-                                        else f"an integer of {len(str(abs(v)))} digits (more than {MAX_INT_DIGITS})"))
+            raise error(
+                f"{where}: "
+                + (
+                    f"{v} is not a finite number"
+                    if type(v) is float
+                    else f"an integer of {len(str(abs(v)))} digits (more than {MAX_INT_DIGITS})"
+                )
+            )
         level = [o for o in level if type(o) is dict or type(o) is list]
         if level:
             depth += 1
@@ -49,7 +56,7 @@ def _walk(obj, where: str, error) -> None:
             level = [v for o in level for v in (o.values() if type(o) is dict else o)]
 
 
-_BIG = 10 ** MAX_INT_DIGITS
+_BIG = 10**MAX_INT_DIGITS
 
 
 def loads(raw: bytes, path, error, line: int | None = None) -> dict:
@@ -89,8 +96,9 @@ def load(path: Path, error, max_bytes: int = MAX_BYTES) -> dict:
     return loads(raw, path, error)
 
 
-def iter_jsonl(path: Path, error, max_bytes: int = MAX_JSONL_BYTES,
-               max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict]]:
+def iter_jsonl(
+    path: Path, error, max_bytes: int = MAX_JSONL_BYTES, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, dict]]:
     """(line number, record) for each non-blank line of a JSON Lines file; each record must be an object."""
     path = Path(path)
     try:
@@ -125,4 +133,5 @@ def number(v) -> bool:
 def kind(v) -> str:
     """How a JSON value is named in messages: 'an object', 'a string', 'null', ..."""
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(v), "a number")
+        type(v), "a number"
+    )

@@ -131,8 +131,8 @@ class WheelPin:
     index: str | None = None
     kind: str = "wheel"
     python_version: str | None = None  # target interpreter of `files` (pip --python-version); None: the running one
-    platforms: tuple[str, ...] = ()    # target platform tags (pip --platform), one resolved file each
-    unresolved: str | None = None      # why `files` is empty (an explicit `unresolved:` of the lock), else None
+    platforms: tuple[str, ...] = ()  # target platform tags (pip --platform), one resolved file each
+    unresolved: str | None = None  # why `files` is empty (an explicit `unresolved:` of the lock), else None
 
     def describe(self) -> str:
         return f"{self.name} {self.version}"
@@ -162,9 +162,11 @@ class WheelsetPin:
     files: tuple[WheelsetFile, ...]
     overrides: tuple[str, ...] = ()
     index: str | None = None
-    installed_on: str | None = None  # a wheelset this one is installed on top of: resolved against it, holds only the rest
+    installed_on: str | None = (
+        None  # a wheelset this one is installed on top of: resolved against it, holds only the rest
+    )
     kind: str = "wheelset"
-    unresolved: str | None = None    # why `files` is empty (an explicit `unresolved:` of the lock), else None
+    unresolved: str | None = None  # why `files` is empty (an explicit `unresolved:` of the lock), else None
 
     def describe(self) -> str:
         return " ".join(self.requirements)
@@ -178,6 +180,7 @@ class WheelsetPin:
 def canonical_name(name: str) -> str:
     """PEP 503 normalized project name: runs of `-_.` become `-`, lower case."""
     import re
+
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -226,8 +229,12 @@ class Lock:
     def git(self, name: str) -> GitPin:
         pin = self.get(name)
         if not isinstance(pin, GitPin):
-            raise LockError(str(self.path), self.line_of(("upstreams", name)), f"upstreams.{name}",
-                            f"is kind {pin.kind}, a git pin is needed here")
+            raise LockError(
+                str(self.path),
+                self.line_of(("upstreams", name)),
+                f"upstreams.{name}",
+                f"is kind {pin.kind}, a git pin is needed here",
+            )
         return pin
 
     def line_of(self, path: tuple) -> int | None:
@@ -270,12 +277,16 @@ def read_patch_file(root: str | Path, entry: PatchEntry) -> bytes:
     except OSError as e:
         raise PatchFileError(f"patch file {entry.value} cannot be read under {root}: {e.strerror or e}") from None
     if not entry.sha256:
-        raise PatchFileError(f"patch file {entry.value} has no sha256 in the lock (add `sha256: "
-                             f"{hashlib.sha256(data).hexdigest()}` after reviewing it)")
+        raise PatchFileError(
+            f"patch file {entry.value} has no sha256 in the lock (add `sha256: "
+            f"{hashlib.sha256(data).hexdigest()}` after reviewing it)"
+        )
     got = hashlib.sha256(data).hexdigest()
     if got != entry.sha256:
-        raise PatchFileError(f"patch file {entry.value} has sha256 {got}, the lock pins {entry.sha256}: it changed "
-                             f"after the lock was written (restore it, or review it and pin the new sha256)")
+        raise PatchFileError(
+            f"patch file {entry.value} has sha256 {got}, the lock pins {entry.sha256}: it changed "
+            f"after the lock was written (restore it, or review it and pin the new sha256)"
+        )
     return data
 
 
@@ -305,8 +316,13 @@ def _schema() -> dict:
     return json.loads(text)
 
 
-def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_unfilled: bool = False,
-         stack: str | None = None) -> Lock:
+def load(
+    path: str | Path = LOCKFILE,
+    root: str | Path | None = None,
+    *,
+    allow_unfilled: bool = False,
+    stack: str | None = None,
+) -> Lock:
     """Read, validate and type `path`.
 
     root: project root against which `patches/...` files are checked (default: the lockfile's folder).
@@ -331,11 +347,15 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
         schema["$defs"]["image"]["required"].remove("digest")
         schema["$defs"]["wheelset"]["else"] = {}
     ups = data.get("upstreams") if isinstance(data, dict) else None
-    for name, u in (ups.items() if isinstance(ups, dict) else ()):
+    for name, u in ups.items() if isinstance(ups, dict) else ():
         if isinstance(u, dict) and "unresolved" in u and "files" in u:
             at = ("upstreams", name, "unresolved")
-            raise LockError(str(path), _line(lines, at), _dotted(at),
-                            "a pin with `files` is resolved: drop `unresolved` (`lock wheels` does when it fills)")
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                "a pin with `files` is resolved: drop `unresolved` (`lock wheels` does when it fills)",
+            )
     validate(data, lines, schema, str(path), LockError)
     _check_refs(data, path, lines)
 
@@ -358,8 +378,14 @@ def load(path: str | Path = LOCKFILE, root: str | Path | None = None, *, allow_u
     if chosen is None:  # an unknown name: the same one-line error as effective() gives
         lockstacks.effective(data, lines, str(path), want)
     upstreams, eff_lines = chosen
-    return Lock(path=path, sha256=hashlib.sha256(raw).hexdigest(), upstreams=upstreams, lines=eff_lines,
-                stack=want, stacks=stacks)
+    return Lock(
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        upstreams=upstreams,
+        lines=eff_lines,
+        stack=want,
+        stacks=stacks,
+    )
 
 
 def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | None = None) -> dict:
@@ -373,25 +399,36 @@ def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | No
             _check_wheel_filenames(name, u, path, lines)
             upstreams[name] = _wheelset_pin(name, u, path, lines)
         elif u["kind"] == "image":
-            upstreams[name] = ImagePin(name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"),
-                                     id=u.get("id"))
+            upstreams[name] = ImagePin(
+                name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"), id=u.get("id")
+            )
         else:
             _check_wheel_filenames(name, u, path, lines)
             upstreams[name] = WheelPin(
-                name=u["name"], version=str(u["version"]), index=u.get("index"),
+                name=u["name"],
+                version=str(u["version"]),
+                index=u.get("index"),
                 files=tuple(WheelFile(f["filename"], f["sha256"]) for f in u.get("files", ())),
-                python_version=u.get("python-version"), platforms=tuple(u.get("platforms", ())),
-                unresolved=u.get("unresolved"))
+                python_version=u.get("python-version"),
+                platforms=tuple(u.get("platforms", ())),
+                unresolved=u.get("unresolved"),
+            )
     for name, pin in upstreams.items():
         if isinstance(pin, WheelsetPin) and pin.installed_on is not None:
             base = upstreams.get(pin.installed_on, (others or {}).get(pin.installed_on))
             if not isinstance(base, WheelsetPin) or pin.installed_on == name:
                 at = ("upstreams", name, "installed-on")
-                raise LockError(str(path), _line(lines, at), _dotted(at), f"{pin.installed_on!r} is not another wheelset pin")
+                raise LockError(
+                    str(path), _line(lines, at), _dotted(at), f"{pin.installed_on!r} is not another wheelset pin"
+                )
             if (base.python_version, base.platform_tags) != (pin.python_version, pin.platform_tags):
                 at = ("upstreams", name, "python-version")
-                raise LockError(str(path), _line(lines, at), _dotted(at),
-                                f"differs from the target of {pin.installed_on!r} (python-version and platform-tags must match)")
+                raise LockError(
+                    str(path),
+                    _line(lines, at),
+                    _dotted(at),
+                    f"differs from the target of {pin.installed_on!r} (python-version and platform-tags must match)",
+                )
     return upstreams
 
 
@@ -409,6 +446,7 @@ def ref_problem(ref: str) -> str | None:
 
 def _check_refs(data, path: Path, lines: dict) -> None:
     """Every `ref:` and `fetch-refs` entry anywhere in the lock is a ref name git accepts (LockError FILE:LINE)."""
+
     def walk(node, at):
         if isinstance(node, dict):
             for k, v in node.items():
@@ -441,41 +479,58 @@ def _check_wheel_filenames(name: str, u: dict, path: Path, lines: dict) -> None:
 
 
 def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
-    for sp in (u.get("submodules") or {}):
+    for sp in u.get("submodules") or {}:
         problem = submodule_path_problem(sp)
         if problem:
             at = ("upstreams", name, "submodules", sp)
             raise LockError(str(path), _line(lines, at), _dotted(at), problem)
-    urls = [(("upstreams", name, "url"), u["url"]),
-            *((("upstreams", name, "submodules", sp, "url"), s["url"]) for sp, s in (u.get("submodules") or {}).items())]
+    urls = [
+        (("upstreams", name, "url"), u["url"]),
+        *((("upstreams", name, "submodules", sp, "url"), s["url"]) for sp, s in (u.get("submodules") or {}).items()),
+    ]
     for at, url in urls:  # a URL git could read as an option or a transport helper never reaches git
         why = url_problem(url)
         if why:
             raise LockError(str(path), _line(lines, at), _dotted(at), f"{url!r} {why}")
     subs = tuple(
-        Submodule(path=sp, url=s["url"], rev=s["rev"], tree=s.get("tree"),
-                  fetch_refs=tuple(s.get("fetch-refs", ())))
-        for sp, s in (u.get("submodules") or {}).items())
+        Submodule(path=sp, url=s["url"], rev=s["rev"], tree=s.get("tree"), fetch_refs=tuple(s.get("fetch-refs", ())))
+        for sp, s in (u.get("submodules") or {}).items()
+    )
     patches = []
     for i, p in enumerate(u.get("patches") or (), start=1):
         kind = next(k for k in ("cherry-pick", "mbox", "diff") if k in p)
         at = ("upstreams", name, "patches", i - 1)
         if kind == "cherry-pick" and "sha256" in p:
-            raise LockError(str(path), _line(lines, at + ("sha256",)), _dotted(at + ("sha256",)),
-                            "only a patch file (mbox/diff) has a sha256; a cherry-pick is named by its commit id")
+            raise LockError(
+                str(path),
+                _line(lines, at + ("sha256",)),
+                _dotted(at + ("sha256",)),
+                "only a patch file (mbox/diff) has a sha256; a cherry-pick is named by its commit id",
+            )
         sha_at = at + ("sha256",) if "sha256" in p else at
-        entry = PatchEntry(kind=kind, value=p[kind], upstream_status=p["upstream-status"],
-                           ref=p.get("ref"), description=p.get("description"),
-                           tree=p.get("tree"), index=i, sha256=p.get("sha256"),
-                           where=f"{path}:{_line(lines, sha_at)}")
+        entry = PatchEntry(
+            kind=kind,
+            value=p[kind],
+            upstream_status=p["upstream-status"],
+            ref=p.get("ref"),
+            description=p.get("description"),
+            tree=p.get("tree"),
+            index=i,
+            sha256=p.get("sha256"),
+            where=f"{path}:{_line(lines, sha_at)}",
+        )
         if kind != "cherry-pick":
             try:
                 patch_path(root, p[kind])
             except PatchFileError as e:
                 raise LockError(str(path), _line(lines, at + (kind,)), _dotted(at + (kind,)), str(e)) from None
             if not (root / p[kind]).is_file():
-                raise LockError(str(path), _line(lines, at + (kind,)), _dotted(at + (kind,)),
-                                f"patch file {p[kind]} not found under {root}")
+                raise LockError(
+                    str(path),
+                    _line(lines, at + (kind,)),
+                    _dotted(at + (kind,)),
+                    f"patch file {p[kind]} not found under {root}",
+                )
             try:
                 read_patch_file(root, entry)
             except PatchFileError as e:
@@ -483,11 +538,21 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
         patches.append(entry)
     if patches and patches[-1].tree and patches[-1].tree != u["patched-tree"]:
         at = ("upstreams", name, "patched-tree")
-        raise LockError(str(path), _line(lines, at), _dotted(at),
-                        f"differs from the last series entry's tree {patches[-1].tree}")
-    return GitPin(name=name, url=u["url"], rev=u["rev"], tree=u["tree"], original=u.get("original"),
-                  fetch_refs=tuple(u.get("fetch-refs", ())), submodules=subs, patches=tuple(patches),
-                  patched_tree=u.get("patched-tree"), policy=Policy(**u["policy"]) if "policy" in u else None)
+        raise LockError(
+            str(path), _line(lines, at), _dotted(at), f"differs from the last series entry's tree {patches[-1].tree}"
+        )
+    return GitPin(
+        name=name,
+        url=u["url"],
+        rev=u["rev"],
+        tree=u["tree"],
+        original=u.get("original"),
+        fetch_refs=tuple(u.get("fetch-refs", ())),
+        submodules=subs,
+        patches=tuple(patches),
+        patched_tree=u.get("patched-tree"),
+        policy=Policy(**u["policy"]) if "policy" in u else None,
+    )
 
 
 def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
@@ -496,8 +561,12 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
     for i, f in enumerate(files):
         if f.name in seen:
             at = ("upstreams", name, "files", i, "name")
-            raise LockError(str(path), _line(lines, at), _dotted(at),
-                            f"{f.name} is pinned twice (also files[{seen[f.name]}]): a wheelset has one wheel per distribution")
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                f"{f.name} is pinned twice (also files[{seen[f.name]}]): a wheelset has one wheel per distribution",
+            )
         seen[f.name] = i
     for key in ("requirements", "overrides"):
         for i, req in enumerate(u.get(key, ())):
@@ -506,9 +575,20 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
             if files and (f is None or f.version != version):
                 at = ("upstreams", name, key, i)
                 got = f"{f.name}=={f.version}" if f else "nothing"
-                raise LockError(str(path), _line(lines, at), _dotted(at),
-                                f"{req} but `files` pins {got} (run `reprostack lock wheels {name}`)")
-    return WheelsetPin(name=name, requirements=tuple(u["requirements"]), python_version=str(u["python-version"]),
-                       platform_tags=tuple(u["platform-tags"]), files=files, overrides=tuple(u.get("overrides", ())),
-                       index=u.get("index"), installed_on=u.get("installed-on"),
-                       unresolved=u.get("unresolved"))
+                raise LockError(
+                    str(path),
+                    _line(lines, at),
+                    _dotted(at),
+                    f"{req} but `files` pins {got} (run `reprostack lock wheels {name}`)",
+                )
+    return WheelsetPin(
+        name=name,
+        requirements=tuple(u["requirements"]),
+        python_version=str(u["python-version"]),
+        platform_tags=tuple(u["platform-tags"]),
+        files=files,
+        overrides=tuple(u.get("overrides", ())),
+        index=u.get("index"),
+        installed_on=u.get("installed-on"),
+        unresolved=u.get("unresolved"),
+    )

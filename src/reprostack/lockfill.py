@@ -66,8 +66,10 @@ def run(kind: PinKind, lock_path: Path, names: list[str], do_check: bool, out=pr
             raise ReprostackError(f"internal error: the filled lock does not validate, nothing written: {e}") from None
         left = kind.check(filled, resolved)
         if left:
-            raise ReprostackError(f"internal error: the filled lock differs from what {kind.source} gives, "
-                                  "nothing written:\n" + "\n".join(left))
+            raise ReprostackError(
+                f"internal error: the filled lock differs from what {kind.source} gives, "
+                "nothing written:\n" + "\n".join(left)
+            )
     write_text_atomic(lock_path, new, mode=lock_path.stat().st_mode & 0o7777)
     out(f"{lock.path}: wrote {kind.field} of {', '.join(r.pin for r in resolved)}")
     return 0

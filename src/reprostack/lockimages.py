@@ -167,6 +167,7 @@ def registry_image_id(repo: str, digest: str, timeout: float = 60.0) -> str:
     """The image id (config digest) that `repo@digest` has on PLATFORM once pulled: for an index or manifest list
     the PLATFORM entry's manifest is read, then its `config.digest`. Every manifest read is hashed and must be the
     digest it was asked by. Raises RegistryError."""
+
     def manifest(d: str) -> dict:
         url = manifest_url(repo, d)
         _, body = _fetch(url, "GET", timeout)
@@ -180,8 +181,15 @@ def registry_image_id(repo: str, digest: str, timeout: float = 60.0) -> str:
 
     m = manifest(digest)
     if "manifests" in m:
-        entry = next((e for e in m["manifests"] if (e.get("platform") or {}).get("os") == PLATFORM[0]
-                      and (e.get("platform") or {}).get("architecture") == PLATFORM[1]), None)
+        entry = next(
+            (
+                e
+                for e in m["manifests"]
+                if (e.get("platform") or {}).get("os") == PLATFORM[0]
+                and (e.get("platform") or {}).get("architecture") == PLATFORM[1]
+            ),
+            None,
+        )
         if entry is None or not _DIGEST.match(str(entry.get("digest", ""))):
             raise RegistryError(f"{repo}@{digest}: the index has no {'/'.join(PLATFORM)} manifest")
         m = manifest(entry["digest"])
@@ -198,8 +206,12 @@ def _where(lock: lockmod.Lock, name: str, *path) -> str:
 def _image_pin(lock: lockmod.Lock, name: str) -> lockmod.ImagePin:
     pin = lock.get(name)
     if not isinstance(pin, lockmod.ImagePin):
-        raise LockError(str(lock.path), lock.line_of(("upstreams", name)), f"upstreams.{name}",
-                        f"is kind {pin.kind}, `lock images` takes image pins")
+        raise LockError(
+            str(lock.path),
+            lock.line_of(("upstreams", name)),
+            f"upstreams.{name}",
+            f"is kind {pin.kind}, `lock images` takes image pins",
+        )
     return pin
 
 
@@ -226,14 +238,20 @@ def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
     for r in resolved:
         pin = _image_pin(lock, r.pin)
         if not pin.digest:
-            problems.append(f"{_where(lock, r.pin)}: no digest pinned (the registry serves {r.digest} for "
-                            f"{pin.repo}:{pin.tag}; run `reprostack lock images {r.pin}`)")
+            problems.append(
+                f"{_where(lock, r.pin)}: no digest pinned (the registry serves {r.digest} for "
+                f"{pin.repo}:{pin.tag}; run `reprostack lock images {r.pin}`)"
+            )
         elif pin.digest != r.digest:
-            problems.append(f"{_where(lock, r.pin, 'digest')}: lock has {pin.digest}, the registry serves "
-                            f"{r.digest} for {pin.repo}:{pin.tag}")
+            problems.append(
+                f"{_where(lock, r.pin, 'digest')}: lock has {pin.digest}, the registry serves "
+                f"{r.digest} for {pin.repo}:{pin.tag}"
+            )
         elif r.id and pin.id and pin.id != r.id:
-            problems.append(f"{_where(lock, r.pin, 'id')}: lock has {pin.id}, the registry's {'/'.join(PLATFORM)} "
-                            f"image of {pin.repo}@{pin.digest} is {r.id}")
+            problems.append(
+                f"{_where(lock, r.pin, 'id')}: lock has {pin.id}, the registry's {'/'.join(PLATFORM)} "
+                f"image of {pin.repo}@{pin.digest} is {r.id}"
+            )
     return problems
 
 
@@ -247,8 +265,10 @@ def _field_line(text: str, name: str, field: str = "digest") -> tuple[int, int, 
     try:
         key, val = lockfill.child(pin_node, field)
     except KeyError:
-        last = max(v.end_mark.line - (1 if v.end_mark.column == 0 and v.end_mark.line > v.start_mark.line else 0)
-                   for _, v in pin_node.value)
+        last = max(
+            v.end_mark.line - (1 if v.end_mark.column == 0 and v.end_mark.line > v.start_mark.line else 0)
+            for _, v in pin_node.value
+        )
         return last, col, False
     if val.end_mark.line != key.start_mark.line:
         raise ReprostackError(f"upstreams.{name}.{field}: spans several lines; write it on one line")
@@ -280,11 +300,19 @@ def fill_text(text: str, resolved: list[Resolved]) -> str:
 
 def run(lock_path: Path, names: list[str], do_check: bool, out=print, timeout: float = 60.0) -> int:
     """Fill or check image pins (see reprostack.lockfill.run); `timeout` per registry request, seconds."""
+
     def describe(lock: lockmod.Lock, r: Resolved) -> str:
         pin = lock.get(r.pin)
         return f"{pin.repo}:{pin.tag} -> {r.digest}" + (f" (image id {r.id})" if r.id else "")
 
-    kind = lockfill.PinKind(what="image", field="digest", source="the registry", names=image_names,
-                            resolve=lambda lock, n: resolve_pin(lock, n, timeout), describe=describe,
-                            check=check, fill_text=fill_text)
+    kind = lockfill.PinKind(
+        what="image",
+        field="digest",
+        source="the registry",
+        names=image_names,
+        resolve=lambda lock, n: resolve_pin(lock, n, timeout),
+        describe=describe,
+        check=check,
+        fill_text=fill_text,
+    )
     return lockfill.run(kind, lock_path, names, do_check, out)

@@ -48,8 +48,8 @@ class Stack:
     description: str
     extends: str | None = None
     env: dict = field(default_factory=dict)
-    overrides: tuple[str, ...] = ()   # names of the pins that differ from the shared `upstreams:`
-    line: int | None = None           # line of `stacks.<name>` (None: the implicit default)
+    overrides: tuple[str, ...] = ()  # names of the pins that differ from the shared `upstreams:`
+    line: int | None = None  # line of `stacks.<name>` (None: the implicit default)
     wheel_of: dict = field(default_factory=dict)  # pin -> the shared wheel pin an override `{wheel: W}` made it
 
 
@@ -79,14 +79,19 @@ def chain(data: dict, lines: dict, path: str, name: str) -> list[str]:
     while cur is not None:
         if cur in out:
             at = ("stacks", out[-1], "extends")
-            raise LockError(path, line_of(lines, at), dotted(at),
-                            f"cycle: {' -> '.join([*out, cur])} (a stack cannot extend itself)")
+            raise LockError(
+                path,
+                line_of(lines, at),
+                dotted(at),
+                f"cycle: {' -> '.join([*out, cur])} (a stack cannot extend itself)",
+            )
         out.append(cur)
         parent = (stacks.get(cur) or {}).get("extends")
         if parent is not None and parent not in stacks and parent != DEFAULT:
             at = ("stacks", cur, "extends")
-            raise LockError(path, line_of(lines, at), dotted(at),
-                            f"no such stack {parent!r} (known: {', '.join(names(data))})")
+            raise LockError(
+                path, line_of(lines, at), dotted(at), f"no such stack {parent!r} (known: {', '.join(names(data))})"
+            )
         cur = parent
     return list(reversed(out))
 
@@ -104,8 +109,12 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
     stacks = data.get("stacks") or {}
     if name != DEFAULT and name not in stacks:
         at = ("stacks",)
-        raise LockError(path, line_of(lines, at) if stacks else None, "--stack",
-                        f"no such stack {name!r} (known: {', '.join(names(data))})")
+        raise LockError(
+            path,
+            line_of(lines, at) if stacks else None,
+            "--stack",
+            f"no such stack {name!r} (known: {', '.join(names(data))})",
+        )
     ups = dict(data["upstreams"])
     eff_lines = dict(lines)
     env: dict = {}
@@ -117,8 +126,12 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
         for pin, ov in (entry.get("overrides") or {}).items():
             at = ("stacks", s, "overrides", pin)
             if pin not in ups:
-                raise LockError(path, line_of(lines, at), dotted(at),
-                                f"overrides pin {pin!r}, which upstreams: does not have (known: {', '.join(sorted(ups))})")
+                raise LockError(
+                    path,
+                    line_of(lines, at),
+                    dotted(at),
+                    f"overrides pin {pin!r}, which upstreams: does not have (known: {', '.join(sorted(ups))})",
+                )
             wheel_of.pop(pin, None)
             if isinstance(ov, dict) and "wheel" in ov:  # the shared wheel pin, whole (has `kind:`: merge copies it)
                 ov = _wheel_override(path, lines, at, ov, ups)
@@ -133,8 +146,15 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
                 overridden.append(pin)
     entry = stacks.get(name) or {}
     desc = entry.get("description") or "the shared pins of upstreams: (the published campaign)"
-    st = Stack(name=name, description=desc, extends=entry.get("extends"), env=env, overrides=tuple(overridden),
-               line=line_of(lines, ("stacks", name)) if name in stacks else None, wheel_of=wheel_of)
+    st = Stack(
+        name=name,
+        description=desc,
+        extends=entry.get("extends"),
+        env=env,
+        overrides=tuple(overridden),
+        line=line_of(lines, ("stacks", name)) if name in stacks else None,
+        wheel_of=wheel_of,
+    )
     return ups, eff_lines, st
 
 
@@ -144,13 +164,18 @@ def _wheel_override(path: str, lines: dict, at: tuple, ov: dict, ups: dict) -> d
     w = ov["wheel"]
     if len(ov) != 1:
         extra = ", ".join(sorted(k for k in ov if k != "wheel"))
-        raise LockError(path, line_of(lines, at), dotted(at),
-                        f"an override with `wheel:` is that wheel pin, whole: drop {extra}")
+        raise LockError(
+            path, line_of(lines, at), dotted(at), f"an override with `wheel:` is that wheel pin, whole: drop {extra}"
+        )
     target = ups.get(w) if isinstance(w, str) else None
     if not isinstance(target, dict) or target.get("kind") != "wheel":
         wheels = sorted(n for n, u in ups.items() if isinstance(u, dict) and u.get("kind") == "wheel")
-        raise LockError(path, line_of(lines, (*at, "wheel")) or line_of(lines, at), dotted((*at, "wheel")),
-                        f"{w!r} is not a `kind: wheel` pin of upstreams: (wheel pins: {', '.join(wheels) or 'none'})")
+        raise LockError(
+            path,
+            line_of(lines, (*at, "wheel")) or line_of(lines, at),
+            dotted((*at, "wheel")),
+            f"{w!r} is not a `kind: wheel` pin of upstreams: (wheel pins: {', '.join(wheels) or 'none'})",
+        )
     return {**target, "_from": w}
 
 
@@ -160,5 +185,5 @@ def relocate(e: LockError, path: str, stack: str, pins: tuple[str, ...]) -> Lock
         head = f"upstreams.{pin}"
         if e.field == head or e.field.startswith(head + ".") or e.field.startswith(head + "["):
             msg = str(e).split(f"{e.field}: ", 1)[-1]
-            return LockError(path, e.line, f"stacks.{stack}.overrides.{pin}" + e.field[len(head):], msg)
+            return LockError(path, e.line, f"stacks.{stack}.overrides.{pin}" + e.field[len(head) :], msg)
     return e

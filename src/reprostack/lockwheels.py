@@ -72,8 +72,9 @@ def _where(lock: lockmod.Lock, name: str, *path) -> str:
 
 def _run_pip(args: list[str], what: str, timeout: float) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
-                              env=_pip_env(), timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=_pip_env(), timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         raise ReprostackError(f"{what}: pip did not answer within {timeout:.0f}s") from None
 
@@ -89,18 +90,28 @@ def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0):
     pin = lock.get(name)
     if isinstance(pin, lockmod.WheelsetPin):
         from . import lockwheelset
+
         return lockwheelset.resolve(lock, name)
     if not isinstance(pin, lockmod.WheelPin):
-        raise LockError(str(lock.path), lock.line_of(("upstreams", name)), f"upstreams.{name}",
-                        f"is kind {pin.kind}, `lock wheels` takes wheel and wheelset pins")
+        raise LockError(
+            str(lock.path),
+            lock.line_of(("upstreams", name)),
+            f"upstreams.{name}",
+            f"is kind {pin.kind}, `lock wheels` takes wheel and wheelset pins",
+        )
     req = f"{pin.name}=={pin.version}"
     found: dict[str, str] = {}
     for platform in pin.platforms or (None,):
-        target = f"{req}" + (f" for {platform}" if platform else "") + (
-            f" (python {pin.python_version})" if pin.python_version else "")
+        target = (
+            f"{req}"
+            + (f" for {platform}" if platform else "")
+            + (f" (python {pin.python_version})" if pin.python_version else "")
+        )
         what = f"{_where(lock, name, 'version')}: {target}"
         with tempfile.TemporaryDirectory(prefix="reprostack-lockwheels-") as tmp:
-            items = pip_report([*_target_args(pin, platform), req], what, tmp, timeout, failed="found no matching wheel")
+            items = pip_report(
+                [*_target_args(pin, platform), req], what, tmp, timeout, failed="found no matching wheel"
+            )
             if len(items) != 1:
                 raise ReprostackError(f"{what}: pip's report lists {len(items)} distributions, expected exactly 1")
             dist, version, filename, sha = report_wheel(items[0], what)
@@ -117,8 +128,21 @@ def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0):
 def pip_report(args: list[str], what: str, tmp: str, timeout: float, failed: str = "could not resolve") -> list[dict]:
     """The `install` list of pip's `install --dry-run --report -` for `args` (target options + requirements),
     installing nothing (`--target` a scratch folder under `tmp`). Raises ReprostackError `what: pip FAILED`."""
-    cp = _run_pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
-                   "--target", str(Path(tmp, "target")), *args], what, timeout)
+    cp = _run_pip(
+        [
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            "-",
+            "--target",
+            str(Path(tmp, "target")),
+            *args,
+        ],
+        what,
+        timeout,
+    )
     if cp.returncode != 0:
         raise ReprostackError(f"{what}: pip {failed} (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
     try:
@@ -170,25 +194,34 @@ def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
         pin = lock.get(r.pin)
         if isinstance(pin, lockmod.WheelsetPin):
             from . import lockwheelset
+
             problems += lockwheelset.check(lock, r)
             continue
         want = {f.filename: f.sha256 for f in r.files}
         have = {f.filename: (i, f.sha256) for i, f in enumerate(pin.files)}
         if not pin.files:
-            problems.append(f"{_where(lock, r.pin)}: no files pinned (pip resolves {', '.join(want)}; "
-                            f"run `reprostack lock wheels {r.pin}`)")
+            problems.append(
+                f"{_where(lock, r.pin)}: no files pinned (pip resolves {', '.join(want)}; "
+                f"run `reprostack lock wheels {r.pin}`)"
+            )
             continue
         for fn, sha in want.items():
             if fn not in have:
-                problems.append(f"{_where(lock, r.pin, 'files')}: {fn} (sha256 {sha}) is what pip resolves for "
-                                f"{pin.name}=={pin.version} and is missing from the lock")
+                problems.append(
+                    f"{_where(lock, r.pin, 'files')}: {fn} (sha256 {sha}) is what pip resolves for "
+                    f"{pin.name}=={pin.version} and is missing from the lock"
+                )
             elif have[fn][1] != sha:
-                problems.append(f"{_where(lock, r.pin, 'files', have[fn][0], 'sha256')}: {fn}: lock has "
-                                f"{have[fn][1]}, the index serves {sha}")
+                problems.append(
+                    f"{_where(lock, r.pin, 'files', have[fn][0], 'sha256')}: {fn}: lock has "
+                    f"{have[fn][1]}, the index serves {sha}"
+                )
         for fn, (i, _) in have.items():
             if fn not in want:
-                problems.append(f"{_where(lock, r.pin, 'files', i, 'filename')}: {fn} is not what pip resolves for "
-                                f"{pin.name}=={pin.version} (resolved: {', '.join(want)})")
+                problems.append(
+                    f"{_where(lock, r.pin, 'files', i, 'filename')}: {fn} is not what pip resolves for "
+                    f"{pin.name}=={pin.version} (resolved: {', '.join(want)})"
+                )
     return problems
 
 
@@ -225,8 +258,12 @@ def render_files(files, col: int) -> list[str]:
     for f in files:
         sha = f.sha256 if any(c.isalpha() for c in f.sha256) else f'"{f.sha256}"'  # all digits would read as a number
         if isinstance(f, lockmod.WheelsetFile):
-            out += [f"{ind}  - name: {f.name}\n", f'{ind}    version: "{f.version}"\n',
-                    f"{ind}    filename: {f.filename}\n", f"{ind}    sha256: {sha}\n"]
+            out += [
+                f"{ind}  - name: {f.name}\n",
+                f'{ind}    version: "{f.version}"\n',
+                f"{ind}    filename: {f.filename}\n",
+                f"{ind}    sha256: {sha}\n",
+            ]
         else:
             out += [f"{ind}  - filename: {f.filename}\n", f"{ind}    sha256: {sha}\n"]
     return out
@@ -254,11 +291,11 @@ def fill_text(text: str, resolved: list[Resolved]) -> str:
         first, last, col, has = _span(text, r.pin)
         new = render_files(r.files, col)
         if has:
-            lines[first:last + 1] = new
+            lines[first : last + 1] = new
         else:
             if last < len(lines) and not lines[last].endswith("\n"):
                 lines[last] += "\n"
-            lines[last + 1:last + 1] = new
+            lines[last + 1 : last + 1] = new
         text = "".join(lines)
     return text
 
@@ -270,8 +307,15 @@ def _describe(r) -> str:
 
 
 KIND = lockfill.PinKind(
-    what="wheel", field="files", source="the index", names=wheel_names, resolve=resolve_pin,
-    describe=lambda lock, r: _describe(r), check=check, fill_text=fill_text)
+    what="wheel",
+    field="files",
+    source="the index",
+    names=wheel_names,
+    resolve=resolve_pin,
+    describe=lambda lock, r: _describe(r),
+    check=check,
+    fill_text=fill_text,
+)
 
 
 def run(lock_path: Path, names: list[str], do_check: bool, out=print) -> int:

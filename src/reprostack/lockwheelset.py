@@ -36,7 +36,9 @@ def _target(pin: lockmod.WheelsetPin) -> list[str]:
 def _file(item: dict, pin: lockmod.WheelsetPin, what: str, tmp: str, timeout: float) -> lockmod.WheelsetFile:
     name, version, filename, sha = lockwheels.report_wheel(item, what)
     if not sha:
-        sha = lockwheels.download_hash(_target(pin), f"{name}=={version}", filename, Path(tmp, "dl", name), what, timeout)
+        sha = lockwheels.download_hash(
+            _target(pin), f"{name}=={version}", filename, Path(tmp, "dl", name), what, timeout
+        )
     return lockmod.WheelsetFile(name, version, filename, sha)
 
 
@@ -52,16 +54,24 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> lockwheels
         if pin.installed_on:
             base = lock.get(pin.installed_on)
             if not base.files:
-                raise ReprostackError(f"{lock.where('upstreams', name, 'installed-on')}: {pin.installed_on} has no files yet: "
-                                      f"resolve it first (`reprostack lock wheels {pin.installed_on} {name}`)")
+                raise ReprostackError(
+                    f"{lock.where('upstreams', name, 'installed-on')}: {pin.installed_on} has no files yet: "
+                    f"resolve it first (`reprostack lock wheels {pin.installed_on} {name}`)"
+                )
             below = {f.name: f.version for f in base.files}
             skip = {lockmod.canonical_name(o.split("==")[0]) for o in base.overrides}
             cfile = Path(tmp, "constraints.txt")
             cfile.write_text("".join(f"{n}=={v}\n" for n, v in sorted(below.items()) if n not in skip))
             extra = ["-c", str(cfile)]
         items = lockwheels.pip_report([*_target(pin), *extra, *pin.requirements], what, tmp, timeout)
-        found = {f.name: f for f in (_file(i, pin, what, tmp, timeout)
-                                     for i in items if lockmod.canonical_name(i["metadata"]["name"]) not in below)}
+        found = {
+            f.name: f
+            for f in (
+                _file(i, pin, what, tmp, timeout)
+                for i in items
+                if lockmod.canonical_name(i["metadata"]["name"]) not in below
+            )
+        }
         for i, req in enumerate(pin.overrides):
             owhat = f"{lock.where('upstreams', name, 'overrides', i)}: {req}"
             items = lockwheels.pip_report([*_target(pin), "--no-deps", req], owhat, tmp, timeout)
@@ -69,8 +79,10 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> lockwheels
                 raise ReprostackError(f"{owhat}: pip's report lists {len(items)} distributions, expected exactly 1")
             f = _file(items[0], pin, owhat, tmp, timeout)
             if f.name not in found:
-                raise ReprostackError(f"{owhat}: replaces nothing ({f.name} is not in the closure of the requirements); "
-                                      f"an added distribution belongs under `requirements`")
+                raise ReprostackError(
+                    f"{owhat}: replaces nothing ({f.name} is not in the closure of the requirements); "
+                    f"an added distribution belongs under `requirements`"
+                )
             found[f.name] = f
     return lockwheels.Resolved(name, tuple(found[k] for k in sorted(found)))
 
@@ -79,22 +91,30 @@ def check(lock: lockmod.Lock, r: lockwheels.Resolved) -> list[str]:
     """Every difference between the pin's `files` and the resolved set, as `FILE:LINE: field: problem`."""
     pin = lock.get(r.pin)
     if not pin.files:
-        return [f"{lock.where('upstreams', r.pin)}: no files pinned (pip resolves {len(r.files)} wheels; "
-                f"run `reprostack lock wheels {r.pin}`)"]
+        return [
+            f"{lock.where('upstreams', r.pin)}: no files pinned (pip resolves {len(r.files)} wheels; "
+            f"run `reprostack lock wheels {r.pin}`)"
+        ]
     problems = []
     have = {f.name: (i, f) for i, f in enumerate(pin.files)}
     for f in r.files:
         if f.name not in have:
-            problems.append(f"{lock.where('upstreams', r.pin, 'files')}: {f.name}=={f.version} ({f.filename}) is in "
-                            f"the resolved set and missing from the lock")
+            problems.append(
+                f"{lock.where('upstreams', r.pin, 'files')}: {f.name}=={f.version} ({f.filename}) is in "
+                f"the resolved set and missing from the lock"
+            )
             continue
         i, g = have[f.name]
         if (g.version, g.filename, g.sha256) != (f.version, f.filename, f.sha256):
-            problems.append(f"{lock.where('upstreams', r.pin, 'files', i)}: lock has {g.filename} sha256 {g.sha256}, "
-                            f"pip resolves {f.filename} sha256 {f.sha256}")
+            problems.append(
+                f"{lock.where('upstreams', r.pin, 'files', i)}: lock has {g.filename} sha256 {g.sha256}, "
+                f"pip resolves {f.filename} sha256 {f.sha256}"
+            )
     want = {f.name for f in r.files}
     for n, (i, g) in have.items():
         if n not in want:
-            problems.append(f"{lock.where('upstreams', r.pin, 'files', i, 'name')}: {n}=={g.version} is not in the "
-                            f"resolved set any more")
+            problems.append(
+                f"{lock.where('upstreams', r.pin, 'files', i, 'name')}: {n}=={g.version} is not in the "
+                f"resolved set any more"
+            )
     return problems

@@ -62,8 +62,15 @@ class FetchOptions:
     timeout: float = DEFAULT_TIMEOUT_S
 
     @classmethod
-    def make(cls, cache_root: Path | None = None, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,
-             bundles: Sequence[Path] = (), timeout: float | None = None) -> "FetchOptions":
+    def make(
+        cls,
+        cache_root: Path | None = None,
+        *,
+        offline: bool = False,
+        mirrors: Mapping[str, str] | None = None,
+        bundles: Sequence[Path] = (),
+        timeout: float | None = None,
+    ) -> "FetchOptions":
         """Options with mirrors from `mirrors` on top of $REPROSTACK_MIRRORS (PREFIX=MIRROR,...); `timeout`
         (seconds per git command) defaults to $REPROSTACK_GIT_TIMEOUT, else 600. Every bundle
         is checked here (readable, each member's sha256 as its manifest says), also when the cache already holds
@@ -77,16 +84,24 @@ class FetchOptions:
             check_bundle(Path(b))
         m = dict(mirrors_from_env())
         m.update(mirrors or {})
-        return cls(Cache(cache_root), offline=offline, mirrors=m, bundles=tuple(Path(b) for b in bundles),
-                   timeout=timeout)
+        return cls(
+            Cache(cache_root), offline=offline, mirrors=m, bundles=tuple(Path(b) for b in bundles), timeout=timeout
+        )
 
 
 def fetch(pin: GitPin, opts: FetchOptions) -> FetchedGit:
     """Fetch `pin` (rev, series commits, submodules) into the cache, verified. Raises FetchError."""
     from . import ui
+
     with ui.step(f"fetch {pin.name}"):
-        return fetch_git(pin, cache=opts.cache, offline=opts.offline, mirrors=opts.mirrors,
-                         bundles=opts.bundles, timeout=opts.timeout)
+        return fetch_git(
+            pin,
+            cache=opts.cache,
+            offline=opts.offline,
+            mirrors=opts.mirrors,
+            bundles=opts.bundles,
+            timeout=opts.timeout,
+        )
 
 
 def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> SourceTree:
@@ -96,6 +111,7 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
     lock pins: `LOCK:LINE: #N mbox FILE: ...`; series does not apply or the tree is not `patched-tree`).
     """
     from . import ui
+
     pin = lock.git(name)
     check_patch_files(pin, project_root)
     want = pin.patched_tree or pin.tree
@@ -179,8 +195,15 @@ def _intact(path: Path, pin: GitPin, want: str) -> bool:
 
 
 # what `git init` writes into a working tree's config; reprostack writes nothing else there
-_TREE_CONFIG_KEYS = ("core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
-                     "core.ignorecase", "core.precomposeunicode", "core.symlinks")
+_TREE_CONFIG_KEYS = (
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+)
 
 
 def _config_problem(path: Path, pin: GitPin) -> str | None:
@@ -243,9 +266,15 @@ def _detach_objects(tree: Path) -> None:
             alt.write_text("".join(f"{d}\n" for d in dirs))
             # the cache repos are shallow: their boundary commits must be known here too, or history
             # walks (git log, fsck) stop with "missing parent"
-            shallow = sorted({c for d in dirs if (d.parent / "shallow").is_file()
-                              for c in (d.parent / "shallow").read_text().split()}
-                             | set((gitdir / "shallow").read_text().split() if (gitdir / "shallow").is_file() else ()))
+            shallow = sorted(
+                {
+                    c
+                    for d in dirs
+                    if (d.parent / "shallow").is_file()
+                    for c in (d.parent / "shallow").read_text().split()
+                }
+                | set((gitdir / "shallow").read_text().split() if (gitdir / "shallow").is_file() else ())
+            )
             if shallow:
                 (gitdir / "shallow").write_text("".join(f"{c}\n" for c in shallow))
 

@@ -20,15 +20,27 @@ from . import lockstacks
 def _pin_fields(pin) -> dict:
     """The fields of a typed pin a diff compares (strings or lists of strings, absent as None)."""
     if isinstance(pin, lockmod.GitPin):
-        return {"url": pin.url, "rev": pin.rev, "tree": pin.tree, "original": pin.original,
-                "submodules": [f"{s.path}@{s.rev}" for s in pin.submodules] or None,
-                "patches": [f"{p.kind} {p.value} ({p.upstream_status})" for p in pin.patches] or None,
-                "patched-tree": pin.patched_tree}
+        return {
+            "url": pin.url,
+            "rev": pin.rev,
+            "tree": pin.tree,
+            "original": pin.original,
+            "submodules": [f"{s.path}@{s.rev}" for s in pin.submodules] or None,
+            "patches": [f"{p.kind} {p.value} ({p.upstream_status})" for p in pin.patches] or None,
+            "patched-tree": pin.patched_tree,
+        }
     if isinstance(pin, lockmod.WheelPin):
-        return {"name": pin.name, "version": pin.version, "files": [f"{f.filename} {f.sha256}" for f in pin.files] or None}
+        return {
+            "name": pin.name,
+            "version": pin.version,
+            "files": [f"{f.filename} {f.sha256}" for f in pin.files] or None,
+        }
     if isinstance(pin, lockmod.WheelsetPin):
-        return {"requirements": list(pin.requirements), "overrides": list(pin.overrides) or None,
-                "files": [f"{f.name}=={f.version}" for f in pin.files] or None}
+        return {
+            "requirements": list(pin.requirements),
+            "overrides": list(pin.overrides) or None,
+            "files": [f"{f.name}=={f.version}" for f in pin.files] or None,
+        }
     return {"ref": pin.ref, "id": pin.id}
 
 
@@ -88,10 +100,22 @@ def listing(lk: lockmod.Lock) -> list[dict]:
             if p in st.wheel_of:  # an override `{wheel: W}`: the pin is that wheel, alone
                 ov[p] = f"wheel {st.wheel_of[p]} ({pin.name} {pin.version})"
                 continue
-            ov[p] = (f"{pin.original or ''} {pin.rev[:12]}".strip() if isinstance(pin, lockmod.GitPin)
-                     else getattr(pin, "version", None) or pin.kind)
-        rows.append({"name": name, "description": st.description, "extends": st.extends, "overrides": ov,
-                     "env": st.env, "default": name == lockstacks.DEFAULT, "selected": name == lk.stack})
+            ov[p] = (
+                f"{pin.original or ''} {pin.rev[:12]}".strip()
+                if isinstance(pin, lockmod.GitPin)
+                else getattr(pin, "version", None) or pin.kind
+            )
+        rows.append(
+            {
+                "name": name,
+                "description": st.description,
+                "extends": st.extends,
+                "overrides": ov,
+                "env": st.env,
+                "default": name == lockstacks.DEFAULT,
+                "selected": name == lk.stack,
+            }
+        )
     return rows
 
 
@@ -102,7 +126,9 @@ def render_listing(rows: list[dict]) -> str:
         out.append(f"{r['name']}" + (f" ({', '.join(tags)})" if tags else "") + f": {r['description']}")
         if r["extends"]:
             out.append(f"  extends: {r['extends']}")
-        out.append("  overrides: " + (", ".join(f"{p} -> {v}" for p, v in r["overrides"].items()) or "none (the shared pins)"))
+        out.append(
+            "  overrides: " + (", ".join(f"{p} -> {v}" for p, v in r["overrides"].items()) or "none (the shared pins)")
+        )
         if r["env"]:
             out.append("  env: " + " ".join(f"{k}={v}" for k, v in r["env"].items()))
     return "\n".join(out) + "\n"
@@ -111,16 +137,23 @@ def render_listing(rows: list[dict]) -> str:
 def run(lock_path: Path, action: list[str], as_json: bool, out=print) -> int:
     """`stacks` (list) or `stacks diff A B`. Raises ReprostackError (LockError) for a bad lock or stack name."""
     from .errors import ReprostackError
+
     if not action:
         rows = listing(lockmod.load(lock_path))
-        out(json.dumps(rows, indent=2, sort_keys=True) if as_json else render_listing(rows), end="" if not as_json else "\n")
+        out(
+            json.dumps(rows, indent=2, sort_keys=True) if as_json else render_listing(rows),
+            end="" if not as_json else "\n",
+        )
         return 0
     if action[0] != "diff" or len(action) != 3:
         raise ReprostackError(f"stacks {' '.join(action)}: expected `stacks` or `stacks diff A B`")
     a, b = action[1], action[2]
     la, lb = lockmod.load(lock_path, stack=a), lockmod.load(lock_path, stack=b)
     rows = diff(la, lb)
-    out(json.dumps(rows, indent=2, sort_keys=True) if as_json else render_diff(a, b, rows), end="" if not as_json else "\n")
+    out(
+        json.dumps(rows, indent=2, sort_keys=True) if as_json else render_diff(a, b, rows),
+        end="" if not as_json else "\n",
+    )
     return 0
 
 
@@ -133,6 +166,7 @@ def plugin(args, lk: lockmod.Lock, root: Path, fetch) -> int:
     from . import sources
     from .errors import ReprostackError
     from .kernels import ginplugin
+
     if args.action[0] == "check-plugin":
         if len(args.action) != 2:
             raise ReprostackError("stacks check-plugin LIBDIR: name the folder that holds libnccl-net*.so")
@@ -149,19 +183,23 @@ def plugin(args, lk: lockmod.Lock, root: Path, fetch) -> int:
     cuda = args.cuda
     if cuda is None:
         import shutil
+
         nvcc = shutil.which("nvcc")
         guess = Path(nvcc).resolve().parent.parent if nvcc else None
         cuda = str(guess) if guess and (guess / "include" / "cuda.h").is_file() else "/usr/local/cuda"
-    text = ginplugin.render_script(srcs, work / "work", work / "prefix", cuda, args.jobs or os.cpu_count() or 1,
-                                   autogen_only=args.autogen_only)
+    text = ginplugin.render_script(
+        srcs, work / "work", work / "prefix", cuda, args.jobs or os.cpu_count() or 1, autogen_only=args.autogen_only
+    )
     work.mkdir(parents=True, exist_ok=True)
     from .atomicfile import write_text_atomic
+
     script = work / "build-plugin.sh"
     write_text_atomic(script, text)
     print(f"stack {lk.stack}: {script} ({', '.join(f'{n} {s.rev[:12]}' for n, s in srcs.items())})")
     if args.render_only:
         return 0
     from . import ui
+
     step = "autogen gin plugin chain" if args.autogen_only else "build gin plugin chain"
     with ui.step(f"{step} [{lk.stack}]", key=step) as st:  # each part's log: work/<part>.*.log
         rc = subprocess.run(["bash", str(script)]).returncode
@@ -171,8 +209,10 @@ def plugin(args, lk: lockmod.Lock, root: Path, fetch) -> int:
     if rc != 0:
         raise ReprostackError(f"stack {lk.stack}: the GIN plugin chain failed (exit {rc}); logs in {work / 'work'}")
     if args.autogen_only:
-        print(f"generated build systems: {work / 'work' / 'src'} (carry it; GINPLUGIN_PREGEN=<that folder> on the "
-              f"host without autotools)")
+        print(
+            f"generated build systems: {work / 'work' / 'src'} (carry it; GINPLUGIN_PREGEN=<that folder> on the "
+            f"host without autotools)"
+        )
         return 0
     r = ginplugin.check_exports(work / "prefix" / "lib", args.symbol)
     print(f"{r['library']}: exports {' '.join(r['gin'] + r['net'])}")

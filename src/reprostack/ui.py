@@ -62,8 +62,9 @@ _S = _State()
 _EMIT_LOCK = threading.Lock()
 
 
-def configure(verbose: int | None = None, *, cache: Path | None = None, live: bool | None = None,
-              stream: IO[str] | None = None) -> None:
+def configure(
+    verbose: int | None = None, *, cache: Path | None = None, live: bool | None = None, stream: IO[str] | None = None
+) -> None:
     """Set the verbosity (0 quiet, 1+ details), the cache root holding timings.json, and (tests) force the live
     display on or off and the stream written to. Arguments left None keep their value."""
     if verbose is not None:
@@ -106,6 +107,7 @@ def _emit(line: str) -> None:
     with _EMIT_LOCK:
         if _S.progress is not None:
             from rich.markup import escape
+
             _S.progress.console.print(escape(line), highlight=False, soft_wrap=True)
             return
         out = _out()
@@ -157,6 +159,7 @@ def timings_path() -> Path:
     if _S.cache is not None:
         return _S.cache / TIMINGS_FILE
     from .paths import cache_dir
+
     return cache_dir() / TIMINGS_FILE
 
 
@@ -189,9 +192,10 @@ def load_timings(path: Path | None = None) -> dict[str, dict[str, float]]:
             doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             why = f"not JSON ({type(e).__name__})"
-    if why is None and not (isinstance(doc, dict) and doc.get("version") == _TIMINGS_VERSION
-                            and isinstance(doc.get("hosts"), dict)):
-        why = f"not a timings file (expected {{\"version\": {_TIMINGS_VERSION}, \"hosts\": {{...}}}})"
+    if why is None and not (
+        isinstance(doc, dict) and doc.get("version") == _TIMINGS_VERSION and isinstance(doc.get("hosts"), dict)
+    ):
+        why = f'not a timings file (expected {{"version": {_TIMINGS_VERSION}, "hosts": {{...}}}})'
     if why is not None:
         warn(f"{path}: {why}; step estimates ignored (the file is rewritten after the next step)", once=str(path))
         return {}
@@ -225,6 +229,7 @@ def eta_text(step: str) -> str:
 def record(step: str, seconds: float) -> None:
     """Store `seconds` as the last duration of `step` on this host (atomic rewrite of the timings file)."""
     from .atomicfile import write_text_atomic
+
     path = timings_path()
     hosts = load_timings(path)
     hosts.setdefault(host(), {})[step] = round(float(seconds), 2)
@@ -301,22 +306,33 @@ class Step:
 def _start_live():
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     console = Console(file=_out(), highlight=False)
-    p = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(bar_width=20),
-                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
-                 TextColumn("[dim]{task.fields[status]}"), console=console, transient=False)
+    p = Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[eta]}"),
+        TextColumn("[dim]{task.fields[status]}"),
+        console=console,
+        transient=False,
+    )
     p.start()
     return p
 
 
 @contextmanager
-def step(name: str, *, key: str | None = None, total: int | None = None, unit: str | None = None,
-         log: Path | None = None) -> Iterator[Step]:
+def step(
+    name: str, *, key: str | None = None, total: int | None = None, unit: str | None = None, log: Path | None = None
+) -> Iterator[Step]:
     """A long step: prints `name: started, ETA ... (last run)` (or `first run, no estimate`), then `name: ok in
     12 s` or `name: failed after 3.1 s`. `key`: the timings key (default `name`); `total`: items for
     `advance`, and `unit` their name in its lines (`trial 2/5`); `log`: a file the step's work writes (its path
     is printed; its newest line, summarised, is the live line, and with -v in plain mode every line)."""
     from rich.markup import escape
+
     s = Step(name, key or name, total, unit)
     eta = eta_text(s.key)
     live = live_display()
@@ -359,9 +375,11 @@ def line_counter(s: Step, match: Callable[[str], bool]) -> Callable[[str], None]
     """A line callback (e.g. `gates.watchdog.run_with_watchdog(on_line=...)`) that advances `s` by one for each
     line of a command's output that `match` accepts, up to `s.total` (a repeated marker in a hostile or doubled
     output never shows `6/5`). `match` gets the line without its newline and must not raise."""
+
     def on_line(line: str) -> None:
         if (s.total is None or s.done < s.total) and match(line):
             s.advance()
+
     return on_line
 
 

@@ -21,9 +21,9 @@ from yaml.composer import Composer
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.resolver import Resolver
 
-MAX_BYTES = 4 << 20     # upstreams.lock is ~85 KB
-MAX_DEPTH = 64          # our files nest <= 8 deep
-MAX_NODES = 100_000     # 3,610 in upstreams.lock; 100,000 compose in ~2 s
+MAX_BYTES = 4 << 20  # upstreams.lock is ~85 KB
+MAX_DEPTH = 64  # our files nest <= 8 deep
+MAX_NODES = 100_000  # 3,610 in upstreams.lock; 100,000 compose in ~2 s
 MAX_ALIASES = 1_000
 
 try:  # libyaml's scanner/parser (events) under our Python composer: ~8x faster, same marks
@@ -31,6 +31,7 @@ try:  # libyaml's scanner/parser (events) under our Python composer: ~8x faster,
 
     def _init_parser(self, text):
         _Parser.__init__(self, text)
+
     _LIBYAML = True
 except ImportError:  # PyYAML without libyaml
     from yaml.parser import Parser as _Parser
@@ -44,6 +45,7 @@ except ImportError:  # PyYAML without libyaml
         Reader.__init__(self, text)
         Scanner.__init__(self)
         yaml.parser.Parser.__init__(self)
+
     _LIBYAML = False
 
 
@@ -69,15 +71,22 @@ class _BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):
             target = self.anchors.get(event.anchor)
             if target is not None and not isinstance(target, yaml.ScalarNode):
                 what = "mapping" if isinstance(target, yaml.MappingNode) else "sequence"
-                self._refuse(f"alias *{event.anchor} names a {what}: only aliases of scalars are allowed (an alias of "
-                             f"a collection can expand exponentially)", event.start_mark)
+                self._refuse(
+                    f"alias *{event.anchor} names a {what}: only aliases of scalars are allowed (an alias of "
+                    f"a collection can expand exponentially)",
+                    event.start_mark,
+                )
             return super().compose_node(parent, index)
         self._nodes += 1
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH or self._nodes > MAX_NODES:
-                self._refuse(f"nested deeper than {MAX_DEPTH} levels" if self._depth > MAX_DEPTH
-                             else f"more than {MAX_NODES} nodes", self.peek_event().start_mark)
+                self._refuse(
+                    f"nested deeper than {MAX_DEPTH} levels"
+                    if self._depth > MAX_DEPTH
+                    else f"more than {MAX_NODES} nodes",
+                    self.peek_event().start_mark,
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -89,8 +98,9 @@ class _BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):
             raise
         except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
             tag = node.tag.rsplit(":", 1)[-1]
-            raise ConstructorError(None, None, f"cannot read {_short(node.value)} as {tag}: {str(e).split(';')[0]}",
-                                   node.start_mark) from None
+            raise ConstructorError(
+                None, None, f"cannot read {_short(node.value)} as {tag}: {str(e).split(';')[0]}", node.start_mark
+            ) from None
 
     def construct_yaml_float(self, node):
         value = super().construct_yaml_float(node)
@@ -113,8 +123,12 @@ def decode(raw: bytes, path: str, error) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise error(path, raw.count(b"\n", 0, e.start) + 1, "(file)",
-                    f"not UTF-8 (byte {raw[e.start]:#04x} at offset {e.start})") from None
+        raise error(
+            path,
+            raw.count(b"\n", 0, e.start) + 1,
+            "(file)",
+            f"not UTF-8 (byte {raw[e.start]:#04x} at offset {e.start})",
+        ) from None
 
 
 def read_bytes(path, error) -> bytes:
@@ -138,8 +152,9 @@ def compose(text: str | bytes, path: str, error=None) -> tuple[object, dict[tupl
     if isinstance(text, bytes):
         text = decode(text, path, error)
     elif len(text) > MAX_BYTES:
-        raise error(path, None, "(file)", f"{len(text)} characters, more than the {MAX_BYTES} a YAML file here "
-                                          f"may have")
+        raise error(
+            path, None, "(file)", f"{len(text)} characters, more than the {MAX_BYTES} a YAML file here may have"
+        )
     try:
         loader = _BoundedLoader(text)
     except yaml.YAMLError as e:  # the pure-Python reader checks characters as it starts
@@ -162,8 +177,9 @@ def compose(text: str | bytes, path: str, error=None) -> tuple[object, dict[tupl
             for k, v in n.value:
                 key = k.value if isinstance(k, yaml.ScalarNode) else repr(k.value)
                 if key in seen:
-                    raise error(path, k.start_mark.line + 1, dotted(p + (key,)),
-                                    f"duplicate key (first at line {seen[key]})")
+                    raise error(
+                        path, k.start_mark.line + 1, dotted(p + (key,)), f"duplicate key (first at line {seen[key]})"
+                    )
                 seen[key] = k.start_mark.line + 1
                 walk(v, p + (key,))
                 lines[p + (key,)] = k.start_mark.line + 1
@@ -180,7 +196,7 @@ def _line_of_error(e: yaml.YAMLError, text: str) -> int | None:
     if mark is not None:
         return mark.line + 1
     if isinstance(e, yaml.reader.ReaderError):  # libyaml counts bytes, the Python reader characters
-        head = text.encode("utf-8")[:e.position] if _LIBYAML else text[:e.position]
+        head = text.encode("utf-8")[: e.position] if _LIBYAML else text[: e.position]
         return head.count(b"\n" if _LIBYAML else "\n") + 1
     return None
 
@@ -210,8 +226,10 @@ def explain(err: jsonschema.ValidationError) -> str:
     if err.validator == "type" and isinstance(err.instance, int) and err.validator_value == "string":
         return f"{err.instance!r} was read as a number: quote it"
     if err.validator == "dependentRequired" and "sha256" in err.message:
-        return ("a patch file entry needs `sha256:` (the sha256 of the committed file, `sha256sum FILE`): "
-                "the lock vouches for those bytes")
+        return (
+            "a patch file entry needs `sha256:` (the sha256 of the committed file, `sha256sum FILE`): "
+            "the lock vouches for those bytes"
+        )
     if err.validator == "oneOf":
         return "a patch entry needs exactly one of cherry-pick / mbox / diff"
     return err.message
@@ -224,6 +242,7 @@ def best_error(errors: list[jsonschema.ValidationError]) -> jsonschema.Validatio
         while leaf.context:
             leaf = max(leaf.context, key=lambda c: len(c.absolute_path))
         return len(leaf.absolute_path)
+
     err = max(errors, key=depth)
     while err.context and err.validator not in ("oneOf",):
         err = max(err.context, key=lambda c: len(c.absolute_path))
@@ -234,7 +253,6 @@ def line_of(lines: dict[tuple, int], p: tuple) -> int | None:
     while p and p not in lines:
         p = p[:-1]
     return lines.get(p)
-
 
 
 def validate(data, lines: dict, schema: dict, path: str, error) -> None:

@@ -32,6 +32,7 @@ def _timed(fn, label):
             return fn(*a, **k)
         finally:
             ev(f"{label} done", s=round(time.time() - t, 3))
+
     return w
 
 

@@ -13,5 +13,14 @@ writes only its report; every git operation is git itself through `reprostack.gi
 from .engine import BumpConflict, BumpResult, commit_message, plan_bump, preflight, write_bump, write_report
 from .outdated import Behind, outdated
 
-__all__ = ["Behind", "BumpConflict", "BumpResult", "commit_message", "outdated", "plan_bump", "preflight",
-           "write_bump", "write_report"]
+__all__ = [
+    "Behind",
+    "BumpConflict",
+    "BumpResult",
+    "commit_message",
+    "outdated",
+    "plan_bump",
+    "preflight",
+    "write_bump",
+    "write_report",
+]

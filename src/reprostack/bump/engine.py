@@ -88,14 +88,34 @@ class BumpResult:
     def summary(self) -> dict:
         """A JSON-able summary (out/bump/<pin>-<new8>.json)."""
         return {
-            "upstream": self.upstream, "url": self.url, "status": self.status, "title": self.title,
-            "old_rev": self.old_rev, "new_rev": self.new_rev, "old_tree": self.old_tree, "new_tree": self.new_tree,
-            "target": {"ref": self.target.ref, "how": self.target.how}, "commits": len(self.commits),
-            "patched_tree": self.patched_tree, "branch": self.branch, "commit": self.commit,
-            "entries": [{"position": o.position, "kind": o.entry.kind, "value": o.entry.value,
-                         "upstream_status": o.entry.upstream_status, "outcome": o.outcome, "detail": o.detail,
-                         "tree": o.tree, "files": list(o.files), "hunks": list(o.hunks),
-                         "upstream_commit": o.upstream_commit} for o in self.replay.outcomes],
+            "upstream": self.upstream,
+            "url": self.url,
+            "status": self.status,
+            "title": self.title,
+            "old_rev": self.old_rev,
+            "new_rev": self.new_rev,
+            "old_tree": self.old_tree,
+            "new_tree": self.new_tree,
+            "target": {"ref": self.target.ref, "how": self.target.how},
+            "commits": len(self.commits),
+            "patched_tree": self.patched_tree,
+            "branch": self.branch,
+            "commit": self.commit,
+            "entries": [
+                {
+                    "position": o.position,
+                    "kind": o.entry.kind,
+                    "value": o.entry.value,
+                    "upstream_status": o.entry.upstream_status,
+                    "outcome": o.outcome,
+                    "detail": o.detail,
+                    "tree": o.tree,
+                    "files": list(o.files),
+                    "hunks": list(o.hunks),
+                    "upstream_commit": o.upstream_commit,
+                }
+                for o in self.replay.outcomes
+            ],
             "submodules": [s.__dict__ for s in self.submodules],
             "refreshed": sorted(self.refreshed),
         }
@@ -106,8 +126,10 @@ class BumpConflict(PatchError):
 
     def __init__(self, result: BumpResult):
         c = result.replay.conflict
-        lines = [f"{result.upstream}: bump to {result.new_rev[:12]} ({result.target.how}) stops at {c.label} "
-                 f"(Upstream-Status: {c.entry.upstream_status}): {c.detail}"]
+        lines = [
+            f"{result.upstream}: bump to {result.new_rev[:12]} ({result.target.how}) stops at {c.label} "
+            f"(Upstream-Status: {c.entry.upstream_status}): {c.detail}"
+        ]
         if c.files:
             lines.append(f"files: {', '.join(c.files)}")
         if c.hunks:
@@ -117,8 +139,16 @@ class BumpConflict(PatchError):
         self.result = result
 
 
-def plan_bump(lock_path: Path, name: str, opts: FetchOptions, *, to: str | None = None,
-              project_root: Path | None = None, allow_rewind: bool = False, args: list[str] | None = None) -> BumpResult:
+def plan_bump(
+    lock_path: Path,
+    name: str,
+    opts: FetchOptions,
+    *,
+    to: str | None = None,
+    project_root: Path | None = None,
+    allow_rewind: bool = False,
+    args: list[str] | None = None,
+) -> BumpResult:
     """Work out and verify the bump of pin `name` (see the module docstring); write nothing but the cache.
 
     Args:
@@ -139,8 +169,10 @@ def plan_bump(lock_path: Path, name: str, opts: FetchOptions, *, to: str | None 
     lock = lockmod.load(lock_path, root)
     pin = lock.git(name)
     if opts.offline or opts.bundles:
-        raise BumpError(f"{name}: a bump reads the upstream itself; --offline / --bundle cannot be used "
-                        f"(point the URL at a local mirror with --mirror or REPROSTACK_MIRRORS instead)")
+        raise BumpError(
+            f"{name}: a bump reads the upstream itself; --offline / --bundle cannot be used "
+            f"(point the URL at a local mirror with --mirror or REPROSTACK_MIRRORS instead)"
+        )
     old_text = lock_path.read_bytes().decode("utf-8")
     with history(name, pin.url, opts.cache, opts.mirrors or {}, opts.timeout) as h:
         target = resolve(h, lock, pin, to)
@@ -148,8 +180,12 @@ def plan_bump(lock_path: Path, name: str, opts: FetchOptions, *, to: str | None 
         h.ensure_commits([pin.rev, *picks], pin.hint_refs())
         old_tree = h.tree_of(pin.rev)
         if old_tree != pin.tree:
-            raise LockError(str(lock.path), lock.line_of(("upstreams", name, "tree")), f"upstreams.{name}.tree",
-                            f"the pinned rev {pin.rev[:12]} has tree {old_tree} on {h.where()}, the lock says {pin.tree}")
+            raise LockError(
+                str(lock.path),
+                lock.line_of(("upstreams", name, "tree")),
+                f"upstreams.{name}.tree",
+                f"the pinned rev {pin.rev[:12]} has tree {old_tree} on {h.where()}, the lock says {pin.tree}",
+            )
         _check_direction(h, pin, target, allow_rewind)
         headers = check_series(pin, h.repo, root) if pin.patches else {}
         commits = h.commits(pin.rev, target.rev)
@@ -157,11 +193,26 @@ def plan_bump(lock_path: Path, name: str, opts: FetchOptions, *, to: str | None 
         rp = replay(pin, h.repo, target.rev, root, headers, found)
         new_tree = h.tree_of(target.rev)
         result = BumpResult(
-            upstream=name, url=pin.url, status="bumped", target=target, old_rev=pin.rev, old_tree=pin.tree,
-            old_date=h.date(pin.rev), new_rev=target.rev, new_tree=new_tree, new_date=h.date(target.rev),
-            commits=commits, replay=rp, impact=impact(root, name), lock_path=lock_path, lock_name=lock_path.name,
-            old_lock_text=old_text, args=list(args or [name]), env_prefix=_env_prefix(opts),
-            old_patched_tree=pin.patched_tree)
+            upstream=name,
+            url=pin.url,
+            status="bumped",
+            target=target,
+            old_rev=pin.rev,
+            old_tree=pin.tree,
+            old_date=h.date(pin.rev),
+            new_rev=target.rev,
+            new_tree=new_tree,
+            new_date=h.date(target.rev),
+            commits=commits,
+            replay=rp,
+            impact=impact(root, name),
+            lock_path=lock_path,
+            lock_name=lock_path.name,
+            old_lock_text=old_text,
+            args=list(args or [name]),
+            env_prefix=_env_prefix(opts),
+            old_patched_tree=pin.patched_tree,
+        )
         if target.rev == pin.rev:
             result.status = "current"
             return result
@@ -176,15 +227,19 @@ def plan_bump(lock_path: Path, name: str, opts: FetchOptions, *, to: str | None 
     remaining = rp.remaining
     result.patched_tree = rp.tree if remaining else None
     edit = PinEdit(
-        rev=target.rev, tree=new_tree, original=_original(target, result.new_date),
+        rev=target.rev,
+        tree=new_tree,
+        original=_original(target, result.new_date),
         # a target outside branches and tags (a PR head) is written as a hint: the fetch stage only accepts
         # a commit reachable from a ref of the URL, and the lock must say which one
         fetch_refs=((target.ref,) if target.ref else ()) if pin.fetch_refs or _needs_hint(target.ref) else None,
         submodules={s.path: (s.new_rev, s.new_tree) for s in result.submodules},
         series=[o.tree if o.outcome in ("kept", "refreshed") else None for o in rp.outcomes],
         patched_tree=result.patched_tree,
-        patch_sha256={i: hashlib.sha256(o.refreshed).hexdigest() for i, o in enumerate(rp.outcomes)
-                      if o.outcome == "refreshed"})
+        patch_sha256={
+            i: hashlib.sha256(o.refreshed).hexdigest() for i, o in enumerate(rp.outcomes) if o.outcome == "refreshed"
+        },
+    )
     result.new_lock_text = edit_pin(old_text, name, edit, str(lock_path))
     _verify(result, pin, root, opts)
     return result
@@ -194,12 +249,16 @@ def _check_direction(h: History, pin: GitPin, target: Target, allow_rewind: bool
     if target.rev == pin.rev or h.is_ancestor(pin.rev, target.rev):
         return
     if h.is_ancestor(target.rev, pin.rev):
-        raise BumpError(f"{pin.name}: the target {target.rev[:12]} ({target.how}) is behind the pinned rev "
-                        f"{pin.rev[:12]} (an ancestor of it): the ref was moved back; nothing was written")
+        raise BumpError(
+            f"{pin.name}: the target {target.rev[:12]} ({target.how}) is behind the pinned rev "
+            f"{pin.rev[:12]} (an ancestor of it): the ref was moved back; nothing was written"
+        )
     if not allow_rewind:
-        raise BumpError(f"{pin.name}: the target {target.rev[:12]} ({target.how}) does not descend from the pinned "
-                        f"rev {pin.rev[:12]}: the ref was moved (force-pushed or rewritten) or is on another line; "
-                        f"nothing was written (--allow-rewind bumps across anyway)")
+        raise BumpError(
+            f"{pin.name}: the target {target.rev[:12]} ({target.how}) does not descend from the pinned "
+            f"rev {pin.rev[:12]}: the ref was moved (force-pushed or rewritten) or is on another line; "
+            f"nothing was written (--allow-rewind bumps across anyway)"
+        )
 
 
 def _original(target: Target, date: str) -> str:
@@ -215,12 +274,16 @@ def _submodules(pin: GitPin, links: dict[str, str], opts: FetchOptions, lock) ->
     moves = []
     for s in pin.submodules:
         if s.path not in links:
-            raise LockError(str(lock.path), lock.line_of(("upstreams", pin.name, "submodules", s.path)),
-                            f"upstreams.{pin.name}.submodules.{s.path}",
-                            "is no longer a submodule (gitlink) at the new revision: edit the lock by hand")
+            raise LockError(
+                str(lock.path),
+                lock.line_of(("upstreams", pin.name, "submodules", s.path)),
+                f"upstreams.{pin.name}.submodules.{s.path}",
+                "is no longer a submodule (gitlink) at the new revision: edit the lock by hand",
+            )
         rev = links[s.path]
-        _, tree = fetch_commit(f"{pin.name}:{s.path}", s.url, rev, cache=opts.cache, mirrors=opts.mirrors,
-                               timeout=opts.timeout)
+        _, tree = fetch_commit(
+            f"{pin.name}:{s.path}", s.url, rev, cache=opts.cache, mirrors=opts.mirrors, timeout=opts.timeout
+        )
         moves.append(SubmoduleMove(s.path, s.url, s.rev, rev, tree))
     extra = {p: c for p, c in links.items() if p not in {s.path for s in pin.submodules}}
     return moves, extra
@@ -253,22 +316,28 @@ def _verify(r: BumpResult, old_pin: GitPin, root: Path, opts: FetchOptions) -> N
         except LockError as e:
             raise BumpError(f"internal error: the bumped lock does not validate, nothing written: {e}") from None
         if (new.rev, new.tree, new.patched_tree) != (r.new_rev, r.new_tree, r.patched_tree):
-            raise BumpError(f"internal error: the bumped lock reads back as {new.rev} / {new.tree} / "
-                            f"{new.patched_tree}, nothing written")
+            raise BumpError(
+                f"internal error: the bumped lock reads back as {new.rev} / {new.tree} / "
+                f"{new.patched_tree}, nothing written"
+            )
         fetched = fetch(new, opts)
         if new.patches:
             src = materialize(fetched, Path(tmp) / "src")
             try:
                 apply_series(new, src, Path(tmp) / "patched", staged)
             except PatchError as e:
-                raise BumpError(f"internal error: the bumped series does not replay through the patch stage, "
-                                f"nothing written:\n  {e}") from None
-            again = replay(new, src, r.new_rev, staged,
-                           check_series(new, src, staged), {})
+                raise BumpError(
+                    f"internal error: the bumped series does not replay through the patch stage, "
+                    f"nothing written:\n  {e}"
+                ) from None
+            again = replay(new, src, r.new_rev, staged, check_series(new, src, staged), {})
             bad = [o for o in again.outcomes if o.outcome != "kept"]
             if bad:
-                raise BumpError("internal error: after the refresh, entries still do not apply at offset 0: "
-                                + "; ".join(f"{o.label}: {o.outcome} {o.detail}" for o in bad) + "; nothing written")
+                raise BumpError(
+                    "internal error: after the refresh, entries still do not apply at offset 0: "
+                    + "; ".join(f"{o.label}: {o.outcome} {o.detail}" for o in bad)
+                    + "; nothing written"
+                )
 
 
 def _env_prefix(opts: FetchOptions) -> str:
@@ -293,8 +362,10 @@ def preflight(r: BumpResult, branch: str | None) -> None:
     paths = _written_paths(r)
     dirty = git("status", "--porcelain", "--", *map(str, paths), cwd=top)
     if dirty:
-        raise BumpError("uncommitted changes in what the bump would write (commit or stash them first):\n  "
-                        + "\n  ".join(dirty.splitlines()))
+        raise BumpError(
+            "uncommitted changes in what the bump would write (commit or stash them first):\n  "
+            + "\n  ".join(dirty.splitlines())
+        )
     if branch and git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", cwd=top, check=False):
         raise BumpError(f"branch {branch} already exists in {top}: delete it or pass --branch NAME")
 
@@ -335,8 +406,20 @@ def write_bump(r: BumpResult, branch: str | None) -> None:
         if top:
             paths = [str(p) for p in _written_paths(r)]
             git("add", "--", *paths, cwd=top)
-            git("-c", "commit.gpgSign=false", "commit", "-q", "--no-verify", "-F", "-", "--", *paths, cwd=top,
-                user=True, input_bytes=commit_message(r).encode())
+            git(
+                "-c",
+                "commit.gpgSign=false",
+                "commit",
+                "-q",
+                "--no-verify",
+                "-F",
+                "-",
+                "--",
+                *paths,
+                cwd=top,
+                user=True,
+                input_bytes=commit_message(r).encode(),
+            )
             r.branch, r.commit = branch, git("rev-parse", "HEAD", cwd=top)
     except (GitFailed, OSError) as e:
         if top:
@@ -351,8 +434,12 @@ def commit_message(r: BumpResult) -> str:
     counts: dict[str, int] = {}
     for o in r.replay.outcomes:
         counts[o.outcome] = counts.get(o.outcome, 0) + 1
-    body = [r.title, "", f"{r.url}: {r.old_rev[:12]}..{r.new_rev[:12]} ({r.target.how}).",
-            "Patch series: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none") + "."]
+    body = [
+        r.title,
+        "",
+        f"{r.url}: {r.old_rev[:12]}..{r.new_rev[:12]} ({r.target.how}).",
+        "Patch series: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none") + ".",
+    ]
     if r.patched_tree:
         body.append(f"patched-tree {r.patched_tree}.")
     body += ["", f"Bump-Upstream: {r.upstream}", f"Bump-Old-Rev: {r.old_rev}", f"Bump-New-Rev: {r.new_rev}"]

@@ -92,8 +92,10 @@ class History:
             raise FetchError(f"{self.label}: cannot read HEAD of {self.where()}: {_short(e)}") from None
         m = re.search(r"^ref: (refs/\S+)\tHEAD$", out, re.M)
         if not m:
-            raise FetchError(f"{self.label}: {self.where()} advertises no default branch (HEAD is not a symbolic ref): "
-                             f"give a `policy:` with a branch ref, or --to")
+            raise FetchError(
+                f"{self.label}: {self.where()} advertises no default branch (HEAD is not a symbolic ref): "
+                f"give a `policy:` with a branch ref, or --to"
+            )
         return m.group(1)
 
     def fetch_ref(self, ref: str) -> str | None:
@@ -115,6 +117,7 @@ class History:
 
         Raises FetchError naming the commits that no source holds.
         """
+
         def missing() -> list[str]:
             return [c for c in dict.fromkeys(commits) if not self.has_commit(c)]
 
@@ -122,27 +125,45 @@ class History:
         if not todo:
             return
         try:
-            self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", self.url,
-                         *(f"+{c}:refs/bump/commits/{c}" for c in todo))
+            self._remote(
+                "fetch",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--quiet",
+                "--",
+                self.url,
+                *(f"+{c}:refs/bump/commits/{c}" for c in todo),
+            )
         except GitFailed as e:
             if e.timed_out or not _NO_REF.search(e.stderr):
-                raise FetchError(f"{self.label}: cannot fetch {', '.join(c[:12] for c in todo)} from "
-                                 f"{self.where()}: {_short(e)}") from None
+                raise FetchError(
+                    f"{self.label}: cannot fetch {', '.join(c[:12] for c in todo)} from {self.where()}: {_short(e)}"
+                ) from None
         for ref in hint_refs:
             if not missing():
                 return
             self.fetch_ref(ref)
         if missing():
             try:
-                self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", self.url,
-                             "+refs/heads/*:refs/bump/heads/*", "+refs/tags/*:refs/bump/tags/*")
+                self._remote(
+                    "fetch",
+                    "--no-tags",
+                    "--no-write-fetch-head",
+                    "--quiet",
+                    "--",
+                    self.url,
+                    "+refs/heads/*:refs/bump/heads/*",
+                    "+refs/tags/*:refs/bump/tags/*",
+                )
             except GitFailed as e:
                 raise FetchError(f"{self.label}: cannot fetch from {self.where()}: {_short(e)}") from None
         gone = missing()
         if gone:
-            raise FetchError(f"{self.label}: commit(s) {', '.join(c[:12] for c in gone)} are not on {self.where()}: "
-                             f"not fetchable by id, nor from the hint refs ({', '.join(hint_refs) or 'none'}), nor "
-                             f"from any branch or tag")
+            raise FetchError(
+                f"{self.label}: commit(s) {', '.join(c[:12] for c in gone)} are not on {self.where()}: "
+                f"not fetchable by id, nor from the hint refs ({', '.join(hint_refs) or 'none'}), nor "
+                f"from any branch or tag"
+            )
 
     # ------------------------------------------------------------------ local
     def has_commit(self, sha: str) -> bool:
@@ -159,8 +180,9 @@ class History:
 
     def commits(self, old: str, new: str, paths: list[str] | tuple[str, ...] = ()) -> list[Commit]:
         """Commits reachable from `new` and not from `old` (touching `paths`, when given), newest first."""
-        out = self.git("log", "--no-color", "--format=%H%x1f%an%x1f%cI%x1f%s", f"{old}..{new}",
-                       *(["--", *paths] if paths else []))
+        out = self.git(
+            "log", "--no-color", "--format=%H%x1f%an%x1f%cI%x1f%s", f"{old}..{new}", *(["--", *paths] if paths else [])
+        )
         return [Commit(*line.split("\x1f", 3)) for line in out.splitlines() if line]
 
     def date(self, rev: str) -> str:
@@ -199,7 +221,9 @@ def _short(e: GitFailed) -> str:
 
 
 @contextmanager
-def history(label: str, url: str, cache: Cache, mirrors: Mapping[str, str], timeout: float = 600.0) -> Iterator[History]:
+def history(
+    label: str, url: str, cache: Cache, mirrors: Mapping[str, str], timeout: float = 600.0
+) -> Iterator[History]:
     """Open (creating atomically when absent) the full-history repo of `url` under `cache`, locked for the block."""
     root = cache.root / "bump"
     root.mkdir(parents=True, exist_ok=True)
@@ -210,8 +234,12 @@ def history(label: str, url: str, cache: Cache, mirrors: Mapping[str, str], time
         if not (repo / "HEAD").is_file():
             tmp = Path(tempfile.mkdtemp(prefix=f".{repo.name}.", dir=root))
             git("init", "--bare", "-q", str(tmp))
-            for k, v in (("gc.auto", "0"), ("maintenance.auto", "false"), ("core.logAllRefUpdates", "false"),
-                         ("reprostack.url", url)):
+            for k, v in (
+                ("gc.auto", "0"),
+                ("maintenance.auto", "false"),
+                ("core.logAllRefUpdates", "false"),
+                ("reprostack.url", url),
+            ):
                 git("config", k, v, cwd=tmp)
             os.rename(tmp, repo)
         check_cache_repo(repo, label)

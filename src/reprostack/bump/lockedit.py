@@ -207,10 +207,10 @@ def _series(ed: _Editor, pin: yaml.MappingNode, change: PinEdit) -> None:
 def _item_end(ed: _Editor, item: yaml.Node) -> int:
     """Last line of a block sequence item, with the comment lines indented under it (they belong to it)."""
     last = last_line(item)
-    first = ed.text[ed.starts[item.start_mark.line]:ed.line_end(item.start_mark.line)]
+    first = ed.text[ed.starts[item.start_mark.line] : ed.line_end(item.start_mark.line)]
     dash = first.find("-")
     while last + 1 < len(ed.starts):
-        line = ed.text[ed.starts[last + 1]:ed.line_end(last + 1)]
+        line = ed.text[ed.starts[last + 1] : ed.line_end(last + 1)]
         stripped = line.lstrip(" ")
         if stripped.startswith("#") and len(line) - len(stripped) > dash:
             last += 1
@@ -225,10 +225,14 @@ def _check_outside(old: str, new: str, name: str, path: str) -> None:
     key_line_a = _key_line(old, name)
     key_line_b = _key_line(new, name)
     old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    tail_a, tail_b = old_lines[last_line(a) + 1:], new_lines[last_line(b) + 1:]
+    tail_a, tail_b = old_lines[last_line(a) + 1 :], new_lines[last_line(b) + 1 :]
     if old_lines[:key_line_a] != new_lines[:key_line_b] or tail_a != tail_b:
-        raise LockError(path, key_line_a + 1, f"upstreams.{name}",
-                        "internal error: the edit would change lines outside this pin's block")
+        raise LockError(
+            path,
+            key_line_a + 1,
+            f"upstreams.{name}",
+            "internal error: the edit would change lines outside this pin's block",
+        )
 
 
 def _key_line(text: str, name: str) -> int:

@@ -41,7 +41,7 @@ def outdated(lock: Lock, names: list[str], opts: FetchOptions) -> list[Behind]:
     rows = []
     for n in todo:
         pin = lock.git(n)
-        policy = (pin.policy.describe() if pin.policy else "default branch head")
+        policy = pin.policy.describe() if pin.policy else "default branch head"
         try:
             with history(n, pin.url, opts.cache, opts.mirrors or {}, opts.timeout) as h:
                 t = resolve(h, lock, pin)
@@ -63,9 +63,16 @@ def table(rows: list[Behind]):
     """A rich Table of the rows (pin, policy, pinned, target, commits behind, days behind)."""
     from rich.markup import escape
     from rich.table import Table
+
     t = Table(title="upstreams behind their policy target")
-    for col, just in (("pin", "left"), ("policy", "left"), ("pinned", "left"), ("target", "left"),
-                      ("commits", "right"), ("days", "right")):
+    for col, just in (
+        ("pin", "left"),
+        ("policy", "left"),
+        ("pinned", "left"),
+        ("target", "left"),
+        ("commits", "right"),
+        ("days", "right"),
+    ):
         t.add_column(col, justify=just)
     for r in rows:
         if r.error:
@@ -79,6 +86,7 @@ def table(rows: list[Behind]):
 def write_json(rows: list[Behind], path: Path) -> Path:
     """Write to_json(rows) to `path` (folders created)."""
     from ..atomicfile import write_text_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_text_atomic(path, to_json(rows))

@@ -44,13 +44,19 @@ def resolve(h: History, lock: Lock, pin: GitPin, to: str | None = None) -> Targe
 
     def missing(what: str) -> LockError:
         at = ("upstreams", pin.name, "policy")
-        return LockError(str(lock.path), lock.line_of(at) if pin.policy else lock.line_of(("upstreams", pin.name)),
-                         "upstreams." + pin.name + (".policy" if pin.policy else ""),
-                         f"{what} on {h.where()}; nothing was written")
+        return LockError(
+            str(lock.path),
+            lock.line_of(at) if pin.policy else lock.line_of(("upstreams", pin.name)),
+            "upstreams." + pin.name + (".policy" if pin.policy else ""),
+            f"{what} on {h.where()}; nothing was written",
+        )
 
     if policy.track == "tag":
-        tags = [(r, s) for r, s in h.ls_remote(tags=True, sort="-version:refname")
-                if fnmatch.fnmatchcase(r.removeprefix("refs/tags/"), policy.pattern or "*")]
+        tags = [
+            (r, s)
+            for r, s in h.ls_remote(tags=True, sort="-version:refname")
+            if fnmatch.fnmatchcase(r.removeprefix("refs/tags/"), policy.pattern or "*")
+        ]
         if not tags:
             raise missing(f"no tag matches {policy.pattern!r}")
         ref = tags[0][0]
@@ -80,15 +86,19 @@ def _explicit(h: History, pin: GitPin, to: str) -> Target:
         if rev is None:
             raise BumpError(f"{pin.name}: --to {to}: no such ref on {h.where()}; nothing was written")
         return Target(rev=rev, ref=to, how=f"--to {to}")
-    found = [r for r, _ in h.ls_remote(f"refs/heads/{to}", f"refs/tags/{to}")
-             if r in (f"refs/heads/{to}", f"refs/tags/{to}")]
+    found = [
+        r for r, _ in h.ls_remote(f"refs/heads/{to}", f"refs/tags/{to}") if r in (f"refs/heads/{to}", f"refs/tags/{to}")
+    ]
     if not found:
-        raise BumpError(f"{pin.name}: --to {to}: neither refs/heads/{to} nor refs/tags/{to} is on {h.where()} "
-                        f"(a commit must be given as its full 40-hex id); nothing was written")
+        raise BumpError(
+            f"{pin.name}: --to {to}: neither refs/heads/{to} nor refs/tags/{to} is on {h.where()} "
+            f"(a commit must be given as its full 40-hex id); nothing was written"
+        )
     if len(found) > 1:
         raise BumpError(f"{pin.name}: --to {to} is ambiguous on {h.where()} ({' and '.join(found)}): give the full ref")
     rev = h.fetch_ref(found[0])
     if rev is None:  # deleted between the listing and the fetch
-        raise BumpError(f"{pin.name}: --to {to}: {found[0]} disappeared from {h.where()} while fetching; "
-                        f"nothing was written")
+        raise BumpError(
+            f"{pin.name}: --to {to}: {found[0]} disappeared from {h.where()} while fetching; nothing was written"
+        )
     return Target(rev=rev, ref=found[0], how=f"--to {to} ({found[0]})")

@@ -46,8 +46,9 @@ def _days(a: str, b: str) -> int:
 
 def lock_diff(old: str, new: str, path: str = "upstreams.lock") -> str:
     """Unified diff (3 lines of context) between two lock texts."""
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        f"a/{path}", f"b/{path}"))
+    return "".join(
+        difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}")
+    )
 
 
 def render(r) -> str:
@@ -58,12 +59,16 @@ def render(r) -> str:
     add(f"## {title(r.upstream, r.old_rev, r.new_rev, n)}\n")
     if r.status == "conflict":
         c = r.replay.conflict
-        add(f"> **Stopped at a conflict**: {c.label} ({c.entry.upstream_status}) does not apply to the new "
+        add(
+            f"> **Stopped at a conflict**: {c.label} ({c.entry.upstream_status}) does not apply to the new "
             f"revision with zero fuzz. `upstreams.lock`, `patches/` and the working tree were left as they were; "
-            f"no branch was made. Resolve the entry (refresh the patch or re-pin it), then re-run the command below.\n")
-    add(f"`{r.upstream}` ({r.url}) moves from {_commit_link(r.url, r.old_rev)} to {_commit_link(r.url, r.new_rev)}: "
+            f"no branch was made. Resolve the entry (refresh the patch or re-pin it), then re-run the command below.\n"
+        )
+    add(
+        f"`{r.upstream}` ({r.url}) moves from {_commit_link(r.url, r.old_rev)} to {_commit_link(r.url, r.new_rev)}: "
         f"**{n} commit{'s' if n != 1 else ''}**, {r.old_date[:10]} → {r.new_date[:10]} "
-        f"({_days(r.old_date, r.new_date)} days of upstream history).\n")
+        f"({_days(r.old_date, r.new_date)} days of upstream history).\n"
+    )
     add(f"- target: {r.target.how}")
     cmp = compare_url(r.url, r.old_rev, r.new_rev)
     add(f"- compare: {cmp}" if cmp else f"- compare: `git log {r.old_rev[:12]}..{r.new_rev[:12]}` in {r.url}")
@@ -73,8 +78,11 @@ def render(r) -> str:
         add(f"- patched tree: `{r.old_patched_tree or r.old_tree}` → `{r.patched_tree or r.new_tree}`")
     add("")
 
-    add(f"### Upstream commits ({n}, newest first" +
-        (f"; the first and last {HEAD_TAIL} shown)" if n > 2 * HEAD_TAIL else ")") + "\n")
+    add(
+        f"### Upstream commits ({n}, newest first"
+        + (f"; the first and last {HEAD_TAIL} shown)" if n > 2 * HEAD_TAIL else ")")
+        + "\n"
+    )
     if n:
         add("| commit | date | author | subject |")
         add("|---|---|---|---|")
@@ -92,13 +100,22 @@ def render(r) -> str:
         add("|---|---|---|---|---|---|")
         for o in r.replay.outcomes:
             e = o.entry
-            what = f"cherry-pick {_commit_link(r.url, e.value, 12)}" if e.kind == "cherry-pick" else f"{e.kind} `{e.value}`"
+            what = (
+                f"cherry-pick {_commit_link(r.url, e.value, 12)}"
+                if e.kind == "cherry-pick"
+                else f"{e.kind} `{e.value}`"
+            )
             if e.description:
                 what += f"<br>{_cell(e.description)}"
-            add(f"| {o.position} | {what} | {_cell(e.upstream_status)} | **{o.outcome}** | {_cell(o.detail)} | "
-                + (f"`{o.tree[:12]}`" if o.tree else "") + " |")
-        counts = {k: sum(1 for o in r.replay.outcomes if o.outcome == k)
-                  for k in ("kept", "refreshed", "upstreamed", "conflict", "not-tried")}
+            add(
+                f"| {o.position} | {what} | {_cell(e.upstream_status)} | **{o.outcome}** | {_cell(o.detail)} | "
+                + (f"`{o.tree[:12]}`" if o.tree else "")
+                + " |"
+            )
+        counts = {
+            k: sum(1 for o in r.replay.outcomes if o.outcome == k)
+            for k in ("kept", "refreshed", "upstreamed", "conflict", "not-tried")
+        }
         add("\n" + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k != "not-tried") + ".")
         if r.status == "conflict":
             c = r.replay.conflict
@@ -107,8 +124,10 @@ def render(r) -> str:
             for h in c.hunks:
                 add(f"- hunk: `{h}`")
             if r.conflict_commits:
-                add("- upstream commits of this range that touch these files: " + ", ".join(
-                    f"{_commit_link(r.url, k.sha)} {_cell(k.subject)}" for k in r.conflict_commits))
+                add(
+                    "- upstream commits of this range that touch these files: "
+                    + ", ".join(f"{_commit_link(r.url, k.sha)} {_cell(k.subject)}" for k in r.conflict_commits)
+                )
             if c.excerpt:
                 fence = "~~~~" if "```" in c.excerpt else "```"
                 add(f"\nThe conflict as git left it:\n\n{fence}diff")
@@ -127,8 +146,11 @@ def render(r) -> str:
             add(f"| `{s.path}` | {_commit_link(s.url, s.old_rev)} | {moved} (tree `{s.new_tree[:12]}`) |")
         add("")
     if r.new_gitlinks:
-        add("New gitlinks at the new revision, not pinned in the lock (add them if the build needs them): "
-            + ", ".join(f"`{p}` → `{c[:12]}`" for p, c in r.new_gitlinks.items()) + "\n")
+        add(
+            "New gitlinks at the new revision, not pinned in the lock (add them if the build needs them): "
+            + ", ".join(f"`{p}` → `{c[:12]}`" for p, c in r.new_gitlinks.items())
+            + "\n"
+        )
 
     add("### Lock diff\n")
     if r.status == "bumped":
@@ -137,9 +159,11 @@ def render(r) -> str:
         add("```")
         for p in r.refreshed:
             add(f"\nRefreshed patch file: `{p}` (re-exported so that it applies at offset 0).")
-        add("\nVerified before anything was written: the new lock validates; `fetch` verified the new rev, tree, "
+        add(
+            "\nVerified before anything was written: the new lock validates; `fetch` verified the new rev, tree, "
             "submodules and cherry-picks; the series replayed by the patch stage gives `patched-tree`"
-            + (" with every entry at offset 0." if r.replay.remaining else "."))
+            + (" with every entry at offset 0." if r.replay.remaining else ".")
+        )
     else:
         add("None: nothing was written.")
     add("")

@@ -79,8 +79,14 @@ class Replay:
         return [o for o in self.outcomes if o.outcome in ("kept", "refreshed")]
 
 
-def replay(pin: GitPin, src: Path, new_rev: str, project_root: Path, headers: dict[int, PatchHeader],
-           upstreamed: dict[int, Upstreamed]) -> Replay:
+def replay(
+    pin: GitPin,
+    src: Path,
+    new_rev: str,
+    project_root: Path,
+    headers: dict[int, PatchHeader],
+    upstreamed: dict[int, Upstreamed],
+) -> Replay:
     """Replay `pin.patches` onto `new_rev` (see the module docstring); write nothing.
 
     Args:
@@ -136,7 +142,9 @@ def _one(g: Scratch, pos: int, total: int, e: PatchEntry, project_root: Path, he
             path = _patch_file(project_root, e.value)
             offsets = _check(g, path, e)
             if offsets is None:
-                return Outcome(pos, e, "upstreamed", "the patch reverses cleanly on the new rev: its change is already there")
+                return Outcome(
+                    pos, e, "upstreamed", "the patch reverses cleanly on the new rev: its change is already there"
+                )
             if e.kind == "mbox":
                 offsets = _am_each(g, path)
             else:
@@ -147,15 +155,25 @@ def _one(g: Scratch, pos: int, total: int, e: PatchEntry, project_root: Path, he
     except EntryFailed as f:
         excerpt = _excerpt(g, f.files) if e.kind == "cherry-pick" and f.files else ""
         _reset(g, before)
-        detail = f.reason + (f"; files: {', '.join(f.files)}" if f.files else "") + \
-            (f"; hunks: {'; '.join(f.hunks)}" if f.hunks else "")
+        detail = (
+            f.reason
+            + (f"; files: {', '.join(f.files)}" if f.files else "")
+            + (f"; hunks: {'; '.join(f.hunks)}" if f.hunks else "")
+        )
         return Outcome(pos, e, "conflict", detail, files=tuple(f.files), hunks=tuple(f.hunks), excerpt=excerpt)
     if offsets and e.kind != "cherry-pick":
         data = _reexport(g, before, head, e, _patch_file(project_root, e.value))
-        return Outcome(pos, e, "refreshed", "; ".join(offsets), tree=tree, commit=head, offsets=tuple(offsets),
-                       refreshed=data)
-    return Outcome(pos, e, "kept", "clean 3-way merge" if e.kind == "cherry-pick" else "applies at offset 0",
-                   tree=tree, commit=head)
+        return Outcome(
+            pos, e, "refreshed", "; ".join(offsets), tree=tree, commit=head, offsets=tuple(offsets), refreshed=data
+        )
+    return Outcome(
+        pos,
+        e,
+        "kept",
+        "clean 3-way merge" if e.kind == "cherry-pick" else "applies at offset 0",
+        tree=tree,
+        commit=head,
+    )
 
 
 def _excerpt(g: Scratch, files: list[str], limit: int = 40) -> str:
@@ -164,8 +182,18 @@ def _excerpt(g: Scratch, files: list[str], limit: int = 40) -> str:
 
 
 def _apply_check(g: Scratch, path: Path, *extra: str) -> str:
-    return git(*CONFIG_ARGS, "apply", "--check", "--verbose", "--whitespace=nowarn", *extra, "--", str(path),
-               cwd=g.path, stderr=True)
+    return git(
+        *CONFIG_ARGS,
+        "apply",
+        "--check",
+        "--verbose",
+        "--whitespace=nowarn",
+        *extra,
+        "--",
+        str(path),
+        cwd=g.path,
+        stderr=True,
+    )
 
 
 def _check(g: Scratch, path: Path, e: PatchEntry) -> list[str] | None:
@@ -184,9 +212,12 @@ def _check(g: Scratch, path: Path, e: PatchEntry) -> list[str] | None:
             pass
         if e.kind == "mbox":
             return []  # several mails may touch one file: let `git am` mail by mail decide
-        files, hunks, errors = _apply_failure(f"{err.stdout}\n{err.stderr}",
-                                              path.read_bytes().decode("utf-8", "replace"))
-        raise EntryFailed("does not apply with zero fuzz (git apply)", files, hunks, errors or [_git_msg(err)]) from None
+        files, hunks, errors = _apply_failure(
+            f"{err.stdout}\n{err.stderr}", path.read_bytes().decode("utf-8", "replace")
+        )
+        raise EntryFailed(
+            "does not apply with zero fuzz (git apply)", files, hunks, errors or [_git_msg(err)]
+        ) from None
 
 
 def _am_each(g: Scratch, path: Path) -> list[str]:
@@ -199,10 +230,15 @@ def _am_each(g: Scratch, path: Path) -> list[str]:
             try:
                 out = _apply_check(g, mail)
             except GitFailed as err:
-                files, hunks, errors = _apply_failure(f"{err.stdout}\n{err.stderr}",
-                                                      mail.read_bytes().decode("utf-8", "replace"))
-                raise EntryFailed(f"mail {i} of {n} does not apply with zero fuzz (git am --keep-cr, no 3-way)",
-                                  files, hunks, errors or [_git_msg(err)]) from None
+                files, hunks, errors = _apply_failure(
+                    f"{err.stdout}\n{err.stderr}", mail.read_bytes().decode("utf-8", "replace")
+                )
+                raise EntryFailed(
+                    f"mail {i} of {n} does not apply with zero fuzz (git am --keep-cr, no 3-way)",
+                    files,
+                    hunks,
+                    errors or [_git_msg(err)],
+                ) from None
             offsets += [f"mail {i}: {o}" if n > 1 else o for o in _OFFSET.findall(out)]
             am(g, mail)
     return offsets
@@ -214,13 +250,22 @@ def _reexport(g: Scratch, before: str, head: str, e: PatchEntry, original: Path)
     binary = b"GIT binary patch" in text or b"\nBinary files " in text
     if e.kind == "mbox":
         subject = "--no-numbered" if _has_patch_prefix(text) else "--keep-subject"  # as the original's Subject
-        out = git(*CONFIG_ARGS, "format-patch", "--stdout", "--no-signature", "--zero-commit", subject,
-                  f"{before}..{head}", cwd=g.path)
+        out = git(
+            *CONFIG_ARGS,
+            "format-patch",
+            "--stdout",
+            "--no-signature",
+            "--zero-commit",
+            subject,
+            f"{before}..{head}",
+            cwd=g.path,
+        )
         return (out + "\n").encode()
     comment, _ = _split_plain(text.decode("utf-8", "replace"))
     prefix = "".join(line + "\n" for line in comment)
-    diff = git(*CONFIG_ARGS, "diff", "--no-color", "--no-ext-diff", *(["--binary"] if binary else []),
-               before, head, cwd=g.path)
+    diff = git(
+        *CONFIG_ARGS, "diff", "--no-color", "--no-ext-diff", *(["--binary"] if binary else []), before, head, cwd=g.path
+    )
     return (prefix + diff + "\n").encode()
 
 
@@ -238,5 +283,7 @@ def _reset(g: Scratch, rev: str) -> None:
 
 def with_trees(outcomes: list[Outcome]) -> list[PatchEntry]:
     """The new series: kept and refreshed entries renumbered, each with its new `tree` checkpoint."""
-    return [replace(o.entry, tree=o.tree, index=i) for i, o in enumerate(
-        [o for o in outcomes if o.outcome in ("kept", "refreshed")], 1)]
+    return [
+        replace(o.entry, tree=o.tree, index=i)
+        for i, o in enumerate([o for o in outcomes if o.outcome in ("kept", "refreshed")], 1)
+    ]

@@ -35,8 +35,11 @@ def patch_ids(h: History, old: str, new: str) -> dict[str, tuple[str, str]]:
     if not log:
         return {}
     out = h.git("patch-id", "--stable", input_bytes=(log + "\n").encode())
-    subjects = dict(line.split("\x1f", 1) for line in
-                    h.git("log", "--no-merges", "--format=%H%x1f%s", f"{old}..{new}").splitlines() if line)
+    subjects = dict(
+        line.split("\x1f", 1)
+        for line in h.git("log", "--no-merges", "--format=%H%x1f%s", f"{old}..{new}").splitlines()
+        if line
+    )
     ids: dict[str, tuple[str, str]] = {}
     for line in out.splitlines():
         pid, _, sha = line.partition(" ")
@@ -69,7 +72,10 @@ def classify(h: History, pin: GitPin, new: str, project_root: Path) -> dict[int,
         hits = [ids.get(p) for p in mine]
         if mine and all(hits):
             first = hits[0]
-            what = f"same patch-id as {first[0][:12]} {first[1]!r}" if len(hits) == 1 else \
-                "same patch-ids as " + ", ".join(c[:12] for c, _ in hits)
+            what = (
+                f"same patch-id as {first[0][:12]} {first[1]!r}"
+                if len(hits) == 1
+                else "same patch-ids as " + ", ".join(c[:12] for c, _ in hits)
+            )
             found[pos] = Upstreamed("patch-id", first[0], what)
     return found

@@ -12,6 +12,22 @@ from .recipe import OVERRIDE_ENV, Recipe, load_all, load_recipe, recipe_names
 from .testbase import TEST_BASE, ensure_test_base
 from .verify import tree_in_image
 
-__all__ = ["BuildOptions", "ImageResult", "build_images", "connect", "render_recipe", "ContainerError",
-           "EngineUnavailable", "ImageBuildError", "RecipeError", "OVERRIDE_ENV", "Recipe", "load_all",
-           "load_recipe", "recipe_names", "TEST_BASE", "ensure_test_base", "tree_in_image"]
+__all__ = [
+    "BuildOptions",
+    "ImageResult",
+    "build_images",
+    "connect",
+    "render_recipe",
+    "ContainerError",
+    "EngineUnavailable",
+    "ImageBuildError",
+    "RecipeError",
+    "OVERRIDE_ENV",
+    "Recipe",
+    "load_all",
+    "load_recipe",
+    "recipe_names",
+    "TEST_BASE",
+    "ensure_test_base",
+    "tree_in_image",
+]

@@ -50,13 +50,17 @@ def save_bundle(client, images: Sequence[tuple[str, str]], dest: Path) -> list[B
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     os.close(fd)
     try:
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar, tempfile.TemporaryDirectory(dir=dest.parent) as scratch:
+        with (
+            tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar,
+            tempfile.TemporaryDirectory(dir=dest.parent) as scratch,
+        ):
             for name, tag in images:
                 try:
                     img = client.images.get(tag)
                 except docker.errors.ImageNotFound:
-                    raise ContainerError(f"image {name} ({tag}) is not in this engine: build it first "
-                                         f"(`reprostack build {name}`)") from None
+                    raise ContainerError(
+                        f"image {name} ({tag}) is not in this engine: build it first (`reprostack build {name}`)"
+                    ) from None
                 part = Path(scratch, f"{name}.tar")
                 with open(part, "wb") as f:
                     sha, n = sha256_stream(client.api.get_image(tag), f)
@@ -64,9 +68,24 @@ def save_bundle(client, images: Sequence[tuple[str, str]], dest: Path) -> list[B
                 tar.add(part, arcname=member, filter=_normalize)
                 part.unlink()
                 out.append(BundledImage(name, tag, img.id, sha, n))
-            manifest = json.dumps({"format": FORMAT, "images": [
-                {"name": b.name, "tag": b.tag, "id": b.image_id, "member": f"images/{b.name}.tar",
-                 "sha256": b.sha256, "bytes": b.bytes} for b in out]}, indent=1, sort_keys=True).encode()
+            manifest = json.dumps(
+                {
+                    "format": FORMAT,
+                    "images": [
+                        {
+                            "name": b.name,
+                            "tag": b.tag,
+                            "id": b.image_id,
+                            "member": f"images/{b.name}.tar",
+                            "sha256": b.sha256,
+                            "bytes": b.bytes,
+                        }
+                        for b in out
+                    ],
+                },
+                indent=1,
+                sort_keys=True,
+            ).encode()
             ti = _normalize(tarfile.TarInfo("manifest.json"))
             ti.size = len(manifest)
             tar.addfile(ti, io.BytesIO(manifest))
@@ -111,8 +130,10 @@ def load_bundle(client, path: Path) -> list[BundledImage]:
             with tempfile.TemporaryFile() as tmpf:
                 got_sha, _ = sha256_stream(f, tmpf)
                 if got_sha != e["sha256"]:
-                    raise ContainerError(f"{path}: {e['member']} has sha256 {got_sha}, the manifest says "
-                                         f"{e['sha256']} (corrupt bundle; nothing of it was loaded)")
+                    raise ContainerError(
+                        f"{path}: {e['member']} has sha256 {got_sha}, the manifest says "
+                        f"{e['sha256']} (corrupt bundle; nothing of it was loaded)"
+                    )
                 tmpf.seek(0)
                 client.api.load_image(tmpf)
             got = client.images.get(e["tag"]).id

@@ -21,18 +21,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", nargs="*", metavar="IMAGE", help="recipes of containers/ (default: all) and their parents")
     p.add_argument("--out", default="out/build", help="build logs and images.json (default: out/build)")
     p.add_argument("--namespace", default="reprostack", help="tag prefix: NAMESPACE/IMAGE:KEY (default: reprostack)")
-    p.add_argument("--base-override", action="append", default=[], metavar="BASE=IMAGE",
-                   help=f"build on local IMAGE instead of a recipe's BASE (repo:tag, with or without digest); "
-                        f"also ${OVERRIDE_ENV}=BASE=IMAGE,...")
-    p.add_argument("--save", metavar="FILE",
-                   help="after the build, `docker save` the named images (default: all built) into one archive "
-                        "for nodes without registry access (`reprostack build --load FILE` there)")
-    p.add_argument("--load", metavar="FILE",
-                   help="first `docker load` an images archive made with --save (sha256 and image ids checked)")
-    p.add_argument("--wheelhouse", action="append", default=[], metavar="DIR",
-                   help="folder of pinned wheels (checked by sha256) before downloading; also $REPROSTACK_WHEELHOUSE")
-    p.add_argument("--test-base", action="store_true",
-                   help=f"first import {TEST_BASE} (busybox from Debian's busybox-static) into the engine")
+    p.add_argument(
+        "--base-override",
+        action="append",
+        default=[],
+        metavar="BASE=IMAGE",
+        help=f"build on local IMAGE instead of a recipe's BASE (repo:tag, with or without digest); "
+        f"also ${OVERRIDE_ENV}=BASE=IMAGE,...",
+    )
+    p.add_argument(
+        "--save",
+        metavar="FILE",
+        help="after the build, `docker save` the named images (default: all built) into one archive "
+        "for nodes without registry access (`reprostack build --load FILE` there)",
+    )
+    p.add_argument(
+        "--load",
+        metavar="FILE",
+        help="first `docker load` an images archive made with --save (sha256 and image ids checked)",
+    )
+    p.add_argument(
+        "--wheelhouse",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folder of pinned wheels (checked by sha256) before downloading; also $REPROSTACK_WHEELHOUSE",
+    )
+    p.add_argument(
+        "--test-base",
+        action="store_true",
+        help=f"first import {TEST_BASE} (busybox from Debian's busybox-static) into the engine",
+    )
 
 
 def run(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -> int:
@@ -42,23 +61,38 @@ def run(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -
     overrides.update(parse_overrides(",".join(args.base_override)))
     recipes, order = preflight(args.images or None, root, lock, overrides)  # recipe / pin errors: before the engine
     wheelhouses = [Path(p) for p in args.wheelhouse] + wheelhouses_from_env()
-    verify_wheels(recipes, order, lock, cache_root=fetch.cache.root, wheelhouses=wheelhouses,
-                  offline=args.offline)   # so is a wheel with other bytes than the lock's
+    verify_wheels(
+        recipes, order, lock, cache_root=fetch.cache.root, wheelhouses=wheelhouses, offline=args.offline
+    )  # so is a wheel with other bytes than the lock's
     client = connect()
     if args.test_base:
         console.print(f"test base {TEST_BASE}: {ensure_test_base(client)}")
     if args.load:
         for b in load_bundle(client, Path(args.load)):
             print(f"{b.name}: loaded {b.tag} {b.image_id} from {args.load}")
-    results = build_images(args.images or None, BuildOptions(
-        root=root, lock=lock, fetch=fetch, out_dir=Path(args.out), namespace=args.namespace,
-        offline=args.offline, base_overrides=overrides, client=client, console=console, wheelhouses=wheelhouses))
+    results = build_images(
+        args.images or None,
+        BuildOptions(
+            root=root,
+            lock=lock,
+            fetch=fetch,
+            out_dir=Path(args.out),
+            namespace=args.namespace,
+            offline=args.offline,
+            base_overrides=overrides,
+            client=client,
+            console=console,
+            wheelhouses=wheelhouses,
+        ),
+    )
     for r in results:
         print(f"{r.name}: {r.status} {r.tag} {r.image_id} ({r.seconds:.1f} s, context {r.context_bytes} bytes)")
     print(f"summary: {(Path(args.out) / 'images.json').resolve()}")
     if args.save:
         wanted = set(args.images) if args.images else {r.name for r in results}
         saved = save_bundle(client, [(r.name, r.tag) for r in results if r.name in wanted], Path(args.save))
-        print(f"{args.save}: {len(saved)} image(s), {sum(b.bytes for b in saved)} bytes "
-              f"({', '.join(b.name for b in saved)})")
+        print(
+            f"{args.save}: {len(saved)} image(s), {sum(b.bytes for b in saved)} bytes "
+            f"({', '.join(b.name for b in saved)})"
+        )
     return 0

@@ -25,12 +25,12 @@ from .errors import ContainerError
 
 @dataclass(frozen=True)
 class _Entry:
-    kind: str                 # "file" | "symlink"
+    kind: str  # "file" | "symlink"
     executable: bool = False
     data: bytes | None = None
     path: Path | None = None  # read lazily
-    target: str = ""          # symlink target
-    origin: str = ""          # for error messages
+    target: str = ""  # symlink target
+    origin: str = ""  # for error messages
     sha256: str | None = None  # the bytes `path` must have (checked while they are written into the tar)
 
 
@@ -50,15 +50,24 @@ class Context:
             raise ContainerError(f"context path {key!r} given twice ({self._entries[key].origin}; {entry.origin})")
         for parent in p.parents:
             if parent.as_posix() in self._entries:
-                raise ContainerError(f"context path {key!r} ({entry.origin}) lies under the file "
-                                     f"{parent.as_posix()!r} ({self._entries[parent.as_posix()].origin})")
+                raise ContainerError(
+                    f"context path {key!r} ({entry.origin}) lies under the file "
+                    f"{parent.as_posix()!r} ({self._entries[parent.as_posix()].origin})"
+                )
         self._entries[key] = entry
 
     def add_bytes(self, dest: str, data: bytes, *, executable: bool = False, origin: str = "generated") -> None:
         self._put(dest, _Entry("file", executable, data=data, origin=origin))
 
-    def add_file(self, dest: str, src: Path, *, executable: bool | None = None, origin: str | None = None,
-                 sha256: str | None = None) -> None:
+    def add_file(
+        self,
+        dest: str,
+        src: Path,
+        *,
+        executable: bool | None = None,
+        origin: str | None = None,
+        sha256: str | None = None,
+    ) -> None:
         """Add the file `src` at `dest`, read when the tar is written; with `sha256`, the bytes read then must
         have it (a wheel verified earlier may be changed on a shared disk before the tar is made)."""
         src = Path(src)
@@ -142,9 +151,11 @@ class Context:
                         src = _HashingReader(f)
                         t.addfile(ti, src)
                         if e.sha256 and src.h.hexdigest() != e.sha256:
-                            raise ContainerError(f"{e.origin}: {e.path} has sha256 {src.h.hexdigest()} while it is "
-                                                 f"put into the context, the lock pins {e.sha256} (changed on disk "
-                                                 f"after it was verified)")
+                            raise ContainerError(
+                                f"{e.origin}: {e.path} has sha256 {src.h.hexdigest()} while it is "
+                                f"put into the context, the lock pins {e.sha256} (changed on disk "
+                                f"after it was verified)"
+                            )
         return out.hexdigest(), out.size
 
 

@@ -35,7 +35,7 @@ from .errors import ContainerError
 from .testbase import labelled_image
 
 DEBIAN_BASE = "reprostack-test/debian:12"
-SUITE = "bookworm"                      # Debian 12: the CI machine's release
+SUITE = "bookworm"  # Debian 12: the CI machine's release
 PACKAGES = ("python3", "python3-venv")  # python3-venv: ensurepip, so `python3 -m venv` gives a venv with pip
 MIRROR_ENV = "REPROSTACK_DEBIAN_MIRROR"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -65,14 +65,21 @@ def _release(rootfs: Path) -> dict:
 
 def manifest(rootfs: Path, key: str, mirror: str) -> dict:
     """What the root filesystem holds: the Release's date/version and every package's exact version."""
-    r = subprocess.run(["dpkg-query", f"--admindir={rootfs}/var/lib/dpkg", "-W", "-f", "${Package} ${Version}\\n"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["dpkg-query", f"--admindir={rootfs}/var/lib/dpkg", "-W", "-f", "${Package} ${Version}\\n"],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         raise ContainerError(f"dpkg-query in {rootfs}: {r.stderr.strip()[-300:]}")
     lines = sorted(line for line in r.stdout.splitlines() if line.strip())
-    return {"request": key, "mirror": mirror, "release": _release(rootfs),
-            "packages": dict(line.split(" ", 1) for line in lines),
-            "packages_sha256": hashlib.sha256("".join(f"{x}\n" for x in lines).encode()).hexdigest()}
+    return {
+        "request": key,
+        "mirror": mirror,
+        "release": _release(rootfs),
+        "packages": dict(line.split(" ", 1) for line in lines),
+        "packages_sha256": hashlib.sha256("".join(f"{x}\n" for x in lines).encode()).hexdigest(),
+    }
 
 
 def _debootstrap(rootfs: Path, suite: str, packages, mirror: str, log: Path) -> None:
@@ -83,8 +90,9 @@ def _debootstrap(rootfs: Path, suite: str, packages, mirror: str, log: Path) -> 
     argv = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite, str(rootfs), mirror]
     with open(log, "wb") as f:
         try:
-            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                timeout=TIMEOUT_S).returncode
+            rc = subprocess.run(
+                argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=TIMEOUT_S
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
     if rc != 0:
@@ -92,8 +100,15 @@ def _debootstrap(rootfs: Path, suite: str, packages, mirror: str, log: Path) -> 
         raise ContainerError(f"debootstrap {suite} from {mirror} failed ({rc}): " + " | ".join(tail))
 
 
-def ensure_debian_base(client, tag: str = DEBIAN_BASE, *, suite: str = SUITE, packages=PACKAGES,
-                       mirror: str | None = None, workdir: Path | None = None) -> str:
+def ensure_debian_base(
+    client,
+    tag: str = DEBIAN_BASE,
+    *,
+    suite: str = SUITE,
+    packages=PACKAGES,
+    mirror: str | None = None,
+    workdir: Path | None = None,
+) -> str:
     """Make (once) the Debian base image `tag` (see the module docstring); returns its image id."""
     import docker.errors
 
@@ -114,15 +129,32 @@ def ensure_debian_base(client, tag: str = DEBIAN_BASE, *, suite: str = SUITE, pa
                 if p.is_file():
                     p.unlink()
         tar = tmp / "rootfs.tar"
-        r = subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "--exclude=./dev/*", "--exclude=./proc/*",
-                            "--exclude=./sys/*", "-cf", str(tar), "."], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                "tar",
+                "-C",
+                str(rootfs),
+                "--numeric-owner",
+                "--exclude=./dev/*",
+                "--exclude=./proc/*",
+                "--exclude=./sys/*",
+                "-cf",
+                str(tar),
+                ".",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
             raise ContainerError(f"tar of the Debian root filesystem failed: {r.stderr.strip()[-300:]}")
         repo, _, t = tag.rpartition(":")
         labels = {L_REQUEST: key, L_DATE: info["release"].get("date", ""), L_PACKAGES: info["packages_sha256"]}
         changes = [f"LABEL {k}={json.dumps(v)}" for k, v in labels.items()]
-        changes += ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8",
-                    'CMD ["/bin/bash"]']
+        changes += [
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'CMD ["/bin/bash"]',
+        ]
         try:
             client.api.import_image_from_file(str(tar), repository=repo, tag=t, changes=changes)
         except docker.errors.APIError as e:
@@ -138,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from .engine import connect
+
     t0 = time.monotonic()
     try:
         image_id = ensure_debian_base(connect())

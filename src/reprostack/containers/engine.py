@@ -54,8 +54,16 @@ from ..lock import GitPin, Lock, WheelPin, WheelsetPin, canonical_name
 from . import render as R
 from .context import Context
 from .errors import ContainerError, EngineUnavailable, ImageBuildError, RecipeError
-from .recipe import (Recipe, build_order, check_bases, load_all, missing_digest, override_for, overrides_from_env,
-                     resolve_lock_bases)
+from .recipe import (
+    Recipe,
+    build_order,
+    check_bases,
+    load_all,
+    missing_digest,
+    override_for,
+    overrides_from_env,
+    resolve_lock_bases,
+)
 
 KEY_VERSION = 1
 L_KEY = "dev.reprostack.key"
@@ -125,9 +133,9 @@ class ImageResult:
 @dataclass
 class _Plan:
     recipe: Recipe
-    from_ref: str          # what FROM names (an image id)
-    from_identity: str     # what the key hashes (parent id, pinned base ref, local image id)
-    base_name: str         # for org.opencontainers.image.base.name
+    from_ref: str  # what FROM names (an image id)
+    from_identity: str  # what the key hashes (parent id, pinned base ref, local image id)
+    base_name: str  # for org.opencontainers.image.base.name
     epoch: int
     dockerfile: str
     instructions: list
@@ -148,8 +156,9 @@ def connect(timeout_s: float = 6 * 3600):
         client = docker.from_env(timeout=int(timeout_s))
         client.ping()
     except (docker.errors.DockerException, OSError) as e:
-        raise EngineUnavailable(f"no Docker engine answers at {where}: {e}. Start dockerd (README: Images) "
-                                f"and set DOCKER_HOST") from None
+        raise EngineUnavailable(
+            f"no Docker engine answers at {where}: {e}. Start dockerd (README: Images) and set DOCKER_HOST"
+        ) from None
     return client
 
 
@@ -159,10 +168,12 @@ def image_key(fields: Mapping) -> str:
 
 def label_instruction(labels: Mapping[str, str]) -> str:
     """`LABEL "k"="v" ...` (sorted, one instruction) with quotes, backslashes and `$` escaped."""
+
     def q(x: str) -> str:
         if "\n" in x or "\r" in x:
             raise ContainerError(f"label value {x[:60]!r}... holds a newline")
         return '"' + x.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
     body = " \\\n      ".join(f"{q(k)}={q(v)}" for k, v in sorted(labels.items()))
     return f"# ---- provenance labels, added by reprostack\nLABEL {body}\n"
 
@@ -197,21 +208,32 @@ def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) 
             what = "not in the lock" if pin is None else f"a {pin.kind} pin, not a wheel or wheelset"
             if pin is not None and lock.stacks and any(w.pin in st.wheel_of for st in lock.stacks.values()):
                 stacks = sorted(n for n, st in lock.stacks.items() if w.pin in st.wheel_of)
-                what += (f" in stack {lock.stack} (the stacks that pin it as a wheel: {', '.join(stacks)}; "
-                         f"`reprostack --stack {stacks[0]} build {recipe.name}`)")
+                what += (
+                    f" in stack {lock.stack} (the stacks that pin it as a wheel: {', '.join(stacks)}; "
+                    f"`reprostack --stack {stacks[0]} build {recipe.name}`)"
+                )
             raise RecipeError(recipe.path, w.line, f"wheels[{i}].pin", f"{w.pin!r} is {what}")
     if recipe.source and recipe.source not in lock.upstreams:
         raise RecipeError(recipe.path, recipe.line("source"), "source", f"{recipe.source!r} is not in the lock")
-    values = R.template_values(lock, image=recipe.name, from_ref=from_ref, epoch=epoch,
-                               source_dests={s.upstream: s.dest for s in recipe.sources},
-                               wheel_dests={w.pin: w.dest for w in recipe.wheels})
+    values = R.template_values(
+        lock,
+        image=recipe.name,
+        from_ref=from_ref,
+        epoch=epoch,
+        source_dests={s.upstream: s.dest for s in recipe.sources},
+        wheel_dests={w.pin: w.dest for w in recipe.wheels},
+    )
     if "kernels." in recipe.dockerfile_text or any("kernels." in v for v in recipe.args.values()):
-        values.update(R.kernel_values(recipe.dir.parent.parent))   # the project root of containers/<name>/
+        values.update(R.kernel_values(recipe.dir.parent.parent))  # the project root of containers/<name>/
     text = R.render(recipe.dockerfile_text, values, recipe.dockerfile)
     R.check_dockerfile(recipe.dockerfile_text, text, recipe.dockerfile)
-    args = {k: R.render_value(v, values, recipe.path, recipe.line("args", k), f"args.{k}") for k, v in recipe.args.items()}
-    labels = {k: R.render_value(v, values, recipe.path, recipe.line("labels", k), f"labels.{k}")
-              for k, v in recipe.labels.items()}
+    args = {
+        k: R.render_value(v, values, recipe.path, recipe.line("args", k), f"args.{k}") for k, v in recipe.args.items()
+    }
+    labels = {
+        k: R.render_value(v, values, recipe.path, recipe.line("labels", k), f"labels.{k}")
+        for k, v in recipe.labels.items()
+    }
     return text, args, labels
 
 
@@ -248,10 +270,14 @@ class _Builder:
             try:
                 img = self.client.images.get(local)
             except docker.errors.ImageNotFound:
-                hint = (" (the test base: `reprostack build --test-base`, or the test suite, imports it)"
-                        if local.startswith("reprostack-test/") else "")
-                raise RecipeError(r.path, r.line("base"), "base",
-                                  f"local image {local!r} is not in this engine{hint}") from None
+                hint = (
+                    " (the test base: `reprostack build --test-base`, or the test suite, imports it)"
+                    if local.startswith("reprostack-test/")
+                    else ""
+                )
+                raise RecipeError(
+                    r.path, r.line("base"), "base", f"local image {local!r} is not in this engine{hint}"
+                ) from None
             note = None if (base.kind == "local" and local == base.name) else f"{base.text} -> {local} ({img.id})"
             return img.id, img.id, local, note
         if base.digest is None:
@@ -263,8 +289,10 @@ class _Builder:
         except docker.errors.ImageNotFound:
             img = self._loaded_copy(r, base) if self.o.offline else None
             if img is None and self.o.offline:
-                raise ContainerError(f"{r.path}: base {base.text} is not in this engine and --offline forbids "
-                                     f"pulling it: `docker load` the images bundle first") from None
+                raise ContainerError(
+                    f"{r.path}: base {base.text} is not in this engine and --offline forbids "
+                    f"pulling it: `docker load` the images bundle first"
+                ) from None
             if img is None:
                 img = self._pull(r, repo, base.digest)
         self._check_base(r, base, img)
@@ -287,11 +315,16 @@ class _Builder:
             return None
         if base.image_id and img.id == base.image_id:
             return img
-        why = (f"the lock pins id {base.image_id}" if base.image_id else
-               "the lock pins no `id` to check a loaded copy against")
-        raise ContainerError(f"{self._where_pin(r, base)}: {base.name} in this engine is {img.id}, which does not "
-                             f"carry the pinned digest {base.digest} and {why}: not the pinned image (remove it, "
-                             f"then pull {_repo_of(base.name)}@{base.digest} or load the image that was pulled by it)")
+        why = (
+            f"the lock pins id {base.image_id}"
+            if base.image_id
+            else "the lock pins no `id` to check a loaded copy against"
+        )
+        raise ContainerError(
+            f"{self._where_pin(r, base)}: {base.name} in this engine is {img.id}, which does not "
+            f"carry the pinned digest {base.digest} and {why}: not the pinned image (remove it, "
+            f"then pull {_repo_of(base.name)}@{base.digest} or load the image that was pulled by it)"
+        )
 
     def _check_base(self, r: Recipe, base, img) -> None:
         """The base found or pulled is the pin: its RepoDigests name `repo@digest` (or, for a loaded copy, its id is
@@ -299,15 +332,21 @@ class _Builder:
         from ..lockimages import split_repo
 
         want = split_repo(_repo_of(base.name))
-        digests = {(split_repo(d.rpartition("@")[0]), d.rpartition("@")[2]) for d in (img.attrs.get("RepoDigests") or [])}
+        digests = {
+            (split_repo(d.rpartition("@")[0]), d.rpartition("@")[2]) for d in (img.attrs.get("RepoDigests") or [])
+        }
         if base.image_id and img.id != base.image_id:
-            raise ContainerError(f"{self._where_pin(r, base, 'id')}: {base.name}@{base.digest} in this engine is "
-                                 f"{img.id}, the lock pins id {base.image_id}")
+            raise ContainerError(
+                f"{self._where_pin(r, base, 'id')}: {base.name}@{base.digest} in this engine is "
+                f"{img.id}, the lock pins id {base.image_id}"
+            )
         if (want, base.digest) not in digests and not (base.image_id and img.id == base.image_id):
             have = ", ".join(sorted(img.attrs.get("RepoDigests") or [])) or "none"
-            raise ContainerError(f"{self._where_pin(r, base)}: the image the engine gives for "
-                                 f"{_repo_of(base.name)}@{base.digest} ({img.id}) does not carry that digest "
-                                 f"(RepoDigests: {have})")
+            raise ContainerError(
+                f"{self._where_pin(r, base)}: the image the engine gives for "
+                f"{_repo_of(base.name)}@{base.digest} ({img.id}) does not carry that digest "
+                f"(RepoDigests: {have})"
+            )
 
     def _pull(self, r: Recipe, repo: str, digest: str):
         import docker.errors
@@ -350,23 +389,30 @@ class _Builder:
         for s in r.sources:
             t = self._tree(s.upstream)
             ctx.add_git_tree(s.dest, t.path, origin=f"{r.path}: sources {s.upstream}")
-            ups[s.upstream] = {"url": t.pin.url, "rev": t.pin.rev, "tree": t.pin.tree,
-                               "patched-tree": t.tree, "patches": len(t.pin.patches),
-                               "submodules": {m.path: m.rev for m in t.pin.submodules}}
+            ups[s.upstream] = {
+                "url": t.pin.url,
+                "rev": t.pin.rev,
+                "tree": t.pin.tree,
+                "patched-tree": t.tree,
+                "patches": len(t.pin.patches),
+                "submodules": {m.path: m.rev for m in t.pin.submodules},
+            }
         for w in r.wheels:
             ups[w.pin] = self._add_wheels(ctx, r, w)
         for f in r.files:
             ctx.add_file(f.dest, r.dir / f.src, executable=f.executable or None, origin=f"{r.path}: files {f.src}")
         labels = dict(extra_labels)
-        labels.update({
-            OCI + "created": rfc3339(epoch),
-            OCI + "base.name": base_name,
-            OCI + "base.digest": identity if identity.startswith("sha256:") else identity.rpartition("@")[2],
-            L_IMAGE: r.name,
-            L_RECIPE: r.recipe_sha256,
-            L_UPSTREAMS: json.dumps(ups, sort_keys=True, separators=(",", ":")),
-            L_LOCK: self.o.lock.sha256,
-        })
+        labels.update(
+            {
+                OCI + "created": rfc3339(epoch),
+                OCI + "base.name": base_name,
+                OCI + "base.digest": identity if identity.startswith("sha256:") else identity.rpartition("@")[2],
+                L_IMAGE: r.name,
+                L_RECIPE: r.recipe_sha256,
+                L_UPSTREAMS: json.dumps(ups, sort_keys=True, separators=(",", ":")),
+                L_LOCK: self.o.lock.sha256,
+            }
+        )
         if r.description:
             labels.setdefault(OCI + "description", " ".join(r.description.split()))
         if r.source:
@@ -382,10 +428,12 @@ class _Builder:
         # per label as the API's `labels` would take); the lock's sha256 and the key go through the API.
         content = {k: v for k, v in labels.items() if k not in API_LABELS}
         block = label_instruction(content)
-        ctx.add_bytes("Dockerfile", (text if text.endswith("\n") else text + "\n").encode() + block.encode(),
-                      origin=str(r.dockerfile))
-        return _Plan(r, from_ref, identity, base_name, epoch, text, R.instructions(text), args, labels, ctx, ups,
-                     block)
+        ctx.add_bytes(
+            "Dockerfile",
+            (text if text.endswith("\n") else text + "\n").encode() + block.encode(),
+            origin=str(r.dockerfile),
+        )
+        return _Plan(r, from_ref, identity, base_name, epoch, text, R.instructions(text), args, labels, ctx, ups, block)
 
     def _add_wheels(self, ctx: Context, r: Recipe, w) -> dict:
         """Put pin `w.pin`'s verified wheels under `w.dest`, with `requirements.txt` (name==version --hash=sha256,
@@ -393,18 +441,33 @@ class _Builder:
         marked) for the installed-vs-lock check; returns the pin's provenance for the upstreams label."""
         pin = self.o.lock.get(w.pin)
         where = f"{r.path}: wheels {w.pin}"
-        wheels = fetch_wheels(self.o.lock, w.pin, cache_root=self.fetch.cache.root if self.fetch else None,
-                              wheelhouses=self.o.wheelhouses, offline=self.o.offline)
+        wheels = fetch_wheels(
+            self.o.lock,
+            w.pin,
+            cache_root=self.fetch.cache.root if self.fetch else None,
+            wheelhouses=self.o.wheelhouses,
+            offline=self.o.offline,
+        )
         for lw in wheels:
             ctx.add_file(f"{w.dest}/{lw.filename}", lw.path, executable=False, origin=where, sha256=lw.sha256)
-        ctx.add_bytes(f"{w.dest}/requirements.txt", "".join(
-            f"{lw.name}=={lw.version} --hash=sha256:{lw.sha256}\n" for lw in wheels).encode(), origin=where)
+        ctx.add_bytes(
+            f"{w.dest}/requirements.txt",
+            "".join(f"{lw.name}=={lw.version} --hash=sha256:{lw.sha256}\n" for lw in wheels).encode(),
+            origin=where,
+        )
         overrides = sorted(canonical_name(o.split("==")[0]) for o in getattr(pin, "overrides", ()))
-        pins = {"pin": w.pin, "lock-sha256": self.o.lock.sha256,
-                "packages": {lw.name: lw.version for lw in wheels}, "overrides": overrides}
+        pins = {
+            "pin": w.pin,
+            "lock-sha256": self.o.lock.sha256,
+            "packages": {lw.name: lw.version for lw in wheels},
+            "overrides": overrides,
+        }
         ctx.add_bytes(f"{w.dest}/pins.json", (json.dumps(pins, indent=1, sort_keys=True) + "\n").encode(), origin=where)
-        return {"kind": pin.kind, "wheels": len(wheels),
-                "sha256": hashlib.sha256("".join(lw.sha256 for lw in wheels).encode()).hexdigest()}
+        return {
+            "kind": pin.kind,
+            "wheels": len(wheels),
+            "sha256": hashlib.sha256("".join(lw.sha256 for lw in wheels).encode()).hexdigest(),
+        }
 
     # ------------------------------------------------------------------ build
     def image(self, r: Recipe) -> ImageResult:
@@ -418,10 +481,16 @@ class _Builder:
         os.close(fd)
         try:
             ctx_sha, ctx_size = p.context.write_tar(Path(ctx_path))
-            fields = {"v": KEY_VERSION, "image": r.name, "recipe": r.recipe_sha256,
-                      "dockerfile": hashlib.sha256(p.dockerfile.encode()).hexdigest(), "context": ctx_sha,
-                      "from": p.from_identity, "args": p.args,
-                      "labels": {k: v for k, v in p.labels.items() if k not in NOT_IN_KEY}}
+            fields = {
+                "v": KEY_VERSION,
+                "image": r.name,
+                "recipe": r.recipe_sha256,
+                "dockerfile": hashlib.sha256(p.dockerfile.encode()).hexdigest(),
+                "context": ctx_sha,
+                "from": p.from_identity,
+                "args": p.args,
+                "labels": {k: v for k, v in p.labels.items() if k not in NOT_IN_KEY},
+            }
             key = image_key(fields)
             tag = f"{self.o.namespace}/{r.name}:{key[:16]}"
             api_labels = {k: v for k, v in p.labels.items() if k in API_LABELS}
@@ -430,8 +499,20 @@ class _Builder:
                 img = self.client.images.get(tag)
                 if (img.labels or {}).get(L_KEY) == key:
                     self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
-                    return ImageResult(r.name, tag, img.id, "reused", time.monotonic() - t0, ctx_size, ctx_sha, key,
-                                       p.from_ref, p.epoch, None, dict(img.labels))
+                    return ImageResult(
+                        r.name,
+                        tag,
+                        img.id,
+                        "reused",
+                        time.monotonic() - t0,
+                        ctx_size,
+                        ctx_sha,
+                        key,
+                        p.from_ref,
+                        p.epoch,
+                        None,
+                        dict(img.labels),
+                    )
             except docker.errors.ImageNotFound:
                 pass
             log = self.out / "logs" / f"{r.name}-{key[:16]}.log"
@@ -445,20 +526,35 @@ class _Builder:
             Path(ctx_path).unlink(missing_ok=True)
         self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
         img = self.client.images.get(image_id)
-        return ImageResult(r.name, tag, img.id, "built", time.monotonic() - t0, ctx_size, ctx_sha, key, p.from_ref,
-                           p.epoch, log, dict(img.labels or {}))
+        return ImageResult(
+            r.name,
+            tag,
+            img.id,
+            "built",
+            time.monotonic() - t0,
+            ctx_size,
+            ctx_sha,
+            key,
+            p.from_ref,
+            p.epoch,
+            log,
+            dict(img.labels or {}),
+        )
 
-    def _run_build(self, r: Recipe, p: _Plan, ctx_path: Path, ctx_size: int, tag: str, labels: dict, log: Path,
-                   fields: dict) -> str:
+    def _run_build(
+        self, r: Recipe, p: _Plan, ctx_path: Path, ctx_size: int, tag: str, labels: dict, log: Path, fields: dict
+    ) -> str:
         import docker.errors
 
         step_n, step_text = 0, "(before the first step)"
         image_id = None
         line_buf = ""
         with open(log, "w", encoding="utf-8") as lf, open(ctx_path, "rb") as ctx:
-            lf.write(f"# reprostack build of image {r.name} -> {tag}\n# recipe {r.path}\n"
-                     f"# context {ctx_size} bytes, SOURCE_DATE_EPOCH {p.epoch}\n"
-                     f"# key inputs {json.dumps(fields, sort_keys=True)}\n# ---- Dockerfile (rendered)\n")
+            lf.write(
+                f"# reprostack build of image {r.name} -> {tag}\n# recipe {r.path}\n"
+                f"# context {ctx_size} bytes, SOURCE_DATE_EPOCH {p.epoch}\n"
+                f"# key inputs {json.dumps(fields, sort_keys=True)}\n# ---- Dockerfile (rendered)\n"
+            )
             lf.write("".join(f"#  {i:3d}  {l}\n" for i, l in enumerate(p.dockerfile.splitlines(), start=1)))
             lf.write("".join(f"#       {l}\n" for l in p.label_block.splitlines()))
             lf.write("# ---- engine output\n")
@@ -471,8 +567,18 @@ class _Builder:
 
             try:
                 stream = self.client.api.build(
-                    fileobj=ctx, custom_context=True, tag=tag, buildargs=p.args, labels=labels,
-                    network_mode="none", pull=False, rm=True, forcerm=True, decode=True, dockerfile="Dockerfile")
+                    fileobj=ctx,
+                    custom_context=True,
+                    tag=tag,
+                    buildargs=p.args,
+                    labels=labels,
+                    network_mode="none",
+                    pull=False,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                    dockerfile="Dockerfile",
+                )
                 for ev in stream:
                     if "stream" in ev:
                         s = ev["stream"]
@@ -514,8 +620,10 @@ class _Builder:
         return "0 (sending the context / parsing the Dockerfile)"
 
 
-_PULL_HINT = ("; without that registry: `reprostack build --load FILE` (an images archive made where it is reachable) "
-              "or, for a local test only, `--base-override BASE=IMAGE` / REPROSTACK_BASE_OVERRIDE (labelled on the image)")
+_PULL_HINT = (
+    "; without that registry: `reprostack build --load FILE` (an images archive made where it is reachable) "
+    "or, for a local test only, `--base-override BASE=IMAGE` / REPROSTACK_BASE_OVERRIDE (labelled on the image)"
+)
 
 
 def _repo_of(name: str) -> str:
@@ -530,8 +638,10 @@ def unresolved_line(lock: Lock, name: str) -> str | None:
     pin = lock.upstreams.get(name)
     if not isinstance(pin, (WheelPin, WheelsetPin)) or not pin.unresolved:
         return None
-    return (f"unresolved pin {pin.describe()} (sha256 not in the lock: run `reprostack lock wheels {name}` "
-            f"{pin.unresolved})")
+    return (
+        f"unresolved pin {pin.describe()} (sha256 not in the lock: run `reprostack lock wheels {name}` "
+        f"{pin.unresolved})"
+    )
 
 
 def check_resolved(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lock) -> None:
@@ -540,15 +650,24 @@ def check_resolved(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lo
     for n in order:
         r = recipes[n]
         if r.unresolved:
-            raise RecipeError(r.path, r.line("unresolved"), "unresolved", f"image {n} cannot be built yet: {r.unresolved}")
+            raise RecipeError(
+                r.path, r.line("unresolved"), "unresolved", f"image {n} cannot be built yet: {r.unresolved}"
+            )
         for i, w in enumerate(r.wheels):
             line = unresolved_line(lock, w.pin)
             if line:
                 raise RecipeError(r.path, w.line, f"wheels[{i}].pin", line)
 
 
-def verify_wheels(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lock, *, cache_root: Path | None,
-                  wheelhouses: Sequence[Path] = (), offline: bool = False) -> int:
+def verify_wheels(
+    recipes: Mapping[str, Recipe],
+    order: Sequence[str],
+    lock: Lock,
+    *,
+    cache_root: Path | None,
+    wheelhouses: Sequence[Path] = (),
+    offline: bool = False,
+) -> int:
     """Before any engine work: every wheel the images of `order` put into a context (`wheels:`), in the cache and
     sha256-checked against the lock (fetch.wheels: cache, wheelhouses, then pip unless offline), so a wrong or
     missing wheel stops the build in one line before the engine is asked and before any image of the chain is
@@ -560,8 +679,9 @@ def verify_wheels(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Loc
     return n
 
 
-def preflight(names: Sequence[str] | None, root: Path, lock: Lock,
-              overrides: Mapping[str, str]) -> tuple[dict[str, Recipe], list[str]]:
+def preflight(
+    names: Sequence[str] | None, root: Path, lock: Lock, overrides: Mapping[str, str]
+) -> tuple[dict[str, Recipe], list[str]]:
     """Everything `build` checks before it needs an engine: the recipes of `names` (default: all) and their parents
     load, their `lock:` bases are image pins with digests, every registry base is pinned or overridden, and nothing
     in the chain is unresolved. Returns (recipes, build order); raises RecipeError naming the file and line."""
@@ -580,16 +700,23 @@ def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageR
     (a step failed; names the image, the step and the log), ContainerError, EngineUnavailable,
     FetchError/PatchError (a source tree could not be prepared).
     """
-    recipes, order = preflight(names, opts.root, opts.lock,
-                               overrides_from_env() if opts.base_overrides is None else opts.base_overrides)
+    recipes, order = preflight(
+        names, opts.root, opts.lock, overrides_from_env() if opts.base_overrides is None else opts.base_overrides
+    )
     b = _Builder(opts)
     results: list[ImageResult] = []
     for n in order:
         res = b.image(recipes[n])
         b.done[n] = res
-        results.append(res)   # one result line per image is the caller's to print (`reprostack build`: stdout)
+        results.append(res)  # one result line per image is the caller's to print (`reprostack build`: stdout)
     b.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(b.out / "images.json", json.dumps(
-        {"lock": str(opts.lock.path), "lock_sha256": opts.lock.sha256, "images": [r.as_dict() for r in results]},
-        indent=2, sort_keys=True) + "\n")
+    write_text_atomic(
+        b.out / "images.json",
+        json.dumps(
+            {"lock": str(opts.lock.path), "lock_sha256": opts.lock.sha256, "images": [r.as_dict() for r in results]},
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n",
+    )
     return results

@@ -53,9 +53,9 @@ class BaseRef:
 
     text: str
     kind: str
-    name: str            # repo[:tag] (registry) or the local image reference
-    digest: str | None   # sha256:<64 hex> when pinned
-    pin: str | None = None       # the lock's image pin it came from (`base: lock:PIN`)
+    name: str  # repo[:tag] (registry) or the local image reference
+    digest: str | None  # sha256:<64 hex> when pinned
+    pin: str | None = None  # the lock's image pin it came from (`base: lock:PIN`)
     image_id: str | None = None  # that pin's `id` (what a loaded copy must be), when pinned
 
     @property
@@ -66,9 +66,9 @@ class BaseRef:
 def parse_base(text: str) -> BaseRef:
     """Split a recipe's `base:` into its parts. Raises ValueError for a malformed digest."""
     if text.startswith(LOCAL_PREFIX):
-        return BaseRef(text, "local", text[len(LOCAL_PREFIX):], None)
+        return BaseRef(text, "local", text[len(LOCAL_PREFIX) :], None)
     if text.startswith(LOCK_PREFIX):
-        return BaseRef(text, "lock", text[len(LOCK_PREFIX):], None)
+        return BaseRef(text, "lock", text[len(LOCK_PREFIX) :], None)
     name, _, digest = text.partition("@")
     if digest and not _DIGEST.match(digest):
         raise ValueError(f"{digest!r} is not a digest (sha256:<64 lowercase hex>)")
@@ -103,7 +103,7 @@ class Recipe:
 
     name: str
     dir: Path
-    path: Path                       # image.yaml
+    path: Path  # image.yaml
     dockerfile: Path
     dockerfile_text: str
     parent: str | None
@@ -115,7 +115,7 @@ class Recipe:
     labels: Mapping[str, str]
     wheels: tuple[WheelsSpec, ...] = ()
     description: str = ""
-    unresolved: str | None = None    # why this image cannot be built yet (`build` stops naming it)
+    unresolved: str | None = None  # why this image cannot be built yet (`build` stops naming it)
     recipe_sha256: str = ""
     lines: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -145,8 +145,12 @@ def load_recipe(root: Path, name: str) -> Recipe:
         raise RecipeError(path, 1, "(root)", "a recipe is a mapping")
     validate(data, lines, _schema(), str(path), RecipeError)
     if ("parent" in data) == ("base" in data):
-        raise RecipeError(path, line_of(lines, ("parent",)) or line_of(lines, ("base",)), "parent/base",
-                          "give exactly one of `parent` (another recipe) or `base` (a pinned image)")
+        raise RecipeError(
+            path,
+            line_of(lines, ("parent",)) or line_of(lines, ("base",)),
+            "parent/base",
+            "give exactly one of `parent` (another recipe) or `base` (a pinned image)",
+        )
     dockerfile = rdir / "Dockerfile"
     if not dockerfile.is_file():
         raise RecipeError(dockerfile, None, "(file)", "every recipe has a Dockerfile (template) next to image.yaml")
@@ -159,28 +163,61 @@ def load_recipe(root: Path, name: str) -> Recipe:
     if data.get("parent") == name:
         raise RecipeError(path, line_of(lines, ("parent",)), "parent", "an image cannot be its own parent")
 
-    sources = tuple(SourceSpec(s["upstream"], s.get("dest", f"src/{s['upstream']}"), line_of(lines, ("sources", i)))
-                    for i, s in enumerate(data.get("sources") or ()))
-    wheels = tuple(WheelsSpec(w["pin"], w.get("dest", f"wheels/{w['pin']}"), line_of(lines, ("wheels", i)))
-                   for i, w in enumerate(data.get("wheels") or ()))
+    sources = tuple(
+        SourceSpec(s["upstream"], s.get("dest", f"src/{s['upstream']}"), line_of(lines, ("sources", i)))
+        for i, s in enumerate(data.get("sources") or ())
+    )
+    wheels = tuple(
+        WheelsSpec(w["pin"], w.get("dest", f"wheels/{w['pin']}"), line_of(lines, ("wheels", i)))
+        for i, w in enumerate(data.get("wheels") or ())
+    )
     files = []
     for i, f in enumerate(data.get("files") or ()):
         src = rdir / f["src"]
         parts = Path(f["src"]).parts
-        shared = len(parts) == 3 and parts[0] == ".." and parts[1] not in ("", ".", "..") and parts[2] not in ("", ".", "..")
-        if (".." in parts and not shared) or Path(f["src"]).is_absolute() or not src.is_file() or src.is_symlink() \
-                or (shared and (src.parent.is_symlink() or not (src.parent / "image.yaml").is_file())):
-            raise RecipeError(path, line_of(lines, ("files", i, "src")), f"files[{i}].src",
-                              f"{f['src']} is not a regular file of {rdir} or ../<recipe>/<file> of another recipe")
-        files.append(FileSpec(f["src"], f.get("dest", f"files/{f['src']}"), bool(f.get("executable", False)),
-                              line_of(lines, ("files", i))))
-    return Recipe(name=name, dir=rdir, path=path, dockerfile=dockerfile,
-                  dockerfile_text=dockerfile.read_bytes().decode("utf-8"), parent=data.get("parent"), base=base,
-                  source=data.get("source"), args=dict(data.get("args") or {}), sources=sources,
-                  files=tuple(files), labels=dict(data.get("labels") or {}), wheels=wheels,
-                  description=data.get("description", ""), unresolved=data.get("unresolved"),
-                  recipe_sha256=recipe_digest(rdir, [f.src for f in files if f.src.startswith("../")]),
-                  lines=lines)
+        shared = (
+            len(parts) == 3 and parts[0] == ".." and parts[1] not in ("", ".", "..") and parts[2] not in ("", ".", "..")
+        )
+        if (
+            (".." in parts and not shared)
+            or Path(f["src"]).is_absolute()
+            or not src.is_file()
+            or src.is_symlink()
+            or (shared and (src.parent.is_symlink() or not (src.parent / "image.yaml").is_file()))
+        ):
+            raise RecipeError(
+                path,
+                line_of(lines, ("files", i, "src")),
+                f"files[{i}].src",
+                f"{f['src']} is not a regular file of {rdir} or ../<recipe>/<file> of another recipe",
+            )
+        files.append(
+            FileSpec(
+                f["src"],
+                f.get("dest", f"files/{f['src']}"),
+                bool(f.get("executable", False)),
+                line_of(lines, ("files", i)),
+            )
+        )
+    return Recipe(
+        name=name,
+        dir=rdir,
+        path=path,
+        dockerfile=dockerfile,
+        dockerfile_text=dockerfile.read_bytes().decode("utf-8"),
+        parent=data.get("parent"),
+        base=base,
+        source=data.get("source"),
+        args=dict(data.get("args") or {}),
+        sources=sources,
+        files=tuple(files),
+        labels=dict(data.get("labels") or {}),
+        wheels=wheels,
+        description=data.get("description", ""),
+        unresolved=data.get("unresolved"),
+        recipe_sha256=recipe_digest(rdir, [f.src for f in files if f.src.startswith("../")]),
+        lines=lines,
+    )
 
 
 def recipe_digest(rdir: Path, shared: list[str] | tuple = ()) -> str:
@@ -213,8 +250,12 @@ def load_all(root: Path, names: list[str] | None = None) -> dict[str, Recipe]:
         out[n] = r
         if r.parent:
             if not (Path(root) / CONTAINERS_DIR / r.parent / "image.yaml").is_file():
-                raise RecipeError(r.path, r.line("parent"), "parent",
-                                  f"no recipe {r.parent!r} (known: {', '.join(recipe_names(root))})")
+                raise RecipeError(
+                    r.path,
+                    r.line("parent"),
+                    "parent",
+                    f"no recipe {r.parent!r} (known: {', '.join(recipe_names(root))})",
+                )
             todo.append(r.parent)
     return out
 
@@ -228,7 +269,7 @@ def build_order(recipes: Mapping[str, Recipe], names: list[str]) -> list[str]:
         if state.get(n) == "done":
             return
         if state.get(n) == "active":
-            cyc = chain[chain.index(n):] + [n]
+            cyc = chain[chain.index(n) :] + [n]
             r = recipes[n]
             raise RecipeError(r.path, r.line("parent"), "parent", f"parent cycle: {' -> '.join(cyc)}")
         state[n] = "active"
@@ -258,12 +299,20 @@ def resolve_lock_bases(recipes: Mapping[str, Recipe], lock) -> dict[str, Recipe]
             pin = lock.upstreams.get(b.name)
             if not isinstance(pin, ImagePin):
                 known = ", ".join(sorted(k for k, p in lock.upstreams.items() if isinstance(p, ImagePin))) or "none"
-                raise RecipeError(r.path, r.line("base"), "base",
-                                  f"{b.text!r}: {lock.path} has no image pin {b.name!r} (image pins: {known})")
+                raise RecipeError(
+                    r.path,
+                    r.line("base"),
+                    "base",
+                    f"{b.text!r}: {lock.path} has no image pin {b.name!r} (image pins: {known})",
+                )
             if not pin.digest:
-                raise RecipeError(r.path, r.line("base"), "base",
-                                  f"{b.text!r}: image pin {b.name!r} has no digest yet (`nox -s lock -- images "
-                                  f"{b.name}` resolves it from the registry)")
+                raise RecipeError(
+                    r.path,
+                    r.line("base"),
+                    "base",
+                    f"{b.text!r}: image pin {b.name!r} has no digest yet (`nox -s lock -- images "
+                    f"{b.name}` resolves it from the registry)",
+                )
             r = replace(r, base=BaseRef(pin.ref, "registry", f"{pin.repo}:{pin.tag}", pin.digest, b.name, pin.id))
         out[n] = r
     return out
@@ -299,10 +348,13 @@ def missing_digest(r: Recipe) -> RecipeError:
     """The error for a registry base given by tag only (no digest), naming the recipe line."""
     b = r.base
     return RecipeError(
-        r.path, r.line("base"), "base",
+        r.path,
+        r.line("base"),
+        "base",
         f"{b.text!r} has no digest: a tag is mutable, so it is not a pin. Write it as {b.name}@sha256:<digest> "
         f"(the registry's digest; `nox -s lock -- images` resolves an image pin of the lock, then `base: lock:PIN`), or substitute a local image: "
-        f"{OVERRIDE_ENV}='{b.name}=<local image>'")
+        f"{OVERRIDE_ENV}='{b.name}=<local image>'",
+    )
 
 
 def check_bases(recipes: Mapping[str, Recipe], overrides: Mapping[str, str]) -> None:
@@ -310,6 +362,10 @@ def check_bases(recipes: Mapping[str, Recipe], overrides: Mapping[str, str]) -> 
     (before any engine work, so the error comes first whatever else is wrong)."""
     for name in sorted(recipes):
         r = recipes[name]
-        if r.base is not None and r.base.kind == "registry" and r.base.digest is None \
-                and override_for(r.base, overrides) is None:
+        if (
+            r.base is not None
+            and r.base.kind == "registry"
+            and r.base.digest is None
+            and override_for(r.base, overrides) is None
+        ):
             raise missing_digest(r)

@@ -38,8 +38,15 @@ _FIELD = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}")
 _SAFE_FILENAME = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
 
 
-def template_values(lock: Lock, *, image: str, from_ref: str, epoch: int,
-                    source_dests: Mapping[str, str], wheel_dests: Mapping[str, str] | None = None) -> dict[str, str]:
+def template_values(
+    lock: Lock,
+    *,
+    image: str,
+    from_ref: str,
+    epoch: int,
+    source_dests: Mapping[str, str],
+    wheel_dests: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The flat {dotted name: value} map a recipe template may use."""
     v = {"from": from_ref, "image.name": image, "lock.sha256": lock.sha256, "source_date_epoch": str(epoch)}
     st = lock.stacks.get(lock.stack)
@@ -47,8 +54,15 @@ def template_values(lock: Lock, *, image: str, from_ref: str, epoch: int,
     for name, pin in lock.upstreams.items():
         p = f"upstreams.{name}."
         if isinstance(pin, GitPin):
-            v.update({p + "url": pin.url, p + "rev": pin.rev, p + "tree": pin.tree,
-                      p + "patched_tree": pin.patched_tree or pin.tree, p + "original": pin.original or ""})
+            v.update(
+                {
+                    p + "url": pin.url,
+                    p + "rev": pin.rev,
+                    p + "tree": pin.tree,
+                    p + "patched_tree": pin.patched_tree or pin.tree,
+                    p + "original": pin.original or "",
+                }
+            )
         elif isinstance(pin, WheelPin):
             v.update({p + "name": pin.name, p + "version": pin.version, p + "wheel_pin": wheel_of.get(name, name)})
             if len(pin.files) == 1 and _SAFE_FILENAME.fullmatch(pin.files[0].filename):
@@ -76,9 +90,16 @@ def kernel_values(root: Path) -> dict[str, str]:
         out = []
         for k, v in mapping.items():
             shell = str(v).replace("{arch_dotted}", "\x00D").replace("{arch}", "\x00A")
-            if not _SAFE_KEY.fullmatch(str(k)) or not _SAFE_VALUE.fullmatch(shell.replace("\x00D", "").replace("\x00A", "")):
-                raise RecipeError(r.path, None, str(k), f"{v!r}: a kernel recipe value for an image build may hold only "
-                                  "letters, digits, _.,=:+/@%- and {arch} / {arch_dotted}")
+            if not _SAFE_KEY.fullmatch(str(k)) or not _SAFE_VALUE.fullmatch(
+                shell.replace("\x00D", "").replace("\x00A", "")
+            ):
+                raise RecipeError(
+                    r.path,
+                    None,
+                    str(k),
+                    f"{v!r}: a kernel recipe value for an image build may hold only "
+                    "letters, digits, _.,=:+/@%- and {arch} / {arch_dotted}",
+                )
             out.append(f'{k}="' + shell.replace("\x00D", "${CUDA_ARCH_DOTTED}").replace("\x00A", "${CUDA_ARCH}") + '"')
         return " ".join(out)
 
@@ -89,8 +110,15 @@ def kernel_values(root: Path) -> dict[str, str]:
         for t in r.make_targets:
             if not _SAFE_VALUE.fullmatch(t):
                 raise RecipeError(r.path, None, "make.targets", f"{t!r}: not a plain make target")
-        vals.update({c + "recipe": r.digest, c + "targets": " ".join(r.make_targets), c + "make": words(r.make_vars, r),
-                     c + "env": words(r.env, r), c + "nccl_floor": r.nccl_floor or ""})
+        vals.update(
+            {
+                c + "recipe": r.digest,
+                c + "targets": " ".join(r.make_targets),
+                c + "make": words(r.make_vars, r),
+                c + "env": words(r.env, r),
+                c + "nccl_floor": r.nccl_floor or "",
+            }
+        )
     return vals
 
 
@@ -98,6 +126,7 @@ def render(text: str, values: Mapping[str, str], path: Path | str) -> str:
     """Fill every `{{ name }}` of `text`. Raises RecipeError (FILE:LINE) for unknown names or stray braces."""
     out = []
     for i, line in enumerate(text.splitlines(keepends=True), start=1):
+
         def sub(m: re.Match) -> str:
             key = m.group(1)
             if key not in values:
@@ -108,6 +137,7 @@ def render(text: str, values: Mapping[str, str], path: Path | str) -> str:
             if "\n" in val or "\r" in val or "{{" in val:
                 raise RecipeError(path, i, "{{ " + key + " }}", "value holds a newline or '{{': refused")
             return val
+
         rendered = _FIELD.sub(sub, line)
         if "{{" in rendered or "}}" in _FIELD.sub("", line):
             raise RecipeError(path, i, "(template)", "stray '{{' or '}}': fields are written {{ dotted.name }}")
@@ -181,15 +211,28 @@ def check_dockerfile(template: str, rendered: str, path: Path | str) -> list[Ins
             image = args[0] if args else ""
             if image != "{{from}}":
                 if image.lower() not in stages:
-                    raise RecipeError(path, t.line, "FROM",
-                                      f"{image!r}: an image is only ever FROM {{{{ from }}}} (the recipe's parent or "
-                                      f"pinned base) or an earlier stage")
+                    raise RecipeError(
+                        path,
+                        t.line,
+                        "FROM",
+                        f"{image!r}: an image is only ever FROM {{{{ from }}}} (the recipe's parent or "
+                        f"pinned base) or an earlier stage",
+                    )
             if len(args) >= 3 and args[1].upper() == "AS":
                 stages.add(args[2].lower())
         if re.search(r"\bgit\s+clone\b", r.text):
-            raise RecipeError(path, r.line, r.keyword, "no `git clone` in a Dockerfile: put the pin under `sources:` "
-                                                       "(the verified patched tree is copied into the context)")
+            raise RecipeError(
+                path,
+                r.line,
+                r.keyword,
+                "no `git clone` in a Dockerfile: put the pin under `sources:` "
+                "(the verified patched tree is copied into the context)",
+            )
         if r.keyword == "ADD" and "://" in r.text:
-            raise RecipeError(path, r.line, "ADD", "ADD of a URL fetches unpinned bytes: bring the file into the "
-                                                   "context (`files:` / `sources:`) instead")
+            raise RecipeError(
+                path,
+                r.line,
+                "ADD",
+                "ADD of a URL fetches unpinned bytes: bring the file into the context (`files:` / `sources:`) instead",
+            )
     return inst

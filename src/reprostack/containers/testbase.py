@@ -42,7 +42,7 @@ def is_static_elf(path: Path) -> bool:
         head = f.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only
             return False
-        phoff, = struct.unpack_from("<Q", head, 0x20)
+        (phoff,) = struct.unpack_from("<Q", head, 0x20)
         phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
         f.seek(phoff)
         ph = f.read(phentsize * phnum)
@@ -59,8 +59,9 @@ def find_busybox() -> Path:
                 return p
             seen.append(str(p))
     why = f" ({', '.join(seen)} is dynamically linked)" if seen else ""
-    raise ContainerError(f"no static busybox found{why}: install Debian's busybox-static "
-                         f"(apt-get install -y busybox-static)")
+    raise ContainerError(
+        f"no static busybox found{why}: install Debian's busybox-static (apt-get install -y busybox-static)"
+    )
 
 
 def rootfs_tar(busybox: Path) -> bytes:
@@ -70,6 +71,7 @@ def rootfs_tar(busybox: Path) -> bytes:
     files = {"etc/passwd": b"root:x:0:0:root:/root:/bin/sh\n", "etc/group": b"root:x:0:\n"}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+
         def add(name, kind, mode, payload=None, link=""):
             ti = tarfile.TarInfo(name)
             ti.type, ti.mode, ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = kind, mode, 0, 0, 0, "", ""
@@ -77,6 +79,7 @@ def rootfs_tar(busybox: Path) -> bytes:
             if payload is not None:
                 ti.size = len(payload)
             t.addfile(ti, io.BytesIO(payload) if payload is not None else None)
+
         for d in ("bin", "etc", "root", "tmp", "usr", "usr/bin", "var"):
             add(d, tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755)
         add("bin/busybox", tarfile.REGTYPE, 0o755, data)
@@ -96,6 +99,9 @@ def ensure_test_base(client, tag: str = TEST_BASE) -> str:
         return have
     repo, _, t = tag.rpartition(":")
     client.api.import_image_from_data(
-        tar, repository=repo, tag=t,
-        changes=[f"LABEL {ROOTFS_LABEL}={digest}", "ENV PATH=/bin:/usr/bin", 'CMD ["/bin/sh"]'])
+        tar,
+        repository=repo,
+        tag=t,
+        changes=[f"LABEL {ROOTFS_LABEL}={digest}", "ENV PATH=/bin:/usr/bin", 'CMD ["/bin/sh"]'],
+    )
     return client.images.get(tag).id

@@ -9,4 +9,16 @@ from .cache import Cache
 from .checkout import checkout_submodules, materialize
 from .git import FetchedGit, fetch_commit, fetch_git, insteadof_args, mirrors_from_env, via
 
-__all__ = ["fetch_git", "fetch_commit", "insteadof_args", "via", "materialize", "checkout_submodules", "write_bundle", "import_bundle", "Cache", "FetchedGit", "mirrors_from_env"]
+__all__ = [
+    "fetch_git",
+    "fetch_commit",
+    "insteadof_args",
+    "via",
+    "materialize",
+    "checkout_submodules",
+    "write_bundle",
+    "import_bundle",
+    "Cache",
+    "FetchedGit",
+    "mirrors_from_env",
+]

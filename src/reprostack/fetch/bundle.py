@@ -56,14 +56,21 @@ def write_bundle(fetched: Sequence[FetchedGit], out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     names = [f.pin.name for f in fetched]
     if len(set(names)) != len(names):
-        raise FetchError(f"bundle {out}: pins named more than once: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        raise FetchError(
+            f"bundle {out}: pins named more than once: {sorted(n for n in set(names) if names.count(n) > 1)}"
+        )
     upstreams: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix=".bundle-", dir=out.parent) as tmp:
         for f in fetched:
             pin = f.pin
             picks = cherry_picks(pin)
-            entry = {"url": pin.url, "rev": pin.rev, "tree": pin.tree, "commits": list(picks),
-                     **_bundle_repo(f.repo, (pin.rev, *picks), Path(tmp) / f"{pin.name}.bundle", pin.name)}
+            entry = {
+                "url": pin.url,
+                "rev": pin.rev,
+                "tree": pin.tree,
+                "commits": list(picks),
+                **_bundle_repo(f.repo, (pin.rev, *picks), Path(tmp) / f"{pin.name}.bundle", pin.name),
+            }
             entry["submodules"] = {}
             for sub in pin.submodules:
                 fname = f"{pin.name}--{sub.path.replace('/', '+')}.bundle"
@@ -105,8 +112,12 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 def _bundle_repo(repo: Path, commits: Sequence[str], path: Path, label: str) -> dict:
     """`git bundle create` for `commits` of `repo`; returns the manifest fields bundle/sha256/shallow."""
     refs = [f"refs/reprostack/{c}" for c in commits]
-    git("update-ref", "--stdin", cwd=repo,
-        input_bytes="".join(f"update {r} {c}\n" for r, c in zip(refs, commits)).encode())
+    git(
+        "update-ref",
+        "--stdin",
+        cwd=repo,
+        input_bytes="".join(f"update {r} {c}\n" for r, c in zip(refs, commits)).encode(),
+    )
     try:
         git("bundle", "create", "-q", str(path), *refs, cwd=repo)
     except GitFailed as e:
@@ -135,14 +146,29 @@ def import_bundle(path: Path, cache: Cache, timeout: float = 600.0) -> dict:
         manifest = _read_manifest(tar, path)
         jobs = []  # (Wanted, bundle file, shallow list)
         for name, up in manifest["upstreams"].items():
-            jobs.append((Wanted(name, up["url"], up["rev"], up["tree"], tuple(up.get("commits", ()))),
-                         up["bundle"], up.get("shallow", [])))
+            jobs.append(
+                (
+                    Wanted(name, up["url"], up["rev"], up["tree"], tuple(up.get("commits", ()))),
+                    up["bundle"],
+                    up.get("shallow", []),
+                )
+            )
             for sp, sub in (up.get("submodules") or {}).items():
-                jobs.append((Wanted(f"{name}:{sp}", sub["url"], sub["rev"], sub.get("tree")),
-                             sub["bundle"], sub.get("shallow", [])))
-        sums = {**{up["bundle"]: up["sha256"] for up in manifest["upstreams"].values()},
-                **{s["bundle"]: s["sha256"] for up in manifest["upstreams"].values()
-                   for s in (up.get("submodules") or {}).values()}}
+                jobs.append(
+                    (
+                        Wanted(f"{name}:{sp}", sub["url"], sub["rev"], sub.get("tree")),
+                        sub["bundle"],
+                        sub.get("shallow", []),
+                    )
+                )
+        sums = {
+            **{up["bundle"]: up["sha256"] for up in manifest["upstreams"].values()},
+            **{
+                s["bundle"]: s["sha256"]
+                for up in manifest["upstreams"].values()
+                for s in (up.get("submodules") or {}).values()
+            },
+        }
         for fname, digest in sums.items():
             _extract_checked(tar, path, fname, digest, Path(tmp))
         for want, fname, shallow in jobs:
@@ -176,9 +202,11 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> dict:
     except (KeyError, ValueError, tarfile.TarError, TypeError, AttributeError) as e:
         raise FetchError(f"bundle {path}: no readable {MANIFEST}: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
-        raise FetchError(f"bundle {path}: {MANIFEST} schema_version is "
-                         f"{manifest.get('schema_version') if isinstance(manifest, dict) else None!r}, "
-                         f"this reprostack reads {SCHEMA_VERSION}")
+        raise FetchError(
+            f"bundle {path}: {MANIFEST} schema_version is "
+            f"{manifest.get('schema_version') if isinstance(manifest, dict) else None!r}, "
+            f"this reprostack reads {SCHEMA_VERSION}"
+        )
     try:
         for up in manifest["upstreams"].values():
             for up_or_sub in (up, *(up.get("submodules") or {}).values()):
@@ -220,8 +248,9 @@ def _extract_checked(tar: tarfile.TarFile, path: Path, fname: str, digest: str, 
         raise FetchError(f"bundle {path}: {fname} is corrupted: sha256 {got}, manifest says {digest}")
 
 
-def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequence[str], archive: Path,
-                 timeout: float = 600.0) -> None:
+def _import_repo(
+    cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequence[str], archive: Path, timeout: float = 600.0
+) -> None:
     """Fetch one bundle into `want.url`'s cache repo, then verify and mark (under the repo's lock)."""
     with cache.lock(want.url) as existing:
         check_cache_repo(existing, want.label)
@@ -235,14 +264,24 @@ def _import_repo(cache: Cache, want: Wanted, bundle_file: Path, shallow: Sequenc
             lines = sorted(set((before or b"").decode().split()) | set(add))
             shallow_file.write_text("".join(f"{c}\n" for c in lines))
         try:
-            git("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", str(bundle_file),
-                "+refs/reprostack/*:refs/reprostack/*", cwd=repo, timeout=timeout)
+            git(
+                "fetch",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--quiet",
+                "--",
+                str(bundle_file),
+                "+refs/reprostack/*:refs/reprostack/*",
+                cwd=repo,
+                timeout=timeout,
+            )
         except GitFailed as e:
             if before is None:
                 shallow_file.unlink(missing_ok=True)
             else:
                 shallow_file.write_bytes(before)
-            raise FetchError(f"bundle {archive}: {want.label}: cannot fetch from {bundle_file.name}: "
-                             f"{e.stderr.strip()[-500:]}") from None
+            raise FetchError(
+                f"bundle {archive}: {want.label}: cannot fetch from {bundle_file.name}: {e.stderr.strip()[-500:]}"
+            ) from None
         trees = verify.verify_commits(repo, want)
         verify.mark_verified(cache, want, trees, repo)

@@ -207,8 +207,12 @@ class Cache:
         verification does not downgrade the marker.
         """
         old = self.read_marker(url, rev) or {}
-        data = {"url": url, "rev": rev, "tree": tree,
-                "with_parent": bool(with_parent or (old.get("with_parent") and old.get("tree") == tree))}
+        data = {
+            "url": url,
+            "rev": rev,
+            "tree": tree,
+            "with_parent": bool(with_parent or (old.get("with_parent") and old.get("tree") == tree)),
+        }
         path = self.marker_path(url, rev)
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_text_atomic(path, json.dumps(data, sort_keys=True))
@@ -232,10 +236,24 @@ def flocked(path: Path) -> Iterator[None]:
 
 # What a killed git leaves in a repository (lock files, half-written packs, quarantine folders). Removed only
 # while the repo's flock is held: then no other writer of ours is running in it.
-_STALE_FILES = ("shallow.lock", "index.lock", "packed-refs.lock", "config.lock", "HEAD.lock", "FETCH_HEAD.lock",
-                "ORIG_HEAD.lock")
-_STALE_OBJECTS = ("pack/tmp_pack_*", "pack/tmp_idx_*", "pack/tmp_rev_*", "pack/*.keep.tmp", "tmp_objdir-*",
-                  "incoming-*", "*/tmp_obj_*")
+_STALE_FILES = (
+    "shallow.lock",
+    "index.lock",
+    "packed-refs.lock",
+    "config.lock",
+    "HEAD.lock",
+    "FETCH_HEAD.lock",
+    "ORIG_HEAD.lock",
+)
+_STALE_OBJECTS = (
+    "pack/tmp_pack_*",
+    "pack/tmp_idx_*",
+    "pack/tmp_rev_*",
+    "pack/*.keep.tmp",
+    "tmp_objdir-*",
+    "incoming-*",
+    "*/tmp_obj_*",
+)
 
 
 def clean_stale(repo: Path) -> list[Path]:

@@ -40,8 +40,10 @@ def materialize(fetched: FetchedGit, dest: Path) -> Path:
     pin = fetched.pin
     dest = Path(dest)
     if dest.exists() or dest.is_symlink():
-        raise FetchError(f"{pin.name}: {dest} already exists; materialize makes a fresh tree "
-                         f"(remove it or choose another destination)")
+        raise FetchError(
+            f"{pin.name}: {dest} already exists; materialize makes a fresh tree "
+            f"(remove it or choose another destination)"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         _shared_checkout(fetched.repo, dest, pin.rev)
@@ -67,8 +69,10 @@ def checkout_submodules(fetched: FetchedGit, tree: Path) -> None:
         path = Path(tree) / sub.path
         gitlink = git("ls-tree", "HEAD", "--", sub.path, cwd=tree).split()
         if len(gitlink) < 3 or gitlink[2] != sub.rev:
-            raise FetchError(f"{fetched.pin.name}: {sub.path} gitlink in {tree} is "
-                             f"{gitlink[2] if len(gitlink) > 2 else 'absent'}, lock says {sub.rev}")
+            raise FetchError(
+                f"{fetched.pin.name}: {sub.path} gitlink in {tree} is "
+                f"{gitlink[2] if len(gitlink) > 2 else 'absent'}, lock says {sub.rev}"
+            )
         if (path / ".git").exists():
             continue
         try:
@@ -112,8 +116,10 @@ def worktree_tree(path: Path, unpopulated: dict[str, str] | None = None) -> str:
     for sub in sorted(unpopulated or {}):
         d = Path(path) / sub
         if d.is_symlink() or (d.exists() and (not d.is_dir() or any(d.iterdir()))):
-            raise FetchError(f"{path}: {sub} holds files, but the lock pins no submodule there (an unpopulated "
-                             "gitlink must stay empty)")
+            raise FetchError(
+                f"{path}: {sub} holds files, but the lock pins no submodule there (an unpopulated "
+                "gitlink must stay empty)"
+            )
     with tempfile.TemporaryDirectory(prefix="reprostack-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         for sub, commit in sorted((unpopulated or {}).items()):

@@ -45,8 +45,11 @@ from .verify import Wanted
 MIRRORS_ENV = "REPROSTACK_MIRRORS"
 
 # Server refused a fetch by id, or does not have it: try the hint refs next.
-_REFUSED = re.compile(r"not our ref|unadvertised object|couldn't find remote ref|no such remote ref"
-                      r"|does not support shallow", re.I)
+_REFUSED = re.compile(
+    r"not our ref|unadvertised object|couldn't find remote ref|no such remote ref"
+    r"|does not support shallow",
+    re.I,
+)
 _NO_SUCH_REF = re.compile(r"couldn't find remote ref|no such remote ref", re.I)
 
 
@@ -86,13 +89,19 @@ def cherry_picks(pin: GitPin) -> tuple[str, ...]:
 def wanted(pin: GitPin) -> tuple[Wanted, list[tuple[str, Wanted]]]:
     """What the cache must hold for `pin`: the superproject, and (path, Wanted) per submodule."""
     top = Wanted(pin.name, pin.url, pin.rev, pin.tree, cherry_picks(pin), pin.hint_refs())
-    subs = [(s.path, Wanted(f"{pin.name}:{s.path}", s.url, s.rev, s.tree, (), s.fetch_refs))
-            for s in pin.submodules]
+    subs = [(s.path, Wanted(f"{pin.name}:{s.path}", s.url, s.rev, s.tree, (), s.fetch_refs)) for s in pin.submodules]
     return top, subs
 
 
-def fetch_git(pin: GitPin, *, cache: Cache, offline: bool = False, mirrors: Mapping[str, str] | None = None,
-              bundles: Sequence[Path] = (), timeout: float = 600) -> FetchedGit:
+def fetch_git(
+    pin: GitPin,
+    *,
+    cache: Cache,
+    offline: bool = False,
+    mirrors: Mapping[str, str] | None = None,
+    bundles: Sequence[Path] = (),
+    timeout: float = 600,
+) -> FetchedGit:
     """Make `pin` (rev, cherry-pick commits, submodules) present and verified in `cache`.
 
     Args:
@@ -111,6 +120,7 @@ def fetch_git(pin: GitPin, *, cache: Cache, offline: bool = False, mirrors: Mapp
     top, subs = wanted(pin)
     if bundles and not all(_good(cache, w, timeout) for w in (top, *(w for _, w in subs))):
         from .bundle import import_bundle  # bundle imports verify/cache only; late import avoids a cycle
+
         for b in bundles:
             import_bundle(Path(b), cache, timeout)
     how = dict(cache=cache, offline=offline, mirrors=mirror_map, timeout=timeout, bundles=tuple(bundles))
@@ -120,8 +130,16 @@ def fetch_git(pin: GitPin, *, cache: Cache, offline: bool = False, mirrors: Mapp
     return FetchedGit(pin=pin, repo=repo, submodules=sub_repos)
 
 
-def fetch_commit(label: str, url: str, rev: str, *, cache: Cache, offline: bool = False,
-                 mirrors: Mapping[str, str] | None = None, timeout: float = 600) -> tuple[Path, str]:
+def fetch_commit(
+    label: str,
+    url: str,
+    rev: str,
+    *,
+    cache: Cache,
+    offline: bool = False,
+    mirrors: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> tuple[Path, str]:
     """Make the one commit `rev` of `url` present and verified in `cache`, whatever its tree.
 
     Used where the tree is what we want to learn (a submodule's new gitlink during a bump).
@@ -139,7 +157,7 @@ def insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
 
 
 def via(url: str, mirrors: Mapping[str, str]) -> str:
-    """" (via mirror X)" when `url` is rewritten to a mirror, else "" (for error messages)."""
+    """ " (via mirror X)" when `url` is rewritten to a mirror, else "" (for error messages)."""
     return _via(url, mirrors)
 
 
@@ -147,8 +165,9 @@ def _good(cache: Cache, want: Wanted, timeout: float) -> bool:
     return verify.is_good(cache, cache.repo_dir(want.url), want, timeout)
 
 
-def _ensure(want: Wanted, *, cache: Cache, offline: bool, mirrors: Mapping[str, str], timeout: float,
-            bundles: tuple[Path, ...]) -> Path:
+def _ensure(
+    want: Wanted, *, cache: Cache, offline: bool, mirrors: Mapping[str, str], timeout: float, bundles: tuple[Path, ...]
+) -> Path:
     """Bring one repository's commits into the cache (under its lock) and mark them verified."""
     with cache.lock(want.url) as repo:
         check_cache_repo(repo, want.label)
@@ -170,9 +189,19 @@ def _ensure(want: Wanted, *, cache: Cache, offline: bool, mirrors: Mapping[str, 
 
 
 # what reprostack (and `git init --bare`) write into a cache repo's config; anything else is refused
-CACHE_CONFIG_KEYS = ("core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
-                     "core.ignorecase", "core.precomposeunicode", "core.symlinks", "protocol.version",
-                     "gc.auto", "maintenance.auto", "reprostack.url")
+CACHE_CONFIG_KEYS = (
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    "protocol.version",
+    "gc.auto",
+    "maintenance.auto",
+    "reprostack.url",
+)
 
 
 def check_cache_repo(repo: Path, label: str) -> None:
@@ -181,15 +210,19 @@ def check_cache_repo(repo: Path, label: str) -> None:
     if (repo / "HEAD").is_file():
         bad = foreign_config(repo, CACHE_CONFIG_KEYS)
         if bad:
-            raise FetchError(f"{label}: the cache repo {repo} has config {', '.join(bad[:3])} that reprostack never "
-                             f"writes (a tampered or foreign cache?); nothing was run in it: remove {repo} and fetch again")
+            raise FetchError(
+                f"{label}: the cache repo {repo} has config {', '.join(bad[:3])} that reprostack never "
+                f"writes (a tampered or foreign cache?); nothing was run in it: remove {repo} and fetch again"
+            )
 
 
 def _offline_message(want: Wanted, cache: Cache, bundles: tuple[Path, ...]) -> str:
     where = f"the bundles {', '.join(map(str, bundles))} do not hold it" if bundles else "no bundle was given"
-    return (f"{want.label}: {want.url} @ {want.rev[:12]} is not in the cache {cache.root} and {where} "
-            f"(offline: the network is not used). On a node with network access run `reprostack fetch`, "
-            f"then `reprostack bundle`, copy the bundle here and pass it with --bundle.")
+    return (
+        f"{want.label}: {want.url} @ {want.rev[:12]} is not in the cache {cache.root} and {where} "
+        f"(offline: the network is not used). On a node with network access run `reprostack fetch`, "
+        f"then `reprostack bundle`, copy the bundle here and pass it with --bundle."
+    )
 
 
 def _insteadof_args(mirrors: Mapping[str, str]) -> list[str]:
@@ -216,7 +249,7 @@ def _absolute_mirror(mirror: str) -> str:
 def _effective_url(url: str, mirrors: Mapping[str, str]) -> str:
     """`url` after insteadOf rewriting (longest prefix wins, as in git)."""
     best = max((p for p in mirrors if url.startswith(p)), key=len, default=None)
-    return url if best is None else _absolute_mirror(mirrors[best]) + url[len(best):]
+    return url if best is None else _absolute_mirror(mirrors[best]) + url[len(best) :]
 
 
 def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], timeout: float) -> None:
@@ -225,16 +258,31 @@ def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], ti
     cfg = _insteadof_args(mirrors)
 
     def fetch(opts: tuple[str, ...], *refspecs: str) -> None:
-        git_remote(*cfg, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", *opts, "--", want.url, *refspecs,
-                   cwd=repo, timeout=timeout)
+        git_remote(
+            *cfg,
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--quiet",
+            *opts,
+            "--",
+            want.url,
+            *refspecs,
+            cwd=repo,
+            timeout=timeout,
+        )
 
     def incomplete() -> list[str]:
         return verify.missing_objects(repo, want.object_names(), timeout)
 
     def unproven() -> list[str]:
-        return [c for c in want.commits
-                if not git("for-each-ref", "--count=1", "--format=%(refname)", "--contains", c, *_REACH,
-                           cwd=repo, timeout=timeout)]
+        return [
+            c
+            for c in want.commits
+            if not git(
+                "for-each-ref", "--count=1", "--format=%(refname)", "--contains", c, *_REACH, cwd=repo, timeout=timeout
+            )
+        ]
 
     def done() -> bool:
         return not incomplete() and not unproven()
@@ -265,8 +313,11 @@ def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], ti
             if e.timed_out or not _NO_SUCH_REF.search(e.stderr):
                 raise fail(e) from None
             absent.append(ref)
-    everything = ("+refs/heads/*:refs/reprostack/heads/*", "+refs/tags/*:refs/reprostack/tags/*",
-                  *(f"+{r}:refs/reprostack/hints/{r.removeprefix('refs/')}" for r in tried))
+    everything = (
+        "+refs/heads/*:refs/reprostack/heads/*",
+        "+refs/tags/*:refs/reprostack/tags/*",
+        *(f"+{r}:refs/reprostack/hints/{r.removeprefix('refs/')}" for r in tried),
+    )
     if not done():
         try:
             fetch((), *everything)
@@ -284,10 +335,12 @@ def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], ti
     orphans = unproven()
     if orphans:
         hints = ", ".join(want.hint_refs) or "none in the lock"
-        raise FetchError(f"{want.label}: commit {', '.join(c[:12] for c in orphans)} is not reachable from any branch "
-                         f"or tag of {want.url}{_via(want.url, mirrors)}, nor from the hint refs ({hints}): a commit "
-                         f"that only a fork (a shared object store) or a mirror holds is refused. If the upstream "
-                         f"really has it, add the ref that reaches it to `fetch-refs` (e.g. refs/pull/N/head).")
+        raise FetchError(
+            f"{want.label}: commit {', '.join(c[:12] for c in orphans)} is not reachable from any branch "
+            f"or tag of {want.url}{_via(want.url, mirrors)}, nor from the hint refs ({hints}): a commit "
+            f"that only a fork (a shared object store) or a mirror holds is refused. If the upstream "
+            f"really has it, add the ref that reaches it to `fetch-refs` (e.g. refs/pull/N/head)."
+        )
 
 
 _REACH = ("refs/reprostack/hints/", "refs/reprostack/heads/", "refs/reprostack/tags/")
@@ -296,11 +349,18 @@ _REACH = ("refs/reprostack/hints/", "refs/reprostack/heads/", "refs/reprostack/t
 def _drop_refs(repo: Path, prefixes: Sequence[str], timeout: float) -> None:
     refs = git("for-each-ref", "--format=%(refname)", *prefixes, cwd=repo, timeout=timeout).split()
     if refs:
-        git("update-ref", "--stdin", cwd=repo, timeout=timeout, input_bytes="".join(f"delete {r}\n" for r in refs).encode())
+        git(
+            "update-ref",
+            "--stdin",
+            cwd=repo,
+            timeout=timeout,
+            input_bytes="".join(f"delete {r}\n" for r in refs).encode(),
+        )
 
 
-def _gone_message(want: Wanted, gone: list[str], tried: list[str], absent: list[str],
-                  mirrors: Mapping[str, str]) -> str:
+def _gone_message(
+    want: Wanted, gone: list[str], tried: list[str], absent: list[str], mirrors: Mapping[str, str]
+) -> str:
     commits = [c for c in want.commits if any(g.startswith(c) for g in gone)]
     what = ", ".join(c[:12] for c in commits) or ", ".join(gone)
     hints = ", ".join(tried) if tried else "none"
@@ -308,10 +368,12 @@ def _gone_message(want: Wanted, gone: list[str], tried: list[str], absent: list[
         hints += f"; not on the server: {', '.join(absent)}"
     if not want.hint_refs:
         hints = "none in the lock"
-    return (f"{want.label}: commit {what} is gone from the server {want.url}{_via(want.url, mirrors)}: "
-            f"it cannot be fetched by id, nor from the hint refs tried ({hints}), nor from any branch or tag "
-            f"(force-pushed and pruned?). Pin a commit the server still has, add a `fetch-refs` hint that "
-            f"reaches it, or fetch from a mirror or bundle that still holds it.")
+    return (
+        f"{want.label}: commit {what} is gone from the server {want.url}{_via(want.url, mirrors)}: "
+        f"it cannot be fetched by id, nor from the hint refs tried ({hints}), nor from any branch or tag "
+        f"(force-pushed and pruned?). Pin a commit the server still has, add a `fetch-refs` hint that "
+        f"reaches it, or fetch from a mirror or bundle that still holds it."
+    )
 
 
 def _via(url: str, mirrors: Mapping[str, str]) -> str:
@@ -325,7 +387,9 @@ def _unreachable(want: Wanted, e: GitFailed, mirrors: Mapping[str, str], timeout
     else:
         lines = [ln.strip() for ln in e.stderr.strip().splitlines() if ln.strip()]
         why = " / ".join(lines[:3]) or f"git exit {e.returncode}"
-    return SourceUnreachable(f"{want.label}: cannot fetch {want.rev[:12]} from {want.url}{_via(want.url, mirrors)}: {why}")
+    return SourceUnreachable(
+        f"{want.label}: cannot fetch {want.rev[:12]} from {want.url}{_via(want.url, mirrors)}: {why}"
+    )
 
 
 def _check_gitlinks(repo: Path, pin: GitPin, timeout: float) -> None:
@@ -335,8 +399,11 @@ def _check_gitlinks(repo: Path, pin: GitPin, timeout: float) -> None:
         fields = entry.split(None, 3)
         if len(fields) < 3 or fields[0] != "160000" or fields[1] != "commit":
             found = entry or "nothing"
-            raise FetchError(f"{pin.name}: {sub.path} is not a submodule in the tree at {pin.rev[:8]} "
-                             f"(found {found}); the lock lists it as a submodule at {sub.rev}")
+            raise FetchError(
+                f"{pin.name}: {sub.path} is not a submodule in the tree at {pin.rev[:8]} "
+                f"(found {found}); the lock lists it as a submodule at {sub.rev}"
+            )
         if fields[2] != sub.rev:
-            raise FetchError(f"{pin.name}: tree at {pin.rev[:8]} has submodule {sub.path} at {fields[2]}, "
-                             f"lock says {sub.rev}")
+            raise FetchError(
+                f"{pin.name}: tree at {pin.rev[:8]} has submodule {sub.path} at {fields[2]}, lock says {sub.rev}"
+            )

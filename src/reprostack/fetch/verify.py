@@ -41,8 +41,11 @@ class Wanted:
 
     def object_names(self) -> list[str]:
         """Rev expressions that must resolve for this repository to be usable."""
-        return [f"{self.rev}^{{tree}}", *(f"{c}^{{tree}}" for c in self.cherry_picks),
-                *(f"{c}^1^{{tree}}" for c in self.cherry_picks)]
+        return [
+            f"{self.rev}^{{tree}}",
+            *(f"{c}^{{tree}}" for c in self.cherry_picks),
+            *(f"{c}^1^{{tree}}" for c in self.cherry_picks),
+        ]
 
 
 def missing_objects(repo: Path, names: Sequence[str], timeout: float = DEFAULT_TIMEOUT_S) -> list[str]:
@@ -51,8 +54,7 @@ def missing_objects(repo: Path, names: Sequence[str], timeout: float = DEFAULT_T
         return []
     if not (repo / "HEAD").is_file():
         return list(names)
-    out = git("cat-file", "--batch-check", cwd=repo, timeout=timeout,
-              input_bytes=("\n".join(names) + "\n").encode())
+    out = git("cat-file", "--batch-check", cwd=repo, timeout=timeout, input_bytes=("\n".join(names) + "\n").encode())
     lines = out.splitlines()
     return [n for n, line in zip(names, lines) if line.endswith((" missing", " ambiguous"))]
 
@@ -103,19 +105,23 @@ def verify_commits(repo: Path, want: Wanted, timeout: float = DEFAULT_TIMEOUT_S)
     for c in want.cherry_picks:
         parent_tree = _rev_parse(repo, f"{c}^1^{{tree}}", timeout)
         if parent_tree is None:
-            raise FetchError(f"{want.label}: cherry-pick {c[:12]} is present but its parent is not "
-                             f"(shallow or incomplete); cherry-pick needs the parent's tree")
+            raise FetchError(
+                f"{want.label}: cherry-pick {c[:12]} is present but its parent is not "
+                f"(shallow or incomplete); cherry-pick needs the parent's tree"
+            )
         tops.append(parent_tree)
     try:
         git("rev-list", "--quiet", "--objects", *dict.fromkeys(tops), cwd=repo, timeout=timeout)
     except GitFailed as e:
-        raise FetchError(f"{want.label}: objects missing under {want.rev[:8]} in the cache repo {repo}: "
-                         f"{e.stderr.strip()[-500:]}") from None
+        raise FetchError(
+            f"{want.label}: objects missing under {want.rev[:8]} in the cache repo {repo}: {e.stderr.strip()[-500:]}"
+        ) from None
     return trees
 
 
-def mark_verified(cache: Cache, want: Wanted, trees: dict[str, str], repo: Path,
-                  timeout: float = DEFAULT_TIMEOUT_S) -> None:
+def mark_verified(
+    cache: Cache, want: Wanted, trees: dict[str, str], repo: Path, timeout: float = DEFAULT_TIMEOUT_S
+) -> None:
     """Pin each verified commit with a ref `refs/reprostack/<sha>` and write its marker (rev last)."""
     refs = "".join(f"update refs/reprostack/{c} {c}\n" for c in want.commits)
     git("update-ref", "--stdin", cwd=repo, timeout=timeout, input_bytes=refs.encode())

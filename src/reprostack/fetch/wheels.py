@@ -53,15 +53,24 @@ def _entries(pin) -> list[tuple[str, str, str, str]]:
     return [(pin.name, pin.version, f.filename, f.sha256) for f in pin.files]
 
 
-def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheelhouses: Sequence[Path] = (),
-                 offline: bool = False, timeout_s: float = 3600.0) -> list[LocalWheel]:
+def fetch_wheels(
+    lock: Lock,
+    name: str,
+    *,
+    cache_root: Path | None = None,
+    wheelhouses: Sequence[Path] = (),
+    offline: bool = False,
+    timeout_s: float = 3600.0,
+) -> list[LocalWheel]:
     """Every wheel of pin `name`, verified, in the cache; returns them in the lock's order.
     Raises FetchError naming the pin, the file and where it looked when a wheel is missing (offline) or a
     file's sha256 differs from the lock."""
     pin = lock.get(name)
     if isinstance(pin, (WheelPin, WheelsetPin)) and pin.unresolved:
-        raise FetchError(f"{lock.where('upstreams', name, 'unresolved')}: unresolved pin {pin.describe()} (sha256 not "
-                         f"in the lock: run `reprostack lock wheels {name}` {pin.unresolved})")
+        raise FetchError(
+            f"{lock.where('upstreams', name, 'unresolved')}: unresolved pin {pin.describe()} (sha256 not "
+            f"in the lock: run `reprostack lock wheels {name}` {pin.unresolved})"
+        )
     if not isinstance(pin, (WheelPin, WheelsetPin)) or not pin.files:
         raise FetchError(f"{lock.where('upstreams', name)}: not a wheel/wheelset pin with files")
     root = Path(cache_root) if cache_root is not None else paths.cache_dir()
@@ -82,8 +91,10 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
                 if cand.is_file():
                     got = _place(cand, dest, sha)  # the copy is hashed, not the wheelhouse file (it can change)
                     if got != sha:
-                        raise FetchError(f"{cand}: sha256 {got}, but {lock.where('upstreams', name, 'files')} pins "
-                                         f"{filename} as {sha}")
+                        raise FetchError(
+                            f"{cand}: sha256 {got}, but {lock.where('upstreams', name, 'files')} pins "
+                            f"{filename} as {sha}"
+                        )
                     break
         if dest.is_file():
             out.append(LocalWheel(dist, version, filename, sha, dest))
@@ -91,11 +102,16 @@ def fetch_wheels(lock: Lock, name: str, *, cache_root: Path | None = None, wheel
             missing.append((dist, version, filename, sha, dest))
     if missing and offline:
         looked = ", ".join(str(h) for h in wheelhouses) or "no wheelhouse given"
-        was_bad = "; ".join(f"the cached {f} had sha256 {g} (removed)" for f, g in bad.items()
-                            if any(m[2] == f for m in missing))
-        raise FetchError(f"{lock.where('upstreams', name)}: {len(missing)} wheel(s) not in the cache or a wheelhouse "
-                         f"({looked}) and --offline forbids downloading: " + ", ".join(m[2] for m in missing[:5])
-                         + (" ..." if len(missing) > 5 else "") + (f"; {was_bad}" if was_bad else ""))
+        was_bad = "; ".join(
+            f"the cached {f} had sha256 {g} (removed)" for f, g in bad.items() if any(m[2] == f for m in missing)
+        )
+        raise FetchError(
+            f"{lock.where('upstreams', name)}: {len(missing)} wheel(s) not in the cache or a wheelhouse "
+            f"({looked}) and --offline forbids downloading: "
+            + ", ".join(m[2] for m in missing[:5])
+            + (" ..." if len(missing) > 5 else "")
+            + (f"; {was_bad}" if was_bad else "")
+        )
     if missing:
         _download(lock, name, pin, missing, root, timeout_s)
         out += [LocalWheel(d, v, f, s, p) for d, v, f, s, p in missing]
@@ -122,11 +138,24 @@ def _place(src: Path, dest: Path, sha: str) -> str:
 
 def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float) -> None:
     from ..lockwheels import _pip_env
+
     with Cache(root).scratch("wheels-") as tmp:
         req = Path(tmp, "requirements.txt")
         req.write_text("".join(f"{d}=={v} --hash=sha256:{s}\n" for d, v, _, s, _ in missing))
-        args = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
-                "--only-binary=:all:", "-d", str(Path(tmp, "dl")), "-r", str(req)]
+        args = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary=:all:",
+            "-d",
+            str(Path(tmp, "dl")),
+            "-r",
+            str(req),
+        ]
         if pin.index:
             args += ["--index-url", pin.index]
         if pin.python_version:
@@ -136,7 +165,9 @@ def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float)
         try:
             cp = subprocess.run(args, capture_output=True, text=True, env=_pip_env(), timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise FetchError(f"{lock.where('upstreams', name)}: pip download did not finish in {timeout_s:.0f}s") from None
+            raise FetchError(
+                f"{lock.where('upstreams', name)}: pip download did not finish in {timeout_s:.0f}s"
+            ) from None
         if cp.returncode != 0:
             tail = "\n  ".join(cp.stderr.strip().splitlines()[-6:])
             raise FetchError(f"{lock.where('upstreams', name)}: pip download failed (exit {cp.returncode}):\n  {tail}")

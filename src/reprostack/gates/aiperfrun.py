@@ -66,8 +66,8 @@ class CellResult:
     duration_s: float | None = None
     layout: str | None = None
     detail: str = ""
-    samples: list = field(default_factory=list)   # agg_tok_s of each profile run (runs > 1)
-    runs: list = field(default_factory=list)      # each profile run's figures (runs > 1)
+    samples: list = field(default_factory=list)  # agg_tok_s of each profile run (runs > 1)
+    runs: list = field(default_factory=list)  # each profile run's figures (runs > 1)
 
     @property
     def errors(self) -> int | None:
@@ -81,26 +81,68 @@ class CellResult:
         return self.records_completed if self.records_completed is not None else self.request_count
 
     def to_dict(self) -> dict:
-        return {"arm": self.arm, "cell": self.cell.name, "concurrency": self.cell.concurrency,
-                "requests_expected": self.cell.requests, "status": self.status, "dir": str(self.dir),
-                "returncode": self.returncode, "agg_tok_s": self.agg_tok_s, "request_count": self.request_count,
-                "errors": self.errors, "export_errors": self.export_errors, "completed": self.completed,
-                "records_total": self.records_total, "records_errors": self.records_errors,
-                "error_types": self.error_types, "per_user_tok_s": self.per_user_tok_s,
-                "ttft_p50_ms": self.ttft_p50_ms, "itl_p50_ms": self.itl_p50_ms, "duration_s": self.duration_s,
-                "layout": self.layout, "detail": self.detail,
-                **({"samples": list(self.samples), "runs": list(self.runs)} if self.runs else {})}
+        return {
+            "arm": self.arm,
+            "cell": self.cell.name,
+            "concurrency": self.cell.concurrency,
+            "requests_expected": self.cell.requests,
+            "status": self.status,
+            "dir": str(self.dir),
+            "returncode": self.returncode,
+            "agg_tok_s": self.agg_tok_s,
+            "request_count": self.request_count,
+            "errors": self.errors,
+            "export_errors": self.export_errors,
+            "completed": self.completed,
+            "records_total": self.records_total,
+            "records_errors": self.records_errors,
+            "error_types": self.error_types,
+            "per_user_tok_s": self.per_user_tok_s,
+            "ttft_p50_ms": self.ttft_p50_ms,
+            "itl_p50_ms": self.itl_p50_ms,
+            "duration_s": self.duration_s,
+            "layout": self.layout,
+            "detail": self.detail,
+            **({"samples": list(self.samples), "runs": list(self.runs)} if self.runs else {}),
+        }
 
 
-def aiperf_argv(tool: AiperfTool, *, url: str, model: str, tokenizer: str, aiperf: dict, cell: Cell,
-                artifact_dir: Path, extra: tuple = ()) -> list[str]:
+def aiperf_argv(
+    tool: AiperfTool,
+    *,
+    url: str,
+    model: str,
+    tokenizer: str,
+    aiperf: dict,
+    cell: Cell,
+    artifact_dir: Path,
+    extra: tuple = (),
+) -> list[str]:
     """The `aiperf profile` command of one cell (the campaign's flags; see gates/vllm.yaml `aiperf:`)."""
-    argv = [str(tool.exe), "profile", "--model", model, "--tokenizer", tokenizer, "--url", url,
-            "--endpoint-type", aiperf["endpoint-type"]]
+    argv = [
+        str(tool.exe),
+        "profile",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--url",
+        url,
+        "--endpoint-type",
+        aiperf["endpoint-type"],
+    ]
     if aiperf["streaming"]:
         argv.append("--streaming")
-    argv += ["--concurrency", str(cell.concurrency), "--request-count", str(cell.requests),
-             "--synthetic-input-tokens-mean", str(aiperf["isl"]), "--output-tokens-mean", str(aiperf["osl"])]
+    argv += [
+        "--concurrency",
+        str(cell.concurrency),
+        "--request-count",
+        str(cell.requests),
+        "--synthetic-input-tokens-mean",
+        str(aiperf["isl"]),
+        "--output-tokens-mean",
+        str(aiperf["osl"]),
+    ]
     for x in aiperf.get("extra-inputs", ()):
         argv += ["--extra-inputs", x]
     if "request-timeout-s" in aiperf:
@@ -117,9 +159,22 @@ def _tail(path: Path, n: int = 12) -> str:
     return " | ".join(x.strip() for x in lines[-n:] if x.strip())[-1500:]
 
 
-def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, tokenizer: str, aiperf: dict,
-             cell_dir: Path, extra: tuple = (), env: dict | None = None, echo: bool = False,
-             runs: int = 1, on_line=None) -> CellResult:
+def run_cell(
+    tool: AiperfTool,
+    *,
+    arm: str,
+    cell: Cell,
+    url: str,
+    model: str,
+    tokenizer: str,
+    aiperf: dict,
+    cell_dir: Path,
+    extra: tuple = (),
+    env: dict | None = None,
+    echo: bool = False,
+    runs: int = 1,
+    on_line=None,
+) -> CellResult:
     """Run one cell into `cell_dir` (removed first, then created) and parse what AIPerf wrote; with runs K > 1,
     AIPerf's K profile runs (module doc). `on_line`: each line of AIPerf's output (watchdog.run_with_watchdog).
 
@@ -133,16 +188,31 @@ def run_cell(tool: AiperfTool, *, arm: str, cell: Cell, url: str, model: str, to
     if runs < 1:
         raise ValueError(f"runs must be >= 1, not {runs}")
     more = ("--num-profile-runs", str(runs)) if runs > 1 else ()
-    argv = aiperf_argv(tool, url=url, model=model, tokenizer=tokenizer, aiperf=aiperf, cell=cell,
-                       artifact_dir=artifacts, extra=(*extra, *more))
+    argv = aiperf_argv(
+        tool,
+        url=url,
+        model=model,
+        tokenizer=tokenizer,
+        aiperf=aiperf,
+        cell=cell,
+        artifact_dir=artifacts,
+        extra=(*extra, *more),
+    )
     run_env = dict(os.environ if env is None else env)
     if Path(tokenizer).is_dir():  # see aiperftool: offline mode makes AIPerf 0.10.0 refuse a local tokenizer folder
         for k in _OFFLINE_VARS:
             run_env.pop(k, None)
     if "--no-server-metrics" in argv:  # no metrics to flush: AIPerf would still wait its 2 s flush period
         run_env.setdefault("AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD", "0")
-    out = run_with_watchdog(argv, env=run_env, cwd=str(cell_dir), timeout_s=float(aiperf.get("timeout-s", 1800)),
-                            log_path=log, echo=echo, on_line=on_line)
+    out = run_with_watchdog(
+        argv,
+        env=run_env,
+        cwd=str(cell_dir),
+        timeout_s=float(aiperf.get("timeout-s", 1800)),
+        log_path=log,
+        echo=echo,
+        on_line=on_line,
+    )
     res = CellResult(arm, cell, "error", cell_dir, log, out.returncode, duration_s=out.duration_s)
     export = artifacts / EXPORT_JSON
     if out.timed_out:
@@ -171,8 +241,14 @@ def _read_runs(res: CellResult, artifacts: Path, runs: int) -> CellResult:
             return res
         parts.append(one)
     res.samples = [p.agg_tok_s for p in parts]
-    res.runs = [{k: v for k, v in p.to_dict().items() if k not in ("arm", "cell", "concurrency", "requests_expected",
-                                                                    "returncode", "duration_s")} for p in parts]
+    res.runs = [
+        {
+            k: v
+            for k, v in p.to_dict().items()
+            if k not in ("arm", "cell", "concurrency", "requests_expected", "returncode", "duration_s")
+        }
+        for p in parts
+    ]
     res.layout = parts[0].layout
     res.agg_tok_s = sum(res.samples) / runs
     res.request_count = min(p.request_count or 0 for p in parts)
@@ -203,8 +279,11 @@ def _read(res: CellResult, artifacts: Path) -> CellResult:
         res.agg_tok_s = ex.value("output_token_throughput")[0]
         res.request_count = ex.request_count if "request_count" in ex.metrics else 0
         res.export_errors = ex.error_count
-        for attr, tag, stat in (("per_user_tok_s", "output_token_throughput_per_user", "avg"),
-                                ("ttft_p50_ms", "time_to_first_token", "p50"), ("itl_p50_ms", "inter_token_latency", "p50")):
+        for attr, tag, stat in (
+            ("per_user_tok_s", "output_token_throughput_per_user", "avg"),
+            ("ttft_p50_ms", "time_to_first_token", "p50"),
+            ("itl_p50_ms", "inter_token_latency", "p50"),
+        ):
             try:
                 setattr(res, attr, ex.value(tag, stat)[0])
             except KeyError:

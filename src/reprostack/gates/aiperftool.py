@@ -39,7 +39,7 @@ from ..lock import Lock, WheelPin, load
 
 PIN = "aiperf"
 _MARKER = ".reprostack-verified.json"
-VENV_ENV = "REPROSTACK_AIPERF_VENV"   # a prebuilt venv (a gate image's): used as is, never built
+VENV_ENV = "REPROSTACK_AIPERF_VENV"  # a prebuilt venv (a gate image's): used as is, never built
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,10 @@ class AiperfTool:
 def _pin(lock: Lock) -> WheelPin:
     pin = lock.get(PIN)
     if not isinstance(pin, WheelPin) or not pin.files:
-        raise GateError(f"{lock.where('upstreams', PIN)}: the aiperf pin must be a wheel pin with files and sha256 "
-                        f"(reprostack lock wheels aiperf)")
+        raise GateError(
+            f"{lock.where('upstreams', PIN)}: the aiperf pin must be a wheel pin with files and sha256 "
+            f"(reprostack lock wheels aiperf)"
+        )
     return pin
 
 
@@ -114,7 +116,7 @@ def ensure_aiperf(lock: Lock, cache_root: Path, root: Path, *, base_python: str 
         except (OSError, ValueError):
             info = {}
         if isinstance(info, dict) and info.get("sha256") in allowed:
-                return AiperfTool(exe, python, pin.version, info["sha256"], venv)
+            return AiperfTool(exe, python, pin.version, info["sha256"], venv)
         return _build(lock, pin, allowed, venv, root, base_python)
 
 
@@ -127,8 +129,12 @@ def _build(lock: Lock, pin: WheelPin, allowed: dict, venv: Path, root: Path, bas
     venv.parent.mkdir(parents=True, exist_ok=True)
     log = venv.parent / f"{venv.name}.install.log"
     log.write_text("")
-    print(f"reprostack: building the pinned AIPerf {pin.version} venv once in {venv} (about 1 GB from the index, "
-          f"a few minutes; log {log})", file=sys.stderr, flush=True)
+    print(
+        f"reprostack: building the pinned AIPerf {pin.version} venv once in {venv} (about 1 GB from the index, "
+        f"a few minutes; log {log})",
+        file=sys.stderr,
+        flush=True,
+    )
     _make_venv(base_python, venv)
     with tempfile.TemporaryDirectory(prefix="aiperf-wheel-") as tmp:
         _pip(python, ["download", "--no-deps", "--only-binary=:all:", "-d", tmp, f"{pin.name}=={pin.version}"], log)
@@ -137,8 +143,10 @@ def _build(lock: Lock, pin: WheelPin, allowed: dict, venv: Path, root: Path, bas
             raise GateError(f"pip download aiperf=={pin.version} gave {len(wheels)} wheel(s) in {tmp}, expected 1")
         digest = sha256_file(wheels[0])
         if digest not in allowed:
-            raise GateError(f"{lock.where('upstreams', PIN, 'files')}: downloaded {wheels[0].name} has sha256 "
-                            f"{digest}, the lock pins {', '.join(f'{n} {s}' for s, n in allowed.items())}")
+            raise GateError(
+                f"{lock.where('upstreams', PIN, 'files')}: downloaded {wheels[0].name} has sha256 "
+                f"{digest}, the lock pins {', '.join(f'{n} {s}' for s, n in allowed.items())}"
+            )
         _pip(python, ["install", "--quiet", "-c", str(constraints), str(wheels[0])], log)
     marker.write_text(json.dumps({"version": pin.version, "sha256": digest, "wheel": wheels[0].name}) + "\n")
     return AiperfTool(exe, python, pin.version, digest, venv)
@@ -150,12 +158,15 @@ def _prebuilt(venv: Path, pin: WheelPin, allowed: dict) -> AiperfTool:
     try:
         info = json.loads(marker.read_text())
     except (OSError, ValueError) as e:
-        raise GateError(f"{VENV_ENV}={venv}: no readable {_MARKER} ({e}); not an AIPerf venv made from the lock") \
-            from None
+        raise GateError(
+            f"{VENV_ENV}={venv}: no readable {_MARKER} ({e}); not an AIPerf venv made from the lock"
+        ) from None
     sha = info.get("sha256") if isinstance(info, dict) else None
     if sha not in allowed or info.get("version") != pin.version or not exe.is_file():
-        raise GateError(f"{VENV_ENV}={venv}: {marker} names aiperf {info.get('version') if isinstance(info, dict) else '?'}"
-                        f" sha256 {sha}, the lock pins {pin.version} {', '.join(allowed)}")
+        raise GateError(
+            f"{VENV_ENV}={venv}: {marker} names aiperf {info.get('version') if isinstance(info, dict) else '?'}"
+            f" sha256 {sha}, the lock pins {pin.version} {', '.join(allowed)}"
+        )
     return AiperfTool(exe, python, pin.version, sha, venv)
 
 
@@ -193,8 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     its `aiperf` script (the tests session's install step); a ReprostackError is one line on stderr, exit 2."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1:
-        print("usage: python -m reprostack.gates.aiperftool [CACHE_ROOT]  (default: the reprostack cache, the gates' own)",
-              file=sys.stderr)
+        print(
+            "usage: python -m reprostack.gates.aiperftool [CACHE_ROOT]  (default: the reprostack cache, the gates' own)",
+            file=sys.stderr,
+        )
         return 2
     try:
         print(ensure_aiperf(load("upstreams.lock"), Path(args[0]) if args else paths.cache_dir(), Path(".")).exe)

@@ -27,8 +27,10 @@ def parse_arms(text: str) -> tuple[str, ...]:
     arms = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
     bad = [a for a in arms if a not in ARMS]
     if bad or "deepep" not in arms:
-        raise GateError(f"--arm {text!r}: give a comma list of {', '.join(ARMS)} that includes deepep"
-                        + (f" (unknown: {', '.join(bad)})" if bad else ""))
+        raise GateError(
+            f"--arm {text!r}: give a comma list of {', '.join(ARMS)} that includes deepep"
+            + (f" (unknown: {', '.join(bad)})" if bad else "")
+        )
     return arms
 
 
@@ -41,11 +43,14 @@ def check_request(spec: GateSpec, profile: Profile, arms: tuple[str, ...], legac
     if spec.legacy is None:
         raise GateError(f"{spec.path}: --legacy, but the spec has no `legacy:` section")
     if profile.nodes > 1:
-        raise GateError(f"--legacy: {spec.legacy.script} is intranode only; profile {profile.name} spans "
-                        f"{profile.nodes} nodes")
+        raise GateError(
+            f"--legacy: {spec.legacy.script} is intranode only; profile {profile.name} spans {profile.nodes} nodes"
+        )
     if spec.legacy.ep_sizes and profile.ep_size not in spec.legacy.ep_sizes:
-        raise GateError(f"--legacy: {spec.legacy.script} runs at EP {', '.join(map(str, spec.legacy.ep_sizes))} "
-                        f"only ({spec.path}: legacy.ep-sizes); profile {profile.name} is EP{profile.ep_size}")
+        raise GateError(
+            f"--legacy: {spec.legacy.script} runs at EP {', '.join(map(str, spec.legacy.ep_sizes))} "
+            f"only ({spec.path}: legacy.ep-sizes); profile {profile.name} is EP{profile.ep_size}"
+        )
 
 
 @dataclass
@@ -62,29 +67,51 @@ class ArmRun:
 
 def _run(argv, env, cwd, timeout_s, log: Path) -> tuple[str, dict]:
     from .. import ui
+
     with ui.step(f"micro {log.stem}", log=log):
         outcome = run_with_watchdog(argv, env=env, cwd=str(cwd), timeout_s=timeout_s, log_path=log, echo=False)
-    return log.read_text(errors="replace"), {"command": argv, "returncode": outcome.returncode,
-                                             "timed_out": outcome.timed_out, "seconds": round(outcome.duration_s, 2)}
+    return log.read_text(errors="replace"), {
+        "command": argv,
+        "returncode": outcome.returncode,
+        "timed_out": outcome.timed_out,
+        "seconds": round(outcome.duration_s, 2),
+    }
 
 
 def _failure(text: str, run: dict) -> dict:
     return classify_failure(text, run["returncode"], run["timed_out"]).to_dict()
 
 
-def run_legacy(arm: ArmSpec, *, deepep_tree: Path, python: str, env: dict, profile: Profile, port: int | None,
-               run_dir: Path, out_dir: Path, timeout_s: float) -> ArmRun:
+def run_legacy(
+    arm: ArmSpec,
+    *,
+    deepep_tree: Path,
+    python: str,
+    env: dict,
+    profile: Profile,
+    port: int | None,
+    run_dir: Path,
+    out_dir: Path,
+    timeout_s: float,
+) -> ArmRun:
     """Run DeepEP's legacy intranode test from the patched tree (it spawns its own ranks) and parse it.
     check_request has already refused profiles it cannot run on. Never raises on the run's outcome."""
-    launch = launchers.local(python, str(Path(deepep_tree) / arm.script), list(arm.args), gpus=profile.gpus_per_node,
-                             port=port)
+    launch = launchers.local(
+        python, str(Path(deepep_tree) / arm.script), list(arm.args), gpus=profile.gpus_per_node, port=port
+    )
     log = run_dir / "test_intranode.log"
     text, run = _run(launch.argv, {**env, **launch.env}, deepep_tree, timeout_s, log)
     parsed = parse_legacy(text)
     data = {**run, "parse": parsed.to_dict()}
     if not parsed.ok:
         data["failure"] = _failure(text, run)
-    check = evaluate("legacy_complete", "", parsed.ok, "==", True,
-                     note="; ".join(parsed.problems[:4]) or f"{parsed.tests_passed}/{parsed.tests_run} cases passed, "
-                                                           f"{', '.join(parsed.sections)} tuned")
+    check = evaluate(
+        "legacy_complete",
+        "",
+        parsed.ok,
+        "==",
+        True,
+        note="; ".join(parsed.problems[:4])
+        or f"{parsed.tests_passed}/{parsed.tests_run} cases passed, {', '.join(parsed.sections)} tuned",
+    )
     return ArmRun("legacy", data, metrics.legacy_metrics(parsed), check, [artifact_for(log, relative_to=out_dir)])

@@ -50,30 +50,51 @@ from ..report import GateReport, Result, utc_now, validate_report
 from .plan import OUT, WORK
 from .registry import Gate
 
-CODE = "/opt/reprostack/code"          # reprostack's package (this checkout's), read-only, on PYTHONPATH
-CONTAINER_SLACK_S = 600.0              # image start, AIPerf set-up and the report, beyond the gate's watchdog
+CODE = "/opt/reprostack/code"  # reprostack's package (this checkout's), read-only, on PYTHONPATH
+CONTAINER_SLACK_S = 600.0  # image start, AIPerf set-up and the report, beyond the gate's watchdog
 MAX_REPORT_BYTES = 64 << 20
 L_IMAGE, L_LOCK = "dev.reprostack.image", "dev.reprostack.lock-sha256"
 
 
 def _client():
     from ..containers.engine import connect
+
     try:
         return connect()
     except ReprostackError as e:
-        raise GateError(f"--container: {e} (or run on this host with --no-container: the report then says "
-                        f"host mode)") from None
+        raise GateError(
+            f"--container: {e} (or run on this host with --no-container: the report then says host mode)"
+        ) from None
 
 
 def inner_argv(g: Gate, a, lock, *, kernels: bool = False) -> list[str]:
     """The in-image runner's command: this gate in host mode with the operator's options, paths inside the image;
     `kernels` (a gate with `kernels:`): `--kernels-manifest` MANIFEST, so it takes the image's prebuilt kernels."""
-    argv = ["python3", "-m", "reprostack", "gate", g.name, "--no-container", "--out", OUT,
-            "--lock", f"{WORK}/{Path(lock.path).name}", "--cache", "/tmp/reprostack-cache"]
+    argv = [
+        "python3",
+        "-m",
+        "reprostack",
+        "gate",
+        g.name,
+        "--no-container",
+        "--out",
+        OUT,
+        "--lock",
+        f"{WORK}/{Path(lock.path).name}",
+        "--cache",
+        "/tmp/reprostack-cache",
+    ]
     if kernels:
         argv += ["--kernels-manifest", MANIFEST]
-    for flag, value in (("--profile", a.profile), ("--jobs", a.jobs), ("--arch", a.arch), ("--nodes", a.nodes),
-                        ("--master-addr", a.master_addr), ("--master-port", a.master_port), ("--timeout", a.timeout)):
+    for flag, value in (
+        ("--profile", a.profile),
+        ("--jobs", a.jobs),
+        ("--arch", a.arch),
+        ("--nodes", a.nodes),
+        ("--master-addr", a.master_addr),
+        ("--master-port", a.master_port),
+        ("--timeout", a.timeout),
+    ):
         if value is not None:
             argv += [flag, str(value)]
     argv += ["--node-rank", str(a.node_rank), "--modes", a.modes]
@@ -98,18 +119,25 @@ def host_record() -> dict:
         efa_version = Path("/sys/module/efa/version").read_text().strip()
     except OSError:
         efa_version = None
-    return {"driver_version": gpus[0]["driver_version"] if gpus else None, "gpus": len(gpus),
-            "efa_devices": [d["name"] for d in efa], "efa_driver_version": efa_version,
-            **({"notes": notes} if notes and not gpus else {})}
+    return {
+        "driver_version": gpus[0]["driver_version"] if gpus else None,
+        "gpus": len(gpus),
+        "efa_devices": [d["name"] for d in efa],
+        "efa_driver_version": efa_version,
+        **({"notes": notes} if notes and not gpus else {}),
+    }
 
 
 def _image(client, ref: str, recipe: str):
     import docker.errors
+
     try:
         return client.images.get(ref)
     except docker.errors.ImageNotFound:
-        raise GateError(f"--container: image {ref} is not on this engine (build it with `reprostack build "
-                        f"{recipe}` or name one with --image)") from None
+        raise GateError(
+            f"--container: image {ref} is not on this engine (build it with `reprostack build "
+            f"{recipe}` or name one with --image)"
+        ) from None
     except docker.errors.APIError as e:
         raise GateError(f"--container: the engine cannot inspect image {ref}: {e.explanation or e}") from None
 
@@ -117,17 +145,23 @@ def _image(client, ref: str, recipe: str):
 def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple[lp.LaunchPlan, object]:
     """(plan, profile) of this node's container: the gate's plan with the in-image runner as its command."""
     from .plan import gate_plan
+
     spec = g.load(root)
-    if not a.profile:   # the container's GPUs, EFA devices and limits follow from the profile: never guessed
-        raise GateError(f"--container needs --profile (one of {', '.join(spec.profiles)} in {spec.path.name}): "
-                        f"the container's GPUs and EFA devices follow from it")
+    if not a.profile:  # the container's GPUs, EFA devices and limits follow from the profile: never guessed
+        raise GateError(
+            f"--container needs --profile (one of {', '.join(spec.profiles)} in {spec.path.name}): "
+            f"the container's GPUs and EFA devices follow from it"
+        )
     plan = gate_plan(g, root, lock, profile=a.profile, out_dir=Path(a.out))
     prof = spec.profile(plan.profile)
     ref = image_ref or plan.image.image_id or plan.image.tag
     if not ref:
-        raise GateError(f"--container: image {plan.image.recipe} (gate {g.name}'s `image:`) is not built on this "
-                        f"machine (`reprostack build {plan.image.recipe}`), or name one with --image")
+        raise GateError(
+            f"--container: image {plan.image.recipe} (gate {g.name}'s `image:`) is not built on this "
+            f"machine (`reprostack build {plan.image.recipe}`), or name one with --image"
+        )
     import reprostack
+
     mounts = [m for m in plan.mounts if m.what in ("out", "project")]
     mounts.append(lp.Mount(str(Path(reprostack.__file__).resolve().parent), f"{CODE}/reprostack", what="code"))
     env = {"PYTHONPATH": CODE, "PYTHONUNBUFFERED": "1"}
@@ -140,16 +174,26 @@ def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple
         # a CPU profile pins no memory: it keeps this host's memlock limit (an engine in a sandbox may not raise
         # it to the campaign's unlimited, which EFA and NCCL need)
         import resource
+
         soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         ulimits = tuple((n, soft, hard) if n == "memlock" else (n, s, h) for n, s, h in ulimits)
     runs = max(1, len(getattr(spec, "arms", {}) or {}))
     timeout = (a.timeout or plan.timeout_s) * runs + CONTAINER_SLACK_S
-    cmd = lp.NodeCommand(a.node_rank, "leader" if a.node_rank == 0 else "worker",
-                         tuple(inner_argv(g, a, lock, kernels=uses_prebuilt(g, spec))),
-                         tuple(sorted(env.items())))
-    plan = dataclasses.replace(plan, image=dataclasses.replace(plan.image, tag=ref), commands=(cmd,),
-                               mounts=tuple(mounts), workdir=WORK, timeout_s=timeout,
-                               ulimits=ulimits)
+    cmd = lp.NodeCommand(
+        a.node_rank,
+        "leader" if a.node_rank == 0 else "worker",
+        tuple(inner_argv(g, a, lock, kernels=uses_prebuilt(g, spec))),
+        tuple(sorted(env.items())),
+    )
+    plan = dataclasses.replace(
+        plan,
+        image=dataclasses.replace(plan.image, tag=ref),
+        commands=(cmd,),
+        mounts=tuple(mounts),
+        workdir=WORK,
+        timeout_s=timeout,
+        ulimits=ulimits,
+    )
     return plan, prof
 
 
@@ -165,36 +209,59 @@ def run_in_container(g: Gate, a, lock, root: Path, *, client=None) -> GateReport
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     report_path = out / f"{g.report_name}.json"
-    stale = _stat(report_path)   # an earlier run's report: kept until this one replaces it, never read back
+    stale = _stat(report_path)  # an earlier run's report: kept until this one replaces it, never read back
     started = utc_now()
     t0 = time.monotonic()
     run = run_node(client, plan, a.node_rank, out / "container", efa_devices=efa, gpus=needs_gpu)
-    execution = {"mode": "container", "image": (image.labels or {}).get(L_IMAGE) or plan.image.recipe,
-                 "image_ref": a.image or plan.image.tag, "image_id": run.image_id,
-                 "repo_digests": list(run.repo_digests), "lock_sha256": lock.sha256,
-                 "image_lock_sha256": (image.labels or {}).get(L_LOCK),
-                 "container": run.provenance(), "log": str(run.log), "host": host_record(),
-                 "ulimits": {n: [s, h] for n, s, h in plan.ulimits}, "gpus": needs_gpu, "efa_devices": efa}
+    execution = {
+        "mode": "container",
+        "image": (image.labels or {}).get(L_IMAGE) or plan.image.recipe,
+        "image_ref": a.image or plan.image.tag,
+        "image_id": run.image_id,
+        "repo_digests": list(run.repo_digests),
+        "lock_sha256": lock.sha256,
+        "image_lock_sha256": (image.labels or {}).get(L_LOCK),
+        "container": run.provenance(),
+        "log": str(run.log),
+        "host": host_record(),
+        "ulimits": {n: [s, h] for n, s, h in plan.ulimits},
+        "gpus": needs_gpu,
+        "efa_devices": efa,
+    }
     written = report_path.is_file() and _stat(report_path) != stale
     if run.timed_out or not written:
-        why = (f"killed at the timeout of {plan.timeout_s:g} s" if run.timed_out else
-               f"exited {run.exit_code} without writing {report_path.name}")
+        why = (
+            f"killed at the timeout of {plan.timeout_s:g} s"
+            if run.timed_out
+            else f"exited {run.exit_code} without writing {report_path.name}"
+        )
         last = _last_line(run.log)
         why += f" (its last line: {last})" if last else ""
-        rep = GateReport(g.report_name, plan.profile, Result.ERROR, f"the gate's container {why}; log {run.log}",
-                         started=started, ended=utc_now(), duration_s=round(time.monotonic() - t0, 3))
+        rep = GateReport(
+            g.report_name,
+            plan.profile,
+            Result.ERROR,
+            f"the gate's container {why}; log {run.log}",
+            started=started,
+            ended=utc_now(),
+            duration_s=round(time.monotonic() - t0, 3),
+        )
         rep.provenance["execution"] = execution
         return rep
     rep = read_report(report_path, g.report_name, started, out)
     inner = rep.provenance.get("execution")
-    if isinstance(inner, dict) and inner.get("mode") == "host":   # host mode as seen from inside the image
+    if isinstance(inner, dict) and inner.get("mode") == "host":  # host mode as seen from inside the image
         inner["note"] = "the in-image runner's own record: the interpreter that ran the gate inside the image"
     execution["inner"] = inner
     kf = rep.provenance.get("kernels_from")
-    if isinstance(kf, dict) and kf.get("mode") == "prebuilt":   # the in-image runner used the image's kernels
+    if isinstance(kf, dict) and kf.get("mode") == "prebuilt":  # the in-image runner used the image's kernels
         kf.update(image_id=run.image_id, image_ref=execution["image_ref"])
-        execution["kernels"] = {"mode": "prebuilt", "image_id": run.image_id, "manifest": kf.get("manifest"),
-                                "manifest_sha256": kf.get("manifest_sha256")}
+        execution["kernels"] = {
+            "mode": "prebuilt",
+            "image_id": run.image_id,
+            "manifest": kf.get("manifest"),
+            "manifest_sha256": kf.get("manifest_sha256"),
+        }
     rep.provenance["execution"] = execution
     return rep
 

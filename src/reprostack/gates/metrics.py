@@ -74,7 +74,7 @@ def legacy_metrics(legacy: LegacyParse) -> dict[str, float | None]:
 NOTES = {
     "su_nvlink_ratio": "scale-up GB/s p50 / the profile's scale-up-limit-gbs",
     "dense_": "ours: all_to_all_single, CUDA-event p50 per iteration (launches and a host sync included), "
-              "p50 across ranks",
+    "p50 across ranks",
     "legacy_": "test_intranode.py, local rank 0 only, best of its NVL chunk sweep",
     "deepep_over_dense_dc": "DeepEP D+C p50 (kineto kernel times) / dense D+C p50 (CUDA events)",
 }

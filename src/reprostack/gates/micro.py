@@ -74,7 +74,7 @@ class GateRunOptions:
     master_port: int | None = None
     timeout_s: float | None = None
     extra_args: list[str] = field(default_factory=list)
-    prebuilt: Path | None = None    # the image's kernels manifest (container mode): use its builds, fetch nothing
+    prebuilt: Path | None = None  # the image's kernels manifest (container mode): use its builds, fetch nothing
 
 
 @dataclass
@@ -98,21 +98,40 @@ def build_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict):
     choice = ncclwheel.choose(opts.lock, recipe.source, recipe.wheel, src_version, recipe_path=str(recipe.path))
     if choice.kind == "wheel":  # the pinned release as NVIDIA's wheel: sha256-checked, unpacked once (keyed)
         with ui.step(f"fetch nccl wheel {choice.version}", key="fetch nccl wheel"):
-            wheel = fetch_wheels(opts.lock, choice.wheel_pin, cache_root=opts.fetch.cache.root,
-                                 wheelhouses=wheelhouses_from_env(), offline=opts.fetch.offline)[0]
+            wheel = fetch_wheels(
+                opts.lock,
+                choice.wheel_pin,
+                cache_root=opts.fetch.cache.root,
+                wheelhouses=wheelhouses_from_env(),
+                offline=opts.fetch.offline,
+            )[0]
         nccl = ncclwheel.unpack(wheel.path, wheel.sha256, choice.version, opts.fetch.cache.root)
     else:
-        nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, recipe, tc, opts.fetch.cache.root,
-                                 jobs=opts.jobs)
+        nccl = kbuild.build_nccl(
+            trees["nccl"].path, trees["nccl"].tree, recipe, tc, opts.fetch.cache.root, jobs=opts.jobs
+        )
     timings["nccl_build_s"] = round(time.monotonic() - t, 2)
     prov["nccl_from"] = {"kind": choice.kind, "why": choice.why}
     t = time.monotonic()
-    deepep = kbuild.build_deepep(trees["deepep"].path, trees["deepep"].tree, load_recipe(opts.root, "deepep"),
-                                 tc, nccl, opts.fetch.cache.root, jobs=opts.jobs)
+    deepep = kbuild.build_deepep(
+        trees["deepep"].path,
+        trees["deepep"].tree,
+        load_recipe(opts.root, "deepep"),
+        tc,
+        nccl,
+        opts.fetch.cache.root,
+        jobs=opts.jobs,
+    )
     timings["deepep_build_s"] = round(time.monotonic() - t, 2)
-    prov["kernels"] = {b.component: {"key": b.key, "reused": b.reused, "build_seconds": b.info.get("seconds"),
-                                     **({"libstdcxx": b.info["libstdcxx"]} if "libstdcxx" in b.info else {})}
-                       for b in (nccl, deepep)}
+    prov["kernels"] = {
+        b.component: {
+            "key": b.key,
+            "reused": b.reused,
+            "build_seconds": b.info.get("seconds"),
+            **({"libstdcxx": b.info["libstdcxx"]} if "libstdcxx" in b.info else {}),
+        }
+        for b in (nccl, deepep)
+    }
     prov["toolchain"] = tc.key_fields()
     return tc, nccl, deepep
 
@@ -159,12 +178,21 @@ def setup_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict, 
     if pre is not None:
         prov["kernels"], prov["kernels_from"] = pre.kernels_provenance(), pre.provenance()
         lib = pre.path_of("nccl", "lib")
-        return Kernels(runtime.prebuilt_env(), lib, pre.components["nccl"]["nccl_version"],
-                       Path(opts.fetch.cache.root) / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
-                       accept_sha256=pre.file_sha256("nccl", lib / "libnccl.so.2"))
+        return Kernels(
+            runtime.prebuilt_env(),
+            lib,
+            pre.components["nccl"]["nccl_version"],
+            Path(opts.fetch.cache.root) / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
+            accept_sha256=pre.file_sha256("nccl", lib / "libnccl.so.2"),
+        )
     _, nccl, deepep = build_kernels(opts, trees, prov, timings)
-    return Kernels(runtime.runtime_env(deepep.out, cache_root=Path(opts.fetch.cache.root)), nccl.out / "build" / "lib", nccl.info["version"],
-                   deepep.out / "jit", [nccl.log, deepep.log])
+    return Kernels(
+        runtime.runtime_env(deepep.out, cache_root=Path(opts.fetch.cache.root)),
+        nccl.out / "build" / "lib",
+        nccl.info["version"],
+        deepep.out / "jit",
+        [nccl.log, deepep.log],
+    )
 
 
 def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
@@ -182,20 +210,30 @@ def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
             continue
         if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
             return p
-    raise NoProfileForHost(f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
-                          f"pass --profile (known: {', '.join(spec.profiles)})")
+    raise NoProfileForHost(
+        f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
+        f"pass --profile (known: {', '.join(spec.profiles)})"
+    )
 
 
 def provenance(lock: Lock, spec: GateSpec, trees: dict) -> dict:
     ups = {}
     for name, st in trees.items():
         pin = st.pin
-        ups[name] = {"url": pin.url, "rev": pin.rev, "tree": pin.tree, "patched_tree": pin.patched_tree,
-                     "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in pin.patches]}
+        ups[name] = {
+            "url": pin.url,
+            "rev": pin.rev,
+            "tree": pin.tree,
+            "patched_tree": pin.patched_tree,
+            "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in pin.patches],
+        }
     if "deepep" in trees and "nccl" not in trees and not ncclwheel.needs_source(lock, "nccl"):  # NCCL: a wheel alone
         w = lock.get("nccl")
-        ups["nccl"] = {"wheel": ncclwheel.wheel_alone(lock, "nccl"), "version": w.version,
-                       "files": [f"{f.filename} {f.sha256}" for f in w.files]}
+        ups["nccl"] = {
+            "wheel": ncclwheel.wheel_alone(lock, "nccl"),
+            "version": w.version,
+            "files": [f"{f.filename} {f.sha256}" for f in w.files],
+        }
     return {"lock_sha256": lock.sha256, "stack": lock.stack, "gate_spec_sha256": spec.sha256, "upstreams": ups}
 
 
@@ -229,8 +267,11 @@ def run_micro(opts: MicroOptions) -> GateReport:
         return report
 
     if host["gpu_count"] == 0:
-        why = ("no GPU on this host (nvidia-smi lists none): " + ("the image's kernels manifest matched the lock "
-               if pre else "sources were verified and patched ") + f"(deepep {trees['deepep'].tree[:12]}, {nccl_words(opts.lock, trees)}); kernels and test_ep not run")
+        why = (
+            "no GPU on this host (nvidia-smi lists none): "
+            + ("the image's kernels manifest matched the lock " if pre else "sources were verified and patched ")
+            + f"(deepep {trees['deepep'].tree[:12]}, {nccl_words(opts.lock, trees)}); kernels and test_ep not run"
+        )
         return finish(skipped(GATE, opts.profile or "-", why, provenance=prov))
     try:
         profile = choose_profile(spec, opts.profile, host)
@@ -238,11 +279,19 @@ def run_micro(opts: MicroOptions) -> GateReport:
         return finish(skipped(GATE, "-", str(e), provenance=prov))
     armsmod.check_request(spec, profile, opts.arms, opts.legacy)
     if profile.gpus_per_node > host["gpu_count"]:
-        return finish(skipped(GATE, profile.name, f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) "
-                              f"per node, this host has {host['gpu_count']}", provenance=prov))
+        return finish(
+            skipped(
+                GATE,
+                profile.name,
+                f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) "
+                f"per node, this host has {host['gpu_count']}",
+                provenance=prov,
+            )
+        )
     if profile.needs_efa and not host["efa_devices"]:
-        return finish(skipped(GATE, profile.name, f"profile {profile.name} needs EFA devices; none found",
-                              provenance=prov))
+        return finish(
+            skipped(GATE, profile.name, f"profile {profile.name} needs EFA devices; none found", provenance=prov)
+        )
 
     run_dir = Path(opts.out_dir) / GATE
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -266,14 +315,31 @@ def run_micro(opts: MicroOptions) -> GateReport:
     nodes = opts.nodes or profile.nodes
     if nodes > 1:
         if not opts.master_addr or not opts.master_port:
-            raise ReprostackError(f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
-                                  f"(and --node-rank on each node)")
-        launch = launchers.torchrun(opts.python, script, args, gpus=profile.gpus_per_node, nodes=nodes,
-                                    node_rank=opts.node_rank, master_addr=opts.master_addr, master_port=opts.master_port)
+            raise ReprostackError(
+                f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
+                f"(and --node-rank on each node)"
+            )
+        launch = launchers.torchrun(
+            opts.python,
+            script,
+            args,
+            gpus=profile.gpus_per_node,
+            nodes=nodes,
+            node_rank=opts.node_rank,
+            master_addr=opts.master_addr,
+            master_port=opts.master_port,
+        )
     elif profile.launcher == "torchrun":  # one agent on this node; test_ep spawns the GPUs' ranks
-        launch = launchers.torchrun(opts.python, script, args, gpus=profile.gpus_per_node, nodes=1, node_rank=0,
-                                    master_addr=opts.master_addr or "127.0.0.1",
-                                    master_port=opts.master_port or launchers.free_port())
+        launch = launchers.torchrun(
+            opts.python,
+            script,
+            args,
+            gpus=profile.gpus_per_node,
+            nodes=1,
+            node_rank=0,
+            master_addr=opts.master_addr or "127.0.0.1",
+            master_port=opts.master_port or launchers.free_port(),
+        )
     else:
         launch = launchers.local(opts.python, script, args, gpus=profile.gpus_per_node, port=opts.master_port)
     base_env = dict(env)  # the legacy run gets the gate's environment without test_ep's launcher variables
@@ -285,18 +351,27 @@ def run_micro(opts: MicroOptions) -> GateReport:
     # its output: the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from
     # rank 0's DeepEP trial markers (a plain line each; the bar when live)
     with ui.step(f"test_ep [{profile.name}] x{opts.trials} trial(s)", log=log, total=opts.trials, unit="trial") as st:
-        outcome = run_with_watchdog(launch.argv, env=env, cwd=str(trees["deepep"].path),
-                                    timeout_s=opts.timeout_s or spec.timeout_s, log_path=log, echo=False,
-                                    on_line=ui.line_counter(st, deepep_trial_started))
+        outcome = run_with_watchdog(
+            launch.argv,
+            env=env,
+            cwd=str(trees["deepep"].path),
+            timeout_s=opts.timeout_s or spec.timeout_s,
+            log_path=log,
+            echo=False,
+            on_line=ui.line_counter(st, deepep_trial_started),
+        )
     timings["test_s"] = round(outcome.duration_s, 2)
     logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)
     tp = parse_micro_trials(text, num_ranks=profile.ep_size, trials=opts.trials, arms=opts.arms, modes=opts.modes)
     parsed = tp.deepep[0]
     data["test_ep"] = parsed.to_dict()  # the first trial's full table; every trial's figures in data.trials
-    data["trials"] = {**tp.to_dict(), "driver": TRIALS_DRIVER,
-                      "how": f"one launch, test_ep's case run {opts.trials} time(s)"
-                             + (", the dense arm after each DeepEP trial (ABAB)" if tp.dense else "")}
+    data["trials"] = {
+        **tp.to_dict(),
+        "driver": TRIALS_DRIVER,
+        "how": f"one launch, test_ep's case run {opts.trials} time(s)"
+        + (", the dense arm after each DeepEP trial (ABAB)" if tp.dense else ""),
+    }
     data["returncode"] = outcome.returncode
     data["timed_out"] = outcome.timed_out
     artifacts = [artifact_for(p, relative_to=opts.out_dir) for p in logs]
@@ -313,10 +388,22 @@ def run_micro(opts: MicroOptions) -> GateReport:
             data["dense"]["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out).to_dict()
         values.update(metrics.dense_metrics(dense0, parsed.dc_p50_us))
         bad = [f"trial {k}: {p}" for k, d in enumerate(tp.dense) for p in d.problems]
-        extra.append(armsmod.ArmRun("dense", data["dense"], {}, evaluate(
-            "dense_arm_complete", "", tp.dense_ok, "==", True,
-            note="; ".join(bad[:4]) or f"{profile.ep_size} rank(s) x {len(dense0.phases)} phases x "
-                                        f"{opts.trials} trial(s), checks ok")))
+        extra.append(
+            armsmod.ArmRun(
+                "dense",
+                data["dense"],
+                {},
+                evaluate(
+                    "dense_arm_complete",
+                    "",
+                    tp.dense_ok,
+                    "==",
+                    True,
+                    note="; ".join(bad[:4])
+                    or f"{profile.ep_size} rank(s) x {len(dense0.phases)} phases x {opts.trials} trial(s), checks ok",
+                ),
+            )
+        )
     extra += _run_arms(opts, spec, profile, trees, base_env, run_dir, nodes)
     for a in extra:
         data[a.name] = a.data
@@ -333,13 +420,15 @@ def run_micro(opts: MicroOptions) -> GateReport:
     for r in rows:
         if r["metric"] in summaries:
             r["note"] = f"mean of {opts.trials} trial(s): {summaries[r['metric']].describe()}" + (
-                f"; {r['note']}" if r["note"] else "")
+                f"; {r['note']}" if r["note"] else ""
+            )
     data["metrics"] = rows
     data["bars_status"] = profile.bars_status
 
     if not tp.complete:
-        fc = classify_failure(_failed_part(text, tp), outcome.returncode, outcome.timed_out, num_ranks=profile.ep_size,
-                              modes=opts.modes)
+        fc = classify_failure(
+            _failed_part(text, tp), outcome.returncode, outcome.timed_out, num_ranks=profile.ep_size, modes=opts.modes
+        )
         data["failure"] = fc.to_dict()
         result, reason = decide([], ran_ok=False, failure_reason=f"{fc.kind}: {fc.detail} ({fc.first_line})")
         return finish(GateReport(GATE, profile.name, result, reason, provenance=prov, artifacts=artifacts))
@@ -347,26 +436,38 @@ def run_micro(opts: MicroOptions) -> GateReport:
     try:  # the one-NCCL check, judged on what the measuring ranks saw (no separate process: issue 17)
         one = one_nccl_of_ranks(tp.nccl, kern)
     except ReprostackError as e:
-        return finish(GateReport(GATE, profile.name, "error", f"one-NCCL check: {e}", provenance=prov,
-                                 artifacts=artifacts))
+        return finish(
+            GateReport(GATE, profile.name, "error", f"one-NCCL check: {e}", provenance=prov, artifacts=artifacts)
+        )
     host["nccl_runtime"] = one["runtime"]
     data["torch_built_with_nccl"] = one["torch_built_with"]
     data["nccl_mapped"] = one["mapped"]
     data["nccl_check"] = f"in the measuring process of rank(s) {one['ranks']} after the trials (/proc/self/maps)"
     problems = tp.problems + [f"trial {k}: {p}" for k, t in enumerate(tp.deepep) for p in t.problems]
-    checks = [evaluate("ranks_x_phases_missing", "lines", len(problems), "==", 0,
-                       note="; ".join(problems[:8]) or None),
-              evaluate("nccl_runtime", "version", one["runtime"], "==", kern.nccl_version,
-                       note=f"ncclGetVersion of the only NCCL mapped: {one['mapped'][0]}")]
+    checks = [
+        evaluate("ranks_x_phases_missing", "lines", len(problems), "==", 0, note="; ".join(problems[:8]) or None),
+        evaluate(
+            "nccl_runtime",
+            "version",
+            one["runtime"],
+            "==",
+            kern.nccl_version,
+            note=f"ncclGetVersion of the only NCCL mapped: {one['mapped'][0]}",
+        ),
+    ]
     for bar in profile.bars:
         if bar.metric in summaries and bar.op != "==":
             checks.append(evaluate_interval(bar.metric, summaries[bar.metric], bar.op, bar.threshold, note=bar.source))
         else:
-            checks.append(evaluate(bar.metric, bar.unit, values.get(bar.metric), bar.op, bar.threshold, note=bar.source))
+            checks.append(
+                evaluate(bar.metric, bar.unit, values.get(bar.metric), bar.op, bar.threshold, note=bar.source)
+            )
     checks += [a.check for a in extra]
     if outcome.returncode != 0:
-        data["after_finish"] = (f"exit {outcome.returncode} after every phase line was printed "
-                                f"(teardown; not counted, see test_ep.teardown_lines)")
+        data["after_finish"] = (
+            f"exit {outcome.returncode} after every phase line was printed "
+            f"(teardown; not counted, see test_ep.teardown_lines)"
+        )
     result, reason = verdict(profile, checks)
     return finish(GateReport(GATE, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))
 
@@ -378,11 +479,14 @@ def one_nccl_of_ranks(records: list[dict], kern: Kernels, host: str | None = Non
     or that no rank of this host left a record (a driver from before the records, or a log cut short)."""
     import socket
     from ..errors import BuildError
+
     host = host or socket.gethostname()
     mine = [r for r in records if r.get("host") == host]
     if not mine:
-        raise BuildError(f"no rank on this host ({host}) left its one-NCCL record in the test's log "
-                         f"({len(records)} record(s) from other hosts)")
+        raise BuildError(
+            f"no rank on this host ({host}) left its one-NCCL record in the test's log "
+            f"({len(records)} record(s) from other hosts)"
+        )
     for r in mine:
         if "error" in r:
             raise BuildError(f"rank {r.get('rank')}: reading its NCCL failed: {str(r['error'])[:300]}")
@@ -403,9 +507,15 @@ def _failed_part(text: str, tp) -> str:
     bad = next((k for k, p in enumerate(tp.deepep) if not p.complete), None)
     if bad is None:
         return text
-    at = next((no for no, m in markers(text) if m.get("event") == "trial" and m.get("arm") == "deepep"
-               and m.get("trial") == bad), None)
-    return text if at is None else "\n".join(text.split("\n")[at - 1:])
+    at = next(
+        (
+            no
+            for no, m in markers(text)
+            if m.get("event") == "trial" and m.get("arm") == "deepep" and m.get("trial") == bad
+        ),
+        None,
+    )
+    return text if at is None else "\n".join(text.split("\n")[at - 1 :])
 
 
 def verdict(profile: Profile, checks: list) -> tuple[str, str]:
@@ -416,14 +526,18 @@ def verdict(profile: Profile, checks: list) -> tuple[str, str]:
         return decide(checks, ran_ok=True)
     others = [c for c in checks if not c.passed]
     why = f"profile {profile.name} has no measured bar yet; numbers reported"
-    checks.append(evaluate("bars_status", "", profile.bars_status, "==", "measured",
-                           note=f"{why} (gates/micro.yaml: bars-status)"))
+    checks.append(
+        evaluate(
+            "bars_status", "", profile.bars_status, "==", "measured", note=f"{why} (gates/micro.yaml: bars-status)"
+        )
+    )
     _, more = decide(others, ran_ok=True) if others else (None, "")
     return "fail", why + (f"; also: {more}" if more else "")
 
 
-def _run_arms(opts: MicroOptions, spec: GateSpec, profile: Profile, trees: dict, env: dict, run_dir: Path,
-              nodes: int) -> list:
+def _run_arms(
+    opts: MicroOptions, spec: GateSpec, profile: Profile, trees: dict, env: dict, run_dir: Path, nodes: int
+) -> list:
     """The asked-for separate run (the legacy test; the dense arm runs inside the trials launch); [] when none
     was asked for. Its watchdog: its yaml `timeout-s` (else the gate's), capped by the operator's --timeout."""
     out = []
@@ -433,7 +547,17 @@ def _run_arms(opts: MicroOptions, spec: GateSpec, profile: Profile, trees: dict,
         return min(own, opts.timeout_s) if opts.timeout_s else own
 
     if opts.legacy:
-        out.append(armsmod.run_legacy(spec.legacy, deepep_tree=trees["deepep"].path, python=opts.python, env=env,
-                                      profile=profile, port=opts.master_port, run_dir=run_dir,
-                                      out_dir=opts.out_dir, timeout_s=limit(spec.legacy)))
+        out.append(
+            armsmod.run_legacy(
+                spec.legacy,
+                deepep_tree=trees["deepep"].path,
+                python=opts.python,
+                env=env,
+                profile=profile,
+                port=opts.master_port,
+                run_dir=run_dir,
+                out_dir=opts.out_dir,
+                timeout_s=limit(spec.legacy),
+            )
+        )
     return out

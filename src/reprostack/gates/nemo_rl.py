@@ -35,9 +35,10 @@ def rollout_metrics(parsed) -> dict:
 def nemo_rl_checks(spec, profile, parsed) -> tuple[list, dict]:
     """(checks, metrics) of a completed run: steps complete, finite losses, then the profile's bars."""
     m = {**loss_metrics(parsed), **rollout_metrics(parsed)}
-    checks = [evaluate("steps_problems", "lines", len(parsed.problems), "==", 0,
-                       note="; ".join(parsed.problems) or None),
-              evaluate("nonfinite", "values", m["nonfinite"], "==", 0, note="loss of every step")]
+    checks = [
+        evaluate("steps_problems", "lines", len(parsed.problems), "==", 0, note="; ".join(parsed.problems) or None),
+        evaluate("nonfinite", "values", m["nonfinite"], "==", 0, note="loss of every step"),
+    ]
     for bar in profile.bars:
         checks.append(evaluate(bar.metric, bar.unit, m.get(bar.metric), bar.op, bar.threshold, note=bar.source))
     return checks, m
@@ -62,14 +63,23 @@ def run_nemo_rl(opts: TrainingOptions) -> GateReport:
         report.duration_s = round(time.monotonic() - t0, 2)
         return report
 
-    profile, skip = host_skip(GATE, spec, opts, host, prov, f"NeMo-RL {tree.tree[:12]} verified; GRPO needs "
-                              f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model")
+    profile, skip = host_skip(
+        GATE,
+        spec,
+        opts,
+        host,
+        prov,
+        f"NeMo-RL {tree.tree[:12]} verified; GRPO needs "
+        f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model",
+    )
     if skip:
         return finish(skip)
     log = Path(opts.out_dir) / GATE / "grpo.log"
     argv = [opts.python, *spec.command, *profile.args, *opts.extra_args]
     env = {**os.environ, **spec.env, **profile.env}
-    outcome = run_with_watchdog(argv, env=env, cwd=str(tree.path), log_path=log, timeout_s=opts.timeout_s or spec.timeout_s)
+    outcome = run_with_watchdog(
+        argv, env=env, cwd=str(tree.path), log_path=log, timeout_s=opts.timeout_s or spec.timeout_s
+    )
     text = log.read_text(errors="replace")
     parsed = parse_nemo_rl(text, expected_steps=spec.steps)
     data.update(command=argv, returncode=outcome.returncode, timed_out=outcome.timed_out, parse=parsed.to_dict())

@@ -30,11 +30,11 @@ from ..launch import plan as lp
 from . import launchers
 from .registry import Gate
 
-P5EN_EFA_DEVICES = 16           # EFA interfaces of one p5en.48xlarge (the campaign's nodes)
+P5EN_EFA_DEVICES = 16  # EFA interfaces of one p5en.48xlarge (the campaign's nodes)
 # in the images: the verified trees the recipes copy (containers/deepep: /opt/reprostack/src/<pin>); this project
 # (drivers, reprostack itself) mounted read-only at /workspace; reports at /out
 SRC, WORK, OUT, CACHE, MODELS = "/opt/reprostack/src", "/workspace", "/out", "/cache", "/models"
-MASTER = "${MASTER_ADDR}"       # filled per cluster by the launcher (Slurm: first node; k8s: headless Service)
+MASTER = "${MASTER_ADDR}"  # filled per cluster by the launcher (Slurm: first node; k8s: headless Service)
 MASTER_PORT = 29500
 
 
@@ -69,8 +69,10 @@ def image_ref(root: Path, lock, name: str, images_json: Path | None = None) -> t
     if name in built:
         tag, image_id = built[name].get("tag"), built[name].get("image_id")
     else:
-        notes.append(f"image {name} is not built on this machine (`reprostack build {name}`); its tag is its "
-                     "content key, known once built")
+        notes.append(
+            f"image {name} is not built on this machine (`reprostack build {name}`); its tag is its "
+            "content key, known once built"
+        )
     return lp.ImageRef(name, tag=tag, image_id=image_id, base=base), notes
 
 
@@ -80,8 +82,11 @@ def _built(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
         rows = data.get("images", data) if isinstance(data, dict) else data
-        return {r["name"]: {"tag": str(r.get("tag")), "image_id": str(r.get("image_id"))}
-                for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str) and r.get("image_id")}
+        return {
+            r["name"]: {"tag": str(r.get("tag")), "image_id": str(r.get("image_id"))}
+            for r in rows
+            if isinstance(r, dict) and isinstance(r.get("name"), str) and r.get("image_id")
+        }
     except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return {}
 
@@ -96,38 +101,70 @@ def _env(*maps) -> tuple[tuple[str, str], ...]:
 def _micro(spec, profile, root: Path):
     # the gate runs test_ep.py through its trials driver (gates.micro: K trials in one launch, default K)
     from .micro import DEFAULT_TRIALS, TRIALS_DRIVER
+
     script = f"{WORK}/{TRIALS_DRIVER}"
-    args = ["--test-ep", f"{SRC}/deepep/{spec.script}", "--trials", str(DEFAULT_TRIALS), "--arms", "deepep",
-            *spec.args, *profile.args]
+    args = [
+        "--test-ep",
+        f"{SRC}/deepep/{spec.script}",
+        "--trials",
+        str(DEFAULT_TRIALS),
+        "--arms",
+        "deepep",
+        *spec.args,
+        *profile.args,
+    ]
     cmds = []
     for node in range(profile.nodes):
         if profile.nodes == 1 and profile.launcher == "local":
             launch = launchers.local("python3", script, args, gpus=profile.gpus_per_node, port=MASTER_PORT)
         elif profile.launcher == "torchrun" and profile.nodes == 1:
-            launch = launchers.torchrun_workers("python3", script, args, gpus=profile.gpus_per_node,
-                                                master_addr="127.0.0.1", master_port=MASTER_PORT)
+            launch = launchers.torchrun_workers(
+                "python3", script, args, gpus=profile.gpus_per_node, master_addr="127.0.0.1", master_port=MASTER_PORT
+            )
         else:
-            launch = launchers.torchrun("python3", script, args, gpus=profile.gpus_per_node, nodes=profile.nodes,
-                                        node_rank=node, master_addr=MASTER, master_port=MASTER_PORT)
-        cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv),
-                                   _env(launch.env)))
+            launch = launchers.torchrun(
+                "python3",
+                script,
+                args,
+                gpus=profile.gpus_per_node,
+                nodes=profile.nodes,
+                node_rank=node,
+                master_addr=MASTER,
+                master_port=MASTER_PORT,
+            )
+        cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv), _env(launch.env)))
     arms = [lp.ArmPlan("deepep", "deepep", tuple(cmds))]
     if spec.dense is not None:  # gates.arms.run_dense: our driver, one process per GPU, the store on port + 1
         dense = []
         for node in range(profile.nodes):
             many = profile.nodes > 1
-            launch = launchers.torchrun_workers("python3", f"{WORK}/{spec.dense.script}", list(spec.dense.args),
-                                                gpus=profile.gpus_per_node, nodes=profile.nodes, node_rank=node,
-                                                master_addr=MASTER if many else None,
-                                                master_port=MASTER_PORT + 1 if many else None)
-            dense.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv),
-                                        _env(launch.env)))
+            launch = launchers.torchrun_workers(
+                "python3",
+                f"{WORK}/{spec.dense.script}",
+                list(spec.dense.args),
+                gpus=profile.gpus_per_node,
+                nodes=profile.nodes,
+                node_rank=node,
+                master_addr=MASTER if many else None,
+                master_port=MASTER_PORT + 1 if many else None,
+            )
+            dense.append(
+                lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv), _env(launch.env))
+            )
         arms.append(lp.ArmPlan("dense", "comparison", tuple(dense)))
     if spec.legacy is not None and profile.nodes == 1:  # gates.arms.run_legacy: one node, from the patched tree
-        launch = launchers.local("python3", f"{SRC}/deepep/{spec.legacy.script}", list(spec.legacy.args),
-                                 gpus=profile.gpus_per_node, port=MASTER_PORT)
-        arms.append(lp.ArmPlan("legacy", "second-evidence",
-                               (lp.NodeCommand(0, "leader", tuple(launch.argv), _env(launch.env)),)))
+        launch = launchers.local(
+            "python3",
+            f"{SRC}/deepep/{spec.legacy.script}",
+            list(spec.legacy.args),
+            gpus=profile.gpus_per_node,
+            port=MASTER_PORT,
+        )
+        arms.append(
+            lp.ArmPlan(
+                "legacy", "second-evidence", (lp.NodeCommand(0, "leader", tuple(launch.argv), _env(launch.env)),)
+            )
+        )
     return cmds, _env(spec.env, profile.env), f"{SRC}/deepep", [], arms
 
 
@@ -136,17 +173,26 @@ def _training_cmds(spec, profile, arm) -> list:
     for node in range(profile.nodes):
         if spec.driver:
             args = [*spec.args, *(arm.args if arm else ()), *profile.args]
-            launch = launchers.torchrun_workers("python3", f"{WORK}/{spec.driver}", args, gpus=profile.gpus_per_node,
-                                                nodes=profile.nodes, node_rank=node,
-                                                master_addr=MASTER if profile.nodes > 1 else None,
-                                                master_port=MASTER_PORT if profile.nodes > 1 else None)
+            launch = launchers.torchrun_workers(
+                "python3",
+                f"{WORK}/{spec.driver}",
+                args,
+                gpus=profile.gpus_per_node,
+                nodes=profile.nodes,
+                node_rank=node,
+                master_addr=MASTER if profile.nodes > 1 else None,
+                master_port=MASTER_PORT if profile.nodes > 1 else None,
+            )
             argv, env = launch.argv, launch.env
             if profile.nodes == 1:  # a local master: no port to agree on
                 argv = [a if not a.startswith("--master-port=") else f"--master-port={MASTER_PORT}" for a in argv]
                 env = {**env, "MASTER_PORT": str(MASTER_PORT)}
         else:  # nemo-rl: the command runs on the Ray head (node 0); workers join the Ray cluster
-            argv = ["python3", *spec.command, *profile.args] if node == 0 else \
-                ["ray", "start", "--block", f"--address={MASTER}:6379"]
+            argv = (
+                ["python3", *spec.command, *profile.args]
+                if node == 0
+                else ["ray", "start", "--block", f"--address={MASTER}:6379"]
+            )
             env = {}
         cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(argv), _env(env)))
     return cmds
@@ -166,6 +212,7 @@ def _training(spec, profile, root: Path):
 
 def _serving(spec, profile, root: Path):
     from .serving import ServingOptions, _server_command
+
     arm = next((a for a in spec.arms.values() if a.role == "deepep"), next(iter(spec.arms.values())))
     server = profile.server or spec.server
     notes: list[str] = []
@@ -178,9 +225,17 @@ def _serving(spec, profile, root: Path):
                 if a is arm:
                     notes.append(f"node {node}: ranks started by the leader's launcher over ssh (sshd on port 2222)")
                 continue
-            opts = ServingOptions(root=Path(WORK), lock=None, out_dir=Path(OUT), cache_root=Path(CACHE),
-                                  profile=profile.name, node_rank=node, leader_addr=MASTER, arms=[a.name],
-                                  python="python3")
+            opts = ServingOptions(
+                root=Path(WORK),
+                lock=None,
+                out_dir=Path(OUT),
+                cache_root=Path(CACHE),
+                profile=profile.name,
+                node_rank=node,
+                leader_addr=MASTER,
+                arms=[a.name],
+                python="python3",
+            )
             argv, full_env, _, _ = _server_command(spec, profile, a, opts, Path(OUT) / spec.gate)
             keys = {*server.get("env", {}), *profile.env, *a.env}
             env = {k: full_env[k] for k in keys if k in full_env}
@@ -192,17 +247,28 @@ def _serving(spec, profile, root: Path):
     for a in spec.arms.values():
         if a is not arm:
             other, other_env = commands(a)
-            arms.append(lp.ArmPlan(a.name, a.role, tuple(other),
-                                   tuple(sorted((k, v) for k, v in other_env.items() if env.get(k) != v))))
+            arms.append(
+                lp.ArmPlan(
+                    a.name, a.role, tuple(other), tuple(sorted((k, v) for k, v in other_env.items() if env.get(k) != v))
+                )
+            )
     return cmds, _env(env), WORK, notes, arms
 
 
 _BUILDERS = {"micro": _micro, "training": _training, "serving": _serving}
 
 
-def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir: Path = Path("out/gates"),
-              cache_dir: Path | None = None, mode: str = lp.MODE_CONTAINER,
-              images_json: Path | None = None) -> lp.LaunchPlan:
+def gate_plan(
+    g: Gate,
+    root: Path,
+    lock,
+    *,
+    profile: str | None = None,
+    out_dir: Path = Path("out/gates"),
+    cache_dir: Path | None = None,
+    mode: str = lp.MODE_CONTAINER,
+    images_json: Path | None = None,
+) -> lp.LaunchPlan:
     """The launch plan of gate `g` for `profile` (default: the published hardware). Raises GateSpecError /
     RecipeError (file:line) or GateError (unknown profile) before anything is built."""
     spec = g.load(root)
@@ -215,11 +281,17 @@ def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir:
     if mode == lp.MODE_CONTAINER:
         if not spec.image:
             raise GateError(f"{spec.path}: no `image:` (the recipe the gate runs in)")
-        image, image_notes = image_ref(Path(root), lock, spec.image,
-                                 images_json if images_json is not None else Path(root) / "out/build/images.json")
+        image, image_notes = image_ref(
+            Path(root),
+            lock,
+            spec.image,
+            images_json if images_json is not None else Path(root) / "out/build/images.json",
+        )
         notes = image_notes + notes
-    mounts = [lp.Mount(str(Path(out_dir).resolve()), OUT, read_only=False, what="out"),
-              lp.Mount(str(Path(root).resolve()), WORK, what="project")]
+    mounts = [
+        lp.Mount(str(Path(out_dir).resolve()), OUT, read_only=False, what="out"),
+        lp.Mount(str(Path(root).resolve()), WORK, what="project"),
+    ]
     if cache_dir is not None:
         mounts.append(lp.Mount(str(Path(cache_dir).resolve()), CACHE, what="cache"))
     if g.kind == "serving":  # the model, read-only, where the engine looks for it (HF_HUB_OFFLINE=1 in the specs)
@@ -229,12 +301,24 @@ def gate_plan(g: Gate, root: Path, lock, *, profile: str | None = None, out_dir:
     needs_efa = bool(getattr(prof, "needs_efa", False))
     if needs_efa:
         notes.append(f"EFA: every /dev/infiniband/uverbs* of the node ({P5EN_EFA_DEVICES} on a p5en.48xlarge)")
-    return lp.LaunchPlan(gate=g.report_name, profile=prof.name, mode=mode, image=image, nodes=prof.nodes,
-                         gpus_per_node=prof.gpus_per_node, commands=tuple(cmds), env=env,
-                         efa_devices_per_node=P5EN_EFA_DEVICES if needs_efa else 0,
-                         mounts=tuple(mounts), workdir=workdir, timeout_s=float(spec.timeout_s),
-                         lock_sha256=lock.sha256, notes=tuple(notes), arms=tuple(arms),
-                         kernels=kernels_line(g.kind, spec, lock, image, mode))
+    return lp.LaunchPlan(
+        gate=g.report_name,
+        profile=prof.name,
+        mode=mode,
+        image=image,
+        nodes=prof.nodes,
+        gpus_per_node=prof.gpus_per_node,
+        commands=tuple(cmds),
+        env=env,
+        efa_devices_per_node=P5EN_EFA_DEVICES if needs_efa else 0,
+        mounts=tuple(mounts),
+        workdir=workdir,
+        timeout_s=float(spec.timeout_s),
+        lock_sha256=lock.sha256,
+        notes=tuple(notes),
+        arms=tuple(arms),
+        kernels=kernels_line(g.kind, spec, lock, image, mode),
+    )
 
 
 def kernels_line(kind: str, spec, lock, image, mode: str) -> str:
@@ -243,6 +327,7 @@ def kernels_line(kind: str, spec, lock, image, mode: str) -> str:
     from ..kernels import ncclwheel
     from ..kernels.prebuilt import MANIFEST
     from ..lock import WheelPin
+
     names = list(getattr(spec, "kernels", ()) or ())
     if not names:
         return ""
@@ -252,14 +337,21 @@ def kernels_line(kind: str, spec, lock, image, mode: str) -> str:
         if pin is not None and getattr(pin, "rev", None):
             pins.append(f"{n} {pin.rev[:12]} patched tree {(pin.patched_tree or pin.tree)[:12]}")
         elif isinstance(pin, WheelPin):  # the stack's NCCL is a wheel alone (kernels.ncclwheel)
-            pins.append(f"{n} from wheel {ncclwheel.wheel_alone(lock, n)} "
-                        f"({', '.join(f'{f.filename} sha256 {f.sha256[:12]}' for f in pin.files)})")
+            pins.append(
+                f"{n} from wheel {ncclwheel.wheel_alone(lock, n)} "
+                f"({', '.join(f'{f.filename} sha256 {f.sha256[:12]}' for f in pin.files)})"
+            )
     img = image.recipe if image else "?"
     if kind == "serving":
-        return (f"the engine's DeepEP and NCCL in image {img} (inherited from image deepep, whose {MANIFEST} records "
-                f"them: {'; '.join(pins)})" if mode == lp.MODE_CONTAINER else
-                f"the engine's DeepEP and NCCL as installed on this host (pinned: {'; '.join(pins)})")
+        return (
+            f"the engine's DeepEP and NCCL in image {img} (inherited from image deepep, whose {MANIFEST} records "
+            f"them: {'; '.join(pins)})"
+            if mode == lp.MODE_CONTAINER
+            else f"the engine's DeepEP and NCCL as installed on this host (pinned: {'; '.join(pins)})"
+        )
     if mode != lp.MODE_CONTAINER:
         return f"built on this host from the fetched, patched trees ({'; '.join(pins)}), cached by build key"
-    return (f"prebuilt in image {img}: {MANIFEST}, checked at start against the lock "
-            f"({'; '.join(pins)}) and kernels/*.yaml; no fetch, no build; a mismatch stops the gate")
+    return (
+        f"prebuilt in image {img}: {MANIFEST}, checked at start against the lock "
+        f"({'; '.join(pins)}) and kernels/*.yaml; no fetch, no build; a mismatch stops the gate"
+    )

@@ -51,8 +51,9 @@ def probe_once(url: str, path: str, timeout_s: float = 5.0) -> tuple[bool, str, 
     return True, "HTTP 200", ()
 
 
-def wait_ready(url: str, path: str, *, timeout_s: float, interval_s: float = 5.0,
-               alive: Callable[[], bool] | None = None) -> ProbeResult:
+def wait_ready(
+    url: str, path: str, *, timeout_s: float, interval_s: float = 5.0, alive: Callable[[], bool] | None = None
+) -> ProbeResult:
     """Probe until ready, `timeout_s` seconds have passed, or `alive()` says the server process is gone.
 
     url: `http://host:port`; path: `/v1/models` or `/health`. Never raises for network errors (they are

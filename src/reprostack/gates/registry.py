@@ -20,16 +20,19 @@ from .spec import GateSpecError
 
 def _load_micro(root: Path, stem: str):
     from .spec import load_spec
+
     return load_spec(root, stem)
 
 
 def _load_serving(root: Path, stem: str):
     from .servingspec import load_serving_spec
+
     return load_serving_spec(root, stem)
 
 
 def _load_training(root: Path, stem: str):
     from .training_spec import load_training_spec
+
     return load_training_spec(root, stem)
 
 
@@ -61,11 +64,14 @@ class Gate:
             return self.requires
         spec = self.load(root)
         for i, r in enumerate(spec.requires):
-            earlier = GATE_ORDER[:GATE_ORDER.index(self.name)]
+            earlier = GATE_ORDER[: GATE_ORDER.index(self.name)]
             if r not in earlier:
-                raise GateSpecError(str(spec.path), spec.lines.get(("requires", i)) or spec.lines.get(("requires",)),
-                                    f"requires[{i}]", f"{r!r} is not a gate that runs before {self.name} "
-                                    f"(those: {', '.join(earlier) or 'none'})")
+                raise GateSpecError(
+                    str(spec.path),
+                    spec.lines.get(("requires", i)) or spec.lines.get(("requires",)),
+                    f"requires[{i}]",
+                    f"{r!r} is not a gate that runs before {self.name} (those: {', '.join(earlier) or 'none'})",
+                )
         return tuple(spec.requires)
 
 
@@ -89,6 +95,7 @@ def gate(name: str) -> Gate:
     g = BY_NAME.get(name) or BY_STEM.get(name)
     if g is None:
         from ..errors import GateError
+
         raise GateError(f"no gate {name!r} (gates: {', '.join(GATE_ORDER)})")
     return g
 

@@ -39,14 +39,14 @@ class GateArgs:
     master_addr: str | None = None
     master_port: int | None = None
     modes: str = "first"
-    trials: int | None = None    # --trials K: repeated trials of a measurement (micro: default 5, report.stats)
+    trials: int | None = None  # --trials K: repeated trials of a measurement (micro: default 5, report.stats)
     timeout: float | None = None
     arms: list[str] = field(default_factory=list)
     vars: dict = field(default_factory=dict)
     server_args: list[str] = field(default_factory=list)
     legacy: bool = False
-    container: bool = False      # --container: run inside the image (gates.container); default: host mode
-    image: str | None = None     # --image: the image to run in (default: the recipe's last build here)
+    container: bool = False  # --container: run inside the image (gates.container); default: host mode
+    image: str | None = None  # --image: the image to run in (default: the recipe's last build here)
     kernels_manifest: str | None = None  # --kernels-manifest: the image's prebuilt kernels (the in-image runner)
 
 
@@ -57,17 +57,27 @@ def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     drift from the locked wheelset, see reprostack.hostenv). Raises ReprostackError for bad input."""
     if a.kernels_manifest and not a.container:
         from .container import uses_prebuilt
+
         if not uses_prebuilt(g, g.load(root)):
-            raise ReprostackError(f"--kernels-manifest: gate {g.stem} builds no kernels of its own (only the micro "
-                                  f"and training gates with `kernels:` take them from an image's manifest)")
+            raise ReprostackError(
+                f"--kernels-manifest: gate {g.stem} builds no kernels of its own (only the micro "
+                f"and training gates with `kernels:` take them from an image's manifest)"
+            )
     from .. import ui
+
     with ui.step(f"gate {g.name}" + (" (container)" if a.container else "")) as s:
         if a.container:
             from .container import run_in_container
+
             report = run_in_container(g, a, lock, root)
         else:
             report = _run_gate(g, a, lock, root, fetch)
-            if report.result in (Result.PASS, Result.FAIL, Result.INCONCLUSIVE, Result.ERROR):  # it ran here: say on what
+            if report.result in (
+                Result.PASS,
+                Result.FAIL,
+                Result.INCONCLUSIVE,
+                Result.ERROR,
+            ):  # it ran here: say on what
                 report.provenance.setdefault("execution", hostenv.host_execution(lock, a.python))
         s.outcome = report.label()
     return report
@@ -76,33 +86,68 @@ def run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
 def _gpu_options(a: GateArgs, lock, root: Path, fetch) -> dict:
     """The GateRunOptions fields (gates.micro) of a GPU gate run, from the operator's options: one place for
     what micro and the training gates share."""
-    return dict(root=root, lock=lock, fetch=fetch, out_dir=Path(a.out), profile=a.profile, python=a.python,
-                jobs=a.jobs, arch=a.arch, nodes=a.nodes, node_rank=a.node_rank, master_addr=a.master_addr,
-                master_port=a.master_port, timeout_s=a.timeout,
-                prebuilt=Path(a.kernels_manifest) if a.kernels_manifest else None)
+    return dict(
+        root=root,
+        lock=lock,
+        fetch=fetch,
+        out_dir=Path(a.out),
+        profile=a.profile,
+        python=a.python,
+        jobs=a.jobs,
+        arch=a.arch,
+        nodes=a.nodes,
+        node_rank=a.node_rank,
+        master_addr=a.master_addr,
+        master_port=a.master_port,
+        timeout_s=a.timeout,
+        prebuilt=Path(a.kernels_manifest) if a.kernels_manifest else None,
+    )
 
 
 def _run_gate(g: Gate, a: GateArgs, lock, root: Path, fetch) -> GateReport:
     if g.kind == "training":
         from .training import TrainingOptions
+
         opts = TrainingOptions(**_gpu_options(a, lock, root, fetch), arms=list(a.arms) or None)
         if g.stem == "megatron":
             from .training import run_megatron
+
             return run_megatron(opts)
         from .nemo_rl import run_nemo_rl
+
         return run_nemo_rl(opts)
     if g.kind == "micro":
         from .arms import parse_arms
         from .micro import MicroOptions, run_micro
-        return run_micro(MicroOptions(**_gpu_options(a, lock, root, fetch), modes=a.modes,
-                                      arms=parse_arms(",".join(a.arms) or "deepep"), legacy=a.legacy,
-                                      **({"trials": a.trials} if a.trials is not None else {})))
+
+        return run_micro(
+            MicroOptions(
+                **_gpu_options(a, lock, root, fetch),
+                modes=a.modes,
+                arms=parse_arms(",".join(a.arms) or "deepep"),
+                legacy=a.legacy,
+                **({"trials": a.trials} if a.trials is not None else {}),
+            )
+        )
     from .serving import ServingOptions, run_serving
-    return run_serving(g.stem, ServingOptions(root=root, lock=lock, out_dir=Path(a.out), cache_root=fetch.cache.root,
-                                              profile=a.profile, node_rank=a.node_rank, leader_addr=a.master_addr,
-                                              arms=list(a.arms), vars=dict(a.vars),
-                                              extra_server_args=list(a.server_args), python=sys.executable,
-                                              trials=a.trials))
+
+    return run_serving(
+        g.stem,
+        ServingOptions(
+            root=root,
+            lock=lock,
+            out_dir=Path(a.out),
+            cache_root=fetch.cache.root,
+            profile=a.profile,
+            node_rank=a.node_rank,
+            leader_addr=a.master_addr,
+            arms=list(a.arms),
+            vars=dict(a.vars),
+            extra_server_args=list(a.server_args),
+            python=sys.executable,
+            trials=a.trials,
+        ),
+    )
 
 
 def required() -> set[str]:
@@ -131,8 +176,11 @@ def run_all(a: GateArgs, lock, root: Path, fetch, *, run=None) -> list[GateRepor
             reports[g.name] = not_run(g.report_name, blocker)
             continue
         if a.profile and a.profile not in spec.profiles:  # --profile names one gate's hardware, not every gate's
-            reports[g.name] = skipped(g.report_name, a.profile, f"{spec.path.name} has no profile {a.profile!r} "
-                                      f"(known: {', '.join(spec.profiles)})")
+            reports[g.name] = skipped(
+                g.report_name,
+                a.profile,
+                f"{spec.path.name} has no profile {a.profile!r} (known: {', '.join(spec.profiles)})",
+            )
             continue
         try:
             rep = run(g, a, lock, root, fetch)

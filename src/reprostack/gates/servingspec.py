@@ -18,8 +18,21 @@ from ..errors import GateError
 from .parsers.servelog import Requirement
 from .spec import GateSpecError, read_gate_yaml
 
-RUNTIME_VARS = ("model", "served_model", "port", "leader_addr", "rpc_port", "nodes", "node_rank", "gpus_per_node",
-                "ep", "python", "run_dir", "arm", "root")
+RUNTIME_VARS = (
+    "model",
+    "served_model",
+    "port",
+    "leader_addr",
+    "rpc_port",
+    "nodes",
+    "node_rank",
+    "gpus_per_node",
+    "ep",
+    "python",
+    "run_dir",
+    "arm",
+    "root",
+)
 
 
 @dataclass(frozen=True)
@@ -103,8 +116,8 @@ class ServingSpec:
     profiles: dict
     lines: dict = field(default_factory=dict, repr=False)
     description: str = ""
-    image: str = ""          # the recipe under containers/ the gate runs in
-    kernels: tuple = ()      # kernels/<c>.yaml the engine's DeepEP path uses (a bump of their pins reruns the gate)
+    image: str = ""  # the recipe under containers/ the gate runs in
+    kernels: tuple = ()  # kernels/<c>.yaml the engine's DeepEP path uses (a bump of their pins reruns the gate)
 
     def profile(self, name: str) -> ServingProfile:
         """The named profile; GateError naming the known ones."""
@@ -118,8 +131,11 @@ class ServingSpec:
 
 
 def _template_names(value: str) -> set[str]:
-    return {m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(value)
-            if m.group("named") or m.group("braced")}
+    return {
+        m.group("named") or m.group("braced")
+        for m in string.Template.pattern.finditer(value)
+        if m.group("named") or m.group("braced")
+    }
 
 
 def _check_templates(data: dict, lines: dict, path: str) -> None:
@@ -133,8 +149,12 @@ def _check_templates(data: dict, lines: dict, path: str) -> None:
         if isinstance(node, str):
             bad = sorted(_template_names(node) - known)
             if bad:
-                raise GateSpecError(path, _line(lines, where), _dotted(where),
-                                    f"unknown template variable ${{{bad[0]}}} (known: {', '.join(sorted(known))})")
+                raise GateSpecError(
+                    path,
+                    _line(lines, where),
+                    _dotted(where),
+                    f"unknown template variable ${{{bad[0]}}} (known: {', '.join(sorted(known))})",
+                )
         elif isinstance(node, dict):
             for k, v in node.items():
                 walk(v, where + (k,))
@@ -178,19 +198,33 @@ def load_serving_spec(root: Path, gate: str) -> ServingSpec:
             try:
                 re.compile(item["pattern"])
             except re.error as e:
-                raise GateSpecError(sp, _line(lines, ("backend-assertion", kind, i, "pattern")),
-                                    f"backend-assertion.{kind}[{i}].pattern", f"not a regex: {e}") from None
+                raise GateSpecError(
+                    sp,
+                    _line(lines, ("backend-assertion", kind, i, "pattern")),
+                    f"backend-assertion.{kind}[{i}].pattern",
+                    f"not a regex: {e}",
+                ) from None
             out.append(Requirement(item["name"], item["pattern"], item.get("scope", "all"), item["source"]))
         reqs[kind] = tuple(out)
     cells = tuple(Cell(c["name"], c["concurrency"], c["requests"]) for c in data["aiperf"]["cells"])
     names = [c.name for c in cells]
     for i, n in enumerate(names):
         if names.index(n) != i:
-            raise GateSpecError(sp, _line(lines, ("aiperf", "cells", i, "name")), f"aiperf.cells[{i}].name",
-                                f"duplicate cell {n!r}")
+            raise GateSpecError(
+                sp, _line(lines, ("aiperf", "cells", i, "name")), f"aiperf.cells[{i}].name", f"duplicate cell {n!r}"
+            )
     _check_templates(data, lines, sp)
-    arms = {n: Arm(n, a["role"], a.get("assert-backend", a["role"] == "deepep"), dict(a.get("vars", {})),
-                   dict(a.get("env", {})), a.get("description", "")) for n, a in data["arms"].items()}
+    arms = {
+        n: Arm(
+            n,
+            a["role"],
+            a.get("assert-backend", a["role"] == "deepep"),
+            dict(a.get("vars", {})),
+            dict(a.get("env", {})),
+            a.get("description", ""),
+        )
+        for n, a in data["arms"].items()
+    }
     if sum(a.role == "deepep" for a in arms.values()) != 1:
         raise GateSpecError(sp, _line(lines, ("arms",)), "arms", "exactly one arm must have role: deepep")
     profiles = {}
@@ -199,31 +233,64 @@ def load_serving_spec(root: Path, gate: str) -> ServingSpec:
         where = ("profiles", name, "bars")
         for cell in b["published"]:
             if cell not in names:
-                raise GateSpecError(sp, _line(lines, where + ("published", cell)), f"{_dotted(where)}.published.{cell}",
-                                    f"no such cell (cells: {', '.join(names)})")
+                raise GateSpecError(
+                    sp,
+                    _line(lines, where + ("published", cell)),
+                    f"{_dotted(where)}.published.{cell}",
+                    f"no such cell (cells: {', '.join(names)})",
+                )
         for cell in p.get("requests", {}):
             if cell not in names:
-                raise GateSpecError(sp, _line(lines, ("profiles", name, "requests", cell)),
-                                    f"profiles.{name}.requests.{cell}", f"no such cell (cells: {', '.join(names)})")
+                raise GateSpecError(
+                    sp,
+                    _line(lines, ("profiles", name, "requests", cell)),
+                    f"profiles.{name}.requests.{cell}",
+                    f"no such cell (cells: {', '.join(names)})",
+                )
         arm = b.get("arm")
         if arm is not None and arm not in arms:
-            raise GateSpecError(sp, _line(lines, where + ("arm",)), f"{_dotted(where)}.arm",
-                                f"no such arm (arms: {', '.join(arms)})")
+            raise GateSpecError(
+                sp, _line(lines, where + ("arm",)), f"{_dotted(where)}.arm", f"no such arm (arms: {', '.join(arms)})"
+            )
         profiles[name] = ServingProfile(
-            name=name, nodes=p["nodes"], gpus_per_node=p["gpus-per-node"], needs_efa=p.get("needs-efa", False),
-            needs_gpu=p.get("needs-gpu", True), env=dict(p.get("env", {})), vars=dict(p.get("vars", {})),
-            server=p.get("server"), tokenizer=p.get("tokenizer"), aiperf_args=tuple(p.get("aiperf-args", ())),
+            name=name,
+            nodes=p["nodes"],
+            gpus_per_node=p["gpus-per-node"],
+            needs_efa=p.get("needs-efa", False),
+            needs_gpu=p.get("needs-gpu", True),
+            env=dict(p.get("env", {})),
+            vars=dict(p.get("vars", {})),
+            server=p.get("server"),
+            tokenizer=p.get("tokenizer"),
+            aiperf_args=tuple(p.get("aiperf-args", ())),
             requests=dict(p.get("requests", {})),
             bars=Bars(b["tolerance"], b["tolerance-why"], b["source"], dict(b["published"]), arm),
-            description=p.get("description", ""))
+            description=p.get("description", ""),
+        )
     return ServingSpec(
-        gate=gate, path=path, sha256=hashlib.sha256(raw).hexdigest(), model=data["model"],
-        served_model=data.get("served-model", data["model"]), requires=tuple(data.get("requires", ())),
-        engine=dict(data.get("engine", {})), timeout_s=float(data.get("timeout-s", 3600)),
-        elastic_buffer=dict(data.get("elastic-buffer", {})), vars=dict(data.get("vars", {})), server=data["server"],
-        probe=dict(data["probe"]), aiperf=dict(data["aiperf"]), cells=cells, required=reqs["required"],
-        forbidden=reqs["forbidden"], arms=arms, profiles=profiles, lines=lines, description=data.get("description", ""),
-        image=data["image"], kernels=tuple(data.get("kernels", ())))
+        gate=gate,
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        model=data["model"],
+        served_model=data.get("served-model", data["model"]),
+        requires=tuple(data.get("requires", ())),
+        engine=dict(data.get("engine", {})),
+        timeout_s=float(data.get("timeout-s", 3600)),
+        elastic_buffer=dict(data.get("elastic-buffer", {})),
+        vars=dict(data.get("vars", {})),
+        server=data["server"],
+        probe=dict(data["probe"]),
+        aiperf=dict(data["aiperf"]),
+        cells=cells,
+        required=reqs["required"],
+        forbidden=reqs["forbidden"],
+        arms=arms,
+        profiles=profiles,
+        lines=lines,
+        description=data.get("description", ""),
+        image=data["image"],
+        kernels=tuple(data.get("kernels", ())),
+    )
 
 
 def render(value: str, variables: dict, where: str = "") -> str:

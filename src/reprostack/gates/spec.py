@@ -96,8 +96,10 @@ class GateSpec:
     description: str = ""
     dense: ArmSpec | None = None
     legacy: ArmSpec | None = None
-    image: str = ""          # the recipe under containers/ the gate runs in
-    stacks: dict = field(default_factory=dict)  # `stacks:` of the spec: per lock stack, env and per-profile env/bars-status
+    image: str = ""  # the recipe under containers/ the gate runs in
+    stacks: dict = field(
+        default_factory=dict
+    )  # `stacks:` of the spec: per lock stack, env and per-profile env/bars-status
     stack: str | None = None  # the lock stack with_stack() applied (None: none applied)
 
     def with_stack(self, name: str, lock_env: dict | None = None) -> GateSpec:
@@ -107,16 +109,20 @@ class GateSpec:
         bars-status that entry's (a stack's run on hardware its bars were not measured with says so). A profile
         named there that the spec does not have is a GateSpecError naming the line."""
         import dataclasses
+
         entry = self.stacks.get(name) or {}
         env = {**self.env, **(lock_env or {}), **(entry.get("env") or {})}
         profiles = dict(self.profiles)
         for pname, pe in (entry.get("profiles") or {}).items():
             if pname not in profiles:
-                raise GateError(f"{self.path}: stacks.{name}.profiles.{pname}: no such profile "
-                                f"(known: {', '.join(sorted(self.profiles))})")
+                raise GateError(
+                    f"{self.path}: stacks.{name}.profiles.{pname}: no such profile "
+                    f"(known: {', '.join(sorted(self.profiles))})"
+                )
             p = profiles[pname]
-            profiles[pname] = dataclasses.replace(p, env={**p.env, **(pe.get("env") or {})},
-                                                  bars_status=pe.get("bars-status", p.bars_status))
+            profiles[pname] = dataclasses.replace(
+                p, env={**p.env, **(pe.get("env") or {})}, bars_status=pe.get("bars-status", p.bars_status)
+            )
         return dataclasses.replace(self, env=env, profiles=profiles, stack=name, image=entry.get("image", self.image))
 
     def profile(self, name: str) -> Profile:
@@ -134,8 +140,13 @@ def read_gate_yaml(root: Path, gate: str, schema: str, file_stem: str | None = N
     except OSError as e:
         raise GateSpecError(str(path), None, "(file)", e.strerror or str(e)) from None
     data, lines = compose(raw, str(path), GateSpecError)  # bounded: size, depth, aliases, UTF-8
-    validate(data, lines, json.loads(resources.files("reprostack").joinpath(f"schemas/{schema}").read_text()),
-             str(path), GateSpecError)
+    validate(
+        data,
+        lines,
+        json.loads(resources.files("reprostack").joinpath(f"schemas/{schema}").read_text()),
+        str(path),
+        GateSpecError,
+    )
     if data["gate"] != gate:
         raise GateSpecError(str(path), lines.get(("gate",)), "gate", f"is {data['gate']!r}, file name says {gate!r}")
     return path, raw, data, lines
@@ -145,33 +156,60 @@ def load_spec(root: Path, gate: str) -> GateSpec:
     """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (file:line: field: problem)."""
     path, raw, data, lines = read_gate_yaml(root, gate, "gate.schema.json")
     profiles = {name: _profile(name, p) for name, p in data["profiles"].items()}
-    spec = GateSpec(gate=gate, path=path, sha256=hashlib.sha256(raw).hexdigest(), script=data["script"],
-                    args=tuple(data.get("args", ())), env=dict(data.get("env", {})),
-                    timeout_s=float(data.get("timeout-s", 1800)), kernels=tuple(data.get("kernels", ())),
-                    profiles=profiles, description=data.get("description", ""),
-                    dense=_arm(data.get("dense")), legacy=_arm(data.get("legacy")), image=data["image"],
-                    stacks=dict(data.get("stacks", {})))
+    spec = GateSpec(
+        gate=gate,
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        script=data["script"],
+        args=tuple(data.get("args", ())),
+        env=dict(data.get("env", {})),
+        timeout_s=float(data.get("timeout-s", 1800)),
+        kernels=tuple(data.get("kernels", ())),
+        profiles=profiles,
+        description=data.get("description", ""),
+        dense=_arm(data.get("dense")),
+        legacy=_arm(data.get("legacy")),
+        image=data["image"],
+        stacks=dict(data.get("stacks", {})),
+    )
     for sname, entry in spec.stacks.items():  # a stack's profile must be one of the spec's (file:line)
-        for pname in (entry.get("profiles") or {}):
+        for pname in entry.get("profiles") or {}:
             if pname not in profiles:
                 at = ("stacks", sname, "profiles", pname)
-                raise GateSpecError(str(path), lines.get(at), f"stacks.{sname}.profiles.{pname}",
-                                    f"no such profile (known: {', '.join(sorted(profiles))})")
+                raise GateSpecError(
+                    str(path),
+                    lines.get(at),
+                    f"stacks.{sname}.profiles.{pname}",
+                    f"no such profile (known: {', '.join(sorted(profiles))})",
+                )
     return spec
 
 
 def _profile(name: str, p: dict) -> Profile:
-    return Profile(name=name, nodes=p["nodes"], gpus_per_node=p["gpus-per-node"],
-                   needs_efa=p.get("needs-efa", False), args=tuple(p.get("args", ())), env=dict(p.get("env", {})),
-                   bars=tuple(Bar(**b) for b in p["bars"]), description=p.get("description", ""),
-                   bars_status=p.get("bars-status", BARS_MEASURED), scale_up_limit_gbs=p.get("scale-up-limit-gbs"),
-                   scale_up_limit_source=p.get("scale-up-limit-source"), launcher=p.get("launcher", "local"),
-                   gpu_model=p.get("gpu-model"))
+    return Profile(
+        name=name,
+        nodes=p["nodes"],
+        gpus_per_node=p["gpus-per-node"],
+        needs_efa=p.get("needs-efa", False),
+        args=tuple(p.get("args", ())),
+        env=dict(p.get("env", {})),
+        bars=tuple(Bar(**b) for b in p["bars"]),
+        description=p.get("description", ""),
+        bars_status=p.get("bars-status", BARS_MEASURED),
+        scale_up_limit_gbs=p.get("scale-up-limit-gbs"),
+        scale_up_limit_source=p.get("scale-up-limit-source"),
+        launcher=p.get("launcher", "local"),
+        gpu_model=p.get("gpu-model"),
+    )
 
 
 def _arm(a: dict | None) -> ArmSpec | None:
     if a is None:
         return None
-    return ArmSpec(script=a["script"], args=tuple(a.get("args", ())),
-                   timeout_s=float(a["timeout-s"]) if "timeout-s" in a else None,
-                   ep_sizes=tuple(a.get("ep-sizes", ())), description=a.get("description", ""))
+    return ArmSpec(
+        script=a["script"],
+        args=tuple(a.get("args", ())),
+        timeout_s=float(a["timeout-s"]) if "timeout-s" in a else None,
+        ep_sizes=tuple(a.get("ep-sizes", ())),
+        description=a.get("description", ""),
+    )

@@ -88,24 +88,36 @@ class Handler(BaseHTTPRequestHandler):
             sys.stderr.flush()
             os._exit(DIE_EXIT_CODE)
         if a.fail_every and n % a.fail_every == 0:
-            return self._json(500, {"error": {"message": f"injected failure on request {n}", "type": "server_error",
-                                              "code": 500}})
+            return self._json(
+                500, {"error": {"message": f"injected failure on request {n}", "type": "server_error", "code": 500}}
+            )
         chat = self.path.endswith("chat/completions")
         max_tokens = int(req.get("max_completion_tokens") or req.get("max_tokens") or a.default_max_tokens)
-        prompt = req.get("prompt") if not chat else " ".join(
-            str(m.get("content", "")) for m in req.get("messages", []) if isinstance(m, dict))
+        prompt = (
+            req.get("prompt")
+            if not chat
+            else " ".join(str(m.get("content", "")) for m in req.get("messages", []) if isinstance(m, dict))
+        )
         prompt_tokens = len(str(prompt or "").split())
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
-                 "total_tokens": prompt_tokens + max_tokens}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": max_tokens,
+            "total_tokens": prompt_tokens + max_tokens,
+        }
         rid, created = f"cmpl-{n}", int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         if not req.get("stream"):
             time.sleep(a.token_interval_s * max_tokens)
             text = " ".join(["tok"] * max_tokens)
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                      if chat else {"index": 0, "text": text, "finish_reason": "length"})
-            return self._json(200, {"id": rid, "object": kind, "created": created, "model": a.model,
-                                    "choices": [choice], "usage": usage})
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": "length"}
+            )
+            return self._json(
+                200,
+                {"id": rid, "object": kind, "created": created, "model": a.model, "choices": [choice], "usage": usage},
+            )
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -122,19 +134,33 @@ class Handler(BaseHTTPRequestHandler):
         try:
             for i in range(max_tokens):
                 time.sleep(a.token_interval_s)
-                piece = ("tok" if i == 0 else " tok")
+                piece = "tok" if i == 0 else " tok"
                 last = i == max_tokens - 1
-                choice = ({"index": 0, "delta": {"content": piece, **({"role": "assistant"} if i == 0 else {})},
-                           "finish_reason": "length" if last else None}
-                          if chat else {"index": 0, "text": piece, "finish_reason": "length" if last else None})
+                choice = (
+                    {
+                        "index": 0,
+                        "delta": {"content": piece, **({"role": "assistant"} if i == 0 else {})},
+                        "finish_reason": "length" if last else None,
+                    }
+                    if chat
+                    else {"index": 0, "text": piece, "finish_reason": "length" if last else None}
+                )
                 send({"id": rid, "object": kind_chunk, "created": created, "model": a.model, "choices": [choice]})
                 if a.stall_at and n == a.stall_at:
                     sys.stderr.write(f"testserver: stalling request {n} (--stall-at)\n")
                     sys.stderr.flush()
                     time.sleep(3600)
             if (req.get("stream_options") or {}).get("include_usage"):
-                send({"id": rid, "object": kind_chunk, "created": created, "model": a.model, "choices": [],
-                      "usage": usage})
+                send(
+                    {
+                        "id": rid,
+                        "object": kind_chunk,
+                        "created": created,
+                        "model": a.model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
             send("[DONE]")
         except (BrokenPipeError, ConnectionResetError):
             pass

@@ -46,38 +46,57 @@ class TrainingOptions(GateRunOptions):
 
 def provenance(lock: Lock, spec: TrainingSpec, trees: dict) -> dict:
     """Lock and spec sha256, and url/rev/tree/patched tree/series of every source used."""
-    ups = {n: {"url": st.pin.url, "rev": st.pin.rev, "tree": st.pin.tree, "patched_tree": st.pin.patched_tree,
-               "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in st.pin.patches]}
-           for n, st in trees.items()}
+    ups = {
+        n: {
+            "url": st.pin.url,
+            "rev": st.pin.rev,
+            "tree": st.pin.tree,
+            "patched_tree": st.pin.patched_tree,
+            "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in st.pin.patches],
+        }
+        for n, st in trees.items()
+    }
     return {"lock_sha256": lock.sha256, "gate_spec_sha256": spec.sha256, "upstreams": ups}
 
 
 def host_skip(gate: str, spec: TrainingSpec, opts, host: dict, prov: dict, what: str):
     """(profile, None) when this host can run the gate, else (None, a SKIP report naming why)."""
     if host["gpu_count"] == 0:
-        return None, skipped(gate, opts.profile or "-", f"no GPU on this host (nvidia-smi lists none): {what}",
-                             provenance=prov)
+        return None, skipped(
+            gate, opts.profile or "-", f"no GPU on this host (nvidia-smi lists none): {what}", provenance=prov
+        )
     try:
         profile = choose_profile(spec, opts.profile, host)
     except NoProfileForHost as e:
         return None, skipped(gate, "-", f"{e}: {what}", provenance=prov)
     if profile.gpus_per_node > host["gpu_count"]:
-        return None, skipped(gate, profile.name, f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per "
-                             f"node, this host has {host['gpu_count']}", provenance=prov)
+        return None, skipped(
+            gate,
+            profile.name,
+            f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per node, this host has {host['gpu_count']}",
+            provenance=prov,
+        )
     if profile.needs_efa and not host["efa_devices"]:
-        return None, skipped(gate, profile.name, f"profile {profile.name} needs EFA devices; none found",
-                             provenance=prov)
+        return None, skipped(
+            gate, profile.name, f"profile {profile.name} needs EFA devices; none found", provenance=prov
+        )
     return profile, None
 
 
-def _kernels(opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data: dict, pre=None) -> tuple[dict, object]:
+def _kernels(
+    opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data: dict, pre=None
+) -> tuple[dict, object]:
     """Build NCCL + DeepEP (cached), or take the image's (`pre`, container mode), and return (environment with
     exactly one NCCL, the Kernels). Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
     kern = setup_kernels(opts, trees, prov, timings, pre)
     env = dict(kern.env)
     one = runtime.check_one_nccl(opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
-    data["nccl"] = {"runtime": one["runtime"], "mapped": one["mapped"], "torch_built_with": one["torch_built_with"],
-                    "pinned": kern.nccl_version}
+    data["nccl"] = {
+        "runtime": one["runtime"],
+        "mapped": one["mapped"],
+        "torch_built_with": one["torch_built_with"],
+        "pinned": kern.nccl_version,
+    }
     env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
     return env, kern
 
@@ -85,11 +104,20 @@ def _kernels(opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data
 def _launch(opts: TrainingOptions, spec: TrainingSpec, profile, script: str, args: list[str]):
     nodes = opts.nodes or profile.nodes
     if nodes > 1 and (not opts.master_addr or not opts.master_port):
-        raise ReprostackError(f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
-                              f"(and --node-rank on each node)")
-    return launchers.torchrun_workers(opts.python, script, args, gpus=profile.gpus_per_node, nodes=nodes,
-                                      node_rank=opts.node_rank, master_addr=opts.master_addr,
-                                      master_port=opts.master_port), nodes
+        raise ReprostackError(
+            f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
+            f"(and --node-rank on each node)"
+        )
+    return launchers.torchrun_workers(
+        opts.python,
+        script,
+        args,
+        gpus=profile.gpus_per_node,
+        nodes=nodes,
+        node_rank=opts.node_rank,
+        master_addr=opts.master_addr,
+        master_port=opts.master_port,
+    ), nodes
 
 
 def _run_arm(opts, spec, profile, arm, env: dict, run_dir: Path, artifacts: list) -> dict:
@@ -99,15 +127,26 @@ def _run_arm(opts, spec, profile, arm, env: dict, run_dir: Path, artifacts: list
     arm_env = {**env, **spec.env, **profile.env, **arm.env, **launch.env}
     log = run_dir / (f"{arm.name}.node{opts.node_rank}.log" if nodes > 1 else f"{arm.name}.log")
     with ui.step(f"{spec.gate} {arm.name} [{profile.name}]", log=log):
-        outcome = run_with_watchdog(launch.argv, env=arm_env, cwd=str(opts.out_dir), log_path=log,
-                                    timeout_s=opts.timeout_s or spec.timeout_s, echo=False)
+        outcome = run_with_watchdog(
+            launch.argv,
+            env=arm_env,
+            cwd=str(opts.out_dir),
+            log_path=log,
+            timeout_s=opts.timeout_s or spec.timeout_s,
+            echo=False,
+        )
     # one log per node; with a shared --out, node 0 reads every node's (transport lines are per node)
     logs = sorted(run_dir.glob(f"{arm.name}.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)
     parsed = parse_megatron(text, expected_steps=spec.steps)
     artifacts.extend(artifact_for(p, relative_to=opts.out_dir) for p in logs)
-    res = {"parse": parsed, "outcome": outcome, "command": launch.argv, "log": str(log.name),
-           "env": {k: arm_env[k] for k in sorted({*spec.env, *profile.env, *arm.env, "PYTHONPATH"}) if k in arm_env}}
+    res = {
+        "parse": parsed,
+        "outcome": outcome,
+        "command": launch.argv,
+        "log": str(log.name),
+        "env": {k: arm_env[k] for k in sorted({*spec.env, *profile.env, *arm.env, "PYTHONPATH"}) if k in arm_env},
+    }
     if not parsed.complete:
         res["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out)
     return res
@@ -118,6 +157,7 @@ def step_statistics(arm: str, parsed) -> dict:
     repeated samples): `<arm>.step_ms` and `<arm>.tokens_per_s` over the steps after the first (step 1 carries
     set-up and JIT), when at least two such steps have the figure (report.stats; reported, no bar)."""
     from ..report.stats import statistics_block, summarize
+
     out = {}
     for field_, unit in (("step_ms", "ms"), ("tokens_per_s", "tokens/sec")):
         vals = [getattr(s, field_) for s in parsed.steps[1:]]
@@ -142,23 +182,43 @@ def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl:
     m = loss_metrics(parsed)
     m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
     data["metrics"] = m
-    checks = [evaluate(f"{name}.steps_problems", "lines", len(parsed.problems), "==", 0,
-                       note="; ".join(parsed.problems) or None),
-              evaluate(f"{name}.nonfinite", "values", m["nonfinite"], "==", 0, note="loss and grad_norm of every step")]
+    checks = [
+        evaluate(
+            f"{name}.steps_problems", "lines", len(parsed.problems), "==", 0, note="; ".join(parsed.problems) or None
+        ),
+        evaluate(f"{name}.nonfinite", "values", m["nonfinite"], "==", 0, note="loss and grad_norm of every step"),
+    ]
     if spec.arms[name].deepep:
-        checks.append(evaluate(f"{name}.buffer_class", "", parsed.buffer_class, "==", "ElasticBuffer",
-                               note=f"fused_a2a._buffer after step 1 ({parsed.buffer_module}); never the legacy Buffer"))
+        checks.append(
+            evaluate(
+                f"{name}.buffer_class",
+                "",
+                parsed.buffer_class,
+                "==",
+                "ElasticBuffer",
+                note=f"fused_a2a._buffer after step 1 ({parsed.buffer_module}); never the legacy Buffer",
+            )
+        )
         nccl = nccl or {}
-        checks.append(evaluate(f"{name}.nccl_runtime", "version", nccl.get("runtime"), "==", nccl.get("pinned") or "?",
-                               note=f"ncclGetVersion of the only NCCL mapped: {(nccl.get('mapped') or ['?'])[0]}"))
+        checks.append(
+            evaluate(
+                f"{name}.nccl_runtime",
+                "version",
+                nccl.get("runtime"),
+                "==",
+                nccl.get("pinned") or "?",
+                note=f"ncclGetVersion of the only NCCL mapped: {(nccl.get('mapped') or ['?'])[0]}",
+            )
+        )
     for bar in profile.bars:
         if bar.metric == "arms_loss_rel_diff_max":
             continue
         default_arm = spec.deepep_arm if bar.metric == "efa_tx_gb" else None
         if (bar.arm or default_arm) not in (None, name):
             continue
-        checks.append(evaluate(f"{name}.{bar.metric}", bar.unit, m.get(bar.metric), bar.op, bar.threshold,
-                               note=bar.source))
+        checks.append(
+            evaluate(f"{name}.{bar.metric}", bar.unit, m.get(bar.metric), bar.op, bar.threshold, note=bar.source)
+        )
     return checks
 
 
@@ -168,12 +228,28 @@ def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:
     if not (a and b and a in results and b in results):
         return []
     pa, pb = results[a]["parse"], results[b]["parse"]
-    checks = [evaluate("arms_init_checksum_equal", "", pa.init_checksum == pb.init_checksum and pa.init_checksum
-                       is not None, "==", True, note=f"{a} {pa.init_checksum} vs {b} {pb.init_checksum}")]
+    checks = [
+        evaluate(
+            "arms_init_checksum_equal",
+            "",
+            pa.init_checksum == pb.init_checksum and pa.init_checksum is not None,
+            "==",
+            True,
+            note=f"{a} {pa.init_checksum} vs {b} {pb.init_checksum}",
+        )
+    ]
     for bar in profile.bars:
         if bar.metric == "arms_loss_rel_diff_max":
-            checks.append(evaluate(bar.metric, bar.unit, rel_diff_max(pa.losses, pb.losses), bar.op, bar.threshold,
-                                   note=f"max over steps of |loss[{a}] - loss[{b}]| / loss[{b}]; {bar.source}"))
+            checks.append(
+                evaluate(
+                    bar.metric,
+                    bar.unit,
+                    rel_diff_max(pa.losses, pb.losses),
+                    bar.op,
+                    bar.threshold,
+                    note=f"max over steps of |loss[{a}] - loss[{b}]| / loss[{b}]; {bar.source}",
+                )
+            )
     return checks
 
 
@@ -202,8 +278,14 @@ def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
         report.started, report.ended, report.duration_s = started, utc_now(), timings["total_s"]
         return report
 
-    profile, skip = host_skip(gate, spec, opts, host, prov, f"sources verified ({spec.source} "
-                              f"{trees[spec.source].tree[:12]}); kernels and training not run")
+    profile, skip = host_skip(
+        gate,
+        spec,
+        opts,
+        host,
+        prov,
+        f"sources verified ({spec.source} {trees[spec.source].tree[:12]}); kernels and training not run",
+    )
     if skip:
         return finish(skip)
     run_dir = Path(opts.out_dir) / gate
@@ -231,9 +313,15 @@ def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
         res = _run_arm(opts, spec, profile, arm, base, run_dir, artifacts)
         timings[f"{name}_s"] = round(time.monotonic() - t, 2)
         parsed = res["parse"]
-        entry = {"command": res["command"], "log": res["log"], "env": res["env"],
-                 "returncode": res["outcome"].returncode, "timed_out": res["outcome"].timed_out,
-                 "transport_evidence": transport_evidence(parsed, host), "parse": parsed.to_dict()}
+        entry = {
+            "command": res["command"],
+            "log": res["log"],
+            "env": res["env"],
+            "returncode": res["outcome"].returncode,
+            "timed_out": res["outcome"].timed_out,
+            "transport_evidence": transport_evidence(parsed, host),
+            "parse": parsed.to_dict(),
+        }
         data["arms"][name] = entry
         if "failure" in res:
             fc = res["failure"]
@@ -246,8 +334,11 @@ def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
     checks += cross_checks(spec, profile, results)
     if failures:
         stood = [n for n in results]
-        why = "; ".join(failures) + (f" — completed arm(s) {', '.join(stood)}: "
-                                     f"{sum(c.passed for c in checks)}/{len(checks)} check(s) passed" if stood else "")
+        why = "; ".join(failures) + (
+            f" — completed arm(s) {', '.join(stood)}: {sum(c.passed for c in checks)}/{len(checks)} check(s) passed"
+            if stood
+            else ""
+        )
         result, reason = decide(checks, ran_ok=False, failure_reason=why)
     else:
         result, reason = decide(checks, ran_ok=True)

@@ -52,7 +52,7 @@ class TrainingSpec:
     arms: dict = field(default_factory=dict)
     profiles: dict = field(default_factory=dict)
     description: str = ""
-    image: str = ""          # the recipe under containers/ the gate runs in
+    image: str = ""  # the recipe under containers/ the gate runs in
 
     def profile(self, name: str) -> Profile:
         """The profile `name`; raises GateError naming the known ones."""
@@ -73,24 +73,56 @@ def load_training_spec(root: Path, gate: str) -> TrainingSpec:
     """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (`FILE:LINE: field: problem`) for
     schema errors, a file name that disagrees with `gate:`, a bar naming an unknown arm, or a missing driver."""
     path, raw, data, lines = read_gate_yaml(root, gate, "training.schema.json")
-    arms = {n: Arm(n, tuple(a.get("args", ())), dict(a.get("env", {})), a.get("deepep", False),
-                   a.get("reference", False), a.get("description", "")) for n, a in (data.get("arms") or {}).items()}
+    arms = {
+        n: Arm(
+            n,
+            tuple(a.get("args", ())),
+            dict(a.get("env", {})),
+            a.get("deepep", False),
+            a.get("reference", False),
+            a.get("description", ""),
+        )
+        for n, a in (data.get("arms") or {}).items()
+    }
     profiles = {}
     for name, p in data["profiles"].items():
         bars = []
         for i, b in enumerate(p["bars"]):
             if "arm" in b and b["arm"] not in arms:
-                raise GateSpecError(str(path), lines.get(("profiles", name, "bars", i, "arm")),
-                                    f"profiles.{name}.bars[{i}].arm", f"no arm {b['arm']!r} (known: {', '.join(arms) or 'none'})")
+                raise GateSpecError(
+                    str(path),
+                    lines.get(("profiles", name, "bars", i, "arm")),
+                    f"profiles.{name}.bars[{i}].arm",
+                    f"no arm {b['arm']!r} (known: {', '.join(arms) or 'none'})",
+                )
             bars.append(TrainingBar(**b))
-        profiles[name] = Profile(name=name, nodes=p["nodes"], gpus_per_node=p["gpus-per-node"],
-                                 needs_efa=p.get("needs-efa", False), args=tuple(p.get("args", ())),
-                                 env=dict(p.get("env", {})), bars=tuple(bars), description=p.get("description", ""))
+        profiles[name] = Profile(
+            name=name,
+            nodes=p["nodes"],
+            gpus_per_node=p["gpus-per-node"],
+            needs_efa=p.get("needs-efa", False),
+            args=tuple(p.get("args", ())),
+            env=dict(p.get("env", {})),
+            bars=tuple(bars),
+            description=p.get("description", ""),
+        )
     if data.get("driver") and not (Path(root) / data["driver"]).is_file():
         raise GateSpecError(str(path), lines.get(("driver",)), "driver", f"{data['driver']} does not exist")
-    return TrainingSpec(gate=gate, path=path, sha256=hashlib.sha256(raw).hexdigest(), kind=data["kind"],
-                        source=data["source"], steps=data["steps"], timeout_s=float(data.get("timeout-s", 1800)),
-                        kernels=tuple(data.get("kernels", ())), driver=data.get("driver"),
-                        command=tuple(data.get("command", ())), args=tuple(data.get("args", ())),
-                        env=dict(data.get("env", {})), arms=arms, profiles=profiles,
-                        description=data.get("description", ""), image=data["image"])
+    return TrainingSpec(
+        gate=gate,
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        kind=data["kind"],
+        source=data["source"],
+        steps=data["steps"],
+        timeout_s=float(data.get("timeout-s", 1800)),
+        kernels=tuple(data.get("kernels", ())),
+        driver=data.get("driver"),
+        command=tuple(data.get("command", ())),
+        args=tuple(data.get("args", ())),
+        env=dict(data.get("env", {})),
+        arms=arms,
+        profiles=profiles,
+        description=data.get("description", ""),
+        image=data["image"],
+    )

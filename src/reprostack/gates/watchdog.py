@@ -92,7 +92,7 @@ def _table() -> dict[int, tuple[str, int, int]]:
                 stat = f.read().decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # comm may hold spaces or parentheses
+        fields = stat[stat.rfind(")") + 2 :].split()  # comm may hold spaces or parentheses
         if len(fields) >= 3:
             out[int(name)] = (fields[0], int(fields[1]), int(fields[2]))
     return out
@@ -166,6 +166,7 @@ def reap_orphans(pids) -> None:
 def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: float) -> tuple[list[int], bool]:
     """SIGTERM every process of the run (`run_pids`), wait up to grace_s for them to go, then SIGKILL whatever is
     left (found again: a process may have forked meanwhile). Returns (pids seen, SIGKILL sent)."""
+
     def live() -> list[int]:
         return run_pids(proc.pid if proc.poll() is None else None, pgid, cookie)
 
@@ -200,9 +201,17 @@ def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: flo
     return sorted(seen), sigkill
 
 
-def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str | os.PathLike | None,
-                      timeout_s: float, log_path: str | os.PathLike, grace_s: float = 10.0,
-                      echo: bool | None = None, on_line: Callable[[str], None] | None = None) -> RunOutcome:
+def run_with_watchdog(
+    argv: list[str],
+    *,
+    env: dict[str, str] | None,
+    cwd: str | os.PathLike | None,
+    timeout_s: float,
+    log_path: str | os.PathLike,
+    grace_s: float = 10.0,
+    echo: bool | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> RunOutcome:
     """Run `argv` under a time limit of `timeout_s` seconds; returns a RunOutcome, never raises on timeout.
 
     env: the full environment (None: inherit ours); log_path: created (parents too) and truncated; bytes are
@@ -217,6 +226,7 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
     """
     if echo is None:
         from .. import ui
+
         echo = ui.verbose() > 0
     env, cookie = with_cookie(env)
     log_path = Path(log_path)
@@ -224,8 +234,15 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
     lock = threading.Lock()
     with open(log_path, "wb") as log:
         start = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         pgid, ends_with_newline, closed, callback = proc.pid, [True], [False], [on_line]
 
         def pump() -> None:
@@ -245,6 +262,7 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
                     except Exception as e:  # our display's bug must never cost the run its log
                         callback[0] = None
                         from .. import ui
+
                         ui.warn(f"progress from {argv[0]}'s output stopped: {type(e).__name__}: {e}")
 
         reader = threading.Thread(target=pump, name=f"watchdog-log-{pgid}", daemon=True)
@@ -263,8 +281,9 @@ def run_with_watchdog(argv: list[str], *, env: dict[str, str] | None, cwd: str |
         duration = time.monotonic() - start
         if not timed_out and run_pids(None, pgid, cookie):  # the leader was reaped: its pid may be reused
             killed, sigkill = kill_run(proc, pgid, cookie, grace_s)
-            note = (f"{WATCHDOG_TAG} {len(killed)} process(es) left in pgid {pgid} after exit: SIGTERM"
-                    + (f", SIGKILL after {grace_s:g} s" if sigkill else ""))
+            note = f"{WATCHDOG_TAG} {len(killed)} process(es) left in pgid {pgid} after exit: SIGTERM" + (
+                f", SIGKILL after {grace_s:g} s" if sigkill else ""
+            )
         reader.join(_READER_JOIN_S)
         with lock:
             if reader.is_alive():  # a process outside the group still holds the pipe open

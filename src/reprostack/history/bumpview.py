@@ -37,17 +37,24 @@ def rows(store: Store, old_sha: str, new_sha: str, gates: tuple[str, ...]) -> li
         if before is None and after is None:
             continue
         g, prof, stack, metric = s.key
-        b = "-" if before is None else (value(before) + ("" if before.lock_sha256 == old_sha
-                                                         else f" (lock {before.lock_sha256[:8] or '?'})"))
+        b = (
+            "-"
+            if before is None
+            else (value(before) + ("" if before.lock_sha256 == old_sha else f" (lock {before.lock_sha256[:8] or '?'})"))
+        )
         a = "not run yet" if after is None else value(after)
-        v = verdict(before, after) if before and after else ("not run under the new lock" if after is None
-                                                             else "no run before")
+        v = (
+            verdict(before, after)
+            if before and after
+            else ("not run under the new lock" if after is None else "no run before")
+        )
         out.append([f"{g}/{prof} [{stack}]", f"{metric} ({s.unit})" if s.unit else metric, b, a, v])
     return out
 
 
-def section(root: Path, old_lock_text: str, new_lock_text: str | None, gates: tuple[str, ...],
-            db: Path | None = None) -> str | None:
+def section(
+    root: Path, old_lock_text: str, new_lock_text: str | None, gates: tuple[str, ...], db: Path | None = None
+) -> str | None:
     """The Markdown section ("### Gate history"), or None when there is no gate or no run of one."""
     if not gates or new_lock_text is None:
         return None
@@ -65,9 +72,13 @@ def section(root: Path, old_lock_text: str, new_lock_text: str | None, gates: tu
         return f"### Gate history\n\nThe results history could not be read: {_cell(str(e))}\n"
     if not table:
         return None
-    out = ["### Gate history\n",
-           f"Old lock `{old_sha[:12]}`, new lock `{new_sha[:12]}`; a verdict needs both runs with 95% intervals "
-           f"(`reprostack history`).\n", "| gate | metric | before | after | verdict |", "|---|---|---|---|---|"]
+    out = [
+        "### Gate history\n",
+        f"Old lock `{old_sha[:12]}`, new lock `{new_sha[:12]}`; a verdict needs both runs with 95% intervals "
+        f"(`reprostack history`).\n",
+        "| gate | metric | before | after | verdict |",
+        "|---|---|---|---|---|",
+    ]
     for r in table[:MAX_ROWS]:
         out.append("| " + " | ".join(_cell(c) for c in r) + " |")
     if len(table) > MAX_ROWS:

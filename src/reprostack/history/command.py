@@ -79,16 +79,20 @@ def run(folders: list[str], out: str | None, db: str | None, plots: bool = True)
     if out_dir.exists() and not out_dir.is_dir():
         raise ReprostackError(f"--out {out_dir}: exists and is not a folder")
     if plots and importlib.util.find_spec("matplotlib") is None:
-        raise ReprostackError("history plots need matplotlib, the `plots` extra: pip install -e '.[plots]' in this "
-                              "checkout, or pass --no-plots")
+        raise ReprostackError(
+            "history plots need matplotlib, the `plots` extra: pip install -e '.[plots]' in this "
+            "checkout, or pass --no-plots"
+        )
     db_path = Path(db) if db else default_db()
     with Store.open(db_path) as store:
         files = scan(given, exclude=out_dir)
         new, known, other, skipped = ingest(store, files, warn=lambda line: print(line, file=sys.stderr))
         reports, _ = store.count()
         series = compare.analyse(store)
-    print(f"history: {db_path}: {new} new report(s), {known} already stored, {other} other JSON file(s) passed over, "
-          f"{len(skipped)} skipped; {reports} report(s), {len(series)} series")
+    print(
+        f"history: {db_path}: {new} new report(s), {known} already stored, {other} other JSON file(s) passed over, "
+        f"{len(skipped)} skipped; {reports} report(s), {len(series)} series"
+    )
     print(render.text(series), end="")
     if plots:
         written = render.write(series, out_dir)

@@ -44,8 +44,9 @@ def pins_changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
         a, b = before.get(n), after.get(n)
         if a == b:
             continue
-        out.append(f"{n} added ({b[:12]})" if a is None else f"{n} removed" if b is None
-                   else f"{n} {a[:12]} -> {b[:12]}")
+        out.append(
+            f"{n} added ({b[:12]})" if a is None else f"{n} removed" if b is None else f"{n} {a[:12]} -> {b[:12]}"
+        )
     return out
 
 
@@ -118,7 +119,9 @@ def analyse(store: Store, gates: tuple[str, ...] | None = None) -> list[Series]:
     for key, pts in by_key.items():
         s = Series(key, pts)
         for a, b in zip(pts, pts[1:]):
-            changed = tuple(pins_changed(pins(a.report_id), pins(b.report_id))) if a.lock_sha256 != b.lock_sha256 else ()
+            changed = (
+                tuple(pins_changed(pins(a.report_id), pins(b.report_id))) if a.lock_sha256 != b.lock_sha256 else ()
+            )
             s.runs.append(Comparison("run", a, b, verdict(a, b), changed))
         order: list[str] = []
         for p in pts:
@@ -126,8 +129,9 @@ def analyse(store: Store, gates: tuple[str, ...] | None = None) -> list[Series]:
                 order.append(p.lock_sha256)
         reps = [_representative([p for p in pts if p.lock_sha256 == lk]) for lk in order]
         for a, b in zip(reps, reps[1:]):
-            s.locks.append(Comparison("lock", a, b, verdict(a, b), tuple(pins_changed(pins(a.report_id),
-                                                                                     pins(b.report_id)))))
+            s.locks.append(
+                Comparison("lock", a, b, verdict(a, b), tuple(pins_changed(pins(a.report_id), pins(b.report_id))))
+            )
         out.append(s)
     return out
 
@@ -150,8 +154,11 @@ def value(p: Point) -> str:
 def describe(c: Comparison) -> str:
     """One line: `lock 5ef86495 -> 0a1b2c3d: regression: 14.6 [..] -> 15.2 [..]; pins changed: nccl a -> b`."""
     b, a = c.before, c.after
-    head = (f"lock {b.lock_sha256[:8] or '?'} -> {a.lock_sha256[:8] or '?'}" if c.kind == "lock"
-            else f"run {b.date or '?'} -> {a.date or '?'}")
+    head = (
+        f"lock {b.lock_sha256[:8] or '?'} -> {a.lock_sha256[:8] or '?'}"
+        if c.kind == "lock"
+        else f"run {b.date or '?'} -> {a.date or '?'}"
+    )
     line = f"{head}: {c.verdict}: {value(b)} -> {value(a)}"
     if c.pins:
         line += f"; pins changed: {', '.join(c.pins)}"

@@ -34,11 +34,11 @@ from pathlib import Path
 from .. import jsonsrc
 from ..errors import ReprostackError
 
-MAX_REPORT_BYTES = 16 << 20   # a real report is < 100 KB
-MAX_SAMPLES = 100_000         # samples kept per metric
-MAX_METRICS = 2_000           # measurements per report
-MAX_NAME = 200                # characters of a gate, profile, metric, unit or pin name
-DEFAULT_STACK = "campaign"    # contract item 3
+MAX_REPORT_BYTES = 16 << 20  # a real report is < 100 KB
+MAX_SAMPLES = 100_000  # samples kept per metric
+MAX_METRICS = 2_000  # measurements per report
+MAX_NAME = 200  # characters of a gate, profile, metric, unit or pin name
+DEFAULT_STACK = "campaign"  # contract item 3
 TIME_UNITS = {"ns", "us", "µs", "ms", "s", "sec", "seconds", "min"}
 _CTRL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _HEX = re.compile(r"[0-9a-f]{7,64}")
@@ -95,7 +95,7 @@ class Record:
 def clean(s, limit: int = MAX_NAME) -> str:
     """A string fit to print: control, bidi and lone surrogate characters replaced by '?', at most `limit` characters."""
     s = _CTRL.sub("?", str(s))
-    return s if len(s) <= limit else s[:limit - 1] + "…"
+    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 def _num(v) -> bool:
@@ -175,9 +175,19 @@ def _statistic(r: _Reader, name: str, s, unit_of: dict, op_of: dict) -> Measurem
     if method is not None and not isinstance(method, str):
         raise r.fail(f"{where}.method", f"is {jsonsrc.kind(method)}, expected a string")
     unit = clean(unit)
-    return Measurement(clean(name), unit, n, vals["mean"], vals["p50"], vals["stdev"], lo, hi,
-                       clean(method, 20) if method else None, tuple(float(x) for x in samples),
-                       _better(op_of.get(name), unit))
+    return Measurement(
+        clean(name),
+        unit,
+        n,
+        vals["mean"],
+        vals["p50"],
+        vals["stdev"],
+        lo,
+        hi,
+        clean(method, 20) if method else None,
+        tuple(float(x) for x in samples),
+        _better(op_of.get(name), unit),
+    )
 
 
 def host_fingerprint(prov: dict) -> tuple[str, str]:
@@ -187,9 +197,15 @@ def host_fingerprint(prov: dict) -> tuple[str, str]:
     env = ex.get("environment") if isinstance(ex.get("environment"), dict) else {}
     gpus = host.get("gpus") if isinstance(host.get("gpus"), list) else []
     names = sorted(clean(g.get("name", "?"), 60) for g in gpus if isinstance(g, dict))
-    facts = {"gpus": names, "driver": host.get("driver_version"), "kernel": host.get("kernel"),
-             "machine": host.get("machine"), "mode": ex.get("mode"), "freeze": env.get("freeze_sha256"),
-             "image": ex.get("image_id")}
+    facts = {
+        "gpus": names,
+        "driver": host.get("driver_version"),
+        "kernel": host.get("kernel"),
+        "machine": host.get("machine"),
+        "mode": ex.get("mode"),
+        "freeze": env.get("freeze_sha256"),
+        "image": ex.get("image_id"),
+    }
     facts = {k: (v if isinstance(v, (str, list)) else None) for k, v in facts.items()}
     fp = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
     counts: dict[str, int] = {}

@@ -25,8 +25,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """A plain fixed-width table (two spaces between columns)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines)
 
@@ -41,8 +40,18 @@ def rows(s: Series) -> list[list[str]]:
     for p in s.points:
         m = p.m
         ci = f"[{fmt(m.lo)}, {fmt(m.hi)}]" if m.has_interval else NO_INTERVAL
-        out.append([p.date or "?", p.lock_sha256[:8] or "?", p.result, str(m.n), fmt(m.mean), ci, p.host_fp[:8],
-                    vs.get(p.report_id, "(first)")])
+        out.append(
+            [
+                p.date or "?",
+                p.lock_sha256[:8] or "?",
+                p.result,
+                str(m.n),
+                fmt(m.mean),
+                ci,
+                p.host_fp[:8],
+                vs.get(p.report_id, "(first)"),
+            ]
+        )
     return out
 
 
@@ -64,8 +73,10 @@ def summary(series: list[Series]) -> str:
     judged = sum(1 for s in series for c in s.runs + s.locks if c.verdict != NO_INTERVAL)
     unjudged = sum(1 for s in series for c in s.runs + s.locks if c.verdict == NO_INTERVAL)
     if not regs:
-        return (f"no regression flagged ({len(series)} series; {judged} comparison(s) with intervals, "
-                f"{unjudged} without: n=1, no interval)")
+        return (
+            f"no regression flagged ({len(series)} series; {judged} comparison(s) with intervals, "
+            f"{unjudged} without: n=1, no interval)"
+        )
     lines = [f"{len(regs)} regression(s) flagged:"]
     lines += [f"  {s.title()}: {describe(c)}" for s, c in regs]
     return "\n".join(lines)
@@ -79,6 +90,7 @@ def plot_name(s: Series) -> str:
 
 def _png(s: Series) -> bytes:
     import matplotlib
+
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
@@ -88,8 +100,9 @@ def _png(s: Series) -> bytes:
         for i, p in zip(xs, s.points):
             m = p.m
             if m.has_interval:
-                ax.errorbar([i], [m.mean], yerr=[[m.mean - m.lo], [m.hi - m.mean]], fmt="o", color="tab:blue",
-                            capsize=4)
+                ax.errorbar(
+                    [i], [m.mean], yerr=[[m.mean - m.lo], [m.hi - m.mean]], fmt="o", color="tab:blue", capsize=4
+                )
             else:
                 ax.plot([i], [m.mean], "o", mfc="none", color="tab:gray")
         ax.plot(xs, [p.m.mean for p in s.points], "-", color="tab:blue", alpha=0.3)
@@ -113,6 +126,7 @@ def _png(s: Series) -> bytes:
 def _small(png: bytes) -> bytes:
     """The PNG as 64 palette colours (Pillow, which matplotlib needs): a third of the bytes, no metadata."""
     from PIL import Image
+
     with Image.open(io.BytesIO(png)) as im:
         out = io.BytesIO()
         im.convert("RGB").quantize(colors=64).save(out, format="PNG", optimize=True)
@@ -121,22 +135,27 @@ def _small(png: bytes) -> bytes:
 
 def _html(series: list[Series], pngs: dict[str, bytes]) -> str:
     e = html.escape
-    out = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\"><title>reprostack history</title>",
-           "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;font-size:13px}"
-           "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}.regression{color:#b00;font-weight:bold}"
-           "</style></head><body>", "<h1>reprostack results history</h1>",
-           f"<p>{e(summary(series)).replace(chr(10), '<br>')}</p>",
-           "<p>A regression is flagged only when two 95% intervals separate; a report without "
-           "<code>data.statistics</code> is one sample (n=1, no interval) and is shown, never judged.</p>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html><head><meta charset="utf-8"><title>reprostack history</title>',
+        "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}.regression{color:#b00;font-weight:bold}"
+        "</style></head><body>",
+        "<h1>reprostack results history</h1>",
+        f"<p>{e(summary(series)).replace(chr(10), '<br>')}</p>",
+        "<p>A regression is flagged only when two 95% intervals separate; a report without "
+        "<code>data.statistics</code> is one sample (n=1, no interval) and is shown, never judged.</p>",
+    ]
     for s in series:
         name = plot_name(s)
         out.append(f"<h2>{e(s.title())}</h2>")
         if name in pngs:
-            out.append(f"<img alt=\"{e(s.title())}\" src=\"data:image/png;base64,"
-                       f"{base64.b64encode(pngs[name]).decode()}\">")
+            out.append(
+                f'<img alt="{e(s.title())}" src="data:image/png;base64,{base64.b64encode(pngs[name]).decode()}">'
+            )
         out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEADERS) + "</tr>")
         for r in rows(s):
-            cls = " class=\"regression\"" if r[-1] == "regression" else ""
+            cls = ' class="regression"' if r[-1] == "regression" else ""
             out.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>")
         out.append("</table>")
         if s.locks:

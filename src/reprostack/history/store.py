@@ -137,20 +137,30 @@ class Store:
         """The database's schema version; refuses a newer one, and a SQLite file that is not a history."""
         v = self.version()
         if v > SCHEMA_VERSION:
-            raise HistoryError(f"{self.where}: history schema version {v} is newer than this reprostack reads "
-                               f"({SCHEMA_VERSION}): use a newer reprostack, or another --db")
+            raise HistoryError(
+                f"{self.where}: history schema version {v} is newer than this reprostack reads "
+                f"({SCHEMA_VERSION}): use a newer reprostack, or another --db"
+            )
         if v == 0:
             tables = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             if tables:
-                raise HistoryError(f"{self.where}: a SQLite database with tables ({', '.join(tables[:5])}) but no "
-                                   f"history schema version: not a reprostack history; use another --db")
+                raise HistoryError(
+                    f"{self.where}: a SQLite database with tables ({', '.join(tables[:5])}) but no "
+                    f"history schema version: not a reprostack history; use another --db"
+                )
         # the migrations make tables and indexes only: a trigger (it could rewrite or add measurements as reports
         # go in) or a view in the file was put there by someone else
-        foreign = [f"{r[0]} {r[1]}" for r in self.conn.execute(
-            "SELECT type, name FROM sqlite_master WHERE type NOT IN ('table', 'index') ORDER BY name")]
+        foreign = [
+            f"{r[0]} {r[1]}"
+            for r in self.conn.execute(
+                "SELECT type, name FROM sqlite_master WHERE type NOT IN ('table', 'index') ORDER BY name"
+            )
+        ]
         if foreign:
-            raise HistoryError(f"{self.where}: holds {', '.join(foreign[:5])[:200]}, which no reprostack history "
-                               f"has: not used; use another --db")
+            raise HistoryError(
+                f"{self.where}: holds {', '.join(foreign[:5])[:200]}, which no reprostack history "
+                f"has: not used; use another --db"
+            )
         return v
 
     def _migrate(self) -> None:
@@ -160,8 +170,9 @@ class Store:
             try:
                 for sql in MIGRATIONS[step]:
                     self.conn.execute(sql)
-                self.conn.execute("INSERT INTO schema_version (version, note) VALUES (?, ?)",
-                                  (step + 1, f"migrated from {step}"))
+                self.conn.execute(
+                    "INSERT INTO schema_version (version, note) VALUES (?, ?)", (step + 1, f"migrated from {step}")
+                )
                 self.conn.execute(f"PRAGMA user_version = {int(step + 1)}")  # a PRAGMA takes no parameter
                 self.conn.execute("COMMIT")
             except BaseException:
@@ -186,19 +197,51 @@ class Store:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:
-            cur = c.execute("INSERT OR IGNORE INTO reports (id, path, gate, profile, result, stack, lock_sha256, "
-                            "image_digest, host_fp, host, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            (r.id, r.path, r.gate, r.profile, r.result, r.stack, r.lock_sha256, r.image_digest,
-                             r.host_fp, r.host, r.date))
+            cur = c.execute(
+                "INSERT OR IGNORE INTO reports (id, path, gate, profile, result, stack, lock_sha256, "
+                "image_digest, host_fp, host, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    r.id,
+                    r.path,
+                    r.gate,
+                    r.profile,
+                    r.result,
+                    r.stack,
+                    r.lock_sha256,
+                    r.image_digest,
+                    r.host_fp,
+                    r.host,
+                    r.date,
+                ),
+            )
             if cur.rowcount == 0:
                 c.execute("ROLLBACK")
                 return False
-            c.executemany("INSERT INTO pins (report_id, name, rev) VALUES (?, ?, ?)",
-                          [(r.id, n, rev) for n, rev in sorted(r.pins.items())])
-            c.executemany("INSERT INTO measurements (report_id, metric, unit, n, mean, p50, stdev, lo, hi, method, "
-                          "samples, better) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                          [(r.id, m.metric, m.unit, m.n, m.mean, m.p50, m.stdev, m.lo, m.hi, m.method,
-                            json.dumps(list(m.samples)), m.better) for m in r.measurements])
+            c.executemany(
+                "INSERT INTO pins (report_id, name, rev) VALUES (?, ?, ?)",
+                [(r.id, n, rev) for n, rev in sorted(r.pins.items())],
+            )
+            c.executemany(
+                "INSERT INTO measurements (report_id, metric, unit, n, mean, p50, stdev, lo, hi, method, "
+                "samples, better) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        r.id,
+                        m.metric,
+                        m.unit,
+                        m.n,
+                        m.mean,
+                        m.p50,
+                        m.stdev,
+                        m.lo,
+                        m.hi,
+                        m.method,
+                        json.dumps(list(m.samples)),
+                        m.better,
+                    )
+                    for m in r.measurements
+                ],
+            )
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
@@ -208,8 +251,10 @@ class Store:
     # ---- queries
     def count(self) -> tuple[int, int]:
         """(reports, measurements) stored."""
-        return (self.conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0],
-                self.conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+        return (
+            self.conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0],
+            self.conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0],
+        )
 
     def points(self, gates: tuple[str, ...] | None = None) -> list[Point]:
         """Every measurement (of `gates` only, when given), ordered by gate, profile, stack, metric, date."""
@@ -217,7 +262,8 @@ class Store:
             "SELECT r.id, r.path, r.gate, r.profile, r.result, r.stack, r.lock_sha256, r.image_digest, r.host_fp, "
             "r.host, r.date, m.metric, m.unit, m.n, m.mean, m.p50, m.stdev, m.lo, m.hi, m.method, m.samples, "
             "m.better FROM reports r JOIN measurements m ON m.report_id = r.id "
-            "ORDER BY r.gate, r.profile, r.stack, m.metric, r.date, r.id").fetchall()
+            "ORDER BY r.gate, r.profile, r.stack, m.metric, r.date, r.id"
+        ).fetchall()
         out = []
         for row in rows:
             if gates is not None and row[2] not in gates:
@@ -227,8 +273,9 @@ class Store:
         return out
 
     def pins(self, report_id: str) -> dict[str, str]:
-        return dict(self.conn.execute("SELECT name, rev FROM pins WHERE report_id = ? ORDER BY name",
-                                      (report_id,)).fetchall())
+        return dict(
+            self.conn.execute("SELECT name, rev FROM pins WHERE report_id = ? ORDER BY name", (report_id,)).fetchall()
+        )
 
 
 def _measurement(where: str, row) -> Measurement:
@@ -236,18 +283,34 @@ def _measurement(where: str, row) -> Measurement:
     try:
         samples = json.loads(row[20])
         nums = [row[14]] + [v for v in row[15:19] if v is not None] + (samples if isinstance(samples, list) else [None])
-        if not (type(row[13]) is int and row[13] >= 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                             for v in nums)
-                and all(isinstance(v, str) for v in row[:13])
-                and (row[17] is None) == (row[18] is None)):
+        if not (
+            type(row[13]) is int
+            and row[13] >= 1
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums)
+            and all(isinstance(v, str) for v in row[:13])
+            and (row[17] is None) == (row[18] is None)
+        ):
             raise ValueError("a value of the wrong type")
         if not all(math.isfinite(v) for v in nums):  # json.loads takes NaN and 1e999 in `samples`
             raise ValueError("a value that is not a finite number")
     except (ValueError, TypeError) as e:
-        raise HistoryError(f"{where}: measurement {str(row[11])[:80]!r} of report {str(row[0])[:12]}: {e} "
-                           f"(a damaged history database; remove it and ingest again)") from None
-    return Measurement(clean(row[11]), clean(row[12]), row[13], float(row[14]), row[15], row[16], row[17], row[18],
-                       _opt(row[19]), tuple(float(x) for x in samples), _opt(row[21]))
+        raise HistoryError(
+            f"{where}: measurement {str(row[11])[:80]!r} of report {str(row[0])[:12]}: {e} "
+            f"(a damaged history database; remove it and ingest again)"
+        ) from None
+    return Measurement(
+        clean(row[11]),
+        clean(row[12]),
+        row[13],
+        float(row[14]),
+        row[15],
+        row[16],
+        row[17],
+        row[18],
+        _opt(row[19]),
+        tuple(float(x) for x in samples),
+        _opt(row[21]),
+    )
 
 
 def _opt(v):

@@ -57,8 +57,9 @@ def _run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, 
         f.write(f"$ {' '.join(argv)}\n".encode())
         f.flush()
         try:
-            p = subprocess.run(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=timeout)
+            p = subprocess.run(
+                argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout
+            )
         except subprocess.TimeoutExpired:
             raise BuildError(f"{step}: timed out after {timeout:.0f} s; log: {log}") from None
         except OSError as e:
@@ -85,6 +86,7 @@ def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     tmp = Path(tempfile.mkdtemp(prefix=f".{component}-", dir=out.parent))
     t0 = time.monotonic()
     from .. import ui
+
     try:
         # the compiler's lines as one live line; all in the log. A wheel's unpack is its own step (its own ETA)
         with ui.step(f"unpack {component} wheel" if fields.get("from") == "wheel" else f"build {component}", log=log):
@@ -102,22 +104,37 @@ def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     return Built(component, key, out, False, seconds, info)
 
 
-def build_nccl(src: Path, tree: str, recipe: Recipe, tc: Toolchain, cache: Path, *, jobs: int | None = None,
-               timeout: float = 3600) -> Built:
+def build_nccl(
+    src: Path, tree: str, recipe: Recipe, tc: Toolchain, cache: Path, *, jobs: int | None = None, timeout: float = 3600
+) -> Built:
     """Build NCCL from source tree `src` (pinned tree hash `tree`); outputs in `<out>/build/{include,lib}`.
 
     Raises BuildError: the source is not an NCCL tree; make fails (message names the step and the log).
     """
     version = preflight.nccl_source_version(src)
     make_vars = {k: render(v, tc.arch) for k, v in recipe.make_vars.items()}
-    fields = {"component": "nccl", "tree": tree, "recipe": recipe.digest,
-              "nvcc": tc.nvcc_version, "arch": tc.arch, "make_vars": make_vars, "targets": list(recipe.make_targets)}
+    fields = {
+        "component": "nccl",
+        "tree": tree,
+        "recipe": recipe.digest,
+        "nvcc": tc.nvcc_version,
+        "arch": tc.arch,
+        "make_vars": make_vars,
+        "targets": list(recipe.make_targets),
+    }
 
     def make(tmp: Path, log: Path) -> dict:
         env = dict(os.environ)
         env["CUDA_HOME"] = tc.cuda_home
-        argv = ["make", "-C", str(src), f"-j{_jobs(jobs)}", *recipe.make_targets, f"BUILDDIR={tmp / 'build'}",
-                *(f"{k}={v}" for k, v in make_vars.items())]
+        argv = [
+            "make",
+            "-C",
+            str(src),
+            f"-j{_jobs(jobs)}",
+            *recipe.make_targets,
+            f"BUILDDIR={tmp / 'build'}",
+            *(f"{k}={v}" for k, v in make_vars.items()),
+        ]
         _run_logged(argv, cwd=src, env=env, log=log, step="nccl: make src.build", timeout=timeout)
         built = preflight.nccl_header_version(tmp / "build" / "include")
         if built != version:
@@ -127,8 +144,17 @@ def build_nccl(src: Path, tree: str, recipe: Recipe, tc: Toolchain, cache: Path,
     return _reuse_or_build(cache, "nccl", fields, make)
 
 
-def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Built, cache: Path, *,
-                 jobs: int | None = None, timeout: float = 3600) -> Built:
+def build_deepep(
+    src: Path,
+    tree: str,
+    recipe: Recipe,
+    tc: Toolchain,
+    nccl: Built,
+    cache: Path,
+    *,
+    jobs: int | None = None,
+    timeout: float = 3600,
+) -> Built:
     """Build DeepEP (`_C` + the Python package) into `<out>/site`, against `nccl` and tc's NVSHMEM.
 
     Preflight first: NCCL header >= recipe floor, NVSHMEM root complete. Also makes `<out>/overlay`
@@ -140,11 +166,19 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         preflight.check_floor(f"{nccl_root}/include/nccl.h", nccl_version, recipe.nccl_floor)
     nvshmem = preflight.check_nvshmem_root(os.environ.get("EP_NVSHMEM_ROOT_DIR") or tc.nvshmem_root)
     env_vars = {k: render(v, tc.arch) for k, v in recipe.env.items()}
-    fields = {"component": "deepep", "tree": tree, "recipe": recipe.digest,
-              "toolchain": tc.key_fields(), "nccl": nccl.key, "nvshmem": str(nvshmem), "env": env_vars}
+    fields = {
+        "component": "deepep",
+        "tree": tree,
+        "recipe": recipe.digest,
+        "toolchain": tc.key_fields(),
+        "nccl": nccl.key,
+        "nvshmem": str(nvshmem),
+        "env": env_vars,
+    }
 
     def make(tmp: Path, log: Path) -> dict:
         from .runtime import make_overlay
+
         work = tmp / "src"
         shutil.copytree(src, work, ignore=shutil.ignore_patterns(".git"), symlinks=True)
         final = Path(cache) / "builds" / f"deepep-{build_key(fields)[:16]}"
@@ -154,27 +188,55 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         # git would walk up into whatever repository holds the cache (reprostack's own checkout) and the built
         # package would carry that commit. The ceiling stops the walk: always `+local`, whatever holds the cache.
         env["GIT_CEILING_DIRECTORIES"] = str(tmp)
-        env.update({"EP_NCCL_ROOT_DIR": str(nccl_root), "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
-                    "MAX_JOBS": str(_jobs(jobs)), "EP_JIT_CACHE_DIR": str(final / "jit"),
-                    "CUDA_HOME": tc.cuda_home})
+        env.update(
+            {
+                "EP_NCCL_ROOT_DIR": str(nccl_root),
+                "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
+                "MAX_JOBS": str(_jobs(jobs)),
+                "EP_JIT_CACHE_DIR": str(final / "jit"),
+                "CUDA_HOME": tc.cuda_home,
+            }
+        )
         # -v: the compiler lines go to the log (which files, whether torch's ninja ran them in parallel)
-        argv = [tc.python, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps", "--no-index",
-                "--no-cache-dir", "--no-compile", "--target", str(tmp / "site"), str(work)]
+        argv = [
+            tc.python,
+            "-m",
+            "pip",
+            "install",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-index",
+            "--no-cache-dir",
+            "--no-compile",
+            "--target",
+            str(tmp / "site"),
+            str(work),
+        ]
         # torch's cpp_extension compiles in parallel (MAX_JOBS) only through ninja; without it, one file at a time
         ninja = shutil.which("ninja", path=env.get("PATH"))
         with open(log, "a") as f:
-            f.write(f"# jobs {env['MAX_JOBS']}, arch {env_vars.get('TORCH_CUDA_ARCH_LIST', '?')}, ninja: "
-                    f"{ninja or 'none on PATH (files compiled one after another)'}\n")
+            f.write(
+                f"# jobs {env['MAX_JOBS']}, arch {env_vars.get('TORCH_CUDA_ARCH_LIST', '?')}, ninja: "
+                f"{ninja or 'none on PATH (files compiled one after another)'}\n"
+            )
         # the test's bytecode compiled meanwhile, on the cores nvcc leaves idle (kernels.bytecode); joined, bounded,
         # before the step ends, so it never runs during a measurement
         from . import bytecode
         from .runtime import pycache_dir
-        warm = bytecode.start(tc.python, pycache_dir(cache), Path(tc.torch_site) if tc.torch_site else None,
-                              final / "overlay", jobs=max(1, _jobs(jobs) // 2),
-                              stdlib_dirs=[tc.stdlib] if tc.stdlib else None)
+
+        warm = bytecode.start(
+            tc.python,
+            pycache_dir(cache),
+            Path(tc.torch_site) if tc.torch_site else None,
+            final / "overlay",
+            jobs=max(1, _jobs(jobs) // 2),
+            stdlib_dirs=[tc.stdlib] if tc.stdlib else None,
+        )
         try:
-            _run_logged(argv, cwd=work, env=env, log=log, step="deepep: pip install (setup.py build_ext)",
-                        timeout=timeout)
+            _run_logged(
+                argv, cwd=work, env=env, log=log, step="deepep: pip install (setup.py build_ext)", timeout=timeout
+            )
         except BaseException:
             warm.finish(bound_s=0)
             raise
@@ -187,8 +249,15 @@ def build_deepep(src: Path, tree: str, recipe: Recipe, tc: Toolchain, nccl: Buil
         if not so:
             raise BuildError(f"deepep: no deep_ep/_C*.so produced; log: {log}")
         libstdcxx = check_private_libstdcxx(so[0])
-        return {"nccl_version": nccl_version, "nvshmem_root": str(nvshmem), "site": "site", "overlay": "overlay",
-                "extension": str(so[0].relative_to(tmp)), "libstdcxx": libstdcxx, "ninja": ninja,
-                "bytecode_prewarm": prewarm}
+        return {
+            "nccl_version": nccl_version,
+            "nvshmem_root": str(nvshmem),
+            "site": "site",
+            "overlay": "overlay",
+            "extension": str(so[0].relative_to(tmp)),
+            "libstdcxx": libstdcxx,
+            "ninja": ninja,
+            "bytecode_prewarm": prewarm,
+        }
 
     return _reuse_or_build(cache, "deepep", fields, make)

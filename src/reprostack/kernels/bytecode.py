@@ -99,8 +99,11 @@ def plan(torch_site: Path, overlay: Path, stdlib_dirs: list[str]) -> list[str]:
     out = [f"{site}/torch=>{overlay}/torch", *(d for d in stdlib_dirs if d and d != site), site, f"{site}!torch"]
     nvidia = Path(site) / "nvidia"
     if nvidia.is_dir():
-        out += [f"{d}=>{overlay}/nvidia/{d.name}" for d in sorted(nvidia.iterdir())
-                if d.is_dir() and d.name not in ("nccl", "__pycache__")]
+        out += [
+            f"{d}=>{overlay}/nvidia/{d.name}"
+            for d in sorted(nvidia.iterdir())
+            if d.is_dir() and d.name not in ("nccl", "__pycache__")
+        ]
     return out
 
 
@@ -122,17 +125,23 @@ class Prewarm:
             out, _ = self.proc.communicate(timeout=bound_s)
         except subprocess.TimeoutExpired:
             from ..gates.watchdog import kill_run
+
             kill_run(self.proc, self.proc.pid, None, grace_s=5)
             out, _ = self.proc.communicate()
             cut = True
         last = (out or "").strip().splitlines()[-1:] or [""]
         n = int(last[0]) if last[0].isdigit() and self.proc.returncode == 0 else None
-        return {"compiled": n, "seconds": round(time.monotonic() - self.t0, 1), "cut": cut,
-                **({"note": f"exit {self.proc.returncode}"} if n is None and not cut else {})}
+        return {
+            "compiled": n,
+            "seconds": round(time.monotonic() - self.t0, 1),
+            "cut": cut,
+            **({"note": f"exit {self.proc.returncode}"} if n is None and not cut else {}),
+        }
 
 
-def start(python: str, prefix: Path, torch_site: Path | None, overlay: Path, *, jobs: int,
-          stdlib_dirs: list[str] | None) -> Prewarm:
+def start(
+    python: str, prefix: Path, torch_site: Path | None, overlay: Path, *, jobs: int, stdlib_dirs: list[str] | None
+) -> Prewarm:
     """Start compiling into `prefix` (niced, `jobs` processes, its own process group) with the test's interpreter
     `python` (toolchain.detect probed it: its stdlib is `stdlib_dirs`); a Prewarm that did nothing, with its reason,
     when the torch site or the stdlib is unknown."""
@@ -142,10 +151,23 @@ def start(python: str, prefix: Path, torch_site: Path | None, overlay: Path, *, 
     if not stdlib_dirs:
         return Prewarm(None, t0, "the interpreter's stdlib is not known (toolchain probe)")
     Path(prefix).mkdir(parents=True, exist_ok=True)
-    argv = [python, "-c", _SCRIPT, str(prefix), str(max(1, jobs)),
-            *plan(Path(torch_site), Path(overlay), list(stdlib_dirs))]
+    argv = [
+        python,
+        "-c",
+        _SCRIPT,
+        str(prefix),
+        str(max(1, jobs)),
+        *plan(Path(torch_site), Path(overlay), list(stdlib_dirs)),
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONPYCACHEPREFIX")}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=lambda: os.nice(10))
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lambda: os.nice(10),
+    )
     return Prewarm(proc, t0)

@@ -33,8 +33,11 @@ def libstdcxx_exposure(so: Path) -> dict | None:
             name = f[7].split("@")[0]
             if name.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZTVSt", "_ZTISt", "_ZTSSt")):
                 exported.add(name)
-    return {"needs_libstdcxx": "libstdc++.so" in dyn, "exported_std_symbols": len(exported),
-            "exports_locale_id": LOCALE_ID in exported}
+    return {
+        "needs_libstdcxx": "libstdc++.so" in dyn,
+        "exported_std_symbols": len(exported),
+        "exports_locale_id": LOCALE_ID in exported,
+    }
 
 
 def check_private_libstdcxx(so: Path) -> dict:
@@ -50,5 +53,6 @@ def check_private_libstdcxx(so: Path) -> dict:
             f"{so}: links libstdc++ statically and exports {info['exported_std_symbols']} std:: symbols "
             f"(std::locale::id::_M_id among them); next to torch's shared libstdc++ the locale facets get mixed "
             f"(SIGSEGV in std::regex). Link with -Wl,--exclude-libs,ALL (kernels/deepep.yaml LDFLAGS) or a "
-            f"compiler that links libstdc++.so.6")
+            f"compiler that links libstdc++.so.6"
+        )
     return {"checked": True, **info}

@@ -27,10 +27,40 @@ from ..errors import BuildError
 CHAIN = ("rdma-core", "libfabric", "gdrcopy", "aws-ofi-nccl")  # gdrcopy: headers only (the plugin dlopens libgdrapi)
 GDAKI_SYMBOL = "ncclGinPlugin_v14"
 
-RDMA_CORE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DNO_MAN_PAGES=1", "-DNO_PYVERBS=1", "-DENABLE_STATIC=0",
-                   "-DENABLE_VALGRIND=0", "-DENABLE_RESOLVE_NEIGH=0", "-DIOCTL_MODE=both")
-LIBFABRIC_OFF = ("verbs", "psm2", "psm3", "opx", "usnic", "ucx", "cxi", "lpp", "tcp", "udp", "rxm", "rxd",
-                 "sockets", "sm2", "monitor", "mrail", "perf", "hook_debug", "hook_hmem", "dmabuf_peer_mem", "trace", "profile", "lnx")
+RDMA_CORE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DNO_MAN_PAGES=1",
+    "-DNO_PYVERBS=1",
+    "-DENABLE_STATIC=0",
+    "-DENABLE_VALGRIND=0",
+    "-DENABLE_RESOLVE_NEIGH=0",
+    "-DIOCTL_MODE=both",
+)
+LIBFABRIC_OFF = (
+    "verbs",
+    "psm2",
+    "psm3",
+    "opx",
+    "usnic",
+    "ucx",
+    "cxi",
+    "lpp",
+    "tcp",
+    "udp",
+    "rxm",
+    "rxd",
+    "sockets",
+    "sm2",
+    "monitor",
+    "mrail",
+    "perf",
+    "hook_debug",
+    "hook_hmem",
+    "dmabuf_peer_mem",
+    "trace",
+    "profile",
+    "lnx",
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +77,9 @@ AUTOGEN = ("libfabric", "aws-ofi-nccl")  # built with autotools from git: `./aut
 STAMP = ".reprostack-source"  # in a pregenerated tree: "<rev> <tree>" of the verified tree it was made from
 
 
-def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cuda: str, jobs: int,
-                  *, autogen_only: bool = False) -> str:
+def render_script(
+    sources: dict[str, ChainSource], work: Path, prefix: Path, cuda: str, jobs: int, *, autogen_only: bool = False
+) -> str:
     """The bash script that builds the chain from `sources` (every name of CHAIN) under `work` into `prefix`.
 
     A host without autotools (the lent H200) takes the generated build systems of AUTOGEN from a folder made on a
@@ -59,7 +90,9 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
     `autogen.sh` only where no `configure` exists. Raises BuildError naming a missing pin."""
     missing = [n for n in CHAIN if n not in sources]
     if missing:
-        raise BuildError(f"GIN plugin chain: no source for {', '.join(missing)} (pins of the chain: {', '.join(CHAIN)})")
+        raise BuildError(
+            f"GIN plugin chain: no source for {', '.join(missing)} (pins of the chain: {', '.join(CHAIN)})"
+        )
     if jobs < 1:
         raise BuildError(f"GIN plugin chain: jobs must be >= 1, not {jobs}")
     q = shlex.quote
@@ -67,8 +100,14 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
     src = {n: w / "src" / n for n in CHAIN}
     fab_flags = [f"--prefix={p}", f"--enable-efa={p}", "--enable-shm", *(f"--disable-{x}" for x in LIBFABRIC_OFF)]
     fab_cuda = [f"--with-cuda={cuda}", "--enable-cuda-dlopen"]
-    ofi_flags = [f"--prefix={p}", f"--with-libfabric={p}", f"--with-cuda={cuda}", f"--with-gdrcopy={src['gdrcopy']}",
-                 "--disable-tests", "--disable-werror"]
+    ofi_flags = [
+        f"--prefix={p}",
+        f"--with-libfabric={p}",
+        f"--with-cuda={cuda}",
+        f"--with-gdrcopy={src['gdrcopy']}",
+        "--disable-tests",
+        "--disable-werror",
+    ]
     lines = [
         "#!/bin/bash",
         "# Rendered by reprostack (kernels/ginplugin.py) from the lock's pins; run with bash, no network needed.",
@@ -77,35 +116,42 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         'step() { echo "[ginplugin] $(date +%T) $*"; }',
         f'trap \'echo "[ginplugin] FAILED at: ${{STEP:-setup}}" >&2; L=$(ls -t {q(str(w))}/*.log 2>/dev/null | head -1); '
         f'[ -n "$L" ] && {{ echo "[ginplugin] tail of $L:" >&2; tail -25 "$L" >&2; }}\' ERR',
-        'PREGEN=${GINPLUGIN_PREGEN:-}',
+        "PREGEN=${GINPLUGIN_PREGEN:-}",
     ]
-    for n in (AUTOGEN if autogen_only else CHAIN):
+    for n in AUTOGEN if autogen_only else CHAIN:
         s = sources[n]
         stamp = f"{s.rev} {s.tree}"
-        lines += [f"STEP='copy {n}'; step \"$STEP ({s.rev[:12]})\"",
-                  f"rm -rf {q(str(src[n]))}", f"mkdir -p {q(str(src[n]))}"]
+        lines += [
+            f"STEP='copy {n}'; step \"$STEP ({s.rev[:12]})\"",
+            f"rm -rf {q(str(src[n]))}",
+            f"mkdir -p {q(str(src[n]))}",
+        ]
         if n in AUTOGEN and not autogen_only:
             pre = f"$PREGEN/{n}"
-            lines += ['if [ -n "$PREGEN" ]; then',
-                      f'  [ "$(cat "{pre}/{STAMP}" 2>/dev/null)" = {q(stamp)} ] || '
-                      f'{{ echo "[ginplugin] {pre}/{STAMP} does not name {n} {stamp} (the lock\'s pin)" >&2; exit 2; }}',
-                      f'  tar -C "{pre}" -cf - . | tar -C {q(str(src[n]))} -xf -',
-                      # every file of the verified tree must be in it, byte for byte; only generated files are extra
-                      f'  D=$(diff -rq -x .git {q(str(s.path))} {q(str(src[n]))} | grep -v "^Only in {src[n]}" || true)',
-                      f'  [ -z "$D" ] || {{ echo "[ginplugin] $PREGEN/{n} differs from the verified tree of {n}: $D" '
-                      f'| head -5 >&2; exit 2; }}',
-                      "else",
-                      f"  tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -",
-                      "fi"]
+            lines += [
+                'if [ -n "$PREGEN" ]; then',
+                f'  [ "$(cat "{pre}/{STAMP}" 2>/dev/null)" = {q(stamp)} ] || '
+                f'{{ echo "[ginplugin] {pre}/{STAMP} does not name {n} {stamp} (the lock\'s pin)" >&2; exit 2; }}',
+                f'  tar -C "{pre}" -cf - . | tar -C {q(str(src[n]))} -xf -',
+                # every file of the verified tree must be in it, byte for byte; only generated files are extra
+                f'  D=$(diff -rq -x .git {q(str(s.path))} {q(str(src[n]))} | grep -v "^Only in {src[n]}" || true)',
+                f'  [ -z "$D" ] || {{ echo "[ginplugin] $PREGEN/{n} differs from the verified tree of {n}: $D" '
+                f"| head -5 >&2; exit 2; }}",
+                "else",
+                f"  tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -",
+                "fi",
+            ]
         else:
             lines.append(f"tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -")
         if n == "aws-ofi-nccl":  # without .git, its version script (autogen and configure) takes the commit from here
             lines.append(f"export BRAZIL_PACKAGE_CHANGE_ID={s.rev}")
         if n in AUTOGEN:
-            lines += [f"STEP='{n} autogen'; step \"$STEP\"",
-                      f"cd {q(str(src[n]))}",
-                      f"[ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1",
-                      f"echo {q(stamp)} > {q(str(src[n] / STAMP))}"]
+            lines += [
+                f"STEP='{n} autogen'; step \"$STEP\"",
+                f"cd {q(str(src[n]))}",
+                f"[ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1",
+                f"echo {q(stamp)} > {q(str(src[n] / STAMP))}",
+            ]
     if autogen_only:
         return "\n".join(lines + ["step done: generated build systems under " + q(str(w / "src"))]) + "\n"
     rb = w / "build" / "rdma-core"
@@ -124,8 +170,8 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         # libfabric's CUDA HMEM (GPU memory registration, what EFA-GDA uses on a real host) includes nvml.h; a CUDA
         # without it (a pip toolkit) gets a libfabric without HMEM, said here and in flags/libfabric.flags
         f"if [ -f {q(cuda + '/include/nvml.h')} ]; then printf '%s\\n' {' '.join(q(f) for f in fab_cuda)} "
-        f">> {q(str(p / 'flags' / 'libfabric.flags'))}; else echo \"[ginplugin] no nvml.h under {cuda}/include: "
-        f"libfabric without CUDA HMEM (the plugin still compiles GDAKI; EFA-GDA on a real host needs HMEM)\"; "
+        f'>> {q(str(p / "flags" / "libfabric.flags"))}; else echo "[ginplugin] no nvml.h under {cuda}/include: '
+        f'libfabric without CUDA HMEM (the plugin still compiles GDAKI; EFA-GDA on a real host needs HMEM)"; '
         f"echo --without-cuda >> {q(str(p / 'flags' / 'libfabric.flags'))}; fi",
         f"cd {q(str(src['libfabric']))}",
         f"./configure $(cat {q(str(p / 'flags' / 'libfabric.flags'))}) > {q(str(w / 'libfabric.configure.log'))} 2>&1",
@@ -143,9 +189,19 @@ def render_script(sources: dict[str, ChainSource], work: Path, prefix: Path, cud
         "make install > /dev/null 2>&1",
         "STEP='record'; step \"$STEP\"",
         f"cat > {q(str(p / 'built.json'))} <<'JSON'",
-        json.dumps({n: {"rev": sources[n].rev, "tree": sources[n].tree, "prefix": str(p),
-                        "flags": f"flags/{n}.flags" if n != "gdrcopy" else "headers only (--with-gdrcopy)"}
-                    for n in CHAIN}, indent=2, sort_keys=True),
+        json.dumps(
+            {
+                n: {
+                    "rev": sources[n].rev,
+                    "tree": sources[n].tree,
+                    "prefix": str(p),
+                    "flags": f"flags/{n}.flags" if n != "gdrcopy" else "headers only (--with-gdrcopy)",
+                }
+                for n in CHAIN
+            },
+            indent=2,
+            sort_keys=True,
+        ),
         "JSON",
         "step done",
     ]
@@ -174,5 +230,7 @@ def check_exports(libdir: Path, symbol: str = GDAKI_SYMBOL) -> dict:
         if symbol in names and net:
             return {"library": str(lib), "gin": gin, "net": net}
     got = "; ".join(f"{k}: {', '.join(v) or 'no GIN table'}" for k, v in seen.items())
-    raise BuildError(f"{libdir}: no plugin exports {symbol} with a ncclNetPlugin_v* table ({got}); a build without "
-                     f"GDAKI (libfabric without FI_EFA_GDA_OPS / the completion-counter ABI, or no CUDA) exports none")
+    raise BuildError(
+        f"{libdir}: no plugin exports {symbol} with a ncclNetPlugin_v* table ({got}); a build without "
+        f"GDAKI (libfabric without FI_EFA_GDA_OPS / the completion-counter ABI, or no CUDA) exports none"
+    )

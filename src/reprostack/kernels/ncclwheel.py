@@ -39,8 +39,8 @@ from .build import Built, _reuse_or_build
 
 PREFIX = "nvidia/nccl/"
 PARTS = ("include", "lib")
-LAYOUT = 1                  # bump when the unpacked layout changes (part of the key)
-MAX_UNPACKED = 4 << 30      # bytes; the 2.30.4 wheel unpacks to ~248 MB
+LAYOUT = 1  # bump when the unpacked layout changes (part of the key)
+MAX_UNPACKED = 4 << 30  # bytes; the 2.30.4 wheel unpacks to ~248 MB
 _RELEASE = re.compile(r"^v(\d+\.\d+\.\d+)-\d+$")
 
 
@@ -71,8 +71,9 @@ def wheel_alone(lock: Lock, source_pin: str) -> str:
     return (st.wheel_of.get(source_pin) if st else None) or source_pin
 
 
-def choose(lock: Lock, source_pin: str, wheel_pin: str | None, src_version: str | None, *,
-           recipe_path: str = "") -> Choice:
+def choose(
+    lock: Lock, source_pin: str, wheel_pin: str | None, src_version: str | None, *, recipe_path: str = ""
+) -> Choice:
     """Decide wheel or source build for the NCCL pin `source_pin` (see the module doc). `src_version`: the
     verified tree's version.mk (None when there is no tree: a wheel `source_pin`). Raises BuildError when the wheel
     to use is not a wheel pin with files."""
@@ -80,10 +81,16 @@ def choose(lock: Lock, source_pin: str, wheel_pin: str | None, src_version: str 
     if isinstance(own, WheelPin):  # the stack's NCCL is a wheel: that wheel alone
         name = wheel_alone(lock, source_pin)
         if not own.files or own.unresolved:
-            raise BuildError(f"{lock.where('upstreams', source_pin)}: {source_pin} is wheel pin {name} without files; "
-                             f"run `reprostack lock wheels {name}`")
-        return Choice("wheel", f"stack {lock.stack} pins {source_pin} as wheel {name} ({own.name}=={own.version}) "
-                               "alone; no git source", name, own.version)
+            raise BuildError(
+                f"{lock.where('upstreams', source_pin)}: {source_pin} is wheel pin {name} without files; "
+                f"run `reprostack lock wheels {name}`"
+            )
+        return Choice(
+            "wheel",
+            f"stack {lock.stack} pins {source_pin} as wheel {name} ({own.name}=={own.version}) alone; no git source",
+            name,
+            own.version,
+        )
     if not wheel_pin:
         return Choice("source", "the recipe names no wheel")
     try:
@@ -104,8 +111,9 @@ def choose(lock: Lock, source_pin: str, wheel_pin: str | None, src_version: str 
         return Choice("source", f"{source_pin}: original says {rel}, its version.mk says {src_version}")
     if wp.version != rel:
         return Choice("source", f"wheel {wp.name} {wp.version} is not the pinned release {rel}")
-    return Choice("wheel", f"{source_pin} is release {pin.original} with no patch series; {wp.name}=={wp.version}",
-                  wheel_pin, rel)
+    return Choice(
+        "wheel", f"{source_pin} is release {pin.original} with no patch series; {wp.name}=={wp.version}", wheel_pin, rel
+    )
 
 
 def _member_problem(info: zipfile.ZipInfo) -> str | None:
@@ -140,11 +148,13 @@ def unpack(wheel_path: Path, sha256: str, version: str, cache: Path) -> Built:
                     if info.filename in seen:  # which copy wins differs between unzip tools: never guess
                         raise BuildError(f"{name}: member {info.filename!r} is in the wheel twice; not unpacked")
                     seen.add(info.filename)
-                wanted = [i for i in infos if not i.is_dir() and any(i.filename.startswith(f"{PREFIX}{p}/") for p in PARTS)]
+                wanted = [
+                    i for i in infos if not i.is_dir() and any(i.filename.startswith(f"{PREFIX}{p}/") for p in PARTS)
+                ]
                 if sum(i.file_size for i in wanted) > MAX_UNPACKED:
                     raise BuildError(f"{name}: nvidia/nccl/ would unpack to more than {MAX_UNPACKED >> 30} GiB")
                 for info in wanted:
-                    out = dest / info.filename[len(PREFIX):]
+                    out = dest / info.filename[len(PREFIX) :]
                     out.parent.mkdir(parents=True, exist_ok=True)
                     with z.open(info) as src, open(out, "wb") as w:
                         shutil.copyfileobj(src, w, 1 << 20)
@@ -158,7 +168,13 @@ def unpack(wheel_path: Path, sha256: str, version: str, cache: Path) -> Built:
         got = preflight.nccl_header_version(dest / "include")
         if got != version:
             raise BuildError(f"{name}: its nccl.h says {got}, the lock pins {version}")
-        return {"version": version, "from": "wheel", "wheel": name, "wheel_sha256": sha256,
-                "lib": "build/lib/libnccl.so.2", "include": "build/include"}
+        return {
+            "version": version,
+            "from": "wheel",
+            "wheel": name,
+            "wheel_sha256": sha256,
+            "lib": "build/lib/libnccl.so.2",
+            "include": "build/include",
+        }
 
     return _reuse_or_build(cache, "nccl", fields, make)

@@ -64,6 +64,7 @@ def _bad(path: Path):
         e = PrebuiltError(path, None, "(file)", message)
         e.args = (f"{message} (the image's kernels manifest)",)
         return e
+
     return error
 
 
@@ -81,10 +82,13 @@ class Prebuilt:
         """The image's copy of pin `name`'s patched tree, as the gates use a fetched one."""
         c = self.components[name]
         if c["kind"] == "wheel":
-            raise PrebuiltError(self.path, None, f"components.{name}", f"is NCCL from wheel {c['wheel']}: it has no tree")
+            raise PrebuiltError(
+                self.path, None, f"components.{name}", f"is NCCL from wheel {c['wheel']}: it has no tree"
+            )
         pin = lock.get(name)
-        return SourceTree(pin=pin, path=Path(c["paths"]["src"]), tree=c["patched_tree"], patched=bool(pin.patches),
-                          reused=True)
+        return SourceTree(
+            pin=pin, path=Path(c["paths"]["src"]), tree=c["patched_tree"], patched=bool(pin.patches), reused=True
+        )
 
     def path_of(self, name: str, what: str) -> Path:
         return Path(self.components[name]["paths"][what])
@@ -94,15 +98,33 @@ class Prebuilt:
 
     def provenance(self) -> dict:
         """`provenance.kernels_from` of a report: where the kernels came from (container.py adds the image id)."""
-        return {"mode": "prebuilt", "manifest": str(self.path), "manifest_sha256": self.sha256, "image": self.image,
-                "image_lock_sha256": self.lock_sha256}
+        return {
+            "mode": "prebuilt",
+            "manifest": str(self.path),
+            "manifest_sha256": self.sha256,
+            "image": self.image,
+            "image_lock_sha256": self.lock_sha256,
+        }
 
     def kernels_provenance(self) -> dict:
         """`provenance.kernels` of a report, per component (host mode records build keys there instead)."""
-        keep = ("rev", "patched_tree", "recipe", "nccl_version", "cuda_version", "arch", "files", "wheel_pin", "wheel",
-                "wheel_sha256")
-        return {n: {"prebuilt": True, **{k: c[k] for k in keep if k in c}}
-                for n, c in self.components.items() if c["kind"] in ("kernel", "wheel")}
+        keep = (
+            "rev",
+            "patched_tree",
+            "recipe",
+            "nccl_version",
+            "cuda_version",
+            "arch",
+            "files",
+            "wheel_pin",
+            "wheel",
+            "wheel_sha256",
+        )
+        return {
+            n: {"prebuilt": True, **{k: c[k] for k in keep if k in c}}
+            for n, c in self.components.items()
+            if c["kind"] in ("kernel", "wheel")
+        }
 
 
 def load(path: Path | str) -> tuple[dict, str]:
@@ -110,9 +132,14 @@ def load(path: Path | str) -> tuple[dict, str]:
     schema-invalid manifest."""
     path = Path(path)
     if not path.exists():
-        raise PrebuiltError(path, None, "(file)", "no kernels manifest: this image has no prebuilt kernels (an image "
-                            "built before the manifest existed, or not a deepep image): rebuild it (`reprostack build "
-                            "deepep`) or run the gate in host mode (--no-container), which builds them")
+        raise PrebuiltError(
+            path,
+            None,
+            "(file)",
+            "no kernels manifest: this image has no prebuilt kernels (an image "
+            "built before the manifest existed, or not a deepep image): rebuild it (`reprostack build "
+            "deepep`) or run the gate in host mode (--no-container), which builds them",
+        )
     d = jsonsrc.load(path, _bad(path), max_bytes=MAX_MANIFEST_BYTES)
     schema = json.loads(resources.files("reprostack").joinpath("schemas/kernels-manifest.schema.json").read_text())
     validate(d, {}, schema, str(path), PrebuiltError)
@@ -126,22 +153,36 @@ def _mismatch(path: Path, name: str, field: str, have, where: str, want, todo: s
     return PrebuiltError(path, None, f"components.{name}.{field}", f"the image has {have}, {where} has {want}: {todo}")
 
 
-def check(path: Path | str, lock: Lock, root: Path, names: tuple[str, ...] | list[str], *,
-          arch: str | None = None, hash_files: bool = True) -> Prebuilt:
+def check(
+    path: Path | str,
+    lock: Lock,
+    root: Path,
+    names: tuple[str, ...] | list[str],
+    *,
+    arch: str | None = None,
+    hash_files: bool = True,
+) -> Prebuilt:
     """Load the manifest at `path` and check components `names` against `lock` and `root`'s kernel recipes (see
     the module doc). `arch`: the GPU's compute capability ("90"), checked when given. Raises PrebuiltError."""
     path = Path(path)
     d, digest = load(path)
-    rebuild = "rebuild the image from this lock (`reprostack build deepep`, then its children) or run in host " \
-              "mode (--no-container)"
+    rebuild = (
+        "rebuild the image from this lock (`reprostack build deepep`, then its children) or run in host "
+        "mode (--no-container)"
+    )
     comps = {}
     for name in names:
         c = d["components"].get(name)
         if c is None:
-            raise PrebuiltError(path, None, f"components.{name}", f"missing: the image has "
-                                f"{', '.join(sorted(d['components'])) or 'none'}; the gate needs {name}: {rebuild}")
+            raise PrebuiltError(
+                path,
+                None,
+                f"components.{name}",
+                f"missing: the image has "
+                f"{', '.join(sorted(d['components'])) or 'none'}; the gate needs {name}: {rebuild}",
+            )
         pin = lock.upstreams.get(name)
-        if isinstance(pin, WheelPin):   # the selected stack's NCCL is a wheel alone: the image must hold that wheel
+        if isinstance(pin, WheelPin):  # the selected stack's NCCL is a wheel alone: the image must hold that wheel
             _check_wheel(path, lock, name, c, pin, rebuild)
             if hash_files:
                 _hash_files(path, name, c, rebuild)
@@ -150,34 +191,62 @@ def check(path: Path | str, lock: Lock, root: Path, names: tuple[str, ...] | lis
         if not isinstance(pin, GitPin):
             raise PrebuiltError(path, None, f"components.{name}", f"the lock ({lock.path}) has no git pin {name!r}")
         if c["kind"] == "wheel":
-            raise _mismatch(path, name, "kind", f"{name} from wheel {c['wheel']} (pin {c['wheel_pin']})",
-                            f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name})", f"git pin {pin.rev}",
-                            "this image was built for another stack; " + rebuild)
+            raise _mismatch(
+                path,
+                name,
+                "kind",
+                f"{name} from wheel {c['wheel']} (pin {c['wheel_pin']})",
+                f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name})",
+                f"git pin {pin.rev}",
+                "this image was built for another stack; " + rebuild,
+            )
         where = f"the lock ({lock.path}: upstreams.{name})"
         if c["rev"] != pin.rev:
             raise _mismatch(path, name, "rev", c["rev"], where, pin.rev, rebuild)
         want_tree = pin.patched_tree or pin.tree
         if c["patched_tree"] != want_tree:
-            raise _mismatch(path, name, "patched_tree", c["patched_tree"], where + " after its patch series", want_tree,
-                            rebuild)
+            raise _mismatch(
+                path, name, "patched_tree", c["patched_tree"], where + " after its patch series", want_tree, rebuild
+            )
         if name in KERNELS and c["kind"] != "kernel":
             raise _mismatch(path, name, "kind", c["kind"], "the gate", "kernel", rebuild)
         if c["kind"] == "kernel":
             recipe = load_recipe(root, name)
             if c["recipe"] != recipe.digest:
-                raise _mismatch(path, name, "recipe", c["recipe"], f"this checkout's {recipe.path}", recipe.digest,
-                                f"the recipe changed since the image was built; {rebuild}")
+                raise _mismatch(
+                    path,
+                    name,
+                    "recipe",
+                    c["recipe"],
+                    f"this checkout's {recipe.path}",
+                    recipe.digest,
+                    f"the recipe changed since the image was built; {rebuild}",
+                )
             if arch and arch not in c["arch"]:
-                raise _mismatch(path, name, "arch", ",".join(c["arch"]), "this host's GPU", arch,
-                                "the image's kernels hold no code for this GPU; rebuild with its CUDA_ARCH")
+                raise _mismatch(
+                    path,
+                    name,
+                    "arch",
+                    ",".join(c["arch"]),
+                    "this host's GPU",
+                    arch,
+                    "the image's kernels hold no code for this GPU; rebuild with its CUDA_ARCH",
+                )
             if hash_files:
                 _hash_files(path, name, c, rebuild)
         comps[name] = c
     if "nccl" in comps and "deepep" in comps:
         n, e = comps["nccl"]["nccl_version"], comps["deepep"]["nccl_version"]
         if n != e:
-            raise _mismatch(path, "deepep", "nccl_version", e, "the image's nccl", n, "DeepEP was built against "
-                            "another NCCL than the one the image loads; " + rebuild)
+            raise _mismatch(
+                path,
+                "deepep",
+                "nccl_version",
+                e,
+                "the image's nccl",
+                n,
+                "DeepEP was built against another NCCL than the one the image loads; " + rebuild,
+            )
         floor = load_recipe(root, "deepep").nccl_floor
         if floor and preflight.parse_version(n) < preflight.parse_version(floor):
             raise _mismatch(path, "nccl", "nccl_version", n, "kernels/deepep.yaml (nccl-floor)", f">= {floor}", rebuild)
@@ -192,8 +261,15 @@ def _hash_files(path: Path, name: str, c: dict, rebuild: str) -> None:
             raise PrebuiltError(path, None, f"components.{name}.files", f"{f} is not a file in this image: {rebuild}")
         got = sha256_file(fp)
         if got != sha:
-            raise _mismatch(path, name, f"files[{f}]", f"sha256 {sha}", "the file", f"sha256 {got}",
-                            "the built file was replaced after the manifest was written; " + rebuild)
+            raise _mismatch(
+                path,
+                name,
+                f"files[{f}]",
+                f"sha256 {sha}",
+                "the file",
+                f"sha256 {got}",
+                "the built file was replaced after the manifest was written; " + rebuild,
+            )
 
 
 def _check_wheel(path: Path, lock: Lock, name: str, c: dict, pin: WheelPin, rebuild: str) -> None:
@@ -202,16 +278,29 @@ def _check_wheel(path: Path, lock: Lock, name: str, c: dict, pin: WheelPin, rebu
     want_pin = ncclwheel.wheel_alone(lock, name)
     where = f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name} = wheel pin {want_pin})"
     if c["kind"] != "wheel":
-        raise _mismatch(path, name, "kind", f"{name} {c['kind']} from rev {c['rev']}", where,
-                        f"{pin.name} {pin.version} from its wheel alone", "this image was built for another stack; "
-                        + rebuild)
+        raise _mismatch(
+            path,
+            name,
+            "kind",
+            f"{name} {c['kind']} from rev {c['rev']}",
+            where,
+            f"{pin.name} {pin.version} from its wheel alone",
+            "this image was built for another stack; " + rebuild,
+        )
     if c["wheel_pin"] != want_pin:
         raise _mismatch(path, name, "wheel_pin", c["wheel_pin"], where, want_pin, rebuild)
     files = {f.filename: f.sha256 for f in pin.files}
     if c["wheel"] not in files:
         raise _mismatch(path, name, "wheel", c["wheel"], where, " or ".join(sorted(files)), rebuild)
     if c["wheel_sha256"] != files[c["wheel"]]:
-        raise _mismatch(path, name, "wheel_sha256", c["wheel_sha256"], where, files[c["wheel"]],
-                        "the image holds other bytes than the lock pins; " + rebuild)
+        raise _mismatch(
+            path,
+            name,
+            "wheel_sha256",
+            c["wheel_sha256"],
+            where,
+            files[c["wheel"]],
+            "the image holds other bytes than the lock pins; " + rebuild,
+        )
     if c["nccl_version"] != pin.version:
         raise _mismatch(path, name, "nccl_version", c["nccl_version"], where, pin.version, rebuild)

@@ -41,15 +41,18 @@ def nccl_header_version(include_dir: Path) -> str:
 def check_floor(what: str, version: str, floor: str) -> None:
     """Raise BuildError when `version` < `floor` (both "X.Y.Z")."""
     if parse_version(version) < parse_version(floor):
-        raise BuildError(f"{what} is NCCL {version}, DeepEP needs >= {floor} "
-                         f"(ncclCommQueryProperties / device API; 2.28.9 does not compile)")
+        raise BuildError(
+            f"{what} is NCCL {version}, DeepEP needs >= {floor} "
+            f"(ncclCommQueryProperties / device API; 2.28.9 does not compile)"
+        )
 
 
 def check_nvshmem_root(root: str | None) -> Path:
     """An NVSHMEM root must have include/nvshmem.h, lib/libnvshmem_host.so*, lib/libnvshmem_device.a."""
     if not root:
-        raise BuildError("no NVSHMEM found: install the pinned nvidia-nvshmem-cu13 wheel next to torch "
-                         "or set EP_NVSHMEM_ROOT_DIR")
+        raise BuildError(
+            "no NVSHMEM found: install the pinned nvidia-nvshmem-cu13 wheel next to torch or set EP_NVSHMEM_ROOT_DIR"
+        )
     r = Path(root)
     missing = []
     if not (r / "include" / "nvshmem.h").is_file():

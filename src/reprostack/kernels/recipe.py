@@ -25,7 +25,7 @@ class RecipeError(LocatedError, BuildError):
     def __init__(self, path: str, line: int | None, field: str, message: str):
         super().__init__(path, line, field, message)
         if field in ("(yaml)", "(file)"):  # `FILE[:LINE]: cannot read recipe: why`
-            self.args = (f"{path}:{line}" if line else str(path)) + f": cannot read recipe: {message}",
+            self.args = ((f"{path}:{line}" if line else str(path)) + f": cannot read recipe: {message}",)
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,19 @@ def load_recipe(root: Path, component: str) -> Recipe:
     if d["component"] != component:
         raise BuildError(f"{path}: component is {d['component']!r}, file name says {component!r}")
     make = d.get("make") or {}
-    return Recipe(component=component, source=d["source"], path=path, text=text,
-                  needs=tuple(d.get("needs") or ()), make_targets=tuple(make.get("targets") or ()),
-                  make_vars=dict(make.get("vars") or {}), env={k: str(v) for k, v in (d.get("env") or {}).items()},
-                  nccl_floor=d.get("nccl-floor"), wheel=d.get("wheel"),
-                  digest=hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest())
+    return Recipe(
+        component=component,
+        source=d["source"],
+        path=path,
+        text=text,
+        needs=tuple(d.get("needs") or ()),
+        make_targets=tuple(make.get("targets") or ()),
+        make_vars=dict(make.get("vars") or {}),
+        env={k: str(v) for k, v in (d.get("env") or {}).items()},
+        nccl_floor=d.get("nccl-floor"),
+        wheel=d.get("wheel"),
+        digest=hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest(),
+    )
 
 
 def render(value: str, arch: str) -> str:

@@ -44,8 +44,15 @@ def make_overlay(torch_site: Path, nccl_lib: Path, dest: Path) -> Path:
 
 
 # what runtime_env / prebuilt_env set (a report's data.env shows them: what the test ran with)
-RUNTIME_KEYS = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "TORCHINDUCTOR_CACHE_DIR",
-                "TORCHINDUCTOR_COMPILE_THREADS", "TRITON_CACHE_DIR", "EP_JIT_CACHE_DIR")
+RUNTIME_KEYS = (
+    "PYTHONPATH",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONPYCACHEPREFIX",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TORCHINDUCTOR_COMPILE_THREADS",
+    "TRITON_CACHE_DIR",
+    "EP_JIT_CACHE_DIR",
+)
 
 
 def pycache_dir(cache_root: Path) -> Path:
@@ -83,7 +90,7 @@ def runtime_env(deepep_out: Path, base: dict | None = None, *, cache_root: Path 
 def prebuilt_env(base: dict | None = None) -> dict:
     """Environment for a process that imports torch + deep_ep as the image installed them (see the module doc)."""
     env = dict(os.environ if base is None else base)
-    env.pop("PYTHONPATH", None)   # the in-image runner's own code (/opt/reprostack/code) stays out of the test
+    env.pop("PYTHONPATH", None)  # the in-image runner's own code (/opt/reprostack/code) stays out of the test
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
@@ -105,8 +112,9 @@ print(json.dumps({"mapped": libs, "runtime": runtime,
 """
 
 
-def check_one_nccl(python: str, env: dict, nccl_lib: Path, *, timeout: float = 300,
-                   accept_sha256: str | None = None) -> dict:
+def check_one_nccl(
+    python: str, env: dict, nccl_lib: Path, *, timeout: float = 300, accept_sha256: str | None = None
+) -> dict:
     """Import torch, torch.distributed and deep_ep in `env`; exactly one libnccl must be mapped and it
     must be the pinned build in `nccl_lib`. Returns {"mapped": [path], "runtime": "2.30.4" (ncclGetVersion of
     the mapped library), "torch_built_with": "2.28.9" (torch.cuda.nccl.version() is torch's compile-time
@@ -131,6 +139,7 @@ def judge_one_nccl(info: dict, nccl_lib: Path, *, accept_sha256: str | None = No
     want = {str(f.resolve()) for f in Path(nccl_lib).glob("libnccl.so*")}
     if accept_sha256 and len(mapped) == 1 and mapped[0] not in want:
         from ..digest import sha256_file
+
         try:
             if sha256_file(Path(mapped[0])) == accept_sha256:
                 want.add(mapped[0])

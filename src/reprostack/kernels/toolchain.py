@@ -45,7 +45,7 @@ class Toolchain:
     cuda_home: str
     arch: str
     nvshmem_root: str | None
-    stdlib: str | None = None   # the interpreter's stdlib folder (kernels.bytecode compiles it ahead)
+    stdlib: str | None = None  # the interpreter's stdlib folder (kernels.bytecode compiles it ahead)
 
     def key_fields(self) -> dict:
         d = asdict(self)
@@ -81,8 +81,9 @@ def gpu_arch(nvidia_smi: str = "nvidia-smi") -> str | None:
     if not shutil.which(nvidia_smi):
         return None
     try:
-        out = subprocess.run([nvidia_smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60).stdout.split()
+        out = subprocess.run(
+            [nvidia_smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return None
     return out[0].replace(".", "") if out else None
@@ -104,11 +105,14 @@ def _probe_witness(python: str, probe: dict) -> dict:
     """What a cached probe of `python` stands on: the interpreter path as given and its file, the environment that
     moves sys.path, and the files that say torch's and nvshmem's versions (a reinstall changes their stat)."""
     site = probe.get("torch_site")
-    return {"python": os.path.abspath(python), "python_file": _stat(os.path.realpath(python)),
-            "env": {k: os.environ.get(k) for k in PROBE_ENV},
-            "torch_version_py": _stat(os.path.join(site, "torch", "version.py")) if site else None,
-            "nvshmem": _stat(probe.get("nvshmem_root")), "pyvenv": _stat(
-                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(python))), "pyvenv.cfg"))}
+    return {
+        "python": os.path.abspath(python),
+        "python_file": _stat(os.path.realpath(python)),
+        "env": {k: os.environ.get(k) for k in PROBE_ENV},
+        "torch_version_py": _stat(os.path.join(site, "torch", "version.py")) if site else None,
+        "nvshmem": _stat(probe.get("nvshmem_root")),
+        "pyvenv": _stat(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(python))), "pyvenv.cfg")),
+    }
 
 
 def _cached_probe(python: str, cache: Path | None) -> tuple[dict | None, Path | None]:
@@ -117,15 +121,20 @@ def _cached_probe(python: str, cache: Path | None) -> tuple[dict | None, Path | 
     if cache is None:
         return None, None
     import hashlib
+
     f = Path(cache) / "toolchain" / (hashlib.sha256(os.path.abspath(python).encode()).hexdigest()[:32] + ".json")
     try:
         if f.stat().st_size > 64 * 1024:
             return None, f
         d = json.loads(f.read_text())
         probe = d["probe"]
-        if (not isinstance(probe, dict) or set(probe) - set(_PROBE_FIELDS)
-                or not all(isinstance(v, str) for v in probe.values()) or "torch" not in probe
-                or d.get("witness") != _probe_witness(python, probe)):
+        if (
+            not isinstance(probe, dict)
+            or set(probe) - set(_PROBE_FIELDS)
+            or not all(isinstance(v, str) for v in probe.values())
+            or "torch" not in probe
+            or d.get("witness") != _probe_witness(python, probe)
+        ):
             return None, f
         return probe, f
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -143,12 +152,14 @@ def detect(python: str, *, arch: str | None = None, cache: Path | None = None) -
     probe, cfile = _cached_probe(python, cache)
     if probe is None:
         try:
-            probe = json.loads(subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
-                                              timeout=300, check=True).stdout)
+            probe = json.loads(
+                subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=300, check=True).stdout
+            )
         except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
             raise BuildError(f"cannot probe {python}: {e}") from None
         if cfile is not None and "torch" in probe:
             from ..atomicfile import write_text_atomic
+
             keep = {k: v for k, v in probe.items() if k in _PROBE_FIELDS and isinstance(v, str)}
             try:
                 cfile.parent.mkdir(parents=True, exist_ok=True)
@@ -156,15 +167,26 @@ def detect(python: str, *, arch: str | None = None, cache: Path | None = None) -
             except OSError:
                 pass  # a read-only cache: probed again next time
     if "torch" not in probe:
-        raise BuildError(f"{python} cannot import torch ({probe.get('torch_error')}); kernels are built "
-                         f"against the torch of the Python that will run them: pass --python (nox: set "
-                         f"REPROSTACK_TORCH_PYTHON) to the interpreter that holds torch")
+        raise BuildError(
+            f"{python} cannot import torch ({probe.get('torch_error')}); kernels are built "
+            f"against the torch of the Python that will run them: pass --python (nox: set "
+            f"REPROSTACK_TORCH_PYTHON) to the interpreter that holds torch"
+        )
     toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     nvcc = shutil.which("nvcc") or os.path.join(toolkit, "bin", "nvcc")
     arch = arch or gpu_arch()
     if not arch:
         raise BuildError("no GPU found to take the CUDA arch from; pass --arch (e.g. 90) or set REPROSTACK_CUDA_ARCH")
-    return Toolchain(python=python, python_version=probe["python_version"], torch=probe["torch"],
-                     torch_cuda=probe.get("torch_cuda"), torch_site=probe["torch_site"], nvcc=nvcc,
-                     nvcc_version=nvcc_version(nvcc), cuda_home=cuda_home(nvcc), arch=arch,
-                     nvshmem_root=probe.get("nvshmem_root"), stdlib=probe.get("stdlib"))
+    return Toolchain(
+        python=python,
+        python_version=probe["python_version"],
+        torch=probe["torch"],
+        torch_cuda=probe.get("torch_cuda"),
+        torch_site=probe["torch_site"],
+        nvcc=nvcc,
+        nvcc_version=nvcc_version(nvcc),
+        cuda_home=cuda_home(nvcc),
+        arch=arch,
+        nvshmem_root=probe.get("nvshmem_root"),
+        stdlib=probe.get("stdlib"),
+    )

@@ -33,7 +33,7 @@ class LaunchError(ReprostackError):
 @dataclass(frozen=True)
 class NodeRun:
     node: int
-    exit_code: int | None     # None: killed at the timeout
+    exit_code: int | None  # None: killed at the timeout
     timed_out: bool
     log: Path
     image_id: str
@@ -42,12 +42,27 @@ class NodeRun:
     seconds: float
 
     def provenance(self) -> dict:
-        return {"node": self.node, "image_id": self.image_id, "repo_digests": list(self.repo_digests),
-                "container_id": self.container_id, "exit_code": self.exit_code, "timed_out": self.timed_out}
+        return {
+            "node": self.node,
+            "image_id": self.image_id,
+            "repo_digests": list(self.repo_digests),
+            "container_id": self.container_id,
+            "exit_code": self.exit_code,
+            "timed_out": self.timed_out,
+        }
 
 
-def run_node(client, plan: LaunchPlan, node: int, out_dir: Path, *, efa_devices: list[str] | None = None,
-             gpu_ids: list[str] | None = None, gpus: bool = True, grace_s: float = GRACE_S) -> NodeRun:
+def run_node(
+    client,
+    plan: LaunchPlan,
+    node: int,
+    out_dir: Path,
+    *,
+    efa_devices: list[str] | None = None,
+    gpu_ids: list[str] | None = None,
+    gpus: bool = True,
+    grace_s: float = GRACE_S,
+) -> NodeRun:
     """Run node `node` of `plan` to completion or its timeout (see the module docstring).
 
     gpus=False drops the GPU device request (CPU profiles such as the serving gate's local-test: the engine
@@ -61,9 +76,11 @@ def run_node(client, plan: LaunchPlan, node: int, out_dir: Path, *, efa_devices:
     try:
         image = client.images.get(kwargs["image"])
     except docker.errors.ImageNotFound:
-        raise LaunchError(f"gate {plan.gate}: image {kwargs['image']} is not on this engine "
-                          f"(build it with `reprostack build {plan.image.recipe}` or load it with "
-                          f"`reprostack build --load FILE`)") from None
+        raise LaunchError(
+            f"gate {plan.gate}: image {kwargs['image']} is not on this engine "
+            f"(build it with `reprostack build {plan.image.recipe}` or load it with "
+            f"`reprostack build --load FILE`)"
+        ) from None
     kwargs["image"] = image.id
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,15 +89,16 @@ def run_node(client, plan: LaunchPlan, node: int, out_dir: Path, *, efa_devices:
     try:
         container = client.containers.run(**kwargs)
     except docker.errors.APIError as e:
-        raise LaunchError(f"gate {plan.gate}: the engine refused node {node}'s container: "
-                          f"{e.explanation or e}") from None
+        raise LaunchError(
+            f"gate {plan.gate}: the engine refused node {node}'s container: {e.explanation or e}"
+        ) from None
     timed_out = threading.Event()
 
     def watchdog():
         if not done.wait(plan.timeout_s if plan.timeout_s > 0 else None):
             timed_out.set()
             try:
-                container.stop(timeout=grace_s)   # SIGTERM, then SIGKILL after the grace period
+                container.stop(timeout=grace_s)  # SIGTERM, then SIGKILL after the grace period
             except docker.errors.APIError:
                 pass
 
@@ -105,5 +123,13 @@ def run_node(client, plan: LaunchPlan, node: int, out_dir: Path, *, efa_devices:
             container.remove(force=True)
         except docker.errors.APIError:
             pass
-    return NodeRun(node, code, timed_out.is_set(), log, image.id, tuple(image.attrs.get("RepoDigests") or ()),
-                   container.id, round(time.monotonic() - t0, 2))
+    return NodeRun(
+        node,
+        code,
+        timed_out.is_set(),
+        log,
+        image.id,
+        tuple(image.attrs.get("RepoDigests") or ()),
+        container.id,
+        round(time.monotonic() - t0, 2),
+    )

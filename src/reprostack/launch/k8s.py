@@ -40,8 +40,10 @@ from pathlib import Path
 from ..errors import ReprostackError
 from . import plan as lp
 
-HELP = ("render Kubernetes manifests (Indexed Job + headless Service; or a JobSet / LeaderWorkerSet) of a gate's "
-        "launch plan into DIR; --apply runs `kubectl apply -f DIR`")
+HELP = (
+    "render Kubernetes manifests (Indexed Job + headless Service; or a JobSet / LeaderWorkerSet) of a gate's "
+    "launch plan into DIR; --apply runs `kubectl apply -f DIR`"
+)
 VARIANTS = ("job", "jobset", "lws")
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 # The EFA device plugin's pod recipe (AWS EKS user guide, "Run machine learning training on Amazon EKS with
@@ -49,11 +51,13 @@ GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 HUGEPAGES = ("hugepages-2Mi", "5120Mi")
 EFA_MEMORY_REQUEST = "32000Mi"
 PVC = "reprostack-out"
-MAX_NAME = 40            # the pod hostname `<name>-node-0-0` stays a DNS-1123 label (<= 63)
+MAX_NAME = 40  # the pod hostname `<name>-node-0-0` stays a DNS-1123 label (<= 63)
 LABEL = "reprostack.dev"
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_IMAGE = re.compile(r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*"
-                    r"@sha256:[0-9a-f]{64}")
+_IMAGE = re.compile(
+    r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*"
+    r"@sha256:[0-9a-f]{64}"
+)
 _VARS = re.compile(r"(\$\{(?:NODE_RANK|MASTER_ADDR)\})")
 
 
@@ -67,7 +71,7 @@ def dns1123(value: str, what: str, max_len: int = 63) -> str:
     if not v or not re.fullmatch(r"[-a-z0-9]+", v):
         raise K8sError(f"{what} {value!r}: cannot be made a DNS-1123 label (letters, digits, '-', '_', '.' only)")
     if len(v) > max_len:
-        v = v[:max_len - 9].rstrip("-") + "-" + hashlib.sha256(str(value).encode()).hexdigest()[:8]
+        v = v[: max_len - 9].rstrip("-") + "-" + hashlib.sha256(str(value).encode()).hexdigest()[:8]
     assert _DNS.fullmatch(v), v
     return v
 
@@ -93,11 +97,13 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
         lines.append('MASTER_ADDR="${LWS_LEADER_ADDRESS}"')
     lines.append("export NODE_RANK MASTER_ADDR")
     flags = {"memlock": "-l", "stack": "-s"}
-    for name, soft, _ in plan.ulimits:   # soft limits up to the node's hard ones (IPC_LOCK covers memlock)
+    for name, soft, _ in plan.ulimits:  # soft limits up to the node's hard ones (IPC_LOCK covers memlock)
         if name in flags:
             v = "unlimited" if soft < 0 else str(soft // 1024)
-            lines.append(f"ulimit -S {flags[name]} {v} 2>/dev/null || "
-                         f"echo \"reprostack: ulimit {name} stays $(ulimit -S {flags[name]})\" >&2")
+            lines.append(
+                f"ulimit -S {flags[name]} {v} 2>/dev/null || "
+                f'echo "reprostack: ulimit {name} stays $(ulimit -S {flags[name]})" >&2'
+            )
     if preflight:
         lines.append(" ".join(_sh(a) for a in preflight))
     cmds = {c.node: c for c in plan.commands}
@@ -113,19 +119,32 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
         body = ['case "$NODE_RANK" in']
         body += [f"  {n}) {run(cmds[n])} ;;" for n in sorted(cmds)]
         body += ['  *) echo "reprostack: no command for node $NODE_RANK" >&2; exit 2 ;;', "esac"]
-    if variant == "lws":   # a LeaderWorkerSet restarts a pod that exits: keep it, the reports are in /out
-        lines += ["set +e", *body, "rc=$?",
-                  'echo "reprostack: the gate exited $rc; reports in /out; delete the LeaderWorkerSet when read"',
-                  "exec sleep infinity"]
+    if variant == "lws":  # a LeaderWorkerSet restarts a pod that exits: keep it, the reports are in /out
+        lines += [
+            "set +e",
+            *body,
+            "rc=$?",
+            'echo "reprostack: the gate exited $rc; reports in /out; delete the LeaderWorkerSet when read"',
+            "exec sleep infinity",
+        ]
     else:
-        lines += (["exec " + body[0]] if same else body)
+        lines += ["exec " + body[0]] if same else body
     return "\n".join(lines) + "\n"
 
 
-def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str | None = None,
-           gpus: bool = True, preflight: list[str] | None = None, out_pvc: str | None = PVC,
-           out_hostpath: str | None = None, host_paths: dict[str, str] | None = None,
-           node_selector: dict[str, str] | None = None) -> list[dict]:
+def render(
+    plan: lp.LaunchPlan,
+    *,
+    image: str,
+    variant: str = "job",
+    name: str | None = None,
+    gpus: bool = True,
+    preflight: list[str] | None = None,
+    out_pvc: str | None = PVC,
+    out_hostpath: str | None = None,
+    host_paths: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> list[dict]:
     """The manifests of `plan` (see the module docstring). `image`: REPO@sha256:HEX; gpus=False: a CPU profile
     (no GPU request); `preflight`: its argv (reprostack.launch.preflight.command) or None; the out dir is the
     PVC `out_pvc`, else the hostPath `out_hostpath`; `host_paths`: {mount what: node path} for the other mounts
@@ -136,17 +155,29 @@ def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str |
         raise K8sError(f"gate {plan.gate}: a host-mode plan has no image to run on a cluster")
     if not _IMAGE.fullmatch(image or ""):
         if re.search(r"@sha256:[0-9a-f]{64}$", image or ""):  # the digest is right: the name is what is refused
-            raise K8sError(f"image {image!r}: the repository name is not a valid image reference (lowercase "
-                           f"letters, digits, '.', '_', '-', '/' and a registry ':port'; placeholders such as "
-                           f"ACCOUNT or REGION must be replaced), by digest: REPO@sha256:<64 hex>")
-        raise K8sError(f"image {image!r}: a cluster pulls by digest: REPO@sha256:<64 hex> (build and push the "
-                       f"image, then pass --image)")
+            raise K8sError(
+                f"image {image!r}: the repository name is not a valid image reference (lowercase "
+                f"letters, digits, '.', '_', '-', '/' and a registry ':port'; placeholders such as "
+                f"ACCOUNT or REGION must be replaced), by digest: REPO@sha256:<64 hex>"
+            )
+        raise K8sError(
+            f"image {image!r}: a cluster pulls by digest: REPO@sha256:<64 hex> (build and push the "
+            f"image, then pass --image)"
+        )
     base = dns1123(name or f"rs-{plan.gate}-{plan.profile}", "name", MAX_NAME)
-    labels = {"app.kubernetes.io/name": "reprostack", "app.kubernetes.io/component": "gate",
-              f"{LABEL}/gate": dns1123(plan.gate, "gate"), f"{LABEL}/profile": dns1123(plan.profile, "profile"),
-              f"{LABEL}/run": base}
-    notes = {f"{LABEL}/lock-sha256": plan.lock_sha256, f"{LABEL}/image-recipe": plan.image.recipe,
-             f"{LABEL}/profile": plan.profile, f"{LABEL}/nodes": str(plan.nodes)}
+    labels = {
+        "app.kubernetes.io/name": "reprostack",
+        "app.kubernetes.io/component": "gate",
+        f"{LABEL}/gate": dns1123(plan.gate, "gate"),
+        f"{LABEL}/profile": dns1123(plan.profile, "profile"),
+        f"{LABEL}/run": base,
+    }
+    notes = {
+        f"{LABEL}/lock-sha256": plan.lock_sha256,
+        f"{LABEL}/image-recipe": plan.image.recipe,
+        f"{LABEL}/profile": plan.profile,
+        f"{LABEL}/nodes": str(plan.nodes),
+    }
     if plan.image.base:
         notes[f"{LABEL}/image-base"] = plan.image.base
     master = {"job": f"{base}-0.{base}", "jobset": f"{base}-node-0-0.{base}", "lws": None}[variant]
@@ -155,6 +186,7 @@ def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str |
     if master:
         env += [{"name": "MASTER_ADDR", "value": master}]
     from ..gates.plan import MASTER_PORT
+
     env += [{"name": "MASTER_PORT", "value": str(MASTER_PORT)}]
 
     limits, requests = {}, {}
@@ -182,26 +214,39 @@ def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str |
         volumes.append({"name": vol, **source})
         mounts.append({"name": vol, "mountPath": m.target, **({"readOnly": True} if m.read_only else {})})
     container = {
-        "name": "gate", "image": image, "imagePullPolicy": "IfNotPresent",
+        "name": "gate",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", _script(plan, variant, preflight)],
-        "workingDir": plan.workdir, "env": env,
+        "workingDir": plan.workdir,
+        "env": env,
         "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}},
         "volumeMounts": mounts,
     }
     resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
     if resources:
         container["resources"] = resources
-    pod = {"restartPolicy": "Never" if variant != "lws" else "Always",
-           "containers": [container], "volumes": volumes,
-           "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-               {"labelSelector": {"matchLabels": {f"{LABEL}/run": base}}, "topologyKey": "kubernetes.io/hostname"}]}},
-           "tolerations": [{"key": k, "operator": "Exists", "effect": "NoSchedule"}
-                           for k in ((GPU,) if GPU in limits else ()) + ((EFA,) if EFA in limits else ())]}
+    pod = {
+        "restartPolicy": "Never" if variant != "lws" else "Always",
+        "containers": [container],
+        "volumes": volumes,
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {f"{LABEL}/run": base}}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        },
+        "tolerations": [
+            {"key": k, "operator": "Exists", "effect": "NoSchedule"}
+            for k in ((GPU,) if GPU in limits else ()) + ((EFA,) if EFA in limits else ())
+        ],
+    }
     if not pod["tolerations"]:
         del pod["tolerations"]
     if plan.host_network:
         pod["hostNetwork"] = True
-        pod["dnsPolicy"] = "ClusterFirstWithHostNet"   # the headless Service's names resolve from the host network
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # the headless Service's names resolve from the host network
     if plan.host_ipc:
         pod["hostIPC"] = True
     if node_selector:
@@ -211,25 +256,58 @@ def render(plan: lp.LaunchPlan, *, image: str, variant: str = "job", name: str |
     meta = {"name": base, "labels": labels, "annotations": notes}
     template = {"metadata": {"labels": labels, "annotations": notes}, "spec": pod}
     deadline = int(plan.timeout_s) or None
-    job_spec = {"completionMode": "Indexed", "completions": plan.nodes, "parallelism": plan.nodes,
-                "backoffLimit": 0, **({"activeDeadlineSeconds": deadline} if deadline else {}),
-                "template": template}
+    job_spec = {
+        "completionMode": "Indexed",
+        "completions": plan.nodes,
+        "parallelism": plan.nodes,
+        "backoffLimit": 0,
+        **({"activeDeadlineSeconds": deadline} if deadline else {}),
+        "template": template,
+    }
     if variant == "job":
-        service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": base, "labels": labels},
-                   "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                            "selector": {f"{LABEL}/run": base},
-                            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}]}}
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": base, "labels": labels},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {f"{LABEL}/run": base},
+                "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}],
+            },
+        }
         return [service, {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}]
     if variant == "jobset":
-        return [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
-                 "spec": {"network": {"enableDNSHostnames": True, "subdomain": base, "publishNotReadyAddresses": True},
-                          "failurePolicy": {"maxRestarts": 0},
-                          "replicatedJobs": [{"name": "node", "replicas": 1,
-                                              "template": {"metadata": {"labels": labels}, "spec": job_spec}}]}}]
-    return [{"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
-             "spec": {"replicas": 1, "startupPolicy": "LeaderCreated",
-                      "leaderWorkerTemplate": {"size": plan.nodes, "restartPolicy": "RecreateGroupOnPodRestart",
-                                               "workerTemplate": template}}}]
+        return [
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": meta,
+                "spec": {
+                    "network": {"enableDNSHostnames": True, "subdomain": base, "publishNotReadyAddresses": True},
+                    "failurePolicy": {"maxRestarts": 0},
+                    "replicatedJobs": [
+                        {"name": "node", "replicas": 1, "template": {"metadata": {"labels": labels}, "spec": job_spec}}
+                    ],
+                },
+            }
+        ]
+    return [
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                "startupPolicy": "LeaderCreated",
+                "leaderWorkerTemplate": {
+                    "size": plan.nodes,
+                    "restartPolicy": "RecreateGroupOnPodRestart",
+                    "workerTemplate": template,
+                },
+            },
+        }
+    ]
 
 
 def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.LaunchPlan:
@@ -242,14 +320,26 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.Launc
     from ..gates.runner import GateArgs
     from . import preflight
 
-    a = GateArgs(out=Path(OUT), profile=plan.profile, nodes=nodes, node_rank="${NODE_RANK}",
-                 master_addr="${MASTER_ADDR}", master_port=MASTER_PORT)
+    a = GateArgs(
+        out=Path(OUT),
+        profile=plan.profile,
+        nodes=nodes,
+        node_rank="${NODE_RANK}",
+        master_addr="${MASTER_ADDR}",
+        master_port=MASTER_PORT,
+    )
     argv = tuple(inner_argv(g, a, lock))
     runs = max(1, len(getattr(g.load(root), "arms", {}) or {}))
     env = tuple(sorted({**dict(plan.env), "PYTHONPATH": f"{WORK}/src", "PYTHONUNBUFFERED": "1"}.items()))
     cmds = tuple(lp.NodeCommand(n, "leader" if n == 0 else "worker", argv) for n in range(nodes))
-    return dataclasses.replace(plan, nodes=nodes, commands=cmds, env=env, workdir=WORK,
-                               timeout_s=plan.timeout_s * runs + CONTAINER_SLACK_S + preflight.TIMEOUT_S)
+    return dataclasses.replace(
+        plan,
+        nodes=nodes,
+        commands=cmds,
+        env=env,
+        workdir=WORK,
+        timeout_s=plan.timeout_s * runs + CONTAINER_SLACK_S + preflight.TIMEOUT_S,
+    )
 
 
 def dump(docs: list[dict], header: str) -> str:
@@ -266,37 +356,57 @@ def dump(docs: list[dict], header: str) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
 
     Dumper.add_representer(str, text)
-    return header + "".join(("---\n" if i else "") + yaml.dump(json.loads(json.dumps(d)), Dumper=Dumper,
-                                                                sort_keys=False, width=120)
-                            for i, d in enumerate(docs))
+    return header + "".join(
+        ("---\n" if i else "") + yaml.dump(json.loads(json.dumps(d)), Dumper=Dumper, sort_keys=False, width=120)
+        for i, d in enumerate(docs)
+    )
 
 
 def write(docs: list[dict], out: Path, header: str) -> list[Path]:
     """One file per manifest, `<kind>.yaml` (lowercase), written atomically; returns the paths."""
     from ..atomicfile import write_text_atomic
+
     out.mkdir(parents=True, exist_ok=True)
     return [write_text_atomic(out / f"{d['kind'].lower()}.yaml", dump([d], header)) for d in docs]
 
 
 def add_arguments(p) -> None:
     from ..gates.registry import GATE_ORDER
+
     p.add_argument("gate", choices=list(GATE_ORDER))
     p.add_argument("--nodes", type=int, default=None, help="nodes (default: the profile's)")
     p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published p5en one)")
     p.add_argument("--out", default=None, help="folder of the manifests (default: out/k8s/<gate>)")
-    p.add_argument("--variant", choices=VARIANTS, default="job",
-                   help="job: Indexed Job + headless Service (default); jobset: a JobSet; lws: a LeaderWorkerSet "
-                        "(serving gates)")
-    p.add_argument("--image", default=None, metavar="REPO@sha256:HEX",
-                   help="the gate's image by digest as the cluster pulls it (default: the plan's repo digest)")
+    p.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="job",
+        help="job: Indexed Job + headless Service (default); jobset: a JobSet; lws: a LeaderWorkerSet (serving gates)",
+    )
+    p.add_argument(
+        "--image",
+        default=None,
+        metavar="REPO@sha256:HEX",
+        help="the gate's image by digest as the cluster pulls it (default: the plan's repo digest)",
+    )
     p.add_argument("--name", default=None, help="name of the Job/Service (default: rs-<gate>-<profile>)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out-pvc", default=PVC, help=f"PersistentVolumeClaim of the shared out dir (default: {PVC})")
     out.add_argument("--out-hostpath", default=None, metavar="PATH", help="the out dir as a hostPath instead")
-    p.add_argument("--host-path", action="append", default=[], metavar="WHAT=PATH",
-                   help="node path of a read-only mount (project, models): e.g. project=/fsx/reprostack")
-    p.add_argument("--node-selector", action="append", default=[], metavar="K=V",
-                   help="e.g. node.kubernetes.io/instance-type=p5en.48xlarge")
+    p.add_argument(
+        "--host-path",
+        action="append",
+        default=[],
+        metavar="WHAT=PATH",
+        help="node path of a read-only mount (project, models): e.g. project=/fsx/reprostack",
+    )
+    p.add_argument(
+        "--node-selector",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="e.g. node.kubernetes.io/instance-type=p5en.48xlarge",
+    )
     p.add_argument("--no-preflight", action="store_true", help="leave out the cross-node preflight step")
     p.add_argument("--apply", action="store_true", help="then `kubectl apply -f DIR`")
     p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
@@ -326,32 +436,49 @@ def main(args, g, lock, root: Path) -> int:
         raise K8sError(f"--variant lws is for serving gates (gate {g.name} is {g.kind}: use job or jobset)")
     image = args.image or plan.image.repo_digest
     if not image:
-        raise K8sError(f"gate {g.name}: image {plan.image.recipe} has no registry digest here: push it and pass "
-                       f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)")
+        raise K8sError(
+            f"gate {g.name}: image {plan.image.recipe} has no registry digest here: push it and pass "
+            f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)"
+        )
     nodes = args.nodes or plan.nodes
     host = _pairs(args.host_path, "--host-path")
     for k, v in host.items():
         if not v.startswith("/"):
             raise K8sError(f"--host-path {k}={v}: the node path must be absolute")
     sel = _pairs(args.node_selector, "--node-selector")
-    for k, v in sel.items():   # the operator's label keys/values: checked before anything is written
-        if not re.fullmatch(r"([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", k) \
-                or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", v):
+    for k, v in sel.items():  # the operator's label keys/values: checked before anything is written
+        if not re.fullmatch(
+            r"([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", k
+        ) or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", v):
             raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
     if args.out_hostpath and not args.out_hostpath.startswith("/"):
         raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
     agent = agent_plan(g, root, lock, plan, nodes)
     from ..gates.plan import OUT, WORK
-    pf = None if args.no_preflight else preflight.command(
-        g.name, nodes, profile=plan.profile, out=OUT, lock=f"{WORK}/{Path(lock.path).name}")
+
+    pf = (
+        None
+        if args.no_preflight
+        else preflight.command(g.name, nodes, profile=plan.profile, out=OUT, lock=f"{WORK}/{Path(lock.path).name}")
+    )
     prof = spec.profile(plan.profile)
-    docs = render(agent, image=image, variant=args.variant, name=args.name,
-                  gpus=bool(getattr(prof, "needs_gpu", True)), preflight=pf,
-                  out_pvc=None if args.out_hostpath else args.out_pvc, out_hostpath=args.out_hostpath,
-                  host_paths=host, node_selector=sel)
-    header = (f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
-              f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
-              "Re-render; do not edit.\n")
+    docs = render(
+        agent,
+        image=image,
+        variant=args.variant,
+        name=args.name,
+        gpus=bool(getattr(prof, "needs_gpu", True)),
+        preflight=pf,
+        out_pvc=None if args.out_hostpath else args.out_pvc,
+        out_hostpath=args.out_hostpath,
+        host_paths=host,
+        node_selector=sel,
+    )
+    header = (
+        f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
+        f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
+        "Re-render; do not edit.\n"
+    )
     paths = write(docs, out, header)
     for p in paths:
         print(f"wrote {p}")
@@ -359,6 +486,7 @@ def main(args, g, lock, root: Path) -> int:
         return 0
     kubectl = shutil.which("kubectl")
     if not kubectl:
-        raise K8sError("--apply: kubectl is not on PATH (the manifests are written; apply them with "
-                       f"`kubectl apply -f {out}`)")
+        raise K8sError(
+            f"--apply: kubectl is not on PATH (the manifests are written; apply them with `kubectl apply -f {out}`)"
+        )
     return subprocess.run([kubectl, "apply", "-f", str(out)], stdin=subprocess.DEVNULL).returncode and 2

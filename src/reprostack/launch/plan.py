@@ -28,10 +28,10 @@ SHM_SIZE = "32g"
 
 @dataclass(frozen=True)
 class Mount:
-    source: str       # host path (or a named volume)
-    target: str       # absolute path in the container
+    source: str  # host path (or a named volume)
+    target: str  # absolute path in the container
     read_only: bool = True
-    what: str = ""    # out | cache | models | wheelhouse | sources
+    what: str = ""  # out | cache | models | wheelhouse | sources
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,11 @@ class ImageRef:
 
     def describe(self) -> str:
         ident = self.repo_digest or self.image_id
-        built = f"{self.tag or 'reprostack/' + self.recipe} {ident}" if ident else \
-            f"{self.tag or 'reprostack/' + self.recipe} (not built here)"
+        built = (
+            f"{self.tag or 'reprostack/' + self.recipe} {ident}"
+            if ident
+            else f"{self.tag or 'reprostack/' + self.recipe} (not built here)"
+        )
         return built + (f" on {self.base}" if self.base else "")
 
 
@@ -58,7 +61,7 @@ class NodeCommand:
     """What runs on node `node` (0 = the leader that parses and reports): argv and its node-specific env."""
 
     node: int
-    role: str            # leader | worker
+    role: str  # leader | worker
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
 
@@ -96,7 +99,7 @@ class LaunchPlan:
     lock_sha256: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     arms: tuple[ArmPlan, ...] = ()
-    kernels: str = ""     # where the kernels come from: prebuilt in the image (its manifest) or built on the host
+    kernels: str = ""  # where the kernels come from: prebuilt in the image (its manifest) or built on the host
 
     def __post_init__(self):
         if self.mode not in (MODE_CONTAINER, MODE_HOST):
@@ -119,8 +122,15 @@ class LaunchPlan:
         d["commands"] = [{**asdict(c), "env": dict(c.env)} for c in self.commands]
         d["ulimits"] = [{"name": n, "soft": s, "hard": h} for n, s, h in self.ulimits]
         d["ep_size"] = self.ep_size
-        d["arms"] = [{"name": a.name, "role": a.role, "env": dict(a.env),
-                      "commands": [{**asdict(c), "env": dict(c.env)} for c in a.commands]} for a in self.arms]
+        d["arms"] = [
+            {
+                "name": a.name,
+                "role": a.role,
+                "env": dict(a.env),
+                "commands": [{**asdict(c), "env": dict(c.env)} for c in a.commands],
+            }
+            for a in self.arms
+        ]
         return d
 
     def to_json(self) -> str:
@@ -129,26 +139,34 @@ class LaunchPlan:
     def lines(self) -> list[str]:
         """The plan for a person: one `field: value` per line (the CLI prints them in a rich table)."""
         img = self.image.describe() if self.image else "none (host mode: this host's own packages)"
-        out = [("gate", f"{self.gate} [{self.profile}]"),
-               ("mode", self.mode + (" (labelled in the report; not the pinned image)" if self.mode == MODE_HOST else "")),
-               ("image", img),
-               ("ranks", f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s) = EP{self.ep_size}"),
-               ("EFA", f"{self.efa_devices_per_node} device(s) per node under {EFA_DEVICE_DIR}"
-                if self.efa_devices_per_node else "none"),
-               ("network / IPC", f"{'host' if self.host_network else 'none'} / {'host' if self.host_ipc else 'private'}"),
-               ("ulimits", ", ".join(f"{n}={'unlimited' if s < 0 else s}" for n, s, _ in self.ulimits)),
-               ("shm", self.shm_size),
-               ("timeout", f"{self.timeout_s:g} s"),
-               ("lock", self.lock_sha256 or "-")]
+        out = [
+            ("gate", f"{self.gate} [{self.profile}]"),
+            ("mode", self.mode + (" (labelled in the report; not the pinned image)" if self.mode == MODE_HOST else "")),
+            ("image", img),
+            ("ranks", f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s) = EP{self.ep_size}"),
+            (
+                "EFA",
+                f"{self.efa_devices_per_node} device(s) per node under {EFA_DEVICE_DIR}"
+                if self.efa_devices_per_node
+                else "none",
+            ),
+            ("network / IPC", f"{'host' if self.host_network else 'none'} / {'host' if self.host_ipc else 'private'}"),
+            ("ulimits", ", ".join(f"{n}={'unlimited' if s < 0 else s}" for n, s, _ in self.ulimits)),
+            ("shm", self.shm_size),
+            ("timeout", f"{self.timeout_s:g} s"),
+            ("lock", self.lock_sha256 or "-"),
+        ]
         out += [("kernels", self.kernels)] if self.kernels else []
-        out += [(f"mount {m.what or '-'}", f"{m.source} -> {m.target} ({'ro' if m.read_only else 'rw'})")
-                for m in self.mounts]
+        out += [
+            (f"mount {m.what or '-'}", f"{m.source} -> {m.target} ({'ro' if m.read_only else 'rw'})")
+            for m in self.mounts
+        ]
         out += [(f"node {c.node} ({c.role})", " ".join(c.argv)) for c in self.commands]
         out += [("env", " ".join(f"{k}={v}" for k, v in self.env))] if self.env else []
         for a in self.arms:
-            if a.commands == self.commands:   # the DeepEP arm: the node commands above
+            if a.commands == self.commands:  # the DeepEP arm: the node commands above
                 out.append((f"arm {a.name}", f"({a.role}) the node commands above"))
-            for c in (a.commands if a.commands != self.commands else ()):
+            for c in a.commands if a.commands != self.commands else ():
                 out.append((f"arm {a.name}", f"({a.role}) node {c.node}: " + " ".join(c.argv)))
             if a.env:
                 out.append((f"arm {a.name}", f"({a.role}) env " + " ".join(f"{k}={v}" for k, v in a.env)))
@@ -156,8 +174,9 @@ class LaunchPlan:
         return [f"{k}: {v}" for k, v in out]
 
 
-def docker_run_kwargs(plan: LaunchPlan, node: int, *, efa_devices: list[str] | None = None,
-                      gpu_ids: list[str] | None = None) -> dict:
+def docker_run_kwargs(
+    plan: LaunchPlan, node: int, *, efa_devices: list[str] | None = None, gpu_ids: list[str] | None = None
+) -> dict:
     """Arguments of docker SDK `client.containers.run(**kwargs)` for node `node` of a container plan:
     GPUs as a device request (all, or `gpu_ids`), EFA devices (the given `/dev/infiniband/*` paths of this
     host), host network and IPC, ulimits, shm size, mounts, env (plan env, then the node's). Raises
@@ -169,17 +188,30 @@ def docker_run_kwargs(plan: LaunchPlan, node: int, *, efa_devices: list[str] | N
     cmd = next((c for c in plan.commands if c.node == node), None)
     if cmd is None:
         raise ValueError(f"gate {plan.gate}: no command for node {node} (nodes 0..{plan.nodes - 1})")
-    gpus = DeviceRequest(device_ids=gpu_ids, capabilities=[["gpu"]]) if gpu_ids else \
-        DeviceRequest(count=-1, capabilities=[["gpu"]])
+    gpus = (
+        DeviceRequest(device_ids=gpu_ids, capabilities=[["gpu"]])
+        if gpu_ids
+        else DeviceRequest(count=-1, capabilities=[["gpu"]])
+    )
     image = plan.image.repo_digest or plan.image.image_id or plan.image.tag or f"reprostack/{plan.image.recipe}"
     return {
-        "image": image, "command": list(cmd.argv), "environment": {**dict(plan.env), **dict(cmd.env)},
+        "image": image,
+        "command": list(cmd.argv),
+        "environment": {**dict(plan.env), **dict(cmd.env)},
         "device_requests": [gpus] if plan.gpus_per_node else [],
         "devices": [f"{d}:{d}:rwm" for d in (efa_devices or [])],
-        "network_mode": "host" if plan.host_network else "none", "ipc_mode": "host" if plan.host_ipc else None,
-        "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, s, h in plan.ulimits], "shm_size": plan.shm_size,
+        "network_mode": "host" if plan.host_network else "none",
+        "ipc_mode": "host" if plan.host_ipc else None,
+        "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, s, h in plan.ulimits],
+        "shm_size": plan.shm_size,
         "mounts": [DockerMount(m.target, m.source, type="bind", read_only=m.read_only) for m in plan.mounts],
-        "working_dir": plan.workdir, "cap_add": ["IPC_LOCK", "SYS_PTRACE"], "detach": True,
-        "labels": {"dev.reprostack.gate": plan.gate, "dev.reprostack.profile": plan.profile,
-                   "dev.reprostack.node": str(node), "dev.reprostack.lock-sha256": plan.lock_sha256},
+        "working_dir": plan.workdir,
+        "cap_add": ["IPC_LOCK", "SYS_PTRACE"],
+        "detach": True,
+        "labels": {
+            "dev.reprostack.gate": plan.gate,
+            "dev.reprostack.profile": plan.profile,
+            "dev.reprostack.node": str(node),
+            "dev.reprostack.lock-sha256": plan.lock_sha256,
+        },
     }

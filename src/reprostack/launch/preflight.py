@@ -60,11 +60,32 @@ class PreflightError(ReprostackError):
     """The preflight failed (a check, a bad facts file, no verdict in time): one line naming node and check."""
 
 
-def command(gate: str, nodes: int, *, profile: str, out: str = "/out", node_rank: str = "${NODE_RANK}",
-            lock: str | None = None, python: str = "python3") -> list[str]:
+def command(
+    gate: str,
+    nodes: int,
+    *,
+    profile: str,
+    out: str = "/out",
+    node_rank: str = "${NODE_RANK}",
+    lock: str | None = None,
+    python: str = "python3",
+) -> list[str]:
     """The preflight's argv for a launcher (node rank as a shell variable the launcher expands)."""
-    argv = [python, "-m", "reprostack", "preflight", gate, "--out", out, "--nodes", str(nodes),
-            "--node-rank", node_rank, "--profile", profile]
+    argv = [
+        python,
+        "-m",
+        "reprostack",
+        "preflight",
+        gate,
+        "--out",
+        out,
+        "--nodes",
+        str(nodes),
+        "--node-rank",
+        node_rank,
+        "--profile",
+        profile,
+    ]
     return argv + (["--lock", lock] if lock else [])
 
 
@@ -76,8 +97,9 @@ def _schema() -> dict:
 def _fi_info() -> tuple[bool, str]:
     """(efa selected, detail) from `fi_info -p efa` (exit 0 and a `provider: efa` line)."""
     try:
-        p = subprocess.run(["fi_info", "-p", "efa"], capture_output=True, text=True, timeout=30,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            ["fi_info", "-p", "efa"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         return False, "fi_info not found (libfabric's tools are not on PATH)"
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -92,7 +114,7 @@ def _fi_info() -> tuple[bool, str]:
 def _port(port: int) -> tuple[bool, str]:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # TIME_WAIT is free; a listener is not
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free; a listener is not
         s.bind(("0.0.0.0", port))
         return True, ""
     except OSError as e:
@@ -101,26 +123,48 @@ def _port(port: int) -> tuple[bool, str]:
         s.close()
 
 
-def collect(*, gate: str, profile: str, nodes: int, node: int, lock_sha256: str, port: int, nonce: str,
-            dev_dir: str = DEV_DIR, need_provider: bool = True) -> dict:
+def collect(
+    *,
+    gate: str,
+    profile: str,
+    nodes: int,
+    node: int,
+    lock_sha256: str,
+    port: int,
+    nonce: str,
+    dev_dir: str = DEV_DIR,
+    need_provider: bool = True,
+) -> dict:
     """This node's facts (schemas/preflight-node.schema.json)."""
     gpus, notes = hostinfo.gpus()
     try:
-        devices = sorted((p.name for p in Path(dev_dir).glob("uverbs*") if re.fullmatch(r"uverbs\d{1,4}", p.name)),
-                         key=lambda n: int(n[6:]))
+        devices = sorted(
+            (p.name for p in Path(dev_dir).glob("uverbs*") if re.fullmatch(r"uverbs\d{1,4}", p.name)),
+            key=lambda n: int(n[6:]),
+        )
     except OSError:
         devices = []
     efa, detail = _fi_info() if need_provider else (False, "not asked (the profile needs no EFA)")
     free, why = _port(port)
-    in_container = any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv")) or \
-        "KUBERNETES_SERVICE_HOST" in os.environ
-    return {"schema": SCHEMA, "gate": gate, "profile": profile, "nodes": nodes, "node": node, "nonce": nonce,
-            "hostname": socket.gethostname()[:255], "lock_sha256": lock_sha256,
-            "image": {"in_container": in_container, "ref": (os.environ.get("REPROSTACK_IMAGE") or None)},
-            "gpus": {"count": len(gpus), "note": "; ".join(notes)[:1000] or None},
-            "efa": {"devices": devices},
-            "provider": {"efa": efa, "fi_provider_env": os.environ.get("FI_PROVIDER"), "detail": detail[:1000]},
-            "clock_utc": time.time(), "port": {"number": port, "free": free, "detail": why}}
+    in_container = (
+        any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv")) or "KUBERNETES_SERVICE_HOST" in os.environ
+    )
+    return {
+        "schema": SCHEMA,
+        "gate": gate,
+        "profile": profile,
+        "nodes": nodes,
+        "node": node,
+        "nonce": nonce,
+        "hostname": socket.gethostname()[:255],
+        "lock_sha256": lock_sha256,
+        "image": {"in_container": in_container, "ref": (os.environ.get("REPROSTACK_IMAGE") or None)},
+        "gpus": {"count": len(gpus), "note": "; ".join(notes)[:1000] or None},
+        "efa": {"devices": devices},
+        "provider": {"efa": efa, "fi_provider_env": os.environ.get("FI_PROVIDER"), "detail": detail[:1000]},
+        "clock_utc": time.time(),
+        "port": {"number": port, "free": free, "detail": why},
+    }
 
 
 def read_facts(path: Path, *, gate: str, nodes: int, node: int) -> dict:
@@ -138,48 +182,97 @@ def read_facts(path: Path, *, gate: str, nodes: int, node: int) -> dict:
     return data
 
 
-def judge(facts: dict[int, dict], *, nodes: int, gpus_per_node: int, need_gpu: bool, efa_devices: int,
-          lock_sha256: str, skew: dict[int, float]) -> list[dict]:
+def judge(
+    facts: dict[int, dict],
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    need_gpu: bool,
+    efa_devices: int,
+    lock_sha256: str,
+    skew: dict[int, float],
+) -> list[dict]:
     """Every check of every node: [{check, node, status: pass|fail|not-needed, detail}] (pure)."""
     rows = []
 
     def row(check, node, ok, detail=""):
-        rows.append({"check": check, "node": node, "status": ok if isinstance(ok, str) else
-                     ("pass" if ok else "fail"), "detail": detail})
+        rows.append(
+            {
+                "check": check,
+                "node": node,
+                "status": ok if isinstance(ok, str) else ("pass" if ok else "fail"),
+                "detail": detail,
+            }
+        )
 
     refs = {n: f["image"]["ref"] for n, f in facts.items()}
     for n in sorted(facts):
         f = facts[n]
-        row("lock", n, f["lock_sha256"] == lock_sha256,
-            "" if f["lock_sha256"] == lock_sha256 else
-            f"lock sha256 {f['lock_sha256'][:12]} differs from node 0's {lock_sha256[:12]}")
+        row(
+            "lock",
+            n,
+            f["lock_sha256"] == lock_sha256,
+            ""
+            if f["lock_sha256"] == lock_sha256
+            else f"lock sha256 {f['lock_sha256'][:12]} differs from node 0's {lock_sha256[:12]}",
+        )
         if not any(refs.values()):
             row("image", n, NOT_NEEDED, "no node runs in an image that names its digest ($REPROSTACK_IMAGE)")
         else:
-            row("image", n, refs[n] == refs.get(0), "" if refs[n] == refs.get(0) else
-                f"image {refs[n] or 'unknown'} differs from node 0's {refs.get(0) or 'unknown'}")
+            row(
+                "image",
+                n,
+                refs[n] == refs.get(0),
+                ""
+                if refs[n] == refs.get(0)
+                else f"image {refs[n] or 'unknown'} differs from node 0's {refs.get(0) or 'unknown'}",
+            )
         count = f["gpus"]["count"]
         if need_gpu:
-            row("gpus", n, count == gpus_per_node, "" if count == gpus_per_node else
-                f"{count} GPU(s), the profile needs {gpus_per_node}"
-                + (f" ({f['gpus']['note']})" if f["gpus"]["note"] else ""))
+            row(
+                "gpus",
+                n,
+                count == gpus_per_node,
+                ""
+                if count == gpus_per_node
+                else f"{count} GPU(s), the profile needs {gpus_per_node}"
+                + (f" ({f['gpus']['note']})" if f["gpus"]["note"] else ""),
+            )
         else:
             row("gpus", n, NOT_NEEDED, f"the profile needs no GPU ({count} seen)")
         devs = len(f["efa"]["devices"])
         if efa_devices:
-            row("efa", n, devs >= efa_devices, "" if devs >= efa_devices else
-                f"{devs} EFA device(s) under {DEV_DIR}, the profile needs {efa_devices}")
+            row(
+                "efa",
+                n,
+                devs >= efa_devices,
+                "" if devs >= efa_devices else f"{devs} EFA device(s) under {DEV_DIR}, the profile needs {efa_devices}",
+            )
             env = f["provider"]["fi_provider_env"]
             ok = f["provider"]["efa"] and env in (None, "efa")
-            row("provider", n, ok, "" if ok else (f"FI_PROVIDER={env}: libfabric would not use efa"
-                                                  if env not in (None, "efa") else f["provider"]["detail"]))
+            row(
+                "provider",
+                n,
+                ok,
+                ""
+                if ok
+                else (
+                    f"FI_PROVIDER={env}: libfabric would not use efa"
+                    if env not in (None, "efa")
+                    else f["provider"]["detail"]
+                ),
+            )
         else:
             row("efa", n, NOT_NEEDED, "the profile needs no EFA")
             row("provider", n, NOT_NEEDED, "the profile needs no EFA")
         if n in skew:
             ok = abs(skew[n]) <= CLOCK_TOLERANCE_S
-            row("clock", n, ok, "" if ok else f"clock {skew[n]:+.1f} s from node 0's (tolerance "
-                                              f"{CLOCK_TOLERANCE_S:g} s)")
+            row(
+                "clock",
+                n,
+                ok,
+                "" if ok else f"clock {skew[n]:+.1f} s from node 0's (tolerance {CLOCK_TOLERANCE_S:g} s)",
+            )
         if n == 0:
             row("port", 0, f["port"]["free"], f["port"].get("detail", ""))
     return rows
@@ -194,8 +287,18 @@ def _summary(rows: list[dict]) -> str:
     return "; ".join(f"node {r['node']}: {r['check']}: {r['detail']}" for r in bad)
 
 
-def run(g, root: Path, lock, *, out: Path, nodes: int, node_rank: int, profile: str | None = None,
-        timeout_s: float = TIMEOUT_S, port: int | None = None) -> int:
+def run(
+    g,
+    root: Path,
+    lock,
+    *,
+    out: Path,
+    nodes: int,
+    node_rank: int,
+    profile: str | None = None,
+    timeout_s: float = TIMEOUT_S,
+    port: int | None = None,
+) -> int:
     """This node's preflight (module docstring). Returns 0 on pass; raises PreflightError on failure."""
     from ..gates.plan import MASTER_PORT, gate_plan
     from . import plan as lp
@@ -210,15 +313,23 @@ def run(g, root: Path, lock, *, out: Path, nodes: int, node_rank: int, profile: 
     d.mkdir(parents=True, exist_ok=True)
     nonce = secrets.token_hex(16)
 
-    mine = collect(gate=plan.gate, profile=plan.profile, nodes=nodes, node=node_rank, lock_sha256=lock.sha256,
-                   port=port, nonce=nonce, need_provider=bool(plan.efa_devices_per_node))
+    mine = collect(
+        gate=plan.gate,
+        profile=plan.profile,
+        nodes=nodes,
+        node=node_rank,
+        lock_sha256=lock.sha256,
+        port=port,
+        nonce=nonce,
+        need_provider=bool(plan.efa_devices_per_node),
+    )
 
-    def facts_now():   # the facts are taken once; the heartbeat refreshes the clock only
+    def facts_now():  # the facts are taken once; the heartbeat refreshes the clock only
         return {**mine, "clock_utc": time.time()}
 
     if node_rank != 0:
         return _wait_verdict(d, node_rank, nonce, facts_now, timeout_s)
-    for stale in [*d.glob("node-*.json"), _verdict_path(d)]:   # an earlier run's: never judged, never read
+    for stale in [*d.glob("node-*.json"), _verdict_path(d)]:  # an earlier run's: never judged, never read
         stale.unlink(missing_ok=True)
     write_text_atomic(d / "node-0.json", json.dumps(mine, indent=2, sort_keys=True) + "\n")
     facts, skew, rows = {0: mine}, {0: 0.0}, []
@@ -238,23 +349,48 @@ def run(g, root: Path, lock, *, out: Path, nodes: int, node_rank: int, profile: 
         if len(facts) < nodes:
             time.sleep(POLL_S)
     missing = [n for n in range(nodes) if n not in facts]
-    rows += [{"check": "arrival", "node": n, "status": "fail",
-              "detail": f"no facts ({d / f'node-{n}.json'}) within {timeout_s:g} s"} for n in missing]
+    rows += [
+        {
+            "check": "arrival",
+            "node": n,
+            "status": "fail",
+            "detail": f"no facts ({d / f'node-{n}.json'}) within {timeout_s:g} s",
+        }
+        for n in missing
+    ]
     good = {n: f for n, f in facts.items() if f is not None}
-    rows += judge(good, nodes=nodes, gpus_per_node=plan.gpus_per_node, need_gpu=need_gpu,
-                  efa_devices=plan.efa_devices_per_node, lock_sha256=lock.sha256, skew=skew)
+    rows += judge(
+        good,
+        nodes=nodes,
+        gpus_per_node=plan.gpus_per_node,
+        need_gpu=need_gpu,
+        efa_devices=plan.efa_devices_per_node,
+        lock_sha256=lock.sha256,
+        skew=skew,
+    )
     failed = [r for r in rows if r["status"] == "fail"]
-    verdict = {"schema": VERDICT_SCHEMA, "gate": plan.gate, "profile": plan.profile, "nodes": nodes,
-               "result": "fail" if failed else "pass", "failures": failed, "checks": rows,
-               "nonces": {str(n): f["nonce"] for n, f in good.items()},
-               "clock_tolerance_s": CLOCK_TOLERANCE_S, "lock_sha256": lock.sha256, "written_utc": time.time()}
+    verdict = {
+        "schema": VERDICT_SCHEMA,
+        "gate": plan.gate,
+        "profile": plan.profile,
+        "nodes": nodes,
+        "result": "fail" if failed else "pass",
+        "failures": failed,
+        "checks": rows,
+        "nonces": {str(n): f["nonce"] for n, f in good.items()},
+        "clock_tolerance_s": CLOCK_TOLERANCE_S,
+        "lock_sha256": lock.sha256,
+        "written_utc": time.time(),
+    }
     write_text_atomic(_verdict_path(d), json.dumps(verdict, indent=2, sort_keys=True) + "\n")
     if failed:
         raise PreflightError(f"preflight failed: {_summary(rows)} (nothing was run; {_verdict_path(d)})")
     needless = sorted({r["check"] for r in rows if r["status"] == NOT_NEEDED})
-    print(f"preflight: pass: {nodes} node(s), gate {plan.gate} [{plan.profile}]"
-          + (f"; not needed by this profile: {', '.join(needless)}" if needless else "")
-          + f" ({_verdict_path(d)})")
+    print(
+        f"preflight: pass: {nodes} node(s), gate {plan.gate} [{plan.profile}]"
+        + (f"; not needed by this profile: {', '.join(needless)}" if needless else "")
+        + f" ({_verdict_path(d)})"
+    )
     return 0
 
 
@@ -263,15 +399,19 @@ def _read_verdict(path: Path) -> dict | None:
     if not os.path.lexists(path):
         return None
     v = jsonsrc.load(path, PreflightError, max_bytes=MAX_VERDICT_BYTES)
-    if v.get("schema") != VERDICT_SCHEMA or v.get("result") not in ("pass", "fail") or \
-            not isinstance(v.get("nonces"), dict) or not isinstance(v.get("failures"), list):
+    if (
+        v.get("schema") != VERDICT_SCHEMA
+        or v.get("result") not in ("pass", "fail")
+        or not isinstance(v.get("nonces"), dict)
+        or not isinstance(v.get("failures"), list)
+    ):
         raise PreflightError(f"{path}: not a preflight verdict ({VERDICT_SCHEMA})")
     return v
 
 
 def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -> int:
     """A node other than 0: keep its facts fresh until node 0's verdict names this run's nonce."""
-    grace = timeout_s + 10.0   # node 0 may start up to its own timeout later than this node, then judges
+    grace = timeout_s + 10.0  # node 0 may start up to its own timeout later than this node, then judges
     deadline = time.monotonic() + timeout_s + grace
     me, started = d / f"node-{node}.json", time.time()
     while time.monotonic() < deadline:
@@ -279,17 +419,26 @@ def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -
         try:
             v = _read_verdict(_verdict_path(d))
         except PreflightError:
-            v = None   # node 0 writes atomically: a bad verdict is a foreign one; wait for ours
-        ours = v is not None and (v["nonces"].get(str(node)) == nonce or (  # judged with our facts, or a
-            v["result"] == "fail" and jsonsrc.number(v.get("written_utc"))  # failure node 0 wrote after we
-            and v["written_utc"] >= started - CLOCK_TOLERANCE_S))           # started (our facts missing/bad)
+            v = None  # node 0 writes atomically: a bad verdict is a foreign one; wait for ours
+        ours = v is not None and (
+            v["nonces"].get(str(node)) == nonce
+            or (  # judged with our facts, or a
+                v["result"] == "fail"
+                and jsonsrc.number(v.get("written_utc"))  # failure node 0 wrote after we
+                and v["written_utc"] >= started - CLOCK_TOLERANCE_S
+            )
+        )  # started (our facts missing/bad)
         if ours:
             if v["result"] == "pass":
                 print(f"preflight: node {node}: pass ({_verdict_path(d)})")
                 return 0
-            lines = "; ".join(" ".join(f"node {r.get('node')}: {r.get('check')}: {r.get('detail')}".split())
-                              for r in v["failures"] if isinstance(r, dict))  # the verdict's text: one line
+            lines = "; ".join(
+                " ".join(f"node {r.get('node')}: {r.get('check')}: {r.get('detail')}".split())
+                for r in v["failures"]
+                if isinstance(r, dict)
+            )  # the verdict's text: one line
             raise PreflightError(f"preflight failed: {lines[:2000]} (nothing was run; {_verdict_path(d)})")
         time.sleep(HEARTBEAT_S)
-    raise PreflightError(f"preflight: node {node}: no verdict from node 0 in {d} within {timeout_s + grace:g} s "
-                         "(nothing was run)")
+    raise PreflightError(
+        f"preflight: node {node}: no verdict from node 0 in {d} within {timeout_s + grace:g} s (nothing was run)"
+    )

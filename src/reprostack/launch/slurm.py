@@ -40,14 +40,18 @@ from ..errors import ReprostackError
 from . import plan as lp
 
 RUNTIMES = ("pyxis", "enroot", "docker", "host")
-CODE = "/opt/reprostack/code"          # as gates.container: this checkout's package, on PYTHONPATH in the image
+CODE = "/opt/reprostack/code"  # as gates.container: this checkout's package, on PYTHONPATH in the image
 IN_OUT, IN_WORK = "/out", "/workspace"
-SLACK_S = 600.0                         # image start, AIPerf set-up and the report (gates.container's slack)
+SLACK_S = 600.0  # image start, AIPerf set-up and the report (gates.container's slack)
 _CTRL = re.compile(r"[\x00-\x1f\x7f]")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # placeholders for shell expansions inside a rendered word (never in a value: values with control chars are refused)
-_VARS = {"\x01rank\x01": "${SLURM_NODEID}", "\x01master\x01": "${MASTER_ADDR}", "\x01out\x01": "${RS_OUT}",
-         "\x01work\x01": "${RS_WORK}"}
+_VARS = {
+    "\x01rank\x01": "${SLURM_NODEID}",
+    "\x01master\x01": "${MASTER_ADDR}",
+    "\x01out\x01": "${RS_OUT}",
+    "\x01work\x01": "${RS_WORK}",
+}
 RANK, MASTER, OUTV, WORKV = _VARS
 
 
@@ -71,7 +75,7 @@ class SlurmOptions:
     image: str | None = None
     sqsh: str | None = None
     lock_name: str = "upstreams.lock"
-    runs: int = 1                       # the gate's sequential runs (arms): the time limit covers them all
+    runs: int = 1  # the gate's sequential runs (arms): the time limit covers them all
     needs_gpu: bool = True
     job_name: str | None = None
 
@@ -111,7 +115,7 @@ def _image_word(plan: lp.LaunchPlan, o: SlurmOptions) -> tuple[str | None, str]:
     """(ref, how) of the image for the container runtimes: --image, else the repo digest, else the image id."""
     img = plan.image
     ref = o.image or img.repo_digest or img.image_id
-    how = ("--image" if o.image else "repo digest" if img.repo_digest else "image id" if img.image_id else "")
+    how = "--image" if o.image else "repo digest" if img.repo_digest else "image id" if img.image_id else ""
     return ref, how
 
 
@@ -120,8 +124,9 @@ def _mounts(plan: lp.LaunchPlan) -> list[tuple[str, str, bool]]:
     knows (out dir, project root, models) instead of the paths of the machine that rendered it, plus the code."""
     out = []
     for m in plan.mounts:
-        src = {"out": '"${OUT}"', "project": '"${PROJECT}"',
-               "models": '"${HF_HOME:-${HOME}/.cache/huggingface}"'}.get(m.what) or word(m.source, f"mount {m.what}")
+        src = {"out": '"${OUT}"', "project": '"${PROJECT}"', "models": '"${HF_HOME:-${HOME}/.cache/huggingface}"'}.get(
+            m.what
+        ) or word(m.source, f"mount {m.what}")
         out.append((src, _check(m.target, f"mount {m.what}"), m.read_only))
     out.append(('"${PROJECT}"/src/reprostack', f"{CODE}/reprostack", True))
     return out
@@ -132,8 +137,10 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     if o.runtime not in RUNTIMES:
         raise SlurmRenderError(f"--runtime {o.runtime!r}: one of {', '.join(RUNTIMES)}")
     if o.nodes != plan.nodes:
-        raise SlurmRenderError(f"--nodes {o.nodes}: profile {plan.profile} of gate {plan.gate} spans {plan.nodes} "
-                               f"node(s) ({plan.gpus_per_node} GPU(s) each); name a profile with {o.nodes} node(s)")
+        raise SlurmRenderError(
+            f"--nodes {o.nodes}: profile {plan.profile} of gate {plan.gate} spans {plan.nodes} "
+            f"node(s) ({plan.gpus_per_node} GPU(s) each); name a profile with {o.nodes} node(s)"
+        )
     if o.runtime != "host" and plan.image is None:
         raise SlurmRenderError(f"gate {plan.gate}: a host-mode plan has no image; use --runtime host")
     _validate(plan)
@@ -141,45 +148,54 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     job = word(o.job_name or f"rs-{gate}", "--job-name")
     out_s = _check(o.out, "--out")
     outdir = PurePosixPath(out_s)
-    L = ["#!/bin/bash",
-         f"# reprostack: gate {gate} [{_check(plan.profile, 'profile')}], {plan.nodes} node(s) x "
-         f"{plan.gpus_per_node} GPU(s) = EP{plan.ep_size}, runtime {o.runtime}"
-         + (" (HOST MODE: each node's own packages, not the pinned image; the report says so)"
-            if o.runtime == "host" else ""),
-         "# rendered by `reprostack launch slurm` from the gate's launch plan; submit from the project root:",
-         f"#   mkdir -p {word(str(outdir / 'logs'))} && sbatch THIS_FILE   (or `reprostack launch slurm ... --submit`)",
-         f"#SBATCH --job-name={job}",
-         f"#SBATCH --nodes={plan.nodes}",
-         "#SBATCH --ntasks-per-node=1",
-         "#SBATCH --exclusive"]
+    L = [
+        "#!/bin/bash",
+        f"# reprostack: gate {gate} [{_check(plan.profile, 'profile')}], {plan.nodes} node(s) x "
+        f"{plan.gpus_per_node} GPU(s) = EP{plan.ep_size}, runtime {o.runtime}"
+        + (
+            " (HOST MODE: each node's own packages, not the pinned image; the report says so)"
+            if o.runtime == "host"
+            else ""
+        ),
+        "# rendered by `reprostack launch slurm` from the gate's launch plan; submit from the project root:",
+        f"#   mkdir -p {word(str(outdir / 'logs'))} && sbatch THIS_FILE   (or `reprostack launch slurm ... --submit`)",
+        f"#SBATCH --job-name={job}",
+        f"#SBATCH --nodes={plan.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --exclusive",
+    ]
     if o.partition:
         L.append(f"#SBATCH --partition={word(o.partition, '--partition')}")
     if o.needs_gpu and plan.gpus_per_node:
         L.append(f"#SBATCH --gpus-per-node={plan.gpus_per_node}")
     timeout = (plan.timeout_s or 3600.0) * max(1, o.runs) + SLACK_S
-    L += [f"#SBATCH --time={_time(timeout)}",
-          f"#SBATCH --output={word(str(outdir / 'logs' / 'batch-%j.log'))}",
-          f"#SBATCH --error={word(str(outdir / 'logs' / 'batch-%j.log'))}",
-          "#",
-          "# the launch plan (reprostack.launch.plan), for the reader:"]
+    L += [
+        f"#SBATCH --time={_time(timeout)}",
+        f"#SBATCH --output={word(str(outdir / 'logs' / 'batch-%j.log'))}",
+        f"#SBATCH --error={word(str(outdir / 'logs' / 'batch-%j.log'))}",
+        "#",
+        "# the launch plan (reprostack.launch.plan), for the reader:",
+    ]
     L += [f"#   {_check(line, 'plan')}" for line in plan.lines() if not line.startswith("mount ")]  # host paths
-    L += ["set -euo pipefail",
-          'PROJECT="${SLURM_SUBMIT_DIR:-$PWD}"',
-          f"OUT={word(out_s) if outdir.is_absolute() else chr(34) + '${PROJECT}' + chr(34) + '/' + word(out_s)}",
-          f"LOCK_SHA256={word(plan.lock_sha256 or '-', 'lock sha256')}",
-          f"have=$(sha256sum \"${{PROJECT}}\"/{word(o.lock_name, 'lock')} 2>/dev/null | cut -d' ' -f1 || true)",
-          'if [ "${have}" != "${LOCK_SHA256}" ]; then',
-          f"  echo \"reprostack: ${{PROJECT}}/{_check(o.lock_name, 'lock')}: sha256 ${{have:-missing}}, this script "
-          "was rendered for ${LOCK_SHA256}: submit from that project root or render again\" >&2",
-          "  exit 2",
-          "fi",
-          'export PROJECT OUT   # the tasks below expand them',
-          'mkdir -p "${OUT}/logs"',
-          "# rendezvous from Slurm: the first node of the allocation is the leader (node rank = SLURM_NODEID)",
-          'MASTER_NODE=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 1)',
-          'MASTER_ADDR=$(scontrol show node "${MASTER_NODE}" | sed -n "s/.*NodeAddr=\\([^ ]*\\).*/\\1/p")',
-          'export MASTER_ADDR="${MASTER_ADDR:-${MASTER_NODE}}"',
-          f"export MASTER_PORT={word(_master_port(o.agent))}"]
+    L += [
+        "set -euo pipefail",
+        'PROJECT="${SLURM_SUBMIT_DIR:-$PWD}"',
+        f"OUT={word(out_s) if outdir.is_absolute() else chr(34) + '${PROJECT}' + chr(34) + '/' + word(out_s)}",
+        f"LOCK_SHA256={word(plan.lock_sha256 or '-', 'lock sha256')}",
+        f"have=$(sha256sum \"${{PROJECT}}\"/{word(o.lock_name, 'lock')} 2>/dev/null | cut -d' ' -f1 || true)",
+        'if [ "${have}" != "${LOCK_SHA256}" ]; then',
+        f'  echo "reprostack: ${{PROJECT}}/{_check(o.lock_name, "lock")}: sha256 ${{have:-missing}}, this script '
+        'was rendered for ${LOCK_SHA256}: submit from that project root or render again" >&2',
+        "  exit 2",
+        "fi",
+        "export PROJECT OUT   # the tasks below expand them",
+        'mkdir -p "${OUT}/logs"',
+        "# rendezvous from Slurm: the first node of the allocation is the leader (node rank = SLURM_NODEID)",
+        'MASTER_NODE=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 1)',
+        'MASTER_ADDR=$(scontrol show node "${MASTER_NODE}" | sed -n "s/.*NodeAddr=\\([^ ]*\\).*/\\1/p")',
+        'export MASTER_ADDR="${MASTER_ADDR:-${MASTER_NODE}}"',
+        f"export MASTER_PORT={word(_master_port(o.agent))}",
+    ]
     if plan.env:
         L.append("# the plan's env (the runner sets the gate's own env again for each process it starts)")
         L += [f"export {_env_name(k, 'plan env')}={word(v, f'env {k}')}" for k, v in plan.env]
@@ -187,25 +203,45 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     srun = ["srun", f"--nodes={plan.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
     logs = '--output="${OUT}"/logs/node-%n.log'
     if o.preflight:
-        from ..gates.registry import gate as gate_named   # the CLI's name (nemo-rl), not the report's (nemo_rl)
-        pre = ["python3", "-m", "reprostack", "preflight", gate_named(plan.gate).name, "--out", OUTV, "--nodes", str(plan.nodes),
-               "--node-rank", RANK, "--profile", plan.profile, "--lock", f"{WORKV}/{o.lock_name}"]
-        L += ["# step 1: the cross-node preflight (same lock and image on every node, GPUs, EFA, provider efa, clocks,",
-              "# ports); a failing node is named in its log and nothing else runs",
-              " ".join(srun + ['--output="${OUT}"/logs/preflight-node-%n.log']) + " \\",
-              "  " + _task(plan, o, pre, per_node_out=False)]
-    L += ["# the gate: one task per node, the per-node agent in the image; node 0 writes the report into ${OUT}",
-          'rm -f "${OUT}/logs/node-0.rc"',
-          "set +e",
-          " ".join(srun + [logs]) + " \\",
-          "  " + _task(plan, o, list(o.agent), per_node_out=True),
-          "rc=$?",
-          "set -e",
-          'if [ -f "${OUT}/logs/node-0.rc" ]; then rc=$(cat "${OUT}/logs/node-0.rc"); fi',
-          'echo "reprostack: gate ' + gate + ' job ${SLURM_JOB_ID}: node 0 exit ${rc}; report in ${OUT}, '
-          'per-node logs in ${OUT}/logs"',
-          'exit "${rc}"',
-          ""]
+        from ..gates.registry import gate as gate_named  # the CLI's name (nemo-rl), not the report's (nemo_rl)
+
+        pre = [
+            "python3",
+            "-m",
+            "reprostack",
+            "preflight",
+            gate_named(plan.gate).name,
+            "--out",
+            OUTV,
+            "--nodes",
+            str(plan.nodes),
+            "--node-rank",
+            RANK,
+            "--profile",
+            plan.profile,
+            "--lock",
+            f"{WORKV}/{o.lock_name}",
+        ]
+        L += [
+            "# step 1: the cross-node preflight (same lock and image on every node, GPUs, EFA, provider efa, clocks,",
+            "# ports); a failing node is named in its log and nothing else runs",
+            " ".join(srun + ['--output="${OUT}"/logs/preflight-node-%n.log']) + " \\",
+            "  " + _task(plan, o, pre, per_node_out=False),
+        ]
+    L += [
+        "# the gate: one task per node, the per-node agent in the image; node 0 writes the report into ${OUT}",
+        'rm -f "${OUT}/logs/node-0.rc"',
+        "set +e",
+        " ".join(srun + [logs]) + " \\",
+        "  " + _task(plan, o, list(o.agent), per_node_out=True),
+        "rc=$?",
+        "set -e",
+        'if [ -f "${OUT}/logs/node-0.rc" ]; then rc=$(cat "${OUT}/logs/node-0.rc"); fi',
+        'echo "reprostack: gate ' + gate + " job ${SLURM_JOB_ID}: node 0 exit ${rc}; report in ${OUT}, "
+        'per-node logs in ${OUT}/logs"',
+        'exit "${rc}"',
+        "",
+    ]
     return "\n".join(L)
 
 
@@ -234,28 +270,36 @@ def _master_port(agent) -> str:
 
 def _runtime_setup(plan: lp.LaunchPlan, o: SlurmOptions) -> list[str]:
     if o.runtime == "host":
-        return ["# host mode: this checkout's reprostack on each node's own python (REPROSTACK_PYTHON, default python3)",
-                'if [ -d "${PROJECT}/src/reprostack" ]; then export PYTHONPATH="${PROJECT}/src${PYTHONPATH:+:${PYTHONPATH}}"; fi']
+        return [
+            "# host mode: this checkout's reprostack on each node's own python (REPROSTACK_PYTHON, default python3)",
+            'if [ -d "${PROJECT}/src/reprostack" ]; then export PYTHONPATH="${PROJECT}/src${PYTHONPATH:+:${PYTHONPATH}}"; fi',
+        ]
     ref, how = _image_word(plan, o)
     recipe = _check(plan.image.recipe, "image recipe")
     sqsh = o.sqsh or f"out/images/{recipe}.sqsh"
     out = [f"# image: {_check(plan.image.describe(), 'image')}"]
     if o.runtime == "docker":
         if not ref and not plan.image.tag:
-            raise SlurmRenderError(f"gate {plan.gate}: image {recipe} is not built here (no id or digest in "
-                                   f"out/build/images.json): `reprostack build {recipe}` first, or --image REF")
-        return out + [f"export IMAGE={word(ref or plan.image.tag, 'image')}   # {how or 'tag'}; every node must hold it "
-                      "(`reprostack build --load FILE`)"]
+            raise SlurmRenderError(
+                f"gate {plan.gate}: image {recipe} is not built here (no id or digest in "
+                f"out/build/images.json): `reprostack build {recipe}` first, or --image REF"
+            )
+        return out + [
+            f"export IMAGE={word(ref or plan.image.tag, 'image')}   # {how or 'tag'}; every node must hold it "
+            "(`reprostack build --load FILE`)"
+        ]
     if o.runtime == "pyxis" and ref:
         return out + [f"export IMAGE={word(ref, 'image')}   # {how}"]
-    made = (f"dockerd://{plan.image.image_id}" if plan.image.image_id else f"dockerd://<the id of {recipe}>")
-    out += ["# the image as an enroot squashfs, made once on a node with docker and enroot:",
-            f"#   reprostack build {recipe} --save out/images/{recipe}.tar   (then on that node: "
-            f"reprostack build --load out/images/{recipe}.tar)",
-            f"#   enroot import -o {_check(sqsh, '--sqsh')} {_check(made, 'image id')}",
-            f"export SQSH={word(sqsh, '--sqsh') if sqsh.startswith('/') else chr(34) + '${PROJECT}' + chr(34) + '/' + word(sqsh, '--sqsh')}",
-            'if [ ! -f "${SQSH}" ]; then echo "reprostack: ${SQSH}: no such squashfs (see the comment above)" >&2; '
-            "exit 2; fi"]
+    made = f"dockerd://{plan.image.image_id}" if plan.image.image_id else f"dockerd://<the id of {recipe}>"
+    out += [
+        "# the image as an enroot squashfs, made once on a node with docker and enroot:",
+        f"#   reprostack build {recipe} --save out/images/{recipe}.tar   (then on that node: "
+        f"reprostack build --load out/images/{recipe}.tar)",
+        f"#   enroot import -o {_check(sqsh, '--sqsh')} {_check(made, 'image id')}",
+        f"export SQSH={word(sqsh, '--sqsh') if sqsh.startswith('/') else chr(34) + '${PROJECT}' + chr(34) + '/' + word(sqsh, '--sqsh')}",
+        'if [ ! -f "${SQSH}" ]; then echo "reprostack: ${SQSH}: no such squashfs (see the comment above)" >&2; '
+        "exit 2; fi",
+    ]
     if o.runtime == "pyxis":
         out.append('export IMAGE="${SQSH}"')
     return out
@@ -270,9 +314,9 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
         pre.append('[ "${SLURM_NODEID}" = 0 ] || RS_OUT="${RS_OUT}/nodes/node-${SLURM_NODEID}"; mkdir -p "${RS_OUT}"')
     cmd = words(argv, "agent")
     if host:
-        cmd = '"${REPROSTACK_PYTHON:-python3}"' + cmd[len("python3"):] if cmd.startswith("python3 ") else cmd
+        cmd = '"${REPROSTACK_PYTHON:-python3}"' + cmd[len("python3") :] if cmd.startswith("python3 ") else cmd
     inner = "; ".join(pre) + "; " + cmd
-    if per_node_out:   # node 0's exit code is the job's (a worker's SKIP says the verdict is node 0's)
+    if per_node_out:  # node 0's exit code is the job's (a worker's SKIP says the verdict is node 0's)
         inner += '; rc=$?; [ "${SLURM_NODEID}" != 0 ] || echo "${rc}" > "${RS_OUT}/logs/node-0.rc"; exit "${rc}"'
     inner_q = shlex.quote(inner)
     mounts = _mounts(plan)
@@ -281,27 +325,34 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     env_names = ["SLURM_NODEID", "MASTER_ADDR", "MASTER_PORT", *(k for k, _ in plan.env)]
     if o.runtime == "pyxis":
         spec = ",".join(f"{s}:{t}{':ro' if ro else ''}" for s, t, ro in mounts)
-        return (f'--container-image="${{IMAGE}}" --container-mounts={spec} --container-workdir={word(plan.workdir)} '
-                f"--no-container-mount-home --export=ALL,PYTHONPATH={CODE},PYTHONUNBUFFERED=1 bash -c {inner_q}")
+        return (
+            f'--container-image="${{IMAGE}}" --container-mounts={spec} --container-workdir={word(plan.workdir)} '
+            f"--no-container-mount-home --export=ALL,PYTHONPATH={CODE},PYTHONUNBUFFERED=1 bash -c {inner_q}"
+        )
     if o.runtime == "enroot":
         ms = " ".join(f"--mount {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts)
         es = " ".join(f"--env {n}" for n in env_names)
-        run = (f'n=rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}}; enroot create --force --name "$n" "${{SQSH}}" && '
-               f'{{ PYTHONPATH={CODE} PYTHONUNBUFFERED=1 enroot start --rw {ms} {es} --env PYTHONPATH '
-               f'--env PYTHONUNBUFFERED "$n" bash -c {inner_q}; rc=$?; enroot remove --force "$n"; exit $rc; }}')
+        run = (
+            f'n=rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}}; enroot create --force --name "$n" "${{SQSH}}" && '
+            f"{{ PYTHONPATH={CODE} PYTHONUNBUFFERED=1 enroot start --rw {ms} {es} --env PYTHONPATH "
+            f'--env PYTHONUNBUFFERED "$n" bash -c {inner_q}; rc=$?; enroot remove --force "$n"; exit $rc; }}'
+        )
         return f"bash -c {shlex.quote(run)}"
     # docker run per node
     ms = " ".join(f"-v {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts)
     es = " ".join(f"-e {n}" for n in env_names)
     cpu_only = not (o.needs_gpu and plan.gpus_per_node) and not plan.efa_devices_per_node
-    uls = " ".join(f"--ulimit {word(n)}={s}:{h}" for n, s, h in plan.ulimits
-                   if not (cpu_only and n == "memlock"))   # as gates.container: a CPU profile pins no memory
+    uls = " ".join(
+        f"--ulimit {word(n)}={s}:{h}" for n, s, h in plan.ulimits if not (cpu_only and n == "memlock")
+    )  # as gates.container: a CPU profile pins no memory
     gpus = "--gpus all " if o.needs_gpu and plan.gpus_per_node else ""
-    run = ('efa=(); for d in /dev/infiniband/uverbs*; do [ -e "$d" ] && efa+=(--device="$d"); done; '
-           f'exec docker run --rm --name rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}} {gpus}"${{efa[@]}}" '
-           f"--network {'host' if plan.host_network else 'none'} {'--ipc host ' if plan.host_ipc else ''}"
-           f"--cap-add IPC_LOCK --shm-size {word(plan.shm_size)} {uls} {ms} -w {word(plan.workdir)} {es} "
-           f'-e PYTHONPATH={CODE} -e PYTHONUNBUFFERED=1 "${{IMAGE}}" bash -c {inner_q}')
+    run = (
+        'efa=(); for d in /dev/infiniband/uverbs*; do [ -e "$d" ] && efa+=(--device="$d"); done; '
+        f'exec docker run --rm --name rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}} {gpus}"${{efa[@]}}" '
+        f"--network {'host' if plan.host_network else 'none'} {'--ipc host ' if plan.host_ipc else ''}"
+        f"--cap-add IPC_LOCK --shm-size {word(plan.shm_size)} {uls} {ms} -w {word(plan.workdir)} {es} "
+        f'-e PYTHONPATH={CODE} -e PYTHONUNBUFFERED=1 "${{IMAGE}}" bash -c {inner_q}'
+    )
     return f"bash -c {shlex.quote(run)}"
 
 
@@ -311,20 +362,34 @@ def agent_argv(g, a, lock, *, host: bool, cache: str | None) -> tuple[str, ...]:
     as the runtime sees them (OUTV, WORKV); host mode keeps the operator's --cache (None: the runner's default)."""
     import dataclasses
     from ..gates.container import inner_argv
+
     argv = inner_argv(g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER), lock)
-    argv[4] = g.name   # the CLI's gate name (inner_argv writes the spec stem: nemo_rl for nemo-rl)
+    argv[4] = g.name  # the CLI's gate name (inner_argv writes the spec stem: nemo_rl for nemo-rl)
     lock_in = f"{IN_WORK}/{PurePosixPath(str(lock.path)).name}"
-    out = [OUTV if x == IN_OUT else WORKV + x[len(IN_WORK):] if x == lock_in else x for x in argv]
+    out = [OUTV if x == IN_OUT else WORKV + x[len(IN_WORK) :] if x == lock_in else x for x in argv]
     if host:
         i = out.index("--cache")
-        out[i:i + 2] = ["--cache", cache] if cache else []
+        out[i : i + 2] = ["--cache", cache] if cache else []
     return tuple(out)
 
 
-def script_for(g, root, lock, *, nodes: int, out: str, profile: str | None = None, runtime: str = "pyxis",
-               partition: str | None = None, preflight: bool = True, image: str | None = None,
-               sqsh: str | None = None, arms: list[str] | None = None, cache: str | None = None,
-               images_json=None) -> str:
+def script_for(
+    g,
+    root,
+    lock,
+    *,
+    nodes: int,
+    out: str,
+    profile: str | None = None,
+    runtime: str = "pyxis",
+    partition: str | None = None,
+    preflight: bool = True,
+    image: str | None = None,
+    sqsh: str | None = None,
+    arms: list[str] | None = None,
+    cache: str | None = None,
+    images_json=None,
+) -> str:
     """The sbatch script of gate `g` (a gates.registry.Gate) for `profile` (default: the published p5en one):
     its plan from gates.plan.gate_plan, the agent from gates.container.inner_argv, rendered. images_json: the
     build summary that names the image id (default: out/build/images.json of `root`; the committed examples are
@@ -333,27 +398,43 @@ def script_for(g, root, lock, *, nodes: int, out: str, profile: str | None = Non
 
     from ..gates.plan import MASTER_PORT, gate_plan
     from ..gates.runner import GateArgs
+
     root = Path(root)
     plan = gate_plan(g, root, lock, profile=profile, out_dir=root / out, images_json=images_json)
     spec = g.load(root)
     prof = spec.profile(plan.profile)
-    ga = GateArgs(out=Path(IN_OUT), profile=plan.profile, nodes=plan.nodes, master_port=MASTER_PORT,
-                  arms=list(arms or []))
+    ga = GateArgs(
+        out=Path(IN_OUT), profile=plan.profile, nodes=plan.nodes, master_port=MASTER_PORT, arms=list(arms or [])
+    )
     agent = agent_argv(g, ga, lock, host=runtime == "host", cache=cache if runtime == "host" else None)
     runs = len(arms or []) or max(1, len(getattr(spec, "arms", {}) or {}))
-    return render(plan, SlurmOptions(nodes=nodes, out=out, agent=agent, partition=partition, runtime=runtime,
-                                     preflight=preflight, image=image, sqsh=sqsh,
-                                     lock_name=Path(str(lock.path)).name, runs=runs,
-                                     needs_gpu=bool(getattr(prof, "needs_gpu", True))))
+    return render(
+        plan,
+        SlurmOptions(
+            nodes=nodes,
+            out=out,
+            agent=agent,
+            partition=partition,
+            runtime=runtime,
+            preflight=preflight,
+            image=image,
+            sqsh=sqsh,
+            lock_name=Path(str(lock.path)).name,
+            runs=runs,
+            needs_gpu=bool(getattr(prof, "needs_gpu", True)),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- submit
+
 
 def submit(script: str, *, cwd: str, poll_s: float = 2.0, echo=print) -> int:
     """`sbatch --parsable SCRIPT` from `cwd` (the project root), then follow the job: each state change printed
     (squeue while queued or running, then `scontrol show job`, else sacct), and return its exit code (the batch
     script's: node 0's agent's). sbatch missing or refusing the script: SlurmRenderError (one line)."""
     import shutil
+
     if shutil.which("sbatch") is None:
         raise SlurmRenderError("--submit: sbatch not found on PATH (run on a Slurm login node, or render only)")
     p = subprocess.run(["sbatch", "--parsable", script], cwd=cwd, capture_output=True, text=True)
@@ -368,8 +449,17 @@ def submit(script: str, *, cwd: str, poll_s: float = 2.0, echo=print) -> int:
         if state != last:
             echo(f"job {job}: {state or 'unknown'}")
             last = state
-        if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                                   "RESIZING", "STAGE_OUT", "SIGNALING"):
+        if state and state not in (
+            "PENDING",
+            "CONFIGURING",
+            "RUNNING",
+            "COMPLETING",
+            "SUSPENDED",
+            "REQUEUED",
+            "RESIZING",
+            "STAGE_OUT",
+            "SIGNALING",
+        ):
             return code if code is not None else (0 if state == "COMPLETED" else 1)
         time.sleep(poll_s)
 
@@ -386,4 +476,3 @@ def _state(job: str) -> tuple[str | None, int | None]:
         state, _, code = p.stdout.strip().splitlines()[0].partition("|")
         return state.split()[0], int(code.split(":")[0]) if code[:1].isdigit() else None
     return None, None
-

@@ -31,6 +31,11 @@ from .headers import PatchHeader, check_patch_headers
 from .precheck import check_series
 
 __all__ = [
-    "AppliedEntry", "PatchHeader", "SeriesError", "SeriesResult",
-    "apply_series", "check_patch_headers", "check_series",
+    "AppliedEntry",
+    "PatchHeader",
+    "SeriesError",
+    "SeriesResult",
+    "apply_series",
+    "check_patch_headers",
+    "check_series",
 ]

@@ -18,13 +18,27 @@ from .precheck import _label, check_series
 
 # Every setting that could change what a replay produces, pinned (global/system config is already off).
 _PINNED_CONFIG = (
-    "core.autocrlf=false", "core.safecrlf=false", "core.quotePath=false", "core.hooksPath=/dev/null",
-    "merge.renames=true", "merge.directoryRenames=conflict", "merge.conflictStyle=merge",
-    "merge.renormalize=false", "diff.renames=true",
-    "rerere.enabled=false", "rerere.autoUpdate=false",
-    "apply.whitespace=nowarn", "apply.ignoreWhitespace=no",
-    "am.threeWay=false", "am.keepcr=true", "am.messageId=false", "mailinfo.scissors=false",
-    "commit.gpgSign=false", "gc.auto=0", "maintenance.auto=false", "advice.detachedHead=false",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.quotePath=false",
+    "core.hooksPath=/dev/null",
+    "merge.renames=true",
+    "merge.directoryRenames=conflict",
+    "merge.conflictStyle=merge",
+    "merge.renormalize=false",
+    "diff.renames=true",
+    "rerere.enabled=false",
+    "rerere.autoUpdate=false",
+    "apply.whitespace=nowarn",
+    "apply.ignoreWhitespace=no",
+    "am.threeWay=false",
+    "am.keepcr=true",
+    "am.messageId=false",
+    "mailinfo.scissors=false",
+    "commit.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "advice.detachedHead=false",
     "init.defaultBranch=reprostack",
 )
 CONFIG_ARGS = tuple(a for kv in _PINNED_CONFIG for a in ("-c", kv))
@@ -88,7 +102,13 @@ class EntryFailed(Exception):
     """One entry did not apply: `reason`, the `files`/`hunks` at fault, git's `details`."""
 
     def __init__(self, reason: str, files=(), hunks=(), details=(), tree: str | None = None, changed=()):
-        self.reason, self.files, self.hunks, self.details, self.tree = reason, list(files), list(hunks), list(details), tree
+        self.reason, self.files, self.hunks, self.details, self.tree = (
+            reason,
+            list(files),
+            list(hunks),
+            list(details),
+            tree,
+        )
         self.changed = list(changed)
 
 
@@ -112,11 +132,17 @@ def pick(g: Scratch, e: PatchEntry) -> None:
                 m = re.search(r"Merge conflict in (.*)$", c)
                 if m and m.group(1) not in files:
                     files.append(m.group(1))
-            raise EntryFailed("3-way merge conflict (zero fuzz: a conflict is never resolved)", files,
-                               _conflict_hunks(g.path, unmerged), conflicts) from None
+            raise EntryFailed(
+                "3-way merge conflict (zero fuzz: a conflict is never resolved)",
+                files,
+                _conflict_hunks(g.path, unmerged),
+                conflicts,
+            ) from None
         if "now empty" in out or "nothing to commit" in out:
-            raise EntryFailed("the change is already in the base: the cherry-pick is empty (upstream may have "
-                               "merged it: drop the entry or re-pin the base)") from None
+            raise EntryFailed(
+                "the change is already in the base: the cherry-pick is empty (upstream may have "
+                "merged it: drop the entry or re-pin the base)"
+            ) from None
         raise EntryFailed("git cherry-pick failed", details=[_git_msg(err)]) from None
 
 
@@ -142,15 +168,20 @@ def apply_diff(g: Scratch, path: Path, header: PatchHeader) -> None:
         g("apply", "--index", "--whitespace=nowarn", "--", str(path))
     except GitFailed as err:
         files, hunks, errors = _apply_failure(f"{err.stdout}\n{err.stderr}", text)
-        raise EntryFailed("does not apply with zero fuzz (git apply --index)", files, hunks,
-                           errors or [_git_msg(err)]) from None
+        raise EntryFailed(
+            "does not apply with zero fuzz (git apply --index)", files, hunks, errors or [_git_msg(err)]
+        ) from None
     comment, _ = _split_plain(text)
     block = "\n".join(_comment_block(comment)).strip()
     message = block if block else f"{header.description}\n\nUpstream-Status: {header.upstream_status}"
     try:
         g("commit", "-q", "--no-verify", "--cleanup=strip", "-F", "-", input_bytes=(message + "\n").encode())
     except GitFailed as err:
-        reason = "changes nothing on this base (already applied?)" if "nothing" in err.stdout + err.stderr else "commit failed"
+        reason = (
+            "changes nothing on this base (already applied?)"
+            if "nothing" in err.stdout + err.stderr
+            else "commit failed"
+        )
         raise EntryFailed(reason, details=[_git_msg(err)]) from None
 
 
@@ -191,8 +222,9 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
     """
     src, dest, project_root = Path(src), Path(dest), Path(project_root)
     if dest.exists() or dest.is_symlink():
-        raise SeriesError(f"{pin.name}: destination {dest} already exists; the patch stage never overwrites",
-                          upstream=pin.name)
+        raise SeriesError(
+            f"{pin.name}: destination {dest} already exists; the patch stage never overwrites", upstream=pin.name
+        )
     headers = check_series(pin, src, project_root)
     objects = objects_dir(src)
     total = len(pin.patches)
@@ -205,8 +237,12 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
         g = Scratch.at(scratch, objects, pin.rev)
         base_rev, base_tree = g.head()
         if base_tree != pin.tree:  # check_series saw it already; this guards the checkout itself
-            raise SeriesError(f"{pin.name}: base {base_rev} checked out with tree {base_tree}, pinned {pin.tree}",
-                              upstream=pin.name, expected_tree=pin.tree, actual_tree=base_tree)
+            raise SeriesError(
+                f"{pin.name}: base {base_rev} checked out with tree {base_tree}, pinned {pin.tree}",
+                upstream=pin.name,
+                expected_tree=pin.tree,
+                actual_tree=base_tree,
+            )
         g("update-ref", "refs/reprostack/base", base_rev)
 
         entries: list[AppliedEntry] = []
@@ -224,44 +260,60 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
                 if head == before:
                     raise EntryFailed("produced no commit")
                 if e.tree and tree != e.tree:
-                    raise EntryFailed(f"tree checkpoint mismatch: expected tree {e.tree}, actual tree {tree}",
-                                       changed=_changed(g, e.tree, tree) or
-                                       [f"(expected tree {e.tree[:12]} is not in the object db; this entry changed:)"]
-                                       + _changed(g, before_tree, tree), tree=tree)
+                    raise EntryFailed(
+                        f"tree checkpoint mismatch: expected tree {e.tree}, actual tree {tree}",
+                        changed=_changed(g, e.tree, tree)
+                        or [f"(expected tree {e.tree[:12]} is not in the object db; this entry changed:)"]
+                        + _changed(g, before_tree, tree),
+                        tree=tree,
+                    )
             except EntryFailed as f:
                 raise _entry_error(pin, g, dest, pos, e, label, before, before_tree, f) from None
-            entries.append(AppliedEntry(label=label, kind=e.kind, value=e.value, upstream_status=e.upstream_status,
-                                        commit=head, tree=tree))
+            entries.append(
+                AppliedEntry(
+                    label=label, kind=e.kind, value=e.value, upstream_status=e.upstream_status, commit=head, tree=tree
+                )
+            )
 
         head, tree = g.head()
         if tree != expected:
-            changed = _changed(g, expected, tree) or [f"(expected tree {expected} is not in the object db; "
-                                                      f"the series changed:)"] + _changed(g, base_tree, tree)
-            msg = (f"{pin.name}: the series applied but produced the wrong tree: expected tree {expected} "
-                   f"(patched-tree), actual tree {tree} (HEAD {head})\n"
-                   f"  pinned base {pin.rev}, actual base {base_rev}; {total} entries applied\n"
-                   + "".join(f"  {l}\n" for l in changed)
-                   + f"  nothing was written: {dest} was not created")
+            changed = _changed(g, expected, tree) or [
+                f"(expected tree {expected} is not in the object db; the series changed:)"
+            ] + _changed(g, base_tree, tree)
+            msg = (
+                f"{pin.name}: the series applied but produced the wrong tree: expected tree {expected} "
+                f"(patched-tree), actual tree {tree} (HEAD {head})\n"
+                f"  pinned base {pin.rev}, actual base {base_rev}; {total} entries applied\n"
+                + "".join(f"  {l}\n" for l in changed)
+                + f"  nothing was written: {dest} was not created"
+            )
             raise SeriesError(msg, upstream=pin.name, expected_tree=expected, actual_tree=tree)
         dirty = g("status", "--porcelain", "--untracked-files=all").splitlines()
         if dirty:
-            raise SeriesError(f"{pin.name}: the work tree differs from the verified tree after the series:\n"
-                              + "".join(f"  {l}\n" for l in dirty[:20])
-                              + f"  nothing was written: {dest} was not created", upstream=pin.name)
+            raise SeriesError(
+                f"{pin.name}: the work tree differs from the verified tree after the series:\n"
+                + "".join(f"  {l}\n" for l in dirty[:20])
+                + f"  nothing was written: {dest} was not created",
+                upstream=pin.name,
+            )
         if dest.exists() or dest.is_symlink():
-            raise SeriesError(f"{pin.name}: {dest} appeared while the series was applied; not overwritten",
-                              upstream=pin.name)
+            raise SeriesError(
+                f"{pin.name}: {dest} appeared while the series was applied; not overwritten", upstream=pin.name
+            )
         os.chmod(scratch, 0o755)
         try:
             os.replace(scratch, dest)
         except OSError as err:
-            raise SeriesError(f"{pin.name}: cannot move the verified tree to {dest}: {err}", upstream=pin.name) from None
+            raise SeriesError(
+                f"{pin.name}: cannot move the verified tree to {dest}: {err}", upstream=pin.name
+            ) from None
         done = True
     finally:
         if not done:
             shutil.rmtree(scratch, ignore_errors=True)
-    return SeriesResult(upstream=pin.name, base_rev=base_rev, base_tree=base_tree, entries=entries,
-                        head=head, tree=tree, path=dest)
+    return SeriesResult(
+        upstream=pin.name, base_rev=base_rev, base_tree=base_tree, entries=entries, head=head, tree=tree, path=dest
+    )
 
 
 def _private_copy(g: Scratch, pos: int, project_root: Path, e: PatchEntry) -> Path:
@@ -278,8 +330,17 @@ def _private_copy(g: Scratch, pos: int, project_root: Path, e: PatchEntry) -> Pa
     return p
 
 
-def _entry_error(pin: GitPin, g: Scratch, dest: Path, pos: int, e: PatchEntry, label: str, before: str,
-                 before_tree: str, f: EntryFailed) -> SeriesError:
+def _entry_error(
+    pin: GitPin,
+    g: Scratch,
+    dest: Path,
+    pos: int,
+    e: PatchEntry,
+    label: str,
+    before: str,
+    before_tree: str,
+    f: EntryFailed,
+) -> SeriesError:
     lines = [f"{pin.name}: {label} (Upstream-Status: {e.upstream_status}): {f.reason}"]
     if e.description:
         lines.append(f"description: {e.description}")
@@ -299,6 +360,14 @@ def _entry_error(pin: GitPin, g: Scratch, dest: Path, pos: int, e: PatchEntry, l
     lines.extend(f"git: {d}" for d in f.details[:12])
     lines.extend(f.changed)
     lines.append(f"nothing was written: the scratch tree was removed and {dest} was not created")
-    return SeriesError("\n  ".join(lines), upstream=pin.name, label=label, position=pos,
-                       upstream_status=e.upstream_status, files=tuple(f.files), hunks=tuple(f.hunks),
-                       expected_tree=e.tree if f.tree else None, actual_tree=f.tree)
+    return SeriesError(
+        "\n  ".join(lines),
+        upstream=pin.name,
+        label=label,
+        position=pos,
+        upstream_status=e.upstream_status,
+        files=tuple(f.files),
+        hunks=tuple(f.hunks),
+        expected_tree=e.tree if f.tree else None,
+        actual_tree=f.tree,
+    )

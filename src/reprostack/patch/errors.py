@@ -14,10 +14,20 @@ class SeriesError(PatchError):
     problems: every problem found by the pre-check.
     """
 
-    def __init__(self, message: str, *, upstream: str, label: str | None = None, position: int | None = None,
-                 upstream_status: str | None = None, files: tuple[str, ...] = (), hunks: tuple[str, ...] = (),
-                 expected_tree: str | None = None, actual_tree: str | None = None,
-                 problems: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream: str,
+        label: str | None = None,
+        position: int | None = None,
+        upstream_status: str | None = None,
+        files: tuple[str, ...] = (),
+        hunks: tuple[str, ...] = (),
+        expected_tree: str | None = None,
+        actual_tree: str | None = None,
+        problems: tuple[str, ...] = (),
+    ):
         super().__init__(message)
         self.upstream, self.label, self.position, self.upstream_status = upstream, label, position, upstream_status
         self.files, self.hunks = tuple(files), tuple(hunks)

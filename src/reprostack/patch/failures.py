@@ -52,10 +52,14 @@ def _apply_failure(out: str, patch_text: str) -> tuple[list[str], list[str], lis
             header = next((h for start, h in index.get(f, []) if start == n), None)
             hunks.append(f"{f}:{n}" + (f" (hunk {header})" if header else ""))
             continue
-        for pat in (r"^error: (.*): patch does not apply$", r"^error: (.*): does not exist in index$",
-                    r"^error: (.*): already exists in (?:index|working directory)$",
-                    r"^error: cannot apply binary patch to '(.*)' without full index line$",
-                    r"^error: (.*): does not match index$", r"^error: (.*): No such file or directory$"):
+        for pat in (
+            r"^error: (.*): patch does not apply$",
+            r"^error: (.*): does not exist in index$",
+            r"^error: (.*): already exists in (?:index|working directory)$",
+            r"^error: cannot apply binary patch to '(.*)' without full index line$",
+            r"^error: (.*): does not match index$",
+            r"^error: (.*): No such file or directory$",
+        ):
             m = re.match(pat, line)
             if m:
                 add(m.group(1))

@@ -72,14 +72,18 @@ def _comment_block(comment: list[str]) -> list[str]:
 def _status_from(text: str, where: str, file: str) -> str:
     found = [m.group(1) for m in _STATUS_LINE.finditer(text)]
     if not found:
-        raise PatchError(f"{file}: no `Upstream-Status:` header {where} (one of Pending, Submitted [where], "
-                         f"Backport [from], Inappropriate [why], Denied, Accepted)")
+        raise PatchError(
+            f"{file}: no `Upstream-Status:` header {where} (one of Pending, Submitted [where], "
+            f"Backport [from], Inappropriate [why], Denied, Accepted)"
+        )
     if len(set(found)) > 1:
         raise PatchError(f"{file}: conflicting Upstream-Status headers {where}: {', '.join(map(repr, found))}")
     status = found[0]
     if not STATUS_RE.match(status):
-        raise PatchError(f"{file}: Upstream-Status {status!r} is not valid (expected one of Pending, "
-                         f"Submitted [where], Backport [from], Inappropriate [why], Denied, Accepted)")
+        raise PatchError(
+            f"{file}: Upstream-Status {status!r} is not valid (expected one of Pending, "
+            f"Submitted [where], Backport [from], Inappropriate [why], Denied, Accepted)"
+        )
     return status
 
 
@@ -101,8 +105,10 @@ def _plain_header(text: str, file: str) -> PatchHeader:
             description = " ".join(words)
             break
     if not description:
-        raise PatchError(f"{file}: no description: the comment block before the diff needs a first paragraph "
-                         f"saying what the patch does (besides `Upstream-Status: {status}`)")
+        raise PatchError(
+            f"{file}: no description: the comment block before the diff needs a first paragraph "
+            f"saying what the patch does (besides `Upstream-Status: {status}`)"
+        )
     return PatchHeader(upstream_status=status, description=description, kind="diff")
 
 
@@ -118,8 +124,9 @@ def _mails(path: Path) -> list[tuple[dict[str, str], str, str]]:
         for n in range(1, count + 1):
             mail = t / f"{n:04d}"
             try:
-                info_text = git("mailinfo", "-u", str(t / "msg"), str(t / "patch"), cwd=t,
-                                input_bytes=mail.read_bytes())
+                info_text = git(
+                    "mailinfo", "-u", str(t / "msg"), str(t / "patch"), cwd=t, input_bytes=mail.read_bytes()
+                )
             except GitFailed as e:
                 raise PatchError(f"{path}: mail {n} of {count} cannot be read by git mailinfo: {_git_msg(e)}") from None
             info = {}
@@ -127,8 +134,13 @@ def _mails(path: Path) -> list[tuple[dict[str, str], str, str]]:
                 k, _, v = line.partition(": ")
                 if k and v:
                     info[k] = v.strip()
-            out.append((info, (t / "msg").read_bytes().decode("utf-8", "replace"),
-                        (t / "patch").read_bytes().decode("utf-8", "replace")))
+            out.append(
+                (
+                    info,
+                    (t / "msg").read_bytes().decode("utf-8", "replace"),
+                    (t / "patch").read_bytes().decode("utf-8", "replace"),
+                )
+            )
         return out
 
 
@@ -139,11 +151,16 @@ def _mbox_header(path: Path, file: str) -> PatchHeader:
     statuses, subjects = [], []
     for n, (info, msg, patch) in enumerate(mails, 1):
         which = f"mail {n} of {len(mails)}" if len(mails) > 1 else "the mail"
-        missing = [h for h, ok in (("From:", info.get("Author") or info.get("Email")), ("Subject:", info.get("Subject")))
-                   if not ok]
+        missing = [
+            h
+            for h, ok in (("From:", info.get("Author") or info.get("Email")), ("Subject:", info.get("Subject")))
+            if not ok
+        ]
         if missing:
-            raise PatchError(f"{file}: {which} has no {' / '.join(missing)} header: a committed mbox is a "
-                             f"`git format-patch` file (a plain diff belongs under `diff:`)")
+            raise PatchError(
+                f"{file}: {which} has no {' / '.join(missing)} header: a committed mbox is a "
+                f"`git format-patch` file (a plain diff belongs under `diff:`)"
+            )
         if not _split_plain(patch)[1]:
             raise PatchError(f"{file}: {which} ({info['Subject']!r}) carries no diff")
         statuses.append(_status_from(msg, f"in the commit message body of {which}", file))

@@ -78,9 +78,11 @@ def _parse_problems(path: Path, kind: str, cwd: Path) -> list[str]:
         problems.append(f"does not parse as a patch: {_git_msg(e)}")
     text = path.read_bytes().decode("utf-8", "replace")
     for b in _abbreviated_binary(text):
-        problems.append(f"binary hunk for {b} has no full index line, git cannot apply binary patch without "
-                        f"full index line: regenerate it with `git {'format-patch' if kind == 'mbox' else 'diff'} "
-                        f"--binary --full-index`")
+        problems.append(
+            f"binary hunk for {b} has no full index line, git cannot apply binary patch without "
+            f"full index line: regenerate it with `git {'format-patch' if kind == 'mbox' else 'diff'} "
+            f"--binary --full-index`"
+        )
     return problems
 
 
@@ -109,8 +111,12 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
     picks = [(pos, e) for pos, e in enumerate(pin.patches, 1) if e.kind == "cherry-pick"]
     names = [f"{pin.rev}^{{commit}}", f"{pin.rev}^{{tree}}"] + [f"{e.value}^{{commit}}" for _, e in picks]
     try:
-        out = git("cat-file", "--batch-check=%(objectname) %(objecttype)", cwd=src,
-                  input_bytes=("\n".join(names) + "\n").encode()).splitlines()
+        out = git(
+            "cat-file",
+            "--batch-check=%(objectname) %(objecttype)",
+            cwd=src,
+            input_bytes=("\n".join(names) + "\n").encode(),
+        ).splitlines()
     except GitFailed as e:
         raise SeriesError(f"{pin.name}: cannot read the object db of {src}: {_git_msg(e)}", upstream=pin.name) from None
     found = dict(zip(names, out))
@@ -133,14 +139,18 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             present.append((pos, e))
     if present:
         try:
-            lines = git("rev-list", "--no-walk=unsorted", "--parents", *[e.value for _, e in present], cwd=src).splitlines()
+            lines = git(
+                "rev-list", "--no-walk=unsorted", "--parents", *[e.value for _, e in present], cwd=src
+            ).splitlines()
         except GitFailed as e:
             raise SeriesError(f"{pin.name}: cannot read commits: {_git_msg(e)}", upstream=pin.name) from None
         parents = {l.split()[0]: l.split()[1:] for l in lines if l.strip()}
         for pos, e in present:
             if len(parents.get(e.value, [])) > 1:
-                problems.append(f"{_label(pos, total, e)}: {e.value} is a merge commit; cherry-picking a merge "
-                                f"needs a mainline the lock cannot express: pin its non-merge commits instead")
+                problems.append(
+                    f"{_label(pos, total, e)}: {e.value} is a merge commit; cherry-picking a merge "
+                    f"needs a mainline the lock cannot express: pin its non-merge commits instead"
+                )
 
     links: set[str] | None = None
     for pos, e in enumerate(pin.patches, 1):
@@ -182,12 +192,16 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             continue
         headers[pos] = header
         if header.upstream_status != e.upstream_status:
-            problems.append(f"{label}: {path} says `Upstream-Status: {header.upstream_status}` but the lock says "
-                            f"{e.upstream_status!r}: make them agree")
+            problems.append(
+                f"{label}: {path} says `Upstream-Status: {header.upstream_status}` but the lock says "
+                f"{e.upstream_status!r}: make them agree"
+            )
         problems.extend(f"{label}: {path}: {p}" for p in _parse_problems(path, e.kind, src))
 
     if problems:
-        msg = (f"{pin.name}: patch series ({total} entries on {pin.rev}) fails its pre-check, nothing was applied:\n"
-               + "\n".join(f"  - {p}" for p in problems))
+        msg = (
+            f"{pin.name}: patch series ({total} entries on {pin.rev}) fails its pre-check, nothing was applied:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
         raise SeriesError(msg, upstream=pin.name, problems=tuple(problems))
     return headers

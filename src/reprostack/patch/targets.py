@@ -30,8 +30,8 @@ def _unquote(s: str) -> str:
         c = body[i]
         if c == "\\" and i + 1 < len(body):
             n = body[i + 1]
-            if n in "01234567" and re.match(r"[0-7]{3}", body[i + 1:i + 4]):
-                out.append(int(body[i + 1:i + 4], 8))
+            if n in "01234567" and re.match(r"[0-7]{3}", body[i + 1 : i + 4]):
+                out.append(int(body[i + 1 : i + 4], 8))
                 i += 4
                 continue
             out += _ESC.get(n, n).encode()
@@ -112,7 +112,7 @@ def target_problems(text: str, symlinks: set[str]) -> tuple[list[str], set[str]]
         if line.startswith("diff --git "):
             cur = {"paths": [], "mode": None, "added": []}
             sections.append(cur)
-            cur["paths"] += [p for p in map(_strip_ab, _git_line_paths(line[len("diff --git "):])) if p is not None]
+            cur["paths"] += [p for p in map(_strip_ab, _git_line_paths(line[len("diff --git ") :])) if p is not None]
             continue
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
             if cur is None or cur.get("hunks"):

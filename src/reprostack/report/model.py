@@ -68,8 +68,15 @@ class Check:
 
     def to_dict(self) -> dict:
         """Schema form: the `passed` field is written as `pass`; non-finite floats as strings."""
-        d = {"metric": self.metric, "unit": self.unit, "value": _json_value(self.value), "op": self.op,
-             "threshold": _json_value(self.threshold), "pass": self.passed, "note": self.note}
+        d = {
+            "metric": self.metric,
+            "unit": self.unit,
+            "value": _json_value(self.value),
+            "op": self.op,
+            "threshold": _json_value(self.threshold),
+            "pass": self.passed,
+            "note": self.note,
+        }
         if self.inconclusive:
             d["inconclusive"] = True
         return d
@@ -77,8 +84,16 @@ class Check:
     @classmethod
     def from_dict(cls, d: dict) -> Check:
         """Inverse of to_dict."""
-        return cls(d["metric"], d["unit"], d["value"], d["op"], d["threshold"], d["pass"], d.get("note"),
-                   bool(d.get("inconclusive", False)))
+        return cls(
+            d["metric"],
+            d["unit"],
+            d["value"],
+            d["op"],
+            d["threshold"],
+            d["pass"],
+            d.get("note"),
+            bool(d.get("inconclusive", False)),
+        )
 
 
 def evaluate(metric: str, unit: str, value, op: str, threshold, note: str | None = None) -> Check:
@@ -103,13 +118,30 @@ def evaluate_interval(metric: str, summary, op: str, threshold, note: str | None
     when the whole interval is past it. The note gives the interval (and `note`, e.g. the bar's source).
     Raises ValueError for an op that is not an inequality."""
     from .stats import FAIL, PASS, interval_verdict
+
     v = interval_verdict(summary, op, threshold)
-    why = summary.describe() + {PASS: ": the whole interval clears the bar",
-                                FAIL: ": the whole interval is past the bar",
-                                "inconclusive": (": the interval straddles the bar" if summary.ci95 else
-                                                 ": one trial gives no interval (run --trials >= 2)")}[v]
-    return Check(metric, summary.unit, round(summary.mean, 6), op, threshold, v == PASS,
-                 why + (f"; {note}" if note else ""), inconclusive=v not in (PASS, FAIL))
+    why = (
+        summary.describe()
+        + {
+            PASS: ": the whole interval clears the bar",
+            FAIL: ": the whole interval is past the bar",
+            "inconclusive": (
+                ": the interval straddles the bar"
+                if summary.ci95
+                else ": one trial gives no interval (run --trials >= 2)"
+            ),
+        }[v]
+    )
+    return Check(
+        metric,
+        summary.unit,
+        round(summary.mean, 6),
+        op,
+        threshold,
+        v == PASS,
+        why + (f"; {note}" if note else ""),
+        inconclusive=v not in (PASS, FAIL),
+    )
 
 
 @dataclass(frozen=True)
@@ -167,8 +199,11 @@ def require_deepep_arm(result: str, reason: str, deepep_arm: str | None, ran: li
     if result != Result.PASS or (deepep_arm is not None and deepep_arm in ran):
         return result, reason
     what = f"arm {deepep_arm}" if deepep_arm else "a DeepEP arm"
-    return (Result.SKIP.value, f"{what} (the gate's evidence) did not run: only {', '.join(ran) or 'no arm'} ran, "
-            f"comparison evidence only ({reason}); run it with --arm {deepep_arm or 'deepep'}")
+    return (
+        Result.SKIP.value,
+        f"{what} (the gate's evidence) did not run: only {', '.join(ran) or 'no arm'} ran, "
+        f"comparison evidence only ({reason}); run it with --arm {deepep_arm or 'deepep'}",
+    )
 
 
 @dataclass
@@ -205,20 +240,42 @@ class GateReport:
 
     def to_dict(self) -> dict:
         """The `<gate>.json` document (validated by the writers against report.schema.json)."""
-        return {"schema_version": self.schema_version, "gate": self.gate, "profile": self.profile,
-                "result": self.result, "reason": self.reason, "required": self.required,
-                "checks": [c.to_dict() for c in self.checks], "provenance": self.provenance,
-                "artifacts": [a.to_dict() for a in self.artifacts], "started": self.started, "ended": self.ended,
-                "duration_s": self.duration_s, "data": self.data, "evidence": self.evidence}
+        return {
+            "schema_version": self.schema_version,
+            "gate": self.gate,
+            "profile": self.profile,
+            "result": self.result,
+            "reason": self.reason,
+            "required": self.required,
+            "checks": [c.to_dict() for c in self.checks],
+            "provenance": self.provenance,
+            "artifacts": [a.to_dict() for a in self.artifacts],
+            "started": self.started,
+            "ended": self.ended,
+            "duration_s": self.duration_s,
+            "data": self.data,
+            "evidence": self.evidence,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> GateReport:
         """Read a `<gate>.json` document back (no validation; see writers.validate_report)."""
-        return cls(d["gate"], d["profile"], d["result"], d.get("reason", ""),
-                   [Check.from_dict(c) for c in d.get("checks", [])], d.get("provenance", {}),
-                   [Artifact(**a) for a in d.get("artifacts", [])], d.get("started"), d.get("ended"),
-                   d.get("duration_s"), d.get("data", {}), d.get("required", True),
-                   d.get("schema_version", SCHEMA_VERSION), d.get("evidence", True))
+        return cls(
+            d["gate"],
+            d["profile"],
+            d["result"],
+            d.get("reason", ""),
+            [Check.from_dict(c) for c in d.get("checks", [])],
+            d.get("provenance", {}),
+            [Artifact(**a) for a in d.get("artifacts", [])],
+            d.get("started"),
+            d.get("ended"),
+            d.get("duration_s"),
+            d.get("data", {}),
+            d.get("required", True),
+            d.get("schema_version", SCHEMA_VERSION),
+            d.get("evidence", True),
+        )
 
     @property
     def proven(self) -> bool:
@@ -231,13 +288,24 @@ class GateReport:
         return f"{word} ({self.profile}, not evidence)" if self.result == "pass" and not self.evidence else word
 
 
-def skipped(gate: str, profile: str, reason: str, *, required: bool = True, provenance: dict | None = None) -> GateReport:
+def skipped(
+    gate: str, profile: str, reason: str, *, required: bool = True, provenance: dict | None = None
+) -> GateReport:
     """A skip report; `reason` is mandatory (a skipped required gate never lets the run pass)."""
     if not reason:
         raise ValueError(f"gate {gate!r}: a skip needs a reason")
     now = utc_now()
-    return GateReport(gate, profile, "skip", reason, provenance=provenance or {}, started=now, ended=now,
-                      duration_s=0.0, required=required)
+    return GateReport(
+        gate,
+        profile,
+        "skip",
+        reason,
+        provenance=provenance or {},
+        started=now,
+        ended=now,
+        duration_s=0.0,
+        required=required,
+    )
 
 
 def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateReport:
@@ -250,5 +318,14 @@ def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateRep
     else:
         root = blocker.gate
         why = f"not run: required gate {blocker.gate} did not pass ({blocker.label()}: {blocker.reason})"
-    return GateReport(gate, blocker.profile, "not-run", why, started=now, ended=now, duration_s=0.0,
-                      required=required, data={"blocked_by": blocker.gate, "root_cause": root})
+    return GateReport(
+        gate,
+        blocker.profile,
+        "not-run",
+        why,
+        started=now,
+        ended=now,
+        duration_s=0.0,
+        required=required,
+        data={"blocked_by": blocker.gate, "root_cause": root},
+    )

@@ -28,10 +28,41 @@ import statistics
 from dataclasses import dataclass
 
 # two-sided 95% Student t quantiles t(0.975, df)
-T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 6: 2.4469, 7: 2.3646, 8: 2.3060, 9: 2.2622,
-        10: 2.2281, 11: 2.2010, 12: 2.1788, 13: 2.1604, 14: 2.1448, 15: 2.1314, 16: 2.1199, 17: 2.1098,
-        18: 2.1009, 19: 2.0930, 20: 2.0860, 21: 2.0796, 22: 2.0739, 23: 2.0687, 24: 2.0639, 25: 2.0595,
-        26: 2.0555, 27: 2.0518, 28: 2.0484, 29: 2.0452, 30: 2.0423, 40: 2.0211, 60: 2.0003, 120: 1.9799}
+T975 = {
+    1: 12.7062,
+    2: 4.3027,
+    3: 3.1824,
+    4: 2.7764,
+    5: 2.5706,
+    6: 2.4469,
+    7: 2.3646,
+    8: 2.3060,
+    9: 2.2622,
+    10: 2.2281,
+    11: 2.2010,
+    12: 2.1788,
+    13: 2.1604,
+    14: 2.1448,
+    15: 2.1314,
+    16: 2.1199,
+    17: 2.1098,
+    18: 2.1009,
+    19: 2.0930,
+    20: 2.0860,
+    21: 2.0796,
+    22: 2.0739,
+    23: 2.0687,
+    24: 2.0639,
+    25: 2.0595,
+    26: 2.0555,
+    27: 2.0518,
+    28: 2.0484,
+    29: 2.0452,
+    30: 2.0423,
+    40: 2.0211,
+    60: 2.0003,
+    120: 1.9799,
+}
 Z975 = 1.9600
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -64,9 +95,16 @@ class Summary:
 
     def to_dict(self) -> dict:
         """The contract's `data.statistics` entry (n >= 2 only; see `statistics_block`)."""
-        return {"n": self.n, "mean": self.mean, "p50": self.p50, "stdev": self.stdev,
-                "ci95": list(self.ci95) if self.ci95 else None, "samples": list(self.samples), "unit": self.unit,
-                "method": self.method}
+        return {
+            "n": self.n,
+            "mean": self.mean,
+            "p50": self.p50,
+            "stdev": self.stdev,
+            "ci95": list(self.ci95) if self.ci95 else None,
+            "samples": list(self.samples),
+            "unit": self.unit,
+            "method": self.method,
+        }
 
     def describe(self) -> str:
         """`mean 14.5 us, 95% CI [14.2, 14.8] (t, n=5)` or `one trial: 14.5 us (no interval)`."""
@@ -94,8 +132,9 @@ def summarize(samples, unit: str = "") -> Summary:
         return Summary(1, mean, p50, 0.0, None, tuple(xs), unit)
     sd = statistics.stdev(xs)
     half = t975(n - 1) * sd / math.sqrt(n)
-    return Summary(n, round(mean, 9), round(p50, 9), round(sd, 9), (round(mean - half, 9), round(mean + half, 9)),
-                   tuple(xs), unit)
+    return Summary(
+        n, round(mean, 9), round(p50, 9), round(sd, 9), (round(mean - half, 9), round(mean + half, 9)), tuple(xs), unit
+    )
 
 
 def ratios(num, den) -> list[float]:
@@ -119,8 +158,12 @@ def interval_verdict(s: Summary, op: str, threshold: float) -> str:
     if s.ci95 is None:
         return INCONCLUSIVE
     lo, hi = s.ci95
-    good = {"<=": lambda x: x <= threshold, "<": lambda x: x < threshold,
-            ">=": lambda x: x >= threshold, ">": lambda x: x > threshold}[op]
+    good = {
+        "<=": lambda x: x <= threshold,
+        "<": lambda x: x < threshold,
+        ">=": lambda x: x >= threshold,
+        ">": lambda x: x > threshold,
+    }[op]
     low_side = op in ("<=", "<")
     best, worst = (lo, hi) if low_side else (hi, lo)
     if good(worst):

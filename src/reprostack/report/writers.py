@@ -81,18 +81,32 @@ def _cell(v) -> str:
 
 
 def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
-    out = ["# reprostack gate summary", "", f"Exit code {code} (0 pass, 1 a required gate failed, errored or is inconclusive, "
-           "3 a required gate skipped, not run or missing).", "", "| gate | profile | result | reason |", "|---|---|---|---|"]
-    out += [f"| {_cell(r.gate)}{'' if r.gate in need else ' (optional)'} | {_cell(r.profile)} | "
-            f"{r.label()} | {_cell(r.reason)} |" for r in reports]
-    out += [f"| {_cell(g)} | | MISSING | required gate has no report |"
-            for g in sorted(need - {r.gate for r in reports})]
+    out = [
+        "# reprostack gate summary",
+        "",
+        f"Exit code {code} (0 pass, 1 a required gate failed, errored or is inconclusive, "
+        "3 a required gate skipped, not run or missing).",
+        "",
+        "| gate | profile | result | reason |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| {_cell(r.gate)}{'' if r.gate in need else ' (optional)'} | {_cell(r.profile)} | "
+        f"{r.label()} | {_cell(r.reason)} |"
+        for r in reports
+    ]
+    out += [
+        f"| {_cell(g)} | | MISSING | required gate has no report |" for g in sorted(need - {r.gate for r in reports})
+    ]
     for r in reports:
         out += ["", f"## {r.gate}", ""]
         if r.checks:
             out += ["| metric | value | op | threshold | unit | pass |", "|---|---|---|---|---|---|"]
-            out += [f"| {_cell(c.metric)} | {_cell(c.value)} | {_cell(c.op)} | {_cell(c.threshold)} | "
-                    f"{_cell(c.unit)} | {'yes' if c.passed else 'NO'} |" for c in r.checks]
+            out += [
+                f"| {_cell(c.metric)} | {_cell(c.value)} | {_cell(c.op)} | {_cell(c.threshold)} | "
+                f"{_cell(c.unit)} | {'yes' if c.passed else 'NO'} |"
+                for c in r.checks
+            ]
         else:
             out.append("No checks.")
         out += _statistics(r.data.get("statistics"))
@@ -100,11 +114,16 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
         out += ["", f"Started {r.started}, ended {r.ended}, {r.duration_s} s."]
         if "execution" in r.provenance:
             from ..hostenv import describe
+
             out += ["", f"Ran in **{describe(r.provenance['execution'])}**."]
         out += ["", "### provenance", ""]
-        out += [f"- {_cell(k)}: `{json.dumps(v, sort_keys=True)}`" for k, v in sorted(r.provenance.items())] or ["(none)"]
+        out += [f"- {_cell(k)}: `{json.dumps(v, sort_keys=True)}`" for k, v in sorted(r.provenance.items())] or [
+            "(none)"
+        ]
         if r.artifacts:
-            out += ["", "### artifacts", ""] + [f"- `{a.path}` sha256 {a.sha256} ({a.bytes} bytes)" for a in r.artifacts]
+            out += ["", "### artifacts", ""] + [
+                f"- `{a.path}` sha256 {a.sha256} ({a.bytes} bytes)" for a in r.artifacts
+            ]
     return "\n".join(out) + "\n"
 
 
@@ -112,15 +131,22 @@ def _statistics(stats) -> list[str]:
     """Markdown table of a report's `data.statistics` (report.stats: n, mean, p50, stdev, 95% CI per metric)."""
     if not stats or not isinstance(stats, dict):
         return []
-    out = ["", "### trials (one figure per trial; 95% CI of the mean)", "",
-           "| metric | n | mean | p50 | stdev | 95% CI | unit | method |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "",
+        "### trials (one figure per trial; 95% CI of the mean)",
+        "",
+        "| metric | n | mean | p50 | stdev | 95% CI | unit | method |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for k, s in stats.items():
         if not isinstance(s, dict):
             continue
         ci = s.get("ci95") or [None, None]
-        out.append(f"| {_cell(k)} | {_cell(s.get('n'))} | {_cell(_g(s.get('mean')))} | {_cell(_g(s.get('p50')))} | "
-                   f"{_cell(_g(s.get('stdev')))} | [{_cell(_g(ci[0]))}, {_cell(_g(ci[1]))}] | {_cell(s.get('unit'))} | "
-                   f"{_cell(s.get('method'))} |")
+        out.append(
+            f"| {_cell(k)} | {_cell(s.get('n'))} | {_cell(_g(s.get('mean')))} | {_cell(_g(s.get('p50')))} | "
+            f"{_cell(_g(s.get('stdev')))} | [{_cell(_g(ci[0]))}, {_cell(_g(ci[1]))}] | {_cell(s.get('unit'))} | "
+            f"{_cell(s.get('method'))} |"
+        )
     return out
 
 
@@ -133,10 +159,18 @@ def _measurements(rows) -> list[str]:
     """Markdown table of a report's `data.metrics` rows ({"metric", "unit", "value", "note"}), if any."""
     if not rows or not isinstance(rows, list):
         return []
-    out = ["", "### measurements (reported; a bar only where a check above names the metric)", "",
-           "| metric | value | unit | note |", "|---|---|---|---|"]
-    return out + [f"| {_cell(m.get('metric'))} | {_cell(m.get('value'))} | {_cell(m.get('unit'))} | "
-                  f"{_cell(m.get('note'))} |" for m in rows if isinstance(m, dict)]
+    out = [
+        "",
+        "### measurements (reported; a bar only where a check above names the metric)",
+        "",
+        "| metric | value | unit | note |",
+        "|---|---|---|---|",
+    ]
+    return out + [
+        f"| {_cell(m.get('metric'))} | {_cell(m.get('value'))} | {_cell(m.get('unit'))} | {_cell(m.get('note'))} |"
+        for m in rows
+        if isinstance(m, dict)
+    ]
 
 
 def _junit(reports: list[GateReport]) -> str:
@@ -156,8 +190,12 @@ def _junit(reports: list[GateReport]) -> str:
                 for f in ("n", "mean", "p50", "stdev", "ci95", "unit", "method"):
                     if isinstance(st, dict) and f in st:
                         v = st[f]
-                        ET.SubElement(props, "property", name=f"{k}.{f}",
-                                      value=" ".join(map(str, v)) if isinstance(v, list) else str(v))
+                        ET.SubElement(
+                            props,
+                            "property",
+                            name=f"{k}.{f}",
+                            value=" ".join(map(str, v)) if isinstance(v, list) else str(v),
+                        )
         if r.result in ("fail", "inconclusive"):
             counts["failures"] += 1
             ET.SubElement(tc, "failure", message=r.reason, type=r.result).text = r.reason
@@ -180,7 +218,9 @@ def _junit(reports: list[GateReport]) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 
 
-def write_reports(reports: list[GateReport], out_dir: str | Path, *, required: set[str] | None = None) -> dict[str, Path]:
+def write_reports(
+    reports: list[GateReport], out_dir: str | Path, *, required: set[str] | None = None
+) -> dict[str, Path]:
     """Write all report files into out_dir (created); returns {file name: path}, e.g. {"micro.json": ...,
     "summary.json": ..., "summary.md": ..., "junit.xml": ...}.
 
@@ -199,17 +239,35 @@ def write_reports(reports: list[GateReport], out_dir: str | Path, *, required: s
         validate_report(d)
     need, code = _required(reports, required), exit_code(reports, required)
     summary = {
-        "schema_version": SCHEMA_VERSION, "generated": utc_now(), "exit_code": code, "required": sorted(need),
+        "schema_version": SCHEMA_VERSION,
+        "generated": utc_now(),
+        "exit_code": code,
+        "required": sorted(need),
         "missing": sorted(need - set(names)),
-        "gates": [{"gate": r.gate, "profile": r.profile, "result": r.result, "reason": r.reason,
-                   "required": r.gate in need, "report": f"{r.gate}.json",
-                   "checks_passed": sum(c.passed for c in r.checks), "checks_total": len(r.checks),
-                   "evidence": r.evidence, "label": r.label()} for r in reports],
+        "gates": [
+            {
+                "gate": r.gate,
+                "profile": r.profile,
+                "result": r.result,
+                "reason": r.reason,
+                "required": r.gate in need,
+                "report": f"{r.gate}.json",
+                "checks_passed": sum(c.passed for c in r.checks),
+                "checks_total": len(r.checks),
+                "evidence": r.evidence,
+                "label": r.label(),
+            }
+            for r in reports
+        ],
     }
     validate_summary(summary)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {f"{d['gate']}.json": write_text_atomic(out / f"{d['gate']}.json", json.dumps(d, indent=2, allow_nan=False) + "\n")
-             for d in docs}
+    paths = {
+        f"{d['gate']}.json": write_text_atomic(
+            out / f"{d['gate']}.json", json.dumps(d, indent=2, allow_nan=False) + "\n"
+        )
+        for d in docs
+    }
     paths["summary.json"] = write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     paths["summary.md"] = write_text_atomic(out / "summary.md", _markdown(reports, code, need))
     paths["junit.xml"] = write_text_atomic(out / "junit.xml", _junit(reports))

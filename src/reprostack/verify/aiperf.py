@@ -40,8 +40,20 @@ EXPORT_JSONL = "profile_export.jsonl"
 SUPPORTED_SCHEMAS = ("1.0", "1.3")
 STATS = ("avg", "min", "max", "std", "sum", "count", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99")
 # Top-level keys of the flat layouts that are not metrics.
-_NON_METRIC = {"schema_version", "aiperf_version", "benchmark_id", "input_config", "run_info", "telemetry_data",
-               "was_cancelled", "error_summary", "start_time", "end_time", "execution_metadata", "ai_perf_v1"}
+_NON_METRIC = {
+    "schema_version",
+    "aiperf_version",
+    "benchmark_id",
+    "input_config",
+    "run_info",
+    "telemetry_data",
+    "was_cancelled",
+    "error_summary",
+    "start_time",
+    "end_time",
+    "execution_metadata",
+    "ai_perf_v1",
+}
 
 
 class AiperfSchemaError(ReprostackError):
@@ -63,11 +75,11 @@ class Metric:
 @dataclass(frozen=True)
 class AiperfExport:
     path: Path
-    layout: str                     # "1.3", "flat-1.0" or "legacy-records"
+    layout: str  # "1.3", "flat-1.0" or "legacy-records"
     schema_version: str | None
     aiperf_version: str | None
-    metrics: dict = field(default_factory=dict)   # tag -> Metric
-    error_count: int = 0            # sum of error_summary counts
+    metrics: dict = field(default_factory=dict)  # tag -> Metric
+    error_count: int = 0  # sum of error_summary counts
     was_cancelled: bool | None = None
 
     def value(self, tag: str, stat: str = "avg") -> tuple[float, str]:
@@ -125,7 +137,8 @@ def parse_export(path: Path) -> AiperfExport:
             raise AiperfSchemaError(
                 f"{path}: AIPerf export schema_version {version!r} (aiperf {data.get('aiperf_version', '?')}) is "
                 f"not supported; supported: {', '.join(SUPPORTED_SCHEMAS)}, the unversioned flat layout and the "
-                f"legacy nested 'records' layout")
+                f"legacy nested 'records' layout"
+            )
         layout = "1.3" if version == "1.3" else "flat-1.0"
         raw, errs = data, data.get("error_summary")
     elif isinstance(data.get("records"), dict):
@@ -135,8 +148,10 @@ def parse_export(path: Path) -> AiperfExport:
         layout, raw = "flat-1.0", data
         errs = _meta(data, path).get("error_summary")
     else:
-        raise AiperfSchemaError(f"{path}: no schema_version, no 'records' and no 'execution_metadata': not an AIPerf "
-                                f"export layout this parser knows")
+        raise AiperfSchemaError(
+            f"{path}: no schema_version, no 'records' and no 'execution_metadata': not an AIPerf "
+            f"export layout this parser knows"
+        )
     metrics = {}
     for tag, obj in raw.items():
         if layout != "legacy-records" and tag in _NON_METRIC:
@@ -150,30 +165,37 @@ def parse_export(path: Path) -> AiperfExport:
     if cancelled is not None and not isinstance(cancelled, bool):
         raise AiperfSchemaError(f"{path}: was_cancelled is {jsonsrc.kind(cancelled)}, expected true or false")
     aiperf_version = data.get("aiperf_version")
-    return AiperfExport(path=path, layout=layout, schema_version=version,
-                        aiperf_version=None if aiperf_version is None else str(aiperf_version),
-                        metrics=metrics, error_count=_errors(errs, path), was_cancelled=cancelled)
+    return AiperfExport(
+        path=path,
+        layout=layout,
+        schema_version=version,
+        aiperf_version=None if aiperf_version is None else str(aiperf_version),
+        metrics=metrics,
+        error_count=_errors(errs, path),
+        was_cancelled=cancelled,
+    )
 
 
 @dataclass(frozen=True)
 class RecordCounts:
     path: Path
     total: int
-    completed: int      # no error, not cancelled
+    completed: int  # no error, not cancelled
     errors: int
     cancelled: int
-    error_types: dict   # error type/code -> count
+    error_types: dict  # error type/code -> count
 
 
 @dataclass(frozen=True)
 class Record:
     """One request of a `profile_export.jsonl`, reduced to what is checked: its scalar metrics and timestamps."""
+
     line: int
-    error: str | None           # error type/code, None for none
+    error: str | None  # error type/code, None for none
     cancelled: bool
-    metrics: dict               # tag -> (value, unit), numeric scalars only
-    start_ns: int | None        # metadata.request_start_ns
-    end_ns: int | None          # metadata.request_end_ns
+    metrics: dict  # tag -> (value, unit), numeric scalars only
+    start_ns: int | None  # metadata.request_start_ns
+    end_ns: int | None  # metadata.request_end_ns
 
 
 def read_records(path: Path) -> list[Record]:
@@ -189,8 +211,9 @@ def read_records(path: Path) -> list[Record]:
             err = str(err.get("type") or err.get("code") or "error") if isinstance(err, dict) else str(err)
         cancelled = meta.get("was_cancelled", False)
         if not isinstance(cancelled, bool):
-            raise AiperfSchemaError(f"{path}:{n}: metadata.was_cancelled is {jsonsrc.kind(cancelled)}, "
-                                    f"expected true or false")
+            raise AiperfSchemaError(
+                f"{path}:{n}: metadata.was_cancelled is {jsonsrc.kind(cancelled)}, expected true or false"
+            )
         scalars = {}
         for tag, m in metrics.items():
             if not isinstance(m, dict) or "value" not in m:
@@ -198,8 +221,10 @@ def read_records(path: Path) -> list[Record]:
             if isinstance(m["value"], list):
                 continue  # per-chunk lists: not recomputed (see the module doc)
             if not jsonsrc.number(m["value"]) or not isinstance(m.get("unit"), str):
-                raise AiperfSchemaError(f"{path}:{n}: metrics.{tag}.value is {jsonsrc.kind(m['value'])} "
-                                        f"with unit {m.get('unit')!r:.40}, expected a number and a unit")
+                raise AiperfSchemaError(
+                    f"{path}:{n}: metrics.{tag}.value is {jsonsrc.kind(m['value'])} "
+                    f"with unit {m.get('unit')!r:.40}, expected a number and a unit"
+                )
             scalars[tag] = (m["value"], m["unit"])
         stamps = []
         for k in ("request_start_ns", "request_end_ns"):
@@ -222,8 +247,14 @@ def parse_records(path: Path) -> RecordCounts:
             types[r.error] = types.get(r.error, 0) + 1
     errors = sum(1 for r in records if r.error)
     cancelled = sum(1 for r in records if r.cancelled and not r.error)
-    return RecordCounts(path=path, total=len(records), completed=len(records) - errors - cancelled, errors=errors,
-                        cancelled=cancelled, error_types=types)
+    return RecordCounts(
+        path=path,
+        total=len(records),
+        completed=len(records) - errors - cancelled,
+        errors=errors,
+        cancelled=cancelled,
+        error_types=types,
+    )
 
 
 REL_TOL = 1e-6
@@ -242,8 +273,14 @@ def _stats(values: list) -> dict:
     n = len(values)
     s = sorted(values)
     mean = math.fsum(values) / n
-    out = {"avg": mean, "min": s[0], "max": s[-1], "sum": math.fsum(values), "count": n,
-           "std": math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)}
+    out = {
+        "avg": mean,
+        "min": s[0],
+        "max": s[-1],
+        "sum": math.fsum(values),
+        "count": n,
+        "std": math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n),
+    }
     out.update({k: _percentile(s, q) for k, q in _PCT.items()})
     return out
 
@@ -277,11 +314,15 @@ def check_records(export_path: Path, records_path: Path) -> list[str]:
             kind = "records" if len(done) == len(records) else "completed records"
             why.append(f"{name} has {len(done)} {kind}, the aggregate says {agg}")
     if len(errored) + len(cancelled) != export.error_count:
-        parts = ([f"{len(cancelled)} record{'s' * (len(cancelled) != 1)} cancelled ({_lines(cancelled)})"]
-                 if cancelled else []) + \
-                ([f"{len(errored)} record{'s' * (len(errored) != 1)} errored ({_lines(errored)})"] if errored else [])
-        why.append(f"{name}: {', '.join(parts) or 'no failed record'}; the aggregate counts {export.error_count} "
-                   f"error{'s' * (export.error_count != 1)}")
+        parts = (
+            [f"{len(cancelled)} record{'s' * (len(cancelled) != 1)} cancelled ({_lines(cancelled)})"]
+            if cancelled
+            else []
+        ) + ([f"{len(errored)} record{'s' * (len(errored) != 1)} errored ({_lines(errored)})"] if errored else [])
+        why.append(
+            f"{name}: {', '.join(parts) or 'no failed record'}; the aggregate counts {export.error_count} "
+            f"error{'s' * (export.error_count != 1)}"
+        )
     if not done:
         return why
     tags = {}

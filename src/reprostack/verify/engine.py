@@ -89,22 +89,47 @@ def load_claims(path: Path) -> list[Claim]:
     for i, c in enumerate(data["claims"]):
         line = lines.get(("claims", i))
         if c["id"] in seen:
-            raise ClaimsError(str(path), lines.get(("claims", i, "id")), f"claims[{i}].id",
-                              f"duplicate id {c['id']!r} (first at line {seen[c['id']]})")
+            raise ClaimsError(
+                str(path),
+                lines.get(("claims", i, "id")),
+                f"claims[{i}].id",
+                f"duplicate id {c['id']!r} (first at line {seen[c['id']]})",
+            )
         seen[c["id"]] = line
         stat = c.get("stat", "avg")
         if c["metric"] in ("request_count", "error_count", "completed_requests") and "stat" in c:
-            raise ClaimsError(str(path), lines.get(("claims", i, "stat")), f"claims[{i}].stat",
-                              f"{c['metric']} is a count summed over the artifacts; it takes no stat")
+            raise ClaimsError(
+                str(path),
+                lines.get(("claims", i, "stat")),
+                f"claims[{i}].stat",
+                f"{c['metric']} is a count summed over the artifacts; it takes no stat",
+            )
         for j, rel in enumerate(c["artifacts"]):  # relative to the artifact folder the operator names, never out of it
             parts = PurePosixPath(rel).parts
             if rel.startswith("/") or "\\" in rel or ".." in parts or not parts:
-                raise ClaimsError(str(path), lines.get(("claims", i, "artifacts", j)), f"claims[{i}].artifacts[{j}]",
-                                  f"{rel!r} must be a path inside the artifact folder (relative, without '..')")
-        claims.append(Claim(id=c["id"], gate=c["gate"], arm=c["arm"], cell=c["cell"], metric=c["metric"], stat=stat,
-                            value=float(c["value"]), unit=c["unit"], rounding=float(c["rounding"]),
-                            artifacts=tuple(c["artifacts"]), source=c["source"], ambiguity=c.get("ambiguity"),
-                            line=line))
+                raise ClaimsError(
+                    str(path),
+                    lines.get(("claims", i, "artifacts", j)),
+                    f"claims[{i}].artifacts[{j}]",
+                    f"{rel!r} must be a path inside the artifact folder (relative, without '..')",
+                )
+        claims.append(
+            Claim(
+                id=c["id"],
+                gate=c["gate"],
+                arm=c["arm"],
+                cell=c["cell"],
+                metric=c["metric"],
+                stat=stat,
+                value=float(c["value"]),
+                unit=c["unit"],
+                rounding=float(c["rounding"]),
+                artifacts=tuple(c["artifacts"]),
+                source=c["source"],
+                ambiguity=c.get("ambiguity"),
+                line=line,
+            )
+        )
     return claims
 
 
@@ -125,7 +150,9 @@ def _recompute(claim: Claim, paths: list[Path]) -> tuple[float, str]:
         for p in paths:
             if p.name == EXPORT_JSONL:
                 rc = parse_records(p)
-                total += {"request_count": rc.total, "error_count": rc.errors, "completed_requests": rc.completed}[claim.metric]
+                total += {"request_count": rc.total, "error_count": rc.errors, "completed_requests": rc.completed}[
+                    claim.metric
+                ]
             elif p.name == EXPORT_JSON:
                 ex = parse_export(p)
                 if claim.metric == "request_count":
@@ -134,7 +161,9 @@ def _recompute(claim: Claim, paths: list[Path]) -> tuple[float, str]:
                 elif claim.metric == "error_count":
                     total += ex.error_count
                 else:
-                    raise AiperfSchemaError(f"{p}: completed_requests is counted from {EXPORT_JSONL}, not {EXPORT_JSON}")
+                    raise AiperfSchemaError(
+                        f"{p}: completed_requests is counted from {EXPORT_JSONL}, not {EXPORT_JSON}"
+                    )
             else:
                 raise AiperfSchemaError(f"{p}: not an AIPerf export ({EXPORT_JSON} or {EXPORT_JSONL})")
         return float(total), unit
@@ -162,8 +191,10 @@ def _contradictions(paths: list[Path], seen: dict) -> list[str]:
             if os.path.lexists(raw) and not (raw.is_file() and raw.resolve().is_relative_to(folder.resolve())):
                 # records that are there but cannot be held to the aggregate (a FIFO, a device, a folder, a link
                 # out of the folder) never let the aggregate stand alone
-                seen[folder] = [f"{raw}: present but not a regular file of this folder, so the aggregate cannot "
-                                "be checked against it"]
+                seen[folder] = [
+                    f"{raw}: present but not a regular file of this folder, so the aggregate cannot "
+                    "be checked against it"
+                ]
             else:
                 seen[folder] = check_records(agg, raw) if agg.is_file() and raw.is_file() else []
         why += seen[folder]
@@ -176,8 +207,12 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
     for c in claims:
         paths = _find(dirs, c.artifacts)
         if paths is None:
-            missing = sorted({r for r in c.artifacts if not any((Path(d) / r).is_file() for d in dirs)}) or list(c.artifacts)
-            out.append(Result(c, "artifact missing", detail=f"not under {', '.join(map(str, dirs))}: {', '.join(missing)}"))
+            missing = sorted({r for r in c.artifacts if not any((Path(d) / r).is_file() for d in dirs)}) or list(
+                c.artifacts
+            )
+            out.append(
+                Result(c, "artifact missing", detail=f"not under {', '.join(map(str, dirs))}: {', '.join(missing)}")
+            )
             continue
         try:
             value, unit = _recompute(c, paths)
@@ -186,8 +221,16 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
             out.append(Result(c, "error", detail=str(e).strip("'\""), artifacts=tuple(map(str, paths))))
             continue
         if unit != c.unit:
-            out.append(Result(c, "mismatch", value, unit, detail=f"unit: published {c.unit!r}, export {unit!r}",
-                              artifacts=tuple(map(str, paths))))
+            out.append(
+                Result(
+                    c,
+                    "mismatch",
+                    value,
+                    unit,
+                    detail=f"unit: published {c.unit!r}, export {unit!r}",
+                    artifacts=tuple(map(str, paths)),
+                )
+            )
             continue
         ratio = value / c.value if c.value else None  # no ratio to a published 0
         verdict = judge(c, value)
@@ -198,7 +241,10 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
             detail = f"published {_fmt(c.value, c.rounding)} = {others}, not {c.stat} {_fmt(value, c.rounding)}"
         if contradictions:
             more = f" (+{len(contradictions) - 3} more)" if len(contradictions) > 3 else ""
-            verdict, detail = "mismatch", "raw records contradict the aggregate: " + "; ".join(contradictions[:3]) + more
+            verdict, detail = (
+                "mismatch",
+                "raw records contradict the aggregate: " + "; ".join(contradictions[:3]) + more,
+            )
         out.append(Result(c, verdict, value, unit, ratio, detail, tuple(map(str, paths)), stats, by))
     return out
 
@@ -206,8 +252,11 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
 def _statistics(claim: Claim, paths: list[Path]) -> tuple[dict, tuple]:
     """({stat: value} of NAMED_STATS present for the claim's metric, the stats that reproduce the published value
     within its rounding); ({}, ()) for counts and for claims not read from one aggregate."""
-    if claim.metric in ("request_count", "error_count", "completed_requests") or len(paths) != 1 \
-            or paths[0].name != EXPORT_JSON:
+    if (
+        claim.metric in ("request_count", "error_count", "completed_requests")
+        or len(paths) != 1
+        or paths[0].name != EXPORT_JSON
+    ):
         return {}, ()
     m = parse_export(paths[0]).metrics.get(claim.metric)
     stats = {}
@@ -246,10 +295,16 @@ def _fmt(v: float | None, rounding: float | None = None) -> str:
 
 def render_md(results: list[Result], claims_path: Path, dirs: list[Path], rc: int) -> str:
     counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
-    head = ["# Published-claim verification", "",
-            f"claims: `{claims_path}`; artifacts: {', '.join(f'`{d}`' for d in dirs)}", "",
-            "verdicts: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n) + f"; exit code {rc}", "",
-            "| claim | published | recomputed | ratio | reproduced by | verdict |", "|---|---|---|---|---|---|"]
+    head = [
+        "# Published-claim verification",
+        "",
+        f"claims: `{claims_path}`; artifacts: {', '.join(f'`{d}`' for d in dirs)}",
+        "",
+        "verdicts: " + ", ".join(f"{v} {n}" for v, n in counts.items() if n) + f"; exit code {rc}",
+        "",
+        "| claim | published | recomputed | ratio | reproduced by | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     rows = []
     for r in results:
         c = r.claim
@@ -259,8 +314,9 @@ def render_md(results: list[Result], claims_path: Path, dirs: list[Path], rc: in
         verdict = f"**{r.verdict}**" if r.verdict != "match" else r.verdict
         if r.detail:
             verdict += f": {r.detail}"
-        name = f"`{c.id}` {c.arm} {c.cell} {c.metric}" + (f" {c.stat}" if c.metric not in (
-            "request_count", "error_count", "completed_requests") else "")
+        name = f"`{c.id}` {c.arm} {c.cell} {c.metric}" + (
+            f" {c.stat}" if c.metric not in ("request_count", "error_count", "completed_requests") else ""
+        )
         by = ", ".join(r.reproduced_by) if r.stats else "—"
         rows.append(f"| {name} | {pub} | {rec} | {ratio} | {by or 'none'} | {verdict.replace('|', '/')} |")
     return "\n".join(head + rows) + "\n"
@@ -271,13 +327,32 @@ def render_json(results: list[Result], claims_path: Path, dirs: list[Path], rc: 
     for r in results:
         d = asdict(r.claim)
         d["artifacts"] = list(d["artifacts"])
-        items.append({"claim": d, "verdict": r.verdict, "recomputed": r.recomputed, "recomputed_unit": r.unit,
-                      "ratio": r.ratio if r.ratio is None or math.isfinite(r.ratio) else None,
-                      "detail": r.detail, "artifact_paths": list(r.artifacts),
-                      "statistics": r.stats, "reproduced_by": list(r.reproduced_by)})
-    return json.dumps({"claims_file": str(claims_path), "dirs": [str(d) for d in dirs], "exit_code": rc,
-                       "counts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
-                       "results": items}, indent=2) + "\n"
+        items.append(
+            {
+                "claim": d,
+                "verdict": r.verdict,
+                "recomputed": r.recomputed,
+                "recomputed_unit": r.unit,
+                "ratio": r.ratio if r.ratio is None or math.isfinite(r.ratio) else None,
+                "detail": r.detail,
+                "artifact_paths": list(r.artifacts),
+                "statistics": r.stats,
+                "reproduced_by": list(r.reproduced_by),
+            }
+        )
+    return (
+        json.dumps(
+            {
+                "claims_file": str(claims_path),
+                "dirs": [str(d) for d in dirs],
+                "exit_code": rc,
+                "counts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
+                "results": items,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def run_verify(dirs: list[Path], claims_path: Path, out_dir: Path) -> tuple[int, list[Result], dict]:
@@ -294,13 +369,18 @@ def run_verify(dirs: list[Path], claims_path: Path, out_dir: Path) -> tuple[int,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = render_md(results, claims_path, dirs, rc)
-    written = {"verify.json": write_text_atomic(out_dir / "verify.json", render_json(results, claims_path, dirs, rc)),
-               "verify.md": write_text_atomic(out_dir / "verify.md", md)}
+    written = {
+        "verify.json": write_text_atomic(out_dir / "verify.json", render_json(results, claims_path, dirs, rc)),
+        "verify.md": write_text_atomic(out_dir / "verify.md", md),
+    }
     try:
         from .html import render_html
+
         page = render_html(results, claims_path, dirs, rc, md)
     except ImportError as e:  # matplotlib is the optional extra `plots`
-        page = (f"<!doctype html><p>No plots: {e}. Install the extra: pip install -e '.[plots]' in the checkout.</p>"
-                f"<pre>{md.replace('<', '&lt;')}</pre>\n")
+        page = (
+            f"<!doctype html><p>No plots: {e}. Install the extra: pip install -e '.[plots]' in the checkout.</p>"
+            f"<pre>{md.replace('<', '&lt;')}</pre>\n"
+        )
     written["verify.html"] = write_text_atomic(out_dir / "verify.html", page)
     return rc, results, written

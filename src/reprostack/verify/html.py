@@ -39,8 +39,10 @@ def plot_svg(series: dict) -> str:
     """One SVG (string) with a line per arm and kind: published (dashed, markers o) and recomputed (solid, x);
     x = concurrency (log2 scale), y = agg output tokens/sec."""
     import matplotlib
+
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=100)
     for i, (arm, s) in enumerate(sorted(series.items())):
         color = f"C{i}"
@@ -60,7 +62,7 @@ def plot_svg(series: dict) -> str:
     fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     svg = buf.getvalue()
-    return svg[svg.index("<svg"):]
+    return svg[svg.index("<svg") :]
 
 
 def render_html(results, claims_path: Path, dirs: list[Path], rc: int, md_table: str) -> str:
@@ -73,10 +75,13 @@ def render_html(results, claims_path: Path, dirs: list[Path], rc: int, md_table:
             tag = "th" if line.startswith("| claim |") else "td"
             rows.append("<tr>" + "".join(f"<{tag}>{html.escape(c.replace('**', ''))}</{tag}>" for c in cells) + "</tr>")
     plot = plot_svg(series) if series else "<p>No agg tok/s claim to plot.</p>"
-    return ("<!doctype html>\n<html><head><meta charset='utf-8'><title>reprostack verify</title>"
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}</style></head><body>\n"
-            f"<h1>Published-claim verification</h1>\n<p>claims: <code>{html.escape(str(claims_path))}</code>; "
-            f"artifacts: {html.escape(', '.join(map(str, dirs)))}; exit code {rc}</p>\n"
-            f"<h2>agg output tok/s vs concurrency</h2>\n{plot}\n<h2>claims</h2>\n<table>\n" + "\n".join(rows) +
-            "\n</table>\n</body></html>\n")
+    return (
+        "<!doctype html>\n<html><head><meta charset='utf-8'><title>reprostack verify</title>"
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}</style></head><body>\n"
+        f"<h1>Published-claim verification</h1>\n<p>claims: <code>{html.escape(str(claims_path))}</code>; "
+        f"artifacts: {html.escape(', '.join(map(str, dirs)))}; exit code {rc}</p>\n"
+        f"<h2>agg output tok/s vs concurrency</h2>\n{plot}\n<h2>claims</h2>\n<table>\n"
+        + "\n".join(rows)
+        + "\n</table>\n</body></html>\n"
+    )

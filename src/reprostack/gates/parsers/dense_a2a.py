@@ -46,9 +46,16 @@ class DenseParse:
 
     def to_dict(self) -> dict:
         """JSON-ready form for the report's `data.dense`."""
-        return {"world": self.world, "config": self.config, "phases_us": self.phases, "dc_p50_us": self.dc_p50_us,
-                "complete": self.complete, "ok": self.ok, "problems": list(self.problems),
-                "per_rank_p50_us": {p: {str(r): v for r, v in sorted(d.items())} for p, d in self.per_rank.items()}}
+        return {
+            "world": self.world,
+            "config": self.config,
+            "phases_us": self.phases,
+            "dc_p50_us": self.dc_p50_us,
+            "complete": self.complete,
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "per_rank_p50_us": {p: {str(r): v for r, v in sorted(d.items())} for p, d in self.per_rank.items()},
+        }
 
 
 def _records(text: str, problems: list[str]):
@@ -86,10 +93,17 @@ def parse_dense(text: str, *, world: int, trial: int | None = None) -> DensePars
                 continue
             missing = [k for k in _PHASE_KEYS if k not in obj]
             rank, phase = obj.get("rank"), obj.get("phase")
-            if missing or phase not in PHASES or not isinstance(rank, int) or not 0 <= rank < world \
-                    or obj["world"] != world:
-                problems.append(f"line {no}: unusable phase record (missing {missing or 'nothing'}; "
-                                f"phase {phase!r}, rank {rank!r}/{obj.get('world')!r}, expected /{world})")
+            if (
+                missing
+                or phase not in PHASES
+                or not isinstance(rank, int)
+                or not 0 <= rank < world
+                or obj["world"] != world
+            ):
+                problems.append(
+                    f"line {no}: unusable phase record (missing {missing or 'nothing'}; "
+                    f"phase {phase!r}, rank {rank!r}/{obj.get('world')!r}, expected /{world})"
+                )
                 continue
             if rank in samples[phase]:
                 problems.append(f"line {no}: {phase}: rank {rank} duplicate of line {samples[phase][rank][0]}")
@@ -115,11 +129,18 @@ def parse_dense(text: str, *, world: int, trial: int | None = None) -> DensePars
             continue
         p50s = [float(o["p50_us"]) for o in recs]
         gbs = [o["recv_bytes"] / float(o["p50_us"]) / 1e3 for o in recs if float(o["p50_us"]) > 0]
-        phases[p] = {"n": len(recs), "p50_us": round(statistics.median(p50s), 6),
-                     "mean_of_p50_us": round(statistics.fmean(p50s), 6), "min_us": min(float(o["min_us"]) for o in recs),
-                     "max_us": max(float(o["max_us"]) for o in recs),
-                     "p50_gbs": round(statistics.median(gbs), 6) if gbs else None}
+        phases[p] = {
+            "n": len(recs),
+            "p50_us": round(statistics.median(p50s), 6),
+            "mean_of_p50_us": round(statistics.fmean(p50s), 6),
+            "min_us": min(float(o["min_us"]) for o in recs),
+            "max_us": max(float(o["max_us"]) for o in recs),
+            "p50_gbs": round(statistics.median(gbs), 6) if gbs else None,
+        }
         per_rank[p] = {r: float(o["p50_us"]) for r, (_n, o) in samples[p].items()}
-    dc = (round(phases["dispatch"]["p50_us"] + phases["combine"]["p50_us"], 6)
-          if "dispatch" in phases and "combine" in phases else None)
+    dc = (
+        round(phases["dispatch"]["p50_us"] + phases["combine"]["p50_us"], 6)
+        if "dispatch" in phases and "combine" in phases
+        else None
+    )
     return DenseParse(world, config, phases, dc, complete, problems, per_rank)

@@ -29,30 +29,58 @@ from dataclasses import dataclass
 from .logtext import numbered_lines, prefix_rank
 
 _KINDS: list[tuple[str, re.Pattern]] = [
-    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
-                       r"|CUDA_ERROR_OUT_OF_MEMORY|Out of memory: Killed process|oom-kill")),
+    (
+        "oom",
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
+            r"|CUDA_ERROR_OUT_OF_MEMORY|Out of memory: Killed process|oom-kill"
+        ),
+    ),
     ("gin_barrier_timeout", re.compile(r"Gin barrier timeout")),
     ("ep_timeout", re.compile(r"NVLink barrier timeout|CPU wait exception \(")),
     ("ep_assertion", re.compile(r"Assertion exception \(|Assertion failed: \S+:\d+, condition:")),
-    ("cuda_error", re.compile(r"CUDA (?:runtime|driver) exception \(|CUDA error|cudaError[A-Z]\w*|CUDA_ERROR_\w+"
-                              r"|illegal memory access|unspecified launch failure|device-side assert")),
-    ("nccl_error", re.compile(r"NCCL exception \(|NCCL error|DistBackendError|nccl(?:Unhandled\w*|System|Internal"
-                              r"|InvalidArgument|InvalidUsage|Remote)Error|Watchdog caught collective operation timeout"
-                              r"|gin_host\.cc.*\berror\b")),
+    (
+        "cuda_error",
+        re.compile(
+            r"CUDA (?:runtime|driver) exception \(|CUDA error|cudaError[A-Z]\w*|CUDA_ERROR_\w+"
+            r"|illegal memory access|unspecified launch failure|device-side assert"
+        ),
+    ),
+    (
+        "nccl_error",
+        re.compile(
+            r"NCCL exception \(|NCCL error|DistBackendError|nccl(?:Unhandled\w*|System|Internal"
+            r"|InvalidArgument|InvalidUsage|Remote)Error|Watchdog caught collective operation timeout"
+            r"|gin_host\.cc.*\berror\b"
+        ),
+    ),
     ("sigsegv", re.compile(r"Segmentation fault|SIGSEGV|[Ss]ignal 11\b|exitcode\s*:\s*-11\b")),
-    ("sigabrt", re.compile(r"Fatal Python error: Aborted|SIGABRT|[Ss]ignal 6\b|exitcode\s*:\s*-6\b|\bAborted \(core dumped\)")),
+    (
+        "sigabrt",
+        re.compile(r"Fatal Python error: Aborted|SIGABRT|[Ss]ignal 6\b|exitcode\s*:\s*-6\b|\bAborted \(core dumped\)"),
+    ),
     ("sigbus", re.compile(r"Fatal Python error: Bus error|SIGBUS|[Ss]ignal 7\b|\bBus error\b")),
 ]
 _TERMINATE = re.compile(r"terminate called after throwing")
 _WHAT = re.compile(r"what\(\):\s*(.*)")
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
-_CHAIN = re.compile(r"^(?:During handling of the above exception|The above exception was the direct cause"
-                    r"|-- Process \d+ terminated with the following error)")
+_CHAIN = re.compile(
+    r"^(?:During handling of the above exception|The above exception was the direct cause"
+    r"|-- Process \d+ terminated with the following error)"
+)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
 _STACK_HEAD = re.compile(r"(?P<current>Current thread|Thread|Stack)\b.*\(most recent call first\):")
 _WATCHDOG = re.compile(r"\[reprostack watchdog\]")
-_RC_KINDS = {-11: "sigsegv", 139: "sigsegv", -6: "sigabrt", 134: "sigabrt", -7: "sigbus", 135: "sigbus",
-             -9: "sigkill", 137: "sigkill"}
+_RC_KINDS = {
+    -11: "sigsegv",
+    139: "sigsegv",
+    -6: "sigabrt",
+    134: "sigabrt",
+    -7: "sigbus",
+    135: "sigbus",
+    -9: "sigkill",
+    137: "sigkill",
+}
 
 
 @dataclass(frozen=True)
@@ -83,7 +111,7 @@ def _innermost_frame(lines, start: int) -> str | None:
     faulthandler stack (`Current thread ... (most recent call first):`, else of the first stack shown),
     as `file:line in func`. Follows the crash line's rank (launcher prefix); looks at most 400 lines ahead."""
     who, stacks = prefix_rank(lines[start][1]), []  # [is_current, first_frame]
-    for _no, pre, body in lines[start + 1:start + 400]:
+    for _no, pre, body in lines[start + 1 : start + 400]:
         if prefix_rank(pre) != who:
             continue
         head = _STACK_HEAD.search(body)
@@ -123,8 +151,9 @@ def _python_exception(lines) -> tuple[int, str] | None:
     return found
 
 
-def classify_failure(text: str, returncode: int | None, timed_out: bool, *,
-                     num_ranks: int | None = None, modes: str = "first") -> FailureClass:
+def classify_failure(
+    text: str, returncode: int | None, timed_out: bool, *, num_ranks: int | None = None, modes: str = "first"
+) -> FailureClass:
     """Classify a failed run (see the module doc for kinds and the earliest-evidence rule).
 
     text: the merged stdout+stderr log; returncode: as subprocess reports it (negative = killed by that signal;
@@ -150,10 +179,19 @@ def classify_failure(text: str, returncode: int | None, timed_out: bool, *,
             continue
         extra = ""
         if _TERMINATE.search(body):
-            what = next((_WHAT.search(b) for _n, p, b in lines[i + 1:i + 4]
-                         if prefix_rank(p) == prefix_rank(pre) and _WHAT.search(b)), None)
+            what = next(
+                (
+                    _WHAT.search(b)
+                    for _n, p, b in lines[i + 1 : i + 4]
+                    if prefix_rank(p) == prefix_rank(pre) and _WHAT.search(b)
+                ),
+                None,
+            )
             if what:
-                kind, extra = evidence_kind(what.group(1)) or "sigabrt", f"uncaught C++ exception: {what.group(1)[:200]}"
+                kind, extra = (
+                    evidence_kind(what.group(1)) or "sigabrt",
+                    f"uncaught C++ exception: {what.group(1)[:200]}",
+                )
         if kind in ("sigsegv", "sigabrt", "sigbus") and body.lstrip().startswith("Fatal Python error"):
             frame = _innermost_frame(lines, i)
             extra = f"innermost Python frame: {frame}" if frame else "no Python frame in the faulthandler output"
@@ -171,8 +209,13 @@ def classify_failure(text: str, returncode: int | None, timed_out: bool, *,
     if timed_out:
         if hit:
             first, no = where(hit[0])
-            return FailureClass("timeout", first, f"killed by the watchdog; earliest evidence: {hit[1]}{rank_of(hit[0])}"
-                                f"{': ' + hit[2] if hit[2] else ''}", no)
+            return FailureClass(
+                "timeout",
+                first,
+                f"killed by the watchdog; earliest evidence: {hit[1]}{rank_of(hit[0])}"
+                f"{': ' + hit[2] if hit[2] else ''}",
+                no,
+            )
         wd = next((i for i, (_n, _p, b) in enumerate(lines) if _WATCHDOG.search(b)), None)
         first, no = where(wd) if wd is not None else (None, None)
         return FailureClass("timeout", first, "killed by the watchdog; no error line before it", no)
@@ -188,7 +231,11 @@ def classify_failure(text: str, returncode: int | None, timed_out: bool, *,
         first, no = where(exc[0])
         return FailureClass("python_exception", first, f"{exc[1][:300]}{rank_of(exc[0])}, {rc_text}", no)
 
-    after = "; every checked phase line was printed before it (teardown or a later mode)" if parse is not None and parse.complete else ""
+    after = (
+        "; every checked phase line was printed before it (teardown or a later mode)"
+        if parse is not None and parse.complete
+        else ""
+    )
     if returncode in _RC_KINDS:
         return FailureClass(_RC_KINDS[returncode], None, f"{rc_text}, no error line in the log{after}")
     if returncode is not None and returncode < 0:

@@ -28,10 +28,14 @@ SECTIONS = ("dispatch (FP8)", "dispatch (BF16)", "combine")
 _N = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _CONFIG = re.compile(r"\[config\] num_tokens=(\d+), hidden=(\d+), num_topk=(\d+)")
 _LAYOUT = re.compile(rf"\[layout\] Kernel performance: ({_N}) ms")
-_TESTING = re.compile(r"\[testing\] Running with (FP8|BF16), (with|without) top-k \(async=(\w+), previous=(\w+)\) \.\.\.(.*)$")
+_TESTING = re.compile(
+    r"\[testing\] Running with (FP8|BF16), (with|without) top-k \(async=(\w+), previous=(\w+)\) \.\.\.(.*)$"
+)
 _SWEEP = re.compile(rf"\[tuning\] SMs (\d+), NVL chunk (\d+|default): ({_N}) GB/s \(NVL\), ({_N}) us")
-_BEST = re.compile(rf"\[tuning\] Best (dispatch \((?:FP8|BF16)\)|combine): SMs (\d+), NVL chunk (\d+)[,:] "
-                   rf"({_N}) GB/s \(NVL\), t: ({_N}) us")
+_BEST = re.compile(
+    rf"\[tuning\] Best (dispatch \((?:FP8|BF16)\)|combine): SMs (\d+), NVL chunk (\d+)[,:] "
+    rf"({_N}) GB/s \(NVL\), t: ({_N}) us"
+)
 
 
 @dataclass
@@ -58,10 +62,19 @@ class LegacyParse:
 
     def to_dict(self) -> dict:
         """JSON-ready form for the report's `data.legacy`."""
-        return {"config": self.config, "layout_ms": self.layout_ms, "tests_run": self.tests_run,
-                "tests_passed": self.tests_passed, "sections": self.sections, "dc_us": self.dc_us,
-                "dc_basis": self.dc_basis, "complete": self.complete, "ok": self.ok, "problems": list(self.problems),
-                "scope": "local rank 0 only; best over the NVL chunk sweep; bench() mean of 50 runs"}
+        return {
+            "config": self.config,
+            "layout_ms": self.layout_ms,
+            "tests_run": self.tests_run,
+            "tests_passed": self.tests_passed,
+            "sections": self.sections,
+            "dc_us": self.dc_us,
+            "dc_basis": self.dc_basis,
+            "complete": self.complete,
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "scope": "local rank 0 only; best over the NVL chunk sweep; bench() mean of 50 runs",
+        }
 
 
 def parse_legacy(text: str) -> LegacyParse:
@@ -84,11 +97,16 @@ def parse_legacy(text: str) -> LegacyParse:
         elif m := _BEST.search(body):
             name = m[1]
             if name in sections:
-                problems.append(f"line {no}: second `Best {name}` line (first at line {sections[name]['best']['line']})")
+                problems.append(
+                    f"line {no}: second `Best {name}` line (first at line {sections[name]['best']['line']})"
+                )
                 continue
             default = next(({"gbs": p["gbs"], "us": p["us"]} for _n, p in sweep if p["nvl_chunk"] == "default"), None)
-            sections[name] = {"best": {"sms": int(m[2]), "nvl_chunk": int(m[3]), "gbs": float(m[4]), "us": float(m[5]),
-                                       "line": no}, "default": default, "sweep_points": len(sweep)}
+            sections[name] = {
+                "best": {"sms": int(m[2]), "nvl_chunk": int(m[3]), "gbs": float(m[4]), "us": float(m[5]), "line": no},
+                "default": default,
+                "sweep_points": len(sweep),
+            }
             sweep = []
         elif m := _SWEEP.search(body):
             chunk = m[2] if m[2] == "default" else int(m[2])
@@ -108,5 +126,6 @@ def parse_legacy(text: str) -> LegacyParse:
     if disp in sections and "combine" in sections:
         dc = round(sections[disp]["best"]["us"] + sections["combine"]["best"]["us"], 6)
         basis = f"best {disp} + best combine"
-    return LegacyParse(config, layout, tests_run, tests_passed, sections, dc, basis,
-                       bool(config) and not missing, problems)
+    return LegacyParse(
+        config, layout, tests_run, tests_passed, sections, dc, basis, bool(config) and not missing, problems
+    )

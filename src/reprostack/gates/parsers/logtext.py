@@ -30,7 +30,7 @@ def split_prefix(line: str) -> tuple[str, str]:
     m = _PREFIX.match(line)
     if not m:
         return "", line
-    return m.group(0), line[m.end():]
+    return m.group(0), line[m.end() :]
 
 
 def prefix_rank(prefix: str) -> int | None:

@@ -27,8 +27,13 @@ from .logtext import split_prefix, tagged_json
 from .test_ep import TestEpParse, parse_test_ep
 
 TAG = re.compile(r"\[micro_trials\]\s(?P<json>.*)$")
-UNITS = {"dc_p50_us": "us", "dispatch_p50_us": "us", "combine_p50_us": "us", "dense_dc_p50_us": "us",
-         "deepep_over_dense_dc": "ratio"}
+UNITS = {
+    "dc_p50_us": "us",
+    "dispatch_p50_us": "us",
+    "combine_p50_us": "us",
+    "dense_dc_p50_us": "us",
+    "deepep_over_dense_dc": "ratio",
+}
 
 
 @dataclass
@@ -75,21 +80,52 @@ class TrialsParse:
 
     def to_dict(self) -> dict:
         """JSON-ready (`data.trials`): per trial each arm's D+C and problems, the markers' problems."""
-        return {"trials": self.trials, "arms": list(self.arms), "problems": list(self.problems),
-                "complete": self.complete, "figures": self.figures,
-                "per_trial": [{"trial": k, "deepep": {"dc_p50_us": p.dc_p50_us, "complete": p.complete,
-                                                      "phases_us": {n: s.to_dict() for n, s in p.phases.items()},
-                                                      "problems": list(p.problems)},
-                               **({"dense": {"dc_p50_us": self.dense[k].dc_p50_us, "ok": self.dense[k].ok,
-                                             "phases_us": self.dense[k].phases,
-                                             "problems": list(self.dense[k].problems)}} if self.dense else {})}
-                              for k, p in enumerate(self.deepep)]}
+        return {
+            "trials": self.trials,
+            "arms": list(self.arms),
+            "problems": list(self.problems),
+            "complete": self.complete,
+            "figures": self.figures,
+            "per_trial": [
+                {
+                    "trial": k,
+                    "deepep": {
+                        "dc_p50_us": p.dc_p50_us,
+                        "complete": p.complete,
+                        "phases_us": {n: s.to_dict() for n, s in p.phases.items()},
+                        "problems": list(p.problems),
+                    },
+                    **(
+                        {
+                            "dense": {
+                                "dc_p50_us": self.dense[k].dc_p50_us,
+                                "ok": self.dense[k].ok,
+                                "phases_us": self.dense[k].phases,
+                                "problems": list(self.dense[k].problems),
+                            }
+                        }
+                        if self.dense
+                        else {}
+                    ),
+                }
+                for k, p in enumerate(self.deepep)
+            ],
+        }
 
 
 def markers(text: str) -> list[tuple[int, dict]]:
     """The driver's `[micro_trials]` records, (line, object); unreadable ones come back as {"bad": reason}."""
-    return [(no, {"bad": f"not JSON: {err}"} if err is not None else obj if isinstance(obj, dict)
-             else {"bad": "not an object"}) for no, obj, err in tagged_json(text, TAG)]
+    return [
+        (
+            no,
+            {"bad": f"not JSON: {err}"}
+            if err is not None
+            else obj
+            if isinstance(obj, dict)
+            else {"bad": "not an object"},
+        )
+        for no, obj, err in tagged_json(text, TAG)
+    ]
 
 
 def deepep_trial_started(line: str) -> bool:
@@ -104,12 +140,18 @@ def deepep_trial_started(line: str) -> bool:
         obj = json.loads(m.group("json")) if m else None
     except (ValueError, RecursionError):
         return False
-    return (isinstance(obj, dict) and obj.get("event") == "trial" and obj.get("arm") == "deepep"
-            and type(obj.get("rank")) is int and obj["rank"] == 0)
+    return (
+        isinstance(obj, dict)
+        and obj.get("event") == "trial"
+        and obj.get("arm") == "deepep"
+        and type(obj.get("rank")) is int
+        and obj["rank"] == 0
+    )
 
 
-def parse_micro_trials(text: str, *, num_ranks: int, trials: int, arms: tuple[str, ...] = ("deepep",),
-                       modes: str = "first") -> TrialsParse:
+def parse_micro_trials(
+    text: str, *, num_ranks: int, trials: int, arms: tuple[str, ...] = ("deepep",), modes: str = "first"
+) -> TrialsParse:
     """Parse the trials driver's merged output of `num_ranks` ranks. Raises ValueError for trials < 1 or
     num_ranks < 1; never raises on log content (see the problems of each parse)."""
     if trials < 1:

@@ -70,10 +70,18 @@ class RequirementResult:
     examples: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "scope": self.scope, "total": self.total, "ok": self.ok,
-                "per_rank": {("unattributed" if r is None else str(r)): n for r, n in sorted(
-                    self.per_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))},
-                "missing_ranks": self.missing_ranks, "examples": self.examples}
+        return {
+            "name": self.name,
+            "scope": self.scope,
+            "total": self.total,
+            "ok": self.ok,
+            "per_rank": {
+                ("unattributed" if r is None else str(r)): n
+                for r, n in sorted(self.per_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+            },
+            "missing_ranks": self.missing_ranks,
+            "examples": self.examples,
+        }
 
 
 @dataclass
@@ -95,9 +103,16 @@ class ServeLogReport:
         return not self.problems
 
     def to_dict(self) -> dict:
-        return {"num_ranks": self.num_ranks, "ok": self.ok, "problems": self.problems,
-                "required": [r.to_dict() for r in self.required], "forbidden": [r.to_dict() for r in self.forbidden],
-                "symptoms": self.symptoms, "first_dead_rank": self.first_dead_rank, "death": self.death}
+        return {
+            "num_ranks": self.num_ranks,
+            "ok": self.ok,
+            "problems": self.problems,
+            "required": [r.to_dict() for r in self.required],
+            "forbidden": [r.to_dict() for r in self.forbidden],
+            "symptoms": self.symptoms,
+            "first_dead_rank": self.first_dead_rank,
+            "death": self.death,
+        }
 
 
 def _natural(s: str):
@@ -173,8 +188,9 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-def assert_backend(text: str, *, num_ranks: int, gpus_per_node: int, required: list[Requirement],
-                   forbidden: list[Requirement]) -> ServeLogReport:
+def assert_backend(
+    text: str, *, num_ranks: int, gpus_per_node: int, required: list[Requirement], forbidden: list[Requirement]
+) -> ServeLogReport:
     """Check a serving log (one node's or several nodes' concatenated) against the backend assertion.
 
     num_ranks: EP size (ranks 0..num_ranks-1 must each print every `scope: all` line); gpus_per_node: for NCCL
@@ -189,8 +205,10 @@ def assert_backend(text: str, *, num_ranks: int, gpus_per_node: int, required: l
         if r.total == 0:
             problems.append(f"required `{r.name}`: no line in the server log")
         elif r.missing_ranks:
-            problems.append(f"required `{r.name}`: ranks {_ranges(r.missing_ranks)} missing "
-                            f"({num_ranks - len(r.missing_ranks)} of {num_ranks} ranks printed it)")
+            problems.append(
+                f"required `{r.name}`: ranks {_ranges(r.missing_ranks)} missing "
+                f"({num_ranks - len(r.missing_ranks)} of {num_ranks} ranks printed it)"
+            )
     for f in forb:
         if f.total:
             problems.append(f"forbidden `{f.name}`: {f.total} line(s), first {f.examples[0]}")
@@ -221,6 +239,12 @@ def _deaths(lines, ranks: RankMap) -> tuple[list[str], int | None, str | None]:
         return symptoms, first[0], first[1]
     if waited_on:
         peers = sorted(waited_on, key=lambda p: (-waited_on[p], p))
-        return symptoms, peers[0], (f"no rank printed its own death; DeepEP Gin barrier waiters wait on peer(s) "
-                                    f"{_ranges(sorted(waited_on))} (`thread:` field), most often {peers[0]}")
+        return (
+            symptoms,
+            peers[0],
+            (
+                f"no rank printed its own death; DeepEP Gin barrier waiters wait on peer(s) "
+                f"{_ranges(sorted(waited_on))} (`thread:` field), most often {peers[0]}"
+            ),
+        )
     return symptoms, None, None

@@ -35,8 +35,16 @@ from .failure import FailureClass, classify_failure, evidence_kind
 from .logtext import numbered_lines, prefix_rank
 
 __all__ = [
-    "PHASES", "PhaseSample", "PhaseStats", "EpMode", "TestEpParse", "parse_test_ep", "finished_cleanly",
-    "dispatch_plus_combine_p50", "FailureClass", "classify_failure",
+    "PHASES",
+    "PhaseSample",
+    "PhaseStats",
+    "EpMode",
+    "TestEpParse",
+    "parse_test_ep",
+    "finished_cleanly",
+    "dispatch_plus_combine_p50",
+    "FailureClass",
+    "classify_failure",
 ]
 
 PHASES = ("dispatch", "expanded dispatch", "cached dispatch", "combine", "reduced combine")
@@ -94,14 +102,32 @@ class PhaseStats:
         if not samples:
             raise ValueError("no samples")
         us = [s.us for s in samples]
-        return cls(len(us), *(round(x, 6) for x in (
-            statistics.median(us), statistics.fmean(us), min(us), max(us),
-            statistics.median([s.so_gbs for s in samples]), statistics.median([s.su_gbs for s in samples]))))
+        return cls(
+            len(us),
+            *(
+                round(x, 6)
+                for x in (
+                    statistics.median(us),
+                    statistics.fmean(us),
+                    min(us),
+                    max(us),
+                    statistics.median([s.so_gbs for s in samples]),
+                    statistics.median([s.su_gbs for s in samples]),
+                )
+            ),
+        )
 
     def to_dict(self) -> dict:
         """`{"n", "p50", "mean", "min", "max", "p50_so_gbs", "p50_su_gbs"}` (times in us, as the published summary)."""
-        return {"n": self.n, "p50": self.p50, "mean": self.mean, "min": self.min, "max": self.max,
-                "p50_so_gbs": self.p50_so_gbs, "p50_su_gbs": self.p50_su_gbs}
+        return {
+            "n": self.n,
+            "p50": self.p50,
+            "mean": self.mean,
+            "min": self.min,
+            "max": self.max,
+            "p50_so_gbs": self.p50_so_gbs,
+            "p50_su_gbs": self.p50_su_gbs,
+        }
 
 
 @dataclass
@@ -151,13 +177,28 @@ class TestEpParse:
         """JSON-ready form (for a gate report's `data`); samples only for the checked modes."""
         checked = {m.index for m in self.checked()}
         return {
-            "num_ranks": self.num_ranks, "modes_checked": self.modes_checked, "config": self.config,
-            "modes": [{"index": m.index, "settings": m.settings,
-                       **({"us": {p: {str(r): s.us for r, s in sorted(m.samples[p].items())} for p in PHASES}}
-                          if m.index in checked else {})} for m in self.modes],
+            "num_ranks": self.num_ranks,
+            "modes_checked": self.modes_checked,
+            "config": self.config,
+            "modes": [
+                {
+                    "index": m.index,
+                    "settings": m.settings,
+                    **(
+                        {"us": {p: {str(r): s.us for r, s in sorted(m.samples[p].items())} for p in PHASES}}
+                        if m.index in checked
+                        else {}
+                    ),
+                }
+                for m in self.modes
+            ],
             "phases_us": {p: s.to_dict() for p, s in self.phases.items()},
-            "dc_p50_us": self.dc_p50_us, "complete": self.complete, "ok": self.ok, "problems": list(self.problems),
-            "completed_line": self.completed_line, "teardown_lines": [list(t) for t in self.teardown_lines],
+            "dc_p50_us": self.dc_p50_us,
+            "complete": self.complete,
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "completed_line": self.completed_line,
+            "teardown_lines": [list(t) for t in self.teardown_lines],
         }
 
 
@@ -214,26 +255,42 @@ def _scan(text: str, num_ranks: int):
             rec = _RECORD.match(body, start.start())
             marker = start.group("marker")
             if not rec or MARKERS[marker] != rec.group("phase") or _AUX[rec.group("phase")] != rec.group("aux"):
-                malformed.append(f"line {no}: malformed phase line: {body[start.start():].strip()[:160]!r}")
+                malformed.append(f"line {no}: malformed phase line: {body[start.start() :].strip()[:160]!r}")
                 continue
             rank, size, phase = int(rec.group("rank")), int(rec.group("size")), rec.group("phase")
             if size != num_ranks or rank >= size:
                 wrong_size.append(f"line {no}: {phase}: rank {rank}/{size}, expected /{num_ranks}")
                 continue
             try:
-                s = PhaseSample(float(rec.group("us")), float(rec.group("so")), float(rec.group("su")),
-                                int(rec.group("bytes")), float(rec.group("aux_gbs")), float(rec.group("aux_us")), no)
+                s = PhaseSample(
+                    float(rec.group("us")),
+                    float(rec.group("so")),
+                    float(rec.group("su")),
+                    int(rec.group("bytes")),
+                    float(rec.group("aux_gbs")),
+                    float(rec.group("aux_us")),
+                    no,
+                )
             except ValueError:
                 s = None
             if s is None or not math.isfinite(s.us):
-                malformed.append(f"line {no}: {phase}: rank {rank}: unusable numbers {body[start.start():].strip()[:160]!r}")
+                malformed.append(
+                    f"line {no}: {phase}: rank {rank}: unusable numbers {body[start.start() :].strip()[:160]!r}"
+                )
                 continue
             records.append((no, rank, phase, s))
     return lines, blocks, settings, records, malformed, wrong_size
 
 
-def parse_test_ep(text: str, *, num_ranks: int, modes: str = "first", expected_modes: int | None = None,
-                  trials: int | None = None, trial: int = 0) -> TestEpParse:
+def parse_test_ep(
+    text: str,
+    *,
+    num_ranks: int,
+    modes: str = "first",
+    expected_modes: int | None = None,
+    trials: int | None = None,
+    trial: int = 0,
+) -> TestEpParse:
     """Parse test_ep.py output (one node's, or several nodes' concatenated or interleaved).
 
     trials/trial: the log holds `trials` repetitions of the whole case (gates/drivers/micro_trials.py calls
@@ -260,8 +317,11 @@ def parse_test_ep(text: str, *, num_ranks: int, modes: str = "first", expected_m
         problems.append("config: no `Config:` block (` > Ranks: a x b`) found")
     else:
         for b in blocks[1:]:
-            diff = [f"{k}: {config.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(config) | set(b))
-                    if k != "tokens" and config.get(k) != b.get(k)]
+            diff = [
+                f"{k}: {config.get(k)!r} vs {b.get(k)!r}"
+                for k in sorted(set(config) | set(b))
+                if k != "tokens" and config.get(k) != b.get(k)
+            ]
             if diff:
                 problems.append("config differs between nodes: " + "; ".join(diff))
         if "scaleout_ranks" in config and config["scaleout_ranks"] * config["scaleup_ranks"] != num_ranks:
@@ -285,16 +345,19 @@ def parse_test_ep(text: str, *, num_ranks: int, modes: str = "first", expected_m
         k = count[key]
         if trials is not None:
             if k >= trials * nset:
-                duplicates.append(f"line {no}: {phase}: rank {rank} printed more often than {trials} trial(s) x "
-                                  f"{nset} announced mode(s)")
+                duplicates.append(
+                    f"line {no}: {phase}: rank {rank} printed more often than {trials} trial(s) x "
+                    f"{nset} announced mode(s)"
+                )
                 continue
             count[key] += 1
             if k // nset != trial:
                 continue
             k %= nset
         elif settings and k >= len(settings):
-            duplicates.append(f"line {no}: {phase}: rank {rank} printed more often than the "
-                              f"{len(settings)} announced mode(s)")
+            duplicates.append(
+                f"line {no}: {phase}: rank {rank} printed more often than the {len(settings)} announced mode(s)"
+            )
             continue
         else:
             count[key] += 1
@@ -321,17 +384,35 @@ def parse_test_ep(text: str, *, num_ranks: int, modes: str = "first", expected_m
             if len(missing) == num_ranks:
                 problems.append(f"{where}{p}: phase missing (no rank printed it)")
             elif missing:
-                problems.append(f"{where}{p}: rank{'s' if len(missing) > 1 else ''} "
-                                f"{', '.join(map(str, missing))} missing of {num_ranks}")
+                problems.append(
+                    f"{where}{p}: rank{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(map(str, missing))} missing of {num_ranks}"
+                )
             complete = complete and not missing
 
-    phases = {p: PhaseStats.of([s for m in checked for s in m.samples[p].values()])
-              for p in PHASES if any(m.samples[p] for m in checked)}
+    phases = {
+        p: PhaseStats.of([s for m in checked for s in m.samples[p].values()])
+        for p in PHASES
+        if any(m.samples[p] for m in checked)
+    }
     completed_line = max(s.line for m in checked for p in PHASES for s in m.samples[p].values()) if complete else None
-    teardown = [(no, (pre + body)[:300]) for no, pre, body in lines
-                if completed_line is not None and no > completed_line and evidence_kind(body)]
-    return TestEpParse(num_ranks, modes, config, ep_modes, phases, dispatch_plus_combine_p50(phases),
-                       problems, complete, completed_line, teardown)
+    teardown = [
+        (no, (pre + body)[:300])
+        for no, pre, body in lines
+        if completed_line is not None and no > completed_line and evidence_kind(body)
+    ]
+    return TestEpParse(
+        num_ranks,
+        modes,
+        config,
+        ep_modes,
+        phases,
+        dispatch_plus_combine_p50(phases),
+        problems,
+        complete,
+        completed_line,
+        teardown,
+    )
 
 
 def finished_cleanly(text: str, *, num_ranks: int, modes: str = "first") -> bool:

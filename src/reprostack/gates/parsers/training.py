@@ -23,8 +23,11 @@ from .logtext import numbered_lines
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 _TAG = "[megatron-moe]"
-_MSTEP = re.compile(rf"step (?P<i>\d+)/(?P<n>\d+) \| loss (?P<loss>{_NUM}) \| grad_norm (?P<gn>{_NUM}) \| "
-                    rf"tokens/s (?P<tps>{_NUM}) \| step_ms (?P<ms>{_NUM})", re.I)
+_MSTEP = re.compile(
+    rf"step (?P<i>\d+)/(?P<n>\d+) \| loss (?P<loss>{_NUM}) \| grad_norm (?P<gn>{_NUM}) \| "
+    rf"tokens/s (?P<tps>{_NUM}) \| step_ms (?P<ms>{_NUM})",
+    re.I,
+)
 _BUFFER = re.compile(r"buffer: (?P<cls>\w+) module=(?P<mod>\S+)")
 _DISPATCHER = re.compile(r"dispatcher: (?P<text>.+)$")
 _CHECKSUM = re.compile(rf"init_checksum: (?P<v>{_NUM})", re.I)
@@ -128,7 +131,7 @@ def parse_megatron(text: str, *, expected_steps: int) -> TrainingParse:
             p.providers.append(m.group("p"))
         if _TAG not in body:
             continue
-        body = body[body.index(_TAG) + len(_TAG):].strip()
+        body = body[body.index(_TAG) + len(_TAG) :].strip()
         if m := _MSTEP.match(body):
             i = int(m["i"])
             announced.add(int(m["n"]))
@@ -136,8 +139,9 @@ def parse_megatron(text: str, *, expected_steps: int) -> TrainingParse:
                 p.problems.append(f"line {no}: step {i} logged again (first at line {seen[i]})")
                 continue
             seen[i] = no
-            p.steps.append(Step(i, _f(m["loss"]), no, grad_norm=_f(m["gn"]), tokens_per_s=_f(m["tps"]),
-                                step_ms=_f(m["ms"])))
+            p.steps.append(
+                Step(i, _f(m["loss"]), no, grad_norm=_f(m["gn"]), tokens_per_s=_f(m["tps"]), step_ms=_f(m["ms"]))
+            )
         elif m := _BUFFER.match(body):
             p.buffer_class, p.buffer_module = m["cls"], m["mod"]
         elif m := _DISPATCHER.match(body):
