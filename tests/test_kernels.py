@@ -619,6 +619,7 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
     assert env["EP_JIT_CACHE_DIR"] == str(b.out / "jit") and env["CUDA_HOME"] == "/opt/fake-cuda"
     # git in the source copy must not find the repository around the cache (DeepEP's version takes its HEAD)
     assert Path(env["GIT_CEILING_DIRECTORIES"]).parent == cache / "builds"
+    assert env["PYTHONPYCACHEPREFIX"] == str(cache / "pycache")  # setup.py's torch import writes no image bytecode
     assert (b.out / "overlay" / "nvidia" / "nccl" / "lib" / "libnccl.so.2").resolve() == (
         nccl_lib / "libnccl.so.2"
     ).resolve()

@@ -31,7 +31,9 @@ def _world(tmp_path: Path, monkeypatch) -> tuple[str, Path, Path]:
         "torch_cuda": "13.0",
         "torch_site": str(site),
     }
-    py.write_text(f"#!/bin/sh\necho x >> {count}\necho '{json.dumps(probe)}'\n")
+    py.write_text(
+        f"#!/bin/sh\necho \"x $PYTHONPYCACHEPREFIX $PYTHONDONTWRITEBYTECODE\" >> {count}\necho '{json.dumps(probe)}'\n"
+    )
     py.chmod(0o755)
     nvcc = tmp_path / "cuda" / "bin" / "nvcc"
     nvcc.parent.mkdir(parents=True)
@@ -39,6 +41,7 @@ def _world(tmp_path: Path, monkeypatch) -> tuple[str, Path, Path]:
     nvcc.chmod(0o755)
     monkeypatch.setenv("PATH", f"{nvcc.parent}:{os.environ['PATH']}")
     monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     return str(py), site, count
 
 
@@ -60,6 +63,9 @@ def test_the_probe_is_reused_until_what_it_stands_on_changes(tmp_path, monkeypat
     assert _runs(count) == 3
     toolchain.detect(py, arch="90")  # no cache: always probed
     assert _runs(count) == 4
+    # the probe's import of torch writes bytecode into the cache's prefix, or nowhere; never beside the image's torch
+    lines = count.read_text().splitlines()
+    assert lines[0] == f"x {cache / 'pycache'} " and lines[-1] == "x  1"
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from ..errors import BuildError
 from . import preflight
 from .elfcheck import check_private_libstdcxx
 from .recipe import Recipe, render
+from .runtime import pycache_dir
 from .toolchain import Toolchain
 
 
@@ -188,6 +189,9 @@ def build_deepep(
         # git would walk up into whatever repository holds the cache (reprostack's own checkout) and the built
         # package would carry that commit. The ceiling stops the walk: always `+local`, whatever holds the cache.
         env["GIT_CEILING_DIRECTORIES"] = str(tmp)
+        # setup.py imports torch (twice: metadata, then the wheel): its bytecode goes to the cache's prefix, never into
+        # the image's site-packages (kernels.runtime: they are never written)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache_dir(cache))
         env.update(
             {
                 "EP_NCCL_ROOT_DIR": str(nccl_root),
@@ -223,7 +227,6 @@ def build_deepep(
         # the test's bytecode compiled meanwhile, on the cores nvcc leaves idle (kernels.bytecode); joined, bounded,
         # before the step ends, so it never runs during a measurement
         from . import bytecode
-        from .runtime import pycache_dir
 
         warm = bytecode.start(
             tc.python,

@@ -151,9 +151,17 @@ def detect(python: str, *, arch: str | None = None, cache: Path | None = None) -
     """
     probe, cfile = _cached_probe(python, cache)
     if probe is None:
+        # importing torch must not write bytecode into the image's site-packages: into the cache's prefix, or nowhere
+        penv = dict(os.environ)
+        if cache is not None:
+            penv["PYTHONPYCACHEPREFIX"] = str(Path(cache) / "pycache")
+        else:
+            penv["PYTHONDONTWRITEBYTECODE"] = "1"
         try:
             probe = json.loads(
-                subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=300, check=True).stdout
+                subprocess.run(
+                    [python, "-c", _PROBE], capture_output=True, text=True, timeout=300, check=True, env=penv
+                ).stdout
             )
         except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
             raise BuildError(f"cannot probe {python}: {e}") from None
