@@ -364,11 +364,14 @@ def test_plan_shows_the_comparison_arms_beside_the_deepep_arm():
     micro_plan = gate_plan(registry.gate("micro"), REPO, lock, profile="h200-ep1", images_json=Path("/x"))
     assert [(a.name, a.role) for a in micro_plan.arms] == [
         ("deepep", "deepep"),
-        ("dense", "comparison"),
+        ("dense", "comparison, in the same launch as deepep (trial by trial, ABAB)"),
         ("legacy", "second-evidence"),
     ]
     assert micro_plan.arms[0].commands == micro_plan.commands
-    assert "/workspace/gates/drivers/dense_a2a.py" in " ".join(micro_plan.arms[1].commands[0].argv)
+    # the dense arm is the trials launch with both arms (gates.micro), not a launch of its own
+    dense = " ".join(micro_plan.arms[1].commands[0].argv)
+    assert "/workspace/gates/drivers/micro_trials.py" in dense and "--arms deepep,dense --dense-warmup 20" in dense
+    assert "dense_a2a.py" not in dense
     vllm = gate_plan(registry.gate("vllm"), REPO, lock, images_json=Path("/x"))
     roles = {a.name: a.role for a in vllm.arms}
     assert roles["deepep"] == "deepep" and "alternative" in roles.values()

@@ -785,9 +785,15 @@ def _plans(args, lock, root, opts) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from . import ui
+
     console = Console()
     for p in plans:
         name = registry.gate(p.gate).name  # what the operator types (`gate nemo-rl`), not the spec stem
+        if not ui.live_display():  # off a terminal: plain `field: value` lines, never wrapped (digests stay whole)
+            print(f"launch plan: gate {name} [{p.profile}] (nothing was run)")
+            print("\n".join(f"  {line}" for line in p.lines()))
+            continue
         t = Table(
             title=escape(f"launch plan: gate {name} [{p.profile}] (nothing was run)"),
             show_header=False,

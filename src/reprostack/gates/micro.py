@@ -150,13 +150,18 @@ class Kernels:
     accept_sha256: str | None = None
 
 
-def nccl_words(lock, trees: dict) -> str:
-    """`nccl <tree12>`, or `nccl wheel FILENAME (pin W)` for a stack whose NCCL is a wheel alone."""
+def nccl_words(lock, trees: dict) -> tuple[str, str]:
+    """(`, nccl <tree12>`, "") for an NCCL tree among the verified sources; ("", `; NCCL is the wheel F of pin W, not
+    fetched here (it is fetched and sha256-checked only when kernels are built)`) for a stack whose NCCL is a wheel
+    alone: a SKIP never counts it among what was verified."""
     if "nccl" in trees:
-        return f"nccl {trees['nccl'].tree[:12]}"
+        return f", nccl {trees['nccl'].tree[:12]}", ""
     w = ncclwheel.wheel_alone(lock, "nccl")
     files = ", ".join(f.filename for f in lock.get(w).files)
-    return f"nccl wheel {files} (pin {w}; fetched and sha256-checked when the kernels are built)"
+    return (
+        "",
+        f"; NCCL is the wheel {files} of pin {w}, not fetched here (fetched and sha256-checked only when kernels are built)",
+    )
 
 
 def source_trees(opts: GateRunOptions, names) -> tuple[dict, object]:
@@ -270,7 +275,9 @@ def run_micro(opts: MicroOptions) -> GateReport:
         why = (
             "no GPU on this host (nvidia-smi lists none): "
             + ("the image's kernels manifest matched the lock " if pre else "sources were verified and patched ")
-            + f"(deepep {trees['deepep'].tree[:12]}, {nccl_words(opts.lock, trees)}); kernels and test_ep not run"
+            + "(deepep {}{}){}; kernels and test_ep not run".format(
+                trees["deepep"].tree[:12], *nccl_words(opts.lock, trees)
+            )
         )
         return finish(skipped(GATE, opts.profile or "-", why, provenance=prov))
     try:

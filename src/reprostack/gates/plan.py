@@ -103,55 +103,56 @@ def _micro(spec, profile, root: Path):
     from .micro import DEFAULT_TRIALS, TRIALS_DRIVER
 
     script = f"{WORK}/{TRIALS_DRIVER}"
-    args = [
-        "--test-ep",
-        f"{SRC}/deepep/{spec.script}",
-        "--trials",
-        str(DEFAULT_TRIALS),
-        "--arms",
-        "deepep",
-        *spec.args,
-        *profile.args,
-    ]
-    cmds = []
-    for node in range(profile.nodes):
-        if profile.nodes == 1 and profile.launcher == "local":
-            launch = launchers.local("python3", script, args, gpus=profile.gpus_per_node, port=MASTER_PORT)
-        elif profile.launcher == "torchrun" and profile.nodes == 1:
-            launch = launchers.torchrun_workers(
-                "python3", script, args, gpus=profile.gpus_per_node, master_addr="127.0.0.1", master_port=MASTER_PORT
-            )
-        else:
-            launch = launchers.torchrun(
-                "python3",
-                script,
-                args,
-                gpus=profile.gpus_per_node,
-                nodes=profile.nodes,
-                node_rank=node,
-                master_addr=MASTER,
-                master_port=MASTER_PORT,
-            )
-        cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv), _env(launch.env)))
-    arms = [lp.ArmPlan("deepep", "deepep", tuple(cmds))]
-    if spec.dense is not None:  # gates.arms.run_dense: our driver, one process per GPU, the store on port + 1
-        dense = []
+
+    def node_commands(arms: str, extra: list[str]) -> tuple:
+        args = [
+            "--test-ep",
+            f"{SRC}/deepep/{spec.script}",
+            "--trials",
+            str(DEFAULT_TRIALS),
+            "--arms",
+            arms,
+            *extra,
+            *spec.args,
+            *profile.args,
+        ]
+        cmds = []
         for node in range(profile.nodes):
-            many = profile.nodes > 1
-            launch = launchers.torchrun_workers(
-                "python3",
-                f"{WORK}/{spec.dense.script}",
-                list(spec.dense.args),
-                gpus=profile.gpus_per_node,
-                nodes=profile.nodes,
-                node_rank=node,
-                master_addr=MASTER if many else None,
-                master_port=MASTER_PORT + 1 if many else None,
+            if profile.nodes == 1 and profile.launcher == "local":
+                launch = launchers.local("python3", script, args, gpus=profile.gpus_per_node, port=MASTER_PORT)
+            elif profile.launcher == "torchrun" and profile.nodes == 1:
+                launch = launchers.torchrun_workers(
+                    "python3",
+                    script,
+                    args,
+                    gpus=profile.gpus_per_node,
+                    master_addr="127.0.0.1",
+                    master_port=MASTER_PORT,
+                )
+            else:
+                launch = launchers.torchrun(
+                    "python3",
+                    script,
+                    args,
+                    gpus=profile.gpus_per_node,
+                    nodes=profile.nodes,
+                    node_rank=node,
+                    master_addr=MASTER,
+                    master_port=MASTER_PORT,
+                )
+            cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv), _env(launch.env)))
+        return tuple(cmds)
+
+    cmds = node_commands("deepep", [])
+    arms = [lp.ArmPlan("deepep", "deepep", cmds)]
+    if spec.dense is not None:  # `--arm deepep,dense`: the dense arm runs INSIDE the trials launch, interleaved
+        arms.append(
+            lp.ArmPlan(
+                "dense",
+                "comparison, in the same launch as deepep (trial by trial, ABAB)",
+                node_commands("deepep,dense", list(spec.dense.args)),
             )
-            dense.append(
-                lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv), _env(launch.env))
-            )
-        arms.append(lp.ArmPlan("dense", "comparison", tuple(dense)))
+        )
     if spec.legacy is not None and profile.nodes == 1:  # gates.arms.run_legacy: one node, from the patched tree
         launch = launchers.local(
             "python3",

@@ -141,7 +141,15 @@ class LaunchPlan:
         img = self.image.describe() if self.image else "none (host mode: this host's own packages)"
         out = [
             ("gate", f"{self.gate} [{self.profile}]"),
-            ("mode", self.mode + (" (labelled in the report; not the pinned image)" if self.mode == MODE_HOST else "")),
+            (
+                "mode",
+                self.mode
+                + (
+                    " (labelled in the report; not the pinned image)"
+                    if self.mode == MODE_HOST
+                    else " (what `gate G --container`, `launch slurm` and `launch k8s` run; `gate G` alone runs host mode)"
+                ),
+            ),
             ("image", img),
             ("ranks", f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s) = EP{self.ep_size}"),
             (
