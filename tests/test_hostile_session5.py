@@ -1,0 +1,134 @@
+"""Hostile input against what session 5 changed (docs/reliability.md, 'Hostile-input trial (session 5)'): forged
+one-NCCL records in the trials driver's log, the toolchain probe cache, the bytecode prewarm, the progress hook."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from reprostack.gates import micro
+from test_gate_micro_flow import before_done, gpu_host, options, stand_in_python  # noqa: F401 (gpu_host: a fixture)
+from trialslog import marker, real_ep1_texts, trials_log
+
+
+def _lib(tmp_path) -> str:
+    return os.path.realpath(tmp_path / "builds/nccl/build/lib/libnccl.so.2")
+
+
+def _nccl(tmp_path, **kw) -> str:
+    rec = dict(event="nccl", host=socket.gethostname(), runtime="2.30.4", mapped=[_lib(tmp_path)])
+    rec.update(kw)
+    return marker(**rec)
+
+
+def _run(tmp_path, text: str, **kw):
+    return micro.run_micro(options(tmp_path, stand_in_python(tmp_path, text, **kw), profile="h200-ep1", trials=3))
+
+
+@pytest.mark.parametrize(
+    "case, why",
+    [
+        ("ghost-rank", "rank 5: a one-NCCL record out of its place"),
+        ("dup-disagree", "rank 0: 2 one-NCCL records"),
+        ("dup-same", "rank 0: 2 one-NCCL records"),
+        ("rank-list", "rank [0]: a one-NCCL record out of its place"),
+        ("rank-str", "rank '0': a one-NCCL record out of its place"),
+        ("huge-mapped", "rank 0: expected exactly one NCCL"),
+        ("runtime-dict", "rank 0: ncclGetVersion gave no version string"),
+        ("runtime-nan", "rank 0: ncclGetVersion gave no version string"),
+        ("host-list", "no rank on this host"),
+        ("deep-json", "[micro_trials] record not JSON: nested too deeply"),
+        ("mimic-in-test-ep", "rank 0: a one-NCCL record out of its place"),
+        ("after-done", "rank 0: a one-NCCL record out of its place"),
+    ],
+)
+def test_forged_one_nccl_records_never_pass(tmp_path, gpu_host, case, why):
+    text = trials_log(real_ep1_texts(3))
+    kw: dict = {}
+    (tmp_path / "builds/nccl/build/lib").mkdir(parents=True, exist_ok=True)
+    if case == "ghost-rank":
+        text = before_done(text, _nccl(tmp_path, rank=5))
+    elif case == "dup-disagree":
+        text = before_done(text, _nccl(tmp_path, rank=0, runtime="2.30.5"))
+    elif case == "dup-same":
+        text = before_done(text, _nccl(tmp_path, rank=0))
+    elif case == "rank-list":
+        kw["nccl_runtime"] = None
+        text = before_done(text, _nccl(tmp_path, rank=[0]))
+    elif case == "rank-str":
+        kw["nccl_runtime"] = None
+        text = before_done(text, _nccl(tmp_path, rank="0"))
+    elif case == "huge-mapped":
+        kw["mapped"] = [_lib(tmp_path)] + ["/x" * 1000] * 2000
+    elif case == "runtime-dict":
+        kw["nccl_runtime"] = None
+        text = before_done(text, _nccl(tmp_path, rank=0, runtime={"v": "2.30.4"}))
+    elif case == "runtime-nan":
+        kw["nccl_runtime"] = None
+        text = before_done(text, _nccl(tmp_path, rank=0).replace('"2.30.4"', "NaN"))
+    elif case == "host-list":
+        kw["nccl_runtime"] = None
+        text = before_done(text, _nccl(tmp_path, rank=0, host=[socket.gethostname()]))
+    elif case == "deep-json":
+        text = before_done(text, "[micro_trials] " + "[" * 200000)
+    elif case == "mimic-in-test-ep":
+        # a rank that never left its own record, and a line of test_ep's output that mimics the tag
+        kw["nccl_runtime"] = None
+        t = real_ep1_texts(3)
+        t[1] = t[1] + "\n" + "some test_ep text " + _nccl(tmp_path, rank=0)
+        text = trials_log(t)
+    elif case == "after-done":
+        kw["nccl_runtime"] = None
+        text += _nccl(tmp_path, rank=0) + "\n"
+    rep = _run(tmp_path, text, **kw)
+    assert rep.result in ("error", "fail") and why in rep.reason, rep.reason[:500]
+    assert "\n" not in rep.reason and len(rep.reason) < 2000
+
+
+def _kern(tmp_path, accept_sha256=None):
+    from types import SimpleNamespace
+
+    lib = tmp_path / "lib"
+    lib.mkdir(exist_ok=True)
+    (lib / "libnccl.so.2").write_bytes(b"pinned")
+    return SimpleNamespace(nccl_lib=lib, accept_sha256=accept_sha256)
+
+
+def _rec(rank, mapped, **kw):
+    return {"event": "nccl", "rank": rank, "host": "h", "runtime": "2.30.4", "mapped": mapped, **kw}
+
+
+def test_one_nccl_every_local_rank_once_and_in_range(tmp_path):
+    from reprostack.errors import BuildError
+
+    kern = _kern(tmp_path)
+    lib = str((tmp_path / "lib/libnccl.so.2").resolve())
+    ok = micro.one_nccl_of_ranks([_rec(0, [lib]), _rec(1, [lib])], kern, "h", num_ranks=2, all_local=True)
+    assert ok["ranks"] == [0, 1]
+    for recs, why in [
+        ([_rec(0, [lib])], "rank 1: no one-NCCL record"),  # a rank that left none, on one node
+        ([_rec(0, [lib]), _rec(1, [lib]), _rec(2, [lib])], "rank 2: a one-NCCL record for no rank of this run"),
+        ([_rec(0, [lib]), _rec(True, [lib])], "rank True: a one-NCCL record for no rank"),
+        ([_rec(0, [lib]), _rec(1, [lib], runtime="2.30.5")], "different NCCL versions: {0: '2.30.4', 1: '2.30.5'}"),
+    ]:
+        with pytest.raises(BuildError, match=None) as e:
+            micro.one_nccl_of_ranks(recs, kern, "h", num_ranks=2, all_local=True)
+        assert why in str(e.value), str(e.value)
+
+
+def test_one_nccl_a_fifo_or_device_named_by_a_record_is_never_read(tmp_path):
+    """With accept_sha256 (a prebuilt image's copy), a mapped path is hashed: a FIFO or /dev/zero would never end."""
+    import hashlib
+    from reprostack.errors import BuildError
+
+    kern = _kern(tmp_path, accept_sha256=hashlib.sha256(b"pinned").hexdigest())
+    fifo = tmp_path / "libnccl.so.2"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        with pytest.raises(BuildError, match="rank 0: expected exactly one NCCL"):
+            micro.one_nccl_of_ranks([_rec(0, [path])], kern, "h", num_ranks=1, all_local=True)
+    copy = tmp_path / "copy.so"
+    copy.write_bytes(b"pinned")  # a real copy with the pinned bytes is still accepted
+    assert micro.one_nccl_of_ranks([_rec(0, [str(copy)])], kern, "h", num_ranks=1, all_local=True)["ranks"] == [0]
