@@ -132,3 +132,86 @@ def test_one_nccl_a_fifo_or_device_named_by_a_record_is_never_read(tmp_path):
     copy = tmp_path / "copy.so"
     copy.write_bytes(b"pinned")  # a real copy with the pinned bytes is still accepted
     assert micro.one_nccl_of_ranks([_rec(0, [str(copy)])], kern, "h", num_ranks=1, all_local=True)["ranks"] == [0]
+
+
+# -- the toolchain probe cache (kernels.toolchain._cached_probe) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "unreadable", "symlink-to-good", "dangling"])
+def test_a_cache_file_that_is_no_regular_file_is_probed_again_never_read(tmp_path, monkeypatch, kind):
+    """A FIFO would block the read forever, /dev/zero would never end; a symlink (even to a good probe elsewhere on
+    the shared disk) is not the file the tool wrote. Each is probed again, never trusted, never a hang."""
+    from test_toolchain_probe import _runs, _world
+
+    from reprostack.kernels import toolchain
+
+    py, _, count = _world(tmp_path, monkeypatch)
+    cache = tmp_path / "cache"
+    toolchain.detect(py, arch="90", cache=cache)
+    (f,) = (cache / "toolchain").iterdir()
+    good = tmp_path / "good.json"
+    good.write_bytes(f.read_bytes())
+    f.unlink()
+    if kind == "fifo":
+        os.mkfifo(f)
+    elif kind == "dev-zero":
+        f.symlink_to("/dev/zero")
+    elif kind == "directory":
+        f.mkdir()
+    elif kind == "unreadable":
+        f.write_bytes(good.read_bytes())
+        f.chmod(0)
+        if os.access(f, os.R_OK):
+            pytest.skip("running as root: a mode-0 file is readable")
+    elif kind == "symlink-to-good":
+        f.symlink_to(good)
+    elif kind == "dangling":
+        f.symlink_to(tmp_path / "nowhere")
+    tc = toolchain.detect(py, arch="90", cache=cache)
+    assert _runs(count) == 2 and tc.torch == "2.11.0+cu130"
+
+
+def test_a_read_only_cache_dir_is_probed_every_time(tmp_path, monkeypatch):
+    from test_toolchain_probe import _runs, _world
+
+    from reprostack.kernels import toolchain
+
+    py, _, count = _world(tmp_path, monkeypatch)
+    cache = tmp_path / "cache"
+    (cache / "toolchain").mkdir(parents=True)
+    (cache / "toolchain").chmod(0o555)
+    try:
+        toolchain.detect(py, arch="90", cache=cache)
+        toolchain.detect(py, arch="90", cache=cache)
+    finally:
+        (cache / "toolchain").chmod(0o755)
+    assert _runs(count) == 2 or os.geteuid() == 0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("stdlib", "relative/lib"),
+        ("stdlib", "/usr/lib/python3.12\n/etc"),
+        ("torch", "2.11.0\x00"),
+    ],
+)
+def test_a_cached_probe_with_odd_paths_is_probed_again(tmp_path, monkeypatch, field, value):
+    """A forged probe whose witness matches (the attacker can stat the same files) may still not carry a path that
+    is not absolute, or holds a control character: what the build and the prewarm do with it is probed, not read."""
+    import json
+
+    from test_toolchain_probe import _runs, _world
+
+    from reprostack.kernels import toolchain
+
+    py, _, count = _world(tmp_path, monkeypatch)
+    cache = tmp_path / "cache"
+    toolchain.detect(py, arch="90", cache=cache)
+    (f,) = (cache / "toolchain").iterdir()
+    d = json.loads(f.read_text())
+    d["probe"][field] = value
+    d["witness"] = toolchain._probe_witness(py, d["probe"])  # the witness still matches
+    f.write_text(json.dumps(d))
+    tc = toolchain.detect(py, arch="90", cache=cache)
+    assert _runs(count) == 2 and getattr(tc, field) != value
