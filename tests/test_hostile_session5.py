@@ -215,3 +215,89 @@ def test_a_cached_probe_with_odd_paths_is_probed_again(tmp_path, monkeypatch, fi
     f.write_text(json.dumps(d))
     tc = toolchain.detect(py, arch="90", cache=cache)
     assert _runs(count) == 2 and getattr(tc, field) != value
+
+
+# -- the bytecode prewarm (kernels.bytecode) -----------------------------------------------------------------------
+
+
+def _written(root) -> set[str]:
+    return {str(p) for p in root.rglob("*.pyc")}
+
+
+def test_a_path_holding_the_old_map_syntax_never_redirects_writes_outside_the_prefix(tmp_path, monkeypatch):
+    """The maps were once `SRC=>DEST` / `SRC!NAME` arguments split on those tokens: a stdlib dir named
+    `/evil=>../../../victim` (a forged probe cache) sent the .pycs of /evil's files to a relative DEST, which the
+    prefix's cache_from_source joins to the cwd, `..` and all: outside the prefix. Now JSON: the name is a name."""
+    import sys
+
+    from test_bytecode import _site
+
+    from reprostack.kernels import bytecode, runtime
+
+    site, lib, std = _site(tmp_path)
+    overlay = runtime.make_overlay(site, lib, tmp_path / "build" / "overlay")
+    prefix = tmp_path / "cache" / "pycache"
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "payload.py").write_text("P = 1\n")
+    victim = tmp_path / "victim"
+    up = "../" * (len(tmp_path.parts) + 8)
+    weird = tmp_path / "x=>y!torch\nz"
+    (weird / "pkg").mkdir(parents=True)
+    (weird / "pkg" / "odd.py").write_text("Q = 1\n")
+    monkeypatch.chdir(tmp_path)
+    got = bytecode.start(
+        sys.executable,
+        prefix,
+        site,
+        overlay,
+        jobs=1,
+        stdlib_dirs=[f"{evil}=>{up}{str(victim).lstrip('/')}", str(std), str(weird)],
+    ).finish()
+    assert got["compiled"] and not got["cut"], got
+    everything = {str(p) for p in tmp_path.rglob("*.pyc")}
+    assert everything == _written(prefix), everything - _written(prefix)  # nothing outside the prefix
+    assert not victim.exists()
+    assert any(p.endswith("odd.cpython-%d%d.pyc" % sys.version_info[:2]) for p in everything)
+
+
+def test_a_fifo_a_device_and_a_symlink_loop_in_the_site_never_hang_the_prewarm(tmp_path):
+    import sys
+
+    from test_bytecode import _site
+
+    from reprostack.kernels import bytecode, runtime
+
+    site, lib, std = _site(tmp_path)
+    overlay = runtime.make_overlay(site, lib, tmp_path / "build" / "overlay")
+    os.mkfifo(site / "torch" / "fifo.py")
+    (site / "torch" / "zero.py").symlink_to("/dev/zero")
+    (site / "otherpkg" / "loop").symlink_to(site / "otherpkg")
+    (site / "torch" / "nn" / "self").symlink_to("..")
+    got = bytecode.start(sys.executable, tmp_path / "pyc", site, overlay, jobs=1, stdlib_dirs=[str(std)]).finish(
+        bound_s=120
+    )
+    assert got["cut"] is False and got["compiled"] >= 5, got  # finished by itself: nothing waited on the FIFO
+
+
+def test_a_prefix_that_cannot_be_made_is_no_prewarm_never_a_broken_build(tmp_path):
+    import sys
+
+    from test_bytecode import _site
+
+    from reprostack.kernels import bytecode, runtime
+
+    site, lib, std = _site(tmp_path)
+    overlay = runtime.make_overlay(site, lib, tmp_path / "build" / "overlay")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    got = bytecode.start(sys.executable, afile / "pycache", site, overlay, jobs=1, stdlib_dirs=[str(std)]).finish()
+    assert got["compiled"] is None and got["note"].startswith("no prewarm: "), got
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        got = bytecode.start(sys.executable, ro, site, overlay, jobs=1, stdlib_dirs=[str(std)]).finish()
+    finally:
+        ro.chmod(0o755)
+    assert got["cut"] is False and got["compiled"] is not None  # each file that cannot be written is skipped
