@@ -301,3 +301,39 @@ def test_a_prefix_that_cannot_be_made_is_no_prewarm_never_a_broken_build(tmp_pat
     finally:
         ro.chmod(0o755)
     assert got["cut"] is False and got["compiled"] is not None  # each file that cannot be written is skipped
+
+
+# -- the progress hook (run_with_watchdog(on_line=), ui.line_counter, deepep_trial_started) -------------------------
+
+
+def test_output_without_newlines_reaches_the_callback_in_bounded_pieces_and_the_log_whole(tmp_path):
+    """A binary dump of 5 MiB without a newline, a marker glued to its end, a flood of 10,000 markers, garbage
+    bytes: the log gets every byte; the callback never holds more than 1 MiB, never sees the glued marker as a line
+    start, and the counter stops at its total."""
+    from test_watchdog import run_py
+
+    from reprostack import ui
+    from reprostack.gates.parsers.micro_trials import deepep_trial_started
+
+    mark = '[micro_trials] {"event": "trial", "arm": "deepep", "rank": 0, "trial": 0}'
+    code = (
+        "import sys\n"
+        "w = sys.stdout.buffer.write\n"
+        "w(b'\\xff\\xfe\\x00garbage' * (5 * 2**20 // 10))\n"
+        f"w({mark!r}.encode() + b'\\n')\n"
+        f"w(({mark!r} + '\\n').encode() * 10000)\n"
+        "w(b'\\x1b[31m' + b'\\xc3' * 5000 + b'\\n')\n"
+    )
+    sizes: list[int] = []
+    st = ui.Step("t", "t", 3, "trial")
+    count = ui.line_counter(st, deepep_trial_started)
+
+    def on_line(line: str) -> None:
+        sizes.append(len(line))
+        count(line)
+
+    out = run_py(tmp_path, code, on_line=on_line, timeout_s=60)
+    assert out.returncode == 0
+    assert (tmp_path / "logs" / "run.log").stat().st_size == 5 * 2**20 // 10 * 10 + (len(mark) + 1) * 10001 + 5006
+    assert max(sizes) <= 1 << 20 and len(sizes) == 1 + 10000 + 1
+    assert st.done == 3
