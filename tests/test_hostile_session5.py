@@ -337,3 +337,21 @@ def test_output_without_newlines_reaches_the_callback_in_bounded_pieces_and_the_
     assert (tmp_path / "logs" / "run.log").stat().st_size == 5 * 2**20 // 10 * 10 + (len(mark) + 1) * 10001 + 5006
     assert max(sizes) <= 1 << 20 and len(sizes) == 1 + 10000 + 1
     assert st.done == 3
+
+
+def test_markers_with_unhashable_or_mixed_ranks_are_problems_never_a_traceback():
+    from reprostack.gates.parsers.micro_trials import parse_micro_trials
+
+    text = "".join(
+        marker(event=e, rank=r, arm=a, trial=0) + "\n"
+        for e, r, a in [
+            ("trial", [0], "deepep"),
+            ("trial", "x", "deepep"),
+            ("trial", 5, ["deepep"]),
+            ("done", {"r": 0}, None),
+            ("nccl", [1], None),
+        ]
+    )
+    tp = parse_micro_trials(text, num_ranks=1, trials=1)
+    assert not tp.complete and any("unexpected rank/arm '[0]'/'deepep'" in p for p in tp.problems), tp.problems
+    assert tp.nccl_misplaced and tp.nccl_misplaced[0][1] == [1]
