@@ -355,3 +355,14 @@ def test_markers_with_unhashable_or_mixed_ranks_are_problems_never_a_traceback()
     tp = parse_micro_trials(text, num_ranks=1, trials=1)
     assert not tp.complete and any("unexpected rank/arm '[0]'/'deepep'" in p for p in tp.problems), tp.problems
     assert tp.nccl_misplaced and tp.nccl_misplaced[0][1] == [1]
+
+
+def test_the_real_h200_logs_records_are_in_their_place():
+    """The order rule (a record after the rank's last trial, before its done) holds on the driver's real output."""
+    from pathlib import Path
+
+    from reprostack.gates.parsers.micro_trials import parse_micro_trials
+
+    log = Path(__file__).resolve().parents[1] / "results/gate_micro/2026-12-02-h200-ep1-k5-gin-gdaki/micro/test_ep.log"
+    tp = parse_micro_trials(log.read_text(errors="replace"), num_ranks=1, trials=5, arms=("deepep", "dense"))
+    assert tp.complete and len(tp.nccl) == 1 and tp.nccl_misplaced == []
