@@ -68,21 +68,23 @@ def stand_in_python(
     lib = tmp_path / "builds" / "nccl" / "build" / "lib" / "libnccl.so.2"
     lib.parent.mkdir(parents=True, exist_ok=True)
     lib.write_bytes(b"stand-in libnccl")
-    if nccl_runtime is not None:
-        ranks = [m.get("rank") for _, m in markers(trials_text) if m.get("event") == "done"]
-        trials_text += "".join(
-            marker(
-                event="nccl",
-                rank=r,
-                host=socket.gethostname(),
-                runtime=nccl_runtime,
-                mapped=mapped if mapped is not None else [os.path.realpath(lib)],
-                torch_built_with="2.28.9",
-                deep_ep="/x/deep_ep",
-            )
-            + "\n"
-            for r in ranks
-        )
+    if nccl_runtime is not None:  # each rank's record just before its `done`, as the driver prints it
+        lines = trials_text.split("\n")
+        for no, m in reversed(markers(trials_text)):
+            if m.get("event") == "done":
+                lines.insert(
+                    no - 1,
+                    marker(
+                        event="nccl",
+                        rank=m.get("rank"),
+                        host=socket.gethostname(),
+                        runtime=nccl_runtime,
+                        mapped=mapped if mapped is not None else [os.path.realpath(lib)],
+                        torch_built_with="2.28.9",
+                        deep_ep="/x/deep_ep",
+                    ),
+                )
+        trials_text = "\n".join(lines)
     log = tmp_path / "trials.log"
     log.write_text(trials_text)
     p = tmp_path / "py"
@@ -97,6 +99,13 @@ def stand_in_python(
     )
     p.chmod(p.stat().st_mode | stat.S_IXUSR)
     return str(p)
+
+
+def before_done(text: str, line: str, rank: int = 0) -> str:
+    """`text` with `line` just before rank `rank`'s driver `done` (where the driver prints its one-NCCL record)."""
+    lines = text.split("\n")
+    at = next(no for no, m in markers(text) if m.get("event") == "done" and m.get("rank") == rank)
+    return "\n".join(lines[: at - 1] + [line] + lines[at - 1 :])
 
 
 @pytest.fixture
@@ -312,10 +321,10 @@ def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, g
         )
     elif case == "error":
         kw["nccl_runtime"] = None
-        text += marker(event="nccl", rank=0, host=socket.gethostname(), error="OSError: boom") + "\n"
+        text = before_done(text, marker(event="nccl", rank=0, host=socket.gethostname(), error="OSError: boom"))
     elif case == "shape":
         kw["nccl_runtime"] = None
-        text += marker(event="nccl", rank=0, host=socket.gethostname(), mapped="libnccl.so.2") + "\n"
+        text = before_done(text, marker(event="nccl", rank=0, host=socket.gethostname(), mapped="libnccl.so.2"))
     rep = micro.run_micro(options(tmp_path, stand_in_python(tmp_path, text, **kw), profile="h200-ep1", trials=3))
     assert rep.result == "error" and rep.reason.startswith("one-NCCL check: ") and why in rep.reason, rep.reason
     assert "\n" not in rep.reason

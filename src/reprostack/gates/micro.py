@@ -437,17 +437,24 @@ def run_micro(opts: MicroOptions) -> GateReport:
             _failed_part(text, tp), outcome.returncode, outcome.timed_out, num_ranks=profile.ep_size, modes=opts.modes
         )
         data["failure"] = fc.to_dict()
-        result, reason = decide([], ran_ok=False, failure_reason=f"{fc.kind}: {fc.detail} ({fc.first_line})")
+        why = f"{fc.kind}: {fc.detail} ({fc.first_line})"
+        if all(p.complete for p in tp.deepep):  # every table complete: what is wrong is in the driver's markers
+            why = "trials driver's markers: " + "; ".join(tp.problems[:3])
+        result, reason = decide([], ran_ok=False, failure_reason=why)
         return finish(GateReport(GATE, profile.name, result, reason, provenance=prov, artifacts=artifacts))
 
     try:  # the one-NCCL check, judged on what the measuring ranks saw (no separate process: issue 17)
-        one = one_nccl_of_ranks(tp.nccl, kern)
+        one = one_nccl_of_ranks(
+            tp.nccl, kern, num_ranks=profile.ep_size, all_local=nodes == 1, misplaced=tp.nccl_misplaced
+        )
     except ReprostackError as e:
         return finish(
             GateReport(GATE, profile.name, "error", f"one-NCCL check: {e}", provenance=prov, artifacts=artifacts)
         )
     host["nccl_runtime"] = one["runtime"]
-    data["torch_built_with_nccl"] = one["torch_built_with"]
+    data["torch_built_with_nccl"] = (
+        one.get("torch_built_with") if isinstance(one.get("torch_built_with"), str) else None
+    )
     data["nccl_mapped"] = one["mapped"]
     data["nccl_check"] = f"in the measuring process of rank(s) {one['ranks']} after the trials (/proc/self/maps)"
     problems = tp.problems + [f"trial {k}: {p}" for k, t in enumerate(tp.deepep) for p in t.problems]
@@ -479,32 +486,72 @@ def run_micro(opts: MicroOptions) -> GateReport:
     return finish(GateReport(GATE, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))
 
 
-def one_nccl_of_ranks(records: list[dict], kern: Kernels, host: str | None = None) -> dict:
+def one_nccl_of_ranks(
+    records: list[dict],
+    kern: Kernels,
+    host: str | None = None,
+    *,
+    num_ranks: int | None = None,
+    all_local: bool = False,
+    misplaced: list[tuple[int, object, object]] = (),
+) -> dict:
     """The one-NCCL check (kernels.runtime.judge_one_nccl) of every rank record of THIS host (`host`, default this
     machine's name; the other nodes' gates judge theirs): each must map exactly the pinned NCCL, and they must agree
     on its version. Returns the first record plus `ranks`. Raises BuildError naming the rank and what it mapped,
-    or that no rank of this host left a record (a driver from before the records, or a log cut short)."""
+    or that no rank of this host left a record (a driver from before the records, or a log cut short).
+
+    The records come from a log (a line of test_ep's output can mimic the tag): each must name a rank of the run
+    (0..num_ranks-1, an int), once; with `all_local` (one node) every rank must have one; a record out of its place
+    (`misplaced`: parsers.micro_trials) is refused; the runtime must be a version string."""
     import socket
+    from collections import Counter
+
     from ..errors import BuildError
 
     host = host or socket.gethostname()
     mine = [r for r in records if r.get("host") == host]
+
+    def shown(rank: object) -> str:
+        return str(rank) if type(rank) is int else repr(rank)[:40]
+
+    for no, rank, h in misplaced:
+        if h == host:
+            raise BuildError(
+                f"rank {shown(rank)}: a one-NCCL record out of its place at line {no} of the test's log "
+                f"(the driver prints it after the rank's last trial, before its done)"
+            )
     if not mine:
         raise BuildError(
             f"no rank on this host ({host}) left its one-NCCL record in the test's log "
             f"({len(records)} record(s) from other hosts)"
         )
     for r in mine:
+        rank = r.get("rank")
+        if type(rank) is not int or (num_ranks is not None and not 0 <= rank < num_ranks):
+            raise BuildError(
+                f"rank {shown(rank)}: a one-NCCL record for no rank of this run (ranks 0..{(num_ranks or 0) - 1})"
+            )
+    count = Counter(r["rank"] for r in mine)
+    twice = sorted(k for k, n in count.items() if n > 1)
+    if twice:
+        raise BuildError(f"rank {twice[0]}: {count[twice[0]]} one-NCCL records in the test's log (one expected)")
+    if all_local and num_ranks is not None and len(count) != num_ranks:
+        lost = sorted(set(range(num_ranks)) - set(count))
+        raise BuildError(f"rank {lost[0]}: no one-NCCL record in the test's log (ranks with one: {sorted(count)})")
+    for r in mine:
         if "error" in r:
-            raise BuildError(f"rank {r.get('rank')}: reading its NCCL failed: {str(r['error'])[:300]}")
+            raise BuildError(f"rank {r['rank']}: reading its NCCL failed: {str(r['error'])[:300]}")
         try:
             runtime.judge_one_nccl(r, kern.nccl_lib, accept_sha256=kern.accept_sha256)
         except BuildError as e:
-            raise BuildError(f"rank {r.get('rank')}: {e}") from None
-    versions = sorted({str(r.get("runtime")) for r in mine})
-    if len(versions) != 1:
+            raise BuildError(f"rank {r['rank']}: {e}") from None
+        if not isinstance(r.get("runtime"), str) or len(r["runtime"]) > 40:
+            raise BuildError(f"rank {r['rank']}: ncclGetVersion gave no version string: {str(r.get('runtime'))[:60]}")
+    versions = {r["rank"]: r["runtime"] for r in mine}
+    if len(set(versions.values())) != 1:
         raise BuildError(f"the ranks on this host loaded different NCCL versions: {versions}")
-    return {**mine[0], "ranks": sorted({r.get("rank") for r in mine}, key=str)}
+    first = mine[0]
+    return {**first, "ranks": sorted(versions)}
 
 
 def _failed_part(text: str, tp) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 WATCHDOG_TAG = "[reprostack watchdog]"
+_LINE_MAX = 1 << 20  # bytes the log pump reads at a time (one line, or a piece of an overlong one)
 COOKIE_ENV = "REPROSTACK_WATCHDOG_RUN"
 _READER_JOIN_S = 5.0
 _PR_SET_CHILD_SUBREAPER = 36
@@ -246,17 +247,20 @@ def run_with_watchdog(
         pgid, ends_with_newline, closed, callback = proc.pid, [True], [False], [on_line]
 
         def pump() -> None:
-            for line in iter(proc.stdout.readline, b""):
+            # at most 1 MiB at a time: output without newlines (a binary dump) never piles up in memory; only a
+            # piece that starts a line goes to the callback (the rest of an overlong line is no line of its own)
+            for line in iter(lambda: proc.stdout.readline(_LINE_MAX), b""):
                 with lock:
                     if closed[0]:
                         return
+                    starts_line = ends_with_newline[0]
                     log.write(line)
                     log.flush()
                     ends_with_newline[0] = line.endswith(b"\n")
                 if echo:
                     sys.stdout.write(line.decode(errors="replace"))
                     sys.stdout.flush()
-                if callback[0] is not None:
+                if callback[0] is not None and starts_line:
                     try:
                         callback[0](line.decode(errors="replace").rstrip("\r\n"))
                     except Exception as e:  # our display's bug must never cost the run its log

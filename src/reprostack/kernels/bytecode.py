@@ -14,7 +14,9 @@ the import compiles as before): it never lengthens the build by much and never r
 Invariants:
 - Writes only under the prefix: each file through py_compile with an explicit `cfile`, the path
   `importlib.util.cache_from_source` gives under the prefix for the path the test imports it by (torch and
-  `nvidia/*` by their overlay paths, see runtime.make_overlay; everything else in place).
+  `nvidia/*` by their overlay paths, see runtime.make_overlay; everything else in place). The maps travel as JSON
+  (no separator syntax a folder name could hold) and only absolute; only regular files are read (no FIFO, device
+  or file over 32 MiB: those are left to the import).
 - The same interpreter as the test (the .pyc name carries its tag, e.g. cpython-312, and its magic number).
 - What is written is what import would write: timestamp .pycs, checked against the source's mtime and size at
   every import; so nothing the test measures changes, and a stale or foreign .pyc is recompiled by import itself.
@@ -27,27 +29,31 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# run by the test's interpreter: python - PREFIX JOBS MAP... (MAP = SRC=>DEST: compile SRC's .py files under the
-# paths DEST/...; SRC alone: in place; SRC!EXCLUDE: skip that top-level name under SRC)
+# run by the test's interpreter: python -c SCRIPT PREFIX JOBS MAPS, MAPS a JSON list of [SRC, DEST, [EXCLUDED...]]:
+# compile SRC's .py files under the paths DEST/... (DEST == SRC: in place), skipping those top-level names under SRC.
+# JSON, not a syntax of separators: a path may hold any character (a folder named `a=>b` must not redirect writes).
+# Only absolute paths; only regular files of at most MAX_BYTES (a FIFO would block a worker, /dev/zero never end).
 _SCRIPT = r"""
-import importlib.util, multiprocessing, os, py_compile, sys
+import importlib.util, json, multiprocessing, os, py_compile, stat, sys
 from concurrent.futures import ProcessPoolExecutor
 
+MAX_BYTES = 32 << 20
 NEVER = {"__pycache__", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip"}
 
-def files(maps, skip):
-    roots = {os.path.normpath(s) for s, _ in maps}
-    for src, dest in maps:
+def files(maps):
+    roots = {os.path.normpath(s) for s, _, _ in maps}
+    for src, dest, skip in maps:
         for d, dirs, names in os.walk(src):
             rel_d = os.path.relpath(d, src)
-            if rel_d == "." and src in skip:
-                dirs[:] = [x for x in dirs if x not in skip[src]]
+            if rel_d == ".":
+                dirs[:] = [x for x in dirs if x not in skip]
             # another root (a site-packages inside the stdlib dir) is walked as itself, once
             dirs[:] = [x for x in dirs if x not in NEVER and os.path.normpath(os.path.join(d, x)) not in roots]
             for n in names:
@@ -56,9 +62,14 @@ def files(maps, skip):
 
 def one(pair):
     src, shown = pair
-    cfile = importlib.util.cache_from_source(shown)
     try:
         st = os.stat(src)
+    except OSError:
+        return 0
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+        return 0
+    cfile = importlib.util.cache_from_source(shown)
+    try:
         with open(cfile, "rb") as f:
             head = f.read(16)
         if (len(head) == 16 and head[:4] == importlib.util.MAGIC_NUMBER and head[4:8] == bytes(4)
@@ -76,31 +87,34 @@ def one(pair):
 
 sys.pycache_prefix = sys.argv[1]
 jobs = int(sys.argv[2])
-maps, skip = [], {}
-for m in sys.argv[3:]:
-    if "!" in m:
-        src, name = m.split("!", 1)
-        skip.setdefault(src, set()).add(name)
-    else:
-        src, _, dest = m.partition("=>")
-        maps.append((src, dest or src))
+maps = [
+    (os.path.normpath(src), os.path.normpath(dest), set(skip))
+    for src, dest, skip in json.loads(sys.argv[3])
+    if os.path.isabs(src) and os.path.isabs(dest)
+]
 with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as ex:
-    print(sum(ex.map(one, files(maps, skip), chunksize=64)))
+    print(sum(ex.map(one, files(maps), chunksize=64)))
 """
 
 
-def plan(torch_site: Path, overlay: Path, stdlib_dirs: list[str]) -> list[str]:
-    """The MAP arguments of the script: the stdlib dirs and `torch_site` in place, except torch/, which the test
-    imports through `overlay` (runtime.make_overlay: overlay/torch); nvidia/<pkg> both in place and under
-    overlay/nvidia/<pkg> (which path imports it depends on whether the wheels' `nvidia` has an __init__.py)."""
-    site = str(Path(torch_site))
+def plan(torch_site: Path, overlay: Path, stdlib_dirs: list[str]) -> list[list]:
+    """The maps of the script, [SRC, DEST, EXCLUDED]: the stdlib dirs and `torch_site` in place, except torch/, which
+    the test imports through `overlay` (runtime.make_overlay: overlay/torch); nvidia/<pkg> both in place and under
+    overlay/nvidia/<pkg> (which path imports it depends on whether the wheels' `nvidia` has an __init__.py). Absolute
+    paths (a relative one would be joined to the cwd under the prefix, `..` and all)."""
+    site = os.path.abspath(torch_site)
+    over = os.path.abspath(overlay)
     # torch first (most of what the test imports), then the stdlib, then the rest of site-packages: a prewarm cut
     # when the build ends has done the part that matters most
-    out = [f"{site}/torch=>{overlay}/torch", *(d for d in stdlib_dirs if d and d != site), site, f"{site}!torch"]
+    out = [
+        [f"{site}/torch", f"{over}/torch", []],
+        *([d, d, []] for d in stdlib_dirs if d and os.path.isabs(d) and d != site),
+        [site, site, ["torch"]],
+    ]
     nvidia = Path(site) / "nvidia"
     if nvidia.is_dir():
         out += [
-            f"{d}=>{overlay}/nvidia/{d.name}"
+            [str(d), f"{over}/nvidia/{d.name}", []]
             for d in sorted(nvidia.iterdir())
             if d.is_dir() and d.name not in ("nccl", "__pycache__")
         ]
@@ -150,24 +164,27 @@ def start(
         return Prewarm(None, t0, "no torch site-packages known")
     if not stdlib_dirs:
         return Prewarm(None, t0, "the interpreter's stdlib is not known (toolchain probe)")
-    Path(prefix).mkdir(parents=True, exist_ok=True)
-    argv = [
-        python,
-        "-c",
-        _SCRIPT,
-        str(prefix),
-        str(max(1, jobs)),
-        *plan(Path(torch_site), Path(overlay), list(stdlib_dirs)),
-    ]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONPYCACHEPREFIX")}
-    proc = subprocess.Popen(
-        argv,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        preexec_fn=lambda: os.nice(10),
-    )
+    try:  # best effort: a prefix that is a file or cannot be made, an unreadable site, no interpreter: no prewarm
+        Path(prefix).mkdir(parents=True, exist_ok=True)
+        argv = [
+            python,
+            "-c",
+            _SCRIPT,
+            os.path.abspath(prefix),
+            str(max(1, jobs)),
+            json.dumps(plan(Path(torch_site), Path(overlay), list(stdlib_dirs))),
+        ]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONPYCACHEPREFIX")}
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: os.nice(10),
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return Prewarm(None, t0, f"no prewarm: {type(e).__name__}: {str(e)[:200]}")
     return Prewarm(proc, t0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -140,11 +141,13 @@ def judge_one_nccl(info: dict, nccl_lib: Path, *, accept_sha256: str | None = No
     if accept_sha256 and len(mapped) == 1 and mapped[0] not in want:
         from ..digest import sha256_file
 
-        try:
-            if sha256_file(Path(mapped[0])) == accept_sha256:
+        try:  # a regular file only: a FIFO or /dev/zero named in a forged record would never finish reading
+            if stat.S_ISREG(os.stat(mapped[0]).st_mode) and sha256_file(Path(mapped[0])) == accept_sha256:
                 want.add(mapped[0])
-        except OSError:
+        except (OSError, ValueError):
             pass
     if len(mapped) != 1 or mapped[0] not in want:
-        raise BuildError(f"expected exactly one NCCL, the pinned build in {nccl_lib}; mapped: {mapped}")
+        shown = [m if len(m) <= 200 else m[:200] + "..." for m in mapped[:4]]
+        more = f" and {len(mapped) - 4} more" if len(mapped) > 4 else ""
+        raise BuildError(f"expected exactly one NCCL, the pinned build in {nccl_lib}; mapped: {shown}{more}")
     return info

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,6 +92,7 @@ def gpu_arch(nvidia_smi: str = "nvidia-smi") -> str | None:
 
 PROBE_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
 _PROBE_FIELDS = ("python", "python_version", "purelib", "stdlib", "torch", "torch_cuda", "torch_site", "nvshmem_root")
+_PROBE_PATHS = ("python", "purelib", "stdlib", "torch_site", "nvshmem_root")  # a cached one must be absolute
 
 
 def _stat(path: str | None) -> list[int] | None:
@@ -124,21 +126,33 @@ def _cached_probe(python: str, cache: Path | None) -> tuple[dict | None, Path | 
 
     f = Path(cache) / "toolchain" / (hashlib.sha256(os.path.abspath(python).encode()).hexdigest()[:32] + ".json")
     try:
-        if f.stat().st_size > 64 * 1024:
-            return None, f
-        d = json.loads(f.read_text())
+        d = json.loads(_read_regular(f, 64 * 1024))
         probe = d["probe"]
         if (
             not isinstance(probe, dict)
             or set(probe) - set(_PROBE_FIELDS)
-            or not all(isinstance(v, str) for v in probe.values())
+            or not all(isinstance(v, str) and v.isprintable() and len(v) <= 4096 for v in probe.values())
+            or not all(os.path.isabs(probe[k]) for k in _PROBE_PATHS if k in probe)
             or "torch" not in probe
             or d.get("witness") != _probe_witness(python, probe)
         ):
             return None, f
         return probe, f
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None, f
+
+
+def _read_regular(f: Path, limit: int) -> str:
+    """The text of `f` when it is a regular file (not a symlink, FIFO or device: a shared disk's FIFO would block
+    the read forever, /dev/zero would never end) of at most `limit` bytes; raises OSError or ValueError otherwise."""
+    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{f}: not a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{f}: over {limit} bytes")
+    return data.decode()
 
 
 def detect(python: str, *, arch: str | None = None, cache: Path | None = None) -> Toolchain:

@@ -68,4 +68,6 @@ def tagged_json(text: str, tag: re.Pattern) -> list[tuple[int, object, str | Non
             out.append((no, json.loads(m.group("json")), None))
         except json.JSONDecodeError as e:
             out.append((no, None, e.msg))
+        except RecursionError:  # `[[[[...`: deeper than the decoder recurses
+            out.append((no, None, "nested too deeply"))
     return out

@@ -48,6 +48,9 @@ class TrialsParse:
     dense: list[DenseParse] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     nccl: list[dict] = field(default_factory=list)
+    # (line, rank, host) of each `nccl` record out of its place: the driver prints a rank's record after that
+    # rank's last trial of every arm and before its `done` (a line of test_ep's output that mimics the tag is not)
+    nccl_misplaced: list[tuple[int, object, object]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -149,6 +152,11 @@ def deepep_trial_started(line: str) -> bool:
     )
 
 
+def _key(v: object) -> object:
+    """A record's field as a Counter key: a JSON list or object (unhashable) by its repr."""
+    return v if v is None or isinstance(v, (bool, int, float, str)) else repr(v)
+
+
 def parse_micro_trials(
     text: str, *, num_ranks: int, trials: int, arms: tuple[str, ...] = ("deepep",), modes: str = "first"
 ) -> TrialsParse:
@@ -162,22 +170,26 @@ def parse_micro_trials(
     seen: Counter = Counter()
     done: Counter = Counter()
     nccl: list[dict] = []
+    misplaced: list[tuple[int, object, object]] = []
     for no, obj in markers(text):
         if "bad" in obj:
             problems.append(f"line {no}: [micro_trials] record {obj['bad']}")
         elif obj.get("event") == "trial":
-            seen[(obj.get("rank"), obj.get("arm"))] += 1
+            seen[(_key(obj.get("rank")), _key(obj.get("arm")))] += 1
         elif obj.get("event") == "done":
-            done[obj.get("rank")] += 1
+            done[_key(obj.get("rank"))] += 1
         elif obj.get("event") == "nccl":
             nccl.append(obj)
+            r = _key(obj.get("rank"))
+            if done[r] or any(seen[(r, a)] < trials for a in arms):
+                misplaced.append((no, obj.get("rank"), obj.get("host")))
     for arm in arms:
         for r in range(num_ranks):
             if seen[(r, arm)] != trials:
                 problems.append(f"trial markers: rank {r} started {seen[(r, arm)]} {arm} trial(s), expected {trials}")
-    extra = sorted(k for k in seen if k[0] not in range(num_ranks) or k[1] not in arms)
+    extra = sorted((k for k in seen if k[0] not in range(num_ranks) or k[1] not in arms), key=repr)
     problems += [f"trial markers: unexpected rank/arm {r!r}/{a!r}" for r, a in extra[:4]]
     for r in range(num_ranks):
         if done[r] != 1:
             problems.append(f"trial markers: rank {r} said done {done[r]} time(s), expected once")
-    return TrialsParse(trials, tuple(arms), deepep, dense, problems, nccl)
+    return TrialsParse(trials, tuple(arms), deepep, dense, problems, nccl, misplaced)
