@@ -432,3 +432,17 @@ def test_hostile_strings_and_non_finite_samples_in_the_database_never_reach_the_
     con.close()
     rc, out, err = run(capsys, res, "--db", db, "--no-plots")
     assert rc == 2 and err.count("\n") == 1 and "not a finite number" in err, err
+
+
+def test_two_hosts_that_differ_never_read_alike():
+    """The new-user trial (session 5) saw `host differs (1x NVIDIA H200, driver 580.159.04 -> the same text)`: the
+    description now shows every fact of the fingerprint (kernel, packages, image), so the difference is visible."""
+    from reprostack.history.reader import host_fingerprint
+
+    base = {
+        "host": {"gpus": [{"name": "NVIDIA H200"}], "driver_version": "580.159.04", "kernel": "6.18.44-a"},
+        "execution": {"mode": "host", "environment": {"freeze_sha256": "f" * 64}},
+    }
+    other = {**base, "host": {**base["host"], "kernel": "6.18.44-b"}}
+    (fa, da), (fb, db_) = host_fingerprint(base), host_fingerprint(other)
+    assert fa != fb and da != db_ and "kernel 6.18.44-a" in da and "packages ffffffffffff" in da

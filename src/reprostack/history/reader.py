@@ -216,6 +216,15 @@ def host_fingerprint(prov: dict) -> tuple[str, str]:
         desc += f", driver {clean(facts['driver'], 30)}"
     if isinstance(facts["mode"], str):
         desc += f", {clean(facts['mode'], 20)} mode"
+    # every fact of the fingerprint shows, so two hosts that differ never read alike ("host differs (A -> B)")
+    if isinstance(facts["kernel"], str):
+        desc += f", kernel {clean(facts['kernel'], 60)}"
+    if isinstance(facts["machine"], str) and facts["machine"] != "x86_64":
+        desc += f", {clean(facts['machine'], 20)}"
+    if isinstance(facts["freeze"], str):
+        desc += f", packages {clean(facts['freeze'], 64)[:12]}"
+    if isinstance(facts["image"], str):
+        desc += f", image {clean(facts['image'], 80)[:19]}"
     return fp, desc
 
 

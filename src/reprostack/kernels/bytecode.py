@@ -99,8 +99,9 @@ with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) a
 
 def plan(torch_site: Path, overlay: Path, stdlib_dirs: list[str]) -> list[list]:
     """The maps of the script, [SRC, DEST, EXCLUDED]: the stdlib dirs and `torch_site` in place, except torch/, which
-    the test imports through `overlay` (runtime.make_overlay: overlay/torch); nvidia/<pkg> both in place and under
-    overlay/nvidia/<pkg> (which path imports it depends on whether the wheels' `nvidia` has an __init__.py). Absolute
+    the test imports through `overlay` (runtime.make_overlay: overlay/torch); nvidia/<pkg> under overlay/nvidia/<pkg>
+    only (a map's source is a root the in-place walk of site-packages skips; where the wheels' `nvidia` has an
+    __init__.py and imports them in place, import compiles those few small files itself). Absolute
     paths (a relative one would be joined to the cwd under the prefix, `..` and all)."""
     site = os.path.abspath(torch_site)
     over = os.path.abspath(overlay)
