@@ -567,7 +567,9 @@ while [ $# -gt 0 ]; do
   case "$1" in --target) target="$2"; shift;; esac
   src="$1"; shift
 done
-mkdir -p "$target/deep_ep"
+mkdir -p "$target/deep_ep" "$src/build/temp.linux-x86_64-cpython-311"
+printf '# ninja log v5\n0\t61000\t0\t/x/csrc/kernels/legacy/internode.o\t1\n10\t9010\t0\t/x/csrc/python_api.o\t2\nnot a step\n' \
+  > "$src/build/temp.linux-x86_64-cpython-311/.ninja_log"
 env | sort > "$target/../build-env.txt"
 exec g++ -shared -static-libstdc++ $LDFLAGS "$src/re.o" -o "$target/deep_ep/_C.cpython-311-x86_64-linux-gnu.so"
 """
@@ -624,6 +626,9 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
         nccl_lib / "libnccl.so.2"
     ).resolve()
     assert not (b.out / "src").exists()  # the build copy of the sources is removed
+    # the compile steps' seconds from ninja's own log, longest first, kept in the build log
+    steps = [ln for ln in b.log.read_text().splitlines() if ln.startswith("# ninja step")]
+    assert steps == ["# ninja step     61.0 s  internode.o", "# ninja step      9.0 s  python_api.o"]
     assert runtime.runtime_env(b.out, {})["PYTHONPATH"].split(os.pathsep) == [
         str(b.out / "overlay"),
         str(b.out / "site"),

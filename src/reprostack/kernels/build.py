@@ -70,6 +70,29 @@ def _run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, 
         raise BuildError(f"{step}: exit {p.returncode}; log: {log}\n" + "\n".join(tail))
 
 
+MAX_NINJA_LOG_BYTES = 1 << 20
+
+
+def ninja_steps(work: Path) -> list[tuple[float, str]]:
+    """(seconds, output) of each step in the `.ninja_log` files under `work` (torch's cpp_extension builds with
+    ninja into build/temp.*), longest first; [] when there is none. The log is ninja's own tab-separated
+    `start_ms end_ms mtime output hash` (v5/v6); a line of another shape is passed over, a file over 1 MiB is not
+    read (it is the build's own scratch, but it is read only for the build record)."""
+    out: list[tuple[float, str]] = []
+    for p in sorted(Path(work).glob("build/*/.ninja_log")):
+        try:
+            if not p.is_file() or p.stat().st_size > MAX_NINJA_LOG_BYTES:
+                continue
+            lines = p.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split("\t")
+            if len(f) >= 4 and f[0].isdigit() and f[1].isdigit():
+                out.append((round((int(f[1]) - int(f[0])) / 1000, 1), os.path.basename(f[3])[:200]))
+    return sorted(out, key=lambda t: -t[0])
+
+
 def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     key = build_key(fields)
     out = Path(cache) / "builds" / f"{component}-{key[:16]}"
@@ -244,8 +267,11 @@ def build_deepep(
             warm.finish(bound_s=0)
             raise
         prewarm = warm.finish(bound_s=PREWARM_GRACE_S)
+        steps = ninja_steps(work)
         with open(log, "a") as f:
             f.write(f"# bytecode prewarm (kernels.bytecode): {json.dumps(prewarm, sort_keys=True)}\n")
+            for sec, target in steps:  # where the compile time went (the critical path is the longest step)
+                f.write(f"# ninja step {sec:8.1f} s  {target}\n")
         shutil.rmtree(work)
         make_overlay(Path(tc.torch_site), nccl_root / "lib", tmp / "overlay")
         so = sorted((tmp / "site" / "deep_ep").glob("_C*.so"))
