@@ -104,3 +104,28 @@ def test_cli_plan_prints_and_runs_nothing(tmp_path, capsys):
     assert cli.main(["gate", "micro", "--plan", "--profile", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no profile 'nope'" in err[0]
+
+
+def test_a_one_node_torchrun_plan_is_the_launch_the_gate_makes(tmp_path):
+    """The plan once drew its own launch for one-node torchrun profiles (one process per GPU) while the gate starts
+    one torchrun agent whose test_ep spawns the GPUs' ranks; both now come from gates.micro.test_ep_launch."""
+    from reprostack.gates import micro
+    from reprostack.gates.spec import load_spec
+
+    plan = gate_plan(
+        registry.gate("micro"), ROOT, LOCK, profile="h200-nvl-ep2", out_dir=tmp_path, images_json=tmp_path / "x"
+    )
+    (cmd,) = plan.commands
+    argv = list(cmd.argv)
+    script = "/workspace/gates/drivers/micro_trials.py"
+    args = argv[argv.index(script) + 3 :]  # after `--num-processes 2`
+    gate = micro.test_ep_launch(
+        load_spec(ROOT, "micro").profile("h200-nvl-ep2"),
+        "python3",
+        script,
+        args,
+        nodes=1,
+        master_addr="127.0.0.1",
+        master_port=int(dict(cmd.env)["MASTER_PORT"]),
+    )
+    assert argv == gate.argv and "--nproc-per-node=1" in argv and argv[argv.index("--num-processes") + 1] == "2"

@@ -33,6 +33,38 @@ def local(python: str, script: str, args: list[str], *, gpus: int, port: int | N
     )
 
 
+def need_master(profile: str, nodes: int, master_addr, master_port) -> None:
+    """A run over several nodes needs its rendezvous from the operator: ReprostackError naming the profile if not."""
+    if nodes > 1 and (not master_addr or not master_port):
+        from ..errors import ReprostackError
+
+        raise ReprostackError(
+            f"profile {profile} spans {nodes} nodes: give --master-addr and --master-port (and --node-rank on each node)"
+        )
+
+
+def _rank_in(node_rank: int, nodes: int) -> None:
+    if not 0 <= node_rank < nodes:
+        raise ValueError(f"node rank {node_rank} outside 0..{nodes - 1}")
+
+
+def _torchrun_argv(python: str, *, nodes: int, per_node: int, node_rank: int, master_addr: str, master_port) -> list:
+    """`python -X faulthandler -m torch.distributed.run` with the rendezvous flags (a script and its args follow)."""
+    _rank_in(node_rank, nodes)
+    return [
+        python,
+        "-X",
+        "faulthandler",
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={per_node}",
+        f"--node-rank={node_rank}",
+        f"--master-addr={master_addr}",
+        f"--master-port={master_port}",
+    ]
+
+
 def torchrun(
     python: str,
     script: str,
@@ -45,24 +77,10 @@ def torchrun(
     master_port: int,
 ) -> Launch:
     """Node `node_rank` of `nodes`: torchrun with one agent process per node that spawns `gpus` ranks."""
-    if not 0 <= node_rank < nodes:
-        raise ValueError(f"node rank {node_rank} outside 0..{nodes - 1}")
-    argv = [
-        python,
-        "-X",
-        "faulthandler",
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={nodes}",
-        "--nproc-per-node=1",
-        f"--node-rank={node_rank}",
-        f"--master-addr={master_addr}",
-        f"--master-port={master_port}",
-        script,
-        "--num-processes",
-        str(gpus),
-        *args,
-    ]
+    argv = _torchrun_argv(
+        python, nodes=nodes, per_node=1, node_rank=node_rank, master_addr=master_addr, master_port=master_port
+    )
+    argv += [script, "--num-processes", str(gpus), *args]
     return Launch(argv, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
 
 
@@ -82,24 +100,13 @@ def torchrun_workers(
     driver, the dense arm). One node without a master: a local one on 127.0.0.1 and a free port (the form
     that ran on the lent H200). Raises ValueError for a node rank outside the nodes or several nodes
     without master address and port."""
-    if not 0 <= node_rank < nodes:
-        raise ValueError(f"node rank {node_rank} outside 0..{nodes - 1}")
+    _rank_in(node_rank, nodes)
     if nodes > 1 and (not master_addr or not master_port):
         raise ValueError(f"{nodes} nodes need a master address and port")
     master_addr = master_addr or "127.0.0.1"
     master_port = master_port or free_port()
-    argv = [
-        python,
-        "-X",
-        "faulthandler",
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={nodes}",
-        f"--nproc-per-node={gpus}",
-        f"--node-rank={node_rank}",
-        f"--master-addr={master_addr}",
-        f"--master-port={master_port}",
-        script,
-        *args,
-    ]
+    argv = _torchrun_argv(
+        python, nodes=nodes, per_node=gpus, node_rank=node_rank, master_addr=master_addr, master_port=master_port
+    )
+    argv += [script, *args]
     return Launch(argv, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "PYTHONFAULTHANDLER": "1"})

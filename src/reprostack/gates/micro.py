@@ -320,35 +320,16 @@ def run_micro(opts: MicroOptions) -> GateReport:
     dense_args = list(spec.dense.args) if "dense" in opts.arms and spec.dense else []
     args = ["--test-ep", test_ep, "--trials", str(opts.trials), "--arms", ",".join(opts.arms), *dense_args, *args]
     nodes = opts.nodes or profile.nodes
-    if nodes > 1:
-        if not opts.master_addr or not opts.master_port:
-            raise ReprostackError(
-                f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
-                f"(and --node-rank on each node)"
-            )
-        launch = launchers.torchrun(
-            opts.python,
-            script,
-            args,
-            gpus=profile.gpus_per_node,
-            nodes=nodes,
-            node_rank=opts.node_rank,
-            master_addr=opts.master_addr,
-            master_port=opts.master_port,
-        )
-    elif profile.launcher == "torchrun":  # one agent on this node; test_ep spawns the GPUs' ranks
-        launch = launchers.torchrun(
-            opts.python,
-            script,
-            args,
-            gpus=profile.gpus_per_node,
-            nodes=1,
-            node_rank=0,
-            master_addr=opts.master_addr or "127.0.0.1",
-            master_port=opts.master_port or launchers.free_port(),
-        )
-    else:
-        launch = launchers.local(opts.python, script, args, gpus=profile.gpus_per_node, port=opts.master_port)
+    launch = test_ep_launch(
+        profile,
+        opts.python,
+        script,
+        args,
+        nodes=nodes,
+        node_rank=opts.node_rank,
+        master_addr=opts.master_addr,
+        master_port=opts.master_port,
+    )
     base_env = dict(env)  # the legacy run gets the gate's environment without test_ep's launcher variables
     env.update(launch.env)
     # one log per node; with a shared --out, node 0 parses all of them (each node prints its own ranks)
@@ -484,6 +465,46 @@ def run_micro(opts: MicroOptions) -> GateReport:
         )
     result, reason = verdict(profile, checks)
     return finish(GateReport(GATE, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))
+
+
+def test_ep_launch(
+    profile: Profile,
+    python: str,
+    script: str,
+    args: list[str],
+    *,
+    nodes: int,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> launchers.Launch:
+    """How gate 1 starts its trials driver on node `node_rank` (the run and its launch plan, gates.plan, both use
+    this): several nodes -> torchrun, one agent per node (the operator's rendezvous, ReprostackError without it);
+    one node with a `torchrun` profile -> the same agent on 127.0.0.1; else the driver started directly."""
+    if nodes > 1:
+        launchers.need_master(profile.name, nodes, master_addr, master_port)
+        return launchers.torchrun(
+            python,
+            script,
+            args,
+            gpus=profile.gpus_per_node,
+            nodes=nodes,
+            node_rank=node_rank,
+            master_addr=master_addr,
+            master_port=master_port,
+        )
+    if profile.launcher == "torchrun":  # one agent on this node; test_ep spawns the GPUs' ranks
+        return launchers.torchrun(
+            python,
+            script,
+            args,
+            gpus=profile.gpus_per_node,
+            nodes=1,
+            node_rank=0,
+            master_addr=master_addr or "127.0.0.1",
+            master_port=master_port or launchers.free_port(),
+        )
+    return launchers.local(python, script, args, gpus=profile.gpus_per_node, port=master_port)
 
 
 def one_nccl_of_ranks(

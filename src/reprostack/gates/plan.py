@@ -100,7 +100,7 @@ def _env(*maps) -> tuple[tuple[str, str], ...]:
 
 def _micro(spec, profile, root: Path):
     # the gate runs test_ep.py through its trials driver (gates.micro: K trials in one launch, default K)
-    from .micro import DEFAULT_TRIALS, TRIALS_DRIVER
+    from .micro import DEFAULT_TRIALS, TRIALS_DRIVER, test_ep_launch
 
     script = f"{WORK}/{TRIALS_DRIVER}"
 
@@ -117,29 +117,18 @@ def _micro(spec, profile, root: Path):
             *profile.args,
         ]
         cmds = []
-        for node in range(profile.nodes):
-            if profile.nodes == 1 and profile.launcher == "local":
-                launch = launchers.local("python3", script, args, gpus=profile.gpus_per_node, port=MASTER_PORT)
-            elif profile.launcher == "torchrun" and profile.nodes == 1:
-                launch = launchers.torchrun_workers(
-                    "python3",
-                    script,
-                    args,
-                    gpus=profile.gpus_per_node,
-                    master_addr="127.0.0.1",
-                    master_port=MASTER_PORT,
-                )
-            else:
-                launch = launchers.torchrun(
-                    "python3",
-                    script,
-                    args,
-                    gpus=profile.gpus_per_node,
-                    nodes=profile.nodes,
-                    node_rank=node,
-                    master_addr=MASTER,
-                    master_port=MASTER_PORT,
-                )
+        for node in range(profile.nodes):  # the very launch the gate makes (gates.micro.test_ep_launch)
+            many = profile.nodes > 1
+            launch = test_ep_launch(
+                profile,
+                "python3",
+                script,
+                args,
+                nodes=profile.nodes,
+                node_rank=node,
+                master_addr=MASTER if many else "127.0.0.1",
+                master_port=MASTER_PORT,
+            )
             cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv), _env(launch.env)))
         return tuple(cmds)
 

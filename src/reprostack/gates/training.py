@@ -103,11 +103,7 @@ def _kernels(
 
 def _launch(opts: TrainingOptions, spec: TrainingSpec, profile, script: str, args: list[str]):
     nodes = opts.nodes or profile.nodes
-    if nodes > 1 and (not opts.master_addr or not opts.master_port):
-        raise ReprostackError(
-            f"profile {profile.name} spans {nodes} nodes: give --master-addr and --master-port "
-            f"(and --node-rank on each node)"
-        )
+    launchers.need_master(profile.name, nodes, opts.master_addr, opts.master_port)
     return launchers.torchrun_workers(
         opts.python,
         script,
