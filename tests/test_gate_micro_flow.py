@@ -110,7 +110,8 @@ def before_done(text: str, line: str, rank: int = 0) -> str:
 
 @pytest.fixture
 def gpu_host(tmp_path, monkeypatch):
-    """Patch what needs a GPU; returns a setter for the host's GPU count."""
+    """Patch what needs a GPU; returns the host, a dict whose `gpu_count` a test may change (and `nccl_version`:
+    the stand-in NCCL build's version, default 2.30.4)."""
     host = {"gpu_count": 1, "gpus": [], "efa_devices": []}
 
     def built(component: str) -> SimpleNamespace:
@@ -121,12 +122,17 @@ def gpu_host(tmp_path, monkeypatch):
             key=f"{component}-key",
             out=out,
             reused=True,
-            info={"seconds": 0.0, "version": "2.30.4"},
+            info={"seconds": 0.0, "version": host.get("nccl_version", "2.30.4")},
             log=out / "build.log",
         )
 
     monkeypatch.setattr(
-        micro.hostinfo, "collect", lambda: dict(host, gpus=[{"name": "NVIDIA H200"}] * host["gpu_count"])
+        micro.hostinfo,
+        "collect",
+        lambda: {
+            **{k: v for k, v in host.items() if k != "nccl_version"},
+            "gpus": [{"name": "NVIDIA H200"}] * host["gpu_count"],
+        },
     )
     monkeypatch.setattr(
         micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})

@@ -21,6 +21,7 @@ from reprostack.kernels import ginplugin
 from reprostack.lock import load
 
 import gitrepos as gr
+from test_gate_micro_flow import gpu_host  # noqa: F401 (a fixture)
 from test_sources import lock_text, make_stack
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -365,35 +366,15 @@ def test_a_gate_spec_env_name_that_is_no_variable_name_is_refused(tmp_path):
         load_spec(tmp_path, "micro")
 
 
-def test_micro_runs_the_stack_pins_and_env(tmp_path, monkeypatch):
+def test_micro_runs_the_stack_pins_and_env(tmp_path, gpu_host):
     """run_micro on the CPU with the selected stack: the stack's NCCL pin is fetched, verified and reported, the
     stack's env reaches the test, provenance names the stack (GPU parts stood in for, as in test_gate_micro_flow)."""
     from test_gate_micro_flow import FIX, options, stand_in_python
     from trialslog import real_ep1_texts, trials_log
 
-    host = {"gpu_count": 1, "gpus": [], "efa_devices": []}
-    from types import SimpleNamespace
-
     from reprostack.gates import micro
 
-    def built(component):
-        out = tmp_path / "builds" / component
-        (out / "build" / "lib").mkdir(parents=True, exist_ok=True)
-        return SimpleNamespace(
-            component=component,
-            key=f"{component}-key",
-            out=out,
-            reused=True,
-            info={"seconds": 0.0, "version": "2.30.7"},
-            log=out / "build.log",
-        )
-
-    monkeypatch.setattr(micro.hostinfo, "collect", lambda: dict(host, gpus=[{"name": "NVIDIA H200"}]))
-    monkeypatch.setattr(
-        micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})
-    )
-    monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
-    monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
+    gpu_host["nccl_version"] = "2.30.7"
     py = stand_in_python(
         tmp_path,
         trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log", dense_scales=[1.0, 1.1, 0.9]),
