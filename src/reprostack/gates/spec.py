@@ -155,7 +155,7 @@ def read_gate_yaml(root: Path, gate: str, schema: str, file_stem: str | None = N
 def load_spec(root: Path, gate: str) -> GateSpec:
     """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (file:line: field: problem)."""
     path, raw, data, lines = read_gate_yaml(root, gate, "gate.schema.json")
-    profiles = {name: _profile(name, p) for name, p in data["profiles"].items()}
+    profiles = {name: profile_from(name, p) for name, p in data["profiles"].items()}
     spec = GateSpec(
         gate=gate,
         path=path,
@@ -185,7 +185,9 @@ def load_spec(root: Path, gate: str) -> GateSpec:
     return spec
 
 
-def _profile(name: str, p: dict) -> Profile:
+def profile_from(name: str, p: dict, bars: tuple | None = None) -> Profile:
+    """The Profile of a validated `profiles.<name>` mapping; `bars`: already made bars (the training gates' own kind),
+    else the mapping's `bars` as Bar."""
     return Profile(
         name=name,
         nodes=p["nodes"],
@@ -193,7 +195,7 @@ def _profile(name: str, p: dict) -> Profile:
         needs_efa=p.get("needs-efa", False),
         args=tuple(p.get("args", ())),
         env=dict(p.get("env", {})),
-        bars=tuple(Bar(**b) for b in p["bars"]),
+        bars=tuple(Bar(**b) for b in p["bars"]) if bars is None else tuple(bars),
         description=p.get("description", ""),
         bars_status=p.get("bars-status", BARS_MEASURED),
         scale_up_limit_gbs=p.get("scale-up-limit-gbs"),

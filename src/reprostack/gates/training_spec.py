@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GateError
-from .spec import Bar, GateSpecError, Profile, read_gate_yaml
+from .spec import Bar, GateSpecError, Profile, profile_from, read_gate_yaml
 
 
 @dataclass(frozen=True)
@@ -96,16 +96,7 @@ def load_training_spec(root: Path, gate: str) -> TrainingSpec:
                     f"no arm {b['arm']!r} (known: {', '.join(arms) or 'none'})",
                 )
             bars.append(TrainingBar(**b))
-        profiles[name] = Profile(
-            name=name,
-            nodes=p["nodes"],
-            gpus_per_node=p["gpus-per-node"],
-            needs_efa=p.get("needs-efa", False),
-            args=tuple(p.get("args", ())),
-            env=dict(p.get("env", {})),
-            bars=tuple(bars),
-            description=p.get("description", ""),
-        )
+        profiles[name] = profile_from(name, p, bars)
     if data.get("driver") and not (Path(root) / data["driver"]).is_file():
         raise GateSpecError(str(path), lines.get(("driver",)), "driver", f"{data['driver']} does not exist")
     return TrainingSpec(
