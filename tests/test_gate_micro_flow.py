@@ -19,6 +19,7 @@ import pytest
 from reprostack import sources, ui
 from reprostack.fetch import Cache
 from reprostack.gates import micro
+from reprostack.kernels import jit
 from reprostack.lock import load
 from reprostack.report import exit_code, validate_report, write_reports
 from test_sources import make_stack, write_project
@@ -135,7 +136,9 @@ def gpu_host(tmp_path, monkeypatch):
         },
     )
     monkeypatch.setattr(
-        micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})
+        micro.toolchain,
+        "detect",
+        lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}, arch="90"),
     )
     monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
@@ -348,3 +351,52 @@ def test_the_ranks_nccl_version_must_be_the_pinned_one(tmp_path, gpu_host):
     )
     assert rep.result == "fail" and "nccl_runtime" in rep.reason
     assert rep.data["nccl_check"].startswith("in the measuring process of rank(s) [0]")
+
+
+def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_path, gpu_host, monkeypatch):
+    """kernels/jit/<profile>.json: its kernels are compiled (in parallel, by the nvcc DeepEP will run) into DeepEP's
+    JIT cache before test_ep starts; the report says how many and how long; the run writes its own manifest. A
+    bad manifest stops the gate in one line before anything is built."""
+    from test_jit import FAKE_NVCC, code
+
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text(FAKE_NVCC)
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(cuda))
+    for v in jit.FLAG_VARS:
+        monkeypatch.delenv(v, raising=False)
+    site = tmp_path / "builds" / "deepep" / "site" / "deep_ep"
+    site.mkdir(parents=True)
+    (site / "envs.py").write_text(f"persistent_envs = dict()\npersistent_envs['EP_NCCL_ROOT_DIR'] = '{tmp_path}'\n")
+    opts = options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3))), profile="h200-ep1", trials=3)
+    pin = opts.lock.get("deepep")
+    tree = pin.patched_tree or pin.tree
+    kernels = [{"name": "barrier", "code": code()}, {"name": "dispatch", "code": code("dispatch", "true, 132")}]
+    man = opts.root / "kernels" / "jit" / "h200-ep1.json"
+    man.parent.mkdir(parents=True)
+    doc = {"schema": jit.SCHEMA, "deepep_tree": tree, "arch": "90a", "profile": "h200-ep1", "kernels": kernels}
+    man.write_text(json.dumps(doc))
+    stream = io.StringIO()
+    ui.configure(stream=stream)
+    rep = micro.run_micro(opts)
+    assert rep.result == "pass", rep.reason
+    block = rep.data["jit"]
+    assert block["manifest"] == str(man) and block["prewarm"]["compiled"] == 2 and block["before_test"] == 2
+    assert block["compiled_in_test"] == 0 and rep.data["timings_s"]["jit_prewarm_s"] >= 0
+    cache = tmp_path / "builds" / "deepep" / "jit" / "cache"
+    assert len(list(cache.glob("kernel.barrier.*/kernel.cubin"))) == 1
+    assert "JIT prewarm 2 DeepEP kernel(s)" in stream.getvalue()
+    # the run's own manifest: the kernels in the cache whose folders it reproduces, ready to commit
+    mine = json.loads((tmp_path / "out" / "micro" / "jit-kernels.json").read_text())
+    assert mine["kernels"] == sorted(kernels, key=lambda k: (k["name"], k["code"])) and mine["deepep_tree"] == tree
+    assert block["recorded"]["kept"] == 2 and "micro/jit-kernels.json" in {a.path for a in rep.artifacts}
+    # another tree's manifest: nothing compiled, the report says why
+    man.write_text(json.dumps({**doc, "deepep_tree": "c" * 40}))
+    rep = micro.run_micro(opts)
+    assert rep.data["jit"]["prewarm"].startswith("none: the manifest was recorded for deepep tree cccccccccccc sm_90a")
+    # a hostile manifest: one line, before any build
+    man.write_text(json.dumps({**doc, "kernels": [{"name": "x", "code": "#include </etc/shadow>\n"}]}))
+    monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: pytest.fail("built despite a bad manifest"))
+    with pytest.raises(jit.ManifestError, match=r"h200-ep1.json: kernels/0/code: not the shape of a DeepEP JIT kernel"):
+        micro.run_micro(opts)

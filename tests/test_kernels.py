@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -561,17 +562,19 @@ def test_elfcheck_without_readelf(tmp_path, monkeypatch):
 
 FAKE_PIP = """\
 #!/bin/sh
-# stands in for `python -m pip install ... --target DIR SRC`: "compiles" _C by linking SRC/re.o as
-# setuptools would, with the recipe's LDFLAGS, and records the environment it was given
+# stands in for `python setup.py build --build-base BASE --build-lib DIR` run in the source copy: "compiles" _C by
+# linking re.o as setuptools would, with the recipe's LDFLAGS, and records the environment it was given
+[ "$1 $2" = "setup.py build" ] || { echo "unexpected argv: $*" >&2; exit 9; }
 while [ $# -gt 0 ]; do
-  case "$1" in --target) target="$2"; shift;; esac
-  src="$1"; shift
+  case "$1" in --build-lib) target="$2"; shift;; --build-base) base="$2"; shift;; esac
+  shift
 done
-mkdir -p "$target/deep_ep" "$src/build/temp.linux-x86_64-cpython-311"
-printf '# ninja log v5\n0\t61000\t0\t/x/csrc/kernels/legacy/internode.o\t1\n10\t9010\t0\t/x/csrc/python_api.o\t2\nnot a step\n' \
-  > "$src/build/temp.linux-x86_64-cpython-311/.ninja_log"
+mkdir -p "$target/deep_ep" "$base/temp.linux-x86_64-cpython-311"
+printf '# ninja log v5\\n0\\t61000\\t0\\t/x/csrc/kernels/legacy/internode.o\\t1\\n10\\t9010\\t0\\t/x/csrc/python_api.o\\t2\\nnot a step\\n' \\
+  > "$base/temp.linux-x86_64-cpython-311/.ninja_log"
+echo "compiling"
 env | sort > "$target/../build-env.txt"
-exec g++ -shared -static-libstdc++ $LDFLAGS "$src/re.o" -o "$target/deep_ep/_C.cpython-311-x86_64-linux-gnu.so"
+exec g++ -shared -static-libstdc++ $LDFLAGS re.o -o "$target/deep_ep/_C.cpython-311-x86_64-linux-gnu.so"
 """
 
 
@@ -629,6 +632,8 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
     # the compile steps' seconds from ninja's own log, longest first, kept in the build log
     steps = [ln for ln in b.log.read_text().splitlines() if ln.startswith("# ninja step")]
     assert steps == ["# ninja step     61.0 s  internode.o", "# ninja step      9.0 s  python_api.o"]
+    # each line of the build's output after its seconds since the start (where the build's time went)
+    assert re.search(r"(?m)^ +\d+\.\d compiling$", b.log.read_text())
     assert runtime.runtime_env(b.out, {})["PYTHONPATH"].split(os.pathsep) == [
         str(b.out / "overlay"),
         str(b.out / "site"),
@@ -667,3 +672,34 @@ def test_runtime_env_with_a_cache_keeps_bytecode_out_of_the_trees_and_reuses_it(
     before = pyc.stat().st_mtime_ns
     subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert pyc.stat().st_mtime_ns == before  # read, not rewritten: the second process compiled nothing
+
+
+def test_run_logged_stamps_lines_and_kills_the_whole_group_at_its_timeout(tmp_path):
+    """A build step's output lines carry their seconds; at the timeout the step and what it started (a compiler
+    that pip or ninja left running) are killed, and the error names the step and the log."""
+    log = tmp_path / "b.log"
+    build._run_logged(
+        ["sh", "-c", "echo one; echo two"], cwd=tmp_path, env=dict(os.environ), log=log, step="s", timeout=30
+    )
+    assert [l.split(None, 1)[1] for l in log.read_text().splitlines()[1:]] == ["one", "two"]
+    pid_file = tmp_path / "child.pid"
+    t0 = time.monotonic()
+    with pytest.raises(BuildError, match=r"^slow: timed out after 1 s; log: "):
+        build._run_logged(
+            ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; echo started; wait"],
+            cwd=tmp_path,
+            env=dict(os.environ),
+            log=log,
+            step="slow",
+            timeout=1,
+        )
+    assert time.monotonic() - t0 < 30
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the step's child outlived its timeout")
+    with pytest.raises(BuildError, match=r"^s: exit 3; log: "):
+        build._run_logged(["sh", "-c", "exit 3"], cwd=tmp_path, env=dict(os.environ), log=log, step="s", timeout=30)

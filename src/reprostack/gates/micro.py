@@ -28,6 +28,7 @@ manifest is one error line before anything ran, never a build of another kind.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -37,7 +38,8 @@ from .. import hostinfo, sources, ui
 from ..errors import ReprostackError
 from ..kernels import build as kbuild
 from ..fetch.wheels import fetch_wheels, wheelhouses_from_env
-from ..kernels import ncclwheel, preflight, runtime, toolchain
+from ..atomicfile import write_text_atomic
+from ..kernels import jit, ncclwheel, preflight, runtime, toolchain
 from ..kernels import prebuilt as kprebuilt
 from ..kernels.recipe import load_recipe
 from ..lock import Lock
@@ -148,6 +150,8 @@ class Kernels:
     jit_dir: Path
     logs: list = field(default_factory=list)
     accept_sha256: str | None = None
+    site: Path | None = None  # deep_ep built here (None: the image's); its JIT kernels can be compiled ahead
+    arch: str | None = None
 
 
 def nccl_words(lock, trees: dict) -> tuple[str, str]:
@@ -190,14 +194,55 @@ def setup_kernels(opts: GateRunOptions, trees: dict, prov: dict, timings: dict, 
             Path(opts.fetch.cache.root) / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
             accept_sha256=pre.file_sha256("nccl", lib / "libnccl.so.2"),
         )
-    _, nccl, deepep = build_kernels(opts, trees, prov, timings)
+    tc, nccl, deepep = build_kernels(opts, trees, prov, timings)
     return Kernels(
         runtime.runtime_env(deepep.out, cache_root=Path(opts.fetch.cache.root)),
         nccl.out / "build" / "lib",
         nccl.info["version"],
         deepep.out / "jit",
         [nccl.log, deepep.log],
+        site=deepep.out / "site",
+        arch=tc.arch,
     )
+
+
+def jit_prewarm(manifest, kern: Kernels, env: dict, tree: str, timings: dict, jobs: int | None):
+    """Compile the manifest's DeepEP JIT kernels before the test (kernels.jit), when deep_ep was built here.
+    Returns (context or None, the report's `jit` block)."""
+    block: dict = {"manifest": str(manifest.path) if manifest else None}
+    if kern.site is None:
+        block["prewarm"] = "none: the image's deep_ep"
+        return None, block
+    ctx, why = jit.Context.of(kern.site, env, kern.arch)
+    if ctx is None:
+        block["prewarm"] = f"none: {why}"
+        return None, block
+    if manifest is None:
+        block["prewarm"] = "none: no manifest for this profile (kernels/jit/<profile>.json)"
+    elif manifest.deepep_tree != tree or manifest.arch != ctx.arch:
+        block["prewarm"] = (
+            f"none: the manifest was recorded for deepep tree {manifest.deepep_tree[:12]} sm_{manifest.arch}, "
+            f"this run is tree {tree[:12]} sm_{ctx.arch} (record it again from this run's micro/jit-kernels.json)"
+        )
+    else:
+        with ui.step(f"JIT prewarm {len(manifest.kernels)} DeepEP kernel(s)", key="jit prewarm"):
+            block["prewarm"] = jit.prewarm(ctx, manifest.kernels, env, jobs=jobs)
+        timings["jit_prewarm_s"] = block["prewarm"]["seconds"]
+    block["before_test"] = len(jit.present(ctx))
+    return ctx, block
+
+
+def jit_record(ctx, block: dict, run_dir: Path, tree: str, profile: str) -> Path | None:
+    """After the test: how many kernels DeepEP compiled itself, and this run's manifest (`micro/jit-kernels.json`,
+    the kernels it used, to record as kernels/jit/<profile>.json)."""
+    if ctx is None:
+        return None
+    block["compiled_in_test"] = len(jit.present(ctx)) - block.get("before_test", 0)
+    manifest, counts = jit.record(ctx, deepep_tree=tree, profile=profile, source=str(run_dir))
+    block["recorded"] = counts
+    out = run_dir / "jit-kernels.json"
+    write_text_atomic(out, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return out
 
 
 def choose_profile(spec: GateSpec, name: str | None, host: dict) -> Profile:
@@ -300,6 +345,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
             skipped(GATE, profile.name, f"profile {profile.name} needs EFA devices; none found", provenance=prov)
         )
 
+    manifest = jit.manifest_for(opts.root, profile.name)  # a bad one: one line, exit 2, before anything is built
     run_dir = Path(opts.out_dir) / GATE
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -311,6 +357,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     except ReprostackError as e:
         rep = GateReport(GATE, profile.name, "error", f"setup: {e}", provenance=prov)
         return finish(rep)
+    jit_ctx, data["jit"] = jit_prewarm(manifest, kern, env, trees["deepep"].tree, timings, opts.jobs)
 
     args = [*spec.args, *profile.args, *opts.extra_args]
     if opts.modes == "all":
@@ -349,6 +396,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
             on_line=ui.line_counter(st, deepep_trial_started),
         )
     timings["test_s"] = round(outcome.duration_s, 2)
+    jit_manifest = jit_record(jit_ctx, data["jit"], run_dir, trees["deepep"].tree, profile.name)
     logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
     text = "\n".join(p.read_text(errors="replace") for p in logs)
     tp = parse_micro_trials(text, num_ranks=profile.ep_size, trials=opts.trials, arms=opts.arms, modes=opts.modes)
@@ -363,6 +411,8 @@ def run_micro(opts: MicroOptions) -> GateReport:
     data["returncode"] = outcome.returncode
     data["timed_out"] = outcome.timed_out
     artifacts = [artifact_for(p, relative_to=opts.out_dir) for p in logs]
+    if jit_manifest is not None:
+        artifacts.append(artifact_for(jit_manifest, relative_to=opts.out_dir))
     for b in kern.logs:
         if b.exists():
             artifacts.append(artifact_for(b))

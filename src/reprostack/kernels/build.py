@@ -57,7 +57,7 @@ def _jobs(jobs: int | None) -> int:
 
 def _run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, timeout: float) -> None:
     """Run `argv`, its output appended to `log`, each line after the seconds since the start (`   12.3 ...`: where a
-    build's time went, e.g. pip's metadata pass before the compile); killed with its process group at `timeout`."""
+    build's time went, e.g. setup.py's torch import before the compile); killed with its process group at `timeout`."""
     t0 = time.monotonic()
     with open(log, "ab") as f:
         f.write(f"$ {' '.join(argv)}\n".encode())
@@ -259,21 +259,18 @@ def build_deepep(
                 "CUDA_HOME": tc.cuda_home,
             }
         )
-        # -v: the compiler lines go to the log (which files, whether torch's ninja ran them in parallel)
+        # upstream's setup.py straight (`build`: build_py copies the package and its headers, build_ext compiles _C)
+        # into the target: pip would run setup.py twice (a metadata pass, then the wheel; each imports torch) and zip
+        # and unzip the result, ~13 s of a cold build on the H200 before and after the compile (scripts/device/
+        # build_anatomy.sh; results/bench). The package in `site` is the same files, without pip's dist-info.
         argv = [
             tc.python,
-            "-m",
-            "pip",
-            "install",
-            "-v",
-            "--no-build-isolation",
-            "--no-deps",
-            "--no-index",
-            "--no-cache-dir",
-            "--no-compile",
-            "--target",
+            "setup.py",
+            "build",
+            "--build-base",
+            str(work / "build"),
+            "--build-lib",
             str(tmp / "site"),
-            str(work),
         ]
         # torch's cpp_extension compiles in parallel (MAX_JOBS) only through ninja; without it, one file at a time
         ninja = shutil.which("ninja", path=env.get("PATH"))
@@ -295,9 +292,7 @@ def build_deepep(
             stdlib_dirs=[tc.stdlib] if tc.stdlib else None,
         )
         try:
-            _run_logged(
-                argv, cwd=work, env=env, log=log, step="deepep: pip install (setup.py build_ext)", timeout=timeout
-            )
+            _run_logged(argv, cwd=work, env=env, log=log, step="deepep: setup.py build", timeout=timeout)
         except BaseException:
             warm.finish(bound_s=0)
             raise

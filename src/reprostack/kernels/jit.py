@@ -1,0 +1,324 @@
+"""DeepEP's JIT kernels compiled before the test, all at once (issue 17: the cold gate_micro).
+
+DeepEP V2 compiles each kernel at its first use (csrc/jit/compiler.hpp: nvcc, one after another; on the H200 the
+10 kernels of profile h200-ep1 take 24.5 s in a row and 4.5 s at once, scripts/device/build_anatomy.sh). It finds a
+compiled kernel by its folder `<EP_JIT_CACHE_DIR>/cache/kernel.<name>.<digest>` (kernel.cu + kernel.cubin), where
+digest = DeepEP's get_hex_digest (csrc/utils/hash.hpp) of `<name>$$<signature>$$<flags>$$<code>`, signature =
+`NVCC<release>` of the nvcc it runs and flags those compiler.hpp builds from the paths deep_ep was imported with.
+
+A manifest (`kernels/jit/<profile>.json`, schema `schemas/deepep-jit.schema.json`) lists a profile's kernels as
+(name, code), recorded from a real run's JIT cache (`record`; every gate run writes one, `micro/jit-kernels.json`).
+`Context.of` works out, for one build and the test's environment, the nvcc, signature and flags DeepEP will use;
+`prewarm` compiles each listed kernel that is not there yet, in parallel, into the folder DeepEP will look in.
+
+Invariants:
+- Correctness never rests on the manifest or on this replica of DeepEP's rules: a folder's name is the digest of
+  the exact (name, signature, flags, code) it is compiled from, by the nvcc DeepEP runs, with DeepEP's command
+  (`cd <cache>/tmp && nvcc kernel.cu -cubin -o kernel.cubin FLAGS`). A stale manifest or a wrong replica gives
+  folders DeepEP never asks for: a miss costs the compile DeepEP would have done anyway, never a wrong kernel.
+  `record` keeps only kernels whose folder name it reproduces, so what it writes hits on the same setup.
+- A manifest is untrusted input: it must match the schema and each code must have the exact shape DeepEP generates
+  (one `deep_ep/impls/<x>.cuh` include and one template instantiation with literal arguments, `CODE` below);
+  nothing else reaches nvcc. A bad manifest is one line naming the file and the field (ManifestError).
+- No prewarm when the test's environment (or the build's persisted deep_ep/envs.py) sets a variable that changes
+  DeepEP's flags or cache layout (`FLAG_VARS`), or a path is not plain (DeepEP runs nvcc through /bin/sh): the
+  reason is returned instead.
+- Never in place: each kernel is compiled in `<cache>/tmp/<unique>/` and renamed to its folder, as DeepEP does; a
+  folder that exists (DeepEP or an earlier prewarm made it) is left as it is; a kernel nvcc refuses is left to
+  DeepEP (its output tail is in the result).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BuildError, ReprostackError
+
+SCHEMA = "reprostack.deepep-jit/1"
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_CODE_BYTES = 4096
+NVCC_TIMEOUT_S = 600
+
+# variables DeepEP's compiler reads that change its flags, its command or what a cache folder holds
+FLAG_VARS = (
+    "EP_JIT_CPP_STANDARD",
+    "EP_JIT_DEBUG",
+    "EP_JIT_PTXAS_VERBOSE",
+    "EP_JIT_WITH_LINEINFO",
+    "EP_GIN_GDAKI_DEBUG",
+    "EP_NUM_TOPK_IDX_BITS",
+    "EP_JIT_NVCC_COMPILER",
+    "EP_JIT_DUMP_ASM",
+    "EP_JIT_DUMP_PTX",
+    "EP_JIT_DUMP_SASS",
+)
+
+_ARG = r"(?:-?[0-9]+|[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)"
+# the shape of every code DeepEP's generators emit (csrc/kernels/elastic/*.hpp, LaunchRuntime::generate)
+CODE = re.compile(
+    r"// Includes' hash value: [0-9a-f]{32}\n"
+    r"\n#include <deep_ep/impls/[a-z0-9_]{1,64}\.cuh>\n"
+    r"\nusing namespace deep_ep::elastic;\n"
+    r"\nstatic void __instantiate_kernel\(\) \{\n"
+    rf"    auto ptr = reinterpret_cast<void\*>\(&[a-z0-9_]{{1,64}}_impl<{_ARG}(?:, {_ARG}){{0,40}}>\);\n"
+    r"\}\n"
+)
+NAME = re.compile(r"[a-z0-9_]{1,64}")
+FOLDER = re.compile(r"kernel\.([a-z0-9_]{1,64})\.([0-9a-f]{32})")
+PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+@%=:,-]*")
+_PERSISTED = re.compile(r"^persistent_envs\['([A-Z0-9_]+)'\] = '([^'\n\\]*)'$", re.M)
+
+
+class ManifestError(ReprostackError):
+    """A JIT manifest that is not one: its one line names the file and the field."""
+
+
+def hex_digest(data: bytes) -> str:
+    """DeepEP's get_hex_digest (csrc/utils/hash.hpp): two FNV-1a 64 states (two seeds), each through splitmix64."""
+
+    def fnv1a(seed: int) -> int:
+        h = seed
+        for c in data:
+            h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        return h
+
+    def split_mix(z: int) -> int:
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        return z ^ (z >> 31)
+
+    return f"{split_mix(fnv1a(0xC6A4A7935BD1E995)):016x}{split_mix(fnv1a(0x9E3779B97F4A7C15)):016x}"
+
+
+def deepep_arch(arch: str, nvcc_release: str) -> str:
+    """compiler.hpp's `sm_` suffix for compute capability `arch` ("90" -> "90a"; 10.x but 10.1 -> "100f" with
+    nvcc >= 12.9, else "100a")."""
+    major, minor = int(arch[:-1]), int(arch[-1])
+    if major == 10 and minor != 1:
+        rel = tuple(int(x) for x in nvcc_release.split("."))
+        return "100f" if rel >= (12, 9) else "100a"
+    return f"{major * 10 + minor}a"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What DeepEP's JIT will use in the test: its nvcc, signature, flags and cache folder."""
+
+    nvcc: str
+    signature: str
+    flags: str
+    cache_dir: Path
+    arch: str
+
+    def folder(self, name: str, code: str) -> Path:
+        key = f"{name}$${self.signature}$${self.flags}$${code}".encode()
+        return self.cache_dir / "cache" / f"kernel.{name}.{hex_digest(key)}"
+
+    @staticmethod
+    def of(site: Path, env: dict, arch: str) -> tuple[Context | None, str]:
+        """(the context, "") for deep_ep installed in `site` run with `env` on a GPU of compute capability `arch`;
+        (None, why) when DeepEP's flags cannot be known (a FLAG_VARS variable set, no NCCL root, a path that is not
+        plain, nvcc missing)."""
+        pkg = Path(os.path.abspath(Path(site) / "deep_ep"))
+        persisted: dict[str, str] = {}
+        try:
+            envs = pkg / "envs.py"
+            if envs.is_file() and envs.stat().st_size <= 65536:
+                persisted = dict(_PERSISTED.findall(envs.read_text(errors="replace")))
+        except OSError as e:
+            return None, f"cannot read {pkg / 'envs.py'}: {e.strerror or e}"
+        eff = {**persisted, **{k: v for k, v in env.items() if isinstance(v, str)}}  # deep_ep: env wins
+        set_vars = [k for k in FLAG_VARS if eff.get(k)]
+        if set_vars:
+            return None, f"{', '.join(set_vars)} set: DeepEP's JIT flags differ from the default ones"
+        nccl_root = eff.get("EP_NCCL_ROOT_DIR")
+        if not nccl_root:
+            return None, "no EP_NCCL_ROOT_DIR in the test's environment or deep_ep/envs.py"
+        cuda_home = eff.get("CUDA_HOME") or eff.get("CUDA_PATH")
+        if not cuda_home:  # deep_ep.find_cuda_home: `which nvcc`, else /usr/local/cuda
+            found = shutil.which("nvcc", path=eff.get("PATH", os.defpath))
+            cuda_home = os.path.dirname(os.path.dirname(found)) if found else "/usr/local/cuda"
+        nvcc = os.path.join(cuda_home, "bin", "nvcc")
+        cache_dir = eff.get("EP_JIT_CACHE_DIR") or os.path.join(eff.get("HOME", ""), ".deep_ep")
+        for what, p in (("NCCL root", nccl_root), ("nvcc", nvcc), ("deep_ep", str(pkg)), ("JIT cache", cache_dir)):
+            if not PLAIN_PATH.fullmatch(p):
+                return None, f"{what} path {p!r} is not plain (DeepEP runs nvcc through /bin/sh)"
+        from .toolchain import nvcc_version
+
+        try:
+            release = nvcc_version(nvcc)
+        except BuildError as e:
+            return None, str(e)
+        sm = deepep_arch(arch, release)
+        flags = (
+            "-std=c++20 --diag-suppress=39,161,174,177,186,940,3012 --ptxas-options=--register-usage-level=10"
+            f" -I {nccl_root}/include"
+        )
+        flags = (
+            f"{flags} -I{pkg / 'include'} --gpu-architecture=sm_{sm} "
+            "--compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,-Wno-abi "
+            "-O3 --expt-relaxed-constexpr --expt-extended-lambda"
+        )
+        return Context(nvcc, f"NVCC{release}", flags, Path(cache_dir), sm), ""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    deepep_tree: str
+    arch: str
+    profile: str
+    kernels: tuple[tuple[str, str], ...]  # (name, code)
+
+
+def _schema() -> dict:
+    from importlib import resources
+
+    return json.loads(resources.files("reprostack").joinpath("schemas/deepep-jit.schema.json").read_text())
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and check a manifest. Raises ManifestError (one line: file, field, what is wrong)."""
+    import jsonschema
+
+    path = Path(path)
+    try:
+        if path.is_symlink() or not path.is_file():
+            raise ManifestError(f"{path}: not a regular file")
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{path}: over {MAX_MANIFEST_BYTES} bytes")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise ManifestError(f"{path}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ManifestError(f"{path}: not JSON: {str(e).splitlines()[0][:200]}") from None
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
+    if err is not None:
+        where = "/".join(str(p) for p in err.absolute_path) or "(top)"
+        raise ManifestError(f"{path}: {where}: {err.message[:200]}")
+    kernels = []
+    for i, k in enumerate(data["kernels"]):
+        if not CODE.fullmatch(k["code"]):
+            raise ManifestError(f"{path}: kernels/{i}/code: not the shape of a DeepEP JIT kernel (kernels.jit.CODE)")
+        kernels.append((k["name"], k["code"]))
+    return Manifest(path, data["deepep_tree"], data["arch"], data["profile"], tuple(kernels))
+
+
+def manifest_for(root: Path, profile: str) -> Manifest | None:
+    """`kernels/jit/<profile>.json` of the project at `root`, checked; None when there is none."""
+    p = Path(root) / "kernels" / "jit" / f"{profile}.json"
+    if not os.path.lexists(p):
+        return None
+    return load_manifest(p)
+
+
+def present(ctx: Context) -> set[str]:
+    """The kernel folders in the context's cache (names only)."""
+    try:
+        return {e.name for e in os.scandir(ctx.cache_dir / "cache") if FOLDER.fullmatch(e.name)}
+    except OSError:
+        return set()
+
+
+def _compile(ctx: Context, name: str, code: str, env: dict) -> tuple[str, str]:
+    """Compile one kernel into its folder; (status, detail): compiled | present | failed."""
+    final = ctx.folder(name, code)
+    if final.is_dir():
+        return "present", ""
+    tmp_root = ctx.cache_dir / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_root / f"reprostack-{os.getpid()}-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        (tmp / "kernel.cu").write_text(code)
+        argv = [ctx.nvcc, str(tmp / "kernel.cu"), "-cubin", "-o", str(tmp / "kernel.cubin"), *shlex.split(ctx.flags)]
+        try:
+            p = subprocess.run(
+                argv,
+                cwd=tmp_root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=NVCC_TIMEOUT_S,
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            return "failed", f"{name}: {e}"[:400]
+        if p.returncode != 0 or not (tmp / "kernel.cubin").is_file():
+            tail = " | ".join((p.stdout + p.stderr).strip().splitlines()[-3:])
+            return "failed", f"{name}: nvcc exit {p.returncode}: {tail}"[:400]
+        for f in ("kernel.cu", "kernel.cubin"):
+            fd = os.open(tmp / f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # DeepEP (another rank) made it meanwhile: theirs stays
+            return "present", ""
+        return "compiled", ""
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prewarm(ctx: Context, kernels, env: dict, *, jobs: int | None = None) -> dict:
+    """Compile the (name, code) `kernels` missing from the context's cache, at most `jobs` at once. Returns
+    {"kernels", "compiled", "present", "failed": [...], "seconds"}; never raises for a kernel that fails."""
+    t0 = time.monotonic()
+    kernels = list(dict.fromkeys(kernels))
+    jobs = max(1, min(jobs or len(os.sched_getaffinity(0)), len(kernels) or 1))
+    with ThreadPoolExecutor(jobs) as ex:
+        results = list(ex.map(lambda k: _compile(ctx, k[0], k[1], env), kernels))
+    return {
+        "kernels": len(kernels),
+        "compiled": sum(s == "compiled" for s, _ in results),
+        "present": sum(s == "present" for s, _ in results),
+        "failed": [d for s, d in results if s == "failed"],
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+
+
+def record(ctx: Context, *, deepep_tree: str, profile: str, source: str) -> tuple[dict, dict]:
+    """(manifest, counts) of the kernels in the context's cache: each folder whose kernel.cu has DeepEP's shape and
+    whose name this context reproduces; counts says how many folders were left out and why."""
+    kept, counts = [], {"folders": 0, "kept": 0, "not_reproduced": 0, "unreadable": 0, "other_shape": 0}
+    for name in sorted(present(ctx)):
+        counts["folders"] += 1
+        kname = FOLDER.fullmatch(name).group(1)
+        cu = ctx.cache_dir / "cache" / name / "kernel.cu"
+        try:
+            if cu.is_symlink() or not cu.is_file() or cu.stat().st_size > MAX_CODE_BYTES:
+                raise OSError("not a small regular file")
+            code = cu.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            counts["unreadable"] += 1
+            continue
+        if not CODE.fullmatch(code):
+            counts["other_shape"] += 1
+        elif ctx.folder(kname, code).name != name:
+            counts["not_reproduced"] += 1
+        else:
+            kept.append({"name": kname, "code": code})
+    counts["kept"] = len(kept)
+    manifest = {
+        "schema": SCHEMA,
+        "deepep_tree": deepep_tree,
+        "arch": ctx.arch,
+        "profile": profile,
+        "recorded_from": source[:300],
+        "kernels": sorted(kept, key=lambda k: (k["name"], k["code"])),
+    }
+    return manifest, counts
