@@ -58,10 +58,13 @@ def _install(session: nox.Session, extra: str = "") -> None:
     if stamp and stamp.is_file() and stamp.read_text() == key:
         session.log(f"reprostack{extra} already installed in this reused venv (same pyproject.toml and src/reprostack)")
         return
+    # pip's own lines (Collecting / Downloading / Installing) shown, not nox's silent install: a first run on a fresh
+    # machine spends ~40 s here, and the operator sees it move from the first second
+    session.log(f"installing reprostack{extra} and its pinned dependencies into {session.virtualenv.location} (once)")
     if wheelhouse:
-        session.install("--no-index", "--find-links", wheelhouse, target)
+        session.install("--no-index", "--find-links", wheelhouse, target, silent=False)
     else:
-        session.install(target)
+        session.install(target, silent=False)
     if stamp:
         stamp.write_text(key)
 
