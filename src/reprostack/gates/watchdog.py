@@ -212,6 +212,8 @@ def run_with_watchdog(
     grace_s: float = 10.0,
     echo: bool | None = None,
     on_line: Callable[[str], None] | None = None,
+    append: bool = False,
+    stamp: bool = False,
 ) -> RunOutcome:
     """Run `argv` under a time limit of `timeout_s` seconds; returns a RunOutcome, never raises on timeout.
 
@@ -224,6 +226,9 @@ def run_with_watchdog(
     on_line: called in the reader thread with each line of output (decoded, newline dropped) after it is in the
     log, before the call returns; e.g. `reprostack.ui.line_counter` to advance a step on the command's own
     progress markers. A callback that raises is dropped with one warning; the log is written whatever it does.
+
+    append: add to log_path instead of truncating it (a build log with its own header); stamp: each line starts with
+    the seconds since the start (`   12.3 `: where a build's time went).
     """
     if echo is None:
         from .. import ui
@@ -233,7 +238,7 @@ def run_with_watchdog(
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab" if append else "wb") as log:
         start = time.monotonic()
         proc = subprocess.Popen(
             argv,
@@ -254,6 +259,8 @@ def run_with_watchdog(
                     if closed[0]:
                         return
                     starts_line = ends_with_newline[0]
+                    if stamp and starts_line:
+                        log.write(b"%7.1f " % (time.monotonic() - start))
                     log.write(line)
                     log.flush()
                     ends_with_newline[0] = line.endswith(b"\n")

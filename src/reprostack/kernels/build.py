@@ -11,10 +11,7 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,53 +53,24 @@ def _jobs(jobs: int | None) -> int:
 
 
 def _run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, timeout: float) -> None:
-    """Run `argv`, its output appended to `log`, each line after the seconds since the start (`   12.3 ...`: where a
-    build's time went, e.g. setup.py's torch import before the compile); killed with its process group at `timeout`."""
-    t0 = time.monotonic()
+    """Run `argv` under the gates' watchdog (the whole process group stopped at `timeout`), its output appended to
+    `log`, each line after its seconds since the start (`   12.3 ...`: where a build's time went, e.g. setup.py's
+    torch import before the compile). Raises BuildError naming the step and the log."""
+    from ..gates.watchdog import run_with_watchdog
+
     with open(log, "ab") as f:
         f.write(f"$ {' '.join(argv)}\n".encode())
-        f.flush()
-        try:
-            p = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise BuildError(f"{step}: cannot run {argv[0]}: {e}") from None
-        timed_out = threading.Event()
-
-        def kill() -> None:
-            timed_out.set()
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        try:
-            # at most 1 MiB a line: output without newlines never piles up in memory
-            for line in iter(lambda: p.stdout.readline(1 << 20), b""):
-                f.write(b"%7.1f " % (time.monotonic() - t0) + line)
-                f.flush()  # ui.step follows the log's newest line
-            rc = p.wait()
-        except BaseException:
-            kill()
-            p.wait()
-            raise
-        finally:
-            timer.cancel()
-            p.stdout.close()
-    if timed_out.is_set():
+    try:
+        out = run_with_watchdog(
+            argv, env=env, cwd=cwd, timeout_s=timeout, log_path=log, grace_s=5.0, echo=False, append=True, stamp=True
+        )
+    except OSError as e:
+        raise BuildError(f"{step}: cannot run {argv[0]}: {e}") from None
+    if out.timed_out:
         raise BuildError(f"{step}: timed out after {timeout:.0f} s; log: {log}")
-    if rc != 0:
+    if out.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-15:]
-        raise BuildError(f"{step}: exit {rc}; log: {log}\n" + "\n".join(tail))
+        raise BuildError(f"{step}: exit {out.returncode}; log: {log}\n" + "\n".join(tail))
 
 
 MAX_NINJA_LOG_BYTES = 1 << 20
