@@ -242,6 +242,30 @@ def test_hostile_manifest_is_one_line_naming_it(world, tmp_path, case, says):
     assert msg.startswith(str(p)) and says in msg, msg
 
 
+def test_an_unreadable_built_file_is_one_line(world, tmp_path, monkeypatch):
+    """A file the manifest lists that cannot be read (mode 0) is one PrebuiltError line naming it, not an OSError."""
+    _, root, lock = world
+    man = fake_image(tmp_path / "img", lock, root=root)
+    lib = tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2"
+    lib.chmod(0)
+    if os.geteuid() == 0:  # root reads a mode-0 file: the read fails as it would for anyone else
+        real = prebuilt.sha256_file
+
+        def refuse(p):
+            if Path(p) == lib:
+                raise PermissionError(13, "Permission denied", str(p))
+            return real(p)
+
+        monkeypatch.setattr(prebuilt, "sha256_file", refuse)
+    try:
+        with pytest.raises(PrebuiltError) as ei:
+            prebuilt.check(man, lock, root, ("nccl", "deepep"), arch="90")
+        msg = one_line(ei.value)
+        assert msg.startswith(str(man)) and f"components.nccl.files: {lib} cannot be read: Permission denied" in msg
+    finally:
+        lib.chmod(0o644)
+
+
 def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_path, gpu_host, monkeypatch):  # noqa: F811
     stack, root, lock = world
     m = fake_image(tmp_path / "img", lock, root=root)

@@ -259,7 +259,12 @@ def _hash_files(path: Path, name: str, c: dict, rebuild: str) -> None:
         fp = Path(f)
         if not fp.is_file():
             raise PrebuiltError(path, None, f"components.{name}.files", f"{f} is not a file in this image: {rebuild}")
-        got = sha256_file(fp)
+        try:
+            got = sha256_file(fp)
+        except OSError as e:  # e.g. mode 0 on a shared image layer: one line, never a traceback
+            raise PrebuiltError(
+                path, None, f"components.{name}.files", f"{f} cannot be read: {e.strerror or e}: {rebuild}"
+            ) from None
         if got != sha:
             raise _mismatch(
                 path,
