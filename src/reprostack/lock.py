@@ -17,9 +17,7 @@ Invariants (checked here, relied on by every later stage):
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -28,6 +26,7 @@ from . import lockstacks
 from .errors import LockError
 from .gitcmd import url_problem
 from .yamlsrc import compose, dotted as _dotted, line_of as _line, read_bytes, validate
+from . import schemas
 
 LOCKFILE = "upstreams.lock"
 
@@ -312,8 +311,7 @@ def submodule_path_problem(path: str) -> str | None:
 
 
 def _schema() -> dict:
-    text = resources.files("reprostack").joinpath("schemas/lock.schema.json").read_text()
-    return json.loads(text)
+    return schemas.load("lock")
 
 
 def load(

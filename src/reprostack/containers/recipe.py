@@ -31,13 +31,13 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
 from ..yamlsrc import line_of, validate
 from ..yamlsrc import load as load_yaml
 from .errors import RecipeError
+from .. import schemas
 
 CONTAINERS_DIR = "containers"
 OVERRIDE_ENV = "REPROSTACK_BASE_OVERRIDE"
@@ -124,7 +124,7 @@ class Recipe:
 
 
 def _schema() -> dict:
-    return json.loads(resources.files("reprostack").joinpath("schemas/container.schema.json").read_text())
+    return schemas.load("container")
 
 
 def recipe_names(root: Path) -> list[str]:

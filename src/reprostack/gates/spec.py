@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from ..errors import GateError, LocatedError
 from ..yamlsrc import compose, read_bytes, validate
+from .. import schemas
 
 
 class GateSpecError(LocatedError, GateError):
@@ -143,7 +142,7 @@ def read_gate_yaml(root: Path, gate: str, schema: str, file_stem: str | None = N
     validate(
         data,
         lines,
-        json.loads(resources.files("reprostack").joinpath(f"schemas/{schema}").read_text()),
+        schemas.load(schema),
         str(path),
         GateSpecError,
     )

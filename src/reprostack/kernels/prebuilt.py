@@ -33,12 +33,10 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from .. import jsonsrc
+from .. import jsonsrc, schemas
 from ..digest import sha256_file
 from ..errors import BuildError, LocatedError
 from ..lock import GitPin, Lock, WheelPin
@@ -141,7 +139,7 @@ def load(path: Path | str) -> tuple[dict, str]:
             "deepep`) or run the gate in host mode (--no-container), which builds them",
         )
     d = jsonsrc.load(path, _bad(path), max_bytes=MAX_MANIFEST_BYTES)
-    schema = json.loads(resources.files("reprostack").joinpath("schemas/kernels-manifest.schema.json").read_text())
+    schema = schemas.load("kernels-manifest")
     validate(d, {}, schema, str(path), PrebuiltError)
     for name, c in d["components"].items():
         if c["pin"] != name:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from ..errors import BuildError, LocatedError
 from ..yamlsrc import load as load_yaml
 from ..yamlsrc import validate
+from .. import schemas
 
 _KEYS = {"component", "source", "needs", "make", "env", "nccl-floor", "wheel"}
 
@@ -58,7 +58,7 @@ def load_recipe(root: Path, component: str) -> Recipe:
     for k in ("component", "source"):
         if not isinstance(d.get(k), str):
             raise BuildError(f"{path}: `{k}` (a string) is required")
-    schema = json.loads(resources.files("reprostack").joinpath("schemas/kernel.schema.json").read_text())
+    schema = schemas.load("kernel")
     validate(d, lines, schema, str(path), RecipeError)
     if d["component"] != component:
         raise BuildError(f"{path}: component is {d['component']!r}, file name says {component!r}")

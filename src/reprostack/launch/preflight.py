@@ -40,7 +40,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from .. import hostinfo, jsonsrc
+from .. import hostinfo, jsonsrc, schemas
 from ..atomicfile import write_text_atomic
 from ..errors import ReprostackError
 
@@ -91,7 +91,7 @@ def command(
 
 @lru_cache(maxsize=1)
 def _schema() -> dict:
-    return json.loads((Path(__file__).resolve().parents[1] / "schemas" / "preflight-node.schema.json").read_text())
+    return schemas.load("preflight-node")
 
 
 def _fi_info() -> tuple[bool, str]:

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from ..errors import PatchError
 from ..gitcmd import GitFailed, git
 from .errors import _git_msg
+from .. import schemas
 
 
 def _status_pattern() -> re.Pattern:
     # One source of truth: the lock schema's definition of an Upstream-Status value.
     try:
-        schema = json.loads(resources.files("reprostack").joinpath("schemas/lock.schema.json").read_text())
+        schema = schemas.load("lock")
         return re.compile(schema["$defs"]["upstream-status"]["pattern"])
     except (OSError, KeyError, ValueError):  # pragma: no cover - schema ships with the package
         return re.compile(r"^(Pending|Submitted \[.+\]|Accepted|Backport(ed)?( \[.+\])?|Denied|Inappropriate \[.+\])$")

@@ -15,13 +15,13 @@ import json
 import math
 import xml.etree.ElementTree as ET
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import jsonschema
 
 from ..atomicfile import write_text_atomic
 from .model import SCHEMA_VERSION, GateReport, utc_now
+from .. import schemas
 
 EXIT_PASS, EXIT_FAILED, EXIT_NOT_PROVEN = 0, 1, 3
 _RESERVED = {"summary", "junit"}
@@ -30,7 +30,7 @@ _RESERVED = {"summary", "junit"}
 @cache
 def report_schema() -> dict:
     """The report JSON schema (its `$defs/summary` describes summary.json)."""
-    return json.loads(resources.files("reprostack").joinpath("schemas/report.schema.json").read_text())
+    return schemas.load("report")
 
 
 def validate_report(d: dict) -> None:

@@ -28,13 +28,13 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from ..atomicfile import write_text_atomic
 from ..errors import LocatedError, ReprostackError
 from ..yamlsrc import load as load_yaml, validate
 from .aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, check_records, parse_export, parse_records
+from .. import schemas
 
 VERDICTS = ("match", "ambiguous", "mismatch", "artifact missing", "error")
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_MISSING = 0, 1, 2, 3
@@ -83,7 +83,7 @@ NAMED_STATS = ("avg", "p50", "p90", "p99", "min", "max")
 def load_claims(path: Path) -> list[Claim]:
     path = Path(path)
     data, lines = load_yaml(path, ClaimsError)
-    schema = json.loads(resources.files("reprostack").joinpath("schemas/claims.schema.json").read_text())
+    schema = schemas.load("claims")
     validate(data, lines, schema, str(path), ClaimsError)
     claims, seen = [], {}
     for i, c in enumerate(data["claims"]):
