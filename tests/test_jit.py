@@ -544,3 +544,18 @@ def test_a_compute_capability_that_is_not_one(setup, arch):
     site, env, *_ = setup
     ctx, why = jit.Context.of(site, env, arch)
     assert ctx is None and "is not one like '90'" in why
+
+
+@pytest.mark.parametrize("profile", ["../../etc/h200", "a/b", "", "x\n", "h200 ep1"])
+def test_a_profile_name_that_cannot_name_a_manifest(tmp_path, profile):
+    with pytest.raises(jit.ManifestError, match="cannot name a manifest") as e:
+        jit.manifest_for(tmp_path, profile)
+    assert str(e.value).startswith(f"{tmp_path / 'kernels' / 'jit'}: profile name ")
+
+
+def test_a_manifest_of_another_profile_under_this_ones_name(tmp_path):
+    p = tmp_path / "kernels" / "jit" / "h200-ep2.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(manifest_text())  # profile h200-ep1
+    with pytest.raises(jit.ManifestError, match=r"h200-ep2.json: profile: 'h200-ep1' is not this file's profile"):
+        jit.manifest_for(tmp_path, "h200-ep2")

@@ -288,10 +288,18 @@ def load_manifest(path: Path) -> Manifest:
 
 def manifest_for(root: Path, profile: str) -> Manifest | None:
     """`kernels/jit/<profile>.json` of the project at `root`, checked; None when there is none."""
-    p = Path(root) / "kernels" / "jit" / f"{profile}.json"
+    d = Path(root) / "kernels" / "jit"
+    p = d / f"{profile}.json"
+    if not _FIELDS["profile"].fullmatch(profile):  # a gate spec's profile names are not checked: no path outside
+        raise ManifestError(
+            f"{d}: profile name {profile[:80]!r} cannot name a manifest (not {_FIELDS['profile'].pattern})"
+        )
     if not os.path.lexists(p):
         return None
-    return load_manifest(p)
+    m = load_manifest(p)
+    if m.profile != profile:
+        raise ManifestError(f"{p}: profile: {m.profile!r} is not this file's profile {profile!r}")
+    return m
 
 
 def present(ctx: Context) -> set[str]:
