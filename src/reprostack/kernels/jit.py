@@ -107,7 +107,7 @@ def _read_regular(path: Path, limit: int) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
+            raise OSError("not a regular file")
         chunks, n = [], 0
         while n <= limit:
             b = os.read(fd, limit + 1 - n)
@@ -118,7 +118,7 @@ def _read_regular(path: Path, limit: int) -> bytes:
     finally:
         os.close(fd)
     if n > limit:
-        raise OSError(f"{path}: over {limit} bytes")
+        raise OSError(f"over {limit} bytes")
     return b"".join(chunks)
 
 
