@@ -400,3 +400,35 @@ def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_p
     monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: pytest.fail("built despite a bad manifest"))
     with pytest.raises(jit.ManifestError, match=r"h200-ep1.json: kernels/0/code: not the shape of a DeepEP JIT kernel"):
         micro.run_micro(opts)
+
+
+def test_a_hostile_jit_cache_does_not_stop_the_gate(tmp_path, gpu_host, monkeypatch):
+    """A `cache` folder in DeepEP's JIT cache that is a symlink (the cache is on a shared disk): the prewarm writes
+    nothing through it, says so in `failed`, and the gate runs its test as it would without a manifest."""
+    from test_jit import FAKE_NVCC, code
+
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text(FAKE_NVCC)
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(cuda))
+    for v in jit.FLAG_VARS:
+        monkeypatch.delenv(v, raising=False)
+    site = tmp_path / "builds" / "deepep" / "site" / "deep_ep"
+    site.mkdir(parents=True)
+    (site / "envs.py").write_text(f"persistent_envs = dict()\npersistent_envs['EP_NCCL_ROOT_DIR'] = '{tmp_path}'\n")
+    opts = options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3))), profile="h200-ep1", trials=3)
+    pin = opts.lock.get("deepep")
+    man = opts.root / "kernels" / "jit" / "h200-ep1.json"
+    man.parent.mkdir(parents=True, exist_ok=True)  # write_project copies the real kernels/ (with kernels/jit)
+    doc = {"schema": jit.SCHEMA, "deepep_tree": pin.patched_tree or pin.tree, "arch": "90a", "profile": "h200-ep1"}
+    man.write_text(json.dumps({**doc, "kernels": [{"name": "barrier", "code": code()}]}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "builds" / "deepep" / "jit").mkdir(parents=True)
+    (tmp_path / "builds" / "deepep" / "jit" / "cache").symlink_to(elsewhere)
+    rep = micro.run_micro(opts)
+    assert rep.result == "pass", rep.reason
+    block = rep.data["jit"]
+    assert block["prewarm"]["compiled"] == 0 and "is a symlink or not a folder" in block["prewarm"]["failed"][0]
+    assert list(elsewhere.iterdir()) == [] and block["before_test"] == 0 and block["recorded"]["folders"] == 0

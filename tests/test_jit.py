@@ -272,3 +272,290 @@ def test_the_committed_manifests_load():
     for p in sorted((root / "kernels" / "jit").glob("*.json")):
         m = jit.load_manifest(p)
         assert m.profile == p.stem and m.kernels
+
+
+# hostile input (docs/reliability.md, "DeepEP JIT manifest and cache"): each is one line naming file and field
+
+
+def kernel(**k) -> bytes:
+    return manifest_text(kernels=[{"name": "barrier", "code": code(), **k}]).encode()
+
+
+MORE_HOSTILE = [
+    ("nested arrays", b"[" * 100_000, "not JSON: nested too deep"),
+    ("nested objects", b'{"a":' * 100_000, "not JSON: nested too deep"),
+    (
+        "duplicate key",
+        b'{"deepep_tree": "HEAD", ' + manifest_text().encode()[1:],
+        "not JSON: duplicate key 'deepep_tree'",
+    ),
+    ("NaN", manifest_text(arch=float("nan")).encode(), "arch: nan is not of type 'string'"),
+    ("huge number", b'{"arch": ' + b"9" * 5000 + b"}", "not JSON: Exceeds the limit"),
+    ("1e999", manifest_text(arch="X").replace('"X"', "1e999").encode(), "arch: inf is not of type 'string'"),
+    ("BOM", b"\xef\xbb\xbf" + manifest_text().encode(), "not JSON: Unexpected UTF-8 BOM"),
+    ("NUL in a code", kernel(code=code() + "\x00"), "kernels/0/code: not the shape"),
+    ("CRLF code", kernel(code=code().replace("\n", "\r\n")), "kernels/0/code: not the shape"),
+    ("trailing space", kernel(code=code() + " "), "kernels/0/code: not the shape"),
+    ("name ending in a newline", kernel(name="barrier\n"), "kernels/0/name: 'barrier\\n' does not match"),
+    ("tree ending in a newline", manifest_text(deepep_tree="b" * 40 + "\n").encode(), "deepep_tree: 'bbbb"),
+    ("arch ending in a newline", manifest_text(arch="90a\n").encode(), "arch: '90a\\n' does not match"),
+    ("profile ending in a newline", manifest_text(profile="h200-ep1\n").encode(), "profile: 'h200-ep1\\n' does"),
+    ("lookalike name", kernel(name="b\u0430rrier"), "kernels/0/name"),
+    ("lookalike include", kernel(code=code("b\u0430rrier")), "kernels/0/code: not the shape"),
+    ("unicode digits", kernel(code=code(args="\u0661, 8")), "kernels/0/code: not the shape"),
+    ("fullwidth digits", kernel(code=code(args="\uff11, 8")), "kernels/0/code: not the shape"),
+    ("code over 4096", kernel(code=code(args=", ".join(["1" * 99] * 41))), "kernels/0/code: "),
+    ("code not a string", kernel(code=7), "kernels/0/code: 7 is not of type 'string'"),
+    ("name not a string", kernel(name=["barrier"]), "kernels/0/name: ['barrier'] is not of type 'string'"),
+    ("newline in arguments", kernel(code=code(args="1,\n8")), "kernels/0/code: not the shape"),
+    ("leading ::", kernel(code=code(args="::system, 1")), "kernels/0/code: not the shape"),
+    ("empty :: segment", kernel(code=code(args="std::::x")), "kernels/0/code: not the shape"),
+    ("trailing ::", kernel(code=code(args="deep_ep::")), "kernels/0/code: not the shape"),
+    ("42 arguments", kernel(code=code(args=", ".join(["1"] * 42))), "kernels/0/code: not the shape"),
+    ("two instantiations", kernel(code=code().replace("}\n", code().splitlines(True)[-2] + "}\n")), "not the shape"),
+    ("include with ..", kernel(code=code("../barrier")), "kernels/0/code: not the shape"),
+    ("a macro argument", kernel(code=code(args="1, __FILE__(2)")), "kernels/0/code: not the shape"),
+    ("a string argument", kernel(code=code(args='"id"')), "kernels/0/code: not the shape"),
+    ("a negative and a cast", kernel(code=code(args="-1, (int)2")), "kernels/0/code: not the shape"),
+]
+
+
+@pytest.mark.parametrize("label, data, why", MORE_HOSTILE, ids=[h[0] for h in MORE_HOSTILE])
+def test_more_hostile_manifests_are_one_line(tmp_path, label, data, why):
+    test_a_hostile_manifest_is_one_line_naming_file_and_field(tmp_path, label, data, why)
+
+
+def test_a_folder_or_dangling_symlink_at_the_manifest_path(tmp_path):
+    d = tmp_path / "kernels" / "jit"
+    (d / "h200-ep1.json").mkdir(parents=True)
+    with pytest.raises(jit.ManifestError, match=r"h200-ep1.json: not a regular file$"):
+        jit.manifest_for(tmp_path, "h200-ep1")
+    (d / "h200-ep1.json").rmdir()
+    (d / "h200-ep1.json").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(jit.ManifestError, match=r"h200-ep1.json: not a regular file$"):
+        jit.manifest_for(tmp_path, "h200-ep1")
+
+
+def test_the_longest_accepted_code_is_still_one_include_and_one_instantiation(tmp_path):
+    # the regex's edge: 41 arguments, namespaced identifiers, negative literals; the schema's 4096 characters
+    args = ", ".join(["deep_ep::elastic::kNone", "-1", "true"] + ["0"] * 38)
+    p = tmp_path / "m.json"
+    p.write_text(manifest_text(kernels=[{"name": "barrier", "code": code(args=args)}]))
+    (name, c), *_ = jit.load_manifest(p).kernels
+    assert c.count("#include") == 1 and c.count("reinterpret_cast") == 1 and c.count(";") == 2
+
+
+def _files(root: Path) -> set:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("sub", ["cache", "tmp"])
+def test_a_symlinked_cache_or_tmp_folder_is_not_written_through(setup, tmp_path, sub):
+    site, env, nccl, cache, nvcc = setup
+    ctx, _ = jit.Context.of(site, env, "90")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache.mkdir(parents=True)
+    (cache / sub).symlink_to(elsewhere)
+    res = jit.prewarm(ctx, [("barrier", code()), ("dispatch", code("dispatch"))], env)
+    assert res["compiled"] == 0 and len(res["failed"]) == 2
+    assert res["failed"][0].startswith("barrier: ") and "is a symlink or not a folder" in res["failed"][0]
+    assert _files(elsewhere) == set()
+    if sub == "cache":
+        (elsewhere / ctx.folder("barrier", code()).name).mkdir()
+        assert jit.present(ctx) == set()  # not counted, not recorded
+        assert jit.record(ctx, deepep_tree="a" * 40, profile="p", source="x")[1]["folders"] == 0
+
+
+def test_a_cache_folder_that_is_a_file_or_unwritable_is_a_failure_not_a_crash(setup):
+    site, env, nccl, cache, nvcc = setup
+    ctx, _ = jit.Context.of(site, env, "90")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("not a folder")
+    res = jit.prewarm(ctx, [("barrier", code())], env)
+    assert res["compiled"] == 0 and res["failed"][0].startswith("barrier: ") and "\n" not in res["failed"][0]
+    cache.unlink()
+    (cache / "cache").mkdir(parents=True)
+    cache.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        if os.geteuid() != 0:
+            res = jit.prewarm(ctx, [("barrier", code())], env)
+            assert res["compiled"] == 0 and "Permission denied" in res["failed"][0]
+    finally:
+        cache.chmod(0o755)
+    assert jit.prewarm(ctx, [("barrier", code())], env)["compiled"] == 1
+
+
+def test_a_kernel_folder_that_is_a_file_or_a_symlink_is_left_as_it_is(setup, tmp_path):
+    site, env, nccl, cache, nvcc = setup
+    ctx, _ = jit.Context.of(site, env, "90")
+    a, b, c = code(), code("dispatch"), code("combine")
+    (cache / "cache").mkdir(parents=True)
+    ctx.folder("barrier", a).write_text("a file")
+    target = tmp_path / "target"
+    target.mkdir()
+    ctx.folder("dispatch", b).symlink_to(target)
+    ctx.folder("combine", c).symlink_to(tmp_path / "dangling")
+    res = jit.prewarm(ctx, [("barrier", a), ("dispatch", b), ("combine", c)], env)
+    assert res["compiled"] == 0 and len(res["failed"]) == 3
+    assert all("is not a folder (left as it is)" in f for f in res["failed"])
+    assert ctx.folder("barrier", a).read_text() == "a file" and _files(target) == set()
+    assert not (tmp_path / "dangling").exists() and not (cache / "tmp").exists()
+
+
+def test_record_reads_no_fifo_no_huge_file_no_symlinked_folder(setup, tmp_path):
+    site, env, nccl, cache, nvcc = setup
+    ctx, _ = jit.Context.of(site, env, "90")
+    jit.prewarm(ctx, [("barrier", code())], env)
+    c = cache / "cache"
+    fifo, huge, linked = (c / f"kernel.{n}.{d * 32}" for n, d in (("combine", "0"), ("dispatch", "1"), ("x", "2")))
+    fifo.mkdir()
+    os.mkfifo(fifo / "kernel.cu")  # opened without blocking: no hang
+    huge.mkdir()
+    (huge / "kernel.cu").write_bytes(b"x" * (jit.MAX_CODE_BYTES + 1))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kernel.cu").write_text(code("x"))
+    linked.symlink_to(out)
+    for odd in (
+        "kernel.barrier." + "a" * 32 + "\n",
+        "kernel.Barrier." + "a" * 32,
+        "kernel..x",
+        "kernel.b\u0430r." + "a" * 32,
+    ):
+        (c / odd).mkdir()
+    manifest, counts = jit.record(ctx, deepep_tree="a" * 40, profile="p", source="x")
+    assert counts == {"folders": 4, "kept": 1, "not_reproduced": 0, "unreadable": 3, "other_shape": 0}
+    assert [k["name"] for k in manifest["kernels"]] == ["barrier"]
+
+
+def test_record_does_not_read_past_the_limit_of_a_growing_file(setup, monkeypatch):
+    site, env, nccl, cache, nvcc = setup
+    p = cache / "big"
+    cache.mkdir(parents=True)
+    p.write_bytes(b"y" * 10_000_000)
+    reads = []
+    real = os.read
+    monkeypatch.setattr(jit.os, "read", lambda fd, n: reads.append(n) or real(fd, n))
+    with pytest.raises(OSError, match="over 4096 bytes"):
+        jit._read_regular(p, jit.MAX_CODE_BYTES)
+    assert sum(reads) <= jit.MAX_CODE_BYTES + 1
+
+
+ENVS = "# Pre-installed environment variables\npersistent_envs = dict()\n"
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        ('persistent_envs["EP_JIT_DEBUG"] = "1"\n', "names EP_JIT_DEBUG in a form other than"),
+        ("persistent_envs['EP_JIT_DEBUG']='1'\n", "names EP_JIT_DEBUG in a form other than"),
+        ("persistent_envs['EP_JIT_CPP_STANDARD'] = 'c\\'17'\n", "names EP_JIT_CPP_STANDARD"),
+        ("persistent_envs['EP_NCCL_ROOT_DIR'] = '/a\\\\b'\n", "names EP_NCCL_ROOT_DIR in a form other than"),
+        ('x = """\npersistent_envs[\'EP_JIT_DEBUG\'] = \'1\'\n"""\n', "EP_JIT_DEBUG set"),  # read as set: no prewarm
+        ("# EP_JIT_DUMP_SASS is not set\n", "names EP_JIT_DUMP_SASS"),
+        ("persistent_envs['EP_JIT_DEBUG'] = ''\n", None),  # empty: unset for DeepEP too
+    ],
+)
+def test_a_hostile_envs_py_gives_a_reason_not_a_wrong_prewarm(setup, extra, why):
+    site, env, nccl, cache, nvcc = setup
+    envs = site / "deep_ep" / "envs.py"
+    envs.write_text(envs.read_text() + extra)
+    ctx, reason = jit.Context.of(site, env, "90")
+    if why is None:
+        assert ctx is not None and reason == ""
+    else:
+        assert ctx is None and why in reason and "\n" not in reason
+
+
+def test_an_envs_py_path_the_environment_sets_again_is_not_needed(setup):
+    site, env, nccl, cache, nvcc = setup
+    envs = site / "deep_ep" / "envs.py"
+    envs.write_text(ENVS + "persistent_envs['EP_NCCL_ROOT_DIR'] = '/a\\\\b'\n")
+    ctx, why = jit.Context.of(site, dict(env, EP_NCCL_ROOT_DIR=str(nccl), EP_JIT_CACHE_DIR=str(cache)), "90")
+    assert why == "" and f"-I {nccl}/include" in ctx.flags
+
+
+def test_a_huge_fifo_or_symlinked_envs_py_gives_a_reason(setup, tmp_path):
+    site, env, *_ = setup
+    envs = site / "deep_ep" / "envs.py"
+    envs.write_text(ENVS + "#" * jit.MAX_ENVS_BYTES)
+    assert jit.Context.of(site, env, "90")[1].endswith("over 65536 bytes")
+    envs.unlink()
+    os.mkfifo(envs)
+    assert "not a regular file" in jit.Context.of(site, env, "90")[1]
+    envs.unlink()
+    (tmp_path / "real.py").write_text(ENVS)
+    envs.symlink_to(tmp_path / "real.py")
+    assert jit.Context.of(site, env, "90")[1].startswith(f"cannot read {envs}: ")
+
+
+NON_UTF8_NVCC = "#!/bin/sh\nprintf 'Cuda compilation tools, \\377\\376 release 13.0\\n'\n"
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"EP_JIT_CACHE_DIR": "jit"}, "JIT cache path 'jit' is not plain"),
+        ({"EP_JIT_CACHE_DIR": "/a/../b"}, "JIT cache path '/a/../b' is not plain"),
+        ({"EP_JIT_CACHE_DIR": "/a/./b"}, "JIT cache path '/a/./b' is not plain"),
+        ({"EP_JIT_CACHE_DIR": "/a/.."}, "is not plain"),
+        ({"EP_JIT_CACHE_DIR": "", "HOME": ""}, "JIT cache path '.deep_ep' is not plain"),
+        ({"CUDA_HOME": "../cuda"}, "nvcc path '../cuda/bin/nvcc' is not plain"),
+    ],
+)
+def test_environment_paths_that_are_not_plain(setup, change, why):
+    site, env, *_ = setup
+    ctx, reason = jit.Context.of(site, {**env, **change}, "90")
+    assert ctx is None and why in reason
+
+
+def test_an_empty_cache_dir_is_deepeps_default(setup, tmp_path):
+    site, env, *_ = setup
+    ctx, why = jit.Context.of(site, dict(env, EP_JIT_CACHE_DIR=""), "90")
+    assert why == "" and ctx.cache_dir == tmp_path / ".deep_ep"
+
+
+def test_an_nvcc_that_cannot_run_or_speaks_no_utf8(setup, tmp_path):
+    site, env, nccl, cache, nvcc = setup
+    nvcc.chmod(0o644)
+    ctx, why = jit.Context.of(site, env, "90")
+    assert ctx is None and why.startswith(f"nvcc at '{nvcc}' did not run: ") and "Permission denied" in why
+    nvcc.write_text(NON_UTF8_NVCC)
+    nvcc.chmod(0o755)
+    ctx, why = jit.Context.of(site, env, "90")
+    assert why == "" and ctx.signature == "NVCC13.0"
+    nvcc.write_text("#!/bin/sh\necho 'release \u0661\u0663.\u0660'\n")  # Arabic-Indic digits: no release
+    assert jit.Context.of(site, env, "90")[1].startswith("cannot read the release")
+
+
+def test_nvcc_from_path_or_deepeps_default(setup, tmp_path):
+    site, env, nccl, cache, nvcc = setup
+    no_home = {k: v for k, v in env.items() if k != "CUDA_HOME"}
+    ctx, why = jit.Context.of(site, dict(no_home, PATH=f"/nonexistent:{nvcc.parent}"), "90")
+    assert why == "" and ctx.nvcc == str(nvcc)
+    ctx, why = jit.Context.of(site, dict(no_home, PATH=str(tmp_path / "empty")), "90")
+    # deep_ep.find_cuda_home's fallback: /usr/local/cuda, whatever is there (a reason when it does not run)
+    assert (ctx is None and "/usr/local/cuda/bin/nvcc" in why) or ctx.nvcc == "/usr/local/cuda/bin/nvcc"
+
+
+@pytest.mark.parametrize("arch", ["", "9", "sm_90", "9.0", "\u0669\u0660", None])
+def test_a_compute_capability_that_is_not_one(setup, arch):
+    site, env, *_ = setup
+    ctx, why = jit.Context.of(site, env, arch)
+    assert ctx is None and "is not one like '90'" in why
+
+
+@pytest.mark.parametrize("profile", ["../../etc/h200", "a/b", "", "x\n", "h200 ep1"])
+def test_a_profile_name_that_cannot_name_a_manifest(tmp_path, profile):
+    with pytest.raises(jit.ManifestError, match="cannot name a manifest") as e:
+        jit.manifest_for(tmp_path, profile)
+    assert str(e.value).startswith(f"{tmp_path / 'kernels' / 'jit'}: profile name ")
+
+
+def test_a_manifest_of_another_profile_under_this_ones_name(tmp_path):
+    p = tmp_path / "kernels" / "jit" / "h200-ep2.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(manifest_text())  # profile h200-ep1
+    with pytest.raises(jit.ManifestError, match=r"h200-ep2.json: profile: 'h200-ep1' is not this file's profile"):
+        jit.manifest_for(tmp_path, "h200-ep2")

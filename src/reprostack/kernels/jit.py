@@ -19,10 +19,16 @@ Invariants:
   `record` keeps only kernels whose folder name it reproduces, so what it writes hits on the same setup.
 - A manifest is untrusted input: it must match the schema and each code must have the exact shape DeepEP generates
   (one `deep_ep/impls/<x>.cuh` include and one template instantiation with literal arguments, `CODE` below);
-  nothing else reaches nvcc. A bad manifest is one line naming the file and the field (ManifestError).
+  nothing else reaches nvcc. A bad manifest is one line naming the file and the field (ManifestError): duplicate
+  keys, nesting too deep, a field the schema's `$` lets end in a newline are refused too.
 - No prewarm when the test's environment (or the build's persisted deep_ep/envs.py) sets a variable that changes
   DeepEP's flags or cache layout (`FLAG_VARS`), or a path is not plain (DeepEP runs nvcc through /bin/sh): the
-  reason is returned instead.
+  reason is returned instead; so does an envs.py that is not a small regular file or names one of these variables in
+  an assignment `persistent_envs['X'] = '...'` cannot read (other quotes, escapes: DeepEP's setup is unknown).
+- The JIT cache is untrusted (a shared disk): prewarm writes only through `<cache dir>/cache` and `<cache dir>/tmp`
+  opened as real folders (never a symlink), leaves a kernel path that is not a folder as it is, and turns every
+  error (unwritable, full, hostile) into an entry of `failed`; record reads only regular kernel.cu files of at most
+  MAX_CODE_BYTES, without blocking (a FIFO), never through a symlinked kernel folder.
 - Never in place: each kernel is compiled in `<cache>/tmp/<unique>/` and renamed to its folder, as DeepEP does; a
   folder that exists (DeepEP or an earlier prewarm made it) is left as it is; a kernel nvcc refuses is left to
   DeepEP (its output tail is in the result).
@@ -30,11 +36,13 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import time
 import uuid
@@ -47,6 +55,7 @@ from ..errors import BuildError, ReprostackError
 SCHEMA = "reprostack.deepep-jit/1"
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_CODE_BYTES = 4096
+MAX_ENVS_BYTES = 65536
 NVCC_TIMEOUT_S = 600
 
 # variables DeepEP's compiler reads that change its flags, its command or what a cache folder holds
@@ -77,10 +86,49 @@ NAME = re.compile(r"[a-z0-9_]{1,64}")
 FOLDER = re.compile(r"kernel\.([a-z0-9_]{1,64})\.([0-9a-f]{32})")
 PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+@%=:,-]*")
 _PERSISTED = re.compile(r"^persistent_envs\['([A-Z0-9_]+)'\] = '([^'\n\\]*)'$", re.M)
+# the persisted variables Context.of reads (besides FLAG_VARS): one envs.py mentions but _PERSISTED cannot read
+# (other quoting, escapes) makes DeepEP's setup unknown
+_PATH_VARS = ("EP_NCCL_ROOT_DIR", "EP_JIT_CACHE_DIR", "CUDA_HOME", "CUDA_PATH", "PATH", "HOME")
+# the manifest fields whose schema pattern ends in `$`: jsonschema's Python re lets `$` match before a final "\n"
+_FIELDS = {
+    "deepep_tree": re.compile(r"[0-9a-f]{40}"),
+    "arch": re.compile(r"[0-9]{2,3}[af]"),
+    "profile": re.compile(r"[A-Za-z0-9_.-]{1,64}"),
+}
 
 
 class ManifestError(ReprostackError):
     """A JIT manifest that is not one: its one line names the file and the field."""
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of `path`, a regular file (not a symlink, FIFO, device or folder) of at most `limit` bytes, read
+    without blocking on a swapped-in FIFO and without reading past the limit. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        chunks, n = [], 0
+        while n <= limit:
+            b = os.read(fd, limit + 1 - n)
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+    finally:
+        os.close(fd)
+    if n > limit:
+        raise OSError(f"over {limit} bytes")
+    return b"".join(chunks)
+
+
+def _no_duplicates(pairs):
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup[:64]!r}")
+    return d
 
 
 def hex_digest(data: bytes) -> str:
@@ -130,14 +178,29 @@ class Context:
         (None, why) when DeepEP's flags cannot be known (a FLAG_VARS variable set, no NCCL root, a path that is not
         plain, nvcc missing)."""
         pkg = Path(os.path.abspath(Path(site) / "deep_ep"))
+        if not (isinstance(arch, str) and re.fullmatch(r"[0-9]{2,3}", arch)):
+            return None, f"GPU compute capability {arch!r} is not one like '90'"
         persisted: dict[str, str] = {}
-        try:
-            envs = pkg / "envs.py"
-            if envs.is_file() and envs.stat().st_size <= 65536:
-                persisted = dict(_PERSISTED.findall(envs.read_text(errors="replace")))
-        except OSError as e:
-            return None, f"cannot read {pkg / 'envs.py'}: {e.strerror or e}"
-        eff = {**persisted, **{k: v for k, v in env.items() if isinstance(v, str)}}  # deep_ep: env wins
+        unread: set[str] = set()
+        envs = pkg / "envs.py"
+        if os.path.lexists(envs):
+            try:
+                text = _read_regular(envs, MAX_ENVS_BYTES).decode(errors="replace")
+            except OSError as e:
+                return None, f"cannot read {envs}: {e.strerror or e}"
+            pairs = _PERSISTED.findall(text)
+            persisted = dict(pairs)
+            # each mention of a variable must be one assignment _PERSISTED reads (a later one it cannot read wins)
+            unread = {
+                k
+                for k in (*FLAG_VARS, *_PATH_VARS)
+                if len(re.findall(rf"\b{k}\b", text)) > [n for n, _ in pairs].count(k)
+            }
+        given = {k: v for k, v in env.items() if isinstance(v, str)}
+        eff = {**persisted, **given}  # deep_ep: env wins
+        unknown = sorted(k for k in unread if k in FLAG_VARS or k not in given)
+        if unknown:
+            return None, f"{envs} names {', '.join(unknown)} in a form other than persistent_envs['X'] = '...'"
         set_vars = [k for k in FLAG_VARS if eff.get(k)]
         if set_vars:
             return None, f"{', '.join(set_vars)} set: DeepEP's JIT flags differ from the default ones"
@@ -151,7 +214,7 @@ class Context:
         nvcc = os.path.join(cuda_home, "bin", "nvcc")
         cache_dir = eff.get("EP_JIT_CACHE_DIR") or os.path.join(eff.get("HOME", ""), ".deep_ep")
         for what, p in (("NCCL root", nccl_root), ("nvcc", nvcc), ("deep_ep", str(pkg)), ("JIT cache", cache_dir)):
-            if not PLAIN_PATH.fullmatch(p):
+            if not PLAIN_PATH.fullmatch(p) or {".", ".."} & set(p.split("/")):
                 return None, f"{what} path {p!r} is not plain (DeepEP runs nvcc through /bin/sh)"
         from .toolchain import nvcc_version
 
@@ -197,17 +260,26 @@ def load_manifest(path: Path) -> Manifest:
             raise ManifestError(f"{path}: not a regular file")
         if path.stat().st_size > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{path}: over {MAX_MANIFEST_BYTES} bytes")
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        raw = _read_regular(path, MAX_MANIFEST_BYTES)
     except OSError as e:
         raise ManifestError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError) as e:
-        raise ManifestError(f"{path}: not JSON: {str(e).splitlines()[0][:200]}") from None
+        raise ManifestError(f"{path}: not JSON: {(str(e).splitlines() or [''])[0][:200]}") from None
+    except RecursionError:
+        raise ManifestError(f"{path}: not JSON: nested too deep") from None
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
     if err is not None:
         where = "/".join(str(p) for p in err.absolute_path) or "(top)"
         raise ManifestError(f"{path}: {where}: {err.message[:200]}")
+    for field, pattern in _FIELDS.items():
+        if not pattern.fullmatch(data[field]):
+            raise ManifestError(f"{path}: {field}: {data[field][:80]!r} does not match {pattern.pattern}")
     kernels = []
     for i, k in enumerate(data["kernels"]):
+        if not NAME.fullmatch(k["name"]):
+            raise ManifestError(f"{path}: kernels/{i}/name: {k['name'][:80]!r} does not match {NAME.pattern}")
         if not CODE.fullmatch(k["code"]):
             raise ManifestError(f"{path}: kernels/{i}/code: not the shape of a DeepEP JIT kernel (kernels.jit.CODE)")
         kernels.append((k["name"], k["code"]))
@@ -216,31 +288,89 @@ def load_manifest(path: Path) -> Manifest:
 
 def manifest_for(root: Path, profile: str) -> Manifest | None:
     """`kernels/jit/<profile>.json` of the project at `root`, checked; None when there is none."""
-    p = Path(root) / "kernels" / "jit" / f"{profile}.json"
+    d = Path(root) / "kernels" / "jit"
+    p = d / f"{profile}.json"
+    if not _FIELDS["profile"].fullmatch(profile):  # a gate spec's profile names are not checked: no path outside
+        raise ManifestError(
+            f"{d}: profile name {profile[:80]!r} cannot name a manifest (not {_FIELDS['profile'].pattern})"
+        )
     if not os.path.lexists(p):
         return None
-    return load_manifest(p)
+    m = load_manifest(p)
+    if m.profile != profile:
+        raise ManifestError(f"{p}: profile: {m.profile!r} is not this file's profile {profile!r}")
+    return m
 
 
 def present(ctx: Context) -> set[str]:
-    """The kernel folders in the context's cache (names only)."""
+    """The kernel folders in the context's cache (names only); none when `cache` is a symlink or not a folder."""
     try:
-        return {e.name for e in os.scandir(ctx.cache_dir / "cache") if FOLDER.fullmatch(e.name)}
+        fd = os.open(ctx.cache_dir / "cache", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return set()
+    try:
+        with os.scandir(fd) as it:
+            return {e.name for e in it if FOLDER.fullmatch(e.name)}
+    except OSError:
+        return set()
+    finally:
+        os.close(fd)
+
+
+def _subdir(ctx: Context, sub: str) -> int:
+    """An fd of the cache's folder `sub` (cache or tmp), made when missing; OSError when it is a symlink or not a
+    folder (the cache is on a shared disk: nothing is written through a link into somewhere else)."""
+    p = ctx.cache_dir / sub
+    try:
+        p.mkdir(parents=True)
+    except FileExistsError:
+        pass
+    try:
+        return os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(e.errno, f"{p} is a symlink or not a folder") from None
+        raise
 
 
 def _compile(ctx: Context, name: str, code: str, env: dict) -> tuple[str, str]:
     """Compile one kernel into its folder; (status, detail): compiled | present | failed."""
-    final = ctx.folder(name, code)
-    if final.is_dir():
-        return "present", ""
-    tmp_root = ctx.cache_dir / "tmp"
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_root / f"reprostack-{os.getpid()}-{uuid.uuid4().hex}"
-    tmp.mkdir()
     try:
-        (tmp / "kernel.cu").write_text(code)
+        return _compile_in(ctx, name, code, env)
+    except OSError as e:  # an unwritable, full or hostile cache: the kernel is left to DeepEP
+        return "failed", f"{name}: {e.strerror or e}{': ' + str(e.filename) if e.filename else ''}"[:400]
+
+
+def _compile_in(ctx: Context, name: str, code: str, env: dict) -> tuple[str, str]:
+    final = ctx.folder(name, code)
+    cache_fd = _subdir(ctx, "cache")
+    try:
+        try:
+            st = os.stat(final.name, dir_fd=cache_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                return "present", ""
+            return "failed", f"{name}: {final} is not a folder (left as it is)"[:400]
+        tmp_fd = _subdir(ctx, "tmp")
+        try:
+            return _compile_tmp(ctx, name, code, env, final, cache_fd, tmp_fd)
+        finally:
+            os.close(tmp_fd)
+    finally:
+        os.close(cache_fd)
+
+
+def _compile_tmp(ctx, name, code, env, final, cache_fd, tmp_fd) -> tuple[str, str]:
+    tmp_root = ctx.cache_dir / "tmp"
+    unique = f"reprostack-{os.getpid()}-{uuid.uuid4().hex}"
+    os.mkdir(unique, 0o755, dir_fd=tmp_fd)
+    tmp = tmp_root / unique
+    try:
+        fd = os.open(f"{unique}/kernel.cu", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=tmp_fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(code.encode())
         argv = [ctx.nvcc, str(tmp / "kernel.cu"), "-cubin", "-o", str(tmp / "kernel.cubin"), *shlex.split(ctx.flags)]
         try:
             p = subprocess.run(
@@ -259,14 +389,13 @@ def _compile(ctx: Context, name: str, code: str, env: dict) -> tuple[str, str]:
             tail = " | ".join((p.stdout + p.stderr).strip().splitlines()[-3:])
             return "failed", f"{name}: nvcc exit {p.returncode}: {tail}"[:400]
         for f in ("kernel.cu", "kernel.cubin"):
-            fd = os.open(tmp / f, os.O_RDONLY)
+            fd = os.open(f"{unique}/{f}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=tmp_fd)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(tmp, final)
+        try:  # through the folders' fds: a `cache` or `tmp` swapped for a symlink meanwhile is not followed
+            os.rename(unique, final.name, src_dir_fd=tmp_fd, dst_dir_fd=cache_fd)
         except OSError:  # DeepEP (another rank) made it meanwhile: theirs stays
             return "present", ""
         return "compiled", ""
@@ -300,9 +429,9 @@ def record(ctx: Context, *, deepep_tree: str, profile: str, source: str) -> tupl
         kname = FOLDER.fullmatch(name).group(1)
         cu = ctx.cache_dir / "cache" / name / "kernel.cu"
         try:
-            if cu.is_symlink() or not cu.is_file() or cu.stat().st_size > MAX_CODE_BYTES:
-                raise OSError("not a small regular file")
-            code = cu.read_bytes().decode("utf-8")
+            if cu.parent.is_symlink():
+                raise OSError("a symlinked kernel folder")
+            code = _read_regular(cu, MAX_CODE_BYTES).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             counts["unreadable"] += 1
             continue

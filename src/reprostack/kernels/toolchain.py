@@ -66,10 +66,12 @@ def cuda_home(nvcc: str) -> str:
 def nvcc_version(nvcc: str) -> str:
     """`release X.Y` of `nvcc --version`. Raises BuildError when nvcc is missing or unreadable."""
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+        out = subprocess.run(
+            [nvcc, "--version"], capture_output=True, text=True, errors="replace", timeout=60, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise BuildError(f"nvcc at {nvcc!r} did not run: {e} (set CUDA_HOME or put nvcc on PATH)") from None
-    m = re.search(r"release (\d+\.\d+)", out)
+    m = re.search(r"release ([0-9]+\.[0-9]+)", out)
     if not m:
         raise BuildError(f"cannot read the release from `{nvcc} --version`: {out.strip()[:200]}")
     return m.group(1)
