@@ -245,9 +245,9 @@ class Manifest:
 
 
 def _schema() -> dict:
-    from importlib import resources
+    from .. import schemas
 
-    return json.loads(resources.files("reprostack").joinpath("schemas/deepep-jit.schema.json").read_text())
+    return schemas.load("deepep-jit")
 
 
 def load_manifest(path: Path) -> Manifest:
