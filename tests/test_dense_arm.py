@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reprostack.gates import launchers, metrics
+from reprostack.gates import metrics
+from reprostack.launch import torchrun
 from reprostack.gates.parsers.dense_a2a import parse_dense
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -168,9 +169,7 @@ def test_dense_metrics_and_ratio():
 
 
 def test_torchrun_workers_launch():
-    one = launchers.torchrun_workers(
-        "/py", "/r/gates/drivers/dense_a2a.py", ["--iters", "5"], gpus=1, master_port=29555
-    )
+    one = torchrun.torchrun_workers("/py", "/r/gates/drivers/dense_a2a.py", ["--iters", "5"], gpus=1, master_port=29555)
     assert one.argv == [
         "/py",
         "-X",
@@ -187,10 +186,10 @@ def test_torchrun_workers_launch():
         "5",
     ]
     assert one.env == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "PYTHONFAULTHANDLER": "1"}
-    two = launchers.torchrun_workers("/py", "d.py", [], gpus=8, nodes=2, node_rank=1, master_addr="h", master_port=7)
+    two = torchrun.torchrun_workers("/py", "d.py", [], gpus=8, nodes=2, node_rank=1, master_addr="h", master_port=7)
     assert two.argv[5:10] == ["--nnodes=2", "--nproc-per-node=8", "--node-rank=1", "--master-addr=h", "--master-port=7"]
     with pytest.raises(ValueError, match="2 nodes need a master address and port"):
-        launchers.torchrun_workers("/py", "d.py", [], gpus=8, nodes=2)
+        torchrun.torchrun_workers("/py", "d.py", [], gpus=8, nodes=2)
 
 
 def test_real_h200_ep1_dense_log_gives_the_committed_report():

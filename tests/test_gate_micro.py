@@ -14,7 +14,7 @@ import pytest
 from reprostack import sources
 from reprostack.errors import GateError, ReprostackError
 from reprostack.fetch import Cache
-from reprostack.gates import launchers
+from reprostack.launch import torchrun
 from reprostack.gates.micro import MicroOptions, choose_profile, run_micro
 from reprostack.gates.spec import GateSpecError, load_spec
 from reprostack.lock import load
@@ -156,15 +156,15 @@ def test_named_profile_wins_over_detection(spec):
 
 
 def test_local_launch():
-    l = launchers.local("/py", "/t/test_ep.py", ["--num-tokens", "128"], gpus=8, port=29511)
+    l = torchrun.local("/py", "/t/test_ep.py", ["--num-tokens", "128"], gpus=8, port=29511)
     assert l.argv == ["/py", "-X", "faulthandler", "/t/test_ep.py", "--num-processes", "8", "--num-tokens", "128"]
     assert l.env == {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
-    free = int(launchers.local("/py", "s.py", [], gpus=1).env["MASTER_PORT"])
+    free = int(torchrun.local("/py", "s.py", [], gpus=1).env["MASTER_PORT"])
     assert 0 < free < 65536
 
 
 def test_torchrun_launch():
-    l = launchers.torchrun(
+    l = torchrun.torchrun(
         "/py",
         "/t/test_ep.py",
         ["--num-sms", "4"],
@@ -198,7 +198,7 @@ def test_torchrun_launch():
 @pytest.mark.parametrize("rank", [-1, 2, 5])
 def test_torchrun_bad_node_rank(rank):
     with pytest.raises(ValueError, match=rf"node rank {rank} outside 0\.\.1"):
-        launchers.torchrun("/py", "s.py", [], gpus=8, nodes=2, node_rank=rank, master_addr="h", master_port=1)
+        torchrun.torchrun("/py", "s.py", [], gpus=8, nodes=2, node_rank=rank, master_addr="h", master_port=1)
 
 
 # --------------------------------------------------------------------------- skip is not pass

@@ -11,6 +11,7 @@ from reprostack.gates.parsers.test_ep import (
     PHASES,
     PhaseStats,
     classify_failure,
+    classify_test_ep_failure,
     dispatch_plus_combine_p50,
     finished_cleanly,
     parse_test_ep,
@@ -79,8 +80,8 @@ def test_teardown_noise_after_finish_is_not_a_failure():
     assert p.ok and len(p.teardown_lines) == 2 and "gin_host.cc" in p.teardown_lines[0][1]
     assert all(no > p.completed_line for no, _ in p.teardown_lines)
     # With the parse's help the classifier ignores them; without it the gin line is the first evidence.
-    assert classify_failure(text, 1, False, num_ranks=16).kind == "unknown"
-    assert "teardown" in classify_failure(text, 1, False, num_ranks=16).detail
+    assert classify_test_ep_failure(text, 1, False, num_ranks=16).kind == "unknown"
+    assert "teardown" in classify_test_ep_failure(text, 1, False, num_ranks=16).detail
     assert classify_failure(text, 1, False).kind == "nccl_error"
 
 
@@ -295,7 +296,7 @@ def test_classify_without_text_evidence():
     assert classify_failure("ok\n", -15, False).kind == "signal"
     assert classify_failure("last words\n", 2, False).detail.endswith("line 1: last words")
     assert classify_failure("last words\n", 2, False).kind == "unknown"
-    fc = classify_failure(log("ep16_missing_rank.log"), 0, False, num_ranks=16)
+    fc = classify_test_ep_failure(log("ep16_missing_rank.log"), 0, False, num_ranks=16)
     assert fc.kind == "incomplete_output" and "dispatch: ranks 3, 11 missing of 16" in fc.detail
     t = classify_failure("NCCL INFO fine\n", None, True)
     assert t.kind == "timeout" and t.first_line is None
@@ -333,5 +334,5 @@ def test_real_logs(path):
         assert any(needle in x for x in p.problems), p.problems
     if "failure" in exp:
         f = exp["failure"]
-        fc = classify_failure(text, f.get("returncode"), f.get("timed_out", False), num_ranks=exp["num_ranks"])
+        fc = classify_test_ep_failure(text, f.get("returncode"), f.get("timed_out", False), num_ranks=exp["num_ranks"])
         assert fc.kind == f["kind"], fc

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reprostack.gates.watchdog import WATCHDOG_TAG, run_with_watchdog
+from reprostack.launch.watchdog import WATCHDOG_TAG, run_with_watchdog
 
 
 def gone(pid: int) -> bool:
@@ -203,7 +203,7 @@ def test_other_processes_of_ours_are_left_alone(tmp_path):
 
 
 def test_server_stop_kills_a_setsid_worker(tmp_path):
-    from reprostack.gates.server import ServerProcess
+    from reprostack.launch.server import ServerProcess
 
     code = """
 import os, time

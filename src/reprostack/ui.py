@@ -372,7 +372,7 @@ def step(
 
 
 def line_counter(s: Step, match: Callable[[str], bool]) -> Callable[[str], None]:
-    """A line callback (e.g. `gates.watchdog.run_with_watchdog(on_line=...)`) that advances `s` by one for each
+    """A line callback (e.g. `launch.watchdog.run_with_watchdog(on_line=...)`) that advances `s` by one for each
     line of a command's output that `match` accepts, up to `s.total` (a repeated marker in a hostile or doubled
     output never shows `6/5`). `match` gets the line without its newline and must not raise."""
 

@@ -24,7 +24,7 @@ from typing import Iterator, Mapping
 from ..errors import FetchError
 from ..fetch import Cache, insteadof_args, via
 from ..fetch.cache import clean_stale, flocked, url_key
-from ..fetch.git import check_cache_repo
+from ..fetch.cache import check_cache_repo
 from ..gitcmd import GitFailed, git, git_remote, url_problem
 
 _NO_REF = re.compile(r"couldn't find remote ref|no such remote ref|not our ref|unadvertised object", re.I)

@@ -33,9 +33,8 @@ from .. import jsonsrc
 from ..errors import FetchError
 from ..gitcmd import GitFailed, git
 from . import verify
-from .cache import Cache
-from .git import FetchedGit, check_cache_repo, cherry_picks
-from .verify import Wanted
+from .cache import Cache, check_cache_repo
+from .verify import FetchedGit, Wanted, cherry_picks
 
 MANIFEST_MAX_BYTES = 4 * 1024 * 1024
 SCHEMA_VERSION = 1

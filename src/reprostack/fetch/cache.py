@@ -45,7 +45,8 @@ from typing import Iterator
 
 from .. import jsonsrc, paths
 from ..atomicfile import write_text_atomic
-from ..gitcmd import git
+from ..errors import FetchError
+from ..gitcmd import foreign_config, git
 
 MARKER_MAX_BYTES = 64 * 1024
 
@@ -280,3 +281,31 @@ def _remove(p: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
     else:
         p.unlink(missing_ok=True)
+
+
+# what reprostack (and `git init --bare`) write into a cache repo's config; anything else is refused
+CACHE_CONFIG_KEYS = (
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    "protocol.version",
+    "gc.auto",
+    "maintenance.auto",
+    "reprostack.url",
+)
+
+
+def check_cache_repo(repo: Path, label: str) -> None:
+    """Refuse a cache repo whose config sets a key reprostack never writes (core.fsmonitor, core.sshCommand,
+    include.path, url.*.insteadOf, filter.*, ...): FetchError naming the repo and the key."""
+    if (repo / "HEAD").is_file():
+        bad = foreign_config(repo, CACHE_CONFIG_KEYS)
+        if bad:
+            raise FetchError(
+                f"{label}: the cache repo {repo} has config {', '.join(bad[:3])} that reprostack never "
+                f"writes (a tampered or foreign cache?); nothing was run in it: remove {repo} and fetch again"
+            )

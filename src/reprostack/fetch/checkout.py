@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..errors import FetchError
 from ..gitcmd import GitFailed, git
-from .git import FetchedGit
+from .verify import FetchedGit
 
 
 def materialize(fetched: FetchedGit, dest: Path) -> Path:

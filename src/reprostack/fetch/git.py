@@ -31,16 +31,16 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import FetchError, SourceUnreachable
-from ..gitcmd import GitFailed, foreign_config, git, git_remote, url_problem
+from ..gitcmd import GitFailed, git, git_remote, url_problem
 from ..lock import GitPin
 from . import verify
-from .cache import Cache
-from .verify import Wanted
+from .bundle import import_bundle
+from .cache import Cache, check_cache_repo
+from .verify import FetchedGit, Wanted, cherry_picks
 
 MIRRORS_ENV = "REPROSTACK_MIRRORS"
 
@@ -51,16 +51,6 @@ _REFUSED = re.compile(
     re.I,
 )
 _NO_SUCH_REF = re.compile(r"couldn't find remote ref|no such remote ref", re.I)
-
-
-@dataclass(frozen=True)
-class FetchedGit:
-    """A git pin present and verified in the cache: `repo` is the superproject's bare repo,
-    `submodules` maps each submodule path to its own bare repo."""
-
-    pin: GitPin
-    repo: Path
-    submodules: dict[str, Path] = field(default_factory=dict)
 
 
 def mirrors_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -79,11 +69,6 @@ def mirrors_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]
             raise FetchError(f"{MIRRORS_ENV}: mirror {mirror.strip()!r} {why}")
         out[prefix.strip()] = mirror.strip()
     return out
-
-
-def cherry_picks(pin: GitPin) -> tuple[str, ...]:
-    """The commit ids of the pin's cherry-pick entries, in series order."""
-    return tuple(p.value for p in pin.patches if p.kind == "cherry-pick")
 
 
 def wanted(pin: GitPin) -> tuple[Wanted, list[tuple[str, Wanted]]]:
@@ -119,8 +104,6 @@ def fetch_git(
     mirror_map = {**mirrors_from_env(), **(mirrors or {})}
     top, subs = wanted(pin)
     if bundles and not all(_good(cache, w, timeout) for w in (top, *(w for _, w in subs))):
-        from .bundle import import_bundle  # bundle imports verify/cache only; late import avoids a cycle
-
         for b in bundles:
             import_bundle(Path(b), cache, timeout)
     how = dict(cache=cache, offline=offline, mirrors=mirror_map, timeout=timeout, bundles=tuple(bundles))
@@ -186,34 +169,6 @@ def _ensure(
         trees = verify.verify_commits(repo, want, timeout)
         verify.mark_verified(cache, want, trees, repo, timeout)
         return repo
-
-
-# what reprostack (and `git init --bare`) write into a cache repo's config; anything else is refused
-CACHE_CONFIG_KEYS = (
-    "core.repositoryformatversion",
-    "core.filemode",
-    "core.bare",
-    "core.logallrefupdates",
-    "core.ignorecase",
-    "core.precomposeunicode",
-    "core.symlinks",
-    "protocol.version",
-    "gc.auto",
-    "maintenance.auto",
-    "reprostack.url",
-)
-
-
-def check_cache_repo(repo: Path, label: str) -> None:
-    """Refuse a cache repo whose config sets a key reprostack never writes (core.fsmonitor, core.sshCommand,
-    include.path, url.*.insteadOf, filter.*, ...): FetchError naming the repo and the key."""
-    if (repo / "HEAD").is_file():
-        bad = foreign_config(repo, CACHE_CONFIG_KEYS)
-        if bad:
-            raise FetchError(
-                f"{label}: the cache repo {repo} has config {', '.join(bad[:3])} that reprostack never "
-                f"writes (a tampered or foreign cache?); nothing was run in it: remove {repo} and fetch again"
-            )
 
 
 def _offline_message(want: Wanted, cache: Cache, bundles: tuple[Path, ...]) -> str:

@@ -10,12 +10,13 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import FetchError
 from ..gitcmd import DEFAULT_TIMEOUT_S, GitFailed, git
+from ..lock import GitPin
 from .cache import Cache
 
 
@@ -128,3 +129,18 @@ def mark_verified(
     for c in want.cherry_picks:
         cache.write_marker(want.url, c, tree=trees[c], with_parent=True)
     cache.write_marker(want.url, want.rev, tree=trees[want.rev])
+
+
+@dataclass(frozen=True)
+class FetchedGit:
+    """A git pin present and verified in the cache: `repo` is the superproject's bare repo,
+    `submodules` maps each submodule path to its own bare repo."""
+
+    pin: GitPin
+    repo: Path
+    submodules: dict[str, Path] = field(default_factory=dict)
+
+
+def cherry_picks(pin: GitPin) -> tuple[str, ...]:
+    """The commit ids of the pin's cherry-pick entries, in series order."""
+    return tuple(p.value for p in pin.patches if p.kind == "cherry-pick")

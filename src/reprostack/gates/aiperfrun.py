@@ -29,7 +29,7 @@ from pathlib import Path
 from ..verify.aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export, parse_records
 from .aiperftool import AiperfTool
 from .servingspec import Cell
-from .watchdog import run_with_watchdog
+from ..launch.watchdog import run_with_watchdog
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _RUN_STARTED = re.compile(r"\sINFO\s+\[v\d+ t\d+\] Executing run_\d{4,}\.\.\.")

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from ..errors import GateError
 from ..report import Check, artifact_for, evaluate
-from . import launchers, metrics
+from ..launch import torchrun
+from . import metrics
 from .parsers.failure import classify_failure
 from .parsers.legacy_intranode import parse_legacy
 from .spec import ArmSpec, GateSpec, Profile
-from .watchdog import run_with_watchdog
+from ..launch.watchdog import run_with_watchdog
 
 ARMS = ("deepep", "dense")
 
@@ -96,7 +97,7 @@ def run_legacy(
 ) -> ArmRun:
     """Run DeepEP's legacy intranode test from the patched tree (it spawns its own ranks) and parse it.
     check_request has already refused profiles it cannot run on. Never raises on the run's outcome."""
-    launch = launchers.local(
+    launch = torchrun.local(
         python, str(Path(deepep_tree) / arm.script), list(arm.args), gpus=profile.gpus_per_node, port=port
     )
     log = run_dir / "test_intranode.log"

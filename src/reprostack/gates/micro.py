@@ -46,11 +46,13 @@ from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval, skipped, utc_now
 from ..report.stats import statistics_block
 from . import arms as armsmod
-from . import launchers, metrics
+from ..launch import torchrun
+from . import metrics
 from .parsers.failure import classify_failure
+from .parsers.test_ep import classify_test_ep_failure
 from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .spec import GateSpec, NoProfileForHost, Profile, load_spec
-from .watchdog import run_with_watchdog
+from ..launch.watchdog import run_with_watchdog
 
 GATE = "micro"
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
@@ -464,7 +466,7 @@ def run_micro(opts: MicroOptions) -> GateReport:
     data["bars_status"] = profile.bars_status
 
     if not tp.complete:
-        fc = classify_failure(
+        fc = classify_test_ep_failure(
             _failed_part(text, tp), outcome.returncode, outcome.timed_out, num_ranks=profile.ep_size, modes=opts.modes
         )
         data["failure"] = fc.to_dict()
@@ -527,13 +529,13 @@ def test_ep_launch(
     node_rank: int = 0,
     master_addr: str | None = None,
     master_port: int | None = None,
-) -> launchers.Launch:
+) -> torchrun.Launch:
     """How gate 1 starts its trials driver on node `node_rank` (the run and its launch plan, gates.plan, both use
     this): several nodes -> torchrun, one agent per node (the operator's rendezvous, ReprostackError without it);
     one node with a `torchrun` profile -> the same agent on 127.0.0.1; else the driver started directly."""
     if nodes > 1:
-        launchers.need_master(profile.name, nodes, master_addr, master_port)
-        return launchers.torchrun(
+        torchrun.need_master(profile.name, nodes, master_addr, master_port)
+        return torchrun.torchrun(
             python,
             script,
             args,
@@ -544,7 +546,7 @@ def test_ep_launch(
             master_port=master_port,
         )
     if profile.launcher == "torchrun":  # one agent on this node; test_ep spawns the GPUs' ranks
-        return launchers.torchrun(
+        return torchrun.torchrun(
             python,
             script,
             args,
@@ -552,9 +554,9 @@ def test_ep_launch(
             nodes=1,
             node_rank=0,
             master_addr=master_addr or "127.0.0.1",
-            master_port=master_port or launchers.free_port(),
+            master_port=master_port or torchrun.free_port(),
         )
-    return launchers.local(python, script, args, gpus=profile.gpus_per_node, port=master_port)
+    return torchrun.local(python, script, args, gpus=profile.gpus_per_node, port=master_port)
 
 
 def one_nccl_of_ranks(

@@ -19,7 +19,7 @@ from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_nemo_rl
 from .training import TrainingOptions, host_skip, provenance
 from .training_spec import load_training_spec
-from .watchdog import run_with_watchdog
+from ..launch.watchdog import run_with_watchdog
 
 GATE = "nemo_rl"
 

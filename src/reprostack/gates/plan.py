@@ -27,7 +27,7 @@ from pathlib import Path
 from ..containers import recipe as recipes
 from ..errors import GateError
 from ..launch import plan as lp
-from . import launchers
+from ..launch import torchrun
 from .registry import Gate
 
 P5EN_EFA_DEVICES = 16  # EFA interfaces of one p5en.48xlarge (the campaign's nodes)
@@ -143,7 +143,7 @@ def _micro(spec, profile, root: Path):
             )
         )
     if spec.legacy is not None and profile.nodes == 1:  # gates.arms.run_legacy: one node, from the patched tree
-        launch = launchers.local(
+        launch = torchrun.local(
             "python3",
             f"{SRC}/deepep/{spec.legacy.script}",
             list(spec.legacy.args),
@@ -163,7 +163,7 @@ def _training_cmds(spec, profile, arm) -> list:
     for node in range(profile.nodes):
         if spec.driver:
             args = [*spec.args, *(arm.args if arm else ()), *profile.args]
-            launch = launchers.torchrun_workers(
+            launch = torchrun.torchrun_workers(
                 "python3",
                 f"{WORK}/{spec.driver}",
                 args,

@@ -38,13 +38,13 @@ from ..report import (
     utc_now,
 )
 from ..report.stats import statistics_block, summarize
-from . import launchers
+from ..launch import torchrun
 from .aiperfrun import CellResult, profile_run_started, run_cell
 from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
 from .parsers.failure import classify_failure
 from .parsers.servelog import ServeLogReport, assert_backend
 from .probe import wait_ready
-from .server import ServerProcess
+from ..launch.server import ServerProcess
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 
 DEFAULT_TRIALS = 3  # AIPerf profile runs per cell on a GPU profile when --trials is not given
@@ -124,7 +124,7 @@ def _variables(
 
 def _server_command(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: ServingOptions, run_dir: Path):
     server = profile.server or spec.server
-    port = server.get("port", 8000) or launchers.free_port()
+    port = server.get("port", 8000) or torchrun.free_port()
     variables = _variables(spec, profile, arm, opts, port, run_dir)
     role = "leader" if opts.node_rank == 0 else "worker"
     if role == "worker" and "worker" not in server:
@@ -478,7 +478,7 @@ def run_serving(gate: str, opts: ServingOptions) -> GateReport:
 
 def _serve_worker(spec, profile, arms, opts, run_dir, prov) -> GateReport:
     """Worker node: run the worker command of the first chosen arm until it exits or the spec's timeout."""
-    from .watchdog import run_with_watchdog
+    from ..launch.watchdog import run_with_watchdog
 
     arm = arms[0]
     argv, env, _port, _ = _server_command(spec, profile, arm, opts, run_dir)

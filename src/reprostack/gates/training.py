@@ -26,13 +26,13 @@ from ..errors import ReprostackError
 from ..kernels import runtime
 from ..lock import Lock
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm, skipped, utc_now
-from . import launchers
+from ..launch import torchrun
 from .micro import GateRunOptions, choose_profile, setup_kernels, source_trees
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
 from .spec import NoProfileForHost
 from .training_spec import TrainingSpec, load_training_spec
-from .watchdog import run_with_watchdog
+from ..launch.watchdog import run_with_watchdog
 
 GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
 
@@ -103,8 +103,8 @@ def _kernels(
 
 def _launch(opts: TrainingOptions, spec: TrainingSpec, profile, script: str, args: list[str]):
     nodes = opts.nodes or profile.nodes
-    launchers.need_master(profile.name, nodes, opts.master_addr, opts.master_port)
-    return launchers.torchrun_workers(
+    torchrun.need_master(profile.name, nodes, opts.master_addr, opts.master_port)
+    return torchrun.torchrun_workers(
         opts.python,
         script,
         args,

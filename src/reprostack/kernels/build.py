@@ -53,10 +53,10 @@ def _jobs(jobs: int | None) -> int:
 
 
 def _run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, timeout: float) -> None:
-    """Run `argv` under the gates' watchdog (the whole process group stopped at `timeout`), its output appended to
+    """Run `argv` under launch.watchdog (the whole process group stopped at `timeout`), its output appended to
     `log`, each line after its seconds since the start (`   12.3 ...`: where a build's time went, e.g. setup.py's
     torch import before the compile). Raises BuildError naming the step and the log."""
-    from ..gates.watchdog import run_with_watchdog
+    from ..launch.watchdog import run_with_watchdog
 
     with open(log, "ab") as f:
         f.write(f"$ {' '.join(argv)}\n".encode())

@@ -139,7 +139,7 @@ class Prewarm:
         try:
             out, _ = self.proc.communicate(timeout=bound_s)
         except subprocess.TimeoutExpired:
-            from ..gates.watchdog import kill_run
+            from ..launch.watchdog import kill_run
 
             kill_run(self.proc, self.proc.pid, None, grace_s=5)
             out, _ = self.proc.communicate()

@@ -151,25 +151,18 @@ def _python_exception(lines) -> tuple[int, str] | None:
     return found
 
 
-def classify_failure(
-    text: str, returncode: int | None, timed_out: bool, *, num_ranks: int | None = None, modes: str = "first"
-) -> FailureClass:
+def classify_failure(text: str, returncode: int | None, timed_out: bool, *, parse=None) -> FailureClass:
     """Classify a failed run (see the module doc for kinds and the earliest-evidence rule).
 
     text: the merged stdout+stderr log; returncode: as subprocess reports it (negative = killed by that signal;
-    128+N from a shell); timed_out: the watchdog killed it. When `num_ranks` is given and the test_ep output is
-    complete, error lines after the last expected phase line of the checked mode(s) are ignored (teardown
-    noise, or a later mode the gate does not check).
+    128+N from a shell); timed_out: the watchdog killed it. `parse`: test_ep's parse of this text
+    (parsers.test_ep.classify_test_ep_failure passes it; its completed_line, complete and problems are read): when
+    the output is complete, error lines after the last expected phase line of the checked mode(s) are ignored
+    (teardown noise, or a later mode the gate does not check).
     Never raises on log content.
     """
     lines = numbered_lines(text)
-    limit, parse = len(lines), None
-    if num_ranks is not None:
-        from .test_ep import parse_test_ep  # local: test_ep imports this module
-
-        parse = parse_test_ep(text, num_ranks=num_ranks, modes=modes)
-        if parse.completed_line is not None:
-            limit = parse.completed_line
+    limit = len(lines) if parse is None or parse.completed_line is None else parse.completed_line
     rc_text = "no exit code" if returncode is None else f"exit code {returncode}"
 
     hit = None  # (index, kind, extra detail)

@@ -45,6 +45,7 @@ __all__ = [
     "dispatch_plus_combine_p50",
     "FailureClass",
     "classify_failure",
+    "classify_test_ep_failure",
 ]
 
 PHASES = ("dispatch", "expanded dispatch", "cached dispatch", "combine", "reduced combine")
@@ -422,3 +423,13 @@ def finished_cleanly(text: str, *, num_ranks: int, modes: str = "first") -> bool
     non-zero exit from destroy) do not count; the caller still decides what a non-zero exit code means.
     """
     return parse_test_ep(text, num_ranks=num_ranks, modes=modes).complete
+
+
+def classify_test_ep_failure(
+    text: str, returncode: int | None, timed_out: bool, *, num_ranks: int, modes: str = "first"
+) -> FailureClass:
+    """classify_failure for test_ep's output of `num_ranks` ranks: when it is complete, error lines after the last
+    expected phase line of the checked mode(s) are ignored (teardown noise, or a later mode the gate does not
+    check). Never raises on log content."""
+    parse = parse_test_ep(text, num_ranks=num_ranks, modes=modes)
+    return classify_failure(text, returncode, timed_out, parse=parse)
