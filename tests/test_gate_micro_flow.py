@@ -353,11 +353,11 @@ def test_the_ranks_nccl_version_must_be_the_pinned_one(tmp_path, gpu_host):
     assert rep.data["nccl_check"].startswith("in the measuring process of rank(s) [0]")
 
 
-def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_path, gpu_host, monkeypatch):
-    """kernels/jit/<profile>.json: its kernels are compiled (in parallel, by the nvcc DeepEP will run) into DeepEP's
-    JIT cache before test_ep starts; the report says how many and how long; the run writes its own manifest. A
-    bad manifest stops the gate in one line before anything is built."""
-    from test_jit import FAKE_NVCC, code
+def jit_project(tmp_path, monkeypatch):
+    """A gate run whose built deep_ep persists its NCCL root (as DeepEP's setup.py writes envs.py), CUDA_HOME with
+    the fake nvcc of test_jit, none of the variables that change DeepEP's JIT flags; returns (options, the
+    project's kernels/jit/h200-ep1.json path, a manifest for this run's deepep tree without its kernels)."""
+    from test_jit import FAKE_NVCC
 
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
@@ -371,11 +371,22 @@ def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_p
     (site / "envs.py").write_text(f"persistent_envs = dict()\npersistent_envs['EP_NCCL_ROOT_DIR'] = '{tmp_path}'\n")
     opts = options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3))), profile="h200-ep1", trials=3)
     pin = opts.lock.get("deepep")
-    tree = pin.patched_tree or pin.tree
+    man = opts.root / "kernels" / "jit" / "h200-ep1.json"
+    man.parent.mkdir(parents=True, exist_ok=True)  # write_project copies the real kernels/ (with kernels/jit)
+    doc = {"schema": jit.SCHEMA, "deepep_tree": pin.patched_tree or pin.tree, "arch": "90a", "profile": "h200-ep1"}
+    return opts, man, doc
+
+
+def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_path, gpu_host, monkeypatch):
+    """kernels/jit/<profile>.json: its kernels are compiled (in parallel, by the nvcc DeepEP will run) into DeepEP's
+    JIT cache before test_ep starts; the report says how many and how long; the run writes its own manifest. A
+    bad manifest stops the gate in one line before anything is built."""
+    from test_jit import code
+
+    opts, man, doc = jit_project(tmp_path, monkeypatch)
+    tree = doc["deepep_tree"]
     kernels = [{"name": "barrier", "code": code()}, {"name": "dispatch", "code": code("dispatch", "true, 132")}]
-    man = opts.root / "kernels" / "jit" / "h200-ep1.json"  # the project copy may hold the committed one
-    man.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"schema": jit.SCHEMA, "deepep_tree": tree, "arch": "90a", "profile": "h200-ep1", "kernels": kernels}
+    doc["kernels"] = kernels
     man.write_text(json.dumps(doc))
     stream = io.StringIO()
     ui.configure(stream=stream)
@@ -405,23 +416,9 @@ def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_p
 def test_a_hostile_jit_cache_does_not_stop_the_gate(tmp_path, gpu_host, monkeypatch):
     """A `cache` folder in DeepEP's JIT cache that is a symlink (the cache is on a shared disk): the prewarm writes
     nothing through it, says so in `failed`, and the gate runs its test as it would without a manifest."""
-    from test_jit import FAKE_NVCC, code
+    from test_jit import code
 
-    cuda = tmp_path / "cuda"
-    (cuda / "bin").mkdir(parents=True)
-    (cuda / "bin" / "nvcc").write_text(FAKE_NVCC)
-    (cuda / "bin" / "nvcc").chmod(0o755)
-    monkeypatch.setenv("CUDA_HOME", str(cuda))
-    for v in jit.FLAG_VARS:
-        monkeypatch.delenv(v, raising=False)
-    site = tmp_path / "builds" / "deepep" / "site" / "deep_ep"
-    site.mkdir(parents=True)
-    (site / "envs.py").write_text(f"persistent_envs = dict()\npersistent_envs['EP_NCCL_ROOT_DIR'] = '{tmp_path}'\n")
-    opts = options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3))), profile="h200-ep1", trials=3)
-    pin = opts.lock.get("deepep")
-    man = opts.root / "kernels" / "jit" / "h200-ep1.json"
-    man.parent.mkdir(parents=True, exist_ok=True)  # write_project copies the real kernels/ (with kernels/jit)
-    doc = {"schema": jit.SCHEMA, "deepep_tree": pin.patched_tree or pin.tree, "arch": "90a", "profile": "h200-ep1"}
+    opts, man, doc = jit_project(tmp_path, monkeypatch)
     man.write_text(json.dumps({**doc, "kernels": [{"name": "barrier", "code": code()}]}))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

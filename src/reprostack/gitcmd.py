@@ -151,6 +151,18 @@ def ssh_command(timeout: float, environ: Mapping[str, str] | None = None) -> str
     return f"{base} -o BatchMode=yes -o ConnectTimeout={connect}"
 
 
+# what `git init` (bare or not) writes into a repository's config
+GIT_INIT_CONFIG_KEYS = (
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+)
+
+
 def foreign_config(gitdir: str | Path, allowed: Sequence[str]) -> list[str]:
     """Keys set in `gitdir`/config that are not in `allowed` (lower-case names; includes are not followed,
     an include.* key is itself foreign). An unreadable config is reported as ["(unreadable config)"].

@@ -34,7 +34,7 @@ from .fetch import Cache, FetchedGit, checkout_submodules, fetch_git, materializ
 from .fetch.bundle import check_bundle
 from .errors import PatchError
 from .fetch.checkout import commit_tree, gitlinks, worktree_tree
-from .gitcmd import DEFAULT_TIMEOUT_S, GitFailed, default_timeout, foreign_config, git
+from .gitcmd import DEFAULT_TIMEOUT_S, GIT_INIT_CONFIG_KEYS, GitFailed, default_timeout, foreign_config, git
 from .lock import GitPin, Lock, PatchFileError, read_patch_file
 from .patch import apply_series
 
@@ -195,15 +195,7 @@ def _intact(path: Path, pin: GitPin, want: str) -> bool:
 
 
 # what `git init` writes into a working tree's config; reprostack writes nothing else there
-_TREE_CONFIG_KEYS = (
-    "core.repositoryformatversion",
-    "core.filemode",
-    "core.bare",
-    "core.logallrefupdates",
-    "core.ignorecase",
-    "core.precomposeunicode",
-    "core.symlinks",
-)
+_TREE_CONFIG_KEYS = GIT_INIT_CONFIG_KEYS
 
 
 def _config_problem(path: Path, pin: GitPin) -> str | None:

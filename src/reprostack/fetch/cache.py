@@ -46,7 +46,7 @@ from typing import Iterator
 from .. import jsonsrc, paths
 from ..atomicfile import write_text_atomic
 from ..errors import FetchError
-from ..gitcmd import foreign_config, git
+from ..gitcmd import GIT_INIT_CONFIG_KEYS, foreign_config, git
 
 MARKER_MAX_BYTES = 64 * 1024
 
@@ -285,13 +285,7 @@ def _remove(p: Path) -> None:
 
 # what reprostack (and `git init --bare`) write into a cache repo's config; anything else is refused
 CACHE_CONFIG_KEYS = (
-    "core.repositoryformatversion",
-    "core.filemode",
-    "core.bare",
-    "core.logallrefupdates",
-    "core.ignorecase",
-    "core.precomposeunicode",
-    "core.symlinks",
+    *GIT_INIT_CONFIG_KEYS,
     "protocol.version",
     "gc.auto",
     "maintenance.auto",
