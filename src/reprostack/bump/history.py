@@ -60,6 +60,10 @@ class History:
             raise FetchError(f"{self.label}: url {self.url!r} {why}")
         return git_remote(*insteadof_args(self.mirrors), *args, cwd=self.repo, timeout=self.timeout)
 
+    def _fetch_quiet(self, *refspecs: str) -> str:
+        """`git fetch` of `refspecs` from the pin's URL: no tags, no FETCH_HEAD, nothing printed."""
+        return self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", self.url, *refspecs)
+
     # ------------------------------------------------------------------ remote
     def ls_remote(self, *patterns: str, tags: bool = False, sort: str | None = None) -> list[tuple[str, str]]:
         """[(ref, commit id)] the server advertises for `patterns` (only tags with `tags`; annotated tags
@@ -105,7 +109,7 @@ class History:
         """
         local = f"refs/bump/{ref.removeprefix('refs/')}"
         try:
-            self._remote("fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", self.url, f"+{ref}:{local}")
+            self._fetch_quiet(f"+{ref}:{local}")
         except GitFailed as e:
             if not e.timed_out and _NO_REF.search(e.stderr):
                 return None
@@ -125,15 +129,7 @@ class History:
         if not todo:
             return
         try:
-            self._remote(
-                "fetch",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--quiet",
-                "--",
-                self.url,
-                *(f"+{c}:refs/bump/commits/{c}" for c in todo),
-            )
+            self._fetch_quiet(*(f"+{c}:refs/bump/commits/{c}" for c in todo))
         except GitFailed as e:
             if e.timed_out or not _NO_REF.search(e.stderr):
                 raise FetchError(
@@ -145,16 +141,7 @@ class History:
             self.fetch_ref(ref)
         if missing():
             try:
-                self._remote(
-                    "fetch",
-                    "--no-tags",
-                    "--no-write-fetch-head",
-                    "--quiet",
-                    "--",
-                    self.url,
-                    "+refs/heads/*:refs/bump/heads/*",
-                    "+refs/tags/*:refs/bump/tags/*",
-                )
+                self._fetch_quiet("+refs/heads/*:refs/bump/heads/*", "+refs/tags/*:refs/bump/tags/*")
             except GitFailed as e:
                 raise FetchError(f"{self.label}: cannot fetch from {self.where()}: {_short(e)}") from None
         gone = missing()

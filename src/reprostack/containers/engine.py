@@ -493,26 +493,30 @@ class _Builder:
             }
             key = image_key(fields)
             tag = f"{self.o.namespace}/{r.name}:{key[:16]}"
+
+            def result(img, status: str, log: Path | None) -> ImageResult:
+                self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
+                return ImageResult(
+                    r.name,
+                    tag,
+                    img.id,
+                    status,
+                    time.monotonic() - t0,
+                    ctx_size,
+                    ctx_sha,
+                    key,
+                    p.from_ref,
+                    p.epoch,
+                    log,
+                    dict(img.labels or {}),
+                )
+
             api_labels = {k: v for k, v in p.labels.items() if k in API_LABELS}
             api_labels[L_KEY] = key
             try:
                 img = self.client.images.get(tag)
                 if (img.labels or {}).get(L_KEY) == key:
-                    self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
-                    return ImageResult(
-                        r.name,
-                        tag,
-                        img.id,
-                        "reused",
-                        time.monotonic() - t0,
-                        ctx_size,
-                        ctx_sha,
-                        key,
-                        p.from_ref,
-                        p.epoch,
-                        None,
-                        dict(img.labels),
-                    )
+                    return result(img, "reused", None)
             except docker.errors.ImageNotFound:
                 pass
             log = self.out / "logs" / f"{r.name}-{key[:16]}.log"
@@ -524,22 +528,7 @@ class _Builder:
                 image_id = self._run_build(r, p, Path(ctx_path), ctx_size, tag, api_labels, log, fields)
         finally:
             Path(ctx_path).unlink(missing_ok=True)
-        self.epochs[r.name], self.ups[r.name] = p.epoch, p.upstreams
-        img = self.client.images.get(image_id)
-        return ImageResult(
-            r.name,
-            tag,
-            img.id,
-            "built",
-            time.monotonic() - t0,
-            ctx_size,
-            ctx_sha,
-            key,
-            p.from_ref,
-            p.epoch,
-            log,
-            dict(img.labels or {}),
-        )
+        return result(self.client.images.get(image_id), "built", log)
 
     def _run_build(
         self, r: Recipe, p: _Plan, ctx_path: Path, ctx_size: int, tag: str, labels: dict, log: Path, fields: dict

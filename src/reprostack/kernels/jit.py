@@ -50,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import schemas
 from ..errors import BuildError, ReprostackError
 
 SCHEMA = "reprostack.deepep-jit/1"
@@ -244,12 +245,6 @@ class Manifest:
     kernels: tuple[tuple[str, str], ...]  # (name, code)
 
 
-def _schema() -> dict:
-    from .. import schemas
-
-    return schemas.load("deepep-jit")
-
-
 def load_manifest(path: Path) -> Manifest:
     """Read and check a manifest. Raises ManifestError (one line: file, field, what is wrong)."""
     import jsonschema
@@ -269,7 +264,9 @@ def load_manifest(path: Path) -> Manifest:
         raise ManifestError(f"{path}: not JSON: {(str(e).splitlines() or [''])[0][:200]}") from None
     except RecursionError:
         raise ManifestError(f"{path}: not JSON: nested too deep") from None
-    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
+    err = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schemas.load("deepep-jit")).iter_errors(data)
+    )
     if err is not None:
         where = "/".join(str(p) for p in err.absolute_path) or "(top)"
         raise ManifestError(f"{path}: {where}: {err.message[:200]}")
