@@ -22,7 +22,7 @@ from reprostack.containers.engine import BuildOptions, build_images
 from reprostack.errors import GateError
 from reprostack.gates import registry
 from reprostack.gates.container import container_plan, read_report
-from reprostack.gates.runner import GateArgs
+from reprostack.gates.options import GateOptions as GateArgs
 from reprostack.launch.plan import docker_run_kwargs
 from reprostack.lock import load
 from reprostack.report import GateReport, Result, artifact_for, evaluate, utc_now, write_reports

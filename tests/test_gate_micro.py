@@ -15,7 +15,9 @@ from reprostack import sources
 from reprostack.errors import GateError, ReprostackError
 from reprostack.fetch import Cache
 from reprostack.launch import torchrun
-from reprostack.gates.micro import MicroOptions, choose_profile, run_micro
+from reprostack.gates import registry
+import gaterun
+from gaterun import run as run_gate_here
 from reprostack.gates.spec import GateSpecError, load_spec
 from reprostack.lock import load
 from reprostack.report import exit_code, validate_report, write_reports
@@ -125,7 +127,7 @@ EFA = [{"name": f"rdmap{i}s0", "pci": None, "ports": {}} for i in range(16)]
     ],
 )
 def test_choose_profile_by_host(spec, host, profile):
-    assert choose_profile(spec, None, host).name == profile
+    assert registry.gate("micro").choose_profile(spec, None, host).name == profile
 
 
 @pytest.mark.parametrize(
@@ -140,16 +142,19 @@ def test_choose_profile_by_host(spec, host, profile):
 )
 def test_choose_profile_no_match_names_known_profiles(spec, host):
     with pytest.raises(ReprostackError) as ei:
-        choose_profile(spec, None, host)
+        registry.gate("micro").choose_profile(spec, None, host)
     msg = str(ei.value)
     assert msg.startswith(f"{spec.path}: no profile for this host ({host.get('gpu_count', 0)} GPU(s), EFA: ")
     assert "pass --profile (known: p5en-efa-ep16, h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8)" in msg
 
 
 def test_named_profile_wins_over_detection(spec):
-    assert choose_profile(spec, "p5en-efa-ep16", {"gpu_count": 1, "efa_devices": []}).name == "p5en-efa-ep16"
+    assert (
+        registry.gate("micro").choose_profile(spec, "p5en-efa-ep16", {"gpu_count": 1, "efa_devices": []}).name
+        == "p5en-efa-ep16"
+    )
     with pytest.raises(GateError, match="no profile 'ep4'"):
-        choose_profile(spec, "ep4", {"gpu_count": 4})
+        registry.gate("micro").choose_profile(spec, "ep4", {"gpu_count": 4})
 
 
 # --------------------------------------------------------------------------- launchers
@@ -225,11 +230,16 @@ def test_micro_without_gpu_is_a_skip_and_exit_3(tmp_path, gpu_less, profile):
     root = tmp_path / "project"
     lock = load(write_project(root, stack))
     out = tmp_path / "out"
-    opts = MicroOptions(
-        root=root, lock=lock, fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")), out_dir=out, profile=profile
+    opts = gaterun.options(
+        "micro",
+        root=root,
+        lock=lock,
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+        out_dir=out,
+        profile=profile,
     )
 
-    rep = run_micro(opts)
+    rep = run_gate_here(opts)
     assert rep.gate == "micro" and rep.result == "skip" and rep.required is True
     assert rep.reason.startswith("no GPU on this host (nvidia-smi lists none): sources were verified and patched")
     assert f"deepep {stack.patched[:12]}" in rep.reason and f"nccl {stack.nccl_tree[:12]}" in rep.reason
@@ -268,9 +278,9 @@ def test_micro_second_run_reuses_sources_offline(tmp_path, gpu_less):
     lock = load(write_project(root, stack))
     cache = Cache(tmp_path / "cache")
     mo = dict(root=root, lock=lock, out_dir=tmp_path / "out")
-    assert run_micro(MicroOptions(fetch=sources.FetchOptions(cache=cache), **mo)).result == "skip"
+    assert run_gate_here(gaterun.options("micro", fetch=sources.FetchOptions(cache=cache), **mo)).result == "skip"
     take_servers_away(stack)
-    rep = run_micro(MicroOptions(fetch=sources.FetchOptions(cache=cache, offline=True), **mo))
+    rep = run_gate_here(gaterun.options("micro", fetch=sources.FetchOptions(cache=cache, offline=True), **mo))
     assert rep.result == "skip" and rep.data["sources_reused"] == {"nccl": True, "deepep": True}
 
 
@@ -278,14 +288,15 @@ def test_micro_fetch_failure_is_an_operator_error_not_a_report(tmp_path, gpu_les
     stack = make_stack(tmp_path / "srv")
     root = tmp_path / "project"
     lock = load(write_project(root, stack))
-    opts = MicroOptions(
+    opts = gaterun.options(
+        "micro",
         root=root,
         lock=lock,
         out_dir=tmp_path / "out",
         fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache"), offline=True),
     )
     with pytest.raises(ReprostackError, match="is not in the cache"):
-        run_micro(opts)
+        run_gate_here(opts)
     assert not (tmp_path / "out").exists()
 
 

@@ -16,9 +16,13 @@ from types import SimpleNamespace
 
 import pytest
 
+import gaterun
+from gaterun import GateRun, run as run_gate_here
+
+from reprostack.gates import kernelprep
+from reprostack import hostinfo as kernelprep_hostinfo
 from reprostack import sources, ui
 from reprostack.fetch import Cache
-from reprostack.gates import micro
 from reprostack.kernels import jit
 from reprostack.lock import load
 from reprostack.report import exit_code, validate_report, write_reports
@@ -128,7 +132,7 @@ def gpu_host(tmp_path, monkeypatch):
         )
 
     monkeypatch.setattr(
-        micro.hostinfo,
+        kernelprep_hostinfo,
         "collect",
         lambda: {
             **{k: v for k, v in host.items() if k != "nccl_version"},
@@ -136,16 +140,16 @@ def gpu_host(tmp_path, monkeypatch):
         },
     )
     monkeypatch.setattr(
-        micro.toolchain,
+        kernelprep.toolchain,
         "detect",
         lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"}, arch="90"),
     )
-    monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
-    monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
+    monkeypatch.setattr(kernelprep.kbuild, "build_nccl", lambda *a, **k: built("nccl"))
+    monkeypatch.setattr(kernelprep.kbuild, "build_deepep", lambda *a, **k: built("deepep"))
     return host
 
 
-def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) -> micro.MicroOptions:
+def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) -> GateRun:
     """run_micro's options on a project holding the real micro.yaml (the h200-ep1 bar's threshold replaced by
     `threshold` when given) and the real drivers."""
     stack = make_stack(tmp_path / "srv")
@@ -159,7 +163,8 @@ def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) 
     (root / "gates" / "micro.yaml").write_text(yaml)
     for d in ("dense_a2a.py", "micro_trials.py"):
         (root / "gates" / "drivers" / d).write_text((REPO_ROOT / "gates/drivers" / d).read_text())
-    return micro.MicroOptions(
+    return gaterun.options(
+        "micro",
         root=root,
         lock=lock,
         fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
@@ -172,7 +177,7 @@ def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) 
 def test_ep1_k3_with_dense_arm_passes_on_the_interval_of_real_logs(tmp_path, gpu_host):
     text = trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log", dense_scales=[1.0, 1.1, 0.9])
     py = stand_in_python(tmp_path, text)
-    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=3))
+    rep = run_gate_here(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=3))
     assert rep.result == "pass", rep.reason
     assert [c.metric for c in rep.checks] == [
         "ranks_x_phases_missing",
@@ -215,7 +220,7 @@ def test_ep1_k3_with_dense_arm_passes_on_the_interval_of_real_logs(tmp_path, gpu
 @pytest.mark.parametrize("threshold, result, inconclusive", [("14.5", "inconclusive", True), ("13.5", "fail", False)])
 def test_ep1_bar_inside_or_below_the_interval(tmp_path, gpu_host, threshold, result, inconclusive):
     py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)))
-    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", trials=3, threshold=threshold))
+    rep = run_gate_here(options(tmp_path, py, profile="h200-ep1", trials=3, threshold=threshold))
     bar = next(c for c in rep.checks if c.metric == "dc_p50_us")
     assert rep.result == result and not bar.passed and bar.inconclusive is inconclusive
     assert rep.reason.startswith(f"dc_p50_us = 14.474333 us (needs <= {threshold}): mean 14.4743 us, 95% CI [")
@@ -227,7 +232,7 @@ def test_ep1_bar_inside_or_below_the_interval(tmp_path, gpu_host, threshold, res
 
 def test_one_trial_is_inconclusive_never_pass(tmp_path, gpu_host):
     py = stand_in_python(tmp_path, trials_log(real_ep1_texts(1)))
-    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", trials=1))
+    rep = run_gate_here(options(tmp_path, py, profile="h200-ep1", trials=1))
     assert rep.result == "inconclusive"
     assert "one trial: 14.36 us (no interval): one trial gives no interval (run --trials >= 2)" in rep.reason
     assert rep.data["statistics"] == {}  # n = 1: a single-sample report (contract item 1)
@@ -241,7 +246,7 @@ def test_nvl_ep2_is_detected_runs_every_arm_and_never_passes(tmp_path, gpu_host)
     py = stand_in_python(tmp_path, text)
     stream = io.StringIO()
     ui.configure(stream=stream)
-    rep = micro.run_micro(options(tmp_path, py, arms=("deepep", "dense"), legacy=True, trials=2))  # profile detected
+    rep = run_gate_here(options(tmp_path, py, arms=("deepep", "dense"), legacy=True, trials=2))  # profile detected
     assert rep.profile == "h200-nvl-ep2"
     step = "test_ep [h200-nvl-ep2] x2 trial(s)"  # one plain line per trial, from rank 0's DeepEP markers only
     assert [x for x in stream.getvalue().splitlines() if x.startswith(f"  {step}")] == [
@@ -275,7 +280,7 @@ def test_crash_in_the_second_trial_is_an_error_with_the_first_trial_kept(tmp_pat
     crash = (REPO_ROOT / "tests/fixtures/test_ep/real/h200-ep1-sigsegv-in-dispatch.log").read_text()
     text = trials_log([real_ep1_texts(1)[0], crash], dense_fixture=FIX / "dense_ep1.log", done=False)
     py = stand_in_python(tmp_path, text)
-    rep = micro.run_micro(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=2))
+    rep = run_gate_here(options(tmp_path, py, profile="h200-ep1", arms=("deepep", "dense"), trials=2))
     assert rep.result == "error" and rep.reason.startswith("sigsegv")
     per = rep.data["trials"]["per_trial"]
     assert per[0]["deepep"]["complete"] and per[0]["deepep"]["dc_p50_us"] == 14.36 and not per[1]["deepep"]["complete"]
@@ -286,7 +291,7 @@ def test_crash_in_the_second_trial_is_an_error_with_the_first_trial_kept(tmp_pat
 def test_host_no_profile_fits_is_a_skip_naming_why(tmp_path, gpu_host):
     gpu_host["gpu_count"] = 3  # micro has EP1/2/4/8 profiles and the EFA EP16 one: none for 3 GPUs without EFA
     py = stand_in_python(tmp_path, trials_log(real_ep1_texts(1)))
-    rep = micro.run_micro(options(tmp_path, py))
+    rep = run_gate_here(options(tmp_path, py))
     assert (rep.gate, rep.profile, rep.result, rep.checks) == ("micro", "-", "skip", [])
     assert "micro.yaml: no profile for this host (3 GPU(s), EFA: False); pass --profile (known: " in rep.reason
     assert not (tmp_path / "calls").exists()  # nothing was launched
@@ -334,14 +339,14 @@ def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, g
     elif case == "shape":
         kw["nccl_runtime"] = None
         text = before_done(text, marker(event="nccl", rank=0, host=socket.gethostname(), mapped="libnccl.so.2"))
-    rep = micro.run_micro(options(tmp_path, stand_in_python(tmp_path, text, **kw), profile="h200-ep1", trials=3))
+    rep = run_gate_here(options(tmp_path, stand_in_python(tmp_path, text, **kw), profile="h200-ep1", trials=3))
     assert rep.result == "error" and rep.reason.startswith("one-NCCL check: ") and why in rep.reason, rep.reason
     assert "\n" not in rep.reason
     assert {a.path for a in rep.artifacts} >= {"micro/test_ep.log"}  # the figures' log is kept as evidence
 
 
 def test_the_ranks_nccl_version_must_be_the_pinned_one(tmp_path, gpu_host):
-    rep = micro.run_micro(
+    rep = run_gate_here(
         options(
             tmp_path,
             stand_in_python(tmp_path, trials_log(real_ep1_texts(3)), nccl_runtime="2.28.9"),
@@ -390,7 +395,7 @@ def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_p
     man.write_text(json.dumps(doc))
     stream = io.StringIO()
     ui.configure(stream=stream)
-    rep = micro.run_micro(opts)
+    rep = run_gate_here(opts)
     assert rep.result == "pass", rep.reason
     block = rep.data["jit"]
     assert block["manifest"] == str(man) and block["prewarm"]["compiled"] == 2 and block["before_test"] == 2
@@ -404,13 +409,13 @@ def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_p
     assert block["recorded"]["kept"] == 2 and "micro/jit-kernels.json" in {a.path for a in rep.artifacts}
     # another tree's manifest: nothing compiled, the report says why
     man.write_text(json.dumps({**doc, "deepep_tree": "c" * 40}))
-    rep = micro.run_micro(opts)
+    rep = run_gate_here(opts)
     assert rep.data["jit"]["prewarm"].startswith("none: the manifest was recorded for deepep tree cccccccccccc sm_90a")
     # a hostile manifest: one line, before any build
     man.write_text(json.dumps({**doc, "kernels": [{"name": "x", "code": "#include </etc/shadow>\n"}]}))
-    monkeypatch.setattr(micro.kbuild, "build_deepep", lambda *a, **k: pytest.fail("built despite a bad manifest"))
+    monkeypatch.setattr(kernelprep.kbuild, "build_deepep", lambda *a, **k: pytest.fail("built despite a bad manifest"))
     with pytest.raises(jit.ManifestError, match=r"h200-ep1.json: kernels/0/code: not the shape of a DeepEP JIT kernel"):
-        micro.run_micro(opts)
+        run_gate_here(opts)
 
 
 def test_a_hostile_jit_cache_does_not_stop_the_gate(tmp_path, gpu_host, monkeypatch):
@@ -424,7 +429,7 @@ def test_a_hostile_jit_cache_does_not_stop_the_gate(tmp_path, gpu_host, monkeypa
     elsewhere.mkdir()
     (tmp_path / "builds" / "deepep" / "jit").mkdir(parents=True)
     (tmp_path / "builds" / "deepep" / "jit" / "cache").symlink_to(elsewhere)
-    rep = micro.run_micro(opts)
+    rep = run_gate_here(opts)
     assert rep.result == "pass", rep.reason
     block = rep.data["jit"]
     assert block["prewarm"]["compiled"] == 0 and "is a symlink or not a folder" in block["prewarm"]["failed"][0]

@@ -18,7 +18,9 @@ from reprostack import cli, paths
 from reprostack.errors import GateError
 from reprostack.gates import runner
 from reprostack.gates.aiperftool import ensure_aiperf
-from reprostack.gates.serving import ServingOptions, run_serving
+import gaterun
+from reprostack import sources
+from reprostack.fetch import Cache
 from reprostack.gates.spec import GateSpecError
 from reprostack.gates.servingspec import load_serving_spec
 from reprostack.lock import load
@@ -63,8 +65,10 @@ def small_root(tmp_path: Path, gate: str, cells: str = "    - {name: c4, concurr
 
 
 def serve(gate, root, lock, out, **kw) -> GateReport:
-    opts = ServingOptions(root=root, lock=lock, out_dir=out, cache_root=TOOLS, profile="local-test", echo=False, **kw)
-    return run_serving(gate, opts)
+    fetch = sources.FetchOptions(cache=Cache(TOOLS))
+    return gaterun.run(
+        gaterun.options(gate, root=root, lock=lock, fetch=fetch, out_dir=out, profile="local-test", **kw)
+    )
 
 
 # --------------------------------------------------------------------------- specs
@@ -203,7 +207,7 @@ def test_comparison_arm_alone_never_passes(aiperf, lock, tmp_path):
 def test_fail_names_the_error_counts(aiperf, lock, tmp_path, monkeypatch):
     root = small_root(tmp_path, "vllm")
     monkeypatch.chdir(tmp_path)  # a relative --out (as nox passes it) must work: AIPerf runs in the cell folder
-    rep = serve("vllm", root, lock, Path("out"), arms=["deepep"], extra_server_args=["--fail-every=3"])
+    rep = serve("vllm", root, lock, Path("out"), arms=["deepep"], server_args=["--fail-every=3"])
     assert rep.result == "fail", rep.reason
     assert "deepep.c4.errors = 2 requests (needs == 0)" in rep.reason
     assert "deepep.c4.completed_requests = 6 requests (needs == 8)" in rep.reason
@@ -212,7 +216,7 @@ def test_fail_names_the_error_counts(aiperf, lock, tmp_path, monkeypatch):
 
 def test_error_with_a_dead_server(aiperf, lock, tmp_path):
     root = small_root(tmp_path, "trtllm")
-    rep = serve("trtllm", root, lock, tmp_path / "out", arms=["deepep"], extra_server_args=["--die-after=3"])
+    rep = serve("trtllm", root, lock, tmp_path / "out", arms=["deepep"], server_args=["--die-after=3"])
     assert rep.result == "error", rep.reason
     assert "arm deepep: cell c4: aiperf exited 1" in rep.reason and "server exited 70" in rep.reason
     assert rep.data["arms"]["deepep"]["server_exit_before_stop"] == 70
@@ -229,24 +233,24 @@ def test_error_when_the_server_never_gets_ready(lock, tmp_path, aiperf):
         )
     )
     (root / "gates" / "vllm.yaml").write_text(text)
-    rep = serve("vllm", root, lock, tmp_path / "out", arms=["deepep"], extra_server_args=["--ready-after-s=60"])
+    rep = serve("vllm", root, lock, tmp_path / "out", arms=["deepep"], server_args=["--ready-after-s=60"])
     assert rep.result == "error" and "server not ready at http://127.0.0.1:" in rep.reason and "HTTP 503" in rep.reason
-    rep = serve("vllm", root, lock, tmp_path / "out2", arms=["deepep"], extra_server_args=["--no-such-flag"])
+    rep = serve("vllm", root, lock, tmp_path / "out2", arms=["deepep"], server_args=["--no-such-flag"])
     assert rep.result == "error" and "server process exited" in rep.reason
 
 
 def test_skip_without_gpu_is_not_a_pass(lock, tmp_path, monkeypatch):
     monkeypatch.setattr("reprostack.hostinfo.collect", lambda **kw: {"gpu_count": 0, "efa_devices": []})
-    opts = ServingOptions(root=REPO, lock=lock, out_dir=tmp_path, cache_root=TOOLS, echo=False)
-    rep = run_serving("vllm", opts)
+    opts = gaterun.options(
+        "vllm", root=REPO, lock=lock, fetch=sources.FetchOptions(cache=Cache(TOOLS)), out_dir=tmp_path
+    )
+    rep = gaterun.run(opts)
     assert rep.result == "skip" and "--profile local-test" in rep.reason
     assert exit_code([rep]) == 3
-    opts.profile = "p5en-efa-ep16"
-    rep = run_serving("vllm", opts)
+    rep = gaterun.run(opts.with_(profile="p5en-efa-ep16"))
     assert rep.result == "skip" and "needs 8 GPU(s)" in rep.reason
     with pytest.raises(GateError, match="no profile 'nope'"):
-        opts.profile = "nope"
-        run_serving("vllm", opts)
+        gaterun.run(opts.with_(profile="nope"))
 
 
 def test_probe_pauses_start_short_and_double_up_to_the_interval(monkeypatch):
@@ -300,7 +304,7 @@ def test_probe_pauses_start_short_and_double_up_to_the_interval(monkeypatch):
 def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkeypatch, lock):
     ran = []
 
-    def fake_run(g, args, lock_, root, opts):
+    def fake_run(g, opts, ctx):
         ran.append(g.name)
         return GateReport(g.stem, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
 

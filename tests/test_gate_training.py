@@ -16,11 +16,12 @@ import gitrepos as gr
 from reprostack import sources
 from reprostack.cli import main as cli_main
 from reprostack.fetch import Cache
-from reprostack.gates.nemo_rl import nemo_rl_checks, run_nemo_rl
+import gaterun
+from reprostack.gates.nemo_rl import nemo_rl_checks
 from reprostack.gates.parsers.failure import classify_failure
 from reprostack.gates.parsers.training import loss_metrics, parse_megatron, parse_nemo_rl, rel_diff_max
 from reprostack.gates.spec import GateSpecError
-from reprostack.gates.training import TrainingOptions, arm_checks, cross_checks, run_megatron
+from reprostack.gates.training import arm_checks, cross_checks
 from reprostack.gates.training_spec import load_training_spec
 from reprostack.lock import load
 from reprostack.report import GateReport, decide, exit_code, validate_report, write_reports
@@ -318,13 +319,13 @@ def training_project(tmp_path: Path) -> tuple[Path, object]:
 
 def test_training_gates_without_gpu_are_skips_and_exit_3(tmp_path, gpu_less):
     root, extra = training_project(tmp_path)
-    opts = TrainingOptions(
+    kw = dict(
         root=root,
         lock=load(root / "upstreams.lock"),
         out_dir=tmp_path / "out",
         fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
     )
-    reps = [run_megatron(opts), run_nemo_rl(opts)]
+    reps = [gaterun.run(gaterun.options("megatron", **kw)), gaterun.run(gaterun.options("nemo-rl", **kw))]
     assert [(r.gate, r.result, r.checks) for r in reps] == [("megatron", "skip", []), ("nemo_rl", "skip", [])]
     assert reps[0].reason.startswith(
         f"no GPU on this host (nvidia-smi lists none): sources verified (megatron-lm {extra['megatron-lm'][2][:12]})"
@@ -381,42 +382,43 @@ def one_h200(tmp_path, monkeypatch, gpu_less):
         lambda **kw: {"gpu_count": 1, "efa_devices": [], "gpus": [{"name": "NVIDIA H200"}]},
     )
 
-    def kernels(opts, trees, prov, timings, data, pre=None):
-        data["nccl"] = dict(NCCL_OK, torch_built_with="2.28.9")
-        return {}, None
+    def kernels(self, st):
+        st.data["nccl"] = dict(NCCL_OK, torch_built_with="2.28.9")
+        return {}
 
-    def run_arm(opts, spec, profile, arm, env, run_dir, artifacts):
-        parsed = parse_megatron(real(arm.name), expected_steps=spec.steps)
+    def run_arm(self, st, plan):
+        parsed = parse_megatron(real(plan.name), expected_steps=st.spec.steps)
         return {
             "parse": parsed,
             "outcome": SimpleNamespace(returncode=0, timed_out=False),
             "command": ["torchrun"],
-            "log": f"{arm.name}.log",
+            "log": f"{plan.name}.log",
             "env": {},
         }
 
-    monkeypatch.setattr(training, "_kernels", kernels)
-    monkeypatch.setattr(training, "_run_arm", run_arm)
+    monkeypatch.setattr(training.MegatronGate, "_kernels", kernels)
+    monkeypatch.setattr(training.MegatronGate, "_run_arm", run_arm)
     root, _ = training_project(tmp_path)
-    return lambda arms: TrainingOptions(
+    return lambda arms: gaterun.options(
+        "megatron",
         root=root,
         lock=load(root / "upstreams.lock"),
         out_dir=tmp_path / "out",
         fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-        arms=arms,
+        arms=tuple(arms or ()),
     )
 
 
 def test_megatron_comparison_arm_alone_never_passes(one_h200):
-    both = run_megatron(one_h200(None))
+    both = gaterun.run(one_h200(None))
     assert both.result == "pass", both.reason  # the same logs with the DeepEP arm: a pass
-    rep = run_megatron(one_h200(["alltoall"]))
+    rep = gaterun.run(one_h200(["alltoall"]))
     assert rep.result == "skip" and rep.checks and all(c.passed for c in rep.checks)
     assert rep.reason.startswith(
         "arm deepep (the gate's evidence) did not run: only alltoall ran, comparison evidence only"
     ) and rep.reason.endswith("run it with --arm deepep")
     assert exit_code([rep], {"megatron"}) == 3
-    assert run_megatron(one_h200(["deepep"])).result == "pass"
+    assert gaterun.run(one_h200(["deepep"])).result == "pass"
 
 
 def test_step_figures_after_the_first_are_the_statistics(one_h200):
@@ -432,7 +434,7 @@ def test_step_figures_after_the_first_are_the_statistics(one_h200):
     two = parse_megatron(real("deepep"), expected_steps=3)
     two.steps = two.steps[:2]  # one step after the first: no interval, no entry
     assert step_statistics("deepep", two) == {}
-    rep = run_megatron(one_h200(None))
+    rep = gaterun.run(one_h200(None))
     assert set(rep.data["statistics"]) == {
         "deepep.step_ms",
         "deepep.tokens_per_s",

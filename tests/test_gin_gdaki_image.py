@@ -23,13 +23,15 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
+import gaterun
+from reprostack.gates import kernelprep
 from rich.console import Console
 
 from reprostack import cli, sources
 from reprostack.containers.engine import BuildOptions, ImageResult, _Builder
 from reprostack.containers.recipe import load_all
 from reprostack.fetch import Cache
-from reprostack.gates import micro
 from reprostack.kernels import prebuilt
 from reprostack.kernels.prebuilt import PrebuiltError
 from reprostack.kernels.recipe import load_recipe
@@ -246,7 +248,8 @@ def test_prebuilt_check_accepts_the_wheel_nccl_the_stack_pins(image, tmp_path):
     pre = prebuilt.check(m, gin, gin.path.parent, ("nccl", "deepep"), arch="90")
     assert pre.kernels_provenance()["nccl"]["wheel_sha256"] == sha(w)
     # the micro gate in container mode: no nccl tree, the manifest's nccl checked and used
-    opts = micro.MicroOptions(
+    opts = gaterun.options(
+        "micro",
         root=gin.path.parent,
         lock=gin,
         out_dir=tmp_path / "out",
@@ -254,7 +257,7 @@ def test_prebuilt_check_accepts_the_wheel_nccl_the_stack_pins(image, tmp_path):
         arch="90",
         fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
     )
-    trees, pre = micro.source_trees(opts, ("nccl", "deepep"))
+    trees, pre = kernelprep.source_trees(opts.opts, opts.ctx, ("nccl", "deepep"))
     assert set(trees) == {"deepep"} and pre.components["nccl"]["kind"] == "wheel"
     assert pre.path_of("nccl", "lib") == Path(lib).parent
 

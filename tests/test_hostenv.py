@@ -4,6 +4,8 @@ import sys
 import venv
 from pathlib import Path
 
+from reprostack.gates.base import RunContext
+from reprostack.gates.options import GateOptions
 from reprostack import hostenv
 from reprostack.lock import load
 
@@ -71,18 +73,19 @@ def test_gate_reports_that_ran_say_host_mode(monkeypatch, tmp_path):
 
     lock = load(ROOT / "upstreams.lock")
     results = iter(["pass", "skip"])
+    g = registry.gate("micro")
     monkeypatch.setattr(
-        runner,
-        "_run_gate",
-        lambda g, a, lock, root, fetch: GateReport(
+        g,
+        "run",
+        lambda opts, ctx: GateReport(
             g.report_name, "h200-ep1", next(results), "why", checks=[evaluate("dc_p50_us", "us", 14.7, "<=", 30)]
         ),
     )
-    args = runner.GateArgs(out=tmp_path, python=sys.executable)
-    ran = runner.run_gate(registry.gate("micro"), args, lock, ROOT, None)
+    args, ctx = GateOptions(out=tmp_path, python=sys.executable), RunContext(ROOT, lock, None)
+    ran = runner.run_gate(g, args, ctx)
     assert ran.provenance["execution"]["mode"] == "host"
     assert ran.provenance["execution"]["environment"]["executable"]
-    skipped = runner.run_gate(registry.gate("micro"), args, lock, ROOT, None)
+    skipped = runner.run_gate(g, args, ctx)
     assert "execution" not in skipped.provenance  # nothing ran: no environment to vouch for
     md = write_reports([ran], tmp_path)["summary.md"].read_text()
     assert "Ran in **host mode (python " in md

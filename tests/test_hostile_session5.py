@@ -8,6 +8,8 @@ import socket
 
 import pytest
 
+from gaterun import run as run_gate_here
+
 from reprostack.gates import micro
 from test_gate_micro_flow import before_done, gpu_host, options, stand_in_python  # noqa: F401 (gpu_host: a fixture)
 from trialslog import marker, real_ep1_texts, trials_log
@@ -24,7 +26,7 @@ def _nccl(tmp_path, **kw) -> str:
 
 
 def _run(tmp_path, text: str, **kw):
-    return micro.run_micro(options(tmp_path, stand_in_python(tmp_path, text, **kw), profile="h200-ep1", trials=3))
+    return run_gate_here(options(tmp_path, stand_in_python(tmp_path, text, **kw), profile="h200-ep1", trials=3))
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+import gaterun
+from gaterun import run as run_gate_here
+
+from reprostack.gates.options import GateOptions
 from reprostack.gates.parsers.micro_trials import parse_micro_trials
 from trialslog import DENSE_FIX, REAL_EP1, REAL_EP1_DC, dense_records, marker, real_ep1_texts, trials_log
 
@@ -297,25 +301,35 @@ def test_cli_trials_bad_value_is_exit_2_in_one_line(capsys, value, msg):
 
 def test_cli_trials_reach_the_micro_gate_and_the_in_image_command(tmp_path, monkeypatch):
     from reprostack.gates import container, micro, runner
+    from reprostack.gates.base import RunContext
     from reprostack.gates.registry import GATES
 
     seen = {}
-    monkeypatch.setattr(micro, "run_micro", lambda opts: seen.update(opts=opts))
+
+    class Seen(Exception):
+        pass
+
+    def sources(self, st):  # the options the micro gate runs with, once it took them
+        seen.update(opts=st.opts)
+        raise Seen
+
+    monkeypatch.setattr(micro.MicroGate, "sources", sources)
     g = next(g for g in GATES if g.name == "micro")
-    fetch = types.SimpleNamespace(cache=None)
-    runner._run_gate(g, runner.GateArgs(out=tmp_path, trials=3, arms=["deepep", "dense"]), None, tmp_path, fetch)
+    ctx = RunContext(REPO_ROOT, None, types.SimpleNamespace(cache=None))
+    with pytest.raises(Seen):
+        runner.run_here(g, GateOptions(out=tmp_path, trials=3, arms=["deepep", "dense"]), ctx)
     assert (seen["opts"].trials, seen["opts"].arms) == (3, ("deepep", "dense"))
-    runner._run_gate(g, runner.GateArgs(out=tmp_path), None, tmp_path, fetch)
+    with pytest.raises(Seen):
+        runner.run_here(g, GateOptions(out=tmp_path), ctx)
     assert seen["opts"].trials == micro.DEFAULT_TRIALS == 5
     lock = types.SimpleNamespace(path="/x/upstreams.lock")
-    argv = container.inner_argv(g, runner.GateArgs(out=tmp_path, trials=4), lock)
+    argv = container.inner_argv(g, GateOptions(out=tmp_path, trials=4), lock)
     assert argv[argv.index("--trials") + 1] == "4"
-    assert "--trials" not in container.inner_argv(g, runner.GateArgs(out=tmp_path), lock)
+    assert "--trials" not in container.inner_argv(g, GateOptions(out=tmp_path), lock)
 
 
 def test_micro_refuses_a_bad_trial_count_before_anything_runs(tmp_path):
     from reprostack.errors import ReprostackError
-    from reprostack.gates import micro
 
     with pytest.raises(ReprostackError, match="--trials 0: give a whole number >= 1"):
-        micro.run_micro(micro.MicroOptions(root=tmp_path, lock=None, fetch=None, out_dir=tmp_path, trials=0))
+        run_gate_here(gaterun.options("micro", root=tmp_path, lock=None, fetch=None, out_dir=tmp_path, trials=0))

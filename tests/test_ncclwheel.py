@@ -13,10 +13,14 @@ from types import SimpleNamespace
 
 import pytest
 
+import gaterun
+from gaterun import GateRun, run as run_gate_here
+
+from reprostack.gates import kernelprep
+from reprostack import hostinfo as kernelprep_hostinfo
 from reprostack import sources
 from reprostack.errors import BuildError, FetchError
 from reprostack.fetch import Cache
-from reprostack.gates import micro
 from reprostack.kernels import ncclwheel
 from reprostack.kernels.recipe import load_recipe
 from reprostack.lock import load
@@ -240,12 +244,13 @@ def test_not_a_zip_is_one_line(tmp_path):
 # --------------------------------------------------------------------------- the gate's kernels step
 
 
-def gate_options(tmp_path: Path, wheel: Path) -> micro.MicroOptions:
+def gate_options(tmp_path: Path, wheel: Path) -> GateRun:
     """A project whose lock pins the release NCCL (a real local git repo) and `wheel` as nccl-wheel."""
     root = tmp_path / "project"
     lock_path = write_project(root, make_stack(tmp_path / "srv"))
     lock_path.write_text(lock_path.read_text() + wheel_pin(sha(wheel)))
-    return micro.MicroOptions(
+    return gaterun.options(
+        "micro",
         root=root,
         lock=load(lock_path),
         out_dir=tmp_path / "out",
@@ -253,22 +258,24 @@ def gate_options(tmp_path: Path, wheel: Path) -> micro.MicroOptions:
     )
 
 
-def prepared(opts: micro.MicroOptions) -> dict:
-    """The verified trees; afterwards the options are offline (the wheel must come from the wheelhouse)."""
-    trees = {n: sources.prepare(opts.lock, n, opts.fetch, opts.root) for n in ("nccl", "deepep")}
-    opts.fetch = dataclasses.replace(opts.fetch, offline=True)
-    return trees
+def prepared(opts: GateRun) -> tuple[dict, GateRun]:
+    """The verified trees, and the run made offline (the wheel must come from the wheelhouse)."""
+    c = opts.ctx
+    trees = {n: sources.prepare(c.lock, n, c.fetch, c.root) for n in ("nccl", "deepep")}
+    return trees, dataclasses.replace(
+        opts, ctx=dataclasses.replace(c, fetch=dataclasses.replace(c.fetch, offline=True))
+    )
 
 
 @pytest.fixture
 def no_gpu_builds(monkeypatch):
     calls = []
     monkeypatch.setattr(
-        micro.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})
+        kernelprep.toolchain, "detect", lambda py, arch=None, **k: SimpleNamespace(key_fields=lambda: {"arch": "90"})
     )
-    monkeypatch.setattr(micro.kbuild, "build_nccl", lambda *a, **k: calls.append("make nccl"))
+    monkeypatch.setattr(kernelprep.kbuild, "build_nccl", lambda *a, **k: calls.append("make nccl"))
     monkeypatch.setattr(
-        micro.kbuild,
+        kernelprep.kbuild,
         "build_deepep",
         lambda src, tree, recipe, tc, nccl, cache, **k: SimpleNamespace(
             component="deepep", key="k", reused=True, info={"seconds": 0}, nccl=nccl
@@ -281,9 +288,9 @@ def test_gate_uses_the_verified_wheel_from_a_wheelhouse(tmp_path, monkeypatch, n
     w = make_wheel(tmp_path / "house" / WHEEL)
     monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
     opts = gate_options(tmp_path, w)
-    trees = prepared(opts)
+    trees, opts = prepared(opts)
     prov, timings = {}, {}
-    _, nccl, deepep = micro.build_kernels(opts, trees, prov, timings)
+    _, nccl, deepep = kernelprep.build_kernels(opts.opts, opts.ctx, trees, prov, timings)
     assert no_gpu_builds == [] and deepep.nccl is nccl  # no make; DeepEP gets the unpacked wheel
     assert (nccl.out / "build" / "lib" / "libnccl.so.2").is_file() and nccl.info["wheel_sha256"] == sha(w)
     assert prov["nccl_from"]["kind"] == "wheel" and "nccl_build_s" in timings
@@ -294,9 +301,9 @@ def test_gate_refuses_a_wheelhouse_file_with_another_sha256(tmp_path, monkeypatc
     make_wheel(tmp_path / "house" / WHEEL, members={"nvidia/nccl/lib/libnccl.so.2": "tampered"})
     monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
     opts = gate_options(tmp_path, good)
-    trees = prepared(opts)
+    trees, opts = prepared(opts)
     with pytest.raises(FetchError) as ei:
-        micro.build_kernels(opts, trees, {}, {})
+        kernelprep.build_kernels(opts.opts, opts.ctx, trees, {}, {})
     assert f"house/{WHEEL}: sha256 " in str(ei.value) and f"pins {WHEEL} as {sha(good)}" in str(ei.value)
     assert nccl_dirs(tmp_path / "cache") == [] and no_gpu_builds == []
 
@@ -319,7 +326,7 @@ def test_the_overlay_puts_the_unpacked_wheel_nccl_in_torchs_place(tmp_path):
 WHEEL_2_32 = "nvidia_nccl_cu13-2.32.3-py3-none-manylinux_2_27_x86_64.whl"
 
 
-def alone_options(tmp_path: Path, wheel_sha: str) -> micro.MicroOptions:
+def alone_options(tmp_path: Path, wheel_sha: str) -> GateRun:
     """A project lock with wheel pin nccl-wheel-2-32 and a stack `gdaki` whose nccl is that wheel (no git NCCL);
     the nccl git pin's server is taken away, so anything that fetched it would fail."""
     root = tmp_path / "project"
@@ -337,7 +344,8 @@ stacks:
 """
     )
     (tmp_path / "srv" / "nccl").rename(tmp_path / "srv" / "nccl-gone")
-    return micro.MicroOptions(
+    return gaterun.options(
+        "micro",
         root=root,
         lock=load(lock_path, stack="gdaki"),
         out_dir=tmp_path / "out",
@@ -349,10 +357,10 @@ def test_a_wheel_alone_stack_builds_with_that_wheel_and_no_nccl_tree(tmp_path, m
     w = make_wheel(tmp_path / "house" / WHEEL_2_32, version="2.32.3")
     monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
     opts = alone_options(tmp_path, sha(w))
-    trees, pre = micro.source_trees(opts, ("nccl", "deepep"))
+    trees, pre = kernelprep.source_trees(opts.opts, opts.ctx, ("nccl", "deepep"))
     assert set(trees) == {"deepep"} and pre is None  # no nccl git source fetched
     prov, timings = {}, {}
-    _, nccl, deepep = micro.build_kernels(opts, trees, prov, timings)
+    _, nccl, deepep = kernelprep.build_kernels(opts.opts, opts.ctx, trees, prov, timings)
     assert no_gpu_builds == [] and deepep.nccl is nccl and nccl.info["version"] == "2.32.3"
     assert nccl.info["wheel"] == WHEEL_2_32 and nccl.info["wheel_sha256"] == sha(w)
     assert prov["nccl_from"] == {
@@ -365,10 +373,12 @@ def test_a_wheel_alone_with_another_sha256_is_one_line(tmp_path, monkeypatch, no
     make_wheel(tmp_path / "house" / WHEEL_2_32, version="2.32.3")
     monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
     opts = alone_options(tmp_path, "0" * 64)
-    trees, _ = micro.source_trees(opts, ("nccl", "deepep"))
-    opts.fetch = dataclasses.replace(opts.fetch, offline=True)  # the wheel must come from the wheelhouse
+    trees, _ = kernelprep.source_trees(opts.opts, opts.ctx, ("nccl", "deepep"))
+    opts = dataclasses.replace(
+        opts, ctx=dataclasses.replace(opts.ctx, fetch=dataclasses.replace(opts.fetch, offline=True))
+    )  # the wheel must come from the wheelhouse
     with pytest.raises(FetchError) as ei:
-        micro.build_kernels(opts, trees, {}, {})
+        kernelprep.build_kernels(opts.opts, opts.ctx, trees, {}, {})
     msg = str(ei.value)
     assert "\n" not in msg and f"house/{WHEEL_2_32}: sha256 " in msg and f"pins {WHEEL_2_32} as {'0' * 64}" in msg
     assert nccl_dirs(tmp_path / "cache") == [] and no_gpu_builds == []
@@ -378,17 +388,17 @@ def test_a_wheel_alone_whose_nccl_h_is_another_version_is_one_line(tmp_path, mon
     w = make_wheel(tmp_path / "house" / WHEEL_2_32, version="2.32.2")  # right name and sha256, wrong nccl.h
     monkeypatch.setenv("REPROSTACK_WHEELHOUSE", str(tmp_path / "house"))
     opts = alone_options(tmp_path, sha(w))
-    trees, _ = micro.source_trees(opts, ("nccl", "deepep"))
+    trees, _ = kernelprep.source_trees(opts.opts, opts.ctx, ("nccl", "deepep"))
     with pytest.raises(BuildError) as ei:
-        micro.build_kernels(opts, trees, {}, {})
+        kernelprep.build_kernels(opts.opts, opts.ctx, trees, {}, {})
     assert str(ei.value) == f"{WHEEL_2_32}: its nccl.h says 2.32.2, the lock pins 2.32.3"
     assert nccl_dirs(tmp_path / "cache") == [] and no_gpu_builds == []
 
 
 def test_a_wheel_alone_stack_skips_without_gpu_naming_the_wheel(tmp_path, monkeypatch):
     opts = alone_options(tmp_path, "1" * 64)
-    monkeypatch.setattr(micro.hostinfo, "collect", lambda: {"gpu_count": 0, "gpus": [], "efa_devices": []})
-    report = micro.run_micro(opts)
+    monkeypatch.setattr(kernelprep_hostinfo, "collect", lambda: {"gpu_count": 0, "gpus": [], "efa_devices": []})
+    report = run_gate_here(opts)
     assert report.result == "skip", report
     # the wheel is named, and never among what was verified (it is fetched only when kernels are built)
     assert (

@@ -16,14 +16,19 @@ from pathlib import Path
 
 import pytest
 
+import gaterun
+from gaterun import run as run_gate_here
+
 from conftest import without_progress
+from reprostack.gates import kernelprep
 from reprostack import sources
 from reprostack.cli import main
 from reprostack.fetch import Cache
-from reprostack.gates import micro, registry
+from reprostack.gates import registry
 from reprostack.gates.container import container_plan, inner_argv
 from reprostack.gates.plan import gate_plan
-from reprostack.gates.runner import GateArgs
+from reprostack.gates.base import RunContext
+from reprostack.gates.options import GateOptions as GateArgs
 from reprostack.kernels import prebuilt
 from reprostack.kernels.prebuilt import PrebuiltError
 from reprostack.kernels.recipe import load_recipe
@@ -274,8 +279,8 @@ def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_p
     def no_build(*a, **k):
         raise AssertionError("a kernel build ran in container mode")
 
-    monkeypatch.setattr(micro.kbuild, "build_nccl", no_build)
-    monkeypatch.setattr(micro.kbuild, "build_deepep", no_build)
+    monkeypatch.setattr(kernelprep.kbuild, "build_nccl", no_build)
+    monkeypatch.setattr(kernelprep.kbuild, "build_deepep", no_build)
     (root / "gates" / "drivers").mkdir(parents=True, exist_ok=True)
     for d in ("dense_a2a.py", "micro_trials.py"):
         shutil.copy(REPO / "gates/drivers" / d, root / "gates/drivers" / d)
@@ -285,7 +290,8 @@ def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_p
         mapped=[os.path.realpath(tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2")],
     )
     cache = tmp_path / "cache"
-    opts = micro.MicroOptions(
+    opts = gaterun.options(
+        "micro",
         root=root,
         lock=lock,
         fetch=sources.FetchOptions(cache=Cache(cache)),
@@ -295,7 +301,7 @@ def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_p
         prebuilt=m,
         trials=3,
     )
-    rep = micro.run_micro(opts)
+    rep = run_gate_here(opts)
     assert rep.result == "pass", rep.reason
     kf = rep.provenance["kernels_from"]
     assert kf["mode"] == "prebuilt" and kf["manifest"] == str(m) and kf["image"] == "deepep"
@@ -462,7 +468,7 @@ def test_container_run_stamps_the_image_id_on_prebuilt_kernels(tmp_path, monkeyp
     monkeypatch.setattr(ld, "run_node", run_node)
     monkeypatch.setattr(container, "_image", lambda client, ref, recipe: SimpleNamespace(labels={}))
     a = GateArgs(out=out, profile="h200-ep1", container=True, image="reprostack/deepep:0123456789abcdef")
-    rep = container.run_in_container(registry.gate("micro"), a, lock, REPO, client=object())
+    rep = container.run_in_container(registry.gate("micro"), a, RunContext(REPO, lock), client=object())
     kf = rep.provenance["kernels_from"]
     assert kf["mode"] == "prebuilt" and kf["image_id"] == image_id and kf["manifest_sha256"] == pre.sha256
     ex = rep.provenance["execution"]

@@ -4,6 +4,8 @@ script and the export check on real shared objects compiled here with cc. Real f
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import re
@@ -12,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from gaterun import run as run_gate_here
 
 from reprostack import cli, lockstacks
 from reprostack.bump.lockedit import PinEdit, edit_pin
@@ -303,9 +307,7 @@ def test_cli_gate_reports_record_the_stack(tmp_path, monkeypatch):
     from reprostack.report import GateReport
 
     p = small_lock(tmp_path, GIN)
-    monkeypatch.setattr(
-        runner, "run_gate", lambda g, a, lock, root, fetch: GateReport("micro", "h200-ep1", "skip", "x")
-    )
+    monkeypatch.setattr(runner, "run_gate", lambda g, opts, ctx: GateReport("micro", "h200-ep1", "skip", "x"))
     assert cli.main(["--stack", "gin", "gate", "micro", "--lock", str(p), "--out", str(tmp_path / "out")]) == 3
     assert json.loads((tmp_path / "out" / "micro.json").read_text())["provenance"]["stack"] == "gin"
 
@@ -372,8 +374,6 @@ def test_micro_runs_the_stack_pins_and_env(tmp_path, gpu_host):
     from test_gate_micro_flow import FIX, options, stand_in_python
     from trialslog import real_ep1_texts, trials_log
 
-    from reprostack.gates import micro
-
     gpu_host["nccl_version"] = "2.30.7"
     py = stand_in_python(
         tmp_path,
@@ -400,13 +400,13 @@ stacks:
       nccl: {{original: v2.30.7-1, rev: "{rev}", tree: "{gr.tree_of(nccl, rev)}", fetch-refs: [refs/tags/v2.30.7-1]}}
 """
     )
-    opts.lock = load(lock_path, stack="gin-gdaki")
-    rep = micro.run_micro(opts)
+    opts = dataclasses.replace(opts, ctx=dataclasses.replace(opts.ctx, lock=load(lock_path, stack="gin-gdaki")))
+    rep = run_gate_here(opts)
     assert rep.result == "pass", rep.reason
     assert rep.provenance["stack"] == "gin-gdaki" and rep.provenance["upstreams"]["nccl"]["rev"] == rev
     assert rep.data["env"]["NCCL_GIN_TYPE"] == "5" and rep.data["env"]["NCCL_SYM_GIN_KERNELS_ENABLE"] == "0"
-    opts.lock = load(lock_path)  # the campaign: the shared pin, the spec's env
-    rep = micro.run_micro(opts)
+    opts = dataclasses.replace(opts, ctx=dataclasses.replace(opts.ctx, lock=load(lock_path)))  # the campaign's
+    rep = run_gate_here(opts)
     assert rep.provenance["stack"] == "campaign" and rep.provenance["upstreams"]["nccl"]["rev"] != rev
     assert rep.data["env"]["NCCL_GIN_TYPE"] == "2" and "NCCL_SYM_GIN_KERNELS_ENABLE" not in rep.data["env"]
 

@@ -264,7 +264,7 @@ STAND_IN_LOCK = SimpleNamespace(stack="campaign")  # the gate runs are faked; th
 LOCAL_TEST = "PASS (local-test, not evidence)"  # report.model.GateReport.label of a self-test profile's pass
 
 
-def _fake_local_test_pass(g, a, lock, root, fetch):
+def _fake_local_test_pass(g, opts, ctx):
     return GateReport(
         g.stem,
         "local-test",
@@ -277,7 +277,7 @@ def _fake_local_test_pass(g, a, lock, root, fetch):
 
 def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
+    monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
     monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
@@ -303,7 +303,7 @@ def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys
 
 def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
+    monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
     monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
@@ -311,12 +311,12 @@ def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypat
     base = tmp_path / "out" / "gate_vllm"
     good = os.readlink(base / "latest")
 
-    def bad_input(g, a, lock, root, fetch):
+    def bad_input(g, opts, ctx):
         from reprostack.errors import ReprostackError
 
         raise ReprostackError("gates/vllm.yaml:3: no profile 'nope'")
 
-    monkeypatch.setattr(runner, "_run_gate", bad_input)
+    monkeypatch.setattr(runner, "run_here", bad_input)
     assert cli.main(["gate", "vllm", "--profile", "nope"]) == 2
     assert os.readlink(base / "latest") == good and sorted(p.name for p in base.iterdir()) == [good, "latest"]
     from conftest import without_progress
@@ -348,7 +348,7 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
         spec.loader.exec_module(noxfile)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
-    monkeypatch.setattr(runner, "_run_gate", _fake_local_test_pass)
+    monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
     monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
@@ -369,7 +369,7 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
     def crash(*a):
         raise KeyError("a crash of the tool itself")
 
-    monkeypatch.setattr(runner, "_run_gate", crash)
+    monkeypatch.setattr(runner, "run_here", crash)
     with pytest.raises(RuntimeError, match="no out/gate_vllm/latest/summary.json was written"):
         noxfile._gate(Session(), "gate", "vllm")
     assert len([p for p in (tmp_path / "out" / "gate_vllm").iterdir()]) == 3  # two runs + latest; the first intact

@@ -273,108 +273,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
+    from .gates import options as gate_options
+
     _common(p)
-    p.add_argument(
-        "--plan",
-        action="store_true",
-        help="print the launch plan (image by digest, per-node commands, env, GPUs, EFA, ulimits, mounts, "
-        "timeout) and run nothing; default profile: the published 2 x p5en one",
-    )
-    p.add_argument("--json", action="store_true", help="with --plan: JSON instead of the table")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--container",
-        dest="container",
-        action="store_true",
-        default=False,
-        help="run inside the gate's image through the Docker engine at $DOCKER_HOST (no engine: "
-        "an error, never a fall back to host mode); the report records the image id",
-    )
-    where.add_argument(
-        "--no-container",
-        dest="container",
-        action="store_false",
-        help="host mode (the default): run on this host's own packages; the report says so",
-    )
-    p.add_argument(
-        "--image",
-        default=None,
-        metavar="IMAGE",
-        help="with --container: the image to run in (default: the gate recipe's id from the last "
-        "`reprostack build` here, out/build/images.json)",
-    )
-    p.add_argument(
-        "--kernels-manifest",
-        default=None,
-        metavar="FILE",
-        help="micro/training gates in host mode: take NCCL and DeepEP prebuilt in this image, as FILE (the "
-        "image's /opt/reprostack/kernels.json) records them, after checking it against the lock; nothing "
-        "is fetched or built (--container passes it to the in-image runner)",
-    )
-    p.add_argument(
-        "--out",
-        default=None,
-        help="report folder, used as given (share it between nodes); default: a new folder "
-        "out/gate_<G>/<UTC time>/ (all-gates: out/all_gates/<UTC time>/) and a `latest` link to it",
-    )
-    p.add_argument("--profile", default=None, help="hardware profile of gates/<gate>.yaml (default: detect)")
-    p.add_argument("--python", default=sys.executable, help="interpreter that holds torch (default: this one)")
-    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
-    p.add_argument("--arch", default=None, help="CUDA arch, e.g. 90 (default: from nvidia-smi)")
-    p.add_argument("--nodes", type=int, default=None)
-    p.add_argument("--node-rank", type=int, default=0)
-    p.add_argument("--master-addr", default=None)
-    p.add_argument("--master-port", type=int, default=None)
-    p.add_argument("--modes", choices=["first", "all"], default="first", help="test_ep modes to run and parse")
-    p.add_argument(
-        "--timeout", type=float, default=None, help="watchdog seconds for the test (default: the gate spec's)"
-    )
-    p.add_argument(
-        "--trials",
-        type=_trials,
-        default=None,
-        metavar="K",
-        help="repeated trials, bars judged on their 95%% interval (PASS / FAIL / INCONCLUSIVE): micro: "
-        "the measurement K >= 1 times in one launch (default 5; K=1 has no interval: INCONCLUSIVE); "
-        "serving: AIPerf's --num-profile-runs K per cell (default 1: the bar on the one run)",
-    )
-    p.add_argument(
-        "--arm",
-        action="append",
-        default=[],
-        help="arm(s) to run (repeatable or comma list; default: every arm of a serving/training gate; "
-        "micro: deepep, plus dense for the all_to_all_single comparison arm)",
-    )
-    p.add_argument(
-        "--var",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="serving gates: value of a ${K} template variable of the gate spec (e.g. trtllm_seam=DIR)",
-    )
-    p.add_argument(
-        "--server-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="serving gates: appended to the server command (e.g. the test server's --fail-every=3)",
-    )
-    p.add_argument(
-        "--legacy",
-        action="store_true",
-        help="also run DeepEP's legacy test_intranode.py (EP 2/4/8, one node) as second evidence",
-    )
-
-
-def _trials(text: str) -> int:
-    """`--trials K`: a whole number >= 1 (argparse prints its error as one line and exits 2)."""
-    try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"{k}: give K >= 1")
-    return k
+    gate_options.add_arguments(p)  # every gate option, defined once (gates.options)
 
 
 def _load(args) -> tuple[lockmod.Lock, Path]:
@@ -678,28 +580,11 @@ def _gates(args, lock, root, opts) -> int:
     from .gates import registry, runner
     from .report import exit_code, write_reports
 
+    from .gates.base import RunContext
+    from .gates.options import GateOptions
+
     base = Path(args.out) if args.out else run_base(args)
-    ga = runner.GateArgs(
-        out=base,
-        profile=args.profile,
-        python=args.python,
-        jobs=args.jobs,
-        arch=args.arch,
-        nodes=args.nodes,
-        node_rank=args.node_rank,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
-        modes=args.modes,
-        trials=args.trials,
-        timeout=args.timeout,
-        arms=[a.strip() for x in args.arm for a in x.split(",") if a.strip()],
-        vars=_key_values(args.var, "--var", "K=V"),
-        server_args=list(args.server_arg),
-        legacy=args.legacy,
-        container=args.container,
-        image=args.image,
-        kernels_manifest=args.kernels_manifest,
-    )
+    ga = GateOptions.from_args(args, out=base)
     if args.image and not args.container:
         raise ReprostackError("--image IMAGE needs --container (host mode runs no image)")
     if args.kernels_manifest and args.container:
@@ -712,7 +597,7 @@ def _gates(args, lock, root, opts) -> int:
         raise ReprostackError(f"--out {base}: {near} exists and is not a folder")
     if args.plan:
         args.out = str(base)
-        return _plans(args, lock, root, opts)
+        return _plans(args, lock, root, opts, ga)
     if not args.out and ((args.nodes or 1) > 1 or args.node_rank > 0):  # each node would stamp its own folder
         raise ReprostackError(
             "a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
@@ -721,14 +606,15 @@ def _gates(args, lock, root, opts) -> int:
     # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
     # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
     before = _latest_target(base)
-    out = ga.out = base if args.out else ui.new_run_dir(base)
+    out = base if args.out else ui.new_run_dir(base)
+    ga, ctx = ga.with_(out=out), RunContext(root, lock, opts)
     ui.detail(f"reports will be in {out.resolve()}")
     try:
         if args.cmd == "gate":
-            reports = [runner.run_gate(registry.gate(args.gate), ga, lock, root, opts)]
+            reports = [runner.run_gate(registry.gate(args.gate), ga, ctx)]
             required = {r.gate for r in reports}
         else:
-            reports, required = runner.run_all(ga, lock, root, opts), runner.required()
+            reports, required = runner.run_all(ga, ctx), runner.required()
     except ReprostackError:
         if not args.out and not any(out.iterdir()):  # bad input, nothing ran: no trace of this run, latest as it was
             out.rmdir()
@@ -758,7 +644,7 @@ def run_base(args) -> Path:
     return Path("out") / ("all_gates" if args.cmd == "all-gates" else f"gate_{args.gate.replace('-', '_')}")
 
 
-def _plans(args, lock, root, opts) -> int:
+def _plans(args, lock, root, opts, ga) -> int:
     """`gate G --plan` / `all-gates --plan`: each gate's launch plan (gates.plan), printed; nothing runs."""
     import json
 
@@ -771,7 +657,11 @@ def _plans(args, lock, root, opts) -> int:
         profile = args.profile
         if profile and args.cmd == "all-gates" and profile not in g.load(root).profiles:
             profile = None  # --profile names one gate's hardware; the others show their published one
-        plans.append(gate_plan(g, root, lock, profile=profile, out_dir=Path(args.out), cache_dir=opts.cache.root))
+        plans.append(
+            gate_plan(
+                g, root, lock, out_dir=Path(args.out), cache_dir=opts.cache.root, options=ga.with_(profile=profile)
+            )
+        )
     if args.json:
         print(
             json.dumps(

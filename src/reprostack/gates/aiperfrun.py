@@ -171,7 +171,7 @@ def run_cell(
     cell_dir: Path,
     extra: tuple = (),
     env: dict | None = None,
-    echo: bool = False,
+    echo: bool | None = None,
     runs: int = 1,
     on_line=None,
 ) -> CellResult:

@@ -12,11 +12,10 @@ from pathlib import Path
 
 from ..errors import GateError
 from ..report import Check, artifact_for, evaluate
-from ..launch import torchrun
 from . import metrics
 from .parsers.failure import classify_failure
 from .parsers.legacy_intranode import parse_legacy
-from .spec import ArmSpec, GateSpec, Profile
+from .spec import GateSpec, Profile
 from ..launch.watchdog import run_with_watchdog
 
 ARMS = ("deepep", "dense")
@@ -83,25 +82,12 @@ def _failure(text: str, run: dict) -> dict:
     return classify_failure(text, run["returncode"], run["timed_out"]).to_dict()
 
 
-def run_legacy(
-    arm: ArmSpec,
-    *,
-    deepep_tree: Path,
-    python: str,
-    env: dict,
-    profile: Profile,
-    port: int | None,
-    run_dir: Path,
-    out_dir: Path,
-    timeout_s: float,
-) -> ArmRun:
-    """Run DeepEP's legacy intranode test from the patched tree (it spawns its own ranks) and parse it.
-    check_request has already refused profiles it cannot run on. Never raises on the run's outcome."""
-    launch = torchrun.local(
-        python, str(Path(deepep_tree) / arm.script), list(arm.args), gpus=profile.gpus_per_node, port=port
-    )
+def run_legacy(command, *, env: dict, cwd: str, run_dir: Path, out_dir: Path, timeout_s: float) -> ArmRun:
+    """Run DeepEP's legacy intranode test from the patched tree: `command`, the legacy arm's node command of the
+    gate's launch plan (gates.micro: it spawns its own ranks; check_request has already refused profiles it cannot
+    run on), with the gate's environment `env`, and parse it. Never raises on the run's outcome."""
     log = run_dir / "test_intranode.log"
-    text, run = _run(launch.argv, {**env, **launch.env}, deepep_tree, timeout_s, log)
+    text, run = _run(list(command.argv), {**env, **dict(command.env)}, cwd, timeout_s, log)
     parsed = parse_legacy(text)
     data = {**run, "parse": parsed.to_dict()}
     if not parsed.ok:

@@ -16,7 +16,8 @@ never taken), every artifact a relative path inside the out dir whose bytes have
 one GateError line naming it (exit 2); a container that wrote none is the gate's ERROR naming its exit code (or
 the timeout), its last output line and the log.
 
-A gate with `kernels:` (micro, megatron) runs with `--kernels-manifest /opt/reprostack/kernels.json`: it takes the
+A gate that takes its kernels prebuilt (Gate.prebuilt_kernels: micro, megatron) runs with
+`--kernels-manifest /opt/reprostack/kernels.json`: it takes the
 image's prebuilt NCCL and DeepEP after checking that manifest against the lock (reprostack.kernels.prebuilt), and
 fetches and builds nothing; a missing or mismatching manifest ends the in-image runner with that one line (the
 gate's ERROR here names it). Its report's `provenance.kernels_from` (mode "prebuilt", manifest and its sha256)
@@ -47,8 +48,8 @@ from ..errors import GateError, ReprostackError
 from ..kernels.prebuilt import MANIFEST
 from ..launch import plan as lp
 from ..report import GateReport, Result, utc_now, validate_report
-from .plan import OUT, WORK
-from .registry import Gate
+from .base import OUT, WORK, Gate, RunContext
+from .options import GateOptions
 
 CODE = "/opt/reprostack/code"  # reprostack's package (this checkout's), read-only, on PYTHONPATH
 CONTAINER_SLACK_S = 600.0  # image start, AIPerf set-up and the report, beyond the gate's watchdog
@@ -67,48 +68,12 @@ def _client():
         ) from None
 
 
-def inner_argv(g: Gate, a, lock, *, kernels: bool = False) -> list[str]:
-    """The in-image runner's command: this gate in host mode with the operator's options, paths inside the image;
-    `kernels` (a gate with `kernels:`): `--kernels-manifest` MANIFEST, so it takes the image's prebuilt kernels."""
-    argv = [
-        "python3",
-        "-m",
-        "reprostack",
-        "gate",
-        g.name,
-        "--no-container",
-        "--out",
-        OUT,
-        "--lock",
-        f"{WORK}/{Path(lock.path).name}",
-        "--cache",
-        "/tmp/reprostack-cache",
-    ]
-    if kernels:
-        argv += ["--kernels-manifest", MANIFEST]
-    for flag, value in (
-        ("--profile", a.profile),
-        ("--jobs", a.jobs),
-        ("--arch", a.arch),
-        ("--nodes", a.nodes),
-        ("--master-addr", a.master_addr),
-        ("--master-port", a.master_port),
-        ("--timeout", a.timeout),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    argv += ["--node-rank", str(a.node_rank), "--modes", a.modes]
-    argv += [x for arm in a.arms for x in ("--arm", arm)]
-    argv += [x for k, v in a.vars.items() for x in ("--var", f"{k}={v}")]
-    argv += [f"--server-arg={s}" for s in a.server_args]
-    argv += ["--trials", str(a.trials)] if a.trials is not None else []
-    return argv + (["--legacy"] if a.legacy else [])
-
-
-def uses_prebuilt(g: Gate, spec) -> bool:
-    """Whether gate `g`'s runner takes its kernels from the image's manifest: the micro and training gates that name
-    `kernels:` (serving gates run their engine's own DeepEP from the image; nemo-rl builds no kernels)."""
-    return g.kind in ("micro", "training") and bool(getattr(spec, "kernels", ()))
+def inner_argv(g: Gate, opts: GateOptions, lock, *, kernels: bool = False) -> list[str]:
+    """The in-image runner's command: this gate in host mode with the operator's options (GateOptions.runner_argv),
+    paths inside the image; `kernels` (a gate that takes its kernels prebuilt): `--kernels-manifest` MANIFEST."""
+    return opts.runner_argv(
+        g.name, out=OUT, lock=f"{WORK}/{Path(lock.path).name}", kernels=MANIFEST if kernels else None
+    )
 
 
 def host_record() -> dict:
@@ -142,7 +107,7 @@ def _image(client, ref: str, recipe: str):
         raise GateError(f"--container: the engine cannot inspect image {ref}: {e.explanation or e}") from None
 
 
-def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple[lp.LaunchPlan, object]:
+def container_plan(g: Gate, a: GateOptions, lock, root: Path, image_ref: str | None) -> tuple[lp.LaunchPlan, object]:
     """(plan, profile) of this node's container: the gate's plan with the in-image runner as its command."""
     from .plan import gate_plan
 
@@ -152,7 +117,7 @@ def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple
             f"--container needs --profile (one of {', '.join(spec.profiles)} in {spec.path.name}): "
             f"the container's GPUs and EFA devices follow from it"
         )
-    plan = gate_plan(g, root, lock, profile=a.profile, out_dir=Path(a.out))
+    plan = gate_plan(g, root, lock, profile=a.profile, out_dir=a.out_dir, options=a)
     prof = spec.profile(plan.profile)
     ref = image_ref or plan.image.image_id or plan.image.tag
     if not ref:
@@ -166,23 +131,22 @@ def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple
     mounts.append(lp.Mount(str(Path(reprostack.__file__).resolve().parent), f"{CODE}/reprostack", what="code"))
     env = {"PYTHONPATH": CODE, "PYTHONUNBUFFERED": "1"}
     models = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    if g.kind == "serving" and models.is_dir():
+    if g.serves and models.is_dir():
         mounts.append(lp.Mount(str(models.resolve()), "/models", what="models"))
         env["HF_HOME"] = "/models"
     ulimits = plan.ulimits
-    if not getattr(prof, "needs_gpu", True) and not plan.efa_devices_per_node:
+    if not prof.needs_gpu and not plan.efa_devices_per_node:
         # a CPU profile pins no memory: it keeps this host's memlock limit (an engine in a sandbox may not raise
         # it to the campaign's unlimited, which EFA and NCCL need)
         import resource
 
         soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         ulimits = tuple((n, soft, hard) if n == "memlock" else (n, s, h) for n, s, h in ulimits)
-    runs = max(1, len(getattr(spec, "arms", {}) or {}))
-    timeout = (a.timeout or plan.timeout_s) * runs + CONTAINER_SLACK_S
+    timeout = (a.timeout or plan.timeout_s) * g.launches(spec, a) + CONTAINER_SLACK_S
     cmd = lp.NodeCommand(
         a.node_rank,
         "leader" if a.node_rank == 0 else "worker",
-        tuple(inner_argv(g, a, lock, kernels=uses_prebuilt(g, spec))),
+        tuple(inner_argv(g, a, lock, kernels=bool(g.prebuilt_kernels(spec)))),
         tuple(sorted(env.items())),
     )
     plan = dataclasses.replace(
@@ -197,16 +161,17 @@ def container_plan(g: Gate, a, lock, root: Path, image_ref: str | None) -> tuple
     return plan, prof
 
 
-def run_in_container(g: Gate, a, lock, root: Path, *, client=None) -> GateReport:
+def run_in_container(g: Gate, a: GateOptions, ctx: RunContext, *, client=None) -> GateReport:
     """Run gate `g` in its container and return the report it wrote, stamped (see the module docstring)."""
     from ..launch.docker import run_node
 
-    plan, prof = container_plan(g, a, lock, Path(root), a.image)
+    lock = ctx.lock
+    plan, prof = container_plan(g, a, lock, Path(ctx.root), a.image)
     client = client or _client()
     image = _image(client, plan.image.tag, plan.image.recipe)
-    needs_gpu = bool(getattr(prof, "needs_gpu", plan.gpus_per_node > 0)) and plan.gpus_per_node > 0
+    needs_gpu = prof.needs_gpu and plan.gpus_per_node > 0
     efa = sorted(glob(f"{lp.EFA_DEVICE_DIR}/uverbs*")) if plan.efa_devices_per_node else []
-    out = Path(a.out)
+    out = a.out_dir
     out.mkdir(parents=True, exist_ok=True)
     report_path = out / f"{g.report_name}.json"
     stale = _stat(report_path)  # an earlier run's report: kept until this one replaces it, never read back

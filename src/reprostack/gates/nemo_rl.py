@@ -4,24 +4,96 @@ The command of gates/nemo_rl.yaml runs on the head node of a Ray cluster (2 node
 image, the model's weights), inside the pinned NeMo-RL tree. Rollout smoke: step 1's rollout returned
 (a `generation` timing and a mean generation length > 0; its line is the pass line), duration = that
 `generation` time. Training: every step's loss logged and finite, and the profile's bars. Without the
-hardware the gate is a SKIP with the reason (never a pass); the parser is tested on logs.
+hardware the gate is a SKIP with the reason (never a pass); the parser is tested on logs. The run executes its
+own launch plan (NemoRLGate.plan_parts with this host's paths): the head node's command.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
-from .. import hostinfo, sources
-from ..report import GateReport, artifact_for, decide, evaluate, utc_now
+from .. import sources
+from ..launch import plan as lp
+from ..launch.watchdog import run_with_watchdog
+from ..report import GateReport, artifact_for, decide, evaluate
+from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .kernelprep import provenance
+from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_nemo_rl
-from .training import TrainingOptions, host_skip, provenance
 from .training_spec import load_training_spec
-from ..launch.watchdog import run_with_watchdog
 
-GATE = "nemo_rl"
+
+class NemoRLGate(Gate):
+    """Gate 6: NeMo-RL's GRPO on a Ray cluster (module doc)."""
+
+    kind = "nemo-rl"
+
+    def load(self, root: Path):
+        return load_training_spec(root, self.stem)
+
+    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+        """The command on the Ray head (node 0); the other nodes join the Ray cluster."""
+        head, _ = paths.rendezvous(profile.nodes)
+        cmds = []
+        for node in range(profile.nodes):
+            argv = (
+                [paths.python, *spec.command, *profile.args]
+                if node == 0
+                else ["ray", "start", "--block", f"--address={head}:6379"]
+            )
+            cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(argv)))
+        env = env_tuple(spec.env, profile.env)
+        return PlanParts(tuple(cmds), env, paths.source(spec.source), (), ())
+
+    def sources(self, st: RunState) -> None:
+        tree = sources.prepare(st.ctx.lock, st.spec.source, st.ctx.fetch, st.ctx.root)
+        st.scratch["tree"] = tree
+        st.prov = provenance(st.ctx.lock, st.spec, {st.spec.source: tree})
+        st.prov["host"] = st.host
+
+    def skip(self, st: RunState) -> GateReport | None:
+        what = (
+            f"NeMo-RL {st.scratch['tree'].tree[:12]} verified; GRPO needs "
+            f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model"
+        )
+        return self.skip_with(st, what)
+
+    def launch_and_judge(self, st: RunState) -> GateReport:
+        tree = st.scratch["tree"]
+        paths = Paths.host(
+            root=st.ctx.root,
+            out=st.out_dir,
+            cache=st.ctx.cache_root,
+            python=st.opts.python,
+            trees={st.spec.source: tree},
+        )
+        parts = self.plan_parts(st.spec, st.profile, st.opts, paths)
+        cmd = parts.commands[0]
+        log = st.out_dir / self.stem / "grpo.log"
+        outcome = run_with_watchdog(
+            list(cmd.argv),
+            env={**os.environ, **dict(parts.env)},
+            cwd=parts.workdir,
+            log_path=log,
+            timeout_s=st.timeout_s,
+        )
+        text = log.read_text(errors="replace")
+        parsed = parse_nemo_rl(text, expected_steps=st.spec.steps)
+        st.data.update(
+            command=list(cmd.argv), returncode=outcome.returncode, timed_out=outcome.timed_out, parse=parsed.to_dict()
+        )
+        st.artifacts.append(artifact_for(log, relative_to=st.out_dir))
+        name = st.profile.name
+        if not parsed.complete:
+            fc = classify_failure(text, outcome.returncode, outcome.timed_out)
+            st.data["failure"] = fc.to_dict()
+            result, reason = decide([], ran_ok=False, failure_reason=f"{fc.kind}: {fc.detail} ({fc.first_line})")
+            return GateReport(self.stem, name, result, reason, provenance=st.prov, artifacts=st.artifacts)
+        checks, st.data["metrics"] = nemo_rl_checks(st.spec, st.profile, parsed)
+        result, reason = decide(checks, ran_ok=True)
+        return GateReport(self.stem, name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts)
 
 
 def rollout_metrics(parsed) -> dict:
@@ -42,53 +114,3 @@ def nemo_rl_checks(spec, profile, parsed) -> tuple[list, dict]:
     for bar in profile.bars:
         checks.append(evaluate(bar.metric, bar.unit, m.get(bar.metric), bar.op, bar.threshold, note=bar.source))
     return checks, m
-
-
-def run_nemo_rl(opts: TrainingOptions) -> GateReport:
-    """Run gate 6 (head node) and return its report. Raises ReprostackError only for operator errors found
-    before anything ran (bad lock/spec, fetch failure)."""
-    t0, started = time.monotonic(), utc_now()
-    spec = load_training_spec(opts.root, GATE)
-    if opts.profile:
-        spec.profile(opts.profile)
-    host = hostinfo.collect()
-    tree = sources.prepare(opts.lock, spec.source, opts.fetch, opts.root)
-    prov = provenance(opts.lock, spec, {spec.source: tree})
-    prov["host"] = host
-    data: dict = {}
-
-    def finish(report: GateReport) -> GateReport:
-        report.data = {**data, **report.data}
-        report.started, report.ended = started, utc_now()
-        report.duration_s = round(time.monotonic() - t0, 2)
-        return report
-
-    profile, skip = host_skip(
-        GATE,
-        spec,
-        opts,
-        host,
-        prov,
-        f"NeMo-RL {tree.tree[:12]} verified; GRPO needs "
-        f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model",
-    )
-    if skip:
-        return finish(skip)
-    log = Path(opts.out_dir) / GATE / "grpo.log"
-    argv = [opts.python, *spec.command, *profile.args, *opts.extra_args]
-    env = {**os.environ, **spec.env, **profile.env}
-    outcome = run_with_watchdog(
-        argv, env=env, cwd=str(tree.path), log_path=log, timeout_s=opts.timeout_s or spec.timeout_s
-    )
-    text = log.read_text(errors="replace")
-    parsed = parse_nemo_rl(text, expected_steps=spec.steps)
-    data.update(command=argv, returncode=outcome.returncode, timed_out=outcome.timed_out, parse=parsed.to_dict())
-    artifacts = [artifact_for(log, relative_to=opts.out_dir)]
-    if not parsed.complete:
-        fc = classify_failure(text, outcome.returncode, outcome.timed_out)
-        data["failure"] = fc.to_dict()
-        result, reason = decide([], ran_ok=False, failure_reason=f"{fc.kind}: {fc.detail} ({fc.first_line})")
-        return finish(GateReport(GATE, profile.name, result, reason, provenance=prov, artifacts=artifacts))
-    checks, data["metrics"] = nemo_rl_checks(spec, profile, parsed)
-    result, reason = decide(checks, ran_ok=True)
-    return finish(GateReport(GATE, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))

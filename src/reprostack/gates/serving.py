@@ -12,65 +12,46 @@ on their 95% interval (INCONCLUSIVE when it straddles the bar; `data.statistics`
 the errors and completed-requests checks then cover every run. Default: DEFAULT_TRIALS (3) runs per cell on a GPU
 profile, where one run (`--trials 1`) is INCONCLUSIVE on its bar, never PASS; one run on the local-test profile
 (the stand-in server's PASS is never evidence anyway).
+
+The run executes its own launch plan (ServingGate.plan_parts with this host's paths and the port it chose): each
+arm's server command for this node, with that arm's env.
 """
 
 from __future__ import annotations
 
-
 import os
 import sys
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import hostinfo, ui
+from .. import ui
 from ..errors import GateError, ReprostackError
-from ..lock import Lock
+from ..launch import plan as lp
+from ..launch import torchrun
+from ..launch.server import ServerProcess
+from ..launch.watchdog import run_with_watchdog
 from ..report import (
     Check,
     GateReport,
+    Result,
     artifact_for,
     decide,
     evaluate,
     evaluate_interval,
     require_deepep_arm,
-    skipped,
-    utc_now,
 )
 from ..report.stats import statistics_block, summarize
-from ..launch import torchrun
 from .aiperfrun import CellResult, profile_run_started, run_cell
-from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
+from .aiperftool import ensure_aiperf, make_test_tokenizer
+from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.servelog import ServeLogReport, assert_backend
 from .probe import wait_ready
-from ..launch.server import ServerProcess
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
+from .spec import NoProfileForHost
 
 DEFAULT_TRIALS = 3  # AIPerf profile runs per cell on a GPU profile when --trials is not given
-
-
-@dataclass
-class ServingOptions:
-    """What the operator chose. arms: arm names to run (default: all, the deepep arm first); vars: `--var K=V`
-    template values; extra_server_args: appended to the server command (the test server's fault flags)."""
-
-    root: Path
-    lock: Lock
-    out_dir: Path
-    cache_root: Path
-    profile: str | None = None
-    node_rank: int = 0
-    leader_addr: str | None = None
-    arms: list[str] = field(default_factory=list)
-    vars: dict = field(default_factory=dict)
-    extra_server_args: list[str] = field(default_factory=list)
-    python: str = sys.executable
-    echo: bool | None = None  # AIPerf's and the workers' output on our stdout (None: with -v)
-    # --trials K: AIPerf's K profile runs per cell (aiperfrun); the tok/s bar is judged on the runs' 95% interval
-    # (PASS / FAIL / INCONCLUSIVE, report.stats). None: DEFAULT_TRIALS on a GPU profile, one run on the local-test
-    # profile (a stand-in server, never evidence). One run on a GPU profile is INCONCLUSIVE on its bar, never PASS.
-    trials: int | None = None
 
 
 @dataclass
@@ -87,64 +68,55 @@ class ArmRun:
     server_exit: int | None = None
 
 
-def choose_profile(spec: ServingSpec, name: str | None, host: dict) -> ServingProfile | None:
-    """The named profile, else the GPU profile matching this host (EFA and GPU count), else None (-> SKIP)."""
-    if name:
-        return spec.profile(name)
-    gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-    for p in spec.profiles.values():
-        if p.needs_gpu and p.gpus_per_node == gpus and p.needs_efa == efa:
-            return p
-    return None
-
-
-def _variables(
-    spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: ServingOptions, port: int, run_dir: Path
-) -> dict:
+def _variables(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: GateOptions, paths: Paths, node, port):
+    leader = paths.rendezvous(profile.nodes)[0] or "127.0.0.1"
     v = {
         "model": spec.model,
         "served_model": spec.served_model,
         "port": str(port),
-        "leader_addr": opts.leader_addr or "127.0.0.1",
+        "leader_addr": leader,
         "nodes": str(profile.nodes),
-        "node_rank": str(opts.node_rank),
+        "node_rank": str(node),
         "gpus_per_node": str(profile.gpus_per_node),
         "ep": str(profile.ep_size),
-        "python": opts.python,
-        "run_dir": str(run_dir),
+        "python": paths.python,
+        "run_dir": f"{paths.out}/{spec.gate}",
         "arm": arm.name,
-        "root": str(Path(opts.root).resolve()),
+        "root": paths.work,
     }
     v.update(spec.vars)
     v.update(profile.vars)
     v.update(arm.vars)
-    v.update(opts.vars)
+    v.update(opts.vars_dict)
     return v
 
 
-def _server_command(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: ServingOptions, run_dir: Path):
+def server_command(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: GateOptions, paths: Paths, node, port):
+    """(argv, env) of arm `arm`'s server on node `node`: the spec's leader/worker command rendered, the operator's
+    --server-args appended; env = the spec's, the profile's and the arm's, rendered (on top of the environment
+    the server inherits). Raises ReprostackError for a worker node of an engine the leader launches everywhere."""
     server = profile.server or spec.server
-    port = server.get("port", 8000) or torchrun.free_port()
-    variables = _variables(spec, profile, arm, opts, port, run_dir)
-    role = "leader" if opts.node_rank == 0 else "worker"
+    variables = _variables(spec, profile, arm, opts, paths, node, port)
+    role = "leader" if str(node) == "0" else "worker"
     if role == "worker" and "worker" not in server:
         raise ReprostackError(
             f"{spec.path}: {spec.gate} launches every node from the leader (no server.worker): "
             f"run the gate on node 0 only"
         )
     where = f"{spec.path}: server.{role}"
-    argv = [render(a, variables, where) for a in server[role]] + list(opts.extra_server_args)
-    env = dict(os.environ)
+    argv = [render(a, variables, where) for a in server[role]] + list(opts.server_args)
+    env = {}
     for src, name in (
         (server.get("env", {}), "server.env"),
         (profile.env, f"profiles.{profile.name}.env"),
         (arm.env, f"arms.{arm.name}.env"),
     ):
         env.update({k: render(v, variables, f"{spec.path}: {name}.{k}") for k, v in src.items()})
-    return argv, env, port, variables
+    return argv, env
 
 
-def _arm_order(spec: ServingSpec, names: list[str]) -> list[Arm]:
+def arm_order(spec: ServingSpec, names) -> list[Arm]:
+    """The arms to run (default: all), the deepep arm first. Raises ReprostackError for an unknown name."""
     for n in names:
         if n not in spec.arms:
             raise ReprostackError(f"{spec.path}: no arm {n!r} (arms: {', '.join(spec.arms)})")
@@ -152,20 +124,198 @@ def _arm_order(spec: ServingSpec, names: list[str]) -> list[Arm]:
     return sorted(chosen, key=lambda a: a.role != "deepep")
 
 
-def _run_arm(spec, profile, arm, opts, run_dir, tool: AiperfTool, tokenizer: str) -> ArmRun:
-    run = ArmRun(arm)
-    argv, env, port, _ = _server_command(spec, profile, arm, opts, run_dir)
-    suffix = f".node{opts.node_rank}" if profile.nodes > 1 else ""
-    log = run_dir / f"server.{arm.name}{suffix}.log"
-    run.logs = [log]
-    try:
-        server = ServerProcess(argv, env=env, cwd=str(opts.root), log_path=log)
-    except OSError as e:
-        run.error = f"server command could not start: {argv[0]}: {e.strerror or e}"
+class ServingGate(Gate):
+    """Gates 2-4: an engine serving the model over DeepEP, measured by the pinned AIPerf (module doc)."""
+
+    kind = "serving"
+    serves = True
+
+    def __init__(self, name: str, stem: str | None = None):
+        super().__init__(name, stem, requires=None)  # the spec's own `requires:`
+
+    def load(self, root: Path):
+        return load_serving_spec(root, self.stem)
+
+    def choose_profile(self, spec, name: str | None, host: dict):
+        """The named profile, else the GPU profile matching this host (EFA and GPU count); NoProfileForHost."""
+        if name:
+            return spec.profile(name)
+        gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
+        for p in spec.profiles.values():
+            if p.needs_gpu and p.gpus_per_node == gpus and p.needs_efa == efa:
+                return p
+        raise NoProfileForHost(
+            f"no profile of {spec.path.name} matches this host ({gpus} GPU(s), EFA: {efa}); "
+            f"--profile local-test runs the gate against the test server"
+        )
+
+    def launches(self, spec, opts: GateOptions | None = None) -> int:
+        return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
+
+    def kernels_line(self, spec, lock, image, mode: str) -> str:
+        from ..kernels.prebuilt import MANIFEST
+        from .plan import kernel_pins
+
+        if not spec.kernels:
+            return ""
+        words = "; ".join(kernel_pins(spec, lock, tuple(spec.kernels)))
+        if mode != lp.MODE_CONTAINER:
+            return f"the engine's DeepEP and NCCL as installed on this host (pinned: {words})"
+        img = image.recipe if image else "?"
+        return (
+            f"the engine's DeepEP and NCCL in image {img} (inherited from image deepep, whose {MANIFEST} records "
+            f"them: {words})"
+        )
+
+    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+        """Every arm's server command per node (a node without a worker command: sshd for the leader's launcher);
+        `commands` and `env` are the DeepEP arm's."""
+        server = profile.server or spec.server
+        port = paths.server_port or server.get("port", 8000) or torchrun.free_port()
+        first = next((a for a in spec.arms.values() if a.role == "deepep"), next(iter(spec.arms.values())))
+        notes: list[str] = []
+        arms = []
+        for a in [first, *(a for a in spec.arms.values() if a is not first)]:
+            cmds, env = [], {}
+            for node in range(profile.nodes):
+                if node > 0 and "worker" not in server:  # TRT-LLM: the leader's mpirun starts every rank over ssh
+                    cmds.append(lp.NodeCommand(node, "worker", ("/usr/sbin/sshd", "-D", "-p", "2222")))
+                    if a is first:
+                        notes.append(
+                            f"node {node}: ranks started by the leader's launcher over ssh (sshd on port 2222)"
+                        )
+                    continue
+                argv, env = server_command(spec, profile, a, opts, paths, node, port)
+                cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(argv)))
+            arms.append(lp.ArmPlan(a.name, a.role, tuple(cmds), env_tuple(env)))
+        return PlanParts(arms[0].commands, arms[0].env, paths.work, tuple(notes), tuple(arms))
+
+    # ------------------------------------------------------------------ the staged run
+
+    def check_request(self, st: RunState) -> None:
+        super().check_request(st)
+        st.scratch["arms"] = arm_order(st.spec, st.opts.arms)
+
+    def sources(self, st: RunState) -> None:
+        spec = st.spec
+        st.prov = {
+            "lock_sha256": st.ctx.lock.sha256,
+            "gate_spec_sha256": spec.sha256,
+            "engine": spec.engine,
+            "model": spec.model,
+            "host": st.host,
+        }
+
+    def skip(self, st: RunState) -> GateReport | None:
+        early = super().skip(st)
+        if early is not None:
+            return early
+        profile = st.profile
+        if profile.nodes > 1 and not st.opts.master_addr:
+            raise ReprostackError(
+                f"profile {profile.name} spans {profile.nodes} nodes: give --master-addr (the leader's "
+                f"address) and --node-rank on each node"
+            )
+        if str(st.opts.node_rank) != "0" and "worker" not in (profile.server or st.spec.server):
+            raise ReprostackError(
+                f"{st.spec.path}: {st.spec.gate} launches every node from the leader (no server.worker): "
+                f"run the gate on node 0 only"
+            )
+        if st.opts.trials is None:
+            st.opts = st.opts.with_(trials=DEFAULT_TRIALS if profile.needs_gpu else 1)
+        return None
+
+    def finish(self, st: RunState, report: GateReport) -> GateReport:
+        report = st.finish(report)
+        if st.profile is not None and not st.profile.needs_gpu:  # local-test: a stand-in server, never evidence
+            report.evidence = False
+            report.provenance["engine"] = {
+                "name": "reprostack.gates.testserver",
+                "stands_in_for": dict(st.spec.engine),
+                "note": "the engine was not run",
+            }
+        return report
+
+    def prepare(self, st: RunState) -> GateReport | None:
+        st.scratch["run_dir"] = run_dir = st.out_dir.resolve() / self.stem  # absolute: AIPerf runs in each cell
+        run_dir.mkdir(parents=True, exist_ok=True)
+        server = st.profile.server or st.spec.server
+        paths = Paths.host(
+            root=Path(st.ctx.root).resolve(),
+            out=st.out_dir.resolve(),
+            cache=st.ctx.cache_root,
+            python=sys.executable,
+            opts=st.opts,
+        )
+        st.scratch["paths"] = replace(paths, server_port=server.get("port", 8000) or torchrun.free_port())
+        if str(st.opts.node_rank) != "0":
+            return None
+        try:
+            tool = ensure_aiperf(st.ctx.lock, st.ctx.cache_root, st.ctx.root, base_python=sys.executable)
+            st.prov["aiperf"] = {"version": tool.version, "wheel_sha256": tool.sha256}
+            tok = st.profile.tokenizer or st.spec.model
+            if tok == "test":
+                tokenizer = str(make_test_tokenizer(tool, run_dir / "tokenizer"))
+            else:
+                arm = st.scratch["arms"][0]
+                where = f"{st.spec.path}: profiles.{st.profile.name}.tokenizer"
+                tokenizer = render(tok, _variables(st.spec, st.profile, arm, st.opts, paths, 0, 0), where)
+        except GateError as e:
+            return st.error(f"setup: {e}")
+        st.scratch.update(tool=tool, tokenizer=tokenizer)
+        return None
+
+    def launch_and_judge(self, st: RunState) -> GateReport:
+        parts = self.plan_parts(st.spec, st.profile, st.opts, st.scratch["paths"])
+        by_name = {a.name: a for a in parts.arms}
+        if str(st.opts.node_rank) != "0":
+            return self._serve_worker(st, by_name[st.scratch["arms"][0].name])
+        runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in st.scratch["arms"]]
+        self._artifacts(st, runs)
+        return self._judge(st, runs)
+
+    def _run_arm(self, st: RunState, arm: Arm, plan: lp.ArmPlan) -> ArmRun:
+        """Start the arm's server (its plan command for node 0), probe it, run every cell, assert the backend."""
+        spec, profile, run_dir = st.spec, st.profile, st.scratch["run_dir"]
+        run = ArmRun(arm)
+        cmd = next(c for c in plan.commands if c.node == 0)
+        suffix = ".node0" if profile.nodes > 1 else ""
+        log = run_dir / f"server.{arm.name}{suffix}.log"
+        run.logs = [log]
+        try:
+            server = ServerProcess(
+                list(cmd.argv), env={**os.environ, **dict(plan.env)}, cwd=str(st.ctx.root), log_path=log
+            )
+        except OSError as e:
+            run.error = f"server command could not start: {cmd.argv[0]}: {e.strerror or e}"
+            return run
+        try:
+            self._serve_cells(st, run, server, f"http://127.0.0.1:{st.scratch['paths'].server_port}")
+        finally:
+            run.server_exit = server.stop()
+        if run.server_exit is not None and run.error is None:
+            run.error = f"server exited {run.server_exit} during the sweep"
+        if profile.nodes > 1:
+            run.logs = sorted(run_dir.glob(f"server.{arm.name}.node*.log"))
+        text = "\n".join(p.read_text(errors="replace") for p in run.logs if p.is_file())
+        run.backend = assert_backend(
+            text,
+            num_ranks=profile.ep_size,
+            gpus_per_node=profile.gpus_per_node,
+            required=list(spec.required),
+            forbidden=list(spec.forbidden),
+        )
+        if run.error and run.server_exit is not None:
+            fc = classify_failure(text, run.server_exit, False)
+            run.error += f" ({fc.kind}: {fc.detail}" + (f"; {fc.first_line}" if fc.first_line else "") + ")"
+        if run.error and run.backend.first_dead_rank is not None:
+            run.error += f"; first rank that died: {run.backend.first_dead_rank} ({run.backend.death})"
         return run
-    try:
-        url = f"http://127.0.0.1:{port}"
-        with ui.step(f"{spec.gate} {arm.name}: server ready [{profile.name}]", log=log):
+
+    def _serve_cells(self, st: RunState, run: ArmRun, server: ServerProcess, url: str) -> None:
+        """Wait for the server, then the AIPerf sweep cell by cell (stops at the first cell that fails)."""
+        spec, profile, opts, arm = st.spec, st.profile, st.opts, run.arm
+        with ui.step(f"{spec.gate} {arm.name}: server ready [{profile.name}]", log=server.log_path):
             pr = wait_ready(
                 url,
                 spec.probe["path"],
@@ -178,58 +328,115 @@ def _run_arm(spec, profile, arm, opts, run_dir, tool: AiperfTool, tokenizer: str
             run.error = (
                 f"server not ready at {url}{spec.probe['path']} after {pr.seconds} s ({pr.attempts} probes): {pr.last}"
             )
-            return run
+            return
         for cell in spec.cells_for(profile):
             if not server.alive():
                 run.error = f"server exited {server.returncode} before cell {cell.name}"
-                break
+                return
             runs = f" x{opts.trials} runs" if opts.trials > 1 else ""  # one AIPerf process; its ETA per K
             many = opts.trials > 1  # `run k/K` as AIPerf starts each profile run (aiperfrun.profile_run_started)
-            with ui.step(
-                f"{spec.gate} {arm.name} {cell.name}: aiperf [{profile.name}]{runs}",
-                total=opts.trials if many else None,
-                unit="run",
-            ) as st:
+            title = f"{spec.gate} {arm.name} {cell.name}: aiperf [{profile.name}]{runs}"
+            with ui.step(title, total=opts.trials if many else None, unit="run") as s:
                 res = run_cell(
-                    tool,
+                    st.scratch["tool"],
                     arm=arm.name,
                     cell=cell,
                     url=url,
                     model=spec.served_model,
-                    tokenizer=tokenizer,
+                    tokenizer=st.scratch["tokenizer"],
                     aiperf=spec.aiperf,
-                    cell_dir=run_dir / arm.name / cell.name,
+                    cell_dir=st.scratch["run_dir"] / arm.name / cell.name,
                     extra=profile.aiperf_args,
-                    echo=opts.echo,
+                    echo=None,
                     runs=opts.trials,
-                    on_line=ui.line_counter(st, profile_run_started) if many else None,
+                    on_line=ui.line_counter(s, profile_run_started) if many else None,
                 )
-                st.outcome = res.status
+                s.outcome = res.status
             run.cells.append(res)
             if res.status != "ok":
                 dead = "" if server.alive() else f"; server exited {server.returncode}"
                 run.error = f"cell {cell.name}: {res.detail}{dead}"
-                break
-    finally:
-        run.server_exit = server.stop()
-    if run.server_exit is not None and run.error is None:
-        run.error = f"server exited {run.server_exit} during the sweep"
-    if profile.nodes > 1:
-        run.logs = sorted(run_dir.glob(f"server.{arm.name}.node*.log"))
-    text = "\n".join(p.read_text(errors="replace") for p in run.logs if p.is_file())
-    run.backend = assert_backend(
-        text,
-        num_ranks=profile.ep_size,
-        gpus_per_node=profile.gpus_per_node,
-        required=list(spec.required),
-        forbidden=list(spec.forbidden),
-    )
-    if run.error and run.server_exit is not None:
-        fc = classify_failure(text, run.server_exit, False)
-        run.error += f" ({fc.kind}: {fc.detail}" + (f"; {fc.first_line}" if fc.first_line else "") + ")"
-    if run.error and run.backend.first_dead_rank is not None:
-        run.error += f"; first rank that died: {run.backend.first_dead_rank} ({run.backend.death})"
-    return run
+                return
+
+    def _artifacts(self, st: RunState, runs: list[ArmRun]) -> None:
+        """Every server log and every cell's AIPerf log and exports (each profile run's too), with sha256."""
+        for r in runs:
+            files = [p for p in r.logs]
+            for c in r.cells:
+                run_dirs = sorted((c.dir / "aiperf" / "profile_runs").glob("run_*")) if c.runs else []
+                files.append(c.log)
+                files += [
+                    d / f
+                    for d in (c.dir / "aiperf", *run_dirs)
+                    for f in ("profile_export_aiperf.json", "profile_export.jsonl")
+                ]
+            st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in files if p.is_file()]
+
+    def _judge(self, st: RunState, runs: list[ArmRun]) -> GateReport:
+        spec, profile = st.spec, st.profile
+        data = {
+            "arms": {
+                r.arm.name: {
+                    "role": r.arm.role,
+                    "error": r.error,
+                    "probe_s": r.probe_s,
+                    "server_exit_before_stop": r.server_exit,
+                    "cells": [c.to_dict() for c in r.cells],
+                    "backend": r.backend.to_dict() if r.backend else None,
+                }
+                for r in runs
+            },
+            "ratios_deepep_over_alternative": _ratios(runs),
+            "profile": profile.description,
+            "statistics": _statistics(runs),
+            "trials": st.opts.trials,
+            "tokenizer": st.scratch["tokenizer"],
+            "bars": {
+                "tolerance": profile.bars.tolerance,
+                "why": profile.bars.why,
+                "published": profile.bars.published,
+                "source": profile.bars.source,
+            },
+        }
+        checks = _checks(spec, profile, runs)
+        errors = [f"arm {r.arm.name}: {r.error}" for r in runs if r.error]
+        result, reason = decide(checks, ran_ok=not errors, failure_reason="; ".join(errors))
+        deepep = next(a.name for a in spec.arms.values() if a.role == "deepep")
+        result, reason = require_deepep_arm(result, reason, deepep, [r.arm.name for r in runs])
+        if result == Result.FAIL:
+            dead = next((r.backend for r in runs if r.backend and r.backend.first_dead_rank is not None), None)
+            if dead is not None:
+                reason += f"; first rank that died: {dead.first_dead_rank} ({dead.death})"
+        return GateReport(
+            self.stem,
+            profile.name,
+            result,
+            reason,
+            checks=checks,
+            provenance=st.prov,
+            artifacts=st.artifacts,
+            data=data,
+        )
+
+    def _serve_worker(self, st: RunState, plan: lp.ArmPlan) -> GateReport:
+        """Worker node: run the worker command of the first chosen arm until it exits or the spec's timeout."""
+        node = st.opts.node_rank
+        cmd = next(c for c in plan.commands if str(c.node) == str(node))
+        log = st.scratch["run_dir"] / f"server.{plan.name}.node{node}.log"
+        out = run_with_watchdog(
+            list(cmd.argv),
+            env={**os.environ, **dict(plan.env)},
+            cwd=str(st.ctx.root),
+            timeout_s=st.spec.timeout_s,
+            log_path=log,
+            echo=None,
+        )
+        rep = st.skip(
+            f"worker node {node} served arm {plan.name} (exit {out.returncode}); the verdict is node 0's report",
+            st.profile.name,
+        )
+        rep.artifacts = [artifact_for(log, relative_to=st.out_dir)]
+        return rep
 
 
 def _checks(spec: ServingSpec, profile: ServingProfile, runs: list[ArmRun]) -> list[Check]:
@@ -340,155 +547,3 @@ def _ratios(runs: list[ArmRun]) -> dict:
             if c.agg_tok_s and c.cell.name in by
         }
     return out
-
-
-def run_serving(gate: str, opts: ServingOptions) -> GateReport:
-    """Run serving gate `gate` (vllm, sglang, trtllm) and return its report (not yet written).
-
-    Raises ReprostackError/GateSpecError for operator errors found before anything ran (bad spec, unknown
-    profile or arm, missing --leader-addr for a multi-node profile); everything later ends in a report.
-    """
-    t0, started = time.monotonic(), utc_now()
-    spec = load_serving_spec(opts.root, gate)
-    if opts.profile:
-        spec.profile(opts.profile)
-    arms = _arm_order(spec, opts.arms)
-    host = hostinfo.collect()
-    prov = {
-        "lock_sha256": opts.lock.sha256,
-        "gate_spec_sha256": spec.sha256,
-        "engine": spec.engine,
-        "model": spec.model,
-        "host": host,
-    }
-
-    def finish(rep: GateReport) -> GateReport:
-        rep.started, rep.ended, rep.duration_s = started, utc_now(), round(time.monotonic() - t0, 2)
-        if profile is not None and not profile.needs_gpu:  # local-test: a stand-in server, never evidence
-            rep.evidence = False
-            rep.provenance["engine"] = {
-                "name": "reprostack.gates.testserver",
-                "stands_in_for": dict(spec.engine),
-                "note": "the engine was not run",
-            }
-        return rep
-
-    profile = choose_profile(spec, opts.profile, host)
-    if profile is None:
-        why = (
-            f"no profile of {spec.path.name} matches this host ({host.get('gpu_count', 0)} GPU(s), EFA: "
-            f"{bool(host.get('efa_devices'))}); --profile local-test runs the gate against the test server"
-        )
-        return finish(skipped(gate, opts.profile or "-", why, provenance=prov))
-    if profile.needs_gpu and host.get("gpu_count", 0) < profile.gpus_per_node:
-        return finish(
-            skipped(
-                gate,
-                profile.name,
-                f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per "
-                f"node, this host has {host.get('gpu_count', 0)}",
-                provenance=prov,
-            )
-        )
-    if profile.needs_efa and not host.get("efa_devices"):
-        return finish(
-            skipped(gate, profile.name, f"profile {profile.name} needs EFA devices; none found", provenance=prov)
-        )
-    if profile.nodes > 1 and not opts.leader_addr:
-        raise ReprostackError(
-            f"profile {profile.name} spans {profile.nodes} nodes: give --master-addr (the leader's "
-            f"address) and --node-rank on each node"
-        )
-    if opts.trials is None:
-        opts = replace(opts, trials=DEFAULT_TRIALS if profile.needs_gpu else 1)
-    run_dir = Path(opts.out_dir).resolve() / gate  # absolute: AIPerf runs inside each cell's folder
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if opts.node_rank > 0:
-        return finish(_serve_worker(spec, profile, arms, opts, run_dir, prov))
-    try:
-        tool = ensure_aiperf(opts.lock, opts.cache_root, opts.root, base_python=sys.executable)
-        prov["aiperf"] = {"version": tool.version, "wheel_sha256": tool.sha256}
-        tok = profile.tokenizer or spec.model
-        if tok == "test":
-            tokenizer = str(make_test_tokenizer(tool, run_dir / "tokenizer"))
-        else:
-            tokenizer = render(
-                tok,
-                _variables(spec, profile, arms[0], opts, 0, run_dir),
-                f"{spec.path}: profiles.{profile.name}.tokenizer",
-            )
-    except GateError as e:
-        return finish(GateReport(gate, profile.name, "error", f"setup: {e}", provenance=prov))
-
-    runs = [_run_arm(spec, profile, arm, opts, run_dir, tool, tokenizer) for arm in arms]
-    artifacts = []
-    for r in runs:
-        for p in r.logs:
-            if p.is_file():
-                artifacts.append(artifact_for(p, relative_to=opts.out_dir))
-        for c in r.cells:
-            runs_dirs = sorted((c.dir / "aiperf" / "profile_runs").glob("run_*")) if c.runs else []
-            for p in (
-                c.log,
-                *(
-                    d / f
-                    for d in (c.dir / "aiperf", *runs_dirs)
-                    for f in ("profile_export_aiperf.json", "profile_export.jsonl")
-                ),
-            ):
-                if p.is_file():
-                    artifacts.append(artifact_for(p, relative_to=opts.out_dir))
-    data = {
-        "arms": {
-            r.arm.name: {
-                "role": r.arm.role,
-                "error": r.error,
-                "probe_s": r.probe_s,
-                "server_exit_before_stop": r.server_exit,
-                "cells": [c.to_dict() for c in r.cells],
-                "backend": r.backend.to_dict() if r.backend else None,
-            }
-            for r in runs
-        },
-        "ratios_deepep_over_alternative": _ratios(runs),
-        "profile": profile.description,
-        "statistics": _statistics(runs),
-        "trials": opts.trials,
-        "tokenizer": tokenizer,
-        "bars": {
-            "tolerance": profile.bars.tolerance,
-            "why": profile.bars.why,
-            "published": profile.bars.published,
-            "source": profile.bars.source,
-        },
-    }
-    checks = _checks(spec, profile, runs)
-    errors = [f"arm {r.arm.name}: {r.error}" for r in runs if r.error]
-    result, reason = decide(checks, ran_ok=not errors, failure_reason="; ".join(errors))
-    deepep = next(a.name for a in spec.arms.values() if a.role == "deepep")
-    result, reason = require_deepep_arm(result, reason, deepep, [r.arm.name for r in runs])
-    if result == "fail":
-        dead = next((r.backend for r in runs if r.backend and r.backend.first_dead_rank is not None), None)
-        if dead is not None:
-            reason += f"; first rank that died: {dead.first_dead_rank} ({dead.death})"
-    return finish(
-        GateReport(gate, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts, data=data)
-    )
-
-
-def _serve_worker(spec, profile, arms, opts, run_dir, prov) -> GateReport:
-    """Worker node: run the worker command of the first chosen arm until it exits or the spec's timeout."""
-    from ..launch.watchdog import run_with_watchdog
-
-    arm = arms[0]
-    argv, env, _port, _ = _server_command(spec, profile, arm, opts, run_dir)
-    log = run_dir / f"server.{arm.name}.node{opts.node_rank}.log"
-    out = run_with_watchdog(argv, env=env, cwd=str(opts.root), timeout_s=spec.timeout_s, log_path=log, echo=opts.echo)
-    rep = skipped(
-        spec.gate,
-        profile.name,
-        f"worker node {opts.node_rank} served arm {arm.name} (exit {out.returncode}); the verdict is node 0's report",
-        provenance=prov,
-    )
-    rep.artifacts = [artifact_for(log, relative_to=opts.out_dir)]
-    return rep

@@ -55,6 +55,7 @@ class Profile:
     scale_up_limit_source: str | None = None
     launcher: str = "local"
     gpu_model: str | None = None
+    needs_gpu: bool = True  # every GPU gate's profile (the serving gates' local-test profile is the one that is not)
 
     @property
     def ep_size(self) -> int:

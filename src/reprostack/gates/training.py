@@ -9,8 +9,12 @@ pinned one, both arms started from the same weights) and every bar of the profil
 or no EFA where the profile needs it, or no profile fits the host) -> SKIP with the reason, after sources were
 fetched and verified. Only the comparison arm run (`--arm alltoall`) -> never a PASS (SKIP naming why).
 An arm that crashes or times out -> ERROR naming that arm's classified failure; the other arm's checks are
-still reported and stand on their own. In container mode (`prebuilt`, the image's kernels manifest) the Megatron-LM
-tree and the kernels are the image's, checked against the lock (gates.micro.source_trees): nothing fetched or built.
+still reported and stand on their own. In container mode (`--kernels-manifest`, the image's kernels manifest) the
+Megatron-LM tree and the kernels are the image's, checked against the lock (gates.kernelprep.source_trees): nothing
+fetched or built.
+
+The run executes its own launch plan (MegatronGate.plan_parts with this host's paths): each arm's torchrun command
+for this node, with that arm's env.
 """
 
 from __future__ import annotations
@@ -18,134 +22,209 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hostinfo, ui
+from .. import ui
 from ..errors import ReprostackError
 from ..kernels import runtime
-from ..lock import Lock
-from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm, skipped, utc_now
+from ..launch import plan as lp
 from ..launch import torchrun
-from .micro import GateRunOptions, choose_profile, setup_kernels, source_trees
+from ..launch.watchdog import run_with_watchdog
+from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
+from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .kernelprep import provenance, setup_kernels, source_trees
+from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
-from .spec import NoProfileForHost
 from .training_spec import TrainingSpec, load_training_spec
-from ..launch.watchdog import run_with_watchdog
 
 GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
 
 
-@dataclass
-class TrainingOptions(GateRunOptions):
-    """GateRunOptions plus `arms`: run only these arms (default: every arm)."""
+class MegatronGate(Gate):
+    """Gate 5: a Megatron-LM training run per arm over DeepEP and over Megatron's all-to-all (module doc)."""
 
-    arms: list[str] | None = None
+    kind = "training"
 
+    def load(self, root: Path):
+        return load_training_spec(root, self.stem)
 
-def provenance(lock: Lock, spec: TrainingSpec, trees: dict) -> dict:
-    """Lock and spec sha256, and url/rev/tree/patched tree/series of every source used."""
-    ups = {
-        n: {
-            "url": st.pin.url,
-            "rev": st.pin.rev,
-            "tree": st.pin.tree,
-            "patched_tree": st.pin.patched_tree,
-            "series": [f"{p.kind} {p.value} ({p.upstream_status})" for p in st.pin.patches],
+    def prebuilt_kernels(self, spec) -> tuple[str, ...]:
+        return tuple(spec.kernels)
+
+    def launches(self, spec, opts: GateOptions | None = None) -> int:
+        return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
+
+    def kernels_line(self, spec, lock, image, mode: str) -> str:
+        from .plan import built_kernels_line
+
+        return built_kernels_line(spec, lock, image, mode, pins=(spec.source, *spec.kernels))
+
+    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+        """Every arm's torchrun command per node (the same driver, the arm's args and env); `commands` and `env`
+        are the DeepEP arm's."""
+        nodes = opts.nodes or profile.nodes
+        addr, port = paths.rendezvous(nodes)
+        arms = []
+        for name, a in spec.arms.items():
+            role = "deepep" if a.deepep else "reference" if name == spec.reference_arm else "comparison"
+            args = [*spec.args, *a.args, *profile.args]
+            cmds = []
+            for node in range(nodes):
+                launch = torchrun.torchrun_workers(
+                    paths.python,
+                    f"{paths.work}/{spec.driver}",
+                    args,
+                    gpus=profile.gpus_per_node,
+                    nodes=nodes,
+                    node_rank=node,
+                    master_addr=addr,
+                    master_port=port,
+                )
+                cmds.append(
+                    lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(launch.argv), env_tuple(launch.env))
+                )
+            arms.append(lp.ArmPlan(name, role, tuple(cmds), env_tuple(spec.env, profile.env, a.env)))
+        first = next((a for a in arms if a.role == "deepep"), arms[0])
+        return PlanParts(first.commands, first.env, paths.work, (), tuple(arms))
+
+    # ------------------------------------------------------------------ the staged run
+
+    def check_request(self, st: RunState) -> None:
+        super().check_request(st)
+        unknown = [a for a in st.opts.arms if a not in st.spec.arms]
+        if unknown:
+            raise ReprostackError(f"{st.spec.path}: no arm {unknown[0]!r} (known: {', '.join(st.spec.arms)})")
+
+    def sources(self, st: RunState) -> None:
+        t = time.monotonic()
+        # container mode (--kernels-manifest): the image's trees and kernels, its manifest checked against the lock
+        trees, pre = source_trees(st.opts, st.ctx, (st.spec.source, *st.spec.kernels))
+        st.timed("sources_s", t)
+        st.scratch.update(trees=trees, pre=pre)
+        st.prov = provenance(st.ctx.lock, st.spec, trees)
+        st.prov["host"] = st.host
+        st.data.update(timings_s=st.timings, arms={})
+
+    def skip(self, st: RunState) -> GateReport | None:
+        tree = st.scratch["trees"][st.spec.source].tree
+        return self.skip_with(st, f"sources verified ({st.spec.source} {tree[:12]}); kernels and training not run")
+
+    def prepare(self, st: RunState) -> GateReport | None:
+        st.scratch["run_dir"] = run_dir = st.out_dir / self.stem
+        run_dir.mkdir(parents=True, exist_ok=True)
+        base, st.scratch["setup_error"] = {**os.environ, "PYTHONPATH": ""}, None
+        try:
+            t = time.monotonic()
+            base = self._kernels(st)
+            st.timed("kernels_s", t)
+            st.host["nccl_runtime"] = st.data["nccl"]["runtime"]
+        except ReprostackError as e:  # the DeepEP arm cannot run; the comparison arm still does
+            st.scratch["setup_error"] = f"setup: {e}"
+        tree = str(st.scratch["trees"][st.spec.source].path)
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH"), tree) if p)
+        st.scratch["base_env"] = base
+        return None
+
+    def _kernels(self, st: RunState) -> dict:
+        """Build NCCL + DeepEP (cached), or take the image's (container mode), and return the environment with
+        exactly one NCCL. Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
+        kern = setup_kernels(st.opts, st.ctx, st.scratch["trees"], st.prov, st.timings, st.scratch["pre"])
+        env = dict(kern.env)
+        one = runtime.check_one_nccl(st.opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
+        st.data["nccl"] = {
+            "runtime": one["runtime"],
+            "mapped": one["mapped"],
+            "torch_built_with": one["torch_built_with"],
+            "pinned": kern.nccl_version,
         }
-        for n, st in trees.items()
-    }
-    return {"lock_sha256": lock.sha256, "gate_spec_sha256": spec.sha256, "upstreams": ups}
+        env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
+        return env
 
+    def launch_and_judge(self, st: RunState) -> GateReport:
+        spec, profile, opts = st.spec, st.profile, st.opts
+        torchrun.need_master(profile.name, opts.nodes or profile.nodes, opts.master_addr, opts.master_port)
+        paths = Paths.host(root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, opts=opts)
+        parts = self.plan_parts(spec, profile, opts, paths)
+        results, checks, failures = {}, [], []
+        for plan in parts.arms:
+            name, arm = plan.name, spec.arms[plan.name]
+            if opts.arms and name not in opts.arms:
+                continue
+            if arm.deepep and st.scratch["setup_error"]:
+                failures.append(f"{name} arm: {st.scratch['setup_error']}")
+                st.data["arms"][name] = {"failure": {"kind": "setup", "detail": st.scratch["setup_error"]}}
+                continue
+            t = time.monotonic()
+            res = self._run_arm(st, plan)
+            st.timed(f"{name}_s", t)
+            entry = st.data["arms"][name] = self._entry(st, res)
+            if "failure" in res:
+                fc = res["failure"]
+                entry["failure"] = fc.to_dict()
+                failures.append(f"{name} arm: {fc.kind}: {fc.detail} ({fc.first_line})")
+                continue
+            results[name] = res
+            checks += arm_checks(spec, profile, name, res["parse"], entry, st.data.get("nccl"))
+            st.data.setdefault("statistics", {}).update(step_statistics(name, res["parse"]))
+        checks += cross_checks(spec, profile, results)
+        return self._verdict(st, results, checks, failures)
 
-def host_skip(gate: str, spec: TrainingSpec, opts, host: dict, prov: dict, what: str):
-    """(profile, None) when this host can run the gate, else (None, a SKIP report naming why)."""
-    if host["gpu_count"] == 0:
-        return None, skipped(
-            gate, opts.profile or "-", f"no GPU on this host (nvidia-smi lists none): {what}", provenance=prov
+    def _run_arm(self, st: RunState, plan: lp.ArmPlan) -> dict:
+        """Start one arm (its plan command for this node), keep its log, parse it. Returns {"parse", "outcome",
+        "failure"?, "log", "command", "env"}."""
+        spec, profile, opts, run_dir = st.spec, st.profile, st.opts, st.scratch["run_dir"]
+        nodes = opts.nodes or profile.nodes
+        cmd = next(c for c in plan.commands if str(c.node) == str(opts.node_rank))
+        env = {**st.scratch["base_env"], **dict(plan.env), **dict(cmd.env)}
+        log = run_dir / (f"{plan.name}.node{opts.node_rank}.log" if nodes > 1 else f"{plan.name}.log")
+        with ui.step(f"{spec.gate} {plan.name} [{profile.name}]", log=log):
+            outcome = run_with_watchdog(
+                list(cmd.argv), env=env, cwd=str(st.out_dir), log_path=log, timeout_s=st.timeout_s, echo=False
+            )
+        # one log per node; with a shared --out, node 0 reads every node's (transport lines are per node)
+        logs = sorted(run_dir.glob(f"{plan.name}.node*.log")) if nodes > 1 else [log]
+        text = "\n".join(p.read_text(errors="replace") for p in logs)
+        parsed = parse_megatron(text, expected_steps=spec.steps)
+        st.artifacts.extend(artifact_for(p, relative_to=st.out_dir) for p in logs)
+        keys = {*spec.env, *profile.env, *spec.arms[plan.name].env, "PYTHONPATH"}
+        res = {
+            "parse": parsed,
+            "outcome": outcome,
+            "command": list(cmd.argv),
+            "log": str(log.name),
+            "env": {k: env[k] for k in sorted(keys) if k in env},
+        }
+        if not parsed.complete:
+            res["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out)
+        return res
+
+    @staticmethod
+    def _entry(st: RunState, res: dict) -> dict:
+        return {
+            "command": res["command"],
+            "log": res["log"],
+            "env": res["env"],
+            "returncode": res["outcome"].returncode,
+            "timed_out": res["outcome"].timed_out,
+            "transport_evidence": transport_evidence(res["parse"], st.host),
+            "parse": res["parse"].to_dict(),
+        }
+
+    def _verdict(self, st: RunState, results: dict, checks: list, failures: list) -> GateReport:
+        if failures:
+            stood = list(results)
+            done = sum(c.passed for c in checks)
+            why = "; ".join(failures) + (
+                f" — completed arm(s) {', '.join(stood)}: {done}/{len(checks)} check(s) passed" if stood else ""
+            )
+            result, reason = decide(checks, ran_ok=False, failure_reason=why)
+        else:
+            result, reason = decide(checks, ran_ok=True)
+        result, reason = require_deepep_arm(result, reason, st.spec.deepep_arm, list(results))
+        return GateReport(
+            self.stem, st.profile.name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts
         )
-    try:
-        profile = choose_profile(spec, opts.profile, host)
-    except NoProfileForHost as e:
-        return None, skipped(gate, "-", f"{e}: {what}", provenance=prov)
-    if profile.gpus_per_node > host["gpu_count"]:
-        return None, skipped(
-            gate,
-            profile.name,
-            f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per node, this host has {host['gpu_count']}",
-            provenance=prov,
-        )
-    if profile.needs_efa and not host["efa_devices"]:
-        return None, skipped(
-            gate, profile.name, f"profile {profile.name} needs EFA devices; none found", provenance=prov
-        )
-    return profile, None
-
-
-def _kernels(
-    opts: TrainingOptions, trees: dict, prov: dict, timings: dict, data: dict, pre=None
-) -> tuple[dict, object]:
-    """Build NCCL + DeepEP (cached), or take the image's (`pre`, container mode), and return (environment with
-    exactly one NCCL, the Kernels). Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
-    kern = setup_kernels(opts, trees, prov, timings, pre)
-    env = dict(kern.env)
-    one = runtime.check_one_nccl(opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
-    data["nccl"] = {
-        "runtime": one["runtime"],
-        "mapped": one["mapped"],
-        "torch_built_with": one["torch_built_with"],
-        "pinned": kern.nccl_version,
-    }
-    env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
-    return env, kern
-
-
-def _launch(opts: TrainingOptions, spec: TrainingSpec, profile, script: str, args: list[str]):
-    nodes = opts.nodes or profile.nodes
-    torchrun.need_master(profile.name, nodes, opts.master_addr, opts.master_port)
-    return torchrun.torchrun_workers(
-        opts.python,
-        script,
-        args,
-        gpus=profile.gpus_per_node,
-        nodes=nodes,
-        node_rank=opts.node_rank,
-        master_addr=opts.master_addr,
-        master_port=opts.master_port,
-    ), nodes
-
-
-def _run_arm(opts, spec, profile, arm, env: dict, run_dir: Path, artifacts: list) -> dict:
-    """Start one arm, keep its log, parse it. Returns {"parse", "outcome", "failure"?, "log"}."""
-    args = [*spec.args, *arm.args, *profile.args, *opts.extra_args]
-    launch, nodes = _launch(opts, spec, profile, str(Path(opts.root) / spec.driver), args)
-    arm_env = {**env, **spec.env, **profile.env, **arm.env, **launch.env}
-    log = run_dir / (f"{arm.name}.node{opts.node_rank}.log" if nodes > 1 else f"{arm.name}.log")
-    with ui.step(f"{spec.gate} {arm.name} [{profile.name}]", log=log):
-        outcome = run_with_watchdog(
-            launch.argv,
-            env=arm_env,
-            cwd=str(opts.out_dir),
-            log_path=log,
-            timeout_s=opts.timeout_s or spec.timeout_s,
-            echo=False,
-        )
-    # one log per node; with a shared --out, node 0 reads every node's (transport lines are per node)
-    logs = sorted(run_dir.glob(f"{arm.name}.node*.log")) if nodes > 1 else [log]
-    text = "\n".join(p.read_text(errors="replace") for p in logs)
-    parsed = parse_megatron(text, expected_steps=spec.steps)
-    artifacts.extend(artifact_for(p, relative_to=opts.out_dir) for p in logs)
-    res = {
-        "parse": parsed,
-        "outcome": outcome,
-        "command": launch.argv,
-        "log": str(log.name),
-        "env": {k: arm_env[k] for k in sorted({*spec.env, *profile.env, *arm.env, "PYTHONPATH"}) if k in arm_env},
-    }
-    if not parsed.complete:
-        res["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out)
-    return res
 
 
 def step_statistics(arm: str, parsed) -> dict:
@@ -247,96 +326,3 @@ def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:
                 )
             )
     return checks
-
-
-def run_megatron(opts: TrainingOptions, gate: str = "megatron") -> GateReport:
-    """Run gate 5 and return its report (not yet written). Raises ReprostackError only for operator errors
-    found before anything ran (bad lock/spec, fetch or patch failure, missing --master-addr)."""
-    t0, started = time.monotonic(), utc_now()
-    spec = load_training_spec(opts.root, gate)
-    if opts.profile:
-        spec.profile(opts.profile)
-    unknown = [a for a in opts.arms or [] if a not in spec.arms]
-    if unknown:
-        raise ReprostackError(f"{spec.path}: no arm {unknown[0]!r} (known: {', '.join(spec.arms)})")
-    host, timings = hostinfo.collect(), {}
-    t = time.monotonic()
-    # container mode (opts.prebuilt): the image's trees and kernels, its manifest checked against the lock
-    trees, pre = source_trees(opts, (spec.source, *spec.kernels))
-    timings["sources_s"] = round(time.monotonic() - t, 2)
-    prov = provenance(opts.lock, spec, trees)
-    prov["host"] = host
-    data: dict = {"timings_s": timings, "arms": {}}
-
-    def finish(report: GateReport) -> GateReport:
-        timings["total_s"] = round(time.monotonic() - t0, 2)
-        report.data = {**data, **report.data}
-        report.started, report.ended, report.duration_s = started, utc_now(), timings["total_s"]
-        return report
-
-    profile, skip = host_skip(
-        gate,
-        spec,
-        opts,
-        host,
-        prov,
-        f"sources verified ({spec.source} {trees[spec.source].tree[:12]}); kernels and training not run",
-    )
-    if skip:
-        return finish(skip)
-    run_dir = Path(opts.out_dir) / gate
-    run_dir.mkdir(parents=True, exist_ok=True)
-    base = {**os.environ, "PYTHONPATH": ""}
-    setup_error = None
-    try:
-        t = time.monotonic()
-        base, _kern = _kernels(opts, trees, prov, timings, data, pre)
-        timings["kernels_s"] = round(time.monotonic() - t, 2)
-        host["nccl_runtime"] = data["nccl"]["runtime"]
-    except ReprostackError as e:
-        setup_error = f"setup: {e}"
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH"), str(trees[spec.source].path)) if p)
-
-    results, artifacts, checks, failures = {}, [], [], []
-    for name, arm in spec.arms.items():
-        if opts.arms and name not in opts.arms:
-            continue
-        if arm.deepep and setup_error:
-            failures.append(f"{name} arm: {setup_error}")
-            data["arms"][name] = {"failure": {"kind": "setup", "detail": setup_error}}
-            continue
-        t = time.monotonic()
-        res = _run_arm(opts, spec, profile, arm, base, run_dir, artifacts)
-        timings[f"{name}_s"] = round(time.monotonic() - t, 2)
-        parsed = res["parse"]
-        entry = {
-            "command": res["command"],
-            "log": res["log"],
-            "env": res["env"],
-            "returncode": res["outcome"].returncode,
-            "timed_out": res["outcome"].timed_out,
-            "transport_evidence": transport_evidence(parsed, host),
-            "parse": parsed.to_dict(),
-        }
-        data["arms"][name] = entry
-        if "failure" in res:
-            fc = res["failure"]
-            entry["failure"] = fc.to_dict()
-            failures.append(f"{name} arm: {fc.kind}: {fc.detail} ({fc.first_line})")
-            continue
-        results[name] = res
-        checks += arm_checks(spec, profile, name, parsed, entry, data.get("nccl"))
-        data.setdefault("statistics", {}).update(step_statistics(name, parsed))
-    checks += cross_checks(spec, profile, results)
-    if failures:
-        stood = [n for n in results]
-        why = "; ".join(failures) + (
-            f" — completed arm(s) {', '.join(stood)}: {sum(c.passed for c in checks)}/{len(checks)} check(s) passed"
-            if stood
-            else ""
-        )
-        result, reason = decide(checks, ran_ok=False, failure_reason=why)
-    else:
-        result, reason = decide(checks, ran_ok=True)
-    result, reason = require_deepep_arm(result, reason, spec.deepep_arm, list(results))
-    return finish(GateReport(gate, profile.name, result, reason, checks=checks, provenance=prov, artifacts=artifacts))

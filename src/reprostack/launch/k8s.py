@@ -316,11 +316,11 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.Launc
     project mount (/workspace/src), the timeout of every arm plus the container slack
     and the preflight's."""
     from ..gates.container import CONTAINER_SLACK_S, inner_argv
+    from ..gates.options import GateOptions
     from ..gates.plan import MASTER_PORT, OUT, WORK
-    from ..gates.runner import GateArgs
     from . import preflight
 
-    a = GateArgs(
+    a = GateOptions(
         out=Path(OUT),
         profile=plan.profile,
         nodes=nodes,
@@ -329,7 +329,7 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.Launc
         master_port=MASTER_PORT,
     )
     argv = tuple(inner_argv(g, a, lock))
-    runs = max(1, len(getattr(g.load(root), "arms", {}) or {}))
+    runs = g.launches(g.load(root), a)
     env = tuple(sorted({**dict(plan.env), "PYTHONPATH": f"{WORK}/src", "PYTHONUNBUFFERED": "1"}.items()))
     cmds = tuple(lp.NodeCommand(n, "leader" if n == 0 else "worker", argv) for n in range(nodes))
     return dataclasses.replace(
@@ -432,7 +432,7 @@ def main(args, g, lock, root: Path) -> int:
     out = Path(args.out or f"out/k8s/{g.name}")
     plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
     spec = g.load(root)
-    if args.variant == "lws" and g.kind != "serving":
+    if args.variant == "lws" and not g.serves:
         raise K8sError(f"--variant lws is for serving gates (gate {g.name} is {g.kind}: use job or jobset)")
     image = args.image or plan.image.repo_digest
     if not image:
@@ -467,7 +467,7 @@ def main(args, g, lock, root: Path) -> int:
         image=image,
         variant=args.variant,
         name=args.name,
-        gpus=bool(getattr(prof, "needs_gpu", True)),
+        gpus=prof.needs_gpu,
         preflight=pf,
         out_pvc=None if args.out_hostpath else args.out_pvc,
         out_hostpath=args.out_hostpath,

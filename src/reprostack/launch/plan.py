@@ -69,8 +69,9 @@ class NodeCommand:
 @dataclass(frozen=True)
 class ArmPlan:
     """One arm of the gate (the DeepEP arm and its comparison arms): its role ("deepep", "comparison",
-    "reference", "second-evidence", "alternative"), one command per node and the env it adds. The launchers run
-    `LaunchPlan.commands` (the gate's runner, which starts every asked-for arm); the arms say what those runs are."""
+    "reference", "second-evidence", "alternative"), one command per node and the env it runs with (besides each
+    node command's own; () when it is the plan's). The launchers run `LaunchPlan.commands` (the gate's runner,
+    which starts every asked-for arm); the arms say what those runs are, and the gate's run executes them."""
 
     name: str
     role: str
@@ -176,8 +177,9 @@ class LaunchPlan:
                 out.append((f"arm {a.name}", f"({a.role}) the node commands above"))
             for c in a.commands if a.commands != self.commands else ():
                 out.append((f"arm {a.name}", f"({a.role}) node {c.node}: " + " ".join(c.argv)))
-            if a.env:
-                out.append((f"arm {a.name}", f"({a.role}) env " + " ".join(f"{k}={v}" for k, v in a.env)))
+            own = [(k, v) for k, v in a.env if dict(self.env).get(k) != v]  # what the arm sets otherwise
+            if own:
+                out.append((f"arm {a.name}", f"({a.role}) env " + " ".join(f"{k}={v}" for k, v in own)))
         out += [("note", n) for n in self.notes]
         return [f"{k}: {v}" for k, v in out]
 

@@ -307,7 +307,7 @@ def run(
         raise PreflightError(f"preflight: --node-rank {node_rank} is not in 0..{nodes - 1} (--nodes {nodes})")
     plan = gate_plan(g, root, lock, profile=profile, out_dir=Path(out), mode=lp.MODE_HOST)
     prof = g.load(root).profile(plan.profile)
-    need_gpu = bool(getattr(prof, "needs_gpu", True)) and plan.gpus_per_node > 0
+    need_gpu = prof.needs_gpu and plan.gpus_per_node > 0
     port = port or MASTER_PORT
     d = Path(out) / "preflight"
     d.mkdir(parents=True, exist_ok=True)

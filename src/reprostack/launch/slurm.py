@@ -358,13 +358,12 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
 
 def agent_argv(g, a, lock, *, host: bool, cache: str | None) -> tuple[str, ...]:
     """The per-node agent: gates.container's in-image runner command (`python3 -m reprostack gate G --no-container
-    ...`) for GateArgs `a`, with the node rank and master address left to each task (RANK / MASTER) and its paths
+    ...`) for GateOptions `a`, with the node rank and master address left to each task (RANK / MASTER) and its paths
     as the runtime sees them (OUTV, WORKV); host mode keeps the operator's --cache (None: the runner's default)."""
     import dataclasses
     from ..gates.container import inner_argv
 
     argv = inner_argv(g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER), lock)
-    argv[4] = g.name  # the CLI's gate name (inner_argv writes the spec stem: nemo_rl for nemo-rl)
     lock_in = f"{IN_WORK}/{PurePosixPath(str(lock.path)).name}"
     out = [OUTV if x == IN_OUT else WORKV + x[len(IN_WORK) :] if x == lock_in else x for x in argv]
     if host:
@@ -396,18 +395,18 @@ def script_for(
     rendered without one). Raises ReprostackError (bad spec, profile or value) before anything is written."""
     from pathlib import Path
 
+    from ..gates.options import GateOptions
     from ..gates.plan import MASTER_PORT, gate_plan
-    from ..gates.runner import GateArgs
 
     root = Path(root)
     plan = gate_plan(g, root, lock, profile=profile, out_dir=root / out, images_json=images_json)
     spec = g.load(root)
     prof = spec.profile(plan.profile)
-    ga = GateArgs(
-        out=Path(IN_OUT), profile=plan.profile, nodes=plan.nodes, master_port=MASTER_PORT, arms=list(arms or [])
+    ga = GateOptions(
+        out=Path(IN_OUT), profile=plan.profile, nodes=plan.nodes, master_port=MASTER_PORT, arms=tuple(arms or ())
     )
     agent = agent_argv(g, ga, lock, host=runtime == "host", cache=cache if runtime == "host" else None)
-    runs = len(arms or []) or max(1, len(getattr(spec, "arms", {}) or {}))
+    runs = g.launches(spec, ga)
     return render(
         plan,
         SlurmOptions(
@@ -421,7 +420,7 @@ def script_for(
             sqsh=sqsh,
             lock_name=Path(str(lock.path)).name,
             runs=runs,
-            needs_gpu=bool(getattr(prof, "needs_gpu", True)),
+            needs_gpu=prof.needs_gpu,
         ),
     )
 

@@ -1,0 +1,361 @@
+"""The Gate protocol: what every kind of gate answers, and the staged run they share.
+
+A gate is one object of a Gate subclass (one class per kind: gates.micro.MicroGate, gates.serving.ServingGate,
+gates.training.MegatronGate, gates.nemo_rl.NemoRLGate, gates.fabric.FabricGate), listed once in gates.registry.
+Everything outside the gate classes asks the object, never a kind string and never the spec's attributes:
+
+- `load(root)` / `spec_for(root, lock)`: the spec, validated by the gate's own schema (and as the lock's stack runs
+  it); `requirements(root)`: the gates that must pass first;
+- `resolve_profile(spec, name, host)`: the one profile rule (gates.options.PROFILE_RULE), from `choose_profile`
+  (this host) and `published_profile` (the published hardware); `hardware_gap`: why a host cannot run a profile;
+- `plan_parts(spec, profile, options, paths)`: the commands, env, workdir, notes and arms of the launch plan
+  (gates.plan.gate_plan wraps them with the image, mounts and limits); the same function gives the commands a
+  run executes here (`paths` = this host's) and the ones a launcher renders (`paths` = the image's);
+- `prebuilt_kernels(spec)`: the kernels the gate takes prebuilt from its image in container mode (none: it builds
+  nothing, or its engine brings its own); `rebuilt_by(spec)`: the kernels whose bump re-runs it;
+  `launches(spec, options)`: how many watchdog-bounded launches a run makes (the container's time limit);
+  `serves`: an engine serving a model (the models folder mounted, leader/worker pods);
+- `run(options, ctx)`: the staged run (below) into a GateReport.
+
+The staged run (`Gate.run`, a template the kinds fill in, nox-style small stages):
+  start -> sources (fetch/patch/verify, or the image's manifest) -> skip (no profile or hardware for it: SKIP with
+  the reason, never a pass) -> prepare (kernels, tools) -> launch (the plan's own commands for this node) -> judge
+  (parse, checks, verdict) -> finish (timings, times, data).
+
+Invariants: a gate class never imports another gate's module; the registry is the only list of gates; a stage
+returns a report to end the run early (skip, error) or None to go on; bad operator input raises ReprostackError
+before anything runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from .. import hostinfo
+from ..errors import GateError
+from ..report import GateReport, Result, skipped, utc_now
+from .options import GateOptions
+from .spec import GateSpecError, NoProfileForHost
+
+# in the images: the verified trees the recipes copy (containers/deepep: /opt/reprostack/src/<pin>); this project
+# (drivers, reprostack itself) mounted read-only at /workspace; reports at /out
+SRC, WORK, OUT, CACHE, MODELS = "/opt/reprostack/src", "/workspace", "/out", "/cache", "/models"
+MASTER = "${MASTER_ADDR}"  # filled per cluster by the launcher (Slurm: first node; k8s: headless Service)
+MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where a plan's commands find things. IMAGE_PATHS: inside the gate's image (the verified trees under
+    /opt/reprostack/src/<pin>, this project at /workspace, reports at /out, the master from the launcher);
+    `Paths.host(...)`: on this host after `prepare` (the cached trees, the project root, the report folder, the
+    operator's --python and rendezvous)."""
+
+    work: str = WORK
+    out: str = OUT
+    cache: str = CACHE
+    python: str = "python3"
+    src_root: str = SRC
+    sources: tuple[tuple[str, str], ...] = ()
+    master: str | None = MASTER
+    master_port: int | None = MASTER_PORT
+    one_node_master: str | None = "127.0.0.1"
+    image: bool = True
+    server_port: int | None = None  # a serving gate's port, chosen once per run (None: the spec's)
+
+    def source(self, pin: str) -> str:
+        """The folder of pin `pin`'s verified (patched) tree."""
+        return dict(self.sources).get(pin, f"{self.src_root}/{pin}")
+
+    def rendezvous(self, nodes: int) -> tuple[str | None, int | None]:
+        """(address, port) of the rendezvous on `nodes` node(s)."""
+        return (self.master if nodes > 1 else self.one_node_master), self.master_port
+
+    @classmethod
+    def host(cls, *, root, out, cache, python: str, trees: dict | None = None, opts: GateOptions | None = None):
+        """This host's paths: `trees` {pin: SourceTree or path}, the operator's rendezvous from `opts`."""
+        srcs = tuple(sorted((n, str(getattr(t, "path", t))) for n, t in (trees or {}).items()))
+        o = opts or GateOptions()
+        return cls(
+            work=str(root),
+            out=str(out),
+            cache=str(cache),
+            python=python,
+            src_root="",
+            sources=srcs,
+            master=o.master_addr,
+            master_port=o.master_port,
+            one_node_master=o.master_addr,
+            image=False,
+        )
+
+
+IMAGE_PATHS = Paths()
+
+
+@dataclass(frozen=True)
+class PlanParts:
+    """What a gate kind contributes to its launch plan (reprostack.launch.plan.LaunchPlan): one command per node
+    (the DeepEP arm's), the env, the working folder, notes, and every arm with its commands."""
+
+    commands: tuple
+    env: tuple[tuple[str, str], ...]
+    workdir: str
+    notes: tuple[str, ...] = ()
+    arms: tuple = ()
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a run needs besides the operator's options: the project root, the lock, how to fetch sources."""
+
+    root: Path
+    lock: object
+    fetch: object = None  # sources.FetchOptions
+
+    @property
+    def cache_root(self) -> Path:
+        return Path(self.fetch.cache.root)
+
+
+def env_tuple(*maps) -> tuple[tuple[str, str], ...]:
+    """The maps merged in order (later wins), as the sorted pairs a plan holds."""
+    out: dict[str, str] = {}
+    for m in maps:
+        out.update({str(k): str(v) for k, v in (m or {}).items()})
+    return tuple(sorted(out.items()))
+
+
+@dataclass
+class RunState:
+    """What flows through the stages of one run: the options and context, the spec, the host inventory, the
+    chosen profile, the timings, provenance and data that every report of the run carries."""
+
+    gate: Gate
+    opts: GateOptions
+    ctx: RunContext
+    spec: object = None
+    host: dict = field(default_factory=dict)
+    profile: object = None
+    prov: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    artifacts: list = field(default_factory=list)
+    started: str = field(default_factory=utc_now)
+    t0: float = field(default_factory=time.monotonic)
+    scratch: dict = field(default_factory=dict)  # a kind's own values between its stages
+
+    @property
+    def out_dir(self) -> Path:
+        return self.opts.out_dir
+
+    @property
+    def timeout_s(self) -> float:
+        return self.opts.timeout or self.spec.timeout_s
+
+    def timed(self, key: str, since: float) -> None:
+        self.timings[key] = round(time.monotonic() - since, 2)
+
+    def skip(self, why: str, profile: str | None = None) -> GateReport:
+        return skipped(self.gate.stem, profile or self.opts.profile or "-", why, provenance=self.prov)
+
+    def error(self, why: str) -> GateReport:
+        return GateReport(self.gate.stem, self.profile.name, Result.ERROR, why, provenance=self.prov)
+
+    def finish(self, report: GateReport) -> GateReport:
+        """The report with this run's data, times and duration (every report of a run ends here)."""
+        self.timings["total_s"] = round(time.monotonic() - self.t0, 2)
+        report.data = {**self.data, **report.data}
+        report.started, report.ended, report.duration_s = self.started, utc_now(), self.timings["total_s"]
+        return report
+
+
+class Gate:
+    """One gate (see the module doc). `name`: what the operator types (`gate nemo-rl`); `stem`: its spec file and
+    report name (`gates/nemo_rl.yaml`, `nemo_rl.json`); `requires`: the gates that must pass first (None: the
+    spec's own `requires:`)."""
+
+    kind: ClassVar[str] = ""  # shown in docs and errors; nothing branches on it
+    serves: ClassVar[bool] = False  # an engine serving a model: the models mount, leader/worker pods
+
+    def __init__(self, name: str, stem: str | None = None, requires: tuple[str, ...] | None = ()):
+        self.name, self.stem, self.requires = name, stem or name, requires
+        self.earlier: tuple[str, ...] = ()  # the gates before this one in the registry (gates.registry sets it)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    @property
+    def report_name(self) -> str:
+        return self.stem
+
+    # ---------------------------------------------------------------- spec and profiles
+
+    def spec_file(self, root: Path) -> Path:
+        return Path(root) / "gates" / f"{self.stem}.yaml"
+
+    def load(self, root: Path):
+        """The validated spec. Raises GateSpecError (file:line)."""
+        raise NotImplementedError
+
+    def spec_for(self, root: Path, lock):
+        """The spec as the lock's selected stack runs it (default: as loaded; a kind with `stacks:` applies it)."""
+        return self.load(root)
+
+    def requirements(self, root: Path) -> tuple[str, ...]:
+        """Gate names that must pass before this one runs: the object's, else the spec's `requires:`, each a gate
+        before it in the registry (`earlier`, set there). Raises GateSpecError for a name that is not."""
+        if self.requires is not None:
+            return self.requires
+        spec = self.load(root)
+        earlier = self.earlier
+        for i, r in enumerate(spec.requires):
+            if r not in earlier:
+                raise GateSpecError(
+                    str(spec.path),
+                    spec.lines.get(("requires", i)) or spec.lines.get(("requires",)),
+                    f"requires[{i}]",
+                    f"{r!r} is not a gate that runs before {self.name} (those: {', '.join(earlier) or 'none'})",
+                )
+        return tuple(spec.requires)
+
+    def published_profile(self, spec) -> str:
+        """The profile a plan shows when none is named: the first multi-node EFA profile (the campaign's 2 x p5en),
+        else the spec's first profile."""
+        for name, p in spec.profiles.items():
+            if p.needs_efa and p.nodes > 1:
+                return name
+        return next(iter(spec.profiles))
+
+    def choose_profile(self, spec, name: str | None, host: dict):
+        """The named profile, else the one matching this host: EFA and 8 GPUs -> the EP16 contract; otherwise a
+        single-node profile whose GPU count equals the host's. A profile with `gpu_model` matches only when every
+        GPU name the host lists contains it. Raises NoProfileForHost (-> SKIP), GateError for an unknown name."""
+        if name:
+            return spec.profile(name)
+        gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
+        names = [g.get("name", "") for g in host.get("gpus", [])]
+        for p in spec.profiles.values():
+            model = getattr(p, "gpu_model", None)
+            if model and names and not all(model in n for n in names):
+                continue
+            if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
+                return p
+        raise NoProfileForHost(
+            f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
+            f"pass --profile (known: {', '.join(spec.profiles)})"
+        )
+
+    def resolve_profile(self, spec, name: str | None = None, host: dict | None = None):
+        """The one profile rule: `name`, else (a run) the profile this `host` fits, else (a plan, a launcher,
+        preflight) the published one. Raises GateError / NoProfileForHost."""
+        if name:
+            return spec.profile(name)
+        if host is not None:
+            return self.choose_profile(spec, None, host)
+        return spec.profile(self.published_profile(spec))
+
+    @staticmethod
+    def hardware_gap(profile, host: dict) -> str | None:
+        """Why this host cannot run `profile` (too few GPUs, no EFA devices), or None."""
+        gpus = host.get("gpu_count", 0)
+        if profile.needs_gpu and profile.gpus_per_node > gpus:
+            return f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per node, this host has {gpus}"
+        if profile.needs_efa and not host.get("efa_devices"):
+            return f"profile {profile.name} needs EFA devices; none found"
+        return None
+
+    def check_nodes(self, spec, profile, nodes: int | None) -> int:
+        """The node count of a run or a rendering: the profile's; another `nodes` is one GateError line."""
+        if nodes is not None and nodes != profile.nodes:
+            raise GateError(
+                f"gate {self.name}: --nodes {nodes}, but profile {profile.name} of {spec.path.name} runs on "
+                f"{profile.nodes} node(s)"
+            )
+        return profile.nodes
+
+    # ---------------------------------------------------------------- what launchers and bumps ask
+
+    def prebuilt_kernels(self, spec) -> tuple[str, ...]:
+        """Kernels taken prebuilt from the image in container mode (its kernels manifest); () when none."""
+        return ()
+
+    def rebuilt_by(self, spec) -> tuple[str, ...]:
+        """Kernels (kernels/<c>.yaml) whose new revision makes this gate re-run (bump impact)."""
+        return tuple(spec.kernels)
+
+    def launches(self, spec, opts: GateOptions | None = None) -> int:
+        """How many watchdog-bounded launches one run makes (the container's time limit is that many times the
+        spec's timeout, plus slack)."""
+        return 1
+
+    def kernels_line(self, spec, lock, image, mode: str) -> str:
+        """Where the plan's kernels come from, for a person ("" when the gate builds none)."""
+        return ""
+
+    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+        """The commands, env, workdir, notes and arms of the launch plan (module doc)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- the staged run
+
+    def run(self, opts: GateOptions, ctx: RunContext) -> GateReport:
+        """Run the gate here (host mode) and return its report, not yet written. Raises ReprostackError only for
+        operator errors found before anything ran."""
+        st = RunState(self, self.check_options(opts), ctx)
+        st.spec = self.spec_for(ctx.root, ctx.lock)
+        self.check_request(st)
+        st.host = hostinfo.collect()
+        self.sources(st)
+        for stage in (self.skip, self.prepare, self.launch_and_judge):
+            report = stage(st)
+            if report is not None:
+                return self.finish(st, report)
+        raise AssertionError(f"gate {self.name}: launch_and_judge returned no report")
+
+    def finish(self, st: RunState, report: GateReport) -> GateReport:
+        """Every report of the run passes here (data, times, duration; a kind may add what all its reports say)."""
+        return st.finish(report)
+
+    def check_options(self, opts: GateOptions) -> GateOptions:
+        """The options as this gate takes them (defaults filled in); ReprostackError for a value it cannot take,
+        before its spec is even read."""
+        return opts
+
+    def check_request(self, st: RunState) -> None:
+        """Raise ReprostackError for options this gate cannot take (before anything runs)."""
+        if st.opts.profile:
+            st.spec.profile(st.opts.profile)
+
+    def sources(self, st: RunState) -> None:
+        """Fetch, patch and verify the sources the gate runs (or check the image's); record provenance."""
+
+    def skip(self, st: RunState) -> GateReport | None:
+        """A SKIP when no profile or hardware fits (sets `st.profile` otherwise)."""
+        try:
+            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+        except NoProfileForHost as e:
+            return st.skip(str(e))
+        gap = self.hardware_gap(st.profile, st.host)
+        return st.skip(gap, st.profile.name) if gap else None
+
+    def skip_with(self, st: RunState, what: str) -> GateReport | None:
+        """skip(), its reasons followed by `what` was done without a GPU (no GPU here, or no profile fits)."""
+        if st.host.get("gpu_count", 0) == 0:
+            return st.skip(f"no GPU on this host (nvidia-smi lists none): {what}")
+        try:
+            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+        except NoProfileForHost as e:
+            return st.skip(f"{e}: {what}", "-")
+        gap = self.hardware_gap(st.profile, st.host)
+        return st.skip(gap, st.profile.name) if gap else None
+
+    def prepare(self, st: RunState) -> GateReport | None:
+        """Kernels and tools; an ERROR report when they cannot be made."""
+
+    def launch_and_judge(self, st: RunState) -> GateReport:
+        """Launch the plan's commands for this node, parse their output, judge it: the verdict's report."""
+        raise NotImplementedError
