@@ -1,6 +1,6 @@
 """`reprostack launch k8s`: manifests from every gate's real launch plan (real specs, lock and recipes), validated
 against the Kubernetes 1.37 schemas (kubernetes-validate, offline); the pod's script run by a real sh; the
-committed docs/examples/k8s re-rendered byte for byte (reprostack.launch.k8s)."""
+committed docs/examples/k8s re-rendered byte for byte (reprostack.cluster.k8s)."""
 
 import importlib.util
 import os
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from reprostack import cli
-from reprostack.launch.k8s import K8sError, dns1123
+from reprostack.cluster.k8s import K8sError, dns1123
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = "1.37.0"

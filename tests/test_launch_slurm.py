@@ -1,4 +1,4 @@
-"""`reprostack launch slurm` (reprostack.launch.slurm): a gate's launch plan as one sbatch script.
+"""`reprostack launch slurm` (reprostack.cluster.slurm): a gate's launch plan as one sbatch script.
 
 Pure rendering (no Slurm): every runtime's script parses (`bash -n`), carries the plan's nodes, GPUs, time, env,
 mounts and image, takes the rendezvous from SLURM_*; hostile values from a spec are refused with one line or
@@ -26,7 +26,7 @@ import pytest
 from reprostack import cli
 from reprostack.gates import registry
 from reprostack.gates.spec import GateSpecError
-from reprostack.launch import slurm
+from reprostack.cluster import slurm
 from reprostack.lock import load
 from test_gate_serving import TOOLS, small_root
 

@@ -1,6 +1,6 @@
 """`reprostack preflight`: real multi-process runs on this machine (N processes, one shared out dir), each with
 its own PATH (stub nvidia-smi / fi_info executables stand in for the node's GPUs and libfabric), the real gate
-specs and lock (reprostack.launch.preflight)."""
+specs and lock (reprostack.cluster.preflight)."""
 
 import json
 import os
@@ -229,7 +229,7 @@ def _plant(kind):
 def test_hostile_facts_file_is_one_line_naming_it(tmp_path, kind, says):
     port = free_port()
     if kind in ("schema", "node"):  # a well-formed facts file of node 1 (preflight.collect), one field made wrong
-        from reprostack.launch.preflight import collect
+        from reprostack.cluster.preflight import collect
         from reprostack.lock import load
 
         facts = collect(

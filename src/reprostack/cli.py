@@ -168,13 +168,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("all-gates", help="run every gate in dependency order; one combined report")
     _gate_args(p)
 
-    # issue 15: `launch k8s` renders Kubernetes manifests (launch/k8s.py); `preflight` (launch/preflight.py)
+    # issue 15: `launch k8s` renders Kubernetes manifests (cluster/k8s.py); `preflight` (cluster/preflight.py)
     p = sub.add_parser("launch", help="render a gate's launch plan for a cluster engine (nothing runs without --apply)")
     engines = p.add_subparsers(dest="engine", required=True)
-    from .launch import k8s as launch_k8s
+    from .cluster import k8s as launch_k8s
 
     launch_k8s.add_arguments(engines.add_parser("k8s", help=launch_k8s.HELP, description=launch_k8s.HELP))
-    # --- launch slurm (reprostack.launch.slurm): one sbatch script from the gate's launch plan
+    # --- launch slurm (reprostack.cluster.slurm): one sbatch script from the gate's launch plan
     p = engines.add_parser(
         "slurm",
         help="one sbatch script from the gate's launch plan; --submit runs it",
@@ -449,11 +449,11 @@ def _dispatch(args) -> int:
             Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE, args.action, args.json
         )
     lock, root = _load(args)
-    if args.cmd == "launch" and args.engine == "slurm":  # issue 15: launch/slurm.py
+    if args.cmd == "launch" and args.engine == "slurm":  # issue 15: cluster/slurm.py
         return _launch_slurm(args, lock, root, _fetch_opts(args))
-    if args.cmd in ("launch", "preflight"):  # issue 15: launch/k8s.py, launch/preflight.py
+    if args.cmd in ("launch", "preflight"):  # issue 15: cluster/k8s.py, cluster/preflight.py
         from .gates import registry
-        from .launch import k8s as launch_k8s, preflight
+        from .cluster import k8s as launch_k8s, preflight
 
         g = registry.gate(args.gate)
         if args.cmd == "launch":
@@ -699,10 +699,10 @@ def _plans(args, lock, root, opts, ga) -> int:
 
 
 def _launch_slurm(args, lock, root, opts) -> int:
-    """`launch slurm`: the gate's plan (gates.plan) rendered by launch.slurm into OUT/job.sbatch; --submit runs it."""
+    """`launch slurm`: the gate's plan (gates.plan) rendered by cluster.slurm into OUT/job.sbatch; --submit runs it."""
     from .atomicfile import write_text_atomic
     from .gates import registry
-    from .launch import slurm
+    from .cluster import slurm
 
     g = registry.gate(args.gate)
     out = args.out or f"out/slurm/{g.name}"

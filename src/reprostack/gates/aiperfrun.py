@@ -198,15 +198,9 @@ def run_cell(
         artifact_dir=artifacts,
         extra=(*extra, *more),
     )
-    run_env = dict(os.environ if env is None else env)
-    if Path(tokenizer).is_dir():  # see aiperftool: offline mode makes AIPerf 0.10.0 refuse a local tokenizer folder
-        for k in _OFFLINE_VARS:
-            run_env.pop(k, None)
-    if "--no-server-metrics" in argv:  # no metrics to flush: AIPerf would still wait its 2 s flush period
-        run_env.setdefault("AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD", "0")
     out = run_with_watchdog(
         argv,
-        env=run_env,
+        env=_aiperf_env(env, argv, tokenizer),
         cwd=str(cell_dir),
         timeout_s=float(aiperf.get("timeout-s", 1800)),
         log_path=log,
@@ -214,7 +208,12 @@ def run_cell(
         on_line=on_line,
     )
     res = CellResult(arm, cell, "error", cell_dir, log, out.returncode, duration_s=out.duration_s)
-    export = artifacts / EXPORT_JSON
+    return _outcome(res, out, artifacts, runs, aiperf)
+
+
+def _outcome(res: CellResult, out, artifacts: Path, runs: int, aiperf: dict) -> CellResult:
+    """The cell's result from AIPerf's exit and its exports (never raises: status `error` with the detail)."""
+    log = res.log
     if out.timed_out:
         res.detail = f"aiperf timed out after {aiperf.get('timeout-s', 1800)} s; log {log}: {_tail(log)}"
         return res
@@ -223,10 +222,23 @@ def run_cell(
         return res
     if runs > 1:
         return _read_runs(res, artifacts, runs)
-    if not export.is_file():
+    if not (artifacts / EXPORT_JSON).is_file():
         res.detail = f"aiperf exited 0 but wrote no {EXPORT_JSON}; log {log}: {_tail(log)}"
         return res
     return _read(res, artifacts)
+
+
+def _aiperf_env(env: dict | None, argv: list[str], tokenizer: str) -> dict:
+    """AIPerf's environment: `env` (default ours) without the offline variables when the tokenizer is a local
+    folder (see aiperftool: offline mode makes AIPerf 0.10.0 refuse it), with no metrics flush period when there
+    are no server metrics to flush (AIPerf would still wait its 2 s)."""
+    run_env = dict(os.environ if env is None else env)
+    if Path(tokenizer).is_dir():
+        for k in _OFFLINE_VARS:
+            run_env.pop(k, None)
+    if "--no-server-metrics" in argv:
+        run_env.setdefault("AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD", "0")
+    return run_env
 
 
 def _read_runs(res: CellResult, artifacts: Path, runs: int) -> CellResult:

@@ -213,7 +213,12 @@ def run_in_container(g: Gate, a: GateOptions, ctx: RunContext, *, client=None) -
         )
         rep.provenance["execution"] = execution
         return rep
-    rep = read_report(report_path, g.report_name, started, out)
+    return _stamped(read_report(report_path, g.report_name, started, out), execution, run)
+
+
+def _stamped(rep: GateReport, execution: dict, run) -> GateReport:
+    """The report the in-image runner wrote, its `execution` the container's (the runner's own record under
+    `inner`), its prebuilt kernels tied to the image id that ran."""
     inner = rep.provenance.get("execution")
     if isinstance(inner, dict) and inner.get("mode") == "host":  # host mode as seen from inside the image
         inner["note"] = "the in-image runner's own record: the interpreter that ran the gate inside the image"

@@ -394,16 +394,38 @@ def one_nccl_of_ranks(
     (0..num_ranks-1, an int), once; with `all_local` (one node) every rank must have one; a record out of its place
     (`misplaced`: parsers.micro_trials) is refused; the runtime must be a version string."""
     import socket
-    from collections import Counter
 
     from ..errors import BuildError
 
     host = host or socket.gethostname()
-    mine = [r for r in records if r.get("host") == host]
+    mine = _records_of(host, records, num_ranks=num_ranks, all_local=all_local, misplaced=misplaced)
+    for r in mine:
+        if "error" in r:
+            raise BuildError(f"rank {r['rank']}: reading its NCCL failed: {str(r['error'])[:300]}")
+        try:
+            runtime.judge_one_nccl(r, kern.nccl_lib, accept_sha256=kern.accept_sha256)
+        except BuildError as e:
+            raise BuildError(f"rank {r['rank']}: {e}") from None
+        if not isinstance(r.get("runtime"), str) or len(r["runtime"]) > 40:
+            raise BuildError(f"rank {r['rank']}: ncclGetVersion gave no version string: {str(r.get('runtime'))[:60]}")
+    versions = {r["rank"]: r["runtime"] for r in mine}
+    if len(set(versions.values())) != 1:
+        raise BuildError(f"the ranks on this host loaded different NCCL versions: {versions}")
+    first = mine[0]
+    return {**first, "ranks": sorted(versions)}
+
+
+def _records_of(host: str, records: list[dict], *, num_ranks, all_local: bool, misplaced) -> list[dict]:
+    """The one-NCCL records of `host`, each for a rank of the run, once (every rank's with `all_local`); BuildError
+    naming the rank otherwise (one_nccl_of_ranks)."""
+    from collections import Counter
+
+    from ..errors import BuildError
 
     def shown(rank: object) -> str:
         return str(rank) if type(rank) is int else repr(rank)[:40]
 
+    mine = [r for r in records if r.get("host") == host]
     for no, rank, h in misplaced:
         if h == host:
             raise BuildError(
@@ -428,20 +450,7 @@ def one_nccl_of_ranks(
     if all_local and num_ranks is not None and len(count) != num_ranks:
         lost = sorted(set(range(num_ranks)) - set(count))
         raise BuildError(f"rank {lost[0]}: no one-NCCL record in the test's log (ranks with one: {sorted(count)})")
-    for r in mine:
-        if "error" in r:
-            raise BuildError(f"rank {r['rank']}: reading its NCCL failed: {str(r['error'])[:300]}")
-        try:
-            runtime.judge_one_nccl(r, kern.nccl_lib, accept_sha256=kern.accept_sha256)
-        except BuildError as e:
-            raise BuildError(f"rank {r['rank']}: {e}") from None
-        if not isinstance(r.get("runtime"), str) or len(r["runtime"]) > 40:
-            raise BuildError(f"rank {r['rank']}: ncclGetVersion gave no version string: {str(r.get('runtime'))[:60]}")
-    versions = {r["rank"]: r["runtime"] for r in mine}
-    if len(set(versions.values())) != 1:
-        raise BuildError(f"the ranks on this host loaded different NCCL versions: {versions}")
-    first = mine[0]
-    return {**first, "ranks": sorted(versions)}
+    return mine
 
 
 def _failed_part(text: str, tp) -> str:

@@ -108,15 +108,8 @@ def gate_plan(
             images_json if images_json is not None else Path(root) / "out/build/images.json",
         )
         notes = image_notes + notes
-    mounts = [
-        lp.Mount(str(Path(out_dir).resolve()), OUT, read_only=False, what="out"),
-        lp.Mount(str(Path(root).resolve()), WORK, what="project"),
-    ]
-    if cache_dir is not None:
-        mounts.append(lp.Mount(str(Path(cache_dir).resolve()), CACHE, what="cache"))
-    if g.serves:  # the model, read-only, where the engine looks for it (HF_HUB_OFFLINE=1 in the specs)
-        models = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
-        mounts.append(lp.Mount(str(Path(models).resolve()), MODELS, what="models"))
+    mounts = _mounts(g, root, out_dir, cache_dir)
+    if g.serves:  # the engine finds the model in the models mount (HF_HUB_OFFLINE=1 in the specs)
         env = tuple(sorted({**dict(env), "HF_HOME": MODELS}.items()))
     if prof.needs_efa:
         notes.append(f"EFA: every /dev/infiniband/uverbs* of the node ({P5EN_EFA_DEVICES} on a p5en.48xlarge)")
@@ -138,6 +131,20 @@ def gate_plan(
         arms=tuple(parts.arms),
         kernels=g.kernels_line(spec, lock, image, mode),
     )
+
+
+def _mounts(g: Gate, root: Path, out_dir: Path, cache_dir: Path | None) -> list:
+    """The out dir read-write, the project (and the cache) read-only; a serving gate's model folder read-only."""
+    mounts = [
+        lp.Mount(str(Path(out_dir).resolve()), OUT, read_only=False, what="out"),
+        lp.Mount(str(Path(root).resolve()), WORK, what="project"),
+    ]
+    if cache_dir is not None:
+        mounts.append(lp.Mount(str(Path(cache_dir).resolve()), CACHE, what="cache"))
+    if g.serves:
+        models = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+        mounts.append(lp.Mount(str(Path(models).resolve()), MODELS, what="models"))
+    return mounts
 
 
 def kernel_pins(spec, lock, pins: tuple[str, ...]) -> list[str]:

@@ -440,85 +440,53 @@ class ServingGate(Gate):
 
 
 def _checks(spec: ServingSpec, profile: ServingProfile, runs: list[ArmRun]) -> list[Check]:
-    checks: list[Check] = []
+    """Every arm's backend assertion (the arms that assert it) and every cell's checks."""
     bar_arm = profile.bars.arm or next(a.name for a in spec.arms.values() if a.role == "deepep")
+    checks: list[Check] = []
     for run in runs:
-        a = run.arm.name
         if run.arm.assert_backend and run.backend is not None:
-            for r in run.backend.required:
-                if r.scope == "all":
-                    got = profile.ep_size - len(r.missing_ranks)
-                    checks.append(
-                        evaluate(
-                            f"{a}.backend.{r.name}",
-                            "ranks",
-                            got,
-                            "==",
-                            profile.ep_size,
-                            note="; ".join(
-                                filter(
-                                    None,
-                                    [
-                                        f"missing ranks {r.missing_ranks}" if r.missing_ranks else None,
-                                        r.examples[0] if r.examples else None,
-                                    ],
-                                )
-                            )
-                            or None,
-                        )
-                    )
-                else:
-                    checks.append(
-                        evaluate(
-                            f"{a}.backend.{r.name}",
-                            "lines",
-                            r.total,
-                            ">=",
-                            1,
-                            note=r.examples[0] if r.examples else None,
-                        )
-                    )
-            for f in run.backend.forbidden:
-                checks.append(
-                    evaluate(
-                        f"{a}.backend.forbidden.{f.name}",
-                        "lines",
-                        f.total,
-                        "==",
-                        0,
-                        note=f.examples[0] if f.examples else None,
-                    )
-                )
+            checks += _backend_checks(profile, run.arm.name, run.backend)
         for c in run.cells:
-            n = f"{a}.{c.cell.name}"
-            err_note = ", ".join(f"{k}: {v}" for k, v in sorted(c.error_types.items())) or None
-            checks.append(evaluate(f"{n}.errors", "requests", c.errors, "==", 0, note=err_note))
-            checks.append(evaluate(f"{n}.completed_requests", "requests", c.completed, "==", c.cell.requests))
-            if a == bar_arm:
-                bar = profile.bars.threshold(c.cell.name)
-                if bar is not None and len(c.samples) >= (1 if profile.needs_gpu else 2):  # GPU, 1 run: INCONCLUSIVE
-                    pub = profile.bars.published[c.cell.name]
-                    checks.append(
-                        evaluate_interval(
-                            f"{n}.agg_tok_s",
-                            summarize(c.samples, "tokens/sec"),
-                            ">=",
-                            bar,
-                            note=f"published {pub} x (1 - {profile.bars.tolerance}); {profile.bars.source}",
-                        )
-                    )
-                elif bar is not None:
-                    pub = profile.bars.published[c.cell.name]
-                    checks.append(
-                        evaluate(
-                            f"{n}.agg_tok_s",
-                            "tokens/sec",
-                            None if c.agg_tok_s is None else round(c.agg_tok_s, 4),
-                            ">=",
-                            bar,
-                            note=f"published {pub} x (1 - {profile.bars.tolerance}); {profile.bars.source}",
-                        )
-                    )
+            checks += _cell_checks(profile, run.arm.name, c, bars=run.arm.name == bar_arm)
+    return checks
+
+
+def _backend_checks(profile: ServingProfile, arm: str, backend: ServeLogReport) -> list[Check]:
+    """Each required line on every rank (scope all) or at least once, and each forbidden line never."""
+    checks = []
+    for r in backend.required:
+        example = r.examples[0] if r.examples else None
+        if r.scope == "all":
+            missing = f"missing ranks {r.missing_ranks}" if r.missing_ranks else None
+            note = "; ".join(x for x in (missing, example) if x) or None
+            got = profile.ep_size - len(r.missing_ranks)
+            checks.append(evaluate(f"{arm}.backend.{r.name}", "ranks", got, "==", profile.ep_size, note=note))
+        else:
+            checks.append(evaluate(f"{arm}.backend.{r.name}", "lines", r.total, ">=", 1, note=example))
+    for f in backend.forbidden:
+        note = f.examples[0] if f.examples else None
+        checks.append(evaluate(f"{arm}.backend.forbidden.{f.name}", "lines", f.total, "==", 0, note=note))
+    return checks
+
+
+def _cell_checks(profile: ServingProfile, arm: str, c: CellResult, *, bars: bool) -> list[Check]:
+    """A cell's errors and completed requests, and (the bars' arm) its agg tok/s bar: on the runs' interval, or on
+    the one run of the local-test profile."""
+    n = f"{arm}.{c.cell.name}"
+    err_note = ", ".join(f"{k}: {v}" for k, v in sorted(c.error_types.items())) or None
+    checks = [
+        evaluate(f"{n}.errors", "requests", c.errors, "==", 0, note=err_note),
+        evaluate(f"{n}.completed_requests", "requests", c.completed, "==", c.cell.requests),
+    ]
+    bar = profile.bars.threshold(c.cell.name) if bars else None
+    if bar is None:
+        return checks
+    note = f"published {profile.bars.published[c.cell.name]} x (1 - {profile.bars.tolerance}); {profile.bars.source}"
+    if len(c.samples) >= (1 if profile.needs_gpu else 2):  # a GPU profile's one run: INCONCLUSIVE, never PASS
+        checks.append(evaluate_interval(f"{n}.agg_tok_s", summarize(c.samples, "tokens/sec"), ">=", bar, note=note))
+    else:
+        value = None if c.agg_tok_s is None else round(c.agg_tok_s, 4)
+        checks.append(evaluate(f"{n}.agg_tok_s", "tokens/sec", value, ">=", bar, note=note))
     return checks
 
 

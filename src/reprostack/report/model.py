@@ -171,7 +171,7 @@ def artifact_for(path: str | Path, *, relative_to: str | Path | None = None) -> 
     return Artifact(str(shown), sha, n)
 
 
-def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None) -> tuple[str, str]:
+def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None) -> tuple[Result, str]:
     """(result, reason) of a gate that was attempted (a skip is decided by the caller, see `skipped`).
 
     - not ran_ok (crash, timeout, setup failure: no trustworthy measurement) -> "error", failure_reason;
@@ -181,15 +181,15 @@ def decide(checks: list[Check], ran_ok: bool, failure_reason: str | None = None)
     - else "pass".
     """
     if not ran_ok:
-        return "error", failure_reason or "the gate did not run to completion"
+        return Result.ERROR, failure_reason or "the gate did not run to completion"
     if not checks:
-        return "fail", failure_reason or "no checks were evaluated (no evidence)"
+        return Result.FAIL, failure_reason or "no checks were evaluated (no evidence)"
     failed = [c for c in checks if not c.passed]
     if any(not c.inconclusive for c in failed):
-        return "fail", "; ".join(c.describe() + (f": {c.note}" if c.note else "") for c in failed)
+        return Result.FAIL, "; ".join(c.describe() + (f": {c.note}" if c.note else "") for c in failed)
     if failed:
-        return "inconclusive", "; ".join(c.describe() + (f": {c.note}" if c.note else "") for c in failed)
-    return "pass", f"{len(checks)} check(s) passed"
+        return Result.INCONCLUSIVE, "; ".join(c.describe() + (f": {c.note}" if c.note else "") for c in failed)
+    return Result.PASS, f"{len(checks)} check(s) passed"
 
 
 def require_deepep_arm(result: str, reason: str, deepep_arm: str | None, ran: list[str]) -> tuple[str, str]:
@@ -280,12 +280,12 @@ class GateReport:
     @property
     def proven(self) -> bool:
         """A pass that counts: result pass on evidence (never a self-test profile's pass)."""
-        return self.result == "pass" and self.evidence
+        return self.result == Result.PASS and self.evidence
 
     def label(self) -> str:
         """The result as printed everywhere: `PASS`, or `PASS (local-test, not evidence)` for a self-test profile."""
         word = str(self.result).upper()
-        return f"{word} ({self.profile}, not evidence)" if self.result == "pass" and not self.evidence else word
+        return f"{word} ({self.profile}, not evidence)" if self.result == Result.PASS and not self.evidence else word
 
 
 def skipped(
@@ -298,7 +298,7 @@ def skipped(
     return GateReport(
         gate,
         profile,
-        "skip",
+        Result.SKIP,
         reason,
         provenance=provenance or {},
         started=now,
@@ -312,7 +312,7 @@ def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateRep
     """The report of a gate that was not attempted because `blocker` (a gate it requires) did not pass.
     Never a pass; the reason names the blocker and its result."""
     now = utc_now()
-    root = blocker.data.get("root_cause") if blocker.result == "not-run" else None
+    root = blocker.data.get("root_cause") if blocker.result == Result.NOT_RUN else None
     if root:  # a chain: name the gate that did not pass, not the whole nested reason
         why = f"not run: required gate {blocker.gate} was not run either (root cause: gate {root})"
     else:
@@ -321,7 +321,7 @@ def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateRep
     return GateReport(
         gate,
         blocker.profile,
-        "not-run",
+        Result.NOT_RUN,
         why,
         started=now,
         ended=now,

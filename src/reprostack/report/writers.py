@@ -20,7 +20,7 @@ from pathlib import Path
 import jsonschema
 
 from ..atomicfile import write_text_atomic
-from .model import SCHEMA_VERSION, GateReport, utc_now
+from .model import SCHEMA_VERSION, GateReport, Result, utc_now
 from .. import schemas
 
 EXIT_PASS, EXIT_FAILED, EXIT_NOT_PROVEN = 0, 1, 3
@@ -57,7 +57,7 @@ def exit_code(reports: list[GateReport], required: set[str] | None = None) -> in
     """
     need = _required(reports, required)
     by_gate = {r.gate: r for r in reports}
-    if any(by_gate[g].result in ("fail", "error", "inconclusive") for g in need if g in by_gate):
+    if any(by_gate[g].result in (Result.FAIL, Result.ERROR, Result.INCONCLUSIVE) for g in need if g in by_gate):
         return EXIT_FAILED
     if not need or any(g not in by_gate or not by_gate[g].proven for g in need):  # a self-test pass proves nothing
         return EXIT_NOT_PROVEN
@@ -196,15 +196,15 @@ def _junit(reports: list[GateReport]) -> str:
                             name=f"{k}.{f}",
                             value=" ".join(map(str, v)) if isinstance(v, list) else str(v),
                         )
-        if r.result in ("fail", "inconclusive"):
+        if r.result in (Result.FAIL, Result.INCONCLUSIVE):
             counts["failures"] += 1
             ET.SubElement(tc, "failure", message=r.reason, type=r.result).text = r.reason
-        elif r.result == "error":
+        elif r.result == Result.ERROR:
             counts["errors"] += 1
             ET.SubElement(tc, "error", message=r.reason, type="error").text = r.reason
-        elif r.result in ("skip", "not-run") or not r.proven:
+        elif r.result in (Result.SKIP, Result.NOT_RUN) or not r.proven:
             counts["skipped"] += 1
-            ET.SubElement(tc, "skipped", message=r.reason if r.result != "pass" else f"{r.label()}: {r.reason}")
+            ET.SubElement(tc, "skipped", message=r.reason if r.result != Result.PASS else f"{r.label()}: {r.reason}")
         for c in r.checks:
             cc = case(f"{r.gate}.{c.metric}", f"reprostack.{r.gate}")
             if not c.passed:

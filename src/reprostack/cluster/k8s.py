@@ -16,7 +16,7 @@ Each pod: the image by digest, `nvidia.com/gpu` = the plan's GPUs per node (when
 recipe), /dev/shm as a memory emptyDir of the plan's shm size, IPC_LOCK (pinned memory without a memlock
 limit), host network and IPC where the plan says, the plan's env and mounts (the out dir as a PVC or a hostPath;
 the others as hostPaths), one pod per node (pod anti-affinity), and one command: the cross-node preflight
-(reprostack.launch.preflight) first, then the gate's in-image runner in host mode with this node's rank (the
+(reprostack.cluster.preflight) first, then the gate's in-image runner in host mode with this node's rank (the
 same runner `gate G --container` starts, reprostack.gates.container.inner_argv: node 0 writes the reports).
 
 Invariants:
@@ -38,7 +38,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import ReprostackError
-from . import plan as lp
+from ..launch import plan as lp
 
 HELP = (
     "render Kubernetes manifests (Indexed Job + headless Service; or a JobSet / LeaderWorkerSet) of a gate's "
@@ -146,7 +146,7 @@ def render(
     node_selector: dict[str, str] | None = None,
 ) -> list[dict]:
     """The manifests of `plan` (see the module docstring). `image`: REPO@sha256:HEX; gpus=False: a CPU profile
-    (no GPU request); `preflight`: its argv (reprostack.launch.preflight.command) or None; the out dir is the
+    (no GPU request); `preflight`: its argv (reprostack.cluster.preflight.command) or None; the out dir is the
     PVC `out_pvc`, else the hostPath `out_hostpath`; `host_paths`: {mount what: node path} for the other mounts
     (default: the plan's source paths). Raises K8sError naming what Kubernetes would refuse."""
     if variant not in VARIANTS:
@@ -373,9 +373,10 @@ def write(docs: list[dict], out: Path, header: str) -> list[Path]:
 def add_arguments(p) -> None:
     from ..gates.registry import GATE_ORDER
 
+    from ..gates import options as gate_options
+
     p.add_argument("gate", choices=list(GATE_ORDER))
-    p.add_argument("--nodes", type=int, default=None, help="nodes (default: the profile's)")
-    p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published p5en one)")
+    gate_options.add_arguments(p, ("nodes", "profile"))  # as every gate command defines them (gates.options)
     p.add_argument("--out", default=None, help="folder of the manifests (default: out/k8s/<gate>)")
     p.add_argument(
         "--variant",

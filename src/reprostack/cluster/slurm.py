@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ..errors import ReprostackError
-from . import plan as lp
+from ..launch import plan as lp
 
 RUNTIMES = ("pyxis", "enroot", "docker", "host")
 CODE = "/opt/reprostack/code"  # as gates.container: this checkout's package, on PYTHONPATH in the image

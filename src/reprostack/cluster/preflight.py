@@ -301,7 +301,7 @@ def run(
 ) -> int:
     """This node's preflight (module docstring). Returns 0 on pass; raises PreflightError on failure."""
     from ..gates.plan import MASTER_PORT, gate_plan
-    from . import plan as lp
+    from ..launch import plan as lp
 
     if nodes < 1 or not 0 <= node_rank < nodes:
         raise PreflightError(f"preflight: --node-rank {node_rank} is not in 0..{nodes - 1} (--nodes {nodes})")

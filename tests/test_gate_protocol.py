@@ -1,0 +1,146 @@
+"""The Gate protocol (reprostack.gates.base) and the one options model (reprostack.gates.options): every gate of the
+registry answers the protocol from its real spec; nothing outside the gate classes branches on a kind or probes a
+spec; an option is defined once and its command line gives back the same options; the stages stay short."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+import pytest
+
+from reprostack.gates import options as gate_options
+from reprostack.gates import registry
+from reprostack.gates.base import IMAGE_PATHS, Gate
+from reprostack.gates.options import GateOptions
+from reprostack.lock import load
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "reprostack"
+LOCK = load(REPO / "upstreams.lock")
+# the modules of the gate classes: the only place a kind's own spec fields are read
+KIND_MODULES = {"micro.py", "serving.py", "training.py", "nemo_rl.py", "fabric.py"}
+# the staged run and what it is made of: its functions stay short
+STAGE_MODULES = KIND_MODULES | {
+    "base.py",
+    "runner.py",
+    "plan.py",
+    "container.py",
+    "kernelprep.py",
+    "options.py",
+    "registry.py",
+    "arms.py",
+    "aiperfrun.py",
+}
+
+
+@pytest.mark.parametrize("name", registry.GATE_ORDER)
+def test_every_gate_answers_the_protocol(name):
+    g = registry.gate(name)
+    assert isinstance(g, Gate) and type(g).load is not Gate.load and type(g).plan_parts is not Gate.plan_parts
+    spec = g.spec_for(REPO, LOCK)
+    published = g.resolve_profile(spec)  # no name, no host: the published hardware
+    assert published.name == g.published_profile(spec) and published.nodes == 2 and published.needs_efa
+    for profile in spec.profiles.values():
+        parts = g.plan_parts(spec, profile, GateOptions(profile=profile.name), IMAGE_PATHS)
+        assert [c.node for c in parts.commands] == list(range(profile.nodes)), profile.name
+        assert all(c.argv for c in parts.commands)
+        for arm in parts.arms:
+            assert [c.node for c in arm.commands] in (list(range(profile.nodes)), [0]), (profile.name, arm.name)
+    assert g.launches(spec, GateOptions()) >= 1
+    assert isinstance(g.prebuilt_kernels(spec), tuple) and set(g.prebuilt_kernels(spec)) <= set(spec.kernels)
+    assert g.requirements(REPO) == tuple(r for r in g.requirements(REPO) if r in g.earlier)
+
+
+def test_the_profile_rule_is_one_rule():
+    g = registry.gate("micro")
+    spec = g.spec_for(REPO, LOCK)
+    h200 = {"gpu_count": 1, "gpus": [{"name": "NVIDIA H200"}], "efa_devices": []}
+    assert g.resolve_profile(spec, None, h200).name == "h200-ep1"  # a run here: this host's
+    assert g.resolve_profile(spec).name == "p5en-efa-ep16"  # a plan, a launcher, preflight: the published one
+    assert g.resolve_profile(spec, "h200-nvl-ep8", h200).name == "h200-nvl-ep8"  # named: that one, anywhere
+
+
+def _parser(names=gate_options.RUN_OPTIONS) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    p.add_argument("gate")
+    p.add_argument("--lock")
+    p.add_argument("--cache")
+    gate_options.add_arguments(p, names)
+    return p
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        GateOptions(),
+        GateOptions(profile="h200-ep1", trials=3, arms=("deepep", "dense"), legacy=True, modes="all", timeout=90.0),
+        GateOptions(
+            profile="p5en-efa-ep16",
+            nodes=2,
+            node_rank=1,
+            master_addr="10.0.0.1",
+            master_port=29500,
+            jobs=8,
+            arch="90",
+            vars=(("trtllm_seam", "/x"), ("k", "a=b")),
+            server_args=("--fail-every=3",),
+        ),
+    ],
+)
+def test_the_runner_command_line_gives_back_the_same_options(opts):
+    argv = opts.runner_argv("micro", out="/out", lock="/workspace/upstreams.lock")
+    assert argv[:6] == ["python3", "-m", "reprostack", "gate", "micro", "--no-container"]
+    back = GateOptions.from_args(_parser().parse_args(argv[4:]))
+    assert back.with_(out=opts.out, python=opts.python) == opts
+    assert back.out == Path("/out")
+
+
+def test_each_option_is_defined_once_and_taken_by_name():
+    p = argparse.ArgumentParser()
+    gate_options.add_arguments(p, ("profile", "nodes"), required=("nodes",), help={"nodes": "the job's nodes"})
+    a = p.parse_args(["--nodes", "2"])
+    assert (a.profile, a.nodes) == (None, 2)
+    with pytest.raises(SystemExit):
+        p.parse_args([])  # --nodes required here
+    text = p.format_help()
+    assert "the job's nodes" in text and gate_options.PROFILE_RULE.split(" (")[0] in text
+    assert set(gate_options.RUN_OPTIONS) - {"container"} == set(gate_options.OPTIONS)
+
+
+def _modules():
+    for p in sorted(SRC.rglob("*.py")):
+        yield p, ast.parse(p.read_text())
+
+
+def test_no_kind_branch_and_no_spec_probe_outside_the_gate_classes():
+    """A kind string is shown, never branched on (`g.kind == "serving"`); a spec's fields are the gate class's to
+    read (no `getattr(spec, ...)` / `getattr(prof, ...)` probes elsewhere)."""
+    bad = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    if isinstance(side, ast.Attribute) and side.attr == "kind" and isinstance(side.value, ast.Name):
+                        if side.value.id in ("g", "gate", "self") and path.parent.name in ("gates", "cluster", "bump"):
+                            bad.append(f"{path.relative_to(SRC)}:{node.lineno}: branches on {side.value.id}.kind")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Name) and first.id in ("spec", "prof", "profile"):
+                    if not (path.parent.name == "gates" and path.name in KIND_MODULES):
+                        bad.append(f"{path.relative_to(SRC)}:{node.lineno}: getattr({first.id}, ...)")
+    assert bad == []
+
+
+def test_the_stages_stay_short():
+    long = []
+    for path in sorted((SRC / "gates").glob("*.py")):
+        if path.name not in STAGE_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 60:
+                    long.append(f"gates/{path.name}:{node.lineno}: {node.name} is {n} lines")
+    assert long == []
