@@ -452,3 +452,40 @@ def test_jsonl_bounds_name_the_record_line(line, message, tmp_path):
     with pytest.raises(ReprostackError) as ei:
         parse_records(p)
     assert re.match(re.escape(str(p)) + message, str(ei.value)), str(ei.value)
+
+
+# --------------------------------------------------------------------------- nccl-tests output (gate 0, fabric)
+
+
+def test_fuzz_nccl_tests_output_never_raises():
+    """gates.parsers.nccl_tests on N mutations of real output (the pinned binaries run here, the p5en NCCL INFO log)
+    and of a table printed with v2.19.6's formats: every one parses (problems named), none raises anything."""
+    from nccltestsout import GIB, header, info, table
+
+    from reprostack.gates.parsers.nccl_tests import parse_nccl_tests
+
+    fix = ROOT / "tests" / "fixtures" / "nccl-tests" / "cpu-no-gpu"
+    p5en = (PUB / "trtllm-shim" / "serve_log_head.log").read_bytes().splitlines(keepends=True)
+    seeds = [
+        (fix / "all_reduce_perf.log").read_bytes(),
+        (fix / "alltoall_perf.log").read_bytes(),
+        b"".join(p5en[700:1200] + p5en[1740:1800]),
+        (
+            header(ranks=(("a", 1, 0), ("b", 2, 0)))
+            + info("a", 1, 0, "Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0/GDRDMA")
+            + "\n"
+            + info("a", 1, 0, "NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)")
+            + "\n"
+            + table([8 << i for i in range(28)], lambda s, c: 40.0 + s / GIB, cycles=2, nranks=2)
+        ).encode(),
+    ]
+    rng = random.Random("14-nccl-tests")
+    bad = []
+    for i in range(N):
+        data = mutate(seeds[i % len(seeds)], rng, "yaml")
+        try:
+            p = parse_nccl_tests(data.decode("utf-8", "replace"))
+            assert len(p.problems) <= 51 and all(len(x) <= 300 for x in p.problems)
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything
+            bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
+    assert not bad, f"{len(bad)}/{N} mutated outputs raised:\n" + "\n".join(bad[:20])
