@@ -21,6 +21,7 @@ from reprostack import cli
 from reprostack import lock as lockmod
 from reprostack.containers.recipe import load_recipe as load_image_recipe
 from reprostack.errors import ReprostackError
+from reprostack.gates.fabric_spec import SPEC_STEM, load_fabric_spec
 from reprostack.gates.servingspec import load_serving_spec
 from reprostack.gates.spec import load_spec
 from reprostack.gates.training_spec import load_training_spec
@@ -232,6 +233,7 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
         "gate spec": [
             (p, (lambda f: lambda: f(root))(_gate_loader(p.stem))) for p in sorted((root / "gates").glob("*.yaml"))
         ],
+        "fabric spec": [(root / "gates" / f"{SPEC_STEM}.yaml", lambda: load_fabric_spec(root))],
         "claims": [(root / "claims" / "published.yaml", lambda: load_claims(root / "claims" / "published.yaml"))],
         "image.yaml": [
             (p, (lambda n: lambda: load_image_recipe(root, n))(p.parent.name))
@@ -280,7 +282,8 @@ def staged(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "name", ["lock", "gate spec", "claims", "image.yaml", "kernel recipe", "aiperf export", "aiperf records"]
+    "name",
+    ["lock", "gate spec", "fabric spec", "claims", "image.yaml", "kernel recipe", "aiperf export", "aiperf records"],
 )
 def test_fuzz_reader_never_tracebacks(name, staged):
     bad = run_reader(name, readers(staged)[name])
