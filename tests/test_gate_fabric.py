@@ -362,3 +362,37 @@ def test_the_module_runs_as_a_program(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert r.returncode == 2 and r.stderr == "reprostack: error: run needs --out DIR\n"
+
+
+# --------------------------------------------------------------------------- the device script
+
+
+@pytest.mark.parametrize(
+    "have, message",
+    [
+        ((), "no NCCL 2.30.4 wheel in .cache/wheelhouse: seed it first"),
+        (
+            (".cache/wheelhouse/nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl",),
+            "missing .carry/sources.tar",
+        ),
+    ],
+)
+def test_the_device_script_names_what_is_missing(tmp_path, have, message):
+    import shutil
+    import subprocess
+
+    root = tmp_path / "root"
+    (root / "scripts" / "device").mkdir(parents=True)
+    for s in ("gate_fabric.sh", "seed_wheelhouse.sh"):
+        shutil.copy(ROOT / "scripts" / "device" / s, root / "scripts" / "device" / s)
+    for f in have:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_bytes(b"")
+    r = subprocess.run(
+        ["bash", "scripts/device/gate_fabric.sh"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OUT": str(tmp_path / "out"), "REPROSTACK_CACHE": str(tmp_path / "c")},
+    )
+    assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1
