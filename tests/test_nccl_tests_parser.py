@@ -340,3 +340,14 @@ def test_many_fake_ranks_in_info_lines_are_bounded():
     lines += [info(f"h{i}", i, 0, "Using network Socket") for i in range(10_000)]
     p = parse_nccl_tests("\n".join(lines))
     assert len(p.transports) <= nccl_tests.MAX_RANKS
+
+
+def test_a_flood_of_forged_processes_never_drops_a_known_process_s_lines():
+    lines = [
+        header(ranks=(("real", 1, 0),)).rstrip("\n"),
+        info("real", 1, 0, "NET/Plugin: Loaded net plugin Libfabric (v12)"),
+    ]
+    lines += [info(f"forged{i}", i + 2, 0, "Using network Socket") for i in range(nccl_tests.MAX_RANKS + 10)]
+    lines.append(info("real", 1, 0, "NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)"))
+    (t,) = parse_nccl_tests("\n".join(lines)).transports
+    assert (t.net_plugin, t.provider) == ("Libfabric (v12)", "efa")

@@ -329,9 +329,11 @@ class _Nccl:
         self.net_of: dict[int, str] = {}  # rank -> `Using network` of its comm (by prefix)
 
     def line(self, host: str, pid: int, dev: int, msg: str) -> None:
-        p = self.procs.setdefault((host, pid), _Proc()) if len(self.procs) < MAX_RANKS else None
+        p = self.procs.get((host, pid))
         if p is None:
-            return
+            if len(self.procs) >= MAX_RANKS:  # a flood of forged processes: the first MAX_RANKS are kept
+                return
+            p = self.procs[(host, pid)] = _Proc()
         if m := _NCCL_VERSION.match(msg):
             p.version = m.group(1)
         elif m := _PLUGIN.match(msg):
