@@ -21,6 +21,7 @@ from reprostack import cli
 from reprostack import lock as lockmod
 from reprostack.containers.recipe import load_recipe as load_image_recipe
 from reprostack.errors import ReprostackError
+from reprostack.gates.fabric_spec import SPEC_STEM, load_fabric_spec
 from reprostack.gates.servingspec import load_serving_spec
 from reprostack.gates.spec import load_spec
 from reprostack.gates.training_spec import load_training_spec
@@ -232,6 +233,7 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
         "gate spec": [
             (p, (lambda f: lambda: f(root))(_gate_loader(p.stem))) for p in sorted((root / "gates").glob("*.yaml"))
         ],
+        "fabric spec": [(root / "gates" / f"{SPEC_STEM}.yaml", lambda: load_fabric_spec(root))],
         "claims": [(root / "claims" / "published.yaml", lambda: load_claims(root / "claims" / "published.yaml"))],
         "image.yaml": [
             (p, (lambda n: lambda: load_image_recipe(root, n))(p.parent.name))
@@ -280,7 +282,8 @@ def staged(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "name", ["lock", "gate spec", "claims", "image.yaml", "kernel recipe", "aiperf export", "aiperf records"]
+    "name",
+    ["lock", "gate spec", "fabric spec", "claims", "image.yaml", "kernel recipe", "aiperf export", "aiperf records"],
 )
 def test_fuzz_reader_never_tracebacks(name, staged):
     bad = run_reader(name, readers(staged)[name])
@@ -452,3 +455,40 @@ def test_jsonl_bounds_name_the_record_line(line, message, tmp_path):
     with pytest.raises(ReprostackError) as ei:
         parse_records(p)
     assert re.match(re.escape(str(p)) + message, str(ei.value)), str(ei.value)
+
+
+# --------------------------------------------------------------------------- nccl-tests output (gate 0, fabric)
+
+
+def test_fuzz_nccl_tests_output_never_raises():
+    """gates.parsers.nccl_tests on N mutations of real output (the pinned binaries run here, the p5en NCCL INFO log)
+    and of a table printed with v2.19.6's formats: every one parses (problems named), none raises anything."""
+    from nccltestsout import GIB, header, info, table
+
+    from reprostack.gates.parsers.nccl_tests import parse_nccl_tests
+
+    fix = ROOT / "tests" / "fixtures" / "nccl-tests" / "cpu-no-gpu"
+    p5en = (PUB / "trtllm-shim" / "serve_log_head.log").read_bytes().splitlines(keepends=True)
+    seeds = [
+        (fix / "all_reduce_perf.log").read_bytes(),
+        (fix / "alltoall_perf.log").read_bytes(),
+        b"".join(p5en[700:1200] + p5en[1740:1800]),
+        (
+            header(ranks=(("a", 1, 0), ("b", 2, 0)))
+            + info("a", 1, 0, "Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0/GDRDMA")
+            + "\n"
+            + info("a", 1, 0, "NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)")
+            + "\n"
+            + table([8 << i for i in range(28)], lambda s, c: 40.0 + s / GIB, cycles=2, nranks=2)
+        ).encode(),
+    ]
+    rng = random.Random("14-nccl-tests")
+    bad = []
+    for i in range(N):
+        data = mutate(seeds[i % len(seeds)], rng, "yaml")
+        try:
+            p = parse_nccl_tests(data.decode("utf-8", "replace"))
+            assert len(p.problems) <= 51 and all(len(x) <= 300 for x in p.problems)
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything
+            bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
+    assert not bad, f"{len(bad)}/{N} mutated outputs raised:\n" + "\n".join(bad[:20])

@@ -678,14 +678,14 @@ def test_run_logged_stamps_lines_and_kills_the_whole_group_at_its_timeout(tmp_pa
     """A build step's output lines carry their seconds; at the timeout the step and what it started (a compiler
     that pip or ninja left running) are killed, and the error names the step and the log."""
     log = tmp_path / "b.log"
-    build._run_logged(
+    build.run_logged(
         ["sh", "-c", "echo one; echo two"], cwd=tmp_path, env=dict(os.environ), log=log, step="s", timeout=30
     )
     assert [l.split(None, 1)[1] for l in log.read_text().splitlines()[1:]] == ["one", "two"]
     pid_file = tmp_path / "child.pid"
     t0 = time.monotonic()
     with pytest.raises(BuildError, match=r"^slow: timed out after 1 s; log: "):
-        build._run_logged(
+        build.run_logged(
             ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; echo started; wait"],
             cwd=tmp_path,
             env=dict(os.environ),
@@ -702,4 +702,4 @@ def test_run_logged_stamps_lines_and_kills_the_whole_group_at_its_timeout(tmp_pa
     else:
         raise AssertionError("the step's child outlived its timeout")
     with pytest.raises(BuildError, match=r"^s: exit 3; log: "):
-        build._run_logged(["sh", "-c", "exit 3"], cwd=tmp_path, env=dict(os.environ), log=log, step="s", timeout=30)
+        build.run_logged(["sh", "-c", "exit 3"], cwd=tmp_path, env=dict(os.environ), log=log, step="s", timeout=30)

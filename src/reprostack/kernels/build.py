@@ -48,11 +48,11 @@ def build_key(fields: dict) -> str:
 PREWARM_GRACE_S = 5.0  # how long a finished DeepEP build waits for the bytecode prewarm before cutting it
 
 
-def _jobs(jobs: int | None) -> int:
+def job_count(jobs: int | None) -> int:
     return jobs or max(1, len(os.sched_getaffinity(0)))
 
 
-def _run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, timeout: float) -> None:
+def run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, step: str, timeout: float) -> None:
     """Run `argv` under launch.watchdog (the whole process group stopped at `timeout`), its output appended to
     `log`, each line after its seconds since the start (`   12.3 ...`: where a build's time went, e.g. setup.py's
     torch import before the compile). Raises BuildError naming the step and the log."""
@@ -96,7 +96,7 @@ def ninja_steps(work: Path) -> list[tuple[float, str]]:
     return sorted(out, key=lambda t: -t[0])
 
 
-def _reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
+def reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     key = build_key(fields)
     out = Path(cache) / "builds" / f"{component}-{key[:16]}"
     manifest = out / "build.json"
@@ -157,18 +157,18 @@ def build_nccl(
             "make",
             "-C",
             str(src),
-            f"-j{_jobs(jobs)}",
+            f"-j{job_count(jobs)}",
             *recipe.make_targets,
             f"BUILDDIR={tmp / 'build'}",
             *(f"{k}={v}" for k, v in make_vars.items()),
         ]
-        _run_logged(argv, cwd=src, env=env, log=log, step="nccl: make src.build", timeout=timeout)
+        run_logged(argv, cwd=src, env=env, log=log, step="nccl: make src.build", timeout=timeout)
         built = preflight.nccl_header_version(tmp / "build" / "include")
         if built != version:
             raise BuildError(f"nccl: built nccl.h says {built}, source version.mk says {version}")
         return {"version": version, "lib": "build/lib/libnccl.so.2", "include": "build/include"}
 
-    return _reuse_or_build(cache, "nccl", fields, make)
+    return reuse_or_build(cache, "nccl", fields, make)
 
 
 def build_deepep(
@@ -222,7 +222,7 @@ def build_deepep(
             {
                 "EP_NCCL_ROOT_DIR": str(nccl_root),
                 "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
-                "MAX_JOBS": str(_jobs(jobs)),
+                "MAX_JOBS": str(job_count(jobs)),
                 "EP_JIT_CACHE_DIR": str(final / "jit"),
                 "CUDA_HOME": tc.cuda_home,
             }
@@ -256,11 +256,11 @@ def build_deepep(
             pycache_dir(cache),
             Path(tc.torch_site) if tc.torch_site else None,
             final / "overlay",
-            jobs=max(1, _jobs(jobs) // 2),
+            jobs=max(1, job_count(jobs) // 2),
             stdlib_dirs=[tc.stdlib] if tc.stdlib else None,
         )
         try:
-            _run_logged(argv, cwd=work, env=env, log=log, step="deepep: setup.py build", timeout=timeout)
+            run_logged(argv, cwd=work, env=env, log=log, step="deepep: setup.py build", timeout=timeout)
         except BaseException:
             warm.finish(bound_s=0)
             raise
@@ -287,4 +287,4 @@ def build_deepep(
             "bytecode_prewarm": prewarm,
         }
 
-    return _reuse_or_build(cache, "deepep", fields, make)
+    return reuse_or_build(cache, "deepep", fields, make)

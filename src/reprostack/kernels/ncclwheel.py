@@ -16,7 +16,7 @@ is an error (one line naming the recipe key).
 Unpacking (`unpack`): the wheel is fetched and sha256-checked by `fetch.wheels` (cache, wheelhouse, or pip), then
 only its `nvidia/nccl/include/**` and `nvidia/nccl/lib/**` members are written to `<cache>/builds/nccl-<key16>/build/
 {include,lib}`, the same layout as a source build, through the same keyed, rename-when-complete step
-(build._reuse_or_build). key = sha256 of (wheel sha256, layout version): content-keyed, so DeepEP's build key (which
+(build.reuse_or_build). key = sha256 of (wheel sha256, layout version): content-keyed, so DeepEP's build key (which
 holds NCCL's key) differs between wheel and source NCCL. The wheel is untrusted: every member name must be a relative
 path without `..`, NUL or backslash (any member, extracted or not), and only once; no symlinks; at most 4 GiB unpacked; it must hold
 include/nccl.h whose version equals the pin's and lib/libnccl.so.2. Any of these -> one BuildError line naming the
@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from ..errors import BuildError, LockError
 from ..lock import GitPin, Lock, WheelPin
 from . import preflight
-from .build import Built, _reuse_or_build
+from .build import Built, reuse_or_build
 
 PREFIX = "nvidia/nccl/"
 PARTS = ("include", "lib")
@@ -177,4 +177,4 @@ def unpack(wheel_path: Path, sha256: str, version: str, cache: Path) -> Built:
             "include": "build/include",
         }
 
-    return _reuse_or_build(cache, "nccl", fields, make)
+    return reuse_or_build(cache, "nccl", fields, make)

@@ -214,3 +214,26 @@ def detect(python: str, *, arch: str | None = None, cache: Path | None = None) -
         nvshmem_root=probe.get("nvshmem_root"),
         stdlib=probe.get("stdlib"),
     )
+
+
+def detect_nvcc(*, arch: str | None = None) -> Toolchain:
+    """nvcc, its release, the toolkit folder and the GPU arch, without probing a Python: for builds that load no
+    torch (kernels.nccltests, NCCL from source). Its Python fields are empty and enter no build key (build_nccl and
+    build_nccl_tests key on nvcc_version and arch only). Raises BuildError: no nvcc; no arch (no GPU and none given)."""
+    toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    nvcc = shutil.which("nvcc") or os.path.join(toolkit, "bin", "nvcc")
+    arch = arch or gpu_arch()
+    if not arch:
+        raise BuildError("no GPU found to take the CUDA arch from; pass --arch (e.g. 90) or set REPROSTACK_CUDA_ARCH")
+    return Toolchain(
+        python="",
+        python_version="",
+        torch="",
+        torch_cuda=None,
+        torch_site="",
+        nvcc=nvcc,
+        nvcc_version=nvcc_version(nvcc),
+        cuda_home=cuda_home(nvcc),
+        arch=arch,
+        nvshmem_root=None,
+    )

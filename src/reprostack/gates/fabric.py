@@ -1,0 +1,329 @@
+"""Gate 0 (fabric), its stages below the gate machinery: which profile, the commands each node runs, the parse of
+their output, the checks and the transport check. Not registered: the Gate class that wraps these (plan, run,
+report) lives with the registry (issue 24); `python -m reprostack.gates.fabric` runs them directly meanwhile
+(scripts/device/gate_fabric.sh).
+
+Stages, each pure except `prepare_kernels` and `run_local`:
+- choose_profile(spec, name, host): the named profile, else the one fitting the host (micro's rule);
+- node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test one TestCommand, the
+  argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's, then the profile's),
+  the same for the plan and the run; `process_env` puts the pinned NCCL's lib first on LD_LIBRARY_PATH;
+- parse(text_by_test): gates.parsers.nccl_tests per test;
+- checks(spec, profile, parsed, nccl_version=): per test `<test>.rows` (every size of the sweep in each of the
+  `trials` cycles), `<test>.wrong_total` == 0 (-c 1 checked every result), `<test>.out_of_bounds` == 0,
+  `<test>.nccl_library` == the pinned NCCL (nccl-tests' `nccl-library=`), each bar `<test>.busbw_gbs` at its size
+  on the interval of its per-cycle samples (report.evaluate_interval), then `transport`;
+- transport_check(profile, parsed): every rank of every test on the transport the profile needs;
+- figures(spec, profile, parsed): busbw per cycle at the report sizes and the bar sizes, with report.stats summaries
+  (`data.statistics`), reported on every profile, bars or not.
+
+Trials: one launch per test, `-N trials` cycles of the whole sweep in it (nccl-tests' own repetition: the same
+communicator and buffers, no re-initialisation between cycles), so each size has `trials` samples and a bar is
+judged on their 95% interval (PASS only when the whole interval clears it; one cycle is INCONCLUSIVE).
+
+Multi-node (profile launcher `mpi`): nccl-tests has no bootstrap between processes without MPI (kernels/nccl-tests.yaml),
+so each node's command is one MPI rank driving its node's GPUs (`-g gpus-per-node`), started by the MPI runtime
+(`srun --mpi=pmix --ntasks-per-node=1 ARGV` or `mpirun -np NODES -N 1 ARGV`) from nccl-tests built with MPI=1; node
+rank and master address come from MPI, not from the argv. The build of that binary needs an MPI the lock does not
+pin yet: `node_commands` says so in TestCommand.needs.
+
+Verdict (the Gate class's): a profile whose bars are unmeasured reports every number and never passes (micro's rule);
+a transport check that fails is a FAIL naming the ranks; no output at all is an ERROR, not a FAIL.
+
+Invariants: no function here starts a process except `run_local` (under launch.watchdog, its output kept whole in the
+log) and `prepare_kernels` (the keyed builds); checks never pass on a missing or non-finite number
+(report.evaluate); every check names its metric once per test (`all_reduce.busbw_gbs`, ...) and `transport` once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GateError
+from ..report import Check, evaluate, evaluate_interval
+from ..report.stats import Summary, summarize
+from .fabric_spec import FabricSpec
+from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
+from .spec import NoProfileForHost, Profile
+
+EFA_TRANSPORT = "NET/OFI efa"
+
+
+@dataclass(frozen=True)
+class TestCommand:
+    """What one node runs for one test: `argv` (the binary's path first), `env` (overrides of the process env),
+    `launcher` (`local`: this process drives the node's GPUs; `mpi`: one MPI rank of `ranks` per node), `needs`
+    (what must be true before it can run, in words; empty when nothing)."""
+
+    test: str
+    binary: str
+    argv: tuple[str, ...]
+    env: dict
+    launcher: str
+    nodes: int
+    node_rank: int
+    gpus_per_node: int
+    timeout_s: float
+    needs: tuple[str, ...] = ()
+    master_addr: str | None = None
+
+
+@dataclass(frozen=True)
+class FabricParse:
+    """One parse per test (gates.parsers.nccl_tests), keyed by the spec's test name."""
+
+    tests: dict = field(default_factory=dict)
+
+    def get(self, test: str) -> NcclTestsParse | None:
+        return self.tests.get(test)
+
+
+def choose_profile(spec: FabricSpec, name: str | None, host: dict) -> Profile:
+    """The named profile, else the one fitting this host (hostinfo.collect's dict): EFA and 8 GPUs -> the 2-node EFA
+    profile; no EFA -> the one-node profile with the host's GPU count (h200-ep1, h200-nvl-ep8); a profile with
+    `gpu-model` only where every listed GPU name holds it. Raises NoProfileForHost (a SKIP with this reason) or
+    GateError for an unknown named profile."""
+    if name:
+        return spec.profile(name)
+    gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
+    names = [g.get("name", "") for g in host.get("gpus", []) if isinstance(g, dict)]
+    for p in spec.profiles.values():
+        if p.gpu_model and names and not all(p.gpu_model in n for n in names):
+            continue
+        if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
+            return p
+    raise NoProfileForHost(
+        f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
+        f"pass --profile (known: {', '.join(spec.profiles)})"
+    )
+
+
+def node_commands(
+    spec: FabricSpec,
+    profile: Profile,
+    bin_dir: Path | str,
+    *,
+    nodes: int | None = None,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+) -> tuple[TestCommand, ...]:
+    """One TestCommand per test of the spec for node `node_rank` of `nodes` (default: the profile's). Raises
+    GateError for a node count other than the profile's, a node rank out of range, or a multi-node profile whose
+    launcher is not `mpi` (nccl-tests cannot span processes without MPI)."""
+    nodes = profile.nodes if nodes is None else nodes
+    if nodes != profile.nodes:
+        raise GateError(f"{spec.path}: profile {profile.name} is {profile.nodes} node(s), not {nodes}")
+    if not 0 <= node_rank < nodes:
+        raise GateError(f"{spec.path}: node rank {node_rank} is not one of 0..{nodes - 1}")
+    if nodes > 1 and profile.launcher != "mpi":
+        raise GateError(f"{spec.path}: profile {profile.name} spans {nodes} nodes: its launcher must be mpi")
+    needs = ()
+    if profile.launcher == "mpi":
+        needs = (
+            "nccl-tests built with MPI=1 against an MPI with PMIx (none pinned in upstreams.lock yet; "
+            "kernels/nccl-tests.yaml builds MPI=0)",
+            f"started by the MPI runtime, one rank per node: srun --mpi=pmix --ntasks-per-node=1 (Slurm) "
+            f"or mpirun -np {nodes} -N 1 (Kubernetes: the MPI operator)",
+        )
+    env = {**spec.env, **profile.env}
+    out = []
+    for name, t in spec.tests.items():
+        argv = (str(Path(bin_dir) / t.binary), *t.args, "-g", str(profile.gpus_per_node), "-N", str(spec.trials))
+        out.append(
+            TestCommand(
+                name,
+                t.binary,
+                argv,
+                dict(env),
+                profile.launcher,
+                nodes,
+                node_rank,
+                profile.gpus_per_node,
+                spec.timeout_s,
+                needs,
+                master_addr,
+            )
+        )
+    return tuple(out)
+
+
+def process_env(cmd: TestCommand, base: dict | None = None, nccl_lib: Path | str | None = None) -> dict:
+    """The full environment of `cmd`: `base` (default: ours), its env over it, and the pinned NCCL's lib folder first
+    on LD_LIBRARY_PATH (the binaries NEED libnccl.so.2 by SONAME: the first on the path is the one they load)."""
+    env = dict(os.environ if base is None else base)
+    env.update(cmd.env)
+    if nccl_lib is not None:
+        rest = env.get("LD_LIBRARY_PATH", "")
+        env["LD_LIBRARY_PATH"] = str(nccl_lib) + (os.pathsep + rest if rest else "")
+    return env
+
+
+def parse(text_by_test: dict) -> FabricParse:
+    """Parse each test's output (the raw log's text). Never raises on content."""
+    return FabricParse({name: parse_nccl_tests(text) for name, text in text_by_test.items()})
+
+
+def nccl_version_code(version: str) -> int | None:
+    """NCCL's NCCL_VERSION_CODE of "2.30.4" (23004; 2.9+ scheme), the value nccl-tests prints as nccl-library=."""
+    try:
+        major, minor, patch = (int(x) for x in version.split(".")[:3])
+    except (ValueError, AttributeError):
+        return None
+    return major * 10000 + minor * 100 + patch
+
+
+def _samples(p: NcclTestsParse, size: int, placement: str) -> list[float]:
+    rows = p.rows_at(size)
+    return [(r.out_of_place if placement == "out-of-place" else r.in_place).busbw_gbs for r in rows]
+
+
+def _summary(samples: list[float]) -> Summary | None:
+    if not samples or not all(math.isfinite(x) for x in samples):
+        return None
+    return summarize(samples, "GB/s")
+
+
+def _size_words(size: int) -> str:
+    for unit, n in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= n and size % n == 0:
+            return f"{size // n} {unit}"
+    return f"{size} B"
+
+
+def _test_checks(spec: FabricSpec, name: str, p: NcclTestsParse | None, want_nccl: int | None) -> list[Check]:
+    """The health checks of one test's output (rows complete, no wrong element, the pinned NCCL)."""
+    sizes = spec.tests[name].sizes()
+    if p is None:
+        return [evaluate(f"{name}.rows", "", None, "==", spec.trials * len(sizes), "no output for this test")]
+    per_cycle = [sum(r.cycle == c for r in p.rows) for c in range(p.cycles)]
+    note = f"{p.cycles} cycle(s) of {per_cycle or [0]} rows; {len(sizes)} sizes x {spec.trials} trials expected"
+    if p.problems:
+        note += f"; output problems: {'; '.join(p.problems[:3])}"
+    if p.failures:
+        note += f"; failure: {p.failures[0]}"
+    rows_ok = not p.problems and p.cycles == spec.trials and all(n == len(sizes) for n in per_cycle)
+    out = [
+        Check(f"{name}.rows", "", len(p.rows), "==", spec.trials * len(sizes), rows_ok and bool(p.rows), note),
+        evaluate(
+            f"{name}.wrong_total",
+            "",
+            p.wrong_total,
+            "==",
+            0,
+            None if p.wrong_total is not None else "no #wrong count in the output (-c 0, or no row)",
+        ),
+        evaluate(
+            f"{name}.out_of_bounds", "", p.out_of_bounds, "==", 0, None if p.out_of_bounds is not None else "no footer"
+        ),
+    ]
+    if want_nccl is not None:
+        out.append(
+            evaluate(
+                f"{name}.nccl_library",
+                "",
+                p.nccl_library,
+                "==",
+                want_nccl,
+                "NCCL_VERSION_CODE of the library nccl-tests loaded (its header line)",
+            )
+        )
+    return out
+
+
+def checks(spec: FabricSpec, profile: Profile, parsed: FabricParse, *, nccl_version: str | None = None) -> list[Check]:
+    """Every check of a run (module doc): per test the health checks, the profile's bars on their interval, then
+    `transport`. A profile without bars gets the health and transport checks only (its numbers: `figures`)."""
+    want = nccl_version_code(nccl_version) if nccl_version else None
+    out: list[Check] = []
+    for name in spec.tests:
+        out += _test_checks(spec, name, parsed.get(name), want)
+    for bar in profile.bars:
+        p = parsed.get(bar.test)
+        samples = _samples(p, bar.size, bar.placement) if p else []
+        where = f"at {_size_words(bar.size)} ({bar.size} B), {bar.placement}; {bar.published} GB/s published x (1 - {bar.tolerance}); {bar.source}"
+        s = _summary(samples)
+        if s is None:
+            why = "no row at this size" if not samples else f"non-finite sample(s) {samples}"
+            out.append(evaluate(bar.metric, "GB/s", None, bar.op, bar.threshold, f"{why}; {where}"))
+        else:
+            out.append(evaluate_interval(bar.metric, s, bar.op, bar.threshold, where))
+    out.append(transport_check(profile, parsed))
+    return out
+
+
+def transport_check(profile: Profile, parsed: FabricParse) -> Check:
+    """`transport` == what the profile needs, for every rank of every test: `NET/OFI efa` on an EFA profile (a
+    rank on Socket, IB, another provider or unknown fails, named with its host), `none: no network (one node)` on
+    one node (one GPU: no peer at all; NVLink: P2P/SHM only, no NET connection). Ranks missing from a test's
+    output fail too (the profile's nodes x gpus-per-node are expected)."""
+    want = EFA_TRANSPORT if profile.needs_efa else (NONE_ONE_NODE if profile.nodes == 1 else None)
+    expected = set(range(profile.nodes * profile.gpus_per_node))
+    bad, seen, why = [], 0, []
+    for name, p in parsed.tests.items():
+        ranks = {t.rank: t for t in p.transports}
+        missing = sorted(expected - set(ranks))
+        if missing:
+            bad.append(f"{name}: rank(s) {_ranges(missing)} not in the output")
+        for r in sorted(ranks):
+            t = ranks[r]
+            ok = t.transport == want if want else not t.transport.startswith(("unknown", "mixed"))
+            if not ok:
+                bad.append(f"{name}: rank {r} ({t.host}) {t.transport}" + (f" [{t.why}]" if t.why else ""))
+            seen += 1
+        if p.transports and profile.nodes == 1 and profile.gpus_per_node == 1:
+            why.append(f"{name}: one GPU, no peer: {p.transports[0].why}")
+    if not parsed.tests:
+        bad.append("no test output")
+    value = (
+        (want or "one network")
+        if not bad
+        else "; ".join(bad[:8]) + (f"; ... {len(bad) - 8} more" if len(bad) > 8 else "")
+    )
+    note = f"{seen} rank(s) over {len(parsed.tests)} test(s)" + (f"; {'; '.join(why)}" if why else "")
+    return Check("transport", "", value[:600], "==", want or "one network", not bad, note[:600])
+
+
+def _ranges(xs: list[int]) -> str:
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(f"{start}" if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(out)
+
+
+def figures(spec: FabricSpec, profile: Profile, parsed: FabricParse) -> dict:
+    """{`<test>.busbw_gbs@<size>`: {"samples": [...], "statistics": Summary.to_dict() or None}} at the spec's report
+    sizes and the profile's bar sizes (out-of-place), plus `<test>.avg_busbw_gbs` (nccl-tests' own average over
+    every size and cycle) and the transport per rank: what every run reports, bars or not."""
+    out: dict = {}
+    sizes = {(b.test, b.size) for b in profile.bars} | {(t, s) for t in spec.tests for s in spec.report_sizes}
+    for test, size in sorted(sizes):
+        p = parsed.get(test)
+        samples = _samples(p, size, "out-of-place") if p else []
+        s = _summary(samples)
+        out[f"{test}.busbw_gbs@{size}"] = {"samples": samples, "statistics": s.to_dict() if s else None}
+    for test, p in parsed.tests.items():
+        out[f"{test}.avg_busbw_gbs"] = p.avg_busbw_gbs
+        out[f"{test}.transports"] = [
+            {
+                "rank": t.rank,
+                "host": t.host,
+                "pid": t.pid,
+                "device": t.device,
+                "net_plugin": t.net_plugin,
+                "provider": t.provider,
+                "fabric": t.fabric,
+                "network": t.network,
+                "connections": t.connections,
+                "transport": t.transport,
+                "why": t.why,
+            }
+            for t in p.transports
+        ]
+    return out

@@ -1,0 +1,550 @@
+"""Parse the output of NVIDIA's nccl-tests (`all_reduce_perf`, `alltoall_perf`, ...) together with the NCCL_DEBUG=INFO
+lines of the same run: the run's header, every table row, the footer, and per rank the net plugin, the libfabric
+provider and the transport its connections used (gate 0, fabric).
+
+What nccl-tests prints (v2.19.6 src/util.cu; older releases are read too):
+- header: `# nccl-tests version V nccl-headers=H nccl-library=L`, `# Collective test starting: NAME`,
+  `# nThread T nGpus G minBytes B maxBytes E step: S(factor|bytes) warmup iters: W iters: N ...`, then one line per
+  rank `#  Rank R Group G Pid P on HOST device D [BUS] NAME` (no `Group` before 2.13);
+- the table: a column header `# size count type redop root time algbw busbw #wrong time algbw busbw #wrong` (older:
+  `error` for `#wrong`, no `root`; `cputime` with -C; i_min/i_max/i_p99/i_cv% per placement with -I; a trailing
+  timestamp with -S), then one row per size: out-of-place, then in-place; `#wrong` is `N/A` without a check (-c 0);
+  `-N K` repeats the sweep K times: a row whose size is below the previous row's starts the next cycle;
+- footer: `# Out of bounds values : 0 OK|FAILED`, `# Avg bus bandwidth : X`, `# Collective test concluded: NAME`;
+- failures: `HOST: Test NCCL failure common.cu:L '...'`, `Test CUDA failure`, `Test failure`, `NCCL WARN` lines.
+
+What NCCL prints with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET), each line `HOST:PID:TID [DEV] NCCL INFO MSG`:
+`NCCL version X`, `NET/Plugin: Loaded net plugin NAME (vN)`, `Successfully loaded external network plugin PATH`,
+`NET/Plugin: Could not find: ...` (no external plugin), aws-ofi-nccl's `NET/OFI Selected provider is P[, fabric is F]
+(found N nics)` (`Provider` in older releases), `Using network NAME` (Socket, IB, Libfabric, AWS Libfabric),
+`... comm 0x.. rank R nranks N cudaDev D ... Init START|COMPLETE` and `comm 0x.. rank R nRanks N nNodes M ...` (which
+process and device is which rank), and per connection `Channel CC/c : R[d] -> S[e] [send|receive] via NET/NAME/...`,
+`via P2P/...`, `via SHM/...`.
+
+Per rank (`RankTransport`): the process (host, pid) from the nccl-tests rank lines or NCCL's init lines; that
+process's net plugin, provider and network; the kinds of its connections (a `[receive]` line belongs to its
+destination rank, every other one to its source); `transport`:
+- the network its NET connections went over: `NET/OFI <provider>` for the OFI plugin (Libfabric / AWS Libfabric),
+  `Socket`, `IB`, else `NET/<name>`;
+- `none: no network (one node)` when it made no NET connection and every rank is on one host (one GPU, or NVLink);
+- from `Using network NAME` when no connection line was printed (a run without the INIT subsystem), said so in `why`;
+- `unknown: ...` otherwise (no NCCL INFO lines: NCCL_DEBUG unset).
+A rank that needs EFA and shows `Socket` here fell back to sockets (gates.fabric.transport_check fails it).
+
+Invariants: never raises on content, whatever the bytes (the caller decodes with errors="replace"); bounded: at most
+MAX_CHARS of text are read (more is a problem), lines longer than MAX_LINE are skipped and counted, at most MAX_ROWS
+rows, MAX_RANKS ranks and MAX_PROBLEMS problems are kept (the rest counted); a number that does not parse, a negative
+count, a row of the wrong width, a row before the column header, a rank listed twice with other facts, a row for a
+size seen already in its cycle are problems, never a guess; NaN/inf figures are kept as floats (report.evaluate
+never passes them) and named as problems. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from .logtext import split_prefix
+
+MAX_CHARS = 64 << 20
+MAX_LINE = 4096
+MAX_ROWS = 100_000
+MAX_RANKS = 4096
+MAX_PROBLEMS = 50
+NONE_ONE_NODE = "none: no network (one node)"
+
+_INT = r"(-?\d{1,19})"
+_VERSION = re.compile(r"^#\s*nccl-tests version (\S{1,40})(?: nccl-headers=(\d{1,9}))?(?: nccl-library=(\d{1,9}))?")
+_STARTING = re.compile(r"^#\s*Collective test starting: (\S{1,80})")
+_CONCLUDED = re.compile(r"^#\s*Collective test concluded: (\S{1,80})")
+_CONFIG = {
+    "n_threads": re.compile(r"\bnThread (\d{1,9})\b"),
+    "n_gpus": re.compile(r"\bnGpus (\d{1,9})\b"),
+    "min_bytes": re.compile(r"\bminBytes (\d{1,20})\b"),
+    "max_bytes": re.compile(r"\bmaxBytes (\d{1,20})\b"),
+    "warmup_iters": re.compile(r"\bwarmup iters: (\d{1,9})\b"),
+    "iters": re.compile(r"(?<!warmup )(?<!agg )\biters: (\d{1,9})\b"),
+    "validation": re.compile(r"\bvalidation: (\d{1,9})\b"),
+}
+_STEP = re.compile(r"\bstep: (\d{1,20})\((factor|bytes)\)")
+_RANK_LINE = re.compile(
+    r"^#\s+Rank\s+(\d{1,9})(?:\s+Group\s+(\d{1,9}))?\s+Pid\s+(\d{1,10})\s+on\s+(\S{1,1024})\s+device\s+(\d{1,6})"
+    r"\s+\[([^\]]{0,128})\]\s*(.{0,1024})$"
+)
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,19})\s*(OK|FAILED)?")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S{1,40})")
+_FAILURE = re.compile(
+    r"Test (?:NCCL |CUDA )?failure|NCCL WARN|Test timeout|Invalid number of GPUs|Failed: |error while loading shared"
+)
+_NCCL = re.compile(r"([^\s:\[\]]{1,255}):(\d{1,10}):(\d{1,10}) \[(\d{1,6})\] NCCL (INFO|WARN) (.*)$")
+_NCCL_VERSION = re.compile(r"^NCCL version (\S{1,64})")
+_PLUGIN = re.compile(r"^NET/Plugin ?: Loaded net plugin (.{1,64}?) \(v(\d{1,4})\)")
+_PLUGIN_LIB = re.compile(r"^Successfully loaded external network plugin (\S{1,1024})")
+_NO_PLUGIN = re.compile(r"^NET/Plugin ?: (?:Could not find|No plugin found|Plugin load returned)")
+_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([^\s,]{1,64})(?:, fabric is ([^\s,()]{1,64}))?")
+_NETWORK = re.compile(r"^(?:Using network|Assigned NET plugin) (.{1,64}?)(?: to comm)?\s*$")
+_INIT = re.compile(r"\bcomm 0x[0-9a-fA-F]{1,16} rank (\d{1,9}) nranks (\d{1,9}) cudaDev (\d{1,6})\b")
+_NNODES = re.compile(r"\bcomm 0x[0-9a-fA-F]{1,16} rank (\d{1,9}) nRanks (\d{1,9}) nNodes (\d{1,9})\b")
+_CHANNEL = re.compile(
+    r"^Channel (\d{1,4})(?:/(\d{1,4}))? : (\d{1,9})\[(\d{1,6})\] -> (\d{1,9})\[(\d{1,6})\]"
+    r"(?: \[(send|receive)\])? via (.{1,200})$"
+)
+_OFI_NAMES = re.compile(r"libfabric|\bofi\b", re.I)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """One `#  Rank` line of nccl-tests: which process, host and device is rank `rank`."""
+
+    rank: int
+    group: int | None
+    pid: int
+    host: str
+    device: int
+    bus: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One placement (out-of-place or in-place) of a row: time in us, algbw and busbw in GB/s, `wrong` the count of
+    wrong elements (None: `N/A`, no check ran; a float for old releases' `error` column)."""
+
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    wrong: float | int | None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row: size in bytes, element count, type, redop, root, its cycle (0-based, `-N`), the placements."""
+
+    line: int
+    cycle: int
+    size: int
+    count: int
+    type: str
+    redop: str
+    root: int | None
+    out_of_place: Placement
+    in_place: Placement
+
+
+@dataclass(frozen=True)
+class RankTransport:
+    """What rank `rank` used: its process, the net plugin and provider that process loaded, the network its comm
+    chose, its connections by kind (NET/<name>, P2P, SHM, ...) and the transport in words (see the module doc)."""
+
+    rank: int
+    host: str | None
+    pid: int | None
+    device: int | None
+    net_plugin: str | None
+    provider: str | None
+    fabric: str | None
+    network: str | None
+    connections: dict
+    transport: str
+    why: str
+
+
+@dataclass(frozen=True)
+class NcclTestsParse:
+    """The parse of one nccl-tests run's output (one binary). `problems`: what is wrong with the output itself."""
+
+    program: str | None
+    version: str | None
+    nccl_headers: int | None
+    nccl_library: int | None
+    config: dict
+    ranks: tuple[RankInfo, ...]
+    columns: tuple[str, ...]
+    rows: tuple[Row, ...]
+    cycles: int
+    out_of_bounds: int | None
+    out_of_bounds_ok: bool | None
+    avg_busbw_gbs: float | None
+    concluded: bool
+    failures: tuple[str, ...]
+    nccl_versions: dict
+    transports: tuple[RankTransport, ...]
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def nodes(self) -> int:
+        """Hosts among the ranks (nccl-tests' rank lines, else NCCL's init lines); 0 when none is known."""
+        hosts = {r.host for r in self.ranks} or {t.host for t in self.transports if t.host}
+        return len(hosts)
+
+    def rows_at(self, size: int) -> list[Row]:
+        """Every row (one per cycle when the output is whole) whose size is `size`, in cycle order."""
+        return [r for r in self.rows if r.size == size]
+
+    @property
+    def wrong_total(self) -> int | None:
+        """Sum of `#wrong` over every row and placement; None when no row has a count (no check ran, or no row)."""
+        counts = [p.wrong for r in self.rows for p in (r.out_of_place, r.in_place) if p.wrong is not None]
+        if not counts:
+            return None
+        total = sum(counts)
+        return int(total) if math.isfinite(total) and total == int(total) else total
+
+
+class _Problems(list):
+    """A list that keeps at most MAX_PROBLEMS entries and counts the rest."""
+
+    dropped = 0
+
+    def add(self, msg: str) -> None:
+        if len(self) < MAX_PROBLEMS:
+            self.append(msg[:300])
+        else:
+            self.dropped += 1
+
+
+def _num(tok: str) -> float | None:
+    try:
+        v = float(tok)
+    except ValueError:
+        return None
+    return v
+
+
+def _placement(toks: list[str], no: int, problems: _Problems) -> Placement | None:
+    vals = [_num(t) for t in toks[:3]]
+    if any(v is None for v in vals):
+        problems.add(f"line {no}: time/algbw/busbw {' '.join(toks[:3])!r} are not numbers")
+        return None
+    if any(not math.isfinite(v) for v in vals):
+        problems.add(f"line {no}: a non-finite figure in {' '.join(toks[:3])!r}")
+    if any(v < 0 for v in vals if math.isfinite(v)):
+        problems.add(f"line {no}: a negative figure in {' '.join(toks[:3])!r}")
+        return None
+    wrong_tok = toks[3]
+    wrong: float | int | None
+    if wrong_tok == "N/A":
+        wrong = None
+    else:
+        w = _num(wrong_tok)
+        if w is None or not math.isfinite(w) or w < 0:
+            problems.add(f"line {no}: #wrong {wrong_tok!r} is not a count")
+            return None
+        wrong = int(w) if w == int(w) and w < 1e18 else w
+    return Placement(vals[0], vals[1], vals[2], wrong)
+
+
+def _columns(body: str) -> tuple[str, ...] | None:
+    """The column names of a table header line (`# size count type redop root time ...`), else None."""
+    toks = body.lstrip("#").split()
+    if len(toks) >= 10 and toks[0] == "size" and toks[1] == "count" and "busbw" in toks:
+        return tuple(toks)
+    return None
+
+
+def _layout(cols: tuple[str, ...]) -> tuple[int, int] | None:
+    """(index of the first time column, width of a placement) of a column header; None when it is not two equal
+    placements each starting with time/cputime and holding algbw, busbw and #wrong/error."""
+    times = [i for i, c in enumerate(cols) if c in ("time", "cputime")]
+    if len(times) < 2:
+        return None
+    first, width = times[0], times[1] - times[0]
+    if len(cols) < first + 2 * width or width < 4:
+        return None
+    for start in (first, first + width):
+        if cols[start + 1 : start + 4] not in (("algbw", "busbw", "#wrong"), ("algbw", "busbw", "error")):
+            return None
+    return first, width
+
+
+def _row(toks: list[str], cols: tuple[str, ...], no: int, cycle: int, problems: _Problems) -> Row | None:
+    lay = _layout(cols)
+    if lay is None:
+        return None
+    first, width = lay
+    n = first + 2 * width
+    if len(toks) not in (n, n + 2):  # +2: -S prints `YYYY-mm-dd HH:MM:SS` after the row
+        problems.add(f"line {no}: a row of {len(toks)} fields, the table has {n}")
+        return None
+    pre = dict(zip(cols[:first], toks[:first]))
+    try:
+        size, count = int(pre["size"]), int(pre["count"])
+        root = int(pre["root"]) if "root" in pre else None
+    except (KeyError, ValueError):
+        problems.add(f"line {no}: size/count/root {' '.join(toks[:first])!r} are not integers")
+        return None
+    if size < 0 or count < 0:
+        problems.add(f"line {no}: a negative size or count")
+        return None
+    out = _placement(toks[first : first + width], no, problems)
+    inp = _placement(toks[first + width : first + 2 * width], no, problems)
+    if out is None or inp is None:
+        return None
+    return Row(no, cycle, size, count, pre.get("type", "")[:32], pre.get("redop", "")[:32], root, out, inp)
+
+
+@dataclass
+class _Proc:
+    """NCCL facts of one process (host, pid)."""
+
+    plugin: str | None = None
+    plugin_version: str | None = None
+    plugin_lib: str | None = None
+    no_plugin: bool = False
+    provider: str | None = None
+    fabric: str | None = None
+    networks: list = field(default_factory=list)
+    version: str | None = None
+
+
+def _net_family(name: str, provider: str | None) -> str:
+    if name == "Socket":
+        return "Socket"
+    if name == "IB":
+        return "IB"
+    if _OFI_NAMES.search(name):
+        return f"NET/OFI {provider or '? (no provider line)'}"
+    return f"NET/{name}"
+
+
+def _via_kind(via: str) -> str:
+    """`NET/Libfabric` of `NET/Libfabric/0/GDRDMA`, `P2P` of `P2P/CUMEM/read`, `SHM` of `SHM/direct/direct`."""
+    if via.startswith("NET/"):
+        return "NET/" + via[4:].split("/", 1)[0].strip()[:64]
+    return re.split(r"[/\s]", via, maxsplit=1)[0][:32] or "?"
+
+
+class _Nccl:
+    """The NCCL INFO side: processes, the rank map, nNodes, connections per rank."""
+
+    def __init__(self):
+        self.procs: dict[tuple[str, int], _Proc] = {}
+        self.rank_of: dict[tuple[str, int, int], int] = {}  # (host, pid, cudaDev) -> rank
+        self.where: dict[int, tuple[str, int, int]] = {}  # rank -> (host, pid, cudaDev)
+        self.nnodes: dict[int, int] = {}
+        self.nranks: set[int] = set()
+        self.conns: dict[int, Counter] = {}
+        self.net_of: dict[int, str] = {}  # rank -> `Using network` of its comm (by prefix)
+
+    def line(self, host: str, pid: int, dev: int, msg: str) -> None:
+        p = self.procs.get((host, pid))
+        if p is None:
+            if len(self.procs) >= MAX_RANKS:  # a flood of forged processes: the first MAX_RANKS are kept
+                return
+            p = self.procs[(host, pid)] = _Proc()
+        if m := _NCCL_VERSION.match(msg):
+            p.version = m.group(1)
+        elif m := _PLUGIN.match(msg):
+            p.plugin, p.plugin_version = m.group(1), m.group(2)
+        elif m := _PLUGIN_LIB.match(msg):
+            p.plugin_lib = m.group(1)
+        elif _NO_PLUGIN.match(msg):
+            p.no_plugin = True
+        elif m := _PROVIDER.match(msg):
+            p.provider, p.fabric = m.group(1), m.group(2)
+        elif m := _NETWORK.match(msg):
+            if len(p.networks) < 64:
+                p.networks.append((dev, m.group(1).strip()))
+        elif m := _CHANNEL.search(msg):
+            src, dst, way, via = int(m.group(3)), int(m.group(5)), m.group(7), m.group(8)
+            rank = dst if way == "receive" else src
+            if rank < MAX_RANKS and (rank in self.conns or len(self.conns) < MAX_RANKS):
+                self.conns.setdefault(rank, Counter())[_via_kind(via)] += 1
+        else:
+            if (m := _INIT.search(msg)) and int(m.group(1)) < MAX_RANKS:
+                rank, dev_ = int(m.group(1)), int(m.group(3))
+                self.nranks.add(int(m.group(2)))
+                self.rank_of[(host, pid, dev_)] = rank
+                self.where.setdefault(rank, (host, pid, dev_))
+            if (m := _NNODES.search(msg)) and int(m.group(1)) < MAX_RANKS:
+                self.nnodes[int(m.group(1))] = int(m.group(3))
+
+
+def parse_nccl_tests(text: str) -> NcclTestsParse:
+    """Parse one run's output (stdout and stderr together, launcher prefixes allowed). Never raises on content."""
+    problems = _Problems()
+    if not isinstance(text, str):
+        text = ""
+        problems.add("output is not text")
+    if len(text) > MAX_CHARS:
+        problems.add(f"output over {MAX_CHARS} characters: the rest is not read")
+        text = text[:MAX_CHARS]
+    program = version = None
+    headers = library = None
+    config: dict = {}
+    ranks: dict[int, RankInfo] = {}
+    cols: tuple[str, ...] = ()
+    rows: list[Row] = []
+    cycle, last_size = 0, None
+    seen_in_cycle: set[int] = set()
+    oob = oob_ok = avg = None
+    concluded = False
+    failures: list[str] = []
+    nccl = _Nccl()
+    long_lines = 0
+    for no, raw in enumerate(text.split("\n"), start=1):
+        if len(raw) > MAX_LINE:
+            long_lines += 1
+            continue
+        _pre, body = split_prefix(raw.rstrip("\r"))
+        if m := _NCCL.search(body):
+            nccl.line(m.group(1), int(m.group(2)), int(m.group(4)), m.group(6))
+            if m.group(5) == "WARN" and len(failures) < 20:
+                failures.append(body.strip()[:300])
+            continue
+        s = body.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            if m := _VERSION.match(s):
+                version = m.group(1)
+                headers = int(m.group(2)) if m.group(2) else None
+                library = int(m.group(3)) if m.group(3) else None
+            elif m := _STARTING.match(s):
+                program = m.group(1)
+            elif m := _CONCLUDED.match(s):
+                concluded = True
+                program = program or m.group(1)
+            elif "nGpus" in s and "minBytes" in s:
+                for key, rx in _CONFIG.items():
+                    if mm := rx.search(s):
+                        config[key] = int(mm.group(1))
+                if mm := _STEP.search(s):
+                    config["step"], config["step_kind"] = int(mm.group(1)), mm.group(2)
+            elif m := _RANK_LINE.match(s):
+                info = RankInfo(
+                    int(m.group(1)),
+                    int(m.group(2)) if m.group(2) else None,
+                    int(m.group(3)),
+                    m.group(4),
+                    int(m.group(5)),
+                    m.group(6),
+                    m.group(7).strip(),
+                )
+                old = ranks.get(info.rank)
+                if old is not None and old != info:
+                    problems.add(
+                        f"line {no}: rank {info.rank} listed twice ({old.host} pid {old.pid}, {info.host} pid {info.pid})"
+                    )
+                elif old is None and len(ranks) < MAX_RANKS:
+                    ranks[info.rank] = info
+            elif c := _columns(s):
+                if _layout(c) is None:
+                    problems.add(f"line {no}: a table header of an unknown shape: {' '.join(c)[:120]!r}")
+                cols = c
+            elif m := _OOB.match(s):
+                oob, oob_ok = int(m.group(1)), (m.group(2) == "OK" if m.group(2) else None)
+            elif m := _AVG.match(s):
+                avg = _num(m.group(1))
+                if avg is None:
+                    problems.add(f"line {no}: Avg bus bandwidth {m.group(1)!r} is not a number")
+            continue
+        if _FAILURE.search(s):
+            if len(failures) < 20:
+                failures.append(s[:300])
+            continue
+        if not s[0].isdigit():
+            continue
+        toks = s.split()
+        if not cols:
+            problems.add(f"line {no}: a table row before the table's column header")
+            continue
+        if len(rows) >= MAX_ROWS:
+            problems.add(f"more than {MAX_ROWS} rows: the rest is not read")
+            break
+        r = _row(toks, cols, no, cycle, problems)
+        if r is None:
+            continue
+        if last_size is not None and r.size < last_size:
+            cycle, seen_in_cycle = cycle + 1, set()
+            r = replace(r, cycle=cycle)
+        if r.size in seen_in_cycle and r.size > 0:
+            problems.add(f"line {no}: a second row for size {r.size} in cycle {cycle + 1}")
+            continue
+        seen_in_cycle.add(r.size)
+        last_size = r.size
+        rows.append(r)
+    if long_lines:
+        problems.add(f"{long_lines} line(s) over {MAX_LINE} characters skipped")
+    if problems.dropped:
+        problems.append(f"... and {problems.dropped} more problem(s)")
+    return NcclTestsParse(
+        program=program,
+        version=version,
+        nccl_headers=headers,
+        nccl_library=library,
+        config=config,
+        ranks=tuple(ranks[k] for k in sorted(ranks)),
+        columns=cols,
+        rows=tuple(rows),
+        cycles=(rows[-1].cycle + 1) if rows else 0,
+        out_of_bounds=oob,
+        out_of_bounds_ok=oob_ok,
+        avg_busbw_gbs=avg,
+        concluded=concluded,
+        failures=tuple(failures),
+        nccl_versions={f"{h}:{p}": pr.version for (h, p), pr in sorted(nccl.procs.items()) if pr.version},
+        transports=_transports(ranks, nccl),
+        problems=tuple(problems),
+    )
+
+
+def _transports(ranks: dict[int, RankInfo], nccl: _Nccl) -> tuple[RankTransport, ...]:
+    every = sorted(set(ranks) | set(nccl.where) | set(nccl.conns))[:MAX_RANKS]
+    hosts = {r.host for r in ranks.values()} | {w[0] for w in nccl.where.values()}
+    one_node = len(hosts) <= 1 and all(n <= 1 for n in nccl.nnodes.values())
+    out = []
+    for rank in every:
+        info, where = ranks.get(rank), nccl.where.get(rank)
+        host = info.host if info else (where[0] if where else None)
+        pid = info.pid if info else (where[1] if where else None)
+        dev = info.device if info else (where[2] if where else None)
+        proc = nccl.procs.get((host, pid)) if host is not None else None
+        conns = dict(sorted((nccl.conns.get(rank) or Counter()).items()))
+        nets = [k for k in conns if k.startswith("NET/")]
+        networks = ([n for d, n in proc.networks if d == dev] or [n for _, n in proc.networks]) if proc else []
+        network = networks[-1] if networks else None
+        plugin = None
+        if proc is not None:
+            plugin = (
+                f"{proc.plugin} (v{proc.plugin_version})"
+                if proc.plugin
+                else ("internal (no external net plugin)" if proc.no_plugin else None)
+            )
+        provider = proc.provider if proc else None
+        if len(nets) > 1:
+            transport = "mixed: " + ", ".join(_net_family(n[4:], provider) for n in nets)
+            why = f"NET connections over more than one network: {', '.join(nets)}"
+        elif nets:
+            transport = _net_family(nets[0][4:], provider)
+            why = f"{conns[nets[0]]} NET connection line(s) via {nets[0]}"
+        elif one_node and (proc is not None or info is not None):
+            intra = ", ".join(f"{k} x{v}" for k, v in conns.items()) or "no connection (one rank)"
+            transport = NONE_ONE_NODE
+            why = f"every rank on one host; intra-node: {intra}" + (
+                f"; NCCL chose network {network}" if network else ""
+            )
+        elif network:
+            transport = _net_family(network, provider)
+            why = f"no connection lines for this rank; its comm's `Using network {network}`"
+        else:
+            transport = "unknown: no NCCL INFO lines for this rank (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET?)"
+            why = "no connection lines and no `Using network` line"
+        out.append(
+            RankTransport(
+                rank,
+                host,
+                pid,
+                dev,
+                plugin,
+                provider,
+                proc.fabric if proc else None,
+                network,
+                conns,
+                transport,
+                why,
+            )
+        )
+    return tuple(out)

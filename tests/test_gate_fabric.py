@@ -1,0 +1,398 @@
+"""gates.fabric (the stages the fabric Gate class calls) and gates.fabric_local (the one-node runner), on the CPU.
+
+Inputs: the committed spec; the published p5en NCCL INFO log (real, tests/fixtures/published-2026-07); the pinned
+binaries' real output here (tests/fixtures/nccl-tests/cpu-no-gpu); tables printed with nccl-tests v2.19.6's own
+formats (tests/nccltestsout.py) where a table is needed. The local runner starts real processes (shell scripts in
+place of the binaries) under the real watchdog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from reprostack.errors import GateError
+from reprostack.gates import fabric, fabric_local
+from reprostack.gates.fabric_spec import load_fabric_spec
+from reprostack.gates.parsers.nccl_tests import NONE_ONE_NODE
+from reprostack.gates.spec import NoProfileForHost
+
+from nccltestsout import GIB, header, info, table
+
+ROOT = Path(__file__).resolve().parents[1]
+P5EN_LOG = ROOT / "tests" / "fixtures" / "published-2026-07" / "trtllm-shim" / "serve_log_head.log"
+SIZES = [8 << i for i in range(28)]
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_fabric_spec(ROOT)
+
+
+def h200(n: int, efa: bool = False, name: str = "NVIDIA H200") -> dict:
+    return {
+        "gpu_count": n,
+        "gpus": [{"name": name}] * n,
+        "efa_devices": [{"name": f"rdmap{i}"} for i in range(16)] if efa else [],
+    }
+
+
+# --------------------------------------------------------------------------- profile and commands
+
+
+def test_choose_profile_by_host(spec):
+    assert fabric.choose_profile(spec, None, h200(1)).name == "h200-ep1"
+    assert fabric.choose_profile(spec, None, h200(8)).name == "h200-nvl-ep8"
+    assert fabric.choose_profile(spec, None, h200(8, efa=True)).name == "p5en-efa-ep16"
+    assert fabric.choose_profile(spec, "p5en-efa-ep16", h200(1)).name == "p5en-efa-ep16"  # named: no host check
+    for host in (h200(4), h200(1, name="NVIDIA A100-SXM4-80GB"), {}):
+        with pytest.raises(NoProfileForHost, match="no profile for this host"):
+            fabric.choose_profile(spec, None, host)
+    with pytest.raises(GateError, match="no profile 'p5'"):
+        fabric.choose_profile(spec, "p5", h200(1))
+
+
+def test_node_commands_of_one_gpu(spec):
+    ar, a2a = fabric.node_commands(spec, spec.profile("h200-ep1"), "/b")
+    assert ar.argv == (
+        "/b/all_reduce_perf",
+        *("-b", "8", "-e", "1G", "-f", "2", "-n", "20", "-w", "5", "-c", "1"),
+        *("-g", "1", "-N", "5"),
+    )
+    assert a2a.argv[0] == "/b/alltoall_perf" and a2a.test == "alltoall" and a2a.binary == "alltoall_perf"
+    assert ar.env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_NVLS_ENABLE": "0"}
+    assert (ar.launcher, ar.nodes, ar.node_rank, ar.gpus_per_node, ar.timeout_s, ar.needs) == (
+        "local",
+        1,
+        0,
+        1,
+        900.0,
+        (),
+    )
+    env = fabric.process_env(ar, {"LD_LIBRARY_PATH": "/usr/lib", "PATH": "/bin"}, "/nccl/lib")
+    assert env["LD_LIBRARY_PATH"] == "/nccl/lib:/usr/lib" and env["PATH"] == "/bin" and env["NCCL_DEBUG"] == "INFO"
+    assert fabric.process_env(ar, {}, "/nccl/lib")["LD_LIBRARY_PATH"] == "/nccl/lib"
+
+
+def test_node_commands_of_two_p5en_nodes_need_mpi(spec):
+    p = spec.profile("p5en-efa-ep16")
+    cmds = fabric.node_commands(spec, p, "/b", node_rank=1, master_addr="10.0.0.1")
+    assert [c.argv[-4:] for c in cmds] == [("-g", "8", "-N", "5")] * 2
+    c = cmds[0]
+    assert (c.launcher, c.nodes, c.node_rank, c.master_addr) == ("mpi", 2, 1, "10.0.0.1")
+    assert c.env["FI_PROVIDER"] == "efa" and c.env["NCCL_DEBUG"] == "INFO" and c.env["NCCL_GIN_TYPE"] == "2"
+    assert (
+        "MPI=1" in c.needs[0]
+        and "srun --mpi=pmix --ntasks-per-node=1" in c.needs[1]
+        and "mpirun -np 2 -N 1" in c.needs[1]
+    )
+    # the plan and the run get the same commands
+    assert fabric.node_commands(spec, p, "/b", node_rank=1, master_addr="10.0.0.1") == cmds
+    with pytest.raises(GateError, match="is 2 node\\(s\\), not 3"):
+        fabric.node_commands(spec, p, "/b", nodes=3)
+    with pytest.raises(GateError, match="node rank 2 is not one of 0..1"):
+        fabric.node_commands(spec, p, "/b", node_rank=2)
+
+
+def test_a_multi_node_profile_without_mpi_is_refused(spec):
+    import dataclasses
+
+    p = dataclasses.replace(spec.profile("p5en-efa-ep16"), launcher="local")
+    with pytest.raises(GateError, match="its launcher must be mpi"):
+        fabric.node_commands(spec, p, "/b")
+
+
+def test_nccl_version_code():
+    assert fabric.nccl_version_code("2.30.4") == 23004 and fabric.nccl_version_code("2.32.3") == 23203
+    assert fabric.nccl_version_code("x") is None and fabric.nccl_version_code(None) is None
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def one_gpu(busbw=lambda s, c: 300.0 + c + s / GIB, **kw) -> str:
+    return header(**kw) + table(SIZES, busbw, cycles=5)
+
+
+def by_metric(checks):
+    return {c.metric: c for c in checks}
+
+
+def test_a_whole_one_gpu_run_passes_every_check_but_has_no_bar(spec):
+    prof = spec.profile("h200-ep1")
+    parsed = fabric.parse({"all_reduce": one_gpu(), "alltoall": one_gpu(program="alltoall_perf")})
+    cs = by_metric(fabric.checks(spec, prof, parsed, nccl_version="2.30.4"))
+    assert list(cs) == [
+        "all_reduce.rows",
+        "all_reduce.wrong_total",
+        "all_reduce.out_of_bounds",
+        "all_reduce.nccl_library",
+        "alltoall.rows",
+        "alltoall.wrong_total",
+        "alltoall.out_of_bounds",
+        "alltoall.nccl_library",
+        "transport",
+    ]
+    assert all(c.passed for c in cs.values()), [c.describe() for c in cs.values() if not c.passed]
+    assert cs["all_reduce.rows"].value == 140 and cs["transport"].value == NONE_ONE_NODE
+    assert "one GPU, no peer" in cs["transport"].note
+    figs = fabric.figures(spec, prof, parsed)
+    st = figs[f"all_reduce.busbw_gbs@{GIB}"]["statistics"]
+    assert figs[f"all_reduce.busbw_gbs@{GIB}"]["samples"] == [301.0, 302.0, 303.0, 304.0, 305.0]
+    assert st["n"] == 5 and st["mean"] == 303.0 and st["ci95"][0] < 303.0 < st["ci95"][1]
+    assert set(figs) >= {f"alltoall.busbw_gbs@{1 << 20}", f"alltoall.busbw_gbs@{64 << 20}", "alltoall.transports"}
+    assert figs["alltoall.transports"][0]["transport"] == NONE_ONE_NODE
+
+
+def test_another_nccl_loaded_fails_its_check(spec):
+    parsed = fabric.parse({"all_reduce": one_gpu(library=22809), "alltoall": one_gpu()})
+    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), parsed, nccl_version="2.30.4"))
+    assert not cs["all_reduce.nccl_library"].passed and cs["alltoall.nccl_library"].passed
+
+
+def test_wrong_elements_a_short_run_and_no_output_fail(spec):
+    text = header() + table(SIZES, lambda s, c: 1.0, cycles=5, wrong=2)
+    short = header() + table(SIZES, lambda s, c: 1.0, cycles=4)
+    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), fabric.parse({"all_reduce": text, "alltoall": short})))
+    assert not cs["all_reduce.wrong_total"].passed and cs["all_reduce.wrong_total"].value == 2 * 2 * 28 * 5
+    assert not cs["all_reduce.out_of_bounds"].passed
+    assert not cs["alltoall.rows"].passed and "4 cycle(s)" in cs["alltoall.rows"].note
+    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), fabric.parse({})))
+    assert not cs["all_reduce.rows"].passed and cs["all_reduce.rows"].note == "no output for this test"
+    assert not cs["transport"].passed and cs["transport"].value == "no test output"
+
+
+def test_the_real_no_gpu_output_fails_with_its_reason(spec):
+    fix = ROOT / "tests" / "fixtures" / "nccl-tests" / "cpu-no-gpu"
+    parsed = fabric.parse({t: (fix / f"{t}_perf.log").read_text() for t in ("all_reduce", "alltoall")})
+    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), parsed, nccl_version="2.30.4"))
+    assert cs["all_reduce.nccl_library"].passed and not cs["all_reduce.rows"].passed
+    assert "CUDA driver version is insufficient" in cs["all_reduce.rows"].note
+    assert not cs["transport"].passed and "rank(s) 0 not in the output" in cs["transport"].value
+
+
+def p5en_run(busbw: float, *, socket_rank: int | None = None, ranks: int = 16) -> str:
+    """16 ranks, one MPI process per node driving 8 GPUs (NCCL 2.30.4's INFO lines, v2.19.6's table)."""
+    procs = {0: ("node-a", 100), 1: ("node-b", 200)}
+    rank_lines = [(procs[r // 8][0], procs[r // 8][1], r % 8) for r in range(ranks)]
+    out = [header(gpus=8, ranks=rank_lines)]
+    for node, (host, pid) in procs.items():
+        out.append(info(host, pid, 0, "NET/Plugin: Loaded net plugin Libfabric (v12)"))
+        out.append(info(host, pid, 0, "NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)"))
+    for r in range(ranks):
+        host, pid, dev = rank_lines[r]
+        net = "Socket" if r == socket_rank else "Libfabric"
+        out.append(
+            info(
+                host,
+                pid,
+                dev,
+                f"comm 0x7f{r:02d} rank {r} nranks 16 cudaDev {dev} nvmlDev {dev} busId 18000 commId 0x1 - Init COMPLETE",
+            )
+        )
+        out.append(
+            info(host, pid, dev, f"comm 0x7f{r:02d} rank {r} nRanks 16 nNodes 2 localRanks 8 localRank {dev} MNNVL 0")
+        )
+        peer = (r + 8) % 16
+        out.append(
+            info(host, pid, dev, f"Channel 00/0 : {r}[{dev}] -> {peer}[{dev}] [send] via NET/{net}/{dev}/GDRDMA")
+        )
+        out.append(
+            info(
+                host,
+                pid,
+                dev,
+                f"Channel 00/0 : {r}[{dev}] -> {(r + 1) % 8 + 8 * (r // 8)}[{(dev + 1) % 8}] via P2P/CUMEM/read",
+            )
+        )
+    return "\n".join(out) + "\n" + table(SIZES, lambda s, c: busbw + (c - 2) * 0.5, cycles=5, nranks=16)
+
+
+@pytest.mark.parametrize(
+    "busbw, passed, inconclusive",
+    [(440.0, True, False), (300.0, False, False), (349.56, False, True)],
+)
+def test_p5en_bars_are_judged_on_the_interval_of_the_cycles(spec, busbw, passed, inconclusive):
+    p = spec.profile("p5en-efa-ep16")
+    parsed = fabric.parse({"all_reduce": p5en_run(busbw), "alltoall": p5en_run(80.0)})
+    cs = by_metric(fabric.checks(spec, p, parsed, nccl_version="2.30.4"))
+    bar = cs["all_reduce.busbw_gbs"]
+    assert (bar.passed, bar.inconclusive, bar.threshold, bar.op) == (passed, inconclusive, 349.56, ">=")
+    assert "at 1 GiB (1073741824 B), out-of-place; 436.95 GB/s published x (1 - 0.2)" in bar.note
+    assert "awsome-distributed-training" in bar.note and "n=5" in bar.note
+    assert cs["alltoall.busbw_gbs"].passed and cs["transport"].passed
+    assert cs["transport"].value == "NET/OFI efa" and cs["transport"].note.startswith("32 rank(s) over 2 test(s)")
+
+
+def test_p5en_rank_on_sockets_fails_the_transport_naming_it(spec):
+    p = spec.profile("p5en-efa-ep16")
+    parsed = fabric.parse({"all_reduce": p5en_run(440.0, socket_rank=11), "alltoall": p5en_run(80.0)})
+    t = fabric.transport_check(p, parsed)
+    assert not t.passed and t.threshold == "NET/OFI efa"
+    assert t.value.startswith("all_reduce: rank 11 (node-b) Socket")
+
+
+def test_p5en_missing_ranks_fail_the_transport(spec):
+    parsed = fabric.parse({"all_reduce": p5en_run(440.0, ranks=12), "alltoall": p5en_run(80.0)})
+    t = fabric.transport_check(spec.profile("p5en-efa-ep16"), parsed)
+    assert not t.passed and "all_reduce: rank(s) 12-15 not in the output" in t.value
+
+
+def test_the_published_p5en_log_passes_the_transport_check(spec):
+    """The campaign's real INFO lines: 16 ranks, the plugin's efa provider (no connection lines in this head)."""
+    parsed = fabric.parse({"all_reduce": P5EN_LOG.read_text()})
+    t = fabric.transport_check(spec.profile("p5en-efa-ep16"), parsed)
+    assert t.passed and t.value == "NET/OFI efa" and t.note == "16 rank(s) over 1 test(s)"
+    # ... and the same log with one process falling back to sockets fails naming that rank and host
+    lines = []
+    for line in P5EN_LOG.read_text().splitlines():
+        if line.startswith("deepep-efa-bench-1:81187:"):  # rank 11's process
+            if "Selected provider is" in line:
+                continue
+            line = line.replace("Using network Libfabric", "Using network Socket")
+        lines.append(line)
+    t = fabric.transport_check(spec.profile("p5en-efa-ep16"), fabric.parse({"all_reduce": "\n".join(lines)}))
+    assert not t.passed and t.value.startswith("all_reduce: rank 11 (deepep-efa-bench-1) Socket [")
+
+
+def test_eight_gpus_on_one_node_over_net_fail_the_nvlink_profile(spec):
+    ranks = [("box", 7, d) for d in range(8)]
+    lines = [header(gpus=8, ranks=ranks)]
+    for r in range(8):
+        lines.append(
+            info("box", 7, r, f"Channel 00/0 : {r}[{r}] -> {(r + 1) % 8}[{(r + 1) % 8}] [send] via NET/Socket/0")
+        )
+    parsed = fabric.parse({"all_reduce": "\n".join(lines) + "\n" + table(SIZES, lambda s, c: 1.0, cycles=5, nranks=8)})
+    t = fabric.transport_check(spec.profile("h200-nvl-ep8"), parsed)
+    assert not t.passed and "rank 0 (box) Socket" in t.value
+
+
+# --------------------------------------------------------------------------- the one-node runner
+
+
+def fake_bin(d: Path, outputs: dict, rc: int = 0) -> Path:
+    """Executables in place of the nccl-tests binaries: each prints its canned output, its args and the library
+    path it got, and exits `rc` (real processes, started by the real watchdog)."""
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in outputs.items():
+        (d / f"{name}.out").write_text(text)
+        script = d / name
+        script.write_text(
+            f'#!/bin/sh\ncat "{d / (name + ".out")}"\necho "# args: $*"\necho "# LD_LIBRARY_PATH=$LD_LIBRARY_PATH"\nexit {rc}\n'
+        )
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return d
+
+
+def test_run_local_and_the_judgement(spec, tmp_path):
+    prof = spec.profile("h200-ep1")
+    b = fake_bin(tmp_path / "bin", {"all_reduce_perf": one_gpu(), "alltoall_perf": one_gpu(program="alltoall_perf")})
+    cmds = fabric.node_commands(spec, prof, b)
+    out = tmp_path / "out"
+    ran = fabric_local.run_local(cmds, out, "/pinned/nccl/lib")
+    assert set(ran) == {"all_reduce", "alltoall"} and ran["all_reduce"]["returncode"] == 0
+    log = (out / "logs" / "all_reduce.log").read_text()
+    assert "# args: -b 8 -e 1G -f 2 -n 20 -w 5 -c 1 -g 1 -N 5" in log and "# LD_LIBRARY_PATH=/pinned/nccl/lib" in log
+    kernels = {"nccl_version": "2.30.4", "nccl_lib": "/pinned/nccl/lib"}
+    assert fabric_local._judge(spec, prof, kernels, ran, out) == 1  # unmeasured: numbers reported, never a pass
+    doc = json.loads((out / "fabric.json").read_text())
+    assert doc["result"] == "fail" and doc["reason"] == "profile h200-ep1 has no measured bar yet; numbers reported"
+    assert (
+        all(c["pass"] for c in doc["checks"]) and doc["figures"][f"all_reduce.busbw_gbs@{GIB}"]["statistics"]["n"] == 5
+    )
+
+
+def test_a_test_that_exits_non_zero_is_an_error_with_its_failure_line(spec, tmp_path):
+    fix = ROOT / "tests" / "fixtures" / "nccl-tests" / "cpu-no-gpu"
+    outputs = {f"{t}_perf": (fix / f"{t}_perf.log").read_text() for t in ("all_reduce", "alltoall")}
+    b = fake_bin(tmp_path / "bin", outputs, rc=2)
+    prof = spec.profile("h200-ep1")
+    ran = fabric_local.run_local(fabric.node_commands(spec, prof, b), tmp_path / "out", "/l")
+    assert fabric_local._judge(spec, prof, {"nccl_version": "2.30.4", "nccl_lib": "/l"}, ran, tmp_path / "out") == 1
+    doc = json.loads((tmp_path / "out" / "fabric.json").read_text())
+    assert doc["result"] == "error" and doc["reason"].startswith("all_reduce exit 2: vm: Test CUDA failure util.cu:674")
+
+
+def test_run_local_refuses_an_mpi_profile_and_a_missing_binary(spec, tmp_path):
+    with pytest.raises(Exception, match="profile needs mpi: nccl-tests built with MPI=1"):
+        fabric_local.run_local(fabric.node_commands(spec, spec.profile("p5en-efa-ep16"), tmp_path), tmp_path, "/l")
+    with pytest.raises(Exception, match="all_reduce: cannot start"):
+        fabric_local.run_local(fabric.node_commands(spec, spec.profile("h200-ep1"), tmp_path / "none"), tmp_path, "/l")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--profile", "h200-ep1"], "reprostack: error: run needs --out DIR"),
+        (["run", "--profile", "nope", "--out", "{tmp}/o"], "no profile 'nope'"),
+        (
+            ["run", "--profile", "p5en-efa-ep16", "--out", "{tmp}/o"],
+            "profile p5en-efa-ep16: nccl-tests built with MPI=1",
+        ),
+    ],
+)
+def test_the_runner_cli_refuses_before_anything_runs(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    rc = fabric_local.main([a.replace("{tmp}", str(tmp_path)) for a in args] + ["--cache", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "c").exists() and not (tmp_path / "o").exists()
+
+
+def test_the_runner_cli_skips_a_host_no_profile_fits(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(fabric_local.hostinfo, "collect", lambda **kw: h200(3))
+    assert fabric_local.main(["run", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "c")]) == 3
+    assert "fabric: SKIP" in capsys.readouterr().out and not (tmp_path / "c").exists()
+
+
+def test_the_module_runs_as_a_program(tmp_path):
+    import subprocess
+
+    r = subprocess.run(
+        [sys.executable, "-m", "reprostack.gates.fabric_local", "run", "--profile", "h200-ep1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert r.returncode == 2 and r.stderr == "reprostack: error: run needs --out DIR\n"
+
+
+# --------------------------------------------------------------------------- the device script
+
+
+@pytest.mark.parametrize(
+    "have, message",
+    [
+        ((), "no NCCL 2.30.4 wheel in .cache/wheelhouse: seed it first"),
+        (
+            (".cache/wheelhouse/nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl",),
+            "missing .carry/sources.tar",
+        ),
+    ],
+)
+def test_the_device_script_names_what_is_missing(tmp_path, have, message):
+    import shutil
+    import subprocess
+
+    root = tmp_path / "root"
+    (root / "scripts" / "device").mkdir(parents=True)
+    for s in ("gate_fabric.sh", "seed_wheelhouse.sh"):
+        shutil.copy(ROOT / "scripts" / "device" / s, root / "scripts" / "device" / s)
+    for f in have:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_bytes(b"")
+    r = subprocess.run(
+        ["bash", "scripts/device/gate_fabric.sh"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OUT": str(tmp_path / "out"), "REPROSTACK_CACHE": str(tmp_path / "c")},
+    )
+    assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1
