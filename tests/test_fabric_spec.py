@@ -139,7 +139,7 @@ def test_the_located_line_is_the_bad_one(tmp_path):
 
 
 def test_a_missing_spec_names_the_file(tmp_path):
-    with pytest.raises(GateSpecError, match=r"fabric/fabric\.yaml"):
+    with pytest.raises(GateSpecError, match=r"gates/fabric\.yaml"):
         load_fabric_spec(tmp_path)
 
 

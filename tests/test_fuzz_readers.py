@@ -22,9 +22,7 @@ from reprostack import lock as lockmod
 from reprostack.containers.recipe import load_recipe as load_image_recipe
 from reprostack.errors import ReprostackError
 from reprostack.gates.fabric_spec import SPEC_STEM, load_fabric_spec
-from reprostack.gates.servingspec import load_serving_spec
 from reprostack.gates.spec import load_spec
-from reprostack.gates.training_spec import load_training_spec
 from reprostack.kernels.recipe import load_recipe as load_kernel_recipe
 from reprostack.verify import load_claims, parse_export
 from reprostack.verify.aiperf import EXPORT_JSON, EXPORT_JSONL, check_records, parse_records
@@ -205,12 +203,10 @@ def _stage(tmp: Path) -> Path:
 
 
 def _gate_loader(stem: str):
-    gate = {"nemo_rl": "nemo_rl"}.get(stem, stem)
-    if stem in ("vllm", "sglang", "trtllm"):
-        return lambda root: load_serving_spec(root, gate)
-    if stem in ("megatron", "nemo_rl"):
-        return lambda root: load_training_spec(root, gate)
-    return lambda root: load_spec(root, gate)
+    """The spec's own loader, as every caller gets it: through the gate registry."""
+    from reprostack.gates import registry
+
+    return registry.BY_STEM[stem].load
 
 
 def _aiperf(path: Path):
@@ -231,7 +227,9 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
         "lock": [(lock, lambda: lockmod.load(lock, root=root))]
         + [(trimmed, lambda: lockmod.load(trimmed, root=root))] * 4,
         "gate spec": [
-            (p, (lambda f: lambda: f(root))(_gate_loader(p.stem))) for p in sorted((root / "gates").glob("*.yaml"))
+            (p, (lambda f: lambda: f(root))(_gate_loader(p.stem)))
+            for p in sorted((root / "gates").glob("*.yaml"))
+            if p.stem != SPEC_STEM  # its own reader below
         ],
         "fabric spec": [(root / "gates" / f"{SPEC_STEM}.yaml", lambda: load_fabric_spec(root))],
         "claims": [(root / "claims" / "published.yaml", lambda: load_claims(root / "claims" / "published.yaml"))],

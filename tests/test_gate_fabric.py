@@ -1,23 +1,22 @@
-"""gates.fabric (the stages the fabric Gate class calls) and gates.fabric_local (the one-node runner), on the CPU.
+"""gates.fabric on the CPU: its functions, and the FabricGate's staged run on a stood-in one-GPU host.
 
 Inputs: the committed spec; the published p5en NCCL INFO log (real, tests/fixtures/published-2026-07); the pinned
 binaries' real output here (tests/fixtures/nccl-tests/cpu-no-gpu); tables printed with nccl-tests v2.19.6's own
-formats (tests/nccltestsout.py) where a table is needed. The local runner starts real processes (shell scripts in
-place of the binaries) under the real watchdog.
+formats (tests/nccltestsout.py) where a table is needed. The gate's run starts real processes (shell scripts in place
+of the binaries) under the real watchdog.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 
 from reprostack.errors import GateError
-from reprostack.gates import fabric, fabric_local
+import gaterun
+from reprostack.gates import fabric
 from reprostack.gates.fabric_spec import load_fabric_spec
 from reprostack.gates.parsers.nccl_tests import NONE_ONE_NODE
 from reprostack.gates.spec import NoProfileForHost
@@ -289,79 +288,91 @@ def fake_bin(d: Path, outputs: dict, rc: int = 0) -> Path:
     return d
 
 
-def test_run_local_and_the_judgement(spec, tmp_path):
-    prof = spec.profile("h200-ep1")
-    b = fake_bin(tmp_path / "bin", {"all_reduce_perf": one_gpu(), "alltoall_perf": one_gpu(program="alltoall_perf")})
-    cmds = fabric.node_commands(spec, prof, b)
-    out = tmp_path / "out"
-    ran = fabric_local.run_local(cmds, out, "/pinned/nccl/lib")
-    assert set(ran) == {"all_reduce", "alltoall"} and ran["all_reduce"]["returncode"] == 0
-    log = (out / "logs" / "all_reduce.log").read_text()
-    assert "# args: -b 8 -e 1G -f 2 -n 20 -w 5 -c 1 -g 1 -N 5" in log and "# LD_LIBRARY_PATH=/pinned/nccl/lib" in log
-    kernels = {"nccl_version": "2.30.4", "nccl_lib": "/pinned/nccl/lib"}
-    assert fabric_local._judge(spec, prof, kernels, ran, out) == 1  # unmeasured: numbers reported, never a pass
-    doc = json.loads((out / "fabric.json").read_text())
-    assert doc["result"] == "fail" and doc["reason"] == "profile h200-ep1 has no measured bar yet; numbers reported"
-    assert (
-        all(c["pass"] for c in doc["checks"]) and doc["figures"][f"all_reduce.busbw_gbs@{GIB}"]["statistics"]["n"] == 5
+@pytest.fixture
+def one_h200(monkeypatch):
+    """The fabric gate on a stood-in one-GPU H200: the host inventory says so; the sources and the kernel builds are
+    stood in (the build is tested in test_nccltests_build.py): `prepare` points at the executables of `bins`."""
+    from reprostack import hostinfo
+    from reprostack.gates.fabric import FabricGate
+
+    monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(1))
+    bins = {}
+
+    def sources(self, st):
+        st.scratch["trees"] = {}
+        st.prov = {"lock_sha256": st.ctx.lock.sha256, "gate_spec_sha256": st.spec.sha256, "host": st.host}
+
+    def prepare(self, st):
+        if st.profile.launcher != "local":
+            return FabricGate.real_prepare(self, st)
+        st.scratch.update(bin_dir=bins["dir"], nccl_lib="/pinned/nccl/lib", nccl_version="2.30.4")
+
+    monkeypatch.setattr(FabricGate, "real_prepare", FabricGate.prepare, raising=False)
+    monkeypatch.setattr(FabricGate, "sources", sources)
+    monkeypatch.setattr(FabricGate, "prepare", prepare)
+    return bins
+
+
+def run_fabric(tmp_path: Path, **kw):
+    from reprostack import sources
+    from reprostack.fetch import Cache
+    from reprostack.lock import load
+
+    lock, fetch = load(ROOT / "upstreams.lock"), sources.FetchOptions(cache=Cache(tmp_path / "cache"))
+    return gaterun.run(gaterun.options("fabric", root=ROOT, lock=lock, fetch=fetch, out_dir=tmp_path / "out", **kw))
+
+
+def test_the_gate_runs_its_plans_commands_and_judges_them(spec, tmp_path, one_h200):
+    one_h200["dir"] = fake_bin(
+        tmp_path / "bin", {"all_reduce_perf": one_gpu(), "alltoall_perf": one_gpu(program="alltoall_perf")}
     )
+    rep = run_fabric(tmp_path)  # the profile this host fits: h200-ep1
+    assert rep.gate == "fabric" and rep.profile == "h200-ep1"
+    assert rep.result == "fail" and rep.reason == "profile h200-ep1 has no measured bar yet; numbers reported"
+    assert [c.metric for c in rep.checks if not c.passed] == ["bars_status"]  # every other check passed
+    log = (tmp_path / "out" / "fabric" / "all_reduce.log").read_text()
+    assert "# args: -b 8 -e 1G -f 2 -n 20 -w 5 -c 1 -g 1 -N 5" in log and "# LD_LIBRARY_PATH=/pinned/nccl/lib" in log
+    assert rep.data["runs"]["alltoall"]["command"][0] == str(one_h200["dir"] / "alltoall_perf")
+    assert rep.data["figures"][f"all_reduce.busbw_gbs@{GIB}"]["statistics"]["n"] == 5
+    assert rep.data["statistics"][f"all_reduce.busbw_gbs@{GIB}"]["n"] == 5
+    assert {a.path for a in rep.artifacts} == {"fabric/all_reduce.log", "fabric/alltoall.log"}
 
 
-def test_a_test_that_exits_non_zero_is_an_error_with_its_failure_line(spec, tmp_path):
+def test_a_test_that_exits_non_zero_is_an_error_with_its_failure_line(spec, tmp_path, one_h200):
     fix = ROOT / "tests" / "fixtures" / "nccl-tests" / "cpu-no-gpu"
     outputs = {f"{t}_perf": (fix / f"{t}_perf.log").read_text() for t in ("all_reduce", "alltoall")}
-    b = fake_bin(tmp_path / "bin", outputs, rc=2)
-    prof = spec.profile("h200-ep1")
-    ran = fabric_local.run_local(fabric.node_commands(spec, prof, b), tmp_path / "out", "/l")
-    assert fabric_local._judge(spec, prof, {"nccl_version": "2.30.4", "nccl_lib": "/l"}, ran, tmp_path / "out") == 1
-    doc = json.loads((tmp_path / "out" / "fabric.json").read_text())
-    assert doc["result"] == "error" and doc["reason"].startswith("all_reduce exit 2: vm: Test CUDA failure util.cu:674")
+    one_h200["dir"] = fake_bin(tmp_path / "bin", outputs, rc=2)
+    rep = run_fabric(tmp_path, profile="h200-ep1")
+    assert rep.result == "error" and rep.reason.startswith("all_reduce exit 2: vm: Test CUDA failure util.cu:674")
 
 
-def test_run_local_refuses_an_mpi_profile_and_a_missing_binary(spec, tmp_path):
-    with pytest.raises(Exception, match="profile needs mpi: nccl-tests built with MPI=1"):
-        fabric_local.run_local(fabric.node_commands(spec, spec.profile("p5en-efa-ep16"), tmp_path), tmp_path, "/l")
-    with pytest.raises(Exception, match="all_reduce: cannot start"):
-        fabric_local.run_local(fabric.node_commands(spec, spec.profile("h200-ep1"), tmp_path / "none"), tmp_path, "/l")
+def test_an_mpi_profile_is_an_error_saying_what_it_needs(tmp_path, one_h200, monkeypatch):
+    from reprostack import hostinfo
+
+    monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(8, efa=True))
+    rep = run_fabric(tmp_path)
+    assert rep.profile == "p5en-efa-ep16" and rep.result == "error"
+    assert "cannot be launched by this runner: nccl-tests built with MPI=1" in rep.reason
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["run", "--profile", "h200-ep1"], "reprostack: error: run needs --out DIR"),
-        (["run", "--profile", "nope", "--out", "{tmp}/o"], "no profile 'nope'"),
-        (
-            ["run", "--profile", "p5en-efa-ep16", "--out", "{tmp}/o"],
-            "profile p5en-efa-ep16: nccl-tests built with MPI=1",
-        ),
-    ],
-)
-def test_the_runner_cli_refuses_before_anything_runs(args, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    rc = fabric_local.main([a.replace("{tmp}", str(tmp_path)) for a in args] + ["--cache", str(tmp_path / "c")])
-    err = capsys.readouterr().err
-    assert rc == 2 and message in err and err.count("\n") == 1
-    assert not (tmp_path / "c").exists() and not (tmp_path / "o").exists()
+def test_a_host_no_profile_fits_is_a_skip(tmp_path, one_h200, monkeypatch):
+    from reprostack import hostinfo
+
+    monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(3))
+    rep = run_fabric(tmp_path)
+    assert rep.result == "skip" and "no profile for this host (3 GPU(s), EFA: False)" in rep.reason
 
 
-def test_the_runner_cli_skips_a_host_no_profile_fits(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(fabric_local.hostinfo, "collect", lambda **kw: h200(3))
-    assert fabric_local.main(["run", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "c")]) == 3
-    assert "fabric: SKIP" in capsys.readouterr().out and not (tmp_path / "c").exists()
+def test_the_cli_plans_every_profile_and_refuses_a_bad_one(tmp_path, capsys):
+    from reprostack import cli
 
-
-def test_the_module_runs_as_a_program(tmp_path):
-    import subprocess
-
-    r = subprocess.run(
-        [sys.executable, "-m", "reprostack.gates.fabric_local", "run", "--profile", "h200-ep1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
-    assert r.returncode == 2 and r.stderr == "reprostack: error: run needs --out DIR\n"
+    for profile in load_fabric_spec(ROOT).profiles:
+        assert cli.main(["gate", "fabric", "--plan", "--profile", profile, "--out", str(tmp_path / "o")]) == 0
+        text = capsys.readouterr().out
+        assert f"launch plan: gate fabric [{profile}] (nothing was run)" in text and "all_reduce_perf" in text
+    assert not (tmp_path / "o").exists()
+    assert cli.main(["gate", "fabric", "--profile", "nope", "--out", str(tmp_path / "o")]) == 2
+    assert "no profile 'nope'" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the device script

@@ -11,7 +11,7 @@ import pytest
 
 from reprostack.errors import GateError
 from reprostack.gates import arms, metrics
-from reprostack.gates.micro import verdict
+from reprostack.gates.base import verdict
 from reprostack.gates.parsers.legacy_intranode import parse_legacy
 from reprostack.gates.parsers.test_ep import parse_test_ep
 from reprostack.gates.spec import GateSpecError, load_spec

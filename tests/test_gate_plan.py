@@ -15,6 +15,7 @@ from reprostack.lock import load
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = load(ROOT / "upstreams.lock")
 IMAGES = {
+    "fabric": "deepep",
     "micro": "deepep",
     "vllm": "vllm",
     "sglang": "sglang",
@@ -91,6 +92,7 @@ def test_cli_plan_prints_and_runs_nothing(tmp_path, capsys):
     assert cli.main(["all-gates", "--plan", "--json", "--profile", "h200-ep1", "--out", str(out)]) == 0
     plans = json.loads(capsys.readouterr().out)
     assert {p["gate"]: p["profile"] for p in plans} == {
+        "fabric": "h200-ep1",
         "micro": "h200-ep1",
         "vllm": "p5en-efa-ep16",
         "sglang": "p5en-efa-ep16",
@@ -101,6 +103,7 @@ def test_cli_plan_prints_and_runs_nothing(tmp_path, capsys):
     assert cli.main(["all-gates", "--plan", "--out", str(out)]) == 0
     text = capsys.readouterr().out  # titles name each gate as `reprostack gate NAME` takes it
     assert "launch plan: gate nemo-rl [p5en-efa-2x8]" in text and "gate nemo_rl [" not in text
+    assert text.index("launch plan: gate fabric [p5en-efa-ep16]") < text.index("launch plan: gate micro [")  # gate 0
     assert cli.main(["gate", "micro", "--plan", "--profile", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no profile 'nope'" in err[0]

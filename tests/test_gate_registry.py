@@ -17,6 +17,7 @@ from reprostack.bump.impact import impact
 from reprostack.errors import GateError
 from reprostack.gates import registry, runner
 from reprostack.gates.runner import run_gate as real_run_gate
+from reprostack.gates.fabric_spec import FabricSpec
 from reprostack.gates.servingspec import ServingSpec
 from reprostack.gates.spec import GateSpec, GateSpecError
 from reprostack.gates.training_spec import TrainingSpec
@@ -31,9 +32,11 @@ H200 = {"gpu_count": 1, "gpus": [{"name": "NVIDIA H200"}], "efa_devices": []}
 
 def test_registry_loads_each_spec_through_its_own_schema():
     specs = registry.load_all(REPO_ROOT)
-    assert list(specs) == ["micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl"] == list(registry.GATE_ORDER)
+    assert list(specs) == ["fabric", "micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl"]
+    assert list(specs) == list(registry.GATE_ORDER)
     kinds = {n: type(s) for n, s in specs.items()}
     assert kinds == {
+        "fabric": FabricSpec,
         "micro": GateSpec,
         "vllm": ServingSpec,
         "sglang": ServingSpec,
@@ -43,12 +46,16 @@ def test_registry_loads_each_spec_through_its_own_schema():
     }
     assert [registry.gate(n).requirements(REPO_ROOT) for n in specs] == [
         (),
+        (),
         ("micro",),
         ("micro",),
         ("micro",),
         ("micro",),
         ("megatron",),
     ]
+    micro, spec = registry.gate("micro"), specs["micro"]
+    assert micro.requirements(REPO_ROOT, spec.profile("p5en-efa-ep16")) == ("fabric",)  # on EFA: the fabric first
+    assert micro.requirements(REPO_ROOT, spec.profile("h200-ep1")) == ()  # one GPU, no fabric to prove
     assert registry.gate("nemo_rl") is registry.gate("nemo-rl")
     with pytest.raises(GateError, match="no gate 'nemo'"):
         registry.gate("nemo")
@@ -78,8 +85,9 @@ def test_impact_reads_every_real_spec():
 
 
 def six_gate_project(tmp_path: Path) -> Path:
+    """A project with every gate's spec (the fabric gate's too), its lock the training tests' local sources."""
     root, _ = training_project(tmp_path)
-    for f in ("micro.yaml", "vllm.yaml", "sglang.yaml", "trtllm.yaml", "aiperf-constraints.txt"):
+    for f in ("fabric.yaml", "micro.yaml", "vllm.yaml", "sglang.yaml", "trtllm.yaml", "aiperf-constraints.txt"):
         shutil.copy(REPO_ROOT / "gates" / f, root / "gates" / f)
     shutil.copytree(REPO_ROOT / "gates" / "trtllm", root / "gates" / "trtllm")
     return root
@@ -89,13 +97,25 @@ def passed(g) -> GateReport:
     return GateReport(g.stem, "h200-ep1", "pass", "1 check(s) passed", checks=[evaluate("x", "", 1, "==", 1)])
 
 
+def unmeasured(g) -> GateReport:  # the fabric gate on one H200: every number reported, its bars unmeasured
+    why = "profile h200-ep1 has no measured bar yet; numbers reported"
+    return GateReport(
+        g.stem, "h200-ep1", "fail", why, checks=[evaluate("bars_status", "", "unmeasured", "==", "measured")]
+    )
+
+
 @pytest.fixture
 def h200(monkeypatch, gpu_less):
-    """A one-GPU H200 without EFA; micro and megatron (which would build kernels) pass as they did there."""
+    """A one-GPU H200 without EFA; micro and megatron (which would build kernels) pass as they did there, the
+    fabric gate reports its numbers without a bar (h200-ep1 is unmeasured)."""
     monkeypatch.setattr("reprostack.hostinfo.collect", lambda **kw: dict(H200))
-    monkeypatch.setattr(
-        runner, "run_gate", lambda g, *a: passed(g) if g.name in ("micro", "megatron") else real_run_gate(g, *a)
-    )
+
+    def run(g, *a):
+        if g.name == "fabric":
+            return unmeasured(g)
+        return passed(g) if g.name in ("micro", "megatron") else real_run_gate(g, *a)
+
+    monkeypatch.setattr(runner, "run_gate", run)
 
 
 def all_gates(root: Path, tmp_path: Path, capsys, *extra: str) -> tuple[int, str, str, Path]:
@@ -119,9 +139,10 @@ def all_gates(root: Path, tmp_path: Path, capsys, *extra: str) -> tuple[int, str
 def test_all_gates_on_one_h200_ends_with_the_combined_report(tmp_path, h200, capsys):
     root = six_gate_project(tmp_path)
     code, out, err, reports = all_gates(root, tmp_path, capsys)
-    assert code == 3, err
+    assert code == 1, err  # the fabric gate's unmeasured profile: numbers, never a pass
     summary = json.loads((reports / "summary.json").read_text())
     assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
+        ("fabric", "fail"),
         ("micro", "pass"),
         ("vllm", "skip"),
         ("sglang", "skip"),
@@ -129,11 +150,11 @@ def test_all_gates_on_one_h200_ends_with_the_combined_report(tmp_path, h200, cap
         ("megatron", "pass"),
         ("nemo_rl", "skip"),
     ]
-    assert summary["missing"] == [] and summary["exit_code"] == 3
+    assert summary["missing"] == [] and summary["exit_code"] == 1
     rl = json.loads((reports / "nemo_rl.json").read_text())
     assert rl["result"] == "skip" and "nemo_rl.yaml: no profile for this host (1 GPU(s), EFA: False)" in rl["reason"]
     assert "known: p5en-efa-2x8" in rl["reason"]
-    assert "no profile of vllm.yaml matches this host (1 GPU(s), EFA: False)" in summary["gates"][1]["reason"]
+    assert "no profile of vllm.yaml matches this host (1 GPU(s), EFA: False)" in summary["gates"][2]["reason"]
     assert "nemo_rl [-]: SKIP — " in out
     md = (reports / "summary.md").read_text()
     assert "| nemo_rl | - | SKIP |" in md and "MISSING" not in md
@@ -144,9 +165,9 @@ def test_all_gates_on_one_h200_ends_with_the_combined_report(tmp_path, h200, cap
 def test_all_gates_with_a_named_profile_skips_the_gates_without_it(tmp_path, h200, capsys):
     root = six_gate_project(tmp_path)
     code, out, err, reports = all_gates(root, tmp_path, capsys, "--profile", "h200-ep1")
-    assert code == 3, err
+    assert code == 1, err
     by = {g["gate"]: g for g in json.loads((reports / "summary.json").read_text())["gates"]}
-    assert [r["result"] for r in by.values()] == ["pass", "skip", "skip", "skip", "pass", "skip"]
+    assert [r["result"] for r in by.values()] == ["fail", "pass", "skip", "skip", "skip", "pass", "skip"]
     assert by["vllm"]["reason"] == "vllm.yaml has no profile 'h200-ep1' (known: p5en-efa-ep16, local-test)"
     assert by["nemo_rl"]["reason"] == "nemo_rl.yaml has no profile 'h200-ep1' (known: p5en-efa-2x8)"
 
@@ -167,6 +188,7 @@ def test_all_gates_bad_spec_and_crash_become_error_reports(tmp_path, h200, monke
     assert code == 1
     by = {g["gate"]: g for g in json.loads((reports / "summary.json").read_text())["gates"]}
     assert [(g, r["result"]) for g, r in by.items()] == [
+        ("fabric", "fail"),
         ("micro", "pass"),
         ("vllm", "error"),
         ("sglang", "error"),
@@ -176,7 +198,7 @@ def test_all_gates_bad_spec_and_crash_become_error_reports(tmp_path, h200, monke
     ]
     assert (
         by["vllm"]["reason"].startswith("spec: ")
-        and "vllm.yaml:9: requires[0]: 'megatron' is not a gate that runs before vllm (those: micro)"
+        and "vllm.yaml:9: requires[0]: 'megatron' is not a gate that runs before vllm (those: fabric, micro)"
         in by["vllm"]["reason"]
     )
     assert by["sglang"]["reason"] == "internal error: RuntimeError: boom (traceback on stderr)"
@@ -194,7 +216,7 @@ def test_all_gates_with_a_bad_micro_spec_reports_it_and_blocks_its_dependents(tm
     by = {g["gate"]: g for g in json.loads((reports / "summary.json").read_text())["gates"]}
     assert by["micro"]["result"] == "error" and "micro.yaml:18: " in by["micro"]["reason"]
     assert "timeout-sec" in by["micro"]["reason"] and "\n" not in by["micro"]["reason"]
-    assert {g: r["result"] for g, r in by.items() if g != "micro"} == dict.fromkeys(
+    assert {g: r["result"] for g, r in by.items() if g not in ("fabric", "micro")} == dict.fromkeys(
         ["vllm", "sglang", "trtllm", "megatron", "nemo_rl"], "not-run"
     )
     assert by["nemo_rl"]["reason"].endswith("(root cause: gate micro)")

@@ -306,15 +306,18 @@ def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkey
 
     def fake_run(g, opts, ctx):
         ran.append(g.name)
+        if g.name == "fabric":  # gate 0 on one H200: its numbers, no bar (micro needs it only on EFA profiles)
+            return GateReport(g.stem, "h200-ep1", "fail", "profile h200-ep1 has no measured bar yet", checks=[])
         return GateReport(g.stem, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
 
     monkeypatch.setattr(runner, "run_gate", fake_run)
     monkeypatch.setattr(cli, "_load", lambda args: (lock, REPO))
     monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
     rc = cli.main(["all-gates", "--out", str(tmp_path)])
-    assert rc == 1 and ran == ["micro"]
+    assert rc == 1 and ran == ["fabric", "micro"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [(g["gate"], g["result"]) for g in summary["gates"]] == [
+        ("fabric", "fail"),
         ("micro", "fail"),
         ("vllm", "not-run"),
         ("sglang", "not-run"),
@@ -322,7 +325,7 @@ def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkey
         ("megatron", "not-run"),
         ("nemo_rl", "not-run"),
     ]
-    assert summary["gates"][1]["reason"].startswith("not run: required gate micro did not pass (FAIL: dc_p50_us")
+    assert summary["gates"][2]["reason"].startswith("not run: required gate micro did not pass (FAIL: dc_p50_us")
     assert "<skipped" in (tmp_path / "junit.xml").read_text()
 
 

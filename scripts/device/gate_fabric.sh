@@ -6,8 +6,7 @@
 # prints nccl-library=23004), the parser and the report on real output; h200-ep1's bars are unmeasured, so the
 # result is FAIL "no measured bar yet; numbers reported" when everything else passed (exit 1), never PASS.
 #
-# Until the gate registry has the fabric gate this runs gates.fabric_local (its stages without the machinery);
-# afterwards set FABRIC_RUNNER=gate to run `reprostack gate fabric --profile h200-ep1` with the same carry.
+# It runs the registered gate: `reprostack gate fabric --profile h200-ep1` (gates.fabric.FabricGate).
 #
 # Run from the repository root on the device (no network there), after the NCCL wheel was seeded
 # (scripts/device/seed_wheelhouse.sh: .cache/wheelhouse/ holds nvidia_nccl_cu13-2.30.4-...whl; a last part carried as
@@ -23,10 +22,10 @@
 #   run(carry=[".c4", ".carry/sources.tar", ".whl"], timeout_s=600, command="bash scripts/device/gate_fabric.sh")
 # Time: the nccl-tests build (4 .cu files + verifiable.cu, sm_90 only) took 198 s on 2 cores here; expect about a
 # minute on the H200's 16; the tests themselves seconds at one GPU. Everything is under `timeout` (540 s).
-# Into $OUT: fabric.json (checks, figures, transports per rank, kernels, host), logs/all_reduce.log and
-# logs/alltoall.log (the raw output: commit as tests/fixtures/nccl-tests/real/h200-ep1-*.log with an .expect.json, and
+# Into $OUT: fabric.json (the gate report: checks, figures, transports per rank, kernels, host), summary.md,
+# logs/all_reduce.log and logs/alltoall.log (the raw output: commit as tests/fixtures/nccl-tests/real/h200-ep1-*.log with an .expect.json, and
 # under results/gate_fabric/), buildlogs/, cli.log, wall.txt, gpu.txt, fabric.tar (all of it).
-# Exit: the runner's (0 PASS, 1 FAIL or ERROR or unmeasured, 2 operator error, 3 SKIP).
+# Exit: the gate's (0 PASS, 1 FAIL or ERROR or unmeasured, 2 operator error, 3 SKIP).
 set -u
 R=$(pwd)
 export PYTHONUNBUFFERED=1
@@ -46,25 +45,20 @@ ls .cache/wheelhouse/nvidia_nccl_cu13-2.30.4-*.whl >/dev/null 2>&1 || { echo "no
 if ls .whl/*.whl >/dev/null 2>&1; then
   WHEELS=$(ls .whl/*.whl | grep -v '/reprostack-')
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS || exit 1
-elif ! PYTHONPATH=$R/src "$PY" -c "import reprostack.gates.fabric_local" 2>/dev/null; then
+elif ! PYTHONPATH=$R/src "$PY" -c "import reprostack.gates.fabric" 2>/dev/null; then
   echo "missing .whl/*.whl (reprostack's dependencies) and $PY cannot import reprostack without them" >&2; exit 2
 fi
 export PYTHONPATH=$R/src:/tmp/site REPROSTACK_WHEELHOUSE=$R/.cache/wheelhouse:$R/.whl
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>&1 | tee "$D/gpu.txt"
 command -v nvcc >/dev/null && nvcc --version | tail -2 | tee -a "$D/gpu.txt"
 
-if [ "${FABRIC_RUNNER:-local}" = gate ]; then
-  timeout -k 10 540 "$PY" -m reprostack gate fabric --profile "$PROFILE" --offline --bundle .carry/sources.tar \
-    --out "$D" > "$D/cli.log" 2>&1
-else
-  timeout -k 10 540 "$PY" -m reprostack.gates.fabric_local run --profile "$PROFILE" --offline \
-    --bundle .carry/sources.tar --out "$D" > "$D/cli.log" 2>&1
-fi
+timeout -k 10 540 "$PY" -m reprostack gate fabric --profile "$PROFILE" --offline --bundle .carry/sources.tar \
+  --out "$D" --python "$PY" > "$D/cli.log" 2>&1
 rc=$?
 echo "profile=$PROFILE rc=$rc wall_s=$(( $(date +%s) - T0 ))" | tee "$D/wall.txt"
 cat "$D/cli.log" | grep -v "^ *[0-9.]* *Compiling" | tail -40
 for t in all_reduce alltoall; do
-  f=$(ls "$D"/logs/$t.log "$D"/*/logs/$t.log 2>/dev/null | head -1)
+  f=$(ls "$D"/fabric/$t.log 2>/dev/null | head -1)
   [ -n "$f" ] && { echo "--- $t: $(grep -c . "$f") lines; header, last rows, footer:"; grep -E "^# (nccl-tests|nThread)|^#  Rank" "$f"; grep -E "^ +[0-9]+ " "$f" | tail -3; grep -E "^# (Out of bounds|Avg bus)" "$f"; grep -E "NCCL INFO (NET/|Using network|.*Init COMPLETE)" "$f" | head -6; }
 done
 mkdir -p "$D/buildlogs"
@@ -72,8 +66,8 @@ for b in "$REPROSTACK_CACHE"/builds/nccl*/; do
   [ -f "$b/build.log" ] && cp "$b/build.log" "$D/buildlogs/$(basename "$b").build.log"
 done
 tar -cf "$OUTD/fabric.tar" -C out fabric
-cp -r "$D/logs" "$OUTD/" 2>/dev/null
-for f in fabric.json cli.log wall.txt gpu.txt; do
+cp -r "$D/fabric" "$OUTD/logs" 2>/dev/null
+for f in fabric.json summary.md cli.log wall.txt gpu.txt; do
   [ -f "$D/$f" ] && cp "$D/$f" "$OUTD/"
 done
 cp -r "$D/buildlogs" "$OUTD/" 2>/dev/null

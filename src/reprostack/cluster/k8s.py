@@ -433,6 +433,9 @@ def main(args, g, lock, root: Path) -> int:
     out = Path(args.out or f"out/k8s/{g.name}")
     plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
     spec = g.load(root)
+    why = g.unrenderable(spec, spec.profile(plan.profile))
+    if why:
+        raise K8sError(f"gate {g.name}: {why}")
     if args.variant == "lws" and not g.serves:
         raise K8sError(f"--variant lws is for serving gates (gate {g.name} is {g.kind}: use job or jobset)")
     image = args.image or plan.image.repo_digest

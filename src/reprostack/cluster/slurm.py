@@ -402,6 +402,9 @@ def script_for(
     plan = gate_plan(g, root, lock, profile=profile, out_dir=root / out, images_json=images_json)
     spec = g.load(root)
     prof = spec.profile(plan.profile)
+    why = g.unrenderable(spec, prof)
+    if why:
+        raise SlurmRenderError(f"gate {g.name}: {why}")
     ga = GateOptions(
         out=Path(IN_OUT), profile=plan.profile, nodes=plan.nodes, master_port=MASTER_PORT, arms=tuple(arms or ())
     )

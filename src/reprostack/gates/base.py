@@ -36,13 +36,14 @@ from typing import ClassVar
 
 from .. import hostinfo
 from ..errors import GateError
-from ..report import GateReport, Result, skipped, utc_now
+from ..report import GateReport, Result, decide, evaluate, skipped, utc_now
 from .options import GateOptions
 from .spec import GateSpecError, NoProfileForHost
 
 # in the images: the verified trees the recipes copy (containers/deepep: /opt/reprostack/src/<pin>); this project
 # (drivers, reprostack itself) mounted read-only at /workspace; reports at /out
 SRC, WORK, OUT, CACHE, MODELS = "/opt/reprostack/src", "/workspace", "/out", "/cache", "/models"
+KERNELS = "/opt/reprostack/kernels"  # binaries an image builds for a gate (nccl-tests)
 MASTER = "${MASTER_ADDR}"  # filled per cluster by the launcher (Slurm: first node; k8s: headless Service)
 MASTER_PORT = 29500
 
@@ -65,10 +66,20 @@ class Paths:
     one_node_master: str | None = "127.0.0.1"
     image: bool = True
     server_port: int | None = None  # a serving gate's port, chosen once per run (None: the spec's)
+    builds: tuple[tuple[str, str], ...] = ()  # component -> the folder of its binaries (on this host: after prepare)
 
     def source(self, pin: str) -> str:
         """The folder of pin `pin`'s verified (patched) tree."""
         return dict(self.sources).get(pin, f"{self.src_root}/{pin}")
+
+    def build(self, component: str) -> str:
+        """The folder of `component`'s built binaries (in the image: /opt/reprostack/kernels/<component>/bin)."""
+        return dict(self.builds).get(component, f"{KERNELS}/{component}/bin")
+
+    def with_builds(self, builds: dict) -> "Paths":
+        from dataclasses import replace
+
+        return replace(self, builds=tuple(sorted({**dict(self.builds), **builds}.items())))
 
     def rendezvous(self, nodes: int) -> tuple[str | None, int | None]:
         """(address, port) of the rendezvous on `nodes` node(s)."""
@@ -205,9 +216,10 @@ class Gate:
         """The spec as the lock's selected stack runs it (default: as loaded; a kind with `stacks:` applies it)."""
         return self.load(root)
 
-    def requirements(self, root: Path) -> tuple[str, ...]:
-        """Gate names that must pass before this one runs: the object's, else the spec's `requires:`, each a gate
-        before it in the registry (`earlier`, set there). Raises GateSpecError for a name that is not."""
+    def requirements(self, root: Path, profile=None) -> tuple[str, ...]:
+        """Gate names that must pass before this one runs (on `profile`, when known): the object's, else the spec's
+        `requires:`, each a gate before it in the registry (`earlier`, set there). Raises GateSpecError for a name
+        that is not."""
         if self.requires is not None:
             return self.requires
         spec = self.load(root)
@@ -296,6 +308,11 @@ class Gate:
         """Where the plan's kernels come from, for a person ("" when the gate builds none)."""
         return ""
 
+    def unrenderable(self, spec, profile) -> str | None:
+        """Why a cluster renderer (Slurm, Kubernetes) cannot launch `profile` of this gate as one in-image runner
+        per node, or None when it can."""
+        return None
+
     def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
         """The commands, env, workdir, notes and arms of the launch plan (module doc)."""
         raise NotImplementedError
@@ -359,3 +376,17 @@ class Gate:
     def launch_and_judge(self, st: RunState) -> GateReport:
         """Launch the plan's commands for this node, parse their output, judge it: the verdict's report."""
         raise NotImplementedError
+
+
+def verdict(profile, checks: list, spec_file: str = "gates/micro.yaml") -> tuple[Result, str]:
+    """(result, reason) of a run that completed. A profile whose bars are not measured never passes: a
+    failing `bars_status` check is added to `checks` (in place) and the result is FAIL with the reason
+    "profile X has no measured bar yet; numbers reported" (plus any other failed check)."""
+    if profile.measured:
+        return decide(checks, ran_ok=True)
+    others = [c for c in checks if not c.passed]
+    why = f"profile {profile.name} has no measured bar yet; numbers reported"
+    note = f"{why} ({spec_file}: bars-status)"
+    checks.append(evaluate("bars_status", "", profile.bars_status, "==", "measured", note=note))
+    _, more = decide(others, ran_ok=True) if others else (None, "")
+    return Result.FAIL, why + (f"; also: {more}" if more else "")

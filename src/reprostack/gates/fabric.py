@@ -1,9 +1,13 @@
-"""Gate 0 (fabric), its stages below the gate machinery: which profile, the commands each node runs, the parse of
-their output, the checks and the transport check. Not registered: the Gate class that wraps these (plan, run,
-report) lives with the registry (issue 24); `python -m reprostack.gates.fabric` runs them directly meanwhile
-(scripts/device/gate_fabric.sh).
+"""Gate 0 (fabric): NVIDIA's nccl-tests (all_reduce_perf, alltoall_perf) built against the stack's pinned NCCL and run
+over the profile's GPUs and nodes; the gate under every other gate (FabricGate, first in gates.registry).
 
-Stages, each pure except `prepare_kernels` and `run_local`:
+The Gate class (FabricGate) runs the staged run of gates.base: sources (nccl-tests and, unless the stack takes NCCL
+from a wheel alone, the nccl tree, fetched, patched and verified) -> skip (no GPU, no profile fits, too few GPUs,
+no EFA: SKIP naming what was verified) -> prepare (the pinned NCCL and the keyed nccl-tests build; a profile whose
+launcher this runner cannot start, MPI, is an ERROR saying what it needs) -> launch (the plan's command of each test
+for this node, under the watchdog, the pinned NCCL first on the library path) -> judge (the functions below).
+
+Its functions, each pure:
 - choose_profile(spec, name, host): the named profile, else the one fitting the host (micro's rule);
 - node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test one TestCommand, the
   argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's, then the profile's),
@@ -30,8 +34,8 @@ pin yet: `node_commands` says so in TestCommand.needs.
 Verdict (the Gate class's): a profile whose bars are unmeasured reports every number and never passes (micro's rule);
 a transport check that fails is a FAIL naming the ranks; no output at all is an ERROR, not a FAIL.
 
-Invariants: no function here starts a process except `run_local` (under launch.watchdog, its output kept whole in the
-log) and `prepare_kernels` (the keyed builds); checks never pass on a missing or non-finite number
+Invariants: no function here starts a process except FabricGate's prepare (the keyed builds) and launch (under
+launch.watchdog, each test's output kept whole in its log); checks never pass on a missing or non-finite number
 (report.evaluate); every check names its metric once per test (`all_reduce.busbw_gbs`, ...) and `transport` once.
 """
 
@@ -39,13 +43,23 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import GateError
-from ..report import Check, evaluate, evaluate_interval
+from .. import ui
+from ..errors import GateError, ReprostackError
+from ..kernels import nccltests, toolchain
+from ..kernels import preflight as kpreflight
+from ..kernels.recipe import load_recipe
+from ..launch import plan as lp
+from ..launch.watchdog import run_with_watchdog
+from ..report import Check, GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import Summary, summarize
-from .fabric_spec import FabricSpec
+from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
+from .fabric_spec import FabricSpec, load_fabric_spec
+from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
+from .options import GateOptions
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
 from .spec import NoProfileForHost, Profile
 
@@ -327,3 +341,143 @@ def figures(spec: FabricSpec, profile: Profile, parsed: FabricParse) -> dict:
             for t in p.transports
         ]
     return out
+
+
+class FabricGate(Gate):
+    """Gate 0: nccl-tests over the profile's fabric (module doc)."""
+
+    kind = "fabric"
+
+    def load(self, root: Path):
+        return load_fabric_spec(root, self.stem)
+
+    def launches(self, spec, opts: GateOptions | None = None) -> int:
+        return len(spec.tests)  # one launch per test, its cycles inside it
+
+    def kernels_line(self, spec, lock, image, mode: str) -> str:
+        from .plan import built_kernels_line, kernel_pins
+
+        if mode != lp.MODE_CONTAINER:
+            return built_kernels_line(spec, lock, image, mode, pins=tuple(spec.kernels))
+        words = "; ".join(kernel_pins(spec, lock, tuple(spec.kernels)))
+        return (
+            f"nccl-tests is not prebuilt in image {image.recipe if image else '?'} yet (its commands name "
+            f"/opt/reprostack/kernels/nccl-tests/bin, where an image would put it): the in-image runner fetches, "
+            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words})"
+        )
+
+    def unrenderable(self, spec, profile) -> str | None:
+        if profile.launcher == "local":
+            return None
+        needs = node_commands(spec, profile, "bin")[0].needs
+        return f"profile {profile.name} runs nccl-tests as one MPI rank per node, not as the in-image runner: {'; '.join(needs)}"
+
+    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+        """Each test's command on every node (`-g gpus-per-node -N trials`); a multi-node profile's notes say what its
+        MPI launch needs. `commands` are the first test's."""
+        nodes = opts.nodes or profile.nodes
+        addr, _ = paths.rendezvous(nodes)
+        by_test: dict = {}
+        notes: list[str] = []
+        for node in range(nodes):
+            for c in node_commands(
+                spec, profile, paths.build("nccl-tests"), nodes=nodes, node_rank=node, master_addr=addr
+            ):
+                by_test.setdefault(c.test, []).append(lp.NodeCommand(node, "leader" if node == 0 else "worker", c.argv))
+                by_test.setdefault((c.test, "env"), c.env)
+                notes += [n for n in c.needs if n not in notes]
+        arms = tuple(lp.ArmPlan(t, "test", tuple(by_test[t]), env_tuple(by_test[(t, "env")])) for t in spec.tests)
+        return PlanParts(arms[0].commands, arms[0].env, paths.out, tuple(notes), arms)
+
+    # ------------------------------------------------------------------ the staged run
+
+    def sources(self, st: RunState) -> None:
+        t = time.monotonic()
+        trees, _ = source_trees(st.opts.with_(kernels_manifest=None), st.ctx, tuple(st.spec.kernels))
+        st.timed("sources_s", t)
+        st.scratch["trees"] = trees
+        st.prov = provenance(st.ctx.lock, st.spec, trees)
+        st.prov["host"] = st.host
+        st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
+
+    def skip(self, st: RunState) -> GateReport | None:
+        trees = st.scratch["trees"]
+        words = ", ".join(f"{n} {t.tree[:12]}" for n, t in sorted(trees.items()))
+        return self.skip_with(st, f"sources verified ({words}); nccl-tests not built or run")
+
+    def prepare(self, st: RunState) -> GateReport | None:
+        if st.profile.launcher != "local":
+            cmd = node_commands(st.spec, st.profile, "bin")[0]
+            return st.error(f"profile {st.profile.name} cannot be launched by this runner: {'; '.join(cmd.needs)}")
+        trees, prov = st.scratch["trees"], st.prov
+        try:
+            tc = toolchain.detect_nvcc(arch=st.opts.arch)
+            nccl = prepare_nccl(st.opts, st.ctx, trees, tc, prov, st.timings)
+            t = time.monotonic()
+            recipe = load_recipe(st.ctx.root, "nccl-tests")
+            tree = trees["nccl-tests"]
+            nt = nccltests.build_nccl_tests(
+                tree.path, tree.tree, recipe, tc, nccl, st.ctx.cache_root, jobs=st.opts.jobs
+            )
+            st.timed("nccl_tests_build_s", t)
+        except ReprostackError as e:
+            return st.error(f"setup: {e}")
+        prov["kernels"] = built_provenance(nccl, nt)
+        prov["toolchain"] = {"nvcc": tc.nvcc_version, "arch": tc.arch, "cuda_home": tc.cuda_home}
+        st.artifacts += [artifact_for(b.log) for b in (nccl, nt) if b.log.exists()]
+        st.scratch.update(
+            bin_dir=nt.out / "bin",
+            nccl_lib=nccl.out / "build" / "lib",
+            nccl_version=kpreflight.nccl_header_version(nccl.out / "build" / "include"),
+        )
+        return None
+
+    def launch_and_judge(self, st: RunState) -> GateReport:
+        opts = st.opts
+        paths = Paths.host(
+            root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, opts=opts
+        ).with_builds({"nccl-tests": str(st.scratch["bin_dir"])})
+        parts = self.plan_parts(st.spec, st.profile, opts, paths)
+        ran, text = {}, {}
+        run_dir = st.out_dir / self.stem
+        for arm in parts.arms:
+            cmd = next(c for c in arm.commands if str(c.node) == str(opts.node_rank))
+            log = run_dir / f"{arm.name}.log"
+            env = {**os.environ, **dict(arm.env)}
+            rest = env.get("LD_LIBRARY_PATH", "")  # the binaries NEED libnccl.so.2: the pinned one comes first
+            env["LD_LIBRARY_PATH"] = str(st.scratch["nccl_lib"]) + (os.pathsep + rest if rest else "")
+            with ui.step(f"fabric {arm.name} [{st.profile.name}] x{st.spec.trials} cycle(s)", log=log):
+                o = run_with_watchdog(
+                    list(cmd.argv), env=env, cwd=str(st.out_dir), timeout_s=st.timeout_s, log_path=log, echo=False
+                )
+            st.timings[f"{arm.name}_s"] = round(o.duration_s, 2)
+            ran[arm.name] = {"command": list(cmd.argv), "returncode": o.returncode, "timed_out": o.timed_out}
+            text[arm.name] = log.read_text(errors="replace")
+            st.artifacts.append(artifact_for(log, relative_to=st.out_dir))
+        st.data["runs"] = ran
+        return self._judge(st, ran, parse(text))
+
+    def _judge(self, st: RunState, ran: dict, parsed: FabricParse) -> GateReport:
+        """The checks and figures of the runs; ERROR when a test did not end with exit 0 (its failure line)."""
+        spec, profile = st.spec, st.profile
+        checks_ = checks(spec, profile, parsed, nccl_version=st.scratch["nccl_version"])
+        figs = figures(spec, profile, parsed)
+        st.data["figures"] = figs
+        st.data["statistics"] = {
+            k: v["statistics"] for k, v in figs.items() if isinstance(v, dict) and v.get("statistics")
+        }
+        st.data["nccl"] = {"pinned": st.scratch["nccl_version"], "lib": str(st.scratch["nccl_lib"])}
+        st.data["bars_status"] = profile.bars_status
+        crashed = {t: r for t, r in ran.items() if r["returncode"] != 0 or r["timed_out"]}
+        if crashed:
+            why = "; ".join(
+                f"{t} {'timed out' if r['timed_out'] else 'exit ' + str(r['returncode'])}"
+                + (f": {parsed.get(t).failures[0]}" if parsed.get(t) and parsed.get(t).failures else "")
+                for t, r in crashed.items()
+            )
+            result, reason = decide(checks_, ran_ok=False, failure_reason=why)
+        else:
+            result, reason = verdict(profile, checks_, spec.path.name)
+        return GateReport(
+            self.stem, profile.name, result, reason, checks=checks_, provenance=st.prov, artifacts=st.artifacts
+        )

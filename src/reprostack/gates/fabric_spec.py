@@ -1,10 +1,8 @@
 """The fabric gate's spec (gate 0): schemas/fabric.schema.json, file:line errors, the sha256 of its bytes.
 
-Where: `gates/<SPEC_STEM>.yaml`. SPEC_STEM is "fabric/fabric" (gates/fabric/fabric.yaml) until the gate registry owns
-the spec: gates.registry refuses a gates/*.yaml that no gate owns, so the file moves to gates/fabric.yaml
-(SPEC_STEM "fabric") in the change that registers the gate.
+Where: `gates/<SPEC_STEM>.yaml`, gates/fabric.yaml (the gate registry's FabricGate owns it).
 
-What it holds (gates/fabric/fabric.yaml says why each value): the image and kernels, `trials` (nccl-tests' -N: the
+What it holds (gates/fabric.yaml says why each value): the image and kernels, `trials` (nccl-tests' -N: the
 sweep repeated in one launch), `report-sizes`, the tests (a binary of the nccl-tests build and its args), the env, and
 profiles (gates.spec.Profile, made by gates.spec.profile_from) whose bars are FabricBar: `<test>.busbw_gbs` at a size,
 threshold = published x (1 - tolerance), each with its source.
@@ -27,7 +25,7 @@ from ..errors import GateError
 from .spec import GateSpecError, Profile, profile_from, read_gate_yaml
 
 GATE = "fabric"
-SPEC_STEM = "fabric/fabric"  # -> "fabric" once gates.registry owns gates/fabric.yaml (see the module doc)
+SPEC_STEM = "fabric"  # gates/fabric.yaml, owned by the gate registry (gates.registry: FabricGate)
 GATE_SET = {  # options node_commands sets; a spec's args may not set them too
     "-g": "GPUs per process (the profile's gpus-per-node)",
     "--ngpus": "GPUs per process (the profile's gpus-per-node)",

@@ -30,6 +30,27 @@ def build_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
     records `nccl_build_s` / `deepep_build_s` in `timings` and `kernels` / `toolchain` in `prov`.
     Returns (toolchain, nccl Built, deepep Built). Raises BuildError / ReprostackError."""
     tc = toolchain.detect(opts.python, arch=opts.arch, cache=ctx.cache_root)
+    nccl = prepare_nccl(opts, ctx, trees, tc, prov, timings)
+    t = time.monotonic()
+    deepep = kbuild.build_deepep(
+        trees["deepep"].path,
+        trees["deepep"].tree,
+        load_recipe(ctx.root, "deepep"),
+        tc,
+        nccl,
+        ctx.cache_root,
+        jobs=opts.jobs,
+    )
+    timings["deepep_build_s"] = round(time.monotonic() - t, 2)
+    prov["kernels"] = built_provenance(nccl, deepep)
+    prov["toolchain"] = tc.key_fields()
+    return tc, nccl, deepep
+
+
+def prepare_nccl(opts: GateOptions, ctx: RunContext, trees: dict, tc, prov: dict, timings: dict):
+    """The stack's pinned NCCL: NVIDIA's wheel of the pinned release (sha256-checked, unpacked once, keyed) when
+    that is what the pin is, else built from the verified `nccl` tree with toolchain `tc` (keyed). Records
+    `nccl_build_s` in `timings` and `nccl_from` in `prov`. Returns the Built. Raises BuildError / FetchError."""
     t = time.monotonic()
     recipe = load_recipe(ctx.root, "nccl")
     src_version = preflight.nccl_source_version(trees["nccl"].path) if "nccl" in trees else None  # none: wheel alone
@@ -48,28 +69,20 @@ def build_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
         nccl = kbuild.build_nccl(trees["nccl"].path, trees["nccl"].tree, recipe, tc, ctx.cache_root, jobs=opts.jobs)
     timings["nccl_build_s"] = round(time.monotonic() - t, 2)
     prov["nccl_from"] = {"kind": choice.kind, "why": choice.why}
-    t = time.monotonic()
-    deepep = kbuild.build_deepep(
-        trees["deepep"].path,
-        trees["deepep"].tree,
-        load_recipe(ctx.root, "deepep"),
-        tc,
-        nccl,
-        ctx.cache_root,
-        jobs=opts.jobs,
-    )
-    timings["deepep_build_s"] = round(time.monotonic() - t, 2)
-    prov["kernels"] = {
+    return nccl
+
+
+def built_provenance(*builds) -> dict:
+    """`provenance.kernels` of the builds used: per component its key, whether it was reused, its seconds."""
+    return {
         b.component: {
             "key": b.key,
             "reused": b.reused,
             "build_seconds": b.info.get("seconds"),
             **({"libstdcxx": b.info["libstdcxx"]} if "libstdcxx" in b.info else {}),
         }
-        for b in (nccl, deepep)
+        for b in builds
     }
-    prov["toolchain"] = tc.key_fields()
-    return tc, nccl, deepep
 
 
 @dataclass

@@ -41,11 +41,11 @@ from ..kernels import jit, runtime
 from ..launch import plan as lp
 from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
-from ..report import GateReport, Result, artifact_for, decide, evaluate, evaluate_interval
+from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import statistics_block
 from . import arms as armsmod
 from . import metrics
-from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import Kernels, jit_prewarm, jit_record, nccl_words, provenance, setup_kernels, source_trees
 from .options import GateOptions
 from .parsers.failure import classify_failure
@@ -71,6 +71,12 @@ class MicroGate(Gate):
 
     def prebuilt_kernels(self, spec) -> tuple[str, ...]:
         return tuple(spec.kernels)
+
+    def requirements(self, root: Path, profile=None) -> tuple[str, ...]:
+        """On an EFA profile the fabric gate must pass first (DeepEP over a fabric NCCL cannot use is no evidence);
+        on one node (NVLink, or one GPU) the gate stands alone."""
+        own = super().requirements(root, profile)
+        return (*own, "fabric") if profile is not None and profile.needs_efa and "fabric" in self.earlier else own
 
     def launches(self, spec, opts: GateOptions | None = None) -> int:
         return 2 if opts is not None and opts.legacy else 1  # the dense arm runs inside the trials launch
@@ -330,7 +336,7 @@ class MicroGate(Gate):
                 f"exit {outcome.returncode} after every phase line was printed "
                 f"(teardown; not counted, see test_ep.teardown_lines)"
             )
-        result, reason = verdict(profile, checks)
+        result, reason = verdict(profile, checks, st.spec.path.name)
         return GateReport(
             self.stem, profile.name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts
         )
@@ -469,20 +475,3 @@ def _failed_part(text: str, tp) -> str:
         None,
     )
     return text if at is None else "\n".join(text.split("\n")[at - 1 :])
-
-
-def verdict(profile: Profile, checks: list) -> tuple[str, str]:
-    """(result, reason) of a run that completed. A profile whose bars are not measured never passes: a
-    failing `bars_status` check is added to `checks` (in place) and the result is "fail" with the reason
-    "profile X has no measured bar yet; numbers reported" (plus any other failed check)."""
-    if profile.measured:
-        return decide(checks, ran_ok=True)
-    others = [c for c in checks if not c.passed]
-    why = f"profile {profile.name} has no measured bar yet; numbers reported"
-    checks.append(
-        evaluate(
-            "bars_status", "", profile.bars_status, "==", "measured", note=f"{why} (gates/micro.yaml: bars-status)"
-        )
-    )
-    _, more = decide(others, ran_ok=True) if others else (None, "")
-    return Result.FAIL, why + (f"; also: {more}" if more else "")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import Gate
+from .fabric import FabricGate
 from .micro import MicroGate
 from .nemo_rl import NemoRLGate
 from .serving import ServingGate
@@ -22,6 +23,7 @@ from .spec import GateSpecError
 from .training import MegatronGate
 
 GATES: tuple[Gate, ...] = (
+    FabricGate("fabric"),  # gate 0: NCCL itself over the fabric (nccl-tests); micro needs it on EFA profiles
     MicroGate("micro"),
     ServingGate("vllm"),
     ServingGate("sglang"),

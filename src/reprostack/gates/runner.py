@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import traceback
 
-from .. import hostenv
+from .. import hostenv, hostinfo
 from ..errors import ReprostackError
 from ..report import GateReport, Result, not_run, skipped, utc_now
 from .base import Gate, RunContext
@@ -55,6 +55,14 @@ def run_here(g: Gate, opts: GateOptions, ctx: RunContext) -> GateReport:
     return report
 
 
+def _profile_here(g: Gate, spec, name: str | None, host: dict):
+    """The profile gate `g` would run on this host (None: none fits, or `name` is not one of its profiles)."""
+    try:
+        return g.resolve_profile(spec, name if name in spec.profiles else None, host)
+    except ReprostackError:
+        return None
+
+
 def required() -> set[str]:
     """Report names every all-gates run requires (a gate without a spec file is MISSING, never a pass)."""
     return {g.report_name for g in GATES}
@@ -71,9 +79,11 @@ def run_all(opts: GateOptions, ctx: RunContext, *, run=None) -> list[GateReport]
     run = run or run_gate
     root = ctx.root
     reports: dict[str, GateReport] = {}  # by gate name
+    host = hostinfo.collect()  # which profile each gate would take here: a requirement may depend on it
     for g in (g for g in GATES if g.spec_file(root).is_file()):
         try:
-            spec, needs = g.load(root), g.requirements(root)
+            spec = g.load(root)
+            needs = g.requirements(root, _profile_here(g, spec, opts.profile, host))
         except ReprostackError as e:
             reports[g.name] = _error(g, opts, f"spec: {e}")
             continue
