@@ -312,7 +312,8 @@ def _ranges(xs: list[int]) -> str:
 
 
 def figures(spec: FabricSpec, profile: Profile, parsed: FabricParse) -> dict:
-    """{`<test>.busbw_gbs@<size>`: {"samples": [...], "statistics": Summary.to_dict() or None}} at the spec's report
+    """{`<test>.busbw_gbs@<size>` and `<test>.algbw_gbs@<size>` (a one-rank run has no bus traffic: busbw 0, algbw the
+    local copy): {"samples": [...], "statistics": Summary.to_dict() or None}} at the spec's report
     sizes and the profile's bar sizes (out-of-place), plus `<test>.avg_busbw_gbs` (nccl-tests' own average over
     every size and cycle) and the transport per rank: what every run reports, bars or not."""
     out: dict = {}
@@ -322,6 +323,9 @@ def figures(spec: FabricSpec, profile: Profile, parsed: FabricParse) -> dict:
         samples = _samples(p, size, "out-of-place") if p else []
         s = _summary(samples)
         out[f"{test}.busbw_gbs@{size}"] = {"samples": samples, "statistics": s.to_dict() if s else None}
+        alg = [r.out_of_place.algbw_gbs for r in p.rows_at(size)] if p else []  # one rank: a local copy, busbw 0
+        a = _summary(alg)
+        out[f"{test}.algbw_gbs@{size}"] = {"samples": alg, "statistics": a.to_dict() if a else None}
     for test, p in parsed.tests.items():
         out[f"{test}.avg_busbw_gbs"] = p.avg_busbw_gbs
         out[f"{test}.transports"] = [
