@@ -89,8 +89,8 @@ def make_reports(base: dict, n: int, folder: Path, seed: int) -> list[Path]:
     return out
 
 
-def one_run(reports: Path, work: Path) -> dict:
-    """Ingest then page, each timed, on a fresh database and output folder."""
+def one_run(reports: Path, work: Path, page: bool = True) -> dict:
+    """Ingest then page (unless not `page`), each timed, on a fresh database and output folder."""
     from reprostack.history import compare, render
     from reprostack.history.command import ingest, scan
     from reprostack.history.store import Store
@@ -103,22 +103,21 @@ def one_run(reports: Path, work: Path) -> dict:
         files = scan([reports])
         new, known, other, skipped = ingest(store, files)[:4]
     t1 = time.perf_counter()
-    with Store.open(db) as store:
-        series = compare.analyse(store)
-        written = render.write(series, out)
-    t2 = time.perf_counter()
     if skipped or new != len(files):
         raise SystemExit(f"bench history: {len(skipped)} skipped, {new} new of {len(files)}: {skipped[:3]}")
-    page = out / "index.html"
-    return {
-        "ingest_s": round(t1 - t0, 2),
-        "page_s": round(t2 - t1, 2),
-        "reports": new,
-        "series": len(series),
-        "pngs": sum(1 for p in written if p.suffix == ".png"),
-        "page_bytes": page.stat().st_size,
-        "db_bytes": db.stat().st_size,
-    }
+    res = {"ingest_s": round(t1 - t0, 2), "reports": new, "db_bytes": db.stat().st_size}
+    if page:
+        with Store.open(db) as store:
+            series = compare.analyse(store)
+            written = render.write(series, out)
+        t2 = time.perf_counter()
+        res.update(
+            page_s=round(t2 - t1, 2),
+            series=len(series),
+            pngs=sum(1 for p in written if p.suffix == ".png"),
+            page_bytes=(out / "index.html").stat().st_size,
+        )
+    return res
 
 
 def summary(values: list[float]) -> dict:
@@ -134,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="default: results/bench/history-<host>.json")
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one, removed)")
     ap.add_argument("--seed", type=int, default=27)
+    ap.add_argument(
+        "--source-commit", default=None, help="the commit of the measured source when it is no git checkout"
+    )
+    ap.add_argument("--no-page", action="store_true", help="time the ingest only (an old version's page takes hours)")
     a = ap.parse_args(argv)
     from reprostack.bench import host_label
 
@@ -157,28 +160,27 @@ def main(argv: list[str] | None = None) -> int:
     load = list(os.getloadavg())
     runs = []
     for k in range(a.runs):
-        r = one_run(reports, work)
+        r = one_run(reports, work, page=not a.no_page)
         runs.append(r)
-        print(
-            f"bench history: run {k + 1}/{a.runs}: ingest {r['ingest_s']} s, page {r['page_s']} s "
-            f"({r['series']} series, {r['pngs']} PNGs, page {r['page_bytes']} bytes)",
-            flush=True,
+        page = f", page {r['page_s']} s ({r['series']} series, {r['pngs']} PNGs)" if "page_s" in r else ""
+        print(f"bench history: run {k + 1}/{a.runs}: ingest {r['ingest_s']} s{page}", flush=True)
+    import reprostack
+
+    src = Path(reprostack.__file__).resolve().parent  # the code measured (PYTHONPATH may name another checkout)
+    git = ["git", "-C", str(src)]
+    commit = a.source_commit or subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    dirty = None
+    if not a.source_commit:
+        st = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no", "--", "."], capture_output=True, text=True
         )
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    dirty = (
-        subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
-        != ""
-    )
+        dirty = st.returncode == 0 and st.stdout.strip() != ""
     try:
         from importlib.metadata import version
 
         mpl = version("matplotlib")
     except Exception:  # noqa: BLE001 - the figure is recorded either way
         mpl = None
-    import reprostack
-
     res = {
         "bench": "history",
         "host": host,
@@ -187,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_before": [round(x, 2) for x in load],
         "python": platform.python_version(),
         "matplotlib": mpl,
-        "reprostack_src": str(Path(reprostack.__file__).parent),
-        "commit": commit.strip() or None,
-        "dirty": dirty,
+        "reprostack_src": str(src),
+        "commit": commit.strip() or None,  # of the reprostack source measured
+        "dirty": dirty,  # uncommitted changes in that source (None: --source-commit given)
         "base_report": str(a.base.resolve().relative_to(ROOT))
         if a.base.resolve().is_relative_to(ROOT)
         else str(a.base),
@@ -197,19 +199,17 @@ def main(argv: list[str] | None = None) -> int:
         "seed": a.seed,
         "headline": "median of n runs (min, max); each run: a fresh database and output folder",
         "ingest_s": summary([r["ingest_s"] for r in runs]),
-        "page_s": summary([r["page_s"] for r in runs]),
+        "page_s": None if a.no_page else summary([r["page_s"] for r in runs]),
         "targets": TARGETS,
         "runs": runs,
     }
-    res["targets_met"] = {k: res[k]["median"] <= v for k, v in TARGETS.items()}
+    res["targets_met"] = {k: res[k]["median"] <= v for k, v in TARGETS.items() if res[k] is not None}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     tmp.replace(out)
-    print(
-        f"bench history: ingest median {res['ingest_s']['median']} s, page median {res['page_s']['median']} s "
-        f"(n={a.runs}); {out}"
-    )
+    page = "" if a.no_page else f", page median {res['page_s']['median']} s"
+    print(f"bench history: ingest median {res['ingest_s']['median']} s{page} (n={a.runs}); {out}")
     if a.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
