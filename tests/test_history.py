@@ -98,7 +98,9 @@ def consistent(mean: float, lo: float, hi: float, n: int) -> dict:
     }
 
 
-UI_LINE = re.compile(r"^ *history: (ingest|page): ")  # the progress lines of reprostack.ui (plain, off a terminal)
+UI_LINE = re.compile(
+    r"^ *history: (ingest|compare|page): "
+)  # the progress lines of reprostack.ui (plain, off a terminal)
 
 
 def run(capsys, *args) -> tuple[int, str, str]:

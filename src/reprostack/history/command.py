@@ -62,8 +62,8 @@ INGEST_BATCH = 1000  # reports read, parsed and stored per transaction
 def ingest(store: Store, files: list[Path], warn=None, progress=None) -> tuple[int, int, int, list[str]]:
     """(new, already stored, not reports, skipped lines) of ingesting `files`; `warn(line)` is called per skip,
     `progress()` once per file. A file whose sha256 is stored is not parsed again; new reports are stored
-    INGEST_BATCH at a time, each batch one transaction. (Worker processes for the parsing were measured and
-    dropped: on the 2-core CI machine, busy, 10,000 reports took 35 s with two workers and 21 s without.)"""
+    INGEST_BATCH at a time, each batch one transaction. (Worker processes for the parsing were tried and dropped:
+    on the busy 2-core CI machine they made 10,000 reports slower, not faster.)"""
     new = known = other = 0
     skipped: list[str] = []
     stored = store.ids()
@@ -136,7 +136,8 @@ def run(folders: list[str], out: str | None, db: str | None, plots: bool = True,
         with ui.step("history: ingest", total=len(files), unit="file") as st:
             new, known, other, skipped = ingest(store, files, warn=warn, progress=_Ticks(st))
         reports, _ = store.count()
-        series = compare.analyse(store)
+        with ui.step("history: compare"):
+            series = compare.analyse(store)
         for line in store.skipped_rows:
             warn(line)
         bad_rows = list(store.skipped_rows)

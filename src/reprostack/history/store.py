@@ -256,6 +256,7 @@ class Store:
                 if r.id not in there:
                     there.add(r.id)
                     new.append(r)
+            new.sort(key=lambda r: r.id)  # the primary-key indexes then grow in order within the batch
             c.executemany(
                 "INSERT INTO reports (id, path, gate, profile, result, stack, lock_sha256, image_digest, host_fp, "
                 "host, date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
