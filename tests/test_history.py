@@ -763,3 +763,24 @@ def test_fuzz_stored_rows_never_crash_history(tmp_path):
         except Exception as e:  # noqa: BLE001 - the point is to catch everything else
             bad.append(f"#{i} {table}.{col}={val!r:.40}: {type(e).__name__}: {str(e)[:160]}")
     assert not bad, f"{len(bad)}/{N_ROW_FUZZ}:\n" + "\n".join(bad[:20])
+
+
+def test_the_readme_shows_what_history_prints(tmp_path, capsys):
+    """README's "Results history" output block and its line counts are what the command prints on the committed
+    results (lines marked as cut, `(...)` and `...`, aside; the database path and the page line are this run's)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("(`reprostack history --db /tmp/h.sqlite3`, lines cut here):\n```\n", 1)[1].split("```", 1)[0]
+    db = tmp_path / "h.sqlite3"
+    rc, out, _ = run(capsys, "--db", db, "--no-plots")
+    got = out.replace(str(db), "/tmp/h.sqlite3").splitlines()
+    shown = [x for x in block.splitlines() if not x.startswith("page: ")]
+    for line in shown:
+        if "(...)" in line:
+            assert any(g.startswith(line.split("(...)")[0]) for g in got), line
+        elif not line.lstrip().startswith("..."):
+            assert line in got, line
+    rc, full, _ = run(capsys, "--db", db, "--no-plots", "--all")
+    m = re.search(
+        r"`--all` adds every run of every metric \(a table per metric, (\d+) lines here against (\d+)\)", text
+    )
+    assert m and (int(m.group(1)), int(m.group(2))) == (len(full.splitlines()), len(got))
