@@ -1,6 +1,13 @@
-"""What `reprostack history` shows: a text table per series, one PNG per series, one self-contained HTML page.
+"""What `reprostack history` shows: the short summary (flagged regressions first, one line per metric with
+intervals; `short`), a text table per series (`text`, `--all`), one PNG per series, one self-contained HTML page.
+
+Scale: one matplotlib figure is reused for every PNG, each series drawn with one errorbar call and at most
+MAX_TICKS x labels (a series of 10,000 runs is one plot, not 10,000 artists and labels); the page lists the latest
+PAGE_ROWS runs of each metric (the plot shows every run) and the first PAGE_FLAGGED regressions.
 
 Invariants: matplotlib runs on its Agg backend (no display) and is imported only here, when plots are written;
+without it (the plain install) the page is written with its tables, no PNG, and says why (`plots_missing`);
+a series matplotlib refuses to draw is one warning line, its table still in the page;
 the PNGs carry no timestamp or version metadata and the page no generation time, so the same history gives the
 same bytes (the committed results/history/ does not churn); the page has no external asset: every image is a
 `data:image/png;base64,` URI, no script, no link; every string from a report is HTML-escaped (and was stripped
