@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from reprostack.history.compare import analyse
 from reprostack.history.reader import NotAReport, read_report
 from reprostack.history.store import Store
 from reprostack.report.model import GateReport, evaluate
+from reprostack.report.stats import t975
 
 from reprostack.gitcmd import git
 from test_bump import pristine, s  # noqa: F401 - the bump scenario's fixtures
@@ -57,19 +61,7 @@ def report(
     }
     data = {}
     if stats:
-        data["statistics"] = {
-            m: {
-                "n": n,
-                "mean": mean,
-                "p50": mean,
-                "stdev": 0.1,
-                "ci95": [lo, hi],
-                "samples": [mean] * n,
-                "unit": "us",
-                "method": "t",
-            }
-            for m, (mean, lo, hi, n) in stats.items()
-        }
+        data["statistics"] = {m: consistent(mean, lo, hi, n) for m, (mean, lo, hi, n) in stats.items()}
     r = GateReport(
         gate,
         "h200-ep1",
@@ -87,10 +79,35 @@ def report(
     return p
 
 
+def consistent(mean: float, lo: float, hi: float, n: int) -> dict:
+    """A `data.statistics` entry whose samples give exactly `mean`, `p50` = mean, its stdev and the t interval
+    [lo, hi] (symmetric about the mean): pairs mean +- c, and the mean itself when n is odd."""
+    half = abs(hi - lo) / 2
+    sd = half * math.sqrt(n) / t975(n - 1)
+    c = sd * math.sqrt((n - 1) / (2 * (n // 2)))
+    samples = [mean - c] * (n // 2) + ([mean] if n % 2 else []) + [mean + c] * (n // 2)
+    return {
+        "n": n,
+        "mean": mean,
+        "p50": mean,
+        "stdev": sd,
+        "ci95": [lo, hi],
+        "samples": samples,
+        "unit": "us",
+        "method": "t",
+    }
+
+
+UI_LINE = re.compile(
+    r"^ *history: (ingest|compare|page): "
+)  # the progress lines of reprostack.ui (plain, off a terminal)
+
+
 def run(capsys, *args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr without the progress lines)."""
     rc = cli.main(["history", *map(str, args)])
     o = capsys.readouterr()
-    return rc, o.out, o.err
+    return rc, o.out, "".join(x for x in o.err.splitlines(keepends=True) if not UI_LINE.match(x))
 
 
 @pytest.fixture
@@ -102,8 +119,9 @@ def test_regression_flagged_when_intervals_separate_and_pins_named(tmp_path, db,
     res = tmp_path / "results"
     report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
     report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)}, nccl=NCCL_B)
-    rc, out, err = run(capsys, res, "--db", db, "--out", tmp_path / "h", "--no-plots")
+    rc, out, err = run(capsys, res, "--db", db, "--out", tmp_path / "h", "--no-plots", "--all")
     assert rc == 0 and err == ""
+    assert out.startswith("history: 2 report(s), 1 metric(s), 1 flagged regression(s)\n")
     assert "1 regression(s) flagged" in out
     assert (
         f"lock aaaaaaaa -> bbbbbbbb: regression: 14.35 [14.2, 14.5] n=5 -> 15.15 [15, 15.3] n=5; "
@@ -126,7 +144,7 @@ def test_overlapping_intervals_are_not_flagged(tmp_path, db, capsys):
     report(
         res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (14.6, 14.45, 14.75, 5)}, nccl=NCCL_B
     )
-    rc, out, _ = run(capsys, res, "--db", db, "--no-plots")
+    rc, out, _ = run(capsys, res, "--db", db, "--no-plots", "--all")
     assert rc == 0 and "no regression flagged" in out
     assert "lock aaaaaaaa -> bbbbbbbb: same:" in out
 
@@ -135,7 +153,7 @@ def test_single_sample_reports_are_shown_never_judged(tmp_path, db, capsys):
     res = tmp_path / "results"
     report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", value=14.3)
     report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", value=29.9, nccl=NCCL_B)  # twice as slow, n=1
-    rc, out, _ = run(capsys, res, "--db", db, "--no-plots")
+    rc, out, _ = run(capsys, res, "--db", db, "--no-plots", "--all")
     assert rc == 0 and "no regression flagged" in out
     assert "lock aaaaaaaa -> bbbbbbbb: n=1, no interval: 14.3 (n=1) -> 29.9 (n=1)" in out
     assert out.count("n=1, no interval") >= 3
@@ -150,7 +168,7 @@ def test_ingest_is_idempotent_by_file_content(tmp_path, db, capsys):
     assert first == (1, 1)
     shutil.copy(p, tmp_path / "copy.json")  # the same bytes elsewhere: the same report
     rc, out, _ = run(capsys, res, tmp_path / "copy.json", "--db", db, "--no-plots")
-    assert rc == 0 and "0 new report(s), 2 already stored" in out
+    assert rc == 0 and "ingested: 0 new, 2 already stored" in out
     with Store.open(db) as s:
         assert s.count() == first
         assert read_report(p).id == hashlib.sha256(p.read_bytes()).hexdigest()
@@ -192,16 +210,26 @@ def test_a_file_that_is_not_a_history_is_refused(tmp_path, db, capsys, content, 
 
 
 def test_a_damaged_row_is_one_line(tmp_path, db, capsys):
+    """A row whose samples are not JSON: skipped with one line naming it, the rest printed, exit 2 (before: the
+    whole run stopped at it, and every later run on that database)."""
     res = tmp_path / "results"
     report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    report(res, "2", lock=LOCK_A, date="2026-12-02T00:00:00Z", metric="other_us")
     assert run(capsys, res, "--db", db, "--no-plots")[0] == 0
     con = sqlite3.connect(db)
-    con.execute("UPDATE measurements SET samples = ?", ("[1, 'x'",))
+    con.execute("UPDATE measurements SET samples = ? WHERE metric = 'dc_p50_us'", ("[1, 'x'",))
     con.commit()
     con.close()
-    rc, _, err = run(capsys, res, "--db", db, "--no-plots")
-    assert rc == 2 and err.count("\n") == 1
-    assert "measurement 'dc_p50_us' of report" in err and "a damaged history database" in err
+    rc, out, err = run(capsys, res, "--db", db, "--no-plots")
+    lines = err.splitlines()
+    assert rc == 2 and len(lines) == 2, err
+    assert re.fullmatch(
+        rf"{re.escape(str(db))}: skipped stored measurement 'dc_p50_us' of report [0-9a-f]{{12}} \(.*/1/micro\.json\): "
+        r"samples are not JSON",
+        lines[0],
+    ), lines[0]
+    assert lines[1] == "history: 1 stored row(s) skipped (named above); exit 2"
+    assert out.startswith("history: 2 report(s), 1 metric(s), 0 flagged regression(s)\n")
 
 
 def test_the_readme_links_the_committed_history():
@@ -230,7 +258,7 @@ def test_plots_and_one_self_contained_html_page(tmp_path, db, capsys):
     report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)})
     report(res, "3", lock=LOCK_B, date="2026-12-03T00:00:00Z", metric="other_us", value=3.0)
     rc, text, _ = run(capsys, res, "--db", db, "--out", out)
-    assert rc == 0 and "plots: 2 PNG(s)" in text
+    assert rc == 0 and f"page: {out / 'index.html'} with 2 PNG(s)" in text
     pngs = sorted(out.glob("*.png"))
     assert len(pngs) == 2 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     page = (out / "index.html").read_text()
@@ -244,9 +272,9 @@ def test_plots_and_one_self_contained_html_page(tmp_path, db, capsys):
 
 
 def test_the_committed_results_ingest_without_error(tmp_path, db, capsys):
-    rc, out, err = run(capsys, ROOT / "results", "--db", db, "--no-plots")
+    rc, out, err = run(capsys, ROOT / "results", "--db", db, "--no-plots", "--all")
     assert rc == 0 and err == "", err
-    m = re.search(r"(\d+) new report\(s\), 0 already stored, \d+ other JSON file\(s\) passed over, 0 skipped", out)
+    m = re.search(r"ingested: (\d+) new, 0 already stored, \d+ other JSON file\(s\) passed over, 0 skipped", out)
     assert m and int(m.group(1)) >= 14, out
     assert "micro/h200-ep1 [campaign] dc_p50_us (us, lower is better)" in out
     assert "megatron/h200-ep1 [campaign] deepep.loss_drop" in out
@@ -268,7 +296,7 @@ def test_bad_reports_are_one_line_each_the_rest_ingested_exit_2(tmp_path, db, ca
     assert lines[0] == f"skipped {bad}: data.statistics.dc_p50_us.ci95: lo 15.3 is above hi 15.0"
     assert lines[1].startswith(f"skipped {trunc}:") and "not JSON" in lines[1]
     assert lines[2] == "history: 2 report(s) skipped (named above); exit 2" and len(lines) == 3
-    assert "1 new report(s), 0 already stored, 1 other JSON file(s) passed over, 2 skipped" in out
+    assert "ingested: 1 new, 0 already stored, 1 other JSON file(s) passed over, 2 skipped" in out
     assert "Traceback" not in err + out
     assert read_report(good).gate == "micro"
 
@@ -279,7 +307,7 @@ def test_a_file_name_of_any_bytes_is_read_and_named_printably(tmp_path, db, caps
     good.rename(res / "1" / os.fsdecode(b"m\xff.json"))
     (res / os.fsdecode(b"b\xfe.json")).write_bytes(b'{"gate": "x", "result": "pass", "checks": [')
     rc, out, err = run(capsys, res, "--db", db, "--no-plots")
-    assert rc == 2 and "1 new report(s)" in out
+    assert rc == 2 and "ingested: 1 new," in out
     assert err.splitlines()[0] == f"skipped {res}/b?.json:1: not JSON: Expecting value (column 44)"
 
 
@@ -376,22 +404,50 @@ def test_fuzz_the_report_reader_never_tracebacks(tmp_path):
     assert refused >= 300
 
 
-def test_without_matplotlib_one_line_names_the_checkout_extra(tmp_path, db, capsys, monkeypatch):
-    """A venv made by the README's line (`pip install -e .`, no extras) has no matplotlib: one line, exit 2,
-    naming the extra as a checkout installs it (never `reprostack[plots]`, which pip would look up on the index)."""
-    import importlib.util
+def test_without_matplotlib_the_page_is_written_and_one_line_says_how_to_get_plots(tmp_path, db):
+    """Issue 29 item 8: the README's install (`pip install -e .`, no extras) has no matplotlib; `reprostack history`
+    stopped there (exit 2). Now, in a process where matplotlib cannot be imported, over the committed results: exit
+    0, the summary line first, the flagged regressions before anything else, a short output, the page written with
+    its tables and without PNGs, and one line naming the extra as a checkout installs it (never
+    `reprostack[plots]`, which pip would look up on the index); progress on stderr."""
+    out = tmp_path / "page"
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; from reprostack.cli import main; "
+        f"sys.exit(main(['history', '--db', {str(db)!r}, '--out', {str(out)!r}]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert re.fullmatch(r"history: \d+ report\(s\), \d+ metric\(s\), \d+ flagged regression\(s\)", lines[0])
+    flagged = int(lines[0].split(", ")[2].split()[0])
+    assert flagged >= 1 and lines[1] == "flagged (two 95% intervals separate, the later one worse):"
+    assert all(x.startswith("  micro/") and ": regression: " in x for x in lines[2 : 2 + flagged])
+    assert 10 <= len(lines) <= 60, p.stdout  # tens of lines, not the 851 of before
+    assert (
+        f"page: {out / 'index.html'} (tables only: matplotlib is not installed; for the PNGs: pip install -e "
+        "'.[plots]' in this checkout)" in lines
+    )
+    assert lines[-1] == "every run of every metric: reprostack history --all"
+    assert not list(out.glob("*.png"))
+    page = (out / "index.html").read_text()
+    assert "No plots: matplotlib is not installed." in page and "<table>" in page and "<img" not in page
+    assert "history: ingest: started" in p.stderr and "history: page: ok in" in p.stderr
+    assert "Traceback" not in p.stderr
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
-    res = tmp_path / "results"
-    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z")
-    rc, out, err = run(capsys, res, "--db", db, "--out", tmp_path / "h")
-    assert rc == 2
-    assert err.strip().splitlines() == [
-        "reprostack: error: history plots need matplotlib, the `plots` extra: pip install -e '.[plots]' in this "
-        "checkout, or pass --no-plots"
-    ]
-    assert not db.exists() and not (tmp_path / "h").exists()
+
+def test_the_default_output_is_short_and_every_run_is_behind_all(tmp_path, db, capsys):
+    """Over the committed results: the default output is tens of lines, the flagged regressions first; `--all`
+    prints every run of every metric (the hundreds of lines the command printed before)."""
+    rc, out, _ = run(capsys, ROOT / "results", "--db", db, "--no-plots")
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) <= 60
+    assert lines[0].startswith("history: ") and lines[1].startswith("flagged (")
+    assert lines.index("metrics with intervals: the latest run, and its verdict against the run before it") > 2
+    assert not any(x.startswith("date  ") for x in lines)  # no per-run table
+    rc, full, _ = run(capsys, ROOT / "results", "--db", db, "--no-plots", "--all")
+    assert rc == 0 and full.splitlines()[0] == lines[0] and len(full.splitlines()) > 300
+    assert "every run of every metric" not in full
 
 
 # --- hostile-input trial (session 4): a history database someone else wrote
@@ -425,13 +481,13 @@ def test_hostile_strings_and_non_finite_samples_in_the_database_never_reach_the_
     con = sqlite3.connect(db)
     con.execute("UPDATE reports SET profile = ?", ("p\x1b]0;owned\x07\x1b[2J",))
     con.commit()
-    rc, out, err = run(capsys, res, "--db", db, "--no-plots")
+    rc, out, err = run(capsys, res, "--db", db, "--no-plots", "--all")
     assert rc == 0 and "\x1b" not in out + err and "\x07" not in out + err and "p?]0;owned??[2J" in out
     con.execute("UPDATE measurements SET samples = ?", ("[NaN, 1e999]",))
     con.commit()
     con.close()
     rc, out, err = run(capsys, res, "--db", db, "--no-plots")
-    assert rc == 2 and err.count("\n") == 1 and "not a finite number" in err, err
+    assert rc == 2 and err.count("\n") == 2 and "a value that is not a finite number" in err, err
 
 
 def test_two_hosts_that_differ_never_read_alike():
@@ -446,3 +502,285 @@ def test_two_hosts_that_differ_never_read_alike():
     other = {**base, "host": {**base["host"], "kernel": "6.18.44-b"}}
     (fa, da), (fb, db_) = host_fingerprint(base), host_fingerprint(other)
     assert fa != fb and da != db_ and "kernel 6.18.44-a" in da and "packages ffffffffffff" in da
+
+
+# --- issue 27 item 5: inconsistent statistics, stored rows, the database's integrity, scale
+
+
+def test_a_mean_outside_its_interval_is_refused_at_ingest_and_never_crashes_history(tmp_path, db, capsys):
+    """One report whose mean lies outside its own 95% interval used to go into the database and crash every later
+    `history` run on it (matplotlib refuses a negative error bar: a traceback, no output). Now it is refused at
+    ingest with the one reason, nothing of it stored, the others ingested and plotted, exit 2; the next run too."""
+    res, out = tmp_path / "results", tmp_path / "page"
+    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
+    bad = report(res, "2", lock=LOCK_A, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
+    d = json.loads(bad.read_text())
+    d["data"]["statistics"]["dc_p50_us"]["mean"] = 16.0
+    bad.write_text(json.dumps(d))
+    for _ in range(2):
+        rc, text, err = run(capsys, res, "--db", db, "--out", out)
+        assert rc == 2 and "Traceback" not in err
+        assert err.splitlines() == [
+            f"skipped {bad}: data.statistics.dc_p50_us.mean: 16 lies outside its own 95% interval [14.2, 14.5]",
+            "history: 1 report(s) skipped (named above); exit 2",
+        ]
+        assert text.startswith("history: 1 report(s), 1 metric(s), 0 flagged regression(s)\n")
+        assert len(list(out.glob("*.png"))) == 1
+    with Store.open(db) as s:
+        assert s.count() == (1, 1)
+
+
+def _edit_stat(path: Path, **change) -> Path:
+    d = json.loads(path.read_text())
+    st = d["data"]["statistics"]["dc_p50_us"]
+    for k, v in change.items():
+        if callable(v):
+            st[k] = v(st[k])
+        else:
+            st[k] = v
+    path.write_text(json.dumps(d))
+    return path
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"n": 4}, "data.statistics.dc_p50_us.n: 4 but 5 samples listed"),
+        ({"samples": lambda x: x[:4]}, "data.statistics.dc_p50_us.n: 5 but 4 samples listed"),
+        (
+            {"stdev": 0.5},
+            "data.statistics.dc_p50_us.stdev: 0.5 but the 5 samples' standard deviation (n - 1) is 0.120808",
+        ),
+        (
+            {"samples": lambda x: [v + 1 for v in x]},
+            "data.statistics.dc_p50_us.mean: 14.35 but the 5 samples' mean is 15.35",
+        ),
+        ({"p50": 14.5}, "data.statistics.dc_p50_us.p50: 14.5 but the 5 samples' median is 14.35"),
+        (
+            {"ci95": [14.34, 14.36]},
+            "data.statistics.dc_p50_us.ci95: [14.34, 14.36] is not mean +- t(0.975, 4) * stdev / sqrt(5) = [14.2, 14.5] "
+            "(method t)",
+        ),
+        ({"samples": []}, "data.statistics.dc_p50_us.samples: none listed, so n=5 and the interval cannot be checked"),
+    ],
+)
+def test_inconsistent_statistics_are_refused_at_ingest_with_the_one_reason(tmp_path, db, capsys, change, reason):
+    """Statistics that contradict themselves (n vs samples, a stdev or a mean the samples do not give, an interval
+    narrower than its own stdev allows: it would flag a regression by itself) are refused whole, one named reason;
+    before, each was ingested and judged."""
+    res = tmp_path / "results"
+    good = report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
+    bad = _edit_stat(
+        report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)}),
+        **change,
+    )
+    rc, out, err = run(capsys, res, "--db", db, "--no-plots")
+    assert rc == 2 and err.splitlines()[0] == f"skipped {bad}: {reason}", err
+    assert "ingested: 1 new, 0 already stored, 0 other JSON file(s) passed over, 1 skipped" in out
+    assert read_report(good).measurements[0].n == 5
+
+
+def test_every_committed_report_has_consistent_statistics():
+    """The reader's consistency checks hold for every report under results/ (stats.summarize writes them)."""
+    reports = 0
+    for p in sorted((ROOT / "results").rglob("*.json")):
+        try:
+            rec = read_report(p)
+        except NotAReport:
+            continue
+        reports += 1
+        assert all(m.samples or m.n == 1 for m in rec.measurements), p
+    assert reports >= 14
+
+
+def test_a_stored_row_an_older_version_took_is_skipped_with_a_warning(tmp_path, db, capsys):
+    """A database written before the checks (here: the mean of a stored row set outside its interval, as an older
+    reprostack stored such a report): `history` crashed on it on every run. Now that row is skipped with a line
+    naming it; the rest is printed and drawn; exit 2."""
+    res, out = tmp_path / "results", tmp_path / "page"
+    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
+    report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)})
+    assert run(capsys, res, "--db", db, "--no-plots")[0] == 0
+    con = sqlite3.connect(db)
+    rid = con.execute("SELECT id FROM reports WHERE date LIKE '2026-12-02%'").fetchone()[0]
+    con.execute("UPDATE measurements SET mean = 16.0 WHERE report_id = ?", (rid,))
+    con.commit()
+    con.close()
+    rc, text, err = run(capsys, res, "--db", db, "--out", out)
+    assert rc == 2 and "Traceback" not in err
+    assert err.splitlines() == [
+        f"{db}: skipped stored measurement 'dc_p50_us' of report {rid[:12]} ({res / '2' / 'micro.json'}): mean: 16 "
+        "lies outside its own 95% interval [15, 15.3]",
+        "history: 1 stored row(s) skipped (named above); exit 2",
+    ]
+    assert text.startswith("history: 2 report(s), 1 metric(s), 0 flagged regression(s)\n")
+    assert len(list(out.glob("*.png"))) == 1 and (out / "index.html").is_file()
+
+
+def test_a_stored_pin_of_the_wrong_type_is_skipped(tmp_path, db, capsys):
+    res = tmp_path / "results"
+    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
+    report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)}, nccl=NCCL_B)
+    assert run(capsys, res, "--db", db, "--no-plots")[0] == 0
+    con = sqlite3.connect(db)
+    con.execute("UPDATE pins SET rev = x'ff00' WHERE name = 'nccl'")  # a BLOB in a TEXT column: SQLite keeps it
+    con.commit()
+    con.close()
+    rc, text, err = run(capsys, res, "--db", db, "--no-plots")
+    assert rc == 2 and "Traceback" not in err and "skipped a stored pin of report" in err
+    assert "1 flagged regression(s)" in text.splitlines()[0]
+
+
+def _damaged_copies(db: Path, tmp_path: Path):
+    """Copies of `db` with 64 bytes of one page overwritten, for each page where PRAGMA quick_check then reports
+    damage while a plain SELECT of every measurement still succeeds (what the history read before checking)."""
+    con = sqlite3.connect(db)
+    size, pages = con.execute("PRAGMA page_size").fetchone()[0], con.execute("PRAGMA page_count").fetchone()[0]
+    con.close()
+    for page in range(2, pages + 1):
+        d = tmp_path / f"damaged-{page}.sqlite3"
+        shutil.copy(db, d)
+        with open(d, "r+b") as f:
+            f.seek((page - 1) * size + 100)
+            f.write(b"\xff" * 64)
+        con = sqlite3.connect(f"file:{d}?mode=ro", uri=True)
+        try:
+            flagged = con.execute("PRAGMA quick_check").fetchall() != [("ok",)]
+            con.execute("SELECT m.* FROM measurements m JOIN reports r ON r.id = m.report_id").fetchall()
+        except sqlite3.DatabaseError:
+            flagged = False
+        finally:
+            con.close()
+        if flagged:
+            yield d
+
+
+def test_a_damaged_database_is_one_line_and_never_written(tmp_path, db, capsys):
+    """A history file damaged on disk (bytes of a page overwritten) that SQLite still reads without an error: it
+    was used as is. Now PRAGMA quick_check on opening refuses it: one line, exit 2, the file's bytes unchanged."""
+    res = tmp_path / "results"
+    for i in range(40):
+        report(res, str(i), lock=LOCK_A, date=f"2026-12-{1 + i % 28:02d}T00:00:{i:02d}Z", value=14 + i / 100)
+    assert run(capsys, res, "--db", db, "--no-plots")[0] == 0
+    damaged = next(_damaged_copies(db, tmp_path))
+    before = damaged.read_bytes()
+    rc, out, err = run(capsys, res, "--db", damaged, "--out", tmp_path / "page")
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"reprostack: error: {damaged}: a damaged SQLite file (PRAGMA quick_check: ")
+    assert err.endswith("left as it is: move it away, or use another --db\n")
+    assert damaged.read_bytes() == before and not (tmp_path / "page").exists()
+
+
+def test_a_file_that_is_not_sqlite_is_never_written(tmp_path, db, capsys):
+    db.write_bytes(b"SQLite format 3\x00" + b"\x07" * 5000)  # the header's magic, then nothing SQLite can use
+    before = db.read_bytes()
+    rc, out, err = run(capsys, tmp_path, "--db", db, "--no-plots")
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "not a history database" in err, err
+    assert db.read_bytes() == before
+
+
+N_ROW_FUZZ = 300
+
+
+def test_fuzz_stored_rows_never_crash_history(tmp_path):
+    """300 databases, each with one cell of a stored row replaced by a hostile value (wrong type, NaN text, huge
+    numbers, an inverted interval, broken JSON): comparing, printing and drawing them never raises; every row
+    that cannot be used is one line naming it."""
+    from reprostack.history import render
+
+    res = tmp_path / "results"
+    report(res, "1", lock=LOCK_A, date="2026-12-01T00:00:00Z", stats={"dc_p50_us": (14.35, 14.2, 14.5, 5)})
+    report(res, "2", lock=LOCK_B, date="2026-12-02T00:00:00Z", stats={"dc_p50_us": (15.15, 15.0, 15.3, 5)}, nccl=NCCL_B)
+    base = tmp_path / "base.sqlite3"
+    with Store.open(base) as s:
+        ingest(s, scan([res]))
+    values = [
+        None,
+        0,
+        -1,
+        2**63 - 1,
+        1e308,
+        -1e308,
+        1.7e308,
+        5e-324,
+        float("nan"),
+        "NaN",
+        "",
+        "x" * 5000,
+        b"\xff\xfe",
+        "[1e999]",
+        "[",
+        "[1, 2, 3, 4, 5]",
+        "{}",
+        '["a"]',
+        "lower",
+        "\x1b[2J",
+        3.5,
+        str(10**30),
+        10**18,
+    ]
+    cols = {
+        "reports": [
+            "path",
+            "gate",
+            "profile",
+            "result",
+            "stack",
+            "lock_sha256",
+            "image_digest",
+            "host_fp",
+            "host",
+            "date",
+        ],
+        "measurements": ["metric", "unit", "n", "mean", "p50", "stdev", "lo", "hi", "method", "samples", "better"],
+        "pins": ["name", "rev"],
+    }
+    rng = random.Random("27-rows")
+    bad = []
+    for i in range(N_ROW_FUZZ):
+        d = tmp_path / "f.sqlite3"
+        shutil.copy(base, d)
+        table = rng.choice(list(cols))
+        col, val = rng.choice(cols[table]), rng.choice(values)
+        con = sqlite3.connect(d)
+        try:
+            con.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = (SELECT min(rowid) FROM {table})", (val,))
+            con.commit()
+        except sqlite3.IntegrityError:  # NOT NULL
+            continue
+        finally:
+            con.close()
+        try:
+            with Store.open(d) as s:
+                series = analyse(s)
+                render.text(series)
+                if i % 10 == 0:
+                    render.write(series, tmp_path / "page")
+                if any("\n" in x for x in getattr(s, "skipped_rows", [])):
+                    bad.append(f"#{i} {table}.{col}={val!r:.40}: a skip line of several lines")
+        except ReprostackError:
+            pass  # refused whole, one line (cli)
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything else
+            bad.append(f"#{i} {table}.{col}={val!r:.40}: {type(e).__name__}: {str(e)[:160]}")
+    assert not bad, f"{len(bad)}/{N_ROW_FUZZ}:\n" + "\n".join(bad[:20])
+
+
+def test_the_readme_shows_what_history_prints(tmp_path, capsys):
+    """README's "Results history" output block and its line counts are what the command prints on the committed
+    results (lines marked as cut, `(...)` and `...`, aside; the database path and the page line are this run's)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("(`reprostack history --db /tmp/h.sqlite3`, lines cut here):\n```\n", 1)[1].split("```", 1)[0]
+    db = tmp_path / "h.sqlite3"
+    rc, out, _ = run(capsys, "--db", db, "--no-plots")
+    got = out.replace(str(db), "/tmp/h.sqlite3").splitlines()
+    shown = [x for x in block.splitlines() if not x.startswith("page: ")]
+    for line in shown:
+        if "(...)" in line:
+            assert any(g.startswith(line.split("(...)")[0]) for g in got), line
+        elif not line.lstrip().startswith("..."):
+            assert line in got, line
+    rc, full, _ = run(capsys, "--db", db, "--no-plots", "--all")
+    m = re.search(
+        r"`--all` adds every run of every metric \(a table per metric, (\d+) lines here against (\d+)\)", text
+    )
+    assert m and (int(m.group(1)), int(m.group(2))) == (len(full.splitlines()), len(got))

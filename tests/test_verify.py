@@ -160,7 +160,10 @@ def test_missing_artifact(tmp_path):
     assert r["vllm-epnc1.requests"]["verdict"] == "artifact missing"  # never summed from 2 of 3 cells
     assert "vllm-epnc1/c8/profile_export_aiperf.json" in r["vllm-epnc1.c8.agg"]["detail"]
     assert r["trtllm-shim.completed.records"]["verdict"] == "artifact missing"
-    assert r["trtllm-shim.requests"]["verdict"] == "match"
+    # the aggregates of trtllm-shim/c32 are there, but the records that check them are not (issue 27 item 5)
+    assert r["trtllm-shim.requests"]["verdict"] == "artifact missing"
+    assert "trtllm-shim/c32/profile_export.jsonl is missing" in r["trtllm-shim.requests"]["detail"]
+    assert r["trtllm-shim.c4.agg"]["verdict"] == "match"
 
 
 def test_tampered_number_is_a_mismatch(tmp_path):
@@ -397,3 +400,99 @@ claims:
         "p99",
     }
     assert "| avg, p50 | match |" in written["verify.md"].read_text()
+
+
+# --- issue 27 item 5: records that are missing, of the warm-up phase, or counted twice
+
+
+def test_a_deleted_records_file_never_lets_an_edited_aggregate_pass(tmp_path):
+    """The aggregate of trtllm-shim/c32 edited (its TTFT avg, which the records would contradict) and its
+    profile_export.jsonl deleted while c4 and c8 keep theirs: before, every claim read from that aggregate was a
+    match and verify exited 0 (deleting the file defeated every record check); now each is `artifact missing`
+    naming the file, exit 3."""
+    d = tmp_path / "pub"
+    shutil.copytree(PUB, d)
+    agg = d / "trtllm-shim" / "c32" / "profile_export_aiperf.json"
+    data = json.loads(agg.read_text())
+    data["time_to_first_token"]["avg"] *= 0.5
+    agg.write_text(json.dumps(data))
+    assert check_records(agg, agg.parent / "profile_export.jsonl")  # the records would have said so
+    (agg.parent / "profile_export.jsonl").unlink()
+    out = tmp_path / "out"
+    assert cli.main(["verify", str(d), "--out", str(out)]) == 3
+    r = {x["claim"]["id"]: x for x in json.loads((out / "verify.json").read_text())["results"]}
+    for cid in ("trtllm-shim.c32.agg", "trtllm-shim.requests", "trtllm-shim.errors"):
+        assert r[cid]["verdict"] == "artifact missing", (cid, r[cid])
+        assert r[cid]["detail"] == (
+            "trtllm-shim/c32/profile_export.jsonl is missing while c4, c8 beside it have theirs: the aggregate "
+            "cannot be held to its records"
+        )
+    assert r["trtllm-shim.c32.agg"]["recomputed"] == pytest.approx(586.6902013375798)  # the figure still shown
+    assert r["trtllm-shim.c4.agg"]["verdict"] == r["trtllm-shim.c8.agg"]["verdict"] == "match"
+    assert r["vllm-epnc1.c32.agg"]["verdict"] == "match"  # an arm published without records is not held to any
+
+
+def test_every_records_file_of_an_arm_deleted_is_named_by_the_claims_file(tmp_path):
+    """No sibling left to compare with: the claims file itself recomputes claims from those records."""
+    d = tmp_path / "pub"
+    shutil.copytree(PUB, d)
+    for c in ("c4", "c8", "c32"):
+        (d / "trtllm-shim" / c / "profile_export.jsonl").unlink()
+    rc, results, _ = run_verify([d], CLAIMS, tmp_path / "out")
+    r = _by_id(results)
+    assert rc == 3
+    assert r["trtllm-shim.c4.agg"].verdict == "artifact missing"
+    assert r["trtllm-shim.c4.agg"].detail == (
+        "trtllm-shim/c4/profile_export.jsonl is missing, and the claims file recomputes a claim from it: the "
+        "aggregate cannot be held to its records"
+    )
+    assert r["sglang.c4.agg"].verdict == "match"
+
+
+def test_a_warm_up_record_is_a_mismatch_naming_its_phase(tmp_path):
+    """One record of c4 marked as of AIPerf's warm-up phase (its values unchanged): before, a match (the phase was
+    never read); AIPerf drops warm-up records before both the export and the aggregate, so one in the file is
+    named, and the profiling records are what is recomputed."""
+
+    def warmup(recs):
+        recs[5]["metadata"]["benchmark_phase"] = "warmup"
+
+    rc, r = _tampered(tmp_path, "c4", warmup)
+    assert rc == 1 and r["trtllm-shim.c4.agg"]["verdict"] == "mismatch"
+    assert r["trtllm-shim.c4.agg"]["detail"].startswith(
+        "raw records contradict the aggregate: profile_export.jsonl: 1 record of the 'warmup' phase (line 6); "
+        "AIPerf exports and aggregates 'profiling' records only; profile_export.jsonl has 39 records, the "
+        "aggregate says 40"
+    )
+    assert r["trtllm-shim.c8.agg"]["verdict"] == "match"
+
+
+def test_a_duplicate_request_id_is_a_mismatch_naming_the_lines(tmp_path):
+    """Record 8's x_request_id made that of record 4 (nothing else changed): before, a match; now the id and both
+    lines are named."""
+
+    def twice(recs):
+        recs[7]["metadata"]["x_request_id"] = recs[3]["metadata"]["x_request_id"]
+
+    src = PUB / "trtllm-shim" / "c8" / "profile_export.jsonl"
+    rid = json.loads(src.read_text().splitlines()[3])["metadata"]["x_request_id"]
+    rc, r = _tampered(tmp_path, "c8", twice)
+    assert rc == 1 and r["trtllm-shim.c8.agg"]["verdict"] == "mismatch"
+    assert r["trtllm-shim.c8.agg"]["detail"] == (
+        f"raw records contradict the aggregate: profile_export.jsonl: 1 request id (x_request_id) on more than one "
+        f"record: {rid!r} on lines 4, 8"
+    )
+    assert r["trtllm-shim.requests"]["verdict"] == "mismatch" and r["trtllm-shim.c4.agg"]["verdict"] == "match"
+
+
+@pytest.mark.parametrize("key,value", [("benchmark_phase", 1), ("x_request_id", ["a"])])
+def test_a_phase_or_request_id_of_the_wrong_type_is_an_error(tmp_path, key, value):
+    def bad(recs):
+        recs[2]["metadata"][key] = value
+
+    rc, r = _tampered(tmp_path, "c4", bad)
+    assert rc == 2 and r["trtllm-shim.c4.agg"]["verdict"] == "error"
+    assert r["trtllm-shim.c4.agg"]["detail"].endswith(
+        f"trtllm-shim/c4/profile_export.jsonl:3: metadata.{key} is {'a number' if value == 1 else 'an array'}, "
+        "expected a string"
+    )

@@ -258,15 +258,17 @@ def parser() -> argparse.ArgumentParser:
         "history",
         help="ingest gate reports into a SQLite history; tables, regressions, plots",
         description="Ingest every gate report (*.json) under FOLDER (default: results/) into the "
-        "history database, print a table per metric across runs, flag a regression where "
-        "two runs' or two lock versions' 95%% intervals separate (naming the pins that "
-        "changed), write one PNG per metric and index.html into --out. Exit 0; 2 when a "
-        "report was skipped (each named on stderr) or the database cannot be used.",
+        "history database, flag a regression where two runs' or two lock versions' 95%% intervals "
+        "separate (naming the pins that changed), print the flagged ones first and one line per "
+        "metric (--all: every run of every metric), write index.html and one PNG per metric "
+        "(matplotlib, the `plots` extra) into --out. Exit 0; 2 when a report or a stored row was "
+        "skipped (each named on stderr) or the database cannot be used.",
     )
     p.add_argument("folders", nargs="*", metavar="FOLDER", help="folders (or report files) to ingest")
-    p.add_argument("--out", default=None, help="plots folder (default: results/history of the project root)")
+    p.add_argument("--out", default=None, help="page folder (default: results/history of the project root)")
     p.add_argument("--db", default=None, help="history database (default: <cache dir>/history/history.sqlite3)")
-    p.add_argument("--no-plots", action="store_true", help="ingest and print only")
+    p.add_argument("--no-plots", action="store_true", help="ingest and print only (no page)")
+    p.add_argument("--all", action="store_true", help="print every run of every metric, every regression")
     for sp in sub.choices.values():  # -v also after the subcommand (`nox -s gate_micro -- -v`)
         sp.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="details (as before it)")
     return ap
@@ -420,7 +422,7 @@ def _dispatch(args) -> int:
     if args.cmd == "history":
         from .history.command import run as history_run
 
-        return history_run(args.folders, args.out, args.db, plots=not args.no_plots)
+        return history_run(args.folders, args.out, args.db, plots=not args.no_plots, full=args.all)
     if args.cmd == "bench":
         from . import bench
         from .fetch.git import mirrors_from_env

@@ -15,7 +15,6 @@ a value inside a parsed object. Limits, checked before anything is built from th
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,32 +30,37 @@ def _constant(name: str):
     raise ValueError(f"{name} is not a number a JSON export may hold")
 
 
+def _float(text: str) -> float:
+    """json's parse_float: a literal past a float's range (1e999) is refused as it is read (NaN and Infinity are
+    parse_constant's)."""
+    v = float(text)
+    if v - v != 0.0:  # inf - inf is nan; every finite float gives 0.0
+        raise ValueError(f"{v} is not a finite number")
+    return v
+
+
+def _int(text: str) -> int:
+    """json's parse_int: an integer of more than MAX_INT_DIGITS digits is refused as it is read (one past Python's
+    own limit keeps Python's message)."""
+    v = int(text)
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits (more than {MAX_INT_DIGITS})")
+    return v
+
+
 def _walk(obj, where: str, error) -> None:
-    """Level by level (no recursion): refuse nesting past MAX_DEPTH, non-finite floats and huge integers."""
+    """Level by level (no recursion): refuse nesting past MAX_DEPTH (the numbers were checked as they were read:
+    _float, _int)."""
     depth, level = 0, [obj]
-    while level:
-        odd = [
-            v for v in level if (type(v) is float and not math.isfinite(v)) or (type(v) is int and not -_BIG < v < _BIG)
-        ]
-        if odd:
-            v = odd[0]
-            raise error(
-                f"{where}: "
-                + (
-                    f"{v} is not a finite number"
-                    if type(v) is float
-                    else f"an integer of {len(str(abs(v)))} digits (more than {MAX_INT_DIGITS})"
-                )
-            )
+    while True:
         level = [o for o in level if type(o) is dict or type(o) is list]
-        if level:
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise error(f"{where}: nested deeper than {MAX_DEPTH} levels")
-            level = [v for o in level for v in (o.values() if type(o) is dict else o)]
-
-
-_BIG = 10**MAX_INT_DIGITS
+        if not level:
+            return
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise error(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        level = [v for o in level for v in (o.values() if type(o) is dict else o)]
 
 
 def loads(raw: bytes, path, error, line: int | None = None) -> dict:
@@ -68,7 +72,7 @@ def loads(raw: bytes, path, error, line: int | None = None) -> dict:
         at = line or raw.count(b"\n", 0, e.start) + 1
         raise error(f"{path}:{at}: not UTF-8 (byte {raw[e.start]:#04x} at offset {e.start})") from None
     try:
-        data = json.loads(text, parse_constant=_constant)
+        data = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except json.JSONDecodeError as e:
         raise error(f"{path}:{line or e.lineno}: not JSON: {e.msg} (column {e.colno})") from None
     except RecursionError:

@@ -16,6 +16,13 @@ kept of it (everything else is ignored):
   lower; a rate `*/s`: higher); else unknown (a separation is then "changed", neither regression nor
   improvement).
 
+- consistency: a `data.statistics` entry must agree with itself (`inconsistency`): n samples, the mean inside its
+  own 95% interval, the samples' mean, median and sample standard deviation equal to `mean`, `p50` and `stdev`,
+  and for method `t` the interval mean +- t(0.975, n - 1) * stdev / sqrt(n); a report that does not is refused
+  whole at ingest with the one reason (`FILE: data.statistics.METRIC.FIELD: why`), and a stored row that does
+  not (a database of an older version, or edited) is skipped by the store the same way. An interval that
+  contradicts its samples would flag (or hide) a regression by itself.
+
 Invariants: the file is read through reprostack.jsonsrc (size, depth, numbers and UTF-8 bounded); a JSON object
 without `gate`, `result` and `checks` is not a gate report (a summary.json, an AIPerf export) and is passed over
 silently; anything wrong inside a report is one ReportError line `FILE: key.path: what`; strings kept are
@@ -94,7 +101,9 @@ class Record:
 
 def clean(s, limit: int = MAX_NAME) -> str:
     """A string fit to print: control, bidi and lone surrogate characters replaced by '?', at most `limit` characters."""
-    s = _CTRL.sub("?", str(s))
+    s = str(s)
+    if not (s.isascii() and s.isprintable()):  # printable ASCII (most names) has nothing to replace
+        s = _CTRL.sub("?", s)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -139,6 +148,86 @@ class _Reader:
         return v
 
 
+REL_TOL = 1e-6  # statistics are written rounded to 9 decimals (report.stats.summarize): far inside this
+ABS_TOL = 1e-8
+CI_REL_TOL = 0.01  # the t interval's half-width: another t table or df rule moves it by < 1% (df 35: 0.6%)
+
+
+def _close(a: float, b: float, rel: float = REL_TOL) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + ABS_TOL
+
+
+def _g(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _t975():
+    """reprostack.report.stats.t975 (imported on first use: the report package is large)."""
+    from ..report.stats import t975
+
+    return t975
+
+
+def inconsistency(m: Measurement) -> tuple[str, str] | None:
+    """(field, why) of the first way the statistics of `m` contradict themselves, else None (see the module doc).
+
+    A single sample without samples listed (n=1 from a check) has nothing to contradict. Every difference that a
+    comparison or a plot takes (the interval's span, the distances to the mean) must be a finite number too."""
+    named = {"mean": m.mean, "p50": m.p50, "stdev": m.stdev, "ci95": m.lo, "ci95 ": m.hi}
+    for k, v in named.items():
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v)):
+            return k.strip(), f"{v!r} is not a finite number"
+    if not all(map(math.isfinite, m.samples)):
+        return "samples", "holds a value that is not a finite number"
+    if m.stdev is not None and m.stdev < 0:
+        return "stdev", f"{_g(m.stdev)} is negative"
+    if (m.lo is None) != (m.hi is None):
+        return "ci95", "has one bound only"
+    if m.lo is not None:
+        if m.lo > m.hi:
+            return "ci95", f"lo {m.lo} is above hi {m.hi}"
+        if not (math.isfinite(m.hi - m.lo) and math.isfinite(m.mean - m.lo) and math.isfinite(m.hi - m.mean)):
+            return "ci95", f"[{_g(m.lo)}, {_g(m.hi)}] spans more than a float holds"
+        tol = REL_TOL * max(abs(m.lo), abs(m.hi), abs(m.mean)) + ABS_TOL
+        if not m.lo - tol <= m.mean <= m.hi + tol:
+            return "mean", f"{_g(m.mean)} lies outside its own 95% interval [{_g(m.lo)}, {_g(m.hi)}]"
+    elif m.n >= 2:
+        return "ci95", f"missing: n={m.n} needs [lo, hi]"
+    if not m.samples:
+        if m.n >= 2:
+            return "samples", f"none listed, so n={m.n} and the interval cannot be checked"
+        return None
+    if len(m.samples) != m.n:
+        return "n", f"{m.n} but {len(m.samples)} sample{'s' * (len(m.samples) != 1)} listed"
+    xs = m.samples
+    mean = math.fsum(xs) / len(xs)
+    if not math.isfinite(mean):
+        return "samples", "their sum is more than a float holds"
+    if not _close(mean, m.mean):
+        return "mean", f"{_g(m.mean)} but the {len(xs)} samples' mean is {_g(mean)}"
+    s = sorted(xs)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    if m.p50 is not None and not _close(med, m.p50):
+        return "p50", f"{_g(m.p50)} but the {len(xs)} samples' median is {_g(med)}"
+    if m.n < 2:
+        return None
+    sd = math.sqrt(math.fsum((x - mean) * (x - mean) for x in xs) / (len(xs) - 1))
+    if not math.isfinite(sd):
+        return "samples", "their spread is more than a float holds"
+    if m.stdev is not None and not _close(sd, m.stdev):
+        return "stdev", f"{_g(m.stdev)} but the {len(xs)} samples' standard deviation (n - 1) is {_g(sd)}"
+    if m.method == "t" and m.stdev is not None:
+        half = _t975()(m.n - 1) * m.stdev / math.sqrt(m.n)
+        lo, hi = m.mean - half, m.mean + half
+        tol = CI_REL_TOL * half + REL_TOL * max(abs(lo), abs(hi)) + ABS_TOL
+        if abs(lo - m.lo) > tol or abs(hi - m.hi) > tol:
+            return "ci95", (
+                f"[{_g(m.lo)}, {_g(m.hi)}] is not mean +- t(0.975, {m.n - 1}) * stdev / sqrt({m.n}) = "
+                f"[{_g(lo)}, {_g(hi)}] (method t)"
+            )
+    return None
+
+
 def _statistic(r: _Reader, name: str, s, unit_of: dict, op_of: dict) -> Measurement:
     where = f"data.statistics.{clean(name, 60)}"
     if not isinstance(s, dict):
@@ -175,7 +264,7 @@ def _statistic(r: _Reader, name: str, s, unit_of: dict, op_of: dict) -> Measurem
     if method is not None and not isinstance(method, str):
         raise r.fail(f"{where}.method", f"is {jsonsrc.kind(method)}, expected a string")
     unit = clean(unit)
-    return Measurement(
+    m = Measurement(
         clean(name),
         unit,
         n,
@@ -188,6 +277,10 @@ def _statistic(r: _Reader, name: str, s, unit_of: dict, op_of: dict) -> Measurem
         tuple(float(x) for x in samples),
         _better(op_of.get(name), unit),
     )
+    bad = inconsistency(m)
+    if bad:
+        raise r.fail(f"{where}.{bad[0]}", bad[1])
+    return m
 
 
 def host_fingerprint(prov: dict) -> tuple[str, str]:
@@ -230,12 +323,13 @@ def host_fingerprint(prov: dict) -> tuple[str, str]:
 
 def read_report(path: Path) -> Record:
     """The Record of the report at `path`; raises NotAReport for another JSON document, ReportError when bad."""
+    return parse_report(*read_bytes(path))
+
+
+def read_bytes(path: Path) -> tuple[str, bytes]:
+    """(the path as printed, the file's bytes) of a report file, bounded; ReportError when it cannot be read."""
     path = Path(path)
     shown = clean(str(path), 1000)  # a file name may hold any byte (undecodable ones arrive as surrogates)
-
-    def error(msg: str) -> ReportError:
-        return ReportError(msg)
-
     if not path.is_file():  # a FIFO would block open(), a device never ends (is_file follows a symlink)
         raise ReportError(f"{shown}: not a regular file")
     try:
@@ -245,6 +339,15 @@ def read_report(path: Path) -> Record:
         raise ReportError(f"{shown}: {e.strerror or e}") from None
     if len(raw) > MAX_REPORT_BYTES:
         raise ReportError(f"{shown}: more than {MAX_REPORT_BYTES} bytes, the most a gate report here may have")
+    return shown, raw
+
+
+def parse_report(shown: str, raw: bytes) -> Record:
+    """The Record of a report's bytes (`shown` names the file in messages); its id is the sha256 of `raw`."""
+
+    def error(msg: str) -> ReportError:
+        return ReportError(msg)
+
     d = jsonsrc.loads(raw, shown, error)  # one read: the identity is the sha256 of the bytes parsed
     if not all(k in d for k in ("gate", "result", "checks")):
         raise NotAReport(shown)

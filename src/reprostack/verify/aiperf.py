@@ -22,6 +22,9 @@ throughputs from it, so each of those is recomputed here and compared with a rel
 On the published exports every recomputed statistic agrees to 6.7e-15 relative (float summation order);
 REL_TOL = 1e-6 leaves eight orders of margin and is still ~2,500x finer than half the finest published rounding
 step (0.05 tok/s of 19.5, 2.6e-3 relative), so a record dropped, added or edited moves a statistic past it.
+Before the statistics, the records themselves: a record of another phase than `profiling` (AIPerf's records
+manager drops warm-up records before the export and the aggregate, so one in the file was put there) and a request
+id (`metadata.x_request_id`) on more than one record (a record counted twice) are each named, with their lines.
 List-valued metrics (`inter_chunk_latency`) are not recomputed: AIPerf aggregates them per chunk in its own
 way (our recomputed c8 p99 differs by 1.6%), so agreeing with them would prove nothing.
 """
@@ -196,6 +199,8 @@ class Record:
     metrics: dict  # tag -> (value, unit), numeric scalars only
     start_ns: int | None  # metadata.request_start_ns
     end_ns: int | None  # metadata.request_end_ns
+    phase: str | None = None  # metadata.benchmark_phase ("warmup" | "profiling"); None when the record has none
+    request_id: str | None = None  # metadata.x_request_id (unique per request); None when the record has none
 
 
 def read_records(path: Path) -> list[Record]:
@@ -232,7 +237,13 @@ def read_records(path: Path) -> list[Record]:
             if v is not None and type(v) is not int:
                 raise AiperfSchemaError(f"{path}:{n}: metadata.{k} is {jsonsrc.kind(v)}, expected an integer")
             stamps.append(v)
-        out.append(Record(n, err or None, cancelled, scalars, *stamps))
+        ids = []
+        for k in ("benchmark_phase", "x_request_id"):
+            v = meta.get(k)
+            if v is not None and not isinstance(v, str):
+                raise AiperfSchemaError(f"{path}:{n}: metadata.{k} is {jsonsrc.kind(v)}, expected a string")
+            ids.append(v)
+        out.append(Record(n, err or None, cancelled, scalars, *stamps, *ids))
     return out
 
 
@@ -258,6 +269,7 @@ def parse_records(path: Path) -> RecordCounts:
 
 
 REL_TOL = 1e-6
+PROFILING = "profiling"  # AIPerf's CreditPhase.PROFILING; the other phase is "warmup"
 _PCT = {"p1": 1, "p5": 5, "p10": 10, "p25": 25, "p50": 50, "p75": 75, "p90": 90, "p95": 95, "p99": 99}
 
 
@@ -305,6 +317,29 @@ def check_records(export_path: Path, records_path: Path) -> list[str]:
     records = read_records(records_path)
     name = Path(records_path).name
     why = []
+    # AIPerf's records manager drops every record of another phase before any processor sees it (the export and
+    # the aggregate alike), so a warm-up record in the file was not written by the run: named, and left out of
+    # what is recomputed so the remaining reasons are about the profiling records
+    other = [r for r in records if r.phase is not None and r.phase != PROFILING]
+    if other:
+        phases = ", ".join(repr(p[:40]) for p in sorted({r.phase for r in other}))
+        why.append(
+            f"{name}: {len(other)} record{'s' * (len(other) != 1)} of the {phases} phase ({_lines(other)}); "
+            f"AIPerf exports and aggregates '{PROFILING}' records only"
+        )
+        records = [r for r in records if r.phase is None or r.phase == PROFILING]
+    lines_of: dict[str, list[int]] = {}
+    for r in records:
+        if r.request_id is not None:
+            lines_of.setdefault(r.request_id, []).append(r.line)
+    twice = [(rid, ns) for rid, ns in lines_of.items() if len(ns) > 1]
+    if twice:
+        shown = "; ".join(f"{rid[:40]!r} on lines {', '.join(map(str, ns[:5]))}" for rid, ns in twice[:3])
+        more = f" (+{len(twice) - 3} more)" if len(twice) > 3 else ""
+        why.append(
+            f"{name}: {len(twice)} request id{'s' * (len(twice) != 1)} (x_request_id) on more than one record: "
+            f"{shown}{more}"
+        )
     errored = [r for r in records if r.error]
     cancelled = [r for r in records if r.cancelled and not r.error]
     done = [r for r in records if not r.error and not r.cancelled]

@@ -15,8 +15,12 @@ unsupported AIPerf schema).
 
 The aggregate is not trusted alone: where a claim's folder holds `profile_export.jsonl` beside
 `profile_export_aiperf.json`, the raw records are held to the aggregate (aiperf.check_records: request count,
-errored/cancelled records, every recomputable statistic) and any contradiction makes the claim a `mismatch`
-whose detail says why, whatever the claimed figure.
+errored/cancelled records, warm-up-phase records, duplicate request ids, every recomputable statistic) and any
+contradiction makes the claim a `mismatch` whose detail says why, whatever the claimed figure. Records that should
+be there and are not never let the aggregate stand alone either: a cell whose `profile_export.jsonl` is missing
+while a sibling cell (another folder beside it holding an aggregate) has its own, or while the claims file
+recomputes a claim from that cell's records, makes every claim read from the cell `artifact missing`, the detail
+naming the file (deleting the records file used to pass every claim read from the aggregate).
 
 Exit codes (run_verify): 0 every claim matched or is a declared ambiguity; 1 at least one mismatch;
 3 no mismatch but an artifact is missing; 2 an artifact could not be read or the claims file is invalid.
@@ -133,15 +137,72 @@ def load_claims(path: Path) -> list[Claim]:
     return claims
 
 
-def _find(dirs: list[Path], rels: tuple) -> list[Path] | None:
-    """The first folder that holds every artifact of the claim (a claim is never recomputed from a mix)."""
+def _find_in(dirs: list[Path], rels: tuple) -> tuple[Path, list[Path]] | None:
+    """(the first folder that holds every artifact of the claim, the artifacts' paths): a claim is never
+    recomputed from a mix of folders."""
     for d in dirs:
         paths = [Path(d) / r for r in rels]
         base = Path(d).resolve()
         # a link inside the folder that points out of it is not the folder's artifact either
         if all(p.is_file() and p.resolve().is_relative_to(base) for p in paths):
-            return paths
+            return Path(d), paths
     return None
+
+
+def _find(dirs: list[Path], rels: tuple) -> list[Path] | None:
+    """The artifacts' paths in the first folder that holds every artifact of the claim (see _find_in)."""
+    found = _find_in(dirs, rels)
+    return None if found is None else found[1]
+
+
+def _records_named(claims: list[Claim]) -> set[PurePosixPath]:
+    """The cell folders (relative to a DIR) whose raw records some claim of the file is recomputed from."""
+    return {PurePosixPath(r).parent for c in claims for r in c.artifacts if PurePosixPath(r).name == EXPORT_JSONL}
+
+
+def _missing_records(base: Path, rels: tuple, named: set[PurePosixPath], seen: dict) -> list[str]:
+    """Why the raw records of a cell the claim reads an aggregate from should be there and are not: a sibling
+    cell (another folder beside it holding an aggregate) has its `profile_export.jsonl`, or the claims file
+    recomputes a claim from that cell's records. Deleting the records file must never let the aggregate stand
+    alone where the evidence shows it existed (memoized in `seen` by folder)."""
+    why = []
+    for rel in rels:
+        cell = PurePosixPath(rel).parent
+        if PurePosixPath(rel).name != EXPORT_JSON or (base, cell) in seen:
+            why += seen.get((base, cell), [])
+            continue
+        folder = base / cell
+        reason = []
+        if not os.path.lexists(folder / EXPORT_JSONL):
+            siblings = []
+            if cell != PurePosixPath("."):  # the cells beside it, inside the DIR (never above it)
+                parent = base / cell.parent
+                try:
+                    entries = sorted(parent.iterdir())
+                except OSError:
+                    entries = []
+                siblings = [
+                    x.name
+                    for x in entries
+                    if x.name != cell.name
+                    and x.is_dir()
+                    and (x / EXPORT_JSON).is_file()
+                    and os.path.lexists(x / EXPORT_JSONL)
+                ]
+            if siblings:
+                beside = f"{', '.join(siblings[:5])}{' ...' if len(siblings) > 5 else ''} beside it"
+                reason.append(
+                    f"{cell}/{EXPORT_JSONL} is missing while {beside} {'have' if len(siblings) > 1 else 'has'} "
+                    f"theirs: the aggregate cannot be held to its records"
+                )
+            elif cell in named:
+                reason.append(
+                    f"{cell}/{EXPORT_JSONL} is missing, and the claims file recomputes a claim from it: the "
+                    f"aggregate cannot be held to its records"
+                )
+        seen[(base, cell)] = reason
+        why += reason
+    return why
 
 
 def _recompute(claim: Claim, paths: list[Path]) -> tuple[float, str]:
@@ -204,9 +265,11 @@ def _contradictions(paths: list[Path], seen: dict) -> list[str]:
 def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
     out = []
     checked: dict = {}
+    absent: dict = {}
+    named = _records_named(claims)
     for c in claims:
-        paths = _find(dirs, c.artifacts)
-        if paths is None:
+        found = _find_in(dirs, c.artifacts)
+        if found is None:
             missing = sorted({r for r in c.artifacts if not any((Path(d) / r).is_file() for d in dirs)}) or list(
                 c.artifacts
             )
@@ -214,9 +277,11 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
                 Result(c, "artifact missing", detail=f"not under {', '.join(map(str, dirs))}: {', '.join(missing)}")
             )
             continue
+        base, paths = found
         try:
             value, unit = _recompute(c, paths)
             contradictions = _contradictions(paths, checked)
+            missing = _missing_records(base, c.artifacts, named, absent)
         except (AiperfSchemaError, KeyError) as e:
             out.append(Result(c, "error", detail=str(e).strip("'\""), artifacts=tuple(map(str, paths))))
             continue
@@ -245,6 +310,9 @@ def verify_claims(claims: list[Claim], dirs: list[Path]) -> list[Result]:
                 "mismatch",
                 "raw records contradict the aggregate: " + "; ".join(contradictions[:3]) + more,
             )
+        elif missing:  # not a match: what would check the figure is gone (the figure itself is still shown)
+            more = f" (+{len(missing) - 2} more)" if len(missing) > 2 else ""
+            verdict, detail = "artifact missing", "; ".join(missing[:2]) + more
         out.append(Result(c, verdict, value, unit, ratio, detail, tuple(map(str, paths)), stats, by))
     return out
 
