@@ -136,10 +136,22 @@ def write_project(root: Path, s: Stack, base: str | None = None) -> Path:
     Returns the lock's path."""
     (root / "gates").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "gates" / "micro.yaml", root / "gates" / "micro.yaml")
+    copy_baseline_runs(root, "micro")
     shutil.copytree(REPO_ROOT / "kernels", root / "kernels")
     lock = root / "upstreams.lock"
     lock.write_text(lock_text(s, base))
     return lock
+
+
+def copy_baseline_runs(root: Path, gate: str) -> None:
+    """The committed reports gates/<gate>.yaml names as baseline runs, copied to the same paths under `root` (a bar's
+    threshold is made from them when the spec loads)."""
+    import re
+
+    text = (REPO_ROOT / "gates" / f"{gate}.yaml").read_text()
+    for rel in re.findall(r"^ +- (results/\S+\.json)$", text, flags=re.M):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / rel, root / rel)
 
 
 def take_servers_away(s: Stack) -> None:

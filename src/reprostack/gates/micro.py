@@ -51,7 +51,7 @@ from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .parsers.test_ep import classify_test_ep_failure
-from .spec import Profile, load_spec
+from .spec import Profile, load_spec, resolve_bars
 
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
 DEFAULT_TRIALS = 5
@@ -97,6 +97,8 @@ class MicroGate(Gate):
         own = [*spec.args, *profile.args]
         if opts.modes == "all":
             own = [a for a in own if a != "--test-first-only"]
+        if opts.num_sms is not None:  # a deliberate variation (the report names it)
+            own += ["--num-sms", str(opts.num_sms)]
 
         def node_commands(arms: str, extra: list[str]) -> tuple:
             args = ["--test-ep", f"{paths.source('deepep')}/{spec.script}", "--trials"]
@@ -135,6 +137,10 @@ class MicroGate(Gate):
         trials = DEFAULT_TRIALS if opts.trials is None else opts.trials
         if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
             raise ReprostackError(f"--trials {trials}: give a whole number >= 1")
+        if opts.num_sms is not None and not 1 <= opts.num_sms <= 1024:
+            raise ReprostackError(f"--num-sms {opts.num_sms}: give a number of SMs from 1 to 1024")
+        if opts.baseline is not None and not Path(opts.baseline).is_dir():
+            raise ReprostackError(f"--baseline {opts.baseline}: not a folder of reports")
         return opts.with_(trials=trials, arms=armsmod.parse_arms(",".join(opts.arms) or "deepep"))
 
     def check_request(self, st: RunState) -> None:
@@ -165,6 +171,10 @@ class MicroGate(Gate):
         early = super().skip(st)
         if st.profile is not None:  # an arm or the legacy run this profile cannot take: an error, not a skip
             armsmod.check_request(st.spec, st.profile, st.opts.arms, st.opts.legacy)
+            # the baseline bars' thresholds from their accepted runs (the spec's, or --baseline DIR's): before any
+            # build, a run that cannot be used is one line
+            folder = Path(st.opts.baseline) if st.opts.baseline else None
+            st.profile = resolve_bars(st.spec, st.profile, root=st.ctx.root, folder=folder, stack=st.ctx.lock.stack)
         return early
 
     def prepare(self, st: RunState) -> GateReport | None:
@@ -324,12 +334,17 @@ class MicroGate(Gate):
         for bar in profile.bars:
             if bar.metric in summaries and bar.op != "==":
                 checks.append(
-                    evaluate_interval(bar.metric, summaries[bar.metric], bar.op, bar.threshold, note=bar.source)
+                    evaluate_interval(bar.metric, summaries[bar.metric], bar.op, bar.threshold, note=bar.reference)
                 )
             else:
                 checks.append(
-                    evaluate(bar.metric, bar.unit, values.get(bar.metric), bar.op, bar.threshold, note=bar.source)
+                    evaluate(bar.metric, bar.unit, values.get(bar.metric), bar.op, bar.threshold, note=bar.reference)
                 )
+        st.data["bars"] = [
+            {"metric": b.metric, "op": b.op, "threshold": b.threshold, "unit": b.unit, "source": b.source}
+            | ({"baseline": b.baseline.to_dict()} if b.baseline else {})
+            for b in profile.bars
+        ]
         checks += [a.check for a in extra]
         if outcome.returncode != 0:
             st.data["after_finish"] = (
@@ -337,6 +352,9 @@ class MicroGate(Gate):
                 f"(teardown; not counted, see test_ep.teardown_lines)"
             )
         result, reason = verdict(profile, checks, st.spec.path.name)
+        if st.opts.num_sms is not None:  # never mistaken for the profile's own evidence
+            st.data["deliberate"] = {"num_sms": st.opts.num_sms, "why": "--num-sms: DeepEP given this many SMs"}
+            reason = f"deliberate variation (--num-sms {st.opts.num_sms}): {reason}"
         return GateReport(
             self.stem, profile.name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts
         )

@@ -143,6 +143,26 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             help="serving gates: appended to the server command (e.g. the test server's --fail-every=3)",
         ),
     ),
+    "baseline": (
+        ("--baseline",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="judge each bar against the accepted runs under DIR (every report of this gate, profile and stack "
+            "with result pass; e.g. results/) at the bar's own baseline tolerance, instead of the runs its spec "
+            "names; the report says which runs made the bar",
+        ),
+    ),
+    "num_sms": (
+        ("--num-sms",),
+        dict(
+            type=int,
+            default=None,
+            metavar="K",
+            help="micro: DeepEP given K SMs (test_ep --num-sms; default: its own choice), a deliberate variation "
+            "the report names (e.g. a slowed run that must not pass its bar)",
+        ),
+    ),
     "legacy": (
         ("--legacy",),
         dict(
@@ -173,6 +193,8 @@ RUN_OPTIONS = (
     "arms",
     "vars",
     "server_args",
+    "baseline",
+    "num_sms",
     "legacy",
 )
 
@@ -243,6 +265,8 @@ class GateOptions:
     arms: tuple[str, ...] = ()
     vars: tuple[tuple[str, str], ...] = ()
     server_args: tuple[str, ...] = ()
+    baseline: str | None = None
+    num_sms: int | None = None
     legacy: bool = False
     container: bool = False
     image: str | None = None
@@ -315,4 +339,6 @@ class GateOptions:
         argv += [x for k, v in self.vars for x in ("--var", f"{k}={v}")]
         argv += [f"--server-arg={s}" for s in self.server_args]
         argv += ["--trials", str(self.trials)] if self.trials is not None else []
+        argv += ["--baseline", self.baseline] if self.baseline else []
+        argv += ["--num-sms", str(self.num_sms)] if self.num_sms is not None else []
         return argv + (["--legacy"] if self.legacy else [])

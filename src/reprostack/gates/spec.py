@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import GateError, LocatedError
 from ..yamlsrc import compose, read_bytes, validate
 from .. import schemas
+from ..report.baseline import Baseline, BaselineError, BaselineSpec, accepted_runs, baseline
 
 
 class GateSpecError(LocatedError, GateError):
@@ -22,11 +23,22 @@ class NoProfileForHost(GateError):
 
 @dataclass(frozen=True)
 class Bar:
+    """`metric op threshold` (unit), its `source`. A baseline bar (`baseline:` in the spec, report.baseline) has no
+    threshold until its runs are read (`resolve_bars`, when a run is judged); then `baseline` holds the Baseline."""
+
     metric: str
     op: str
-    threshold: float
+    threshold: float | None
     unit: str
     source: str
+    baseline: Baseline | BaselineSpec | None = None
+
+    @property
+    def reference(self) -> str:
+        """What the bar's threshold comes from, for the check's note: the source, and the baseline when it has one."""
+        if isinstance(self.baseline, Baseline):
+            return f"{self.source}; {self.baseline.describe(self.op, self.unit)}"
+        return self.source
 
 
 BARS_MEASURED, BARS_UNMEASURED = "measured", "unmeasured"
@@ -155,7 +167,7 @@ def read_gate_yaml(root: Path, gate: str, schema: str, file_stem: str | None = N
 def load_spec(root: Path, gate: str) -> GateSpec:
     """Load and validate `<root>/gates/<gate>.yaml`. Raises GateSpecError (file:line: field: problem)."""
     path, raw, data, lines = read_gate_yaml(root, gate, "gate.schema.json")
-    profiles = {name: profile_from(name, p) for name, p in data["profiles"].items()}
+    profiles = {name: profile_from(name, p, _bars(p["bars"])) for name, p in data["profiles"].items()}
     spec = GateSpec(
         gate=gate,
         path=path,
@@ -203,6 +215,64 @@ def profile_from(name: str, p: dict, bars: tuple | None = None) -> Profile:
         launcher=p.get("launcher", "local"),
         gpu_model=p.get("gpu-model"),
     )
+
+
+def _bars(bars: list) -> tuple[Bar, ...]:
+    """The profile's bars as the spec says them (a `baseline:` bar unresolved: resolve_bars reads its runs)."""
+    out = []
+    for b in bars:
+        if "baseline" not in b:
+            out.append(Bar(**b))
+            continue
+        e = b["baseline"]
+        spec = BaselineSpec(tuple(e["runs"]), float(e["tolerance"]), e["why"], e.get("stack", "campaign"))
+        out.append(Bar(**{k: v for k, v in b.items() if k != "baseline"}, threshold=None, baseline=spec))
+    return tuple(out)
+
+
+def resolve_bars(
+    spec: GateSpec, profile: Profile, *, root: Path, folder: Path | None = None, stack: str = ""
+) -> Profile:
+    """`profile` with every baseline bar's threshold made from its runs: the spec's, or with `folder` (`--baseline
+    DIR`) the accepted runs of this gate, profile and `stack` under it, at the bar's own tolerance. Raises
+    BaselineError (one line naming the bar and the run) when a run cannot be used or none is accepted, and, with
+    `folder`, for a bar with a fixed threshold (no tolerance to take)."""
+    import dataclasses
+
+    bars = []
+    for b in profile.bars:
+        if folder is None and not isinstance(b.baseline, BaselineSpec):
+            bars.append(b)
+            continue
+        if b.baseline is None:
+            raise BaselineError(
+                f"--baseline: bar {b.metric} of profile {profile.name} has a fixed threshold, no baseline tolerance"
+            )
+        own = b.baseline if isinstance(b.baseline, BaselineSpec) else None
+        tol = b.baseline.tolerance
+        where = f"{spec.path.name}: profiles.{profile.name} bar {b.metric}"
+        try:
+            if folder is None:
+                got = own.resolve(root, gate=spec.gate, profile=profile.name, metric=b.metric)
+            else:
+                runs = accepted_runs(root, folder, gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack)
+                if not runs:
+                    raise BaselineError(f"no accepted {spec.gate} {profile.name} run of stack {stack} under {folder}")
+                why = f"the accepted runs under {folder} (--baseline)"
+                got = baseline(
+                    root,
+                    runs,
+                    tolerance=tol,
+                    why=why,
+                    gate=spec.gate,
+                    profile=profile.name,
+                    metric=b.metric,
+                    stack=stack,
+                )
+        except BaselineError as e:
+            raise BaselineError(f"{where}: {e}") from None
+        bars.append(dataclasses.replace(b, threshold=got.threshold(b.op), baseline=got))
+    return dataclasses.replace(profile, bars=tuple(bars))
 
 
 def _arm(a: dict | None) -> ArmSpec | None:

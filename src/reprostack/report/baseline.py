@@ -1,0 +1,168 @@
+"""A bar from a baseline: accepted earlier runs of the same gate, profile and stack, and a stated tolerance.
+
+A bar cites either a published figure (the p5en profiles) or a baseline. A baseline's reference is the median of the
+accepted runs' means of the bar's metric (each run's `data.statistics.<metric>.mean`, the mean of its trials); the
+threshold is reference x (1 + tolerance) for a `<=`/`<` bar (lower is better) and reference x (1 - tolerance) for a
+`>=`/`>` bar. The bar is then judged like any other (on the run's 95% interval: PASS only when the whole interval
+clears it, FAIL when it is wholly past it, INCONCLUSIVE otherwise), and its note says which runs made it.
+
+Invariants:
+- a run is read as untrusted input: a regular file inside the project (no absolute path, no `..`, no link out of
+  it), at most MAX_BYTES, JSON through reprostack.jsonsrc; it must be a report of this gate and profile, result
+  `pass`, of this stack (a report older than stacks, without `provenance.stack`, is the campaign's), with a finite
+  mean and n >= 2 for the metric; anything else is BaselineError naming the file and what is wrong, never a
+  threshold made of the rest;
+- the runs' sha256 are recorded with the reference (the report says exactly which bytes made its bar).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from .. import jsonsrc
+from ..digest import sha256_file
+from ..errors import ReprostackError
+
+MAX_BYTES = 8 << 20
+DEFAULT_STACK = "campaign"
+
+
+class BaselineError(ReprostackError):
+    """A baseline run cannot be used: one line naming the file."""
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    """A bar's `baseline:` as the spec says it (the runs are read only when a run is judged: `resolve`)."""
+
+    runs: tuple[str, ...]
+    tolerance: float
+    why: str
+    stack: str = DEFAULT_STACK
+
+    def resolve(self, root: Path, *, gate: str, profile: str, metric: str) -> Baseline:
+        """The Baseline of these runs. Raises BaselineError naming the run that cannot be used."""
+        return baseline(
+            root,
+            self.runs,
+            tolerance=self.tolerance,
+            why=self.why,
+            gate=gate,
+            profile=profile,
+            metric=metric,
+            stack=self.stack,
+        )
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The reference of a bar: `runs` (project-relative paths), their sha256 and their means, the tolerance."""
+
+    runs: tuple[str, ...]
+    sha256: tuple[str, ...]
+    means: tuple[float, ...]
+    tolerance: float
+    why: str = ""
+
+    @property
+    def reference(self) -> float:
+        return statistics.median(self.means)
+
+    def threshold(self, op: str) -> float:
+        """reference x (1 + tolerance) for a lower-is-better bar, x (1 - tolerance) for a higher-is-better one."""
+        factor = 1 + self.tolerance if op in ("<=", "<") else 1 - self.tolerance
+        return round(self.reference * factor, 4)
+
+    def describe(self, op: str, unit: str) -> str:
+        sign = "+" if op in ("<=", "<") else "-"
+        return (
+            f"baseline: median {self.reference:.4g} {unit} of {len(self.runs)} accepted run(s) "
+            f"({', '.join(f'{m:.4g}' for m in self.means)}) x (1 {sign} {self.tolerance:g})"
+            + (f"; {self.why}" if self.why else "")
+            + f"; runs: {', '.join(self.runs)}"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "runs": [{"path": p, "sha256": s, "mean": m} for p, s, m in zip(self.runs, self.sha256, self.means)],
+            "reference": self.reference,
+            "tolerance": self.tolerance,
+            "why": self.why,
+        }
+
+
+def read_run(root: Path, rel: str, *, gate: str, profile: str, metric: str, stack: str) -> tuple[str, float]:
+    """(sha256, mean of `metric`) of the accepted run at project path `rel`. Raises BaselineError naming it."""
+    p = PurePosixPath(rel)
+    if p.is_absolute() or ".." in p.parts or not rel.strip():
+        raise BaselineError(f"baseline run {rel!r}: a path inside the project, without '..'")
+    base = Path(root).resolve()
+    path = base / rel
+    try:
+        real = path.resolve()
+    except OSError as e:
+        raise BaselineError(f"baseline run {rel}: {e.strerror or e}") from None
+    if not real.is_relative_to(base):
+        raise BaselineError(f"baseline run {rel}: leads out of the project ({real})")
+    if not real.is_file():
+        raise BaselineError(f"baseline run {rel}: not a file")
+    doc = jsonsrc.load(real, BaselineError, max_bytes=MAX_BYTES)
+    return sha256_file(real), _mean(doc, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+
+
+def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) -> float:
+    def bad(why: str) -> BaselineError:
+        return BaselineError(f"baseline run {rel}: {why}")
+
+    if not isinstance(doc, dict):
+        raise bad("not a gate report (not a JSON object)")
+    got = (doc.get("gate"), doc.get("profile"), doc.get("result"))
+    if got != (gate, profile, "pass"):
+        raise bad(f"is gate {got[0]!r} profile {got[1]!r} result {got[2]!r}; an accepted run is {gate} {profile} pass")
+    prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
+    its = prov.get("stack") or DEFAULT_STACK
+    if its != stack:
+        raise bad(f"ran on stack {its!r}, this run is stack {stack!r}")
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    st = (data.get("statistics") or {}).get(metric) if isinstance(data.get("statistics"), dict) else None
+    if not isinstance(st, dict):
+        raise bad(f"has no data.statistics.{metric} (a run of one trial, or older than trials)")
+    mean, n = st.get("mean"), st.get("n")
+    if not isinstance(mean, (int, float)) or isinstance(mean, bool) or not math.isfinite(mean) or mean <= 0:
+        raise bad(f"data.statistics.{metric}.mean is {mean!r}, not a finite positive number")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise bad(f"data.statistics.{metric}.n is {n!r}: an accepted run has an interval (n >= 2)")
+    return float(mean)
+
+
+def baseline(
+    root: Path, runs, *, tolerance: float, why: str = "", gate: str, profile: str, metric: str, stack: str
+) -> Baseline:
+    """The Baseline of `runs` (project-relative report paths). Raises BaselineError for a run that cannot be used,
+    none at all, or a tolerance outside [0, 1)."""
+    if not runs:
+        raise BaselineError(f"baseline of {metric}: no accepted run")
+    if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+        raise BaselineError(f"baseline of {metric}: tolerance {tolerance!r} is not in [0, 1)")
+    got = [read_run(root, r, gate=gate, profile=profile, metric=metric, stack=stack) for r in runs]
+    return Baseline(tuple(runs), tuple(s for s, _ in got), tuple(m for _, m in got), float(tolerance), why)
+
+
+def accepted_runs(root: Path, folder: Path, *, gate: str, profile: str, metric: str, stack: str) -> list[str]:
+    """Project-relative paths of every `<gate>.json` under `folder` that is an accepted run of this gate, profile and
+    stack with the metric's statistics (the others are passed over: a folder of results holds every kind of run)."""
+    base = Path(root).resolve()
+    out = []
+    for p in sorted(Path(folder).resolve().rglob(f"{gate}.json")):
+        if p.is_symlink() or not p.is_file() or not p.resolve().is_relative_to(base):
+            continue
+        rel = p.resolve().relative_to(base).as_posix()
+        try:
+            read_run(base, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+        except BaselineError:
+            continue
+        out.append(rel)
+    return out

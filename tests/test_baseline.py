@@ -1,0 +1,145 @@
+"""Bars from a baseline (reprostack.report.baseline, gates.spec.resolve_bars): the h200-ep1 micro bar is made from the
+accepted committed runs and can fail; a baseline run is untrusted input (one line naming it, never a threshold made of
+the rest); `--baseline DIR` takes the accepted runs under a folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprostack.gates.spec import load_spec, resolve_bars
+from reprostack.report import evaluate_interval
+from reprostack.report.baseline import BaselineError, accepted_runs, baseline
+from reprostack.report.stats import summarize
+
+REPO = Path(__file__).resolve().parents[1]
+K5 = "results/gate_micro/2026-12-02-h200-ep1-k5/micro.json"
+
+
+def test_the_h200_bar_is_the_median_of_the_accepted_runs_and_can_fail():
+    spec = load_spec(REPO, "micro")
+    prof = resolve_bars(spec, spec.profile("h200-ep1"), root=REPO)
+    (bar,) = prof.bars
+    means = bar.baseline.means
+    assert len(means) == 15 and min(means) > 14.4 and max(means) < 14.75
+    assert bar.threshold == round(sorted(means)[7] * 1.07, 4)  # the median of 15 runs x (1 + 7%)
+    assert "baseline: median 14.59 us of 15 accepted run(s)" in bar.reference and K5 in bar.reference
+
+    def judged(samples):
+        return evaluate_interval(bar.metric, summarize(samples, "us"), bar.op, bar.threshold, note=bar.reference)
+
+    slowest = [14.70, 14.74, 14.78, 14.72, 14.76]  # the slowest machine seen: passes
+    assert judged(slowest).passed
+    ten_pct = [x * 1.10 for x in [14.57, 14.59, 14.61, 14.58, 14.60]]  # 10% slower: wholly past the bar
+    c = judged(ten_pct)
+    assert not c.passed and not c.inconclusive
+    straddle = [15.4, 15.9, 15.5, 15.8, 15.6]  # straddles it: never a pass
+    assert judged(straddle).inconclusive
+
+
+def write(root: Path, rel: str, doc) -> str:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return rel
+
+
+def report(mean=14.5, n=5, **kw) -> dict:
+    d = {
+        "gate": "micro",
+        "profile": "h200-ep1",
+        "result": "pass",
+        "provenance": {"stack": "campaign"},
+        "data": {"statistics": {"dc_p50_us": {"mean": mean, "n": n}}},
+    }
+    for k, v in kw.items():
+        d[k] = v
+    return d
+
+
+@pytest.mark.parametrize(
+    "rel, doc, why",
+    [
+        ("../outside.json", None, "a path inside the project"),
+        ("/etc/passwd", None, "a path inside the project"),
+        ("r/none.json", None, "not a file"),
+        ("r/text.json", "not json", "r/text.json"),
+        ("r/list.json", [1], "r/list.json"),
+        ("r/fail.json", report(result="fail"), "result 'fail'"),
+        ("r/other.json", report(gate="vllm"), "is gate 'vllm'"),
+        ("r/ep8.json", report(profile="h200-nvl-ep8"), "profile 'h200-nvl-ep8'"),
+        ("r/stack.json", report(provenance={"stack": "gin-gdaki"}), "ran on stack 'gin-gdaki'"),
+        ("r/n1.json", report(n=1), "n is 1"),
+        ("r/nan.json", report(mean="14"), "not a finite positive number"),
+        ("r/nostats.json", report(data={}), "has no data.statistics.dc_p50_us"),
+    ],
+)
+def test_a_baseline_run_that_cannot_be_used_is_one_line(tmp_path, rel, doc, why):
+    if doc is not None:
+        write(tmp_path, rel, doc)
+    good = write(tmp_path, "r/good.json", report())
+    with pytest.raises(BaselineError) as e:
+        baseline(
+            tmp_path,
+            [good, rel],
+            tolerance=0.07,
+            gate="micro",
+            profile="h200-ep1",
+            metric="dc_p50_us",
+            stack="campaign",
+        )
+    assert why in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_link_out_of_the_project_is_refused(tmp_path):
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps(report()))
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "link.json").symlink_to(outside)
+    with pytest.raises(BaselineError, match="leads out of the project"):
+        baseline(
+            tmp_path / "p",
+            ["link.json"],
+            tolerance=0.07,
+            gate="micro",
+            profile="h200-ep1",
+            metric="dc_p50_us",
+            stack="campaign",
+        )
+
+
+def test_a_bar_whose_run_is_gone_names_the_bar_when_judged_not_when_loaded(tmp_path):
+    """A copied spec loads (the plan, bump impact need no runs); judging its bar names the missing run."""
+    (tmp_path / "gates").mkdir()
+    shutil.copy(REPO / "gates" / "micro.yaml", tmp_path / "gates" / "micro.yaml")
+    spec = load_spec(tmp_path, "micro")
+    with pytest.raises(
+        BaselineError, match=rf"micro.yaml: profiles.h200-ep1 bar dc_p50_us: baseline run {K5}: not a file"
+    ):
+        resolve_bars(spec, spec.profile("h200-ep1"), root=tmp_path)
+
+
+def test_baseline_dir_takes_the_accepted_runs_under_it(tmp_path):
+    for i, m in enumerate((14.0, 14.2, 14.4)):
+        write(tmp_path, f"runs/{i}/micro.json", report(mean=m))
+    write(tmp_path, "runs/bad/micro.json", report(result="fail", mean=99.0))  # passed over, not accepted
+    write(tmp_path, "runs/other/micro.json", report(profile="p5en-efa-ep16", mean=400.0))
+    (tmp_path / "gates").mkdir()
+    shutil.copy(REPO / "gates" / "micro.yaml", tmp_path / "gates" / "micro.yaml")
+    spec = load_spec(tmp_path, "micro")
+    assert accepted_runs(
+        tmp_path, tmp_path / "runs", gate="micro", profile="h200-ep1", metric="dc_p50_us", stack="campaign"
+    ) == [
+        "runs/0/micro.json",
+        "runs/1/micro.json",
+        "runs/2/micro.json",
+    ]
+    prof = resolve_bars(spec, spec.profile("h200-ep1"), root=tmp_path, folder=tmp_path / "runs", stack="campaign")
+    assert prof.bars[0].threshold == round(14.2 * 1.07, 4) and "(--baseline)" in prof.bars[0].reference
+    with pytest.raises(BaselineError, match="no accepted micro h200-ep1 run of stack gin-gdaki"):
+        resolve_bars(spec, spec.profile("h200-ep1"), root=tmp_path, folder=tmp_path / "runs", stack="gin-gdaki")
+    with pytest.raises(BaselineError, match="has a fixed threshold, no baseline tolerance"):
+        resolve_bars(spec, spec.profile("p5en-efa-ep16"), root=tmp_path, folder=tmp_path / "runs", stack="campaign")
