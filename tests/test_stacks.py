@@ -1,4 +1,4 @@
-"""Stacks in the lock (reprostack.lockstacks, lock.load(stack=...)), `reprostack --stack`, `reprostack stacks
+"""Stacks in the lock (reprostack.lock.stacks, lock.load(stack=...)), `reprostack --stack`, `reprostack stacks
 [diff A B]`, the gate spec's per-stack env, and the GIN plugin chain (kernels.ginplugin): the rendered build
 script and the export check on real shared objects compiled here with cc. Real files, real git repos, no network."""
 
@@ -17,7 +17,8 @@ import pytest
 
 from gaterun import run as run_gate_here
 
-from reprostack import cli, lockstacks
+from reprostack import cli
+from reprostack.lock import stacks as lockstacks
 from reprostack.bump.lockedit import PinEdit, edit_pin
 from reprostack.errors import BuildError, GateError, LockError
 from reprostack.gates.spec import GateSpecError, load_spec

@@ -335,16 +335,16 @@ def main(argv: list[str] | None = None) -> int:
     from . import ui
 
     ui.configure(verbose=args.verbose)
-    before = os.environ.get(lockmod.lockstacks.ENV)
+    before = os.environ.get(lockmod.stacks.ENV)
     if args.stack is not None:  # for this command and what it starts (nox sessions, gate launches); restored after
-        os.environ[lockmod.lockstacks.ENV] = args.stack
+        os.environ[lockmod.stacks.ENV] = args.stack
     try:
         return _main(args)
     finally:
         if before is None:
-            os.environ.pop(lockmod.lockstacks.ENV, None)
+            os.environ.pop(lockmod.stacks.ENV, None)
         else:
-            os.environ[lockmod.lockstacks.ENV] = before
+            os.environ[lockmod.stacks.ENV] = before
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -409,7 +409,7 @@ def _dispatch(args) -> int:
         wargs = wp.parse_intermixed_args(args.rest)
         args.lock = wargs.lock
         if args.action in ("wheels", "images"):
-            from . import lockimages, lockwheels
+            from .lock import images as lockimages, wheels as lockwheels
 
             lock_path = Path(args.lock) if args.lock else paths.project_root() / lockmod.LOCKFILE
             mod = lockwheels if args.action == "wheels" else lockimages
