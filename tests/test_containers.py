@@ -584,17 +584,15 @@ def test_base_override_and_default_epoch_from_the_source_commit(
 
 
 def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_base, ns, capsys):
-    """`reprostack build` = reprostack.cli's shared source options + containers.command (no cli.py change needed
-    to test it): builds, prints one line per image, and a second run reuses."""
+    """`reprostack build` = reprostack.cmd.build (its options and the shared source options, then run): builds,
+    prints one line per image, and a second run reuses."""
     import argparse
 
-    from reprostack import cli
-    from reprostack.containers import command
+    from reprostack.cmd import build
 
     root = make_project(tmp_path / "project", stack)
     p = argparse.ArgumentParser()
-    command.add_arguments(p)
-    cli._common(p)
+    build.add_arguments(p)
     argv = [
         "selftest",
         "--lock",
@@ -610,8 +608,7 @@ def test_build_command_as_the_cli_wires_it(stack, tmp_path, docker_client, test_
     ]
     for status in ("built", "reused"):
         args = p.parse_args(argv)
-        lock, lroot = cli._load(args)
-        assert command.run(args, lock, lroot, cli._fetch_opts(args)) == 0
+        assert build.run(args) == 0
         cap = capsys.readouterr()
         out = cap.out.splitlines()
         assert out[0].startswith(f"selftest: {status} {ns}/selftest:") and out[1].startswith("summary: ")

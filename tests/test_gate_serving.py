@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from reprostack import cli, paths
+from reprostack.cmd import gate as cmd_gate
 from reprostack.errors import GateError
 from reprostack.gates import runner
 from reprostack.gates.aiperftool import ensure_aiperf
@@ -311,8 +312,8 @@ def test_all_gates_reports_later_gates_not_run_when_micro_fails(tmp_path, monkey
         return GateReport(g.stem, "h200-ep1", "fail", "dc_p50_us = 99 us (needs <= 30)", checks=[])
 
     monkeypatch.setattr(runner, "run_gate", fake_run)
-    monkeypatch.setattr(cli, "_load", lambda args: (lock, REPO))
-    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (lock, REPO))
+    monkeypatch.setattr(cmd_gate, "fetch_options", lambda args: None)
     rc = cli.main(["all-gates", "--out", str(tmp_path)])
     assert rc == 1 and ran == ["fabric", "micro"]
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -25,6 +25,7 @@ import pytest
 
 from reprostack import cli
 from reprostack.gates import registry
+from reprostack.gates.registry import GATE_ORDER
 from reprostack.gates.spec import GateSpecError
 from reprostack.cluster import slurm
 from reprostack.lock import load
@@ -257,7 +258,7 @@ def test_submit_verdict_lines_read_only_this_jobs_summary(tmp_path):
     """After --submit the CLI prints the gate's verdict from the summary.json the job wrote; a missing, older or
     malformed one is one line saying there is no verdict (never a verdict the job did not write)."""
     import time
-    from reprostack.cli import _slurm_verdicts
+    from reprostack.cmd.launch import _slurm_verdicts
     from reprostack.report.model import GateReport, evaluate
     from reprostack.report.writers import write_reports
 
@@ -329,7 +330,7 @@ def test_every_command_the_script_runs_is_one_the_cli_takes(gate, lock):
         named = re.findall(rf"-m reprostack {sub} ([A-Za-z0-9_-]+)", text)
         assert named, f"no `reprostack {sub}` in the {gate} script"
         for n in named:
-            assert n in cli.GATE_ORDER, f"{sub} {n}"
+            assert n in GATE_ORDER, f"{sub} {n}"
 
 
 def test_a_profile_the_runner_cannot_launch_is_refused_in_one_line(lock, tmp_path):

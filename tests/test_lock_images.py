@@ -10,7 +10,7 @@ import dockerd
 import registry as registry_mod
 from reprostack import cli
 from reprostack import lock as lockmod
-from reprostack import lockimages
+from reprostack.lock import images as lockimages
 from reprostack.errors import LockError
 from lockfiles import lock_head
 
@@ -313,7 +313,8 @@ def test_an_index_pins_its_own_digest_and_the_linux_amd64_image_id(tmp_path, pus
 def test_registry_host_of_a_repo(repo, want):
     """docker.io serves no registry API: Docker Hub's names go to registry-1.docker.io (the CUDA pins asked
     https://docker.io/v2/... before)."""
-    from reprostack.lockimages import manifest_url, split_repo
+    from reprostack.lock import split_repo
+    from reprostack.lock.images import manifest_url
 
     assert split_repo(repo) == want
     assert manifest_url("docker.io/nvidia/cuda", "13.0.0-devel-ubuntu22.04").startswith(

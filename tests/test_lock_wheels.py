@@ -203,7 +203,7 @@ def test_lock_check_rejects_an_unfilled_wheel_pin(tmp_path, index, capsys):
 def test_a_wheel_filename_from_a_pip_report_must_be_a_bare_wheel_filename(tail):
     """An index's URL decides the filename the lock records and the cache writes: a quoted `/`, `\\` or `..`, or
     a name that is not NAME-VER-PY-ABI-PLAT.whl, is refused (issue 14 item 10)."""
-    from reprostack import lockwheels
+    from reprostack.lock import pip
     from reprostack.errors import ReprostackError
 
     item = {"metadata": {"name": "evil", "version": "1.0"}, "download_info": {"url": f"https://idx.invalid/p/{tail}"}}
@@ -212,7 +212,7 @@ def test_a_wheel_filename_from_a_pip_report_must_be_a_bare_wheel_filename(tail):
         match=r"^upstreams.lock:3: upstreams.x: evil==1.0 resolves to .*(not a bare "
         r"file name|not a wheel filename)",
     ):
-        lockwheels.report_wheel(item, "upstreams.lock:3: upstreams.x")
+        pip.report_wheel(item, "upstreams.lock:3: upstreams.x")
 
 
 def test_an_unresolved_pin_loads_and_lock_wheels_fills_it_dropping_the_mark(tmp_path, index, capsys):

@@ -1,4 +1,4 @@
-"""Stacks in the lock (reprostack.lockstacks, lock.load(stack=...)), `reprostack --stack`, `reprostack stacks
+"""Stacks in the lock (reprostack.lock.stacks, lock.load(stack=...)), `reprostack --stack`, `reprostack stacks
 [diff A B]`, the gate spec's per-stack env, and the GIN plugin chain (kernels.ginplugin): the rendered build
 script and the export check on real shared objects compiled here with cc. Real files, real git repos, no network."""
 
@@ -17,8 +17,10 @@ import pytest
 
 from gaterun import run as run_gate_here
 
-from reprostack import cli, lockstacks
+from reprostack import cli
+from reprostack.lock import stacks as lockstacks
 from reprostack.bump.lockedit import PinEdit, edit_pin
+from reprostack.cmd import git_names
 from reprostack.errors import BuildError, GateError, LockError
 from reprostack.gates.spec import GateSpecError, load_spec
 from reprostack.kernels import ginplugin
@@ -115,7 +117,7 @@ def test_real_lock_gin_gdaki_overrides_nccl_and_the_plugin_and_shares_the_rest()
     assert gin.stacks["gin-gdaki"].wheel_of == {"nccl": "nccl-wheel-2-32"}
     assert gin.get("nccl").files[0].sha256 == "1459723080ac889d73a26edfa3e04383a7928ab31ac8f0ec43b3ea9548b04ff3"
     assert camp.git("nccl").original == "v2.30.4-1" and camp.stacks["campaign"].wheel_of == {}
-    assert cli._git_names(gin, []) == [n for n in cli._git_names(camp, []) if n != "nccl"]  # fetch/bundle: no nccl git
+    assert git_names(gin, []) == [n for n in git_names(camp, []) if n != "nccl"]  # fetch/bundle: no nccl git
     for shared in ("deepep", "rdma-core", "libfabric", "gdrcopy", "substrate-wheels"):
         assert gin.upstreams[shared] == camp.upstreams[shared]
     assert gin.env["NCCL_GIN_TYPE"] == "5" and camp.env["NCCL_GIN_TYPE"] == "2"
@@ -760,7 +762,7 @@ def test_a_wheel_override_makes_the_pin_that_wheel_whole(tmp_path):
     p = wheel_lock(tmp_path, "{wheel: nccl-wheel-9}")
     lk = load(p, stack="gdaki")
     assert lk.get("nccl") == lk.get("nccl-wheel-9") and lk.get("nccl").kind == "wheel"
-    assert lk.stacks["gdaki"].wheel_of == {"nccl": "nccl-wheel-9"} and cli._git_names(lk, []) == ["deepep"]
+    assert lk.stacks["gdaki"].wheel_of == {"nccl": "nccl-wheel-9"} and git_names(lk, []) == ["deepep"]
     assert load(p).git("nccl").rev == H  # the default stack keeps the git pin
 
 

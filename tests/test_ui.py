@@ -1,21 +1,20 @@
 """reprostack.ui on real files and real streams: plain lines off a terminal (and under NO_COLOR / CI), `-v`,
-ETAs from the stored durations (per host and step), the run folder's `latest` link swapped atomically, and a
-hostile timings file in the cache: read bounded, ignored with one warning line, never a traceback."""
+ETAs from the stored durations (per host and step), a gate run's own folder and `latest` (reprostack.runs, through
+the CLI), and a hostile timings file in the cache: read bounded, ignored with one warning line, never a traceback."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
-import threading
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from reprostack import cli, ui
+from reprostack.cmd import gate as cmd_gate
 from reprostack.gates import runner
 from reprostack.report import GateReport, evaluate
 
@@ -214,52 +213,6 @@ def test_unreadable_or_unwritable_timings_never_stop_a_step(tmp_path):
     assert "patch deepep: ok in" in s.getvalue() and "cannot read" in s.getvalue()
 
 
-# --------------------------------------------------------------------------- run folders
-
-
-def test_new_run_dir_and_latest(tmp_path):
-    when = datetime(2026, 12, 2, 3, 10, 0, tzinfo=timezone.utc)
-    a = ui.new_run_dir(tmp_path / "gate_micro", now=when)
-    b = ui.new_run_dir(tmp_path / "gate_micro", now=when)  # the same second: a new folder all the same
-    assert (a.name, b.name) == ("2026-12-02T03-10-00Z", "2026-12-02T03-10-00Z-2")
-    latest = tmp_path / "gate_micro" / "latest"
-    assert os.readlink(latest) == b.name and latest.resolve() == b.resolve()  # relative: the tree can move
-    assert sorted(p.name for p in (tmp_path / "gate_micro").iterdir()) == [a.name, b.name, "latest"]
-
-
-def test_latest_is_swapped_atomically(tmp_path):
-    base = tmp_path / "runs"
-    ui.new_run_dir(base)
-    seen, stop = [], threading.Event()
-
-    def reader():
-        while not stop.is_set():
-            try:
-                seen.append(os.readlink(base / "latest"))
-            except FileNotFoundError:
-                seen.append(None)
-
-    t = threading.Thread(target=reader)
-    t.start()
-    try:
-        for i in range(200):
-            (base / f"r{i}").mkdir()
-            ui.point_latest(base, f"r{i}")
-    finally:
-        stop.set()
-        t.join()
-    assert None not in seen and os.readlink(base / "latest") == "r199"
-    assert not [p for p in base.iterdir() if p.name.startswith(".latest")]  # no temp links left
-
-
-def test_latest_that_is_a_real_folder_is_left_alone(tmp_path):
-    (tmp_path / "latest").mkdir()
-    (tmp_path / "latest" / "keep").write_text("x")
-    with pytest.raises(OSError, match="not a symlink"):
-        ui.new_run_dir(tmp_path)
-    assert (tmp_path / "latest" / "keep").read_text() == "x" and os.listdir(tmp_path) == ["latest"]
-
-
 STAND_IN_LOCK = SimpleNamespace(stack="campaign")  # the gate runs are faked; the CLI records the lock's stack
 LOCAL_TEST = "PASS (local-test, not evidence)"  # report.model.GateReport.label of a self-test profile's pass
 
@@ -278,8 +231,10 @@ def _fake_local_test_pass(g, opts, ctx):
 def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
-    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
-    monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
+    monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(
+        cmd_gate, "fetch_options", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})})
+    )
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
     assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
     first = (tmp_path / "out" / "gate_vllm" / "latest").resolve()
@@ -304,8 +259,10 @@ def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys
 def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
-    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
-    monkeypatch.setattr(cli, "_fetch_opts", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})}))
+    monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(
+        cmd_gate, "fetch_options", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})})
+    )
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
     assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
     base = tmp_path / "out" / "gate_vllm"
@@ -328,8 +285,8 @@ def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypat
 
 def test_several_nodes_need_one_shared_out(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
-    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(cmd_gate, "fetch_options", lambda args: None)
     assert cli.main(["gate", "micro", "--node-rank", "1", "--master-addr", "10.0.0.1"]) == 2
     assert "needs --out DIR, the same folder on every node" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -349,8 +306,8 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
     monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
-    monkeypatch.setattr(cli, "_load", lambda args: (STAND_IN_LOCK, tmp_path))
-    monkeypatch.setattr(cli, "_fetch_opts", lambda args: None)
+    monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(cmd_gate, "fetch_options", lambda args: None)
     monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
 
     class Session:

@@ -1,6 +1,6 @@
 """`reprostack stacks` (list the lock's stacks) and `reprostack stacks diff A B` (what differs between two).
 
-A stack is the lock's shared pins with its overrides merged in (reprostack.lockstacks). The diff compares the
+A stack is the lock's shared pins with its overrides merged in (reprostack.lock.stacks). The diff compares the
 effective pins of both stacks field by field: a git pin's rev, tree, original (the version it names), submodule
 revs, patch series (entry by entry: kind, commit or file, Upstream-Status) and patched-tree; a wheel pin's version
 and files; an image pin's digest; a wheelset's requirements, overrides and files; then the env. Only what differs
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from . import lock as lockmod
-from . import lockstacks
+from .lock import stacks as lockstacks
 
 
 def _pin_fields(pin) -> dict:

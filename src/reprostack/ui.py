@@ -21,9 +21,7 @@ Invariants:
   run, no estimate". The timings file is untrusted: read bounded (MAX_TIMINGS_BYTES), anything that is not the
   expected shape is ignored with ONE warning line naming the file (never a traceback) and rewritten whole at the
   next record; a record that cannot be written (read-only cache) is skipped with a `-v` detail.
-- Run folders: `new_run_dir(base)` makes `base/<UTC timestamp>/` (a new, empty folder; never an existing one)
-  and points `base/latest` at it by an atomic rename of a fresh symlink, so `latest` always names one whole
-  run and never a mix of runs.
+Run folders and their `latest` link: reprostack.runs.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
@@ -424,51 +421,3 @@ class _Follower:
         self._stop.set()
         self._t.join()
         self._poll()
-
-
-# --------------------------------------------------------------------------- run folders
-
-
-def run_stamp(now: datetime | None = None) -> str:
-    """`2026-12-02T03-10-00Z`: the UTC time, without `:` (safe in every file system and in docker -v)."""
-    return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H-%M-%SZ")
-
-
-def new_run_dir(base: Path, now: datetime | None = None) -> Path:
-    """Make a new, empty run folder `base/<stamp>` (`<stamp>-2`, ... when that second is taken) and point
-    `base/latest` at it (relative symlink, swapped in by one rename). Raises OSError (the CLI: one line)."""
-    base = Path(base)
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = run_stamp(now)
-    for n in range(1, 1000):
-        d = base / (stamp if n == 1 else f"{stamp}-{n}")
-        try:
-            d.mkdir()
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"{base}: no free run folder name for {stamp}")
-    try:
-        point_latest(base, d.name)
-    except BaseException:
-        d.rmdir()  # no run folder that `latest` does not name
-        raise
-    return d
-
-
-def point_latest(base: Path, name: str) -> Path:
-    """Atomically make `base/latest` a symlink to `name` (a folder of base): a fresh link is made under a temp
-    name and renamed over `latest`, so a reader finds the old run or the new one, never none or a mix. A
-    `latest` that is a real folder (not ours) is left alone and an OSError names it."""
-    link = Path(base) / "latest"
-    if link.exists() and not link.is_symlink():
-        raise IsADirectoryError(0, "exists and is not a symlink; move it away", str(link))
-    tmp = Path(base) / f".latest.{os.getpid()}.{time.monotonic_ns()}"
-    os.symlink(name, tmp)
-    try:
-        os.replace(tmp, link)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return link

@@ -1,7 +1,7 @@
 """Rewrite one git pin's block of `upstreams.lock` in place: values swapped, entries dropped, keys added.
 
 Every edit is a (start, end, replacement) range of the text found from the YAML node marks (as the lock
-fillers do, `reprostack.lockfill.pin_node`), applied from the end of the file backwards; every byte outside
+fillers do, `reprostack.lock.fill.pin_node`), applied from the end of the file backwards; every byte outside
 the pin's block is kept, and so are comments and the layout of the block's untouched lines (a trailing
 comment after a rewritten value stays). Block and flow style (`- {cherry-pick: ..., ref: ...}`) mappings
 are both handled; a flow-style `patches: [...]` list is refused (write it in block style).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from ..errors import LockError
-from ..lockfill import child, pin_node
+from ..lock.fill import child, pin_node
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from pathlib import Path
 from ..gitcmd import GitFailed, git
 from ..lock import GitPin, PatchEntry
 from ..patch.apply import CONFIG_ARGS, EntryFailed, Scratch, am, apply_diff, objects_dir, pick
-from ..patch.errors import _git_msg
-from ..patch.failures import _apply_failure
-from ..patch.headers import PatchHeader, _split_plain
-from ..patch.precheck import _patch_file
+from ..patch.errors import git_msg
+from ..patch.failures import apply_failure
+from ..patch.headers import PatchHeader, split_plain
+from ..patch.precheck import patch_file_in
 from .upstreamed import Upstreamed
 
 _OFFSET = re.compile(r"^Hunk #\d+ succeeded at \d+ \(offset -?\d+ lines?\)\.$", re.M)
@@ -139,7 +139,7 @@ def _one(g: Scratch, pos: int, total: int, e: PatchEntry, project_root: Path, he
                 raise
             offsets: list[str] = []
         else:
-            path = _patch_file(project_root, e.value)
+            path = patch_file_in(project_root, e.value)
             offsets = _check(g, path, e)
             if offsets is None:
                 return Outcome(
@@ -162,7 +162,7 @@ def _one(g: Scratch, pos: int, total: int, e: PatchEntry, project_root: Path, he
         )
         return Outcome(pos, e, "conflict", detail, files=tuple(f.files), hunks=tuple(f.hunks), excerpt=excerpt)
     if offsets and e.kind != "cherry-pick":
-        data = _reexport(g, before, head, e, _patch_file(project_root, e.value))
+        data = _reexport(g, before, head, e, patch_file_in(project_root, e.value))
         return Outcome(
             pos, e, "refreshed", "; ".join(offsets), tree=tree, commit=head, offsets=tuple(offsets), refreshed=data
         )
@@ -212,12 +212,10 @@ def _check(g: Scratch, path: Path, e: PatchEntry) -> list[str] | None:
             pass
         if e.kind == "mbox":
             return []  # several mails may touch one file: let `git am` mail by mail decide
-        files, hunks, errors = _apply_failure(
+        files, hunks, errors = apply_failure(
             f"{err.stdout}\n{err.stderr}", path.read_bytes().decode("utf-8", "replace")
         )
-        raise EntryFailed(
-            "does not apply with zero fuzz (git apply)", files, hunks, errors or [_git_msg(err)]
-        ) from None
+        raise EntryFailed("does not apply with zero fuzz (git apply)", files, hunks, errors or [git_msg(err)]) from None
 
 
 def _am_each(g: Scratch, path: Path) -> list[str]:
@@ -230,14 +228,14 @@ def _am_each(g: Scratch, path: Path) -> list[str]:
             try:
                 out = _apply_check(g, mail)
             except GitFailed as err:
-                files, hunks, errors = _apply_failure(
+                files, hunks, errors = apply_failure(
                     f"{err.stdout}\n{err.stderr}", mail.read_bytes().decode("utf-8", "replace")
                 )
                 raise EntryFailed(
                     f"mail {i} of {n} does not apply with zero fuzz (git am --keep-cr, no 3-way)",
                     files,
                     hunks,
-                    errors or [_git_msg(err)],
+                    errors or [git_msg(err)],
                 ) from None
             offsets += [f"mail {i}: {o}" if n > 1 else o for o in _OFFSET.findall(out)]
             am(g, mail)
@@ -261,7 +259,7 @@ def _reexport(g: Scratch, before: str, head: str, e: PatchEntry, original: Path)
             cwd=g.path,
         )
         return (out + "\n").encode()
-    comment, _ = _split_plain(text.decode("utf-8", "replace"))
+    comment, _ = split_plain(text.decode("utf-8", "replace"))
     prefix = "".join(line + "\n" for line in comment)
     diff = git(
         *CONFIG_ARGS, "diff", "--no-color", "--no-ext-diff", *(["--binary"] if binary else []), before, head, cwd=g.path

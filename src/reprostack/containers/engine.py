@@ -329,7 +329,7 @@ class _Builder:
     def _check_base(self, r: Recipe, base, img) -> None:
         """The base found or pulled is the pin: its RepoDigests name `repo@digest` (or, for a loaded copy, its id is
         the lock's `id`), and when the lock pins an `id`, the id matches. Else ContainerError naming the pin."""
-        from ..lockimages import split_repo
+        from ..lock import split_repo
 
         want = split_repo(_repo_of(base.name))
         digests = {

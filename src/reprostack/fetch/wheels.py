@@ -137,7 +137,7 @@ def _place(src: Path, dest: Path, sha: str) -> str:
 
 
 def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float) -> None:
-    from ..lockwheels import _pip_env
+    from ..lock.pip import pip_env
 
     with Cache(root).scratch("wheels-") as tmp:
         req = Path(tmp, "requirements.txt")
@@ -163,7 +163,7 @@ def _download(lock: Lock, name: str, pin, missing, root: Path, timeout_s: float)
         for tag in getattr(pin, "platform_tags", ()) or getattr(pin, "platforms", ()):
             args += ["--platform", tag]
         try:
-            cp = subprocess.run(args, capture_output=True, text=True, env=_pip_env(), timeout=timeout_s)
+            cp = subprocess.run(args, capture_output=True, text=True, env=pip_env(), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise FetchError(
                 f"{lock.where('upstreams', name)}: pip download did not finish in {timeout_s:.0f}s"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import ReprostackError
 from .command import ingest, scan
-from .compare import _representative, analyse, value, verdict
+from .compare import representative, analyse, value, verdict
 from .store import Store, default_db
 
 MAX_ROWS = 40
@@ -32,8 +32,8 @@ def rows(store: Store, old_sha: str, new_sha: str, gates: tuple[str, ...]) -> li
         old = [p for p in s.points if p.lock_sha256 == old_sha]
         other = [p for p in s.points if p.lock_sha256 != new_sha]
         new = [p for p in s.points if p.lock_sha256 == new_sha]
-        before = _representative(old or other) if (old or other) else None
-        after = _representative(new) if new else None
+        before = representative(old or other) if (old or other) else None
+        after = representative(new) if new else None
         if before is None and after is None:
             continue
         g, prof, stack, metric = s.key

@@ -98,7 +98,8 @@ class Series:
         return f"{g}/{prof} [{stack}] {metric} ({self.unit or 'no unit'}{how})"
 
 
-def _representative(points: list[Point]) -> Point:
+def representative(points: list[Point]) -> Point:
+    """The point that stands for a group of runs: the last one with a 95% interval, else the last one."""
     with_ci = [p for p in points if p.m.has_interval]
     return (with_ci or points)[-1]
 
@@ -127,7 +128,7 @@ def analyse(store: Store, gates: tuple[str, ...] | None = None) -> list[Series]:
         for p in pts:
             if p.lock_sha256 not in order:
                 order.append(p.lock_sha256)
-        reps = [_representative([p for p in pts if p.lock_sha256 == lk]) for lk in order]
+        reps = [representative([p for p in pts if p.lock_sha256 == lk]) for lk in order]
         for a, b in zip(reps, reps[1:]):
             s.locks.append(
                 Comparison("lock", a, b, verdict(a, b), tuple(pins_changed(pins(a.report_id), pins(b.report_id))))

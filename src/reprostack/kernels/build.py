@@ -97,6 +97,8 @@ def ninja_steps(work: Path) -> list[tuple[float, str]]:
 
 
 def reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
+    """The build of `component` keyed by build_key(fields) under `cache`/builds: reused when its build.json holds
+    that key, else `make(tmp, log)` builds into a temp folder that replaces the old one whole (os.replace)."""
     key = build_key(fields)
     out = Path(cache) / "builds" / f"{component}-{key[:16]}"
     manifest = out / "build.json"

@@ -1,7 +1,7 @@
 """NCCL from NVIDIA's pinned release wheel instead of a source build, when the lock asks for exactly that release.
 
 Which NCCL (`choose`), first: a stack whose `nccl` pin is itself a wheel (lock override `nccl: {wheel: W}`,
-reprostack.lockstacks) takes NCCL from that wheel ALONE: there is no git source, tree or version.mk of NCCL in that
+reprostack.lock.stacks) takes NCCL from that wheel ALONE: there is no git source, tree or version.mk of NCCL in that
 stack, the recipe's `wheel:` and the rules below do not apply, and `needs_source` is False (the gates prepare no
 `nccl` tree). A wheel `nccl` pin without files is the same one-line error as below. Otherwise the recipe
 (kernels/nccl.yaml) names a `kind: wheel` pin (`wheel: nccl-wheel`); the wheel is

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from ..gitcmd import GitFailed, git
 from ..lock import GitPin, PatchEntry, PatchFileError, read_patch_file
-from .errors import SeriesError, _git_msg
-from .failures import _apply_failure, _conflict_hunks
-from .headers import PatchHeader, _comment_block, _split_plain
-from .precheck import _label, check_series
+from .errors import SeriesError, git_msg
+from .failures import apply_failure, conflict_hunks
+from .headers import PatchHeader, comment_block, split_plain
+from .precheck import entry_label, check_series
 
 # Every setting that could change what a replay produces, pinned (global/system config is already off).
 _PINNED_CONFIG = (
@@ -135,7 +135,7 @@ def pick(g: Scratch, e: PatchEntry) -> None:
             raise EntryFailed(
                 "3-way merge conflict (zero fuzz: a conflict is never resolved)",
                 files,
-                _conflict_hunks(g.path, unmerged),
+                conflict_hunks(g.path, unmerged),
                 conflicts,
             ) from None
         if "now empty" in out or "nothing to commit" in out:
@@ -143,7 +143,7 @@ def pick(g: Scratch, e: PatchEntry) -> None:
                 "the change is already in the base: the cherry-pick is empty (upstream may have "
                 "merged it: drop the entry or re-pin the base)"
             ) from None
-        raise EntryFailed("git cherry-pick failed", details=[_git_msg(err)]) from None
+        raise EntryFailed("git cherry-pick failed", details=[git_msg(err)]) from None
 
 
 def am(g: Scratch, path: Path) -> None:
@@ -152,11 +152,11 @@ def am(g: Scratch, path: Path) -> None:
         g("am", "--keep-cr", "--no-3way", "--whitespace=nowarn", "--", str(path))
     except GitFailed as err:
         out = f"{err.stdout}\n{err.stderr}"
-        files, hunks, errors = _apply_failure(out, path.read_bytes().decode("utf-8", "replace"))
+        files, hunks, errors = apply_failure(out, path.read_bytes().decode("utf-8", "replace"))
         reason = "does not apply with zero fuzz (git am --keep-cr, no 3-way)"
         if "Patch is empty" in out:
             reason = "a mail of it is empty"
-        raise EntryFailed(reason, files, hunks, errors or [_git_msg(err)]) from None
+        raise EntryFailed(reason, files, hunks, errors or [git_msg(err)]) from None
 
 
 def apply_diff(g: Scratch, path: Path, header: PatchHeader) -> None:
@@ -167,12 +167,12 @@ def apply_diff(g: Scratch, path: Path, header: PatchHeader) -> None:
     try:
         g("apply", "--index", "--whitespace=nowarn", "--", str(path))
     except GitFailed as err:
-        files, hunks, errors = _apply_failure(f"{err.stdout}\n{err.stderr}", text)
+        files, hunks, errors = apply_failure(f"{err.stdout}\n{err.stderr}", text)
         raise EntryFailed(
-            "does not apply with zero fuzz (git apply --index)", files, hunks, errors or [_git_msg(err)]
+            "does not apply with zero fuzz (git apply --index)", files, hunks, errors or [git_msg(err)]
         ) from None
-    comment, _ = _split_plain(text)
-    block = "\n".join(_comment_block(comment)).strip()
+    comment, _ = split_plain(text)
+    block = "\n".join(comment_block(comment)).strip()
     message = block if block else f"{header.description}\n\nUpstream-Status: {header.upstream_status}"
     try:
         g("commit", "-q", "--no-verify", "--cleanup=strip", "-F", "-", input_bytes=(message + "\n").encode())
@@ -182,7 +182,7 @@ def apply_diff(g: Scratch, path: Path, header: PatchHeader) -> None:
             if "nothing" in err.stdout + err.stderr
             else "commit failed"
         )
-        raise EntryFailed(reason, details=[_git_msg(err)]) from None
+        raise EntryFailed(reason, details=[git_msg(err)]) from None
 
 
 def _changed(g: Scratch, a: str, b: str, limit: int = 20) -> list[str]:
@@ -247,7 +247,7 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
 
         entries: list[AppliedEntry] = []
         for pos, e in enumerate(pin.patches, 1):
-            label = _label(pos, total, e)
+            label = entry_label(pos, total, e)
             before, before_tree = g.head()
             try:
                 if e.kind == "cherry-pick":

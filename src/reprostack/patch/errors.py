@@ -35,7 +35,8 @@ class SeriesError(PatchError):
         self.problems = tuple(problems)
 
 
-def _git_msg(e: Exception) -> str:
+def git_msg(e: Exception) -> str:
+    """One line of what git said (its last 6 non-empty stderr or stdout lines, ` / `-joined) for a GitFailed; else str(e)."""
     if isinstance(e, GitFailed):
         text = (e.stderr.strip() or e.stdout.strip() or str(e)).splitlines()
         return " / ".join(l.strip() for l in text[-6:] if l.strip())

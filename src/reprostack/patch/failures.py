@@ -33,7 +33,7 @@ def _hunk_index(text: str) -> dict[str, list[tuple[int, str]]]:
     return hunks
 
 
-def _apply_failure(out: str, patch_text: str) -> tuple[list[str], list[str], list[str]]:
+def apply_failure(out: str, patch_text: str) -> tuple[list[str], list[str], list[str]]:
     """From git apply/am output: (files, hunks, git's error lines)."""
     files: list[str] = []
     hunks: list[str] = []
@@ -67,7 +67,8 @@ def _apply_failure(out: str, patch_text: str) -> tuple[list[str], list[str], lis
     return files, hunks, errors
 
 
-def _conflict_hunks(work: Path, files: list[str]) -> list[str]:
+def conflict_hunks(work: Path, files: list[str]) -> list[str]:
+    """`FILE:FIRST-LAST (conflict)` for each `<<<<<<<` ... `>>>>>>>` block left in `files` under `work`."""
     hunks = []
     for f in files:
         try:

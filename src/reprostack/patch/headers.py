@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import PatchError
 from ..gitcmd import GitFailed, git
-from .errors import _git_msg
+from .errors import git_msg
 from .. import schemas
 
 
@@ -54,7 +54,7 @@ def _is_diff_start(lines: list[str], i: int) -> bool:
     return line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
 
 
-def _split_plain(text: str) -> tuple[list[str], str]:
+def split_plain(text: str) -> tuple[list[str], str]:
     """(comment lines before the diff, the diff text); the diff text is "" when there is none."""
     lines = text.split("\n")
     for i in range(len(lines)):
@@ -63,7 +63,7 @@ def _split_plain(text: str) -> tuple[list[str], str]:
     return lines, ""
 
 
-def _comment_block(comment: list[str]) -> list[str]:
+def comment_block(comment: list[str]) -> list[str]:
     """The comment lines before a plain diff, without their `#` prefix and CR."""
     return [re.sub(r"^#[ \t]?", "", line.rstrip("\r")) for line in comment]
 
@@ -87,10 +87,10 @@ def _status_from(text: str, where: str, file: str) -> str:
 
 
 def _plain_header(text: str, file: str) -> PatchHeader:
-    comment, diff = _split_plain(text)
+    comment, diff = split_plain(text)
     if not diff:
         raise PatchError(f"{file}: no diff found (expected `diff --git`, `--- a/...`/`+++ b/...` or `Index:`)")
-    block = _comment_block(comment)
+    block = comment_block(comment)
     status = _status_from("\n".join(block), "in the comment block before the diff", file)
     description = ""
     para: list[str] = []
@@ -118,7 +118,7 @@ def _mails(path: Path) -> list[tuple[dict[str, str], str, str]]:
         try:
             count = int(git("mailsplit", "-b", "--keep-cr", f"-o{t}", "--", str(path.resolve()), cwd=t) or 0)
         except (GitFailed, ValueError) as e:
-            raise PatchError(f"{path}: not a readable mbox: {_git_msg(e)}") from None
+            raise PatchError(f"{path}: not a readable mbox: {git_msg(e)}") from None
         out = []
         for n in range(1, count + 1):
             mail = t / f"{n:04d}"
@@ -127,7 +127,7 @@ def _mails(path: Path) -> list[tuple[dict[str, str], str, str]]:
                     "mailinfo", "-u", str(t / "msg"), str(t / "patch"), cwd=t, input_bytes=mail.read_bytes()
                 )
             except GitFailed as e:
-                raise PatchError(f"{path}: mail {n} of {count} cannot be read by git mailinfo: {_git_msg(e)}") from None
+                raise PatchError(f"{path}: mail {n} of {count} cannot be read by git mailinfo: {git_msg(e)}") from None
             info = {}
             for line in info_text.splitlines():
                 k, _, v = line.partition(": ")
@@ -160,7 +160,7 @@ def _mbox_header(path: Path, file: str) -> PatchHeader:
                 f"{file}: {which} has no {' / '.join(missing)} header: a committed mbox is a "
                 f"`git format-patch` file (a plain diff belongs under `diff:`)"
             )
-        if not _split_plain(patch)[1]:
+        if not split_plain(patch)[1]:
             raise PatchError(f"{file}: {which} ({info['Subject']!r}) carries no diff")
         statuses.append(_status_from(msg, f"in the commit message body of {which}", file))
         subjects.append(info["Subject"])

@@ -8,19 +8,21 @@ from pathlib import Path
 from ..errors import PatchError
 from ..gitcmd import GitFailed, git
 from ..lock import GitPin, PatchEntry, PatchFileError, read_patch_file
-from .errors import SeriesError, _git_msg
+from .errors import SeriesError, git_msg
 from .headers import STATUS_RE, PatchHeader, check_patch_headers
 from .targets import target_problems
 
 _FULL_OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
-def _label(pos: int, total: int, entry: PatchEntry) -> str:
+def entry_label(pos: int, total: int, entry: PatchEntry) -> str:
+    """`#POS of TOTAL KIND VALUE` (a cherry-pick by its 12-hex prefix): how messages name a series entry."""
     short = entry.value[:12] if entry.kind == "cherry-pick" else entry.value
     return f"#{pos} of {total} {entry.kind} {short}"
 
 
-def _patch_file(project_root: Path, value: str) -> Path:
+def patch_file_in(project_root: Path, value: str) -> Path:
+    """The resolved path of patch file `value` under `project_root`; PatchError when it resolves outside."""
     root = project_root.resolve()
     p = (root / value).resolve()
     if p != root and root not in p.parents:
@@ -75,7 +77,7 @@ def _parse_problems(path: Path, kind: str, cwd: Path) -> list[str]:
         if not numstat.strip():
             problems.append("`git apply --numstat` finds no change in it")
     except GitFailed as e:
-        problems.append(f"does not parse as a patch: {_git_msg(e)}")
+        problems.append(f"does not parse as a patch: {git_msg(e)}")
     text = path.read_bytes().decode("utf-8", "replace")
     for b in _abbreviated_binary(text):
         problems.append(
@@ -118,7 +120,7 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             input_bytes=("\n".join(names) + "\n").encode(),
         ).splitlines()
     except GitFailed as e:
-        raise SeriesError(f"{pin.name}: cannot read the object db of {src}: {_git_msg(e)}", upstream=pin.name) from None
+        raise SeriesError(f"{pin.name}: cannot read the object db of {src}: {git_msg(e)}", upstream=pin.name) from None
     found = dict(zip(names, out))
     base = found.get(names[0], "")
     if not base.endswith(" commit"):
@@ -129,7 +131,7 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             problems.append(f"pinned base {pin.rev} has tree {base_tree}, the lock pins tree {pin.tree}")
     present = []
     for (pos, e), name in zip(picks, names[2:]):
-        label = _label(pos, total, e)
+        label = entry_label(pos, total, e)
         if not found.get(name, "").endswith(" commit"):
             where = f" (fetch it from {e.ref})" if e.ref else ""
             problems.append(f"{label}: commit {e.value} is not in the object db of {src}{where}")
@@ -143,18 +145,18 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
                 "rev-list", "--no-walk=unsorted", "--parents", *[e.value for _, e in present], cwd=src
             ).splitlines()
         except GitFailed as e:
-            raise SeriesError(f"{pin.name}: cannot read commits: {_git_msg(e)}", upstream=pin.name) from None
+            raise SeriesError(f"{pin.name}: cannot read commits: {git_msg(e)}", upstream=pin.name) from None
         parents = {l.split()[0]: l.split()[1:] for l in lines if l.strip()}
         for pos, e in present:
             if len(parents.get(e.value, [])) > 1:
                 problems.append(
-                    f"{_label(pos, total, e)}: {e.value} is a merge commit; cherry-picking a merge "
+                    f"{entry_label(pos, total, e)}: {e.value} is a merge commit; cherry-picking a merge "
                     f"needs a mainline the lock cannot express: pin its non-merge commits instead"
                 )
 
     links: set[str] | None = None
     for pos, e in enumerate(pin.patches, 1):
-        label = _label(pos, total, e)
+        label = entry_label(pos, total, e)
         if not STATUS_RE.match(e.upstream_status or ""):
             problems.append(f"{label}: upstream-status {e.upstream_status!r} is not a valid Upstream-Status")
         if e.kind == "cherry-pick":
@@ -163,7 +165,7 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             problems.append(f"{label}: unknown patch kind {e.kind!r}")
             continue
         try:
-            path = _patch_file(project_root, e.value)
+            path = patch_file_in(project_root, e.value)
         except PatchError as err:
             problems.append(f"{label}: {err}")
             continue
@@ -179,7 +181,7 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             try:
                 links = _symlinks(src, pin.rev) if base.endswith(" commit") else set()
             except GitFailed as err:
-                problems.append(f"cannot list the symlinks of {pin.rev}: {_git_msg(err)}")
+                problems.append(f"cannot list the symlinks of {pin.rev}: {git_msg(err)}")
                 links = set()
         escapes, links = target_problems(data.decode("utf-8", "replace"), links)
         if escapes:

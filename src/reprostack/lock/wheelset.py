@@ -10,7 +10,7 @@ How a wheelset is resolved (pip itself, never index scraping):
 2. each `overrides` entry is resolved alone with `--no-deps` and replaces the distribution of the same name
    (an override that replaces nothing is an error: it belongs under `requirements`);
 3. a file whose index gave no sha256 is downloaded (`pip download --no-deps`) and hashed.
-The result is sorted by distribution name. Fill and check follow `reprostack.lockfill` (only the pin's
+The result is sorted by distribution name. Fill and check follow `reprostack.lock.fill` (only the pin's
 `files:` block is rewritten; on any error nothing is written).
 """
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from . import lock as lockmod
-from . import lockwheels
-from .errors import ReprostackError
+from ..errors import ReprostackError
+from . import model as lockmod
+from .pip import Resolved, download_hash, pip_report, report_wheel
 
 
 def _target(pin: lockmod.WheelsetPin) -> list[str]:
@@ -34,15 +34,13 @@ def _target(pin: lockmod.WheelsetPin) -> list[str]:
 
 
 def _file(item: dict, pin: lockmod.WheelsetPin, what: str, tmp: str, timeout: float) -> lockmod.WheelsetFile:
-    name, version, filename, sha = lockwheels.report_wheel(item, what)
+    name, version, filename, sha = report_wheel(item, what)
     if not sha:
-        sha = lockwheels.download_hash(
-            _target(pin), f"{name}=={version}", filename, Path(tmp, "dl", name), what, timeout
-        )
+        sha = download_hash(_target(pin), f"{name}=={version}", filename, Path(tmp, "dl", name), what, timeout)
     return lockmod.WheelsetFile(name, version, filename, sha)
 
 
-def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> lockwheels.Resolved:
+def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> Resolved:
     """Resolve wheelset pin `name` (see module doc). Returns every distribution's file, sorted by name.
     Raises ReprostackError naming the pin's line when pip cannot resolve, resolves a non-wheel, or an override
     replaces nothing."""
@@ -63,7 +61,7 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> lockwheels
             cfile = Path(tmp, "constraints.txt")
             cfile.write_text("".join(f"{n}=={v}\n" for n, v in sorted(below.items()) if n not in skip))
             extra = ["-c", str(cfile)]
-        items = lockwheels.pip_report([*_target(pin), *extra, *pin.requirements], what, tmp, timeout)
+        items = pip_report([*_target(pin), *extra, *pin.requirements], what, tmp, timeout)
         found = {
             f.name: f
             for f in (
@@ -74,7 +72,7 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> lockwheels
         }
         for i, req in enumerate(pin.overrides):
             owhat = f"{lock.where('upstreams', name, 'overrides', i)}: {req}"
-            items = lockwheels.pip_report([*_target(pin), "--no-deps", req], owhat, tmp, timeout)
+            items = pip_report([*_target(pin), "--no-deps", req], owhat, tmp, timeout)
             if len(items) != 1:
                 raise ReprostackError(f"{owhat}: pip's report lists {len(items)} distributions, expected exactly 1")
             f = _file(items[0], pin, owhat, tmp, timeout)
@@ -84,10 +82,10 @@ def resolve(lock: lockmod.Lock, name: str, timeout: float = 900.0) -> lockwheels
                     f"an added distribution belongs under `requirements`"
                 )
             found[f.name] = f
-    return lockwheels.Resolved(name, tuple(found[k] for k in sorted(found)))
+    return Resolved(name, tuple(found[k] for k in sorted(found)))
 
 
-def check(lock: lockmod.Lock, r: lockwheels.Resolved) -> list[str]:
+def check(lock: lockmod.Lock, r: Resolved) -> list[str]:
     """Every difference between the pin's `files` and the resolved set, as `FILE:LINE: field: problem`."""
     pin = lock.get(r.pin)
     if not pin.files:

@@ -32,8 +32,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .errors import LockError
-from .yamlsrc import dotted, line_of
+from ..errors import LockError
+from ..yamlsrc import dotted, line_of
 
 DEFAULT = "campaign"
 ENV = "REPROSTACK_STACK"

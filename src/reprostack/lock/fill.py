@@ -11,9 +11,9 @@ from typing import Callable
 
 import yaml
 
-from . import lock as lockmod
-from .atomicfile import write_text_atomic
-from .errors import LockError, ReprostackError
+from ..atomicfile import write_text_atomic
+from ..errors import LockError, ReprostackError
+from . import model as lockmod
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from . import lockstacks
-from .errors import LockError
-from .gitcmd import url_problem
-from .yamlsrc import compose, dotted as _dotted, line_of as _line, read_bytes, validate
-from . import schemas
+from .. import schemas
+from ..errors import LockError
+from ..gitcmd import url_problem
+from ..yamlsrc import compose, dotted as _dotted, line_of as _line, read_bytes, validate
+from . import stacks as lockstacks
 
 LOCKFILE = "upstreams.lock"
 
@@ -198,6 +198,20 @@ class ImagePin:
     def ref(self) -> str:
         """`repo:tag@digest` (the pinned reference a Dockerfile FROM takes), `repo:tag` while unfilled."""
         return f"{self.repo}:{self.tag}" + (f"@{self.digest}" if self.digest else "")
+
+
+DOCKER_HUB = "registry-1.docker.io"  # the registry API host of Docker Hub's names (docker.io serves no API)
+
+
+def split_repo(repo: str) -> tuple[str, str]:
+    """`repo` -> (registry host[:port], repository name inside it). Docker Hub's names (`docker.io/x/y`,
+    `index.docker.io/x/y`, `x/y`, `ubuntu`) go to its registry API host, DOCKER_HUB; a bare name is `library/`."""
+    first, sep, rest = repo.partition("/")
+    if first in ("docker.io", "index.docker.io") and sep:  # before the dotted-host rule: docker.io serves no API
+        repo = rest
+    elif sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DOCKER_HUB, repo if "/" in repo else f"library/{repo}"
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,10 @@ from pathlib import Path
 
 import yaml
 
-from . import lock as lockmod
-from . import lockfill
-from .errors import LockError, ReprostackError
+from ..errors import LockError, ReprostackError
+from . import fill as lockfill
+from . import model as lockmod
+from .model import split_repo
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -51,7 +52,6 @@ MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-DOCKER_HUB = "registry-1.docker.io"
 
 
 PLATFORM = ("linux", "amd64")  # the platform whose image id (config digest) a pin's `id` records
@@ -66,17 +66,6 @@ class Resolved:
 
 class RegistryError(ReprostackError):
     pass
-
-
-def split_repo(repo: str) -> tuple[str, str]:
-    """`repo` -> (registry host[:port], repository name inside it). Docker Hub's names (`docker.io/x/y`,
-    `index.docker.io/x/y`, `x/y`, `ubuntu`) go to its registry API host, DOCKER_HUB; a bare name is `library/`."""
-    first, sep, rest = repo.partition("/")
-    if first in ("docker.io", "index.docker.io") and sep:  # before the dotted-host rule: docker.io serves no API
-        repo = rest
-    elif sep and ("." in first or ":" in first or first == "localhost"):
-        return first, rest
-    return DOCKER_HUB, repo if "/" in repo else f"library/{repo}"
 
 
 def _is_loopback(host: str) -> bool:
@@ -299,7 +288,7 @@ def fill_text(text: str, resolved: list[Resolved]) -> str:
 
 
 def run(lock_path: Path, names: list[str], do_check: bool, out=print, timeout: float = 60.0) -> int:
-    """Fill or check image pins (see reprostack.lockfill.run); `timeout` per registry request, seconds."""
+    """Fill or check image pins (see reprostack.lock.fill.run); `timeout` per registry request, seconds."""
 
     def describe(lock: lockmod.Lock, r: Resolved) -> str:
         pin = lock.get(r.pin)

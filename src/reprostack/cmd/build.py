@@ -1,4 +1,4 @@
-"""`reprostack build [IMAGE...]`: the CLI side of the image stage (cli.py adds the parser and calls `run`)."""
+"""`reprostack build [IMAGE...]`: build images from containers/<image>/ on the Docker engine (reprostack.containers)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,20 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..containers.bundle import load_bundle, save_bundle
+from ..containers.engine import BuildOptions, build_images, connect, preflight, verify_wheels
+from ..containers.recipe import OVERRIDE_ENV, overrides_from_env, parse_overrides
+from ..containers.testbase import TEST_BASE, ensure_test_base
 from ..fetch.wheels import wheelhouses_from_env
 from ..lock import Lock
 from ..sources import FetchOptions
-from .bundle import load_bundle, save_bundle
-from .engine import BuildOptions, build_images, connect, preflight, verify_wheels
-from .recipe import OVERRIDE_ENV, overrides_from_env, parse_overrides
-from .testbase import TEST_BASE, ensure_test_base
+from . import add_source_options, fetch_options, load_lock
+
+HELP = "build images from containers/<image>/ on the Docker engine ($DOCKER_HOST)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `build` besides the shared source options (--lock --cache --offline --bundle --mirror)."""
+    """Options of `build`, then the shared source options (--lock --cache --offline --bundle --mirror)."""
     p.add_argument("images", nargs="*", metavar="IMAGE", help="recipes of containers/ (default: all) and their parents")
     p.add_argument("--out", default="out/build", help="build logs and images.json (default: out/build)")
     p.add_argument("--namespace", default="reprostack", help="tag prefix: NAMESPACE/IMAGE:KEY (default: reprostack)")
@@ -52,9 +55,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"first import {TEST_BASE} (busybox from Debian's busybox-static) into the engine",
     )
+    add_source_options(p)
 
 
-def run(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -> int:
+def run(args: argparse.Namespace) -> int:
+    lock, root = load_lock(args)
+    return build(args, lock, root, fetch_options(args))
+
+
+def build(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -> int:
     """Build `args.images`; print one line per image; 0 when all are built or reused (errors raise)."""
     console = Console(stderr=True)
     overrides = overrides_from_env()

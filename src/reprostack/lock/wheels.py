@@ -21,38 +21,16 @@ Check (`--check`): the lock's files must be exactly the resolved ones; every dif
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import yaml
 
-from . import lock as lockmod
-from . import lockfill
-from .digest import sha256_file
-from .errors import LockError, ReprostackError
-
-_DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_INDEX_URL")
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A pin as the index resolves it: its files (WheelFile; WheelsetFile for a wheelset pin)."""
-
-    pin: str
-    files: tuple
-
-
-def _pip_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
-    env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    env["PIP_CONFIG_FILE"] = os.devnull  # a machine's pip.conf (extra indexes, constraints) never shapes a pin
-    return env
+from ..errors import LockError, ReprostackError
+from . import fill as lockfill
+from . import model as lockmod
+from . import wheelset
+from .pip import Resolved, download_hash, pip_report, report_wheel
 
 
 def _target_args(pin: lockmod.WheelPin, platform: str | None) -> list[str]:
@@ -70,28 +48,12 @@ def _where(lock: lockmod.Lock, name: str, *path) -> str:
     return lock.where("upstreams", name, *path)
 
 
-def _run_pip(args: list[str], what: str, timeout: float) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=_pip_env(), timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise ReprostackError(f"{what}: pip did not answer within {timeout:.0f}s") from None
-
-
-def _tail(text: str, n: int = 8) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return "\n  ".join(lines[-n:])
-
-
 def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0):
     """Ask pip which wheel file(s) `name==version` resolves to for the pin's targets, with their sha256
-    (a wheelset pin: its whole closure, see reprostack.lockwheelset)."""
+    (a wheelset pin: its whole closure, see reprostack.lock.wheelset)."""
     pin = lock.get(name)
     if isinstance(pin, lockmod.WheelsetPin):
-        from . import lockwheelset
-
-        return lockwheelset.resolve(lock, name)
+        return wheelset.resolve(lock, name)
     if not isinstance(pin, lockmod.WheelPin):
         raise LockError(
             str(lock.path),
@@ -125,60 +87,6 @@ def resolve_pin(lock: lockmod.Lock, name: str, timeout: float = 300.0):
     return Resolved(name, tuple(lockmod.WheelFile(f, s) for f, s in sorted(found.items())))
 
 
-def pip_report(args: list[str], what: str, tmp: str, timeout: float, failed: str = "could not resolve") -> list[dict]:
-    """The `install` list of pip's `install --dry-run --report -` for `args` (target options + requirements),
-    installing nothing (`--target` a scratch folder under `tmp`). Raises ReprostackError `what: pip FAILED`."""
-    cp = _run_pip(
-        [
-            "install",
-            "--dry-run",
-            "--ignore-installed",
-            "--quiet",
-            "--report",
-            "-",
-            "--target",
-            str(Path(tmp, "target")),
-            *args,
-        ],
-        what,
-        timeout,
-    )
-    if cp.returncode != 0:
-        raise ReprostackError(f"{what}: pip {failed} (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
-    try:
-        return json.loads(cp.stdout)["install"]
-    except (ValueError, KeyError, TypeError):
-        raise ReprostackError(f"{what}: pip gave no installation report:\n  {_tail(cp.stdout + cp.stderr)}") from None
-
-
-def report_wheel(item: dict, what: str) -> tuple[str, str, str, str | None]:
-    """(canonical name, version, wheel filename, sha256 or None when the index gave none) of one entry of
-    pip's report. Raises ReprostackError when the entry is not a wheel or its filename is not a bare wheel
-    filename (a URL-quoted `/` or `..`)."""
-    meta, info = item.get("metadata", {}), item.get("download_info", {})
-    name, version = lockmod.canonical_name(meta.get("name", "")), str(meta.get("version", ""))
-    url = info.get("url", "")
-    filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-    if not filename.endswith(".whl"):
-        raise ReprostackError(f"{what}: {name}=={version} resolves to {url!r}, not a wheel")
-    problem = lockmod.wheel_filename_problem(filename)
-    if problem:  # e.g. `..%2F..%2Fx.whl` in an index's URL: never a path we write to or a lock entry
-        raise ReprostackError(f"{what}: {name}=={version} resolves to {url!r}: {problem}")
-    return name, version, filename, ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
-
-
-def download_hash(target_args: list[str], req: str, filename: str, dest: Path, what: str, timeout: float) -> str:
-    """sha256 of `filename`, downloaded with `pip download --no-deps` (for an index that gives no hashes)."""
-    cp = _run_pip(["download", "--quiet", "--no-deps", "-d", str(dest), *target_args, req], what, timeout)
-    if cp.returncode != 0:
-        raise ReprostackError(f"{what}: pip download failed (exit {cp.returncode}):\n  {_tail(cp.stderr)}")
-    f = dest / filename
-    if not f.is_file():
-        got = ", ".join(sorted(p.name for p in dest.iterdir())) if dest.is_dir() else "nothing"
-        raise ReprostackError(f"{what}: pip download gave {got}, not {filename}")
-    return sha256_file(f)
-
-
 def wheel_names(lock: lockmod.Lock, names: list[str]) -> list[str]:
     if names:
         for n in names:
@@ -193,9 +101,7 @@ def check(lock: lockmod.Lock, resolved: list[Resolved]) -> list[str]:
     for r in resolved:
         pin = lock.get(r.pin)
         if isinstance(pin, lockmod.WheelsetPin):
-            from . import lockwheelset
-
-            problems += lockwheelset.check(lock, r)
+            problems += wheelset.check(lock, r)
             continue
         want = {f.filename: f.sha256 for f in r.files}
         have = {f.filename: (i, f.sha256) for i, f in enumerate(pin.files)}
@@ -319,5 +225,5 @@ KIND = lockfill.PinKind(
 
 
 def run(lock_path: Path, names: list[str], do_check: bool, out=print) -> int:
-    """Fill or check wheel pins (see reprostack.lockfill.run)."""
+    """Fill or check wheel pins (see reprostack.lock.fill.run)."""
     return lockfill.run(KIND, lock_path, names, do_check, out)

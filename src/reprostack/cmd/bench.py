@@ -1,0 +1,51 @@
+"""`reprostack bench gate_micro|cpu`: time the main job cold and warm, or the CPU side (reprostack.bench); arguments
+after `--` go to the gate (cli.main splits them off into args.gate_args)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import key_values, load_lock
+
+HELP = "time the main job cold and warm (bench gate_micro) or the CPU side (bench cpu); JSON in results/bench/"
+DESCRIPTION = (
+    "gate_micro: `reprostack gate micro` cold (fresh cache dir, the wheelhouse as given) "
+    "then warm; exit 0 same verdict both times, 1 different. cpu: fetch of every "
+    "mirrored git pin cold/warm, lock check, CLI start. Arguments after `--` go to the gate."
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("what", choices=["gate_micro", "cpu"])
+    p.add_argument("--host", default=None, help="host label in the file name (default: the short host name)")
+    p.add_argument("--results", default="results/bench", help="folder of the JSON (default: results/bench)")
+    p.add_argument(
+        "--work",
+        default="out/bench",
+        help="scratch folder: caches and reports of the runs (default: out/bench; emptied first)",
+    )
+    p.add_argument("--lock", default=None)
+    p.add_argument(
+        "--mirror", action="append", default=[], metavar="URL=PATH", help="cpu: mirror (also $REPROSTACK_MIRRORS)"
+    )
+    p.set_defaults(gate_args=[])  # what follows `--` (the gate's own options), split off in cli.main()
+
+
+def run(args) -> int:
+    from .. import bench
+    from ..fetch.git import mirrors_from_env
+
+    lock, _ = load_lock(args)
+    rest = list(args.gate_args)
+    if args.what == "cpu":
+        bench.bench_cpu(
+            lock=lock,
+            mirrors={**mirrors_from_env(), **key_values(args.mirror, "--mirror", "URL=PATH")},
+            out_dir=Path(args.results),
+            work=Path(args.work) / "cpu",
+            host=args.host,
+        )
+        return 0
+    return bench.bench_gate(
+        "micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro", host=args.host
+    )[1]

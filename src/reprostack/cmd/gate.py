@@ -1,0 +1,144 @@
+"""`reprostack gate G` / `reprostack all-gates` (cmd.all_gates): run gates and write their reports; `--plan`
+prints each gate's launch plan and runs nothing (gates.runner, gates.plan, report). The run folder and its
+`latest` link: reprostack.runs.
+
+Invariants:
+- bad input raises before any gate runs and leaves no run folder (runs.RunDir.abandon), `latest` as it was;
+- exit code: report.exit_code (0 every required gate passed, 1 a gate failed or errored, 3 one was skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import ReprostackError
+from ..gates.registry import GATE_ORDER
+from . import add_source_options, fetch_options, load_lock
+
+HELP = "run a gate and write its reports"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("gate", choices=list(GATE_ORDER))
+    add_gate_options(p)
+
+
+def run(args) -> int:
+    lock, root = load_lock(args)
+    return _gates(args, lock, root, fetch_options(args))
+
+
+def add_gate_options(p: argparse.ArgumentParser) -> None:
+    """The options of `gate` and `all-gates` (the source options first)."""
+    from ..gates import options as gate_options
+
+    add_source_options(p)
+    gate_options.add_arguments(p)  # every gate option, defined once (gates.options)
+
+
+def _gates(args, lock, root, opts) -> int:
+    """`gate NAME` runs one gate (bad input: exit 2); `all-gates` runs every gate in dependency order and always
+    writes one combined report (gates.runner). Then the reports, one line per gate, and the exit code."""
+    from .. import runs, ui
+    from ..gates import registry, runner
+    from ..gates.base import RunContext
+    from ..gates.options import GateOptions
+    from ..report import exit_code, write_reports
+
+    base = Path(args.out) if args.out else runs.default_base(None if args.cmd == "all-gates" else args.gate)
+    ga = GateOptions.from_args(args, out=base)
+    if args.image and not args.container:
+        raise ReprostackError("--image IMAGE needs --container (host mode runs no image)")
+    if args.kernels_manifest and args.container:
+        raise ReprostackError(
+            "--kernels-manifest is the in-image runner's option: --container already uses the "
+            "image's /opt/reprostack/kernels.json"
+        )
+    near = next((p for p in (base, *base.parents) if p.exists()), None)  # before any gate runs for minutes
+    if near is not None and not near.is_dir():
+        raise ReprostackError(f"--out {base}: {near} exists and is not a folder")
+    if args.plan:
+        args.out = str(base)
+        return _plans(args, lock, root, opts, ga)
+    if not args.out and ((args.nodes or 1) > 1 or args.node_rank > 0):  # each node would stamp its own folder
+        raise ReprostackError(
+            "a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
+            "every node's log there)"
+        )
+    # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
+    # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
+    folder = runs.start(base, given=bool(args.out))
+    out = folder.path
+    ga, ctx = ga.with_(out=out), RunContext(root, lock, opts)
+    ui.detail(f"reports will be in {out.resolve()}")
+    try:
+        if args.cmd == "gate":
+            reports = [runner.run_gate(registry.gate(args.gate), ga, ctx)]
+            required = {r.gate for r in reports}
+        else:
+            reports, required = runner.run_all(ga, ctx), runner.required()
+    except ReprostackError:
+        folder.abandon()  # bad input, nothing ran: no trace of this run, latest as it was
+        raise
+    for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
+        r.provenance.setdefault("stack", lock.stack)
+    written = write_reports(reports, out, required=required)
+    for r in reports:
+        print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
+    print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
+    return exit_code(reports, required)
+
+
+def _plans(args, lock, root, opts, ga) -> int:
+    """`gate G --plan` / `all-gates --plan`: each gate's launch plan (gates.plan), printed; nothing runs."""
+    import json
+
+    from ..gates import registry
+    from ..gates.plan import gate_plan
+
+    gates = [registry.gate(args.gate)] if args.cmd == "gate" else registry.present(root)
+    plans = []
+    for g in gates:
+        profile = args.profile
+        if profile and args.cmd == "all-gates" and profile not in g.load(root).profiles:
+            profile = None  # --profile names one gate's hardware; the others show their published one
+        plans.append(
+            gate_plan(
+                g, root, lock, out_dir=Path(args.out), cache_dir=opts.cache.root, options=ga.with_(profile=profile)
+            )
+        )
+    if args.json:
+        print(
+            json.dumps(
+                [p.to_dict() for p in plans] if args.cmd == "all-gates" else plans[0].to_dict(),
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return 0
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .. import ui
+
+    console = Console()
+    for p in plans:
+        name = registry.gate(p.gate).name  # what the operator types (`gate nemo-rl`), not the spec stem
+        if not ui.live_display():  # off a terminal: plain `field: value` lines, never wrapped (digests stay whole)
+            print(f"launch plan: gate {name} [{p.profile}] (nothing was run)")
+            print("\n".join(f"  {line}" for line in p.lines()))
+            continue
+        t = Table(
+            title=escape(f"launch plan: gate {name} [{p.profile}] (nothing was run)"),
+            show_header=False,
+            title_justify="left",
+        )
+        t.add_column(style="bold")
+        t.add_column(overflow="fold")
+        for line in p.lines():
+            k, _, v = line.partition(": ")
+            t.add_row(escape(k), escape(v))
+        console.print(t)
+    return 0

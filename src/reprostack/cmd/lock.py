@@ -1,0 +1,56 @@
+"""`reprostack lock check|wheels|images`: validate the lockfile; fill or check wheel files (lock.wheels) and image
+digests (lock.images)."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import load_lock, lock_path
+
+HELP = (
+    "validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
+    "`lock images` fills/checks base image digests from the registry"
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument(
+        "action",
+        choices=["check", "wheels", "images"],
+        help="check: validate the lockfile; wheels: resolve each wheel pin's files with pip and write "
+        "their sha256 into the lock (only the `files:` blocks change); images: resolve each image "
+        "pin's repo:tag to its manifest digest (registry API v2) and write it (only `digest:` lines)",
+    )
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        help="wheels/images: [PIN...] [--check] (see `lock wheels -h`, `lock images -h`)",
+    )
+    p.add_argument("--lock", default=None)
+
+
+def run(args) -> int:
+    desc = {
+        "wheels": "resolve wheel pins with pip; fill (default) or --check their files",
+        "images": "resolve image pins' repo:tag to the registry's manifest digest; fill (default) or --check "
+        "their digest",
+    }.get(args.action, "validate the lockfile")
+    wp = argparse.ArgumentParser(prog=f"reprostack lock {args.action}", description=desc)
+    wp.add_argument("--lock", default=args.lock)
+    if args.action in ("wheels", "images"):
+        wp.add_argument("names", nargs="*", help=f"pins (default: every {args.action[:-1]} pin)")
+        wp.add_argument(
+            "--check",
+            action="store_true",
+            help="compare the lock with what the index/registry serves and fail on any difference; write nothing",
+        )
+    wargs = wp.parse_intermixed_args(args.rest)
+    args.lock = wargs.lock
+    if args.action in ("wheels", "images"):
+        from ..lock import images as lockimages, wheels as lockwheels
+
+        mod = lockwheels if args.action == "wheels" else lockimages
+        return mod.run(lock_path(args), wargs.names, wargs.check)
+    lock, _ = load_lock(args)
+    print(f"{lock.path}: ok ({len(lock.upstreams)} pins, sha256 {lock.sha256})")
+    return 0

@@ -1,0 +1,88 @@
+"""The package's layers, lowest first: a module may import from its own layer and the layers below, never above.
+
+tests/test_layers.py reads every module's imports (scripts/import_graph.py, with `ast`) and fails on an import cycle
+or an import from a lower layer to a higher one; docs/architecture.md (## Layers) is rendered from this table
+(`python3 scripts/import_graph.py --docs`).
+
+Invariants:
+- Written down once: this table is the only statement of the layering; the test and the docs read it.
+- Each entry names module prefixes under `reprostack.`; a module belongs to the layer of its longest matching
+  prefix; every module of the package belongs to exactly one layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    modules: tuple[str, ...]  # prefixes under reprostack. (a package holds its submodules)
+    what: str  # one line: what the layer is
+
+
+LAYERS: tuple[Layer, ...] = (
+    Layer(
+        "base",
+        (
+            "__init__",
+            "layers",
+            "errors",
+            "atomicfile",
+            "digest",
+            "paths",
+            "yamlsrc",
+            "jsonsrc",
+            "schemas",
+            "ui",
+            "gitcmd",
+            "hostinfo",
+            "runs",
+        ),
+        "utilities every stage uses: located errors, atomic writes, digests, paths, YAML/JSON readers with line "
+        "numbers, schemas, terminal output, run folders, git and host probes, this table",
+    ),
+    Layer(
+        "lock",
+        ("lock",),
+        "upstreams.lock: the pin model, its stacks, and the commands that fill wheel files and image digests",
+    ),
+    Layer(
+        "sources",
+        ("fetch", "patch", "sources"),
+        "pinned sources: fetch and verify git pins and wheels, apply patch series into patched trees",
+    ),
+    Layer(
+        "build",
+        ("kernels", "containers"),
+        "what is built from the sources: kernels (NCCL, DeepEP, plugins), container images",
+    ),
+    Layer(
+        "process",
+        ("launch",),
+        "process tools: the LaunchPlan data, watchdog, torchrun argv, server start/stop, the docker runner; "
+        "they never import gates",
+    ),
+    Layer(
+        "report",
+        ("report", "hostenv"),
+        "gate reports: the model, statistics, the writers and the exit code; hostenv: what a host-mode run ran on "
+        "and its drift from the locked wheelset",
+    ),
+    Layer(
+        "gates",
+        ("gates",),
+        "the gates: specs, registry, log parsers, the runner that turns a spec and a host into a report",
+    ),
+    Layer(
+        "cluster",
+        ("cluster",),
+        "cluster renderers above the gates: Slurm scripts, Kubernetes manifests, the cross-node preflight",
+    ),
+    Layer(
+        "commands",
+        ("bump", "history", "verify", "bench", "stacks", "cmd", "cli", "__main__"),
+        "what the operator runs: bump, history, verify, bench, stacks, one module per CLI command, the CLI table",
+    ),
+)
