@@ -25,7 +25,7 @@ from reprostack.gates.fabric_spec import SPEC_STEM, load_fabric_spec
 from reprostack.gates.spec import load_spec
 from reprostack.kernels.recipe import load_recipe as load_kernel_recipe
 from reprostack.verify import load_claims, parse_export
-from reprostack.verify.aiperf import EXPORT_JSON, EXPORT_JSONL, check_records, parse_records
+from reprostack.gates.parsers.aiperf import EXPORT_JSON, EXPORT_JSONL, check_records, parse_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PUB = ROOT / "tests" / "fixtures" / "published-2026-07"

@@ -11,7 +11,7 @@ import pytest
 
 from reprostack import cli
 from reprostack.verify import AiperfSchemaError, ClaimsError, load_claims, parse_export, parse_records, run_verify
-from reprostack.verify.aiperf import check_records
+from reprostack.gates.parsers.aiperf import check_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PUB = ROOT / "tests" / "fixtures" / "published-2026-07"

@@ -44,6 +44,12 @@ LAYERS: tuple[Layer, ...] = (
         "numbers, schemas, terminal output, run folders, git and host probes, this table",
     ),
     Layer(
+        "process",
+        ("launch",),
+        "process tools: the LaunchPlan data, watchdog, torchrun argv, server start/stop, the docker runner; "
+        "they never import gates",
+    ),
+    Layer(
         "lock",
         ("lock",),
         "upstreams.lock: the pin model, its stacks, and the commands that fill wheel files and image digests",
@@ -57,12 +63,6 @@ LAYERS: tuple[Layer, ...] = (
         "build",
         ("kernels", "containers"),
         "what is built from the sources: kernels (NCCL, DeepEP, plugins), container images",
-    ),
-    Layer(
-        "process",
-        ("launch",),
-        "process tools: the LaunchPlan data, watchdog, torchrun argv, server start/stop, the docker runner; "
-        "they never import gates",
     ),
     Layer(
         "report",

@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..verify.aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export, parse_records
+from .parsers.aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export, parse_records
 from .aiperftool import AiperfTool
 from .servingspec import Cell
 from ..launch.watchdog import run_with_watchdog

@@ -37,7 +37,14 @@ from pathlib import Path, PurePosixPath
 from ..atomicfile import write_text_atomic
 from ..errors import LocatedError, ReprostackError
 from ..yamlsrc import load as load_yaml, validate
-from .aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, check_records, parse_export, parse_records
+from ..gates.parsers.aiperf import (
+    EXPORT_JSON,
+    EXPORT_JSONL,
+    AiperfSchemaError,
+    check_records,
+    parse_export,
+    parse_records,
+)
 from .. import schemas
 
 VERDICTS = ("match", "ambiguous", "mismatch", "artifact missing", "error")

@@ -35,8 +35,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import jsonsrc
-from ..errors import ReprostackError
+from ... import jsonsrc
+from ...errors import ReprostackError
 
 EXPORT_JSON = "profile_export_aiperf.json"
 EXPORT_JSONL = "profile_export.jsonl"
