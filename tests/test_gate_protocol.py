@@ -144,3 +144,17 @@ def test_the_stages_stay_short():
                 if n > 60:
                     long.append(f"gates/{path.name}:{node.lineno}: {node.name} is {n} lines")
     assert long == []
+
+
+def test_profile_is_defined_once_for_every_command():
+    """`--profile` (and every other gate option) comes from gates.options: no command adds its own."""
+    bad = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and node.args:
+                first = node.args[0]
+                flags = {f"--{k.replace('_', '-')}" for k in gate_options.OPTIONS} | {"--arm", "--var", "--server-arg"}
+                if isinstance(first, ast.Constant) and first.value in flags and path.name != "options.py":
+                    bad.append(f"{path.relative_to(SRC)}:{node.lineno}: {first.value}")
+    allowed = {"--out", "--image", "--timeout", "--json"}  # meanings that differ per command (manifests, waits)
+    assert [b for b in bad if b.rsplit(": ", 1)[1] not in allowed] == []

@@ -12,6 +12,8 @@ HELP = "render a gate's launch plan for a cluster engine (nothing runs without -
 
 
 def add_arguments(p) -> None:
+    from ..gates import options as gate_options
+
     # issue 15: `launch k8s` renders Kubernetes manifests (cluster/k8s.py); `preflight` (cluster/preflight.py)
     engines = p.add_subparsers(dest="engine", required=True)
     from ..cluster import k8s as launch_k8s
@@ -27,9 +29,8 @@ def add_arguments(p) -> None:
         "follow the job, exit with its exit code (2: bad input or no sbatch).",
     )
     p.add_argument("gate", choices=list(GATE_ORDER))
-    p.add_argument("--nodes", type=int, required=True, help="nodes (must equal the profile's)")
+    gate_options.add_arguments(p, ("nodes", "profile"), required=("nodes",))  # defined once (gates.options)
     p.add_argument("--partition", default=None)
-    p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published p5en one)")
     p.add_argument(
         "--out",
         default=None,
@@ -47,7 +48,7 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--no-preflight", dest="preflight", action="store_false", help="omit the `reprostack preflight` step"
     )
-    p.add_argument("--arm", action="append", default=[], help="arm(s) to run (default: every arm)")
+    gate_options.add_arguments(p, ("arms",))
     p.add_argument("--submit", action="store_true", help="sbatch it, print state changes, exit with the job's code")
     add_source_options(p)
     # --- end launch slurm

@@ -14,11 +14,11 @@ HELP = (
 
 
 def add_arguments(p) -> None:
+    from ..gates import options as gate_options
+
     p.add_argument("gate", choices=list(GATE_ORDER))
     p.add_argument("--out", required=True, help="shared folder of the run (facts and verdict under DIR/preflight)")
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--node-rank", type=int, required=True)
-    p.add_argument("--profile", default=None, help="profile of gates/<gate>.yaml (default: the published one)")
+    gate_options.add_arguments(p, ("nodes", "node_rank", "profile"), required=("nodes", "node_rank"))  # gates.options
     p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds node 0 waits for every node (default 300)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port that must be free on node 0 (default 29500)")

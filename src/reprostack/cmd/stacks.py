@@ -22,7 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("action", nargs="*", metavar="ACTION", help="nothing | diff A B | plugin | check-plugin LIBDIR")
     p.add_argument("--json", action="store_true", help="JSON instead of text")
     p.add_argument("--out", default="out/ginplugin", help="plugin: work folder (default: out/ginplugin)")
-    p.add_argument("--jobs", type=int, default=None, help="plugin: parallel build jobs (default: all cores)")
+    from ..gates import options as gate_options
+
+    gate_options.add_arguments(p, ("jobs",), help={"jobs": "plugin: parallel build jobs (default: all cores)"})
     p.add_argument("--cuda", default=None, help="plugin: CUDA root (default: from nvcc on PATH, else /usr/local/cuda)")
     p.add_argument("--render-only", action="store_true", help="plugin: write the build script, run nothing")
     p.add_argument(
