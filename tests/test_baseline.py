@@ -75,6 +75,7 @@ def report(mean=14.5, n=5, **kw) -> dict:
         ("r/n1.json", report(n=1), "n is 1"),
         ("r/nan.json", report(mean="14"), "not a finite positive number"),
         ("r/nostats.json", report(data={}), "has no data.statistics.dc_p50_us"),
+        ("r/stand-in.json", report(evidence=False), "never an accepted run"),
     ],
 )
 def test_a_baseline_run_that_cannot_be_used_is_one_line(tmp_path, rel, doc, why):
@@ -143,3 +144,28 @@ def test_baseline_dir_takes_the_accepted_runs_under_it(tmp_path):
         resolve_bars(spec, spec.profile("h200-ep1"), root=tmp_path, folder=tmp_path / "runs", stack="gin-gdaki")
     with pytest.raises(BaselineError, match="has a fixed threshold, no baseline tolerance"):
         resolve_bars(spec, spec.profile("p5en-efa-ep16"), root=tmp_path, folder=tmp_path / "runs", stack="campaign")
+
+
+def test_the_committed_deliberate_runs_are_never_accepted():
+    """The H200 runs with --num-sms K (results/gate_micro/2026-12-03-h200-ep1-baseline) are passed over by --baseline:
+    only the normal runs of that folder are accepted."""
+    folder = REPO / "results/gate_micro/2026-12-03-h200-ep1-baseline"
+    runs = accepted_runs(REPO, folder, gate="micro", profile="h200-ep1", metric="dc_p50_us", stack="campaign")
+    assert [r.split("/")[-3:-1] for r in runs] == [["call-a", "normal"], ["call-b", "normal"]]
+    bad = "results/gate_micro/2026-12-03-h200-ep1-baseline/call-a/sms64/micro.json"
+    with pytest.raises(BaselineError, match="deliberate variation"):
+        baseline(REPO, [bad], tolerance=0.07, gate="micro", profile="h200-ep1", metric="dc_p50_us", stack="campaign")
+
+
+def test_the_slowed_h200_runs_failed_their_bar_and_the_normal_ones_passed():
+    """The evidence of issue 27 item 1, as committed: DeepEP given 8 or 4 SMs at EP1 is wholly past the baseline bar
+    (FAIL), the normal runs of the same calls clear it (PASS)."""
+    folder = REPO / "results/gate_micro/2026-12-03-h200-ep1-baseline"
+    got = {}
+    for p in sorted(folder.glob("call-*/*/micro.json")):
+        d = json.loads(p.read_text())
+        bar = next(c for c in d["checks"] if c["metric"] == "dc_p50_us")
+        got[f"{p.parent.parent.name}/{p.parent.name}"] = (d["result"], bar["threshold"], bar["pass"])
+    assert got["call-a/normal"][0] == got["call-b/normal"][0] == "pass"
+    assert got["call-b/sms8"][:1] == ("fail",) and got["call-b/sms4"][:1] == ("fail",)
+    assert {t for _, t, _ in got.values()} == {15.6085}  # one bar, from the 15 accepted runs

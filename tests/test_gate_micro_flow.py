@@ -175,6 +175,19 @@ def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) 
     )
 
 
+def test_a_deliberate_variation_is_named_and_never_evidence(tmp_path, gpu_host):
+    """`--num-sms K` reaches test_ep and the report: its reason and data.deliberate name it, and even a pass is not
+    evidence (printed "not evidence", exit 3; never an accepted baseline run)."""
+    from reprostack.report import exit_code
+
+    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)))
+    rep = run_gate_here(options(tmp_path, py, profile="h200-ep1", trials=3, num_sms=8))
+    assert rep.data["command"][-2:] == ["--num-sms", "8"] and rep.data["deliberate"]["num_sms"] == 8
+    assert rep.reason.startswith("deliberate variation (--num-sms 8): ") and rep.evidence is False
+    assert rep.result == "pass" and rep.label() == "PASS (h200-ep1, not evidence)" and exit_code([rep]) == 3
+    assert rep.data["bars"][0]["baseline"]["reference"] > 14.4  # judged on the baseline bar all the same
+
+
 def test_ep1_k3_with_dense_arm_passes_on_the_interval_of_real_logs(tmp_path, gpu_host):
     text = trials_log(real_ep1_texts(3), dense_fixture=FIX / "dense_ep1.log", dense_scales=[1.0, 1.1, 0.9])
     py = stand_in_python(tmp_path, text)

@@ -352,11 +352,19 @@ class MicroGate(Gate):
                 f"(teardown; not counted, see test_ep.teardown_lines)"
             )
         result, reason = verdict(profile, checks, st.spec.path.name)
-        if st.opts.num_sms is not None:  # never mistaken for the profile's own evidence
+        deliberate = st.opts.num_sms is not None
+        if deliberate:  # never mistaken for the profile's own evidence: its PASS is printed "not evidence", exit 3
             st.data["deliberate"] = {"num_sms": st.opts.num_sms, "why": "--num-sms: DeepEP given this many SMs"}
             reason = f"deliberate variation (--num-sms {st.opts.num_sms}): {reason}"
         return GateReport(
-            self.stem, profile.name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts
+            self.stem,
+            profile.name,
+            result,
+            reason,
+            checks=checks,
+            provenance=st.prov,
+            artifacts=st.artifacts,
+            evidence=not deliberate,
         )
 
 

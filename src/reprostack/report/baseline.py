@@ -9,8 +9,8 @@ clears it, FAIL when it is wholly past it, INCONCLUSIVE otherwise), and its note
 Invariants:
 - a run is read as untrusted input: a regular file inside the project (no absolute path, no `..`, no link out of
   it), at most MAX_BYTES, JSON through reprostack.jsonsrc; it must be a report of this gate and profile, result
-  `pass`, of this stack (a report older than stacks, without `provenance.stack`, is the campaign's), with a finite
-  mean and n >= 2 for the metric; anything else is BaselineError naming the file and what is wrong, never a
+  `pass` on evidence (never a deliberate variation such as `--num-sms K`, never a stand-in), of this stack (a report
+  older than stacks, without `provenance.stack`, is the campaign's), with a finite mean and n >= 2 for the metric; anything else is BaselineError naming the file and what is wrong, never a
   threshold made of the rest;
 - the runs' sha256 are recorded with the reference (the report says exactly which bytes made its bar).
 """
@@ -127,6 +127,8 @@ def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) ->
     if its != stack:
         raise bad(f"ran on stack {its!r}, this run is stack {stack!r}")
     data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    if doc.get("evidence") is False or data.get("deliberate") is not None:
+        raise bad("is a deliberate variation or a stand-in (not evidence), never an accepted run")
     st = (data.get("statistics") or {}).get(metric) if isinstance(data.get("statistics"), dict) else None
     if not isinstance(st, dict):
         raise bad(f"has no data.statistics.{metric} (a run of one trial, or older than trials)")
