@@ -784,3 +784,13 @@ def test_the_readme_shows_what_history_prints(tmp_path, capsys):
         r"`--all` adds every run of every metric \(a table per metric, (\d+) lines here against (\d+)\)", text
     )
     assert m and (int(m.group(1)), int(m.group(2))) == (len(full.splitlines()), len(got))
+
+
+def test_a_deliberate_variation_or_a_stand_in_is_never_a_point_of_the_history(tmp_path, capsys):
+    """A run with `--num-sms K` (data.deliberate) or a stand-in's report (evidence false) is passed over like any
+    other JSON file: it would otherwise be judged a regression of the stack (the 2026-12-03 H200 runs with 8 or 4 SMs
+    were 17-24 us against 14.6)."""
+    src = ROOT / "results/gate_micro/2026-12-03-h200-ep1-baseline"
+    shutil.copytree(src, tmp_path / "r")
+    rc, out, _ = run(capsys, "--db", tmp_path / "h.sqlite3", "--no-plots", tmp_path / "r")
+    assert rc == 0 and out.startswith("history: 2 report(s)") and "0 flagged regression(s)" in out.splitlines()[0]

@@ -351,6 +351,9 @@ def parse_report(shown: str, raw: bytes) -> Record:
     d = jsonsrc.loads(raw, shown, error)  # one read: the identity is the sha256 of the bytes parsed
     if not all(k in d for k in ("gate", "result", "checks")):
         raise NotAReport(shown)
+    data = d.get("data") if isinstance(d.get("data"), dict) else {}
+    if d.get("evidence") is False or data.get("deliberate") is not None:  # a stand-in or a deliberate variation:
+        raise NotAReport(shown)  # never a point of the stack's history (it would be judged a regression)
     r = _Reader(shown)
     gate = r.text(d, "gate", "")
     if not gate:
