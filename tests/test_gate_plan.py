@@ -94,8 +94,8 @@ def test_cli_plan_prints_and_runs_nothing(tmp_path, capsys):
     assert {p["gate"]: p["profile"] for p in plans} == {
         "fabric": "h200-ep1",
         "micro": "h200-ep1",
-        "vllm": "p5en-efa-ep16",
-        "sglang": "p5en-efa-ep16",
+        "vllm": "h200-ep1",  # the serving gates' one-GPU profile (issue 28)
+        "sglang": "h200-ep1",
         "trtllm": "p5en-efa-ep16",
         "megatron": "h200-ep1",
         "nemo_rl": "p5en-efa-2x8",

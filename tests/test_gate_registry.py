@@ -154,7 +154,9 @@ def test_all_gates_on_one_h200_ends_with_the_combined_report(tmp_path, h200, cap
     rl = json.loads((reports / "nemo_rl.json").read_text())
     assert rl["result"] == "skip" and "nemo_rl.yaml: no profile for this host (1 GPU(s), EFA: False)" in rl["reason"]
     assert "known: p5en-efa-2x8" in rl["reason"]
-    assert "no profile of vllm.yaml matches this host (1 GPU(s), EFA: False)" in summary["gates"][2]["reason"]
+    # the serving gates' one-GPU profile fits this host; without the engine installed they are SKIP naming it
+    assert "profile h200-ep1 serves with modules " in summary["gates"][2]["reason"]
+    assert "cannot import: vllm (the engine is not installed" in summary["gates"][2]["reason"]
     assert "nemo_rl [-]: SKIP — " in out
     md = (reports / "summary.md").read_text()
     assert "| nemo_rl | - | SKIP |" in md and "MISSING" not in md
@@ -168,7 +170,11 @@ def test_all_gates_with_a_named_profile_skips_the_gates_without_it(tmp_path, h20
     assert code == 1, err
     by = {g["gate"]: g for g in json.loads((reports / "summary.json").read_text())["gates"]}
     assert [r["result"] for r in by.values()] == ["fail", "pass", "skip", "skip", "skip", "pass", "skip"]
-    assert by["vllm"]["reason"] == "vllm.yaml has no profile 'h200-ep1' (known: p5en-efa-ep16, local-test)"
+    assert (
+        "profile h200-ep1 serves with modules " in by["vllm"]["reason"]
+        and "cannot import: vllm" in by["vllm"]["reason"]
+    )
+    assert by["trtllm"]["reason"] == "trtllm.yaml has no profile 'h200-ep1' (known: p5en-efa-ep16, local-test)"
     assert by["nemo_rl"]["reason"] == "nemo_rl.yaml has no profile 'h200-ep1' (known: p5en-efa-2x8)"
 
 

@@ -15,11 +15,21 @@ profile, where one run (`--trials 1`) is INCONCLUSIVE on its bar, never PASS; on
 
 The run executes its own launch plan (ServingGate.plan_parts with this host's paths and the port it chose): each
 arm's server command for this node, with that arm's env.
+
+A profile can say less than the published contract (servingspec, issue 28: one GPU, a small model): its own model,
+cells and backend assertion; `bars-status: unmeasured` (every number reported, the verdict FAIL "no measured bar yet",
+never PASS, as gates.base.verdict says for micro); `requires-modules` (not importable by the server's interpreter:
+SKIP naming them); `engaged` lines per arm: an arm whose server is ready but has not printed them did not use the
+backend it was launched with (vLLM at DP1 ignores --all2all-backend): that arm is SKIP, its reason the spec's `why`
+and the engine's own lines matched by `quote`, no AIPerf is run on it, and the other arms still run; an arm in the
+profile's `skip-arms` is not launched (SKIP with that reason). The gate's result says so, and a gate whose DeepEP arm
+was skipped never passes (report.require_deepep_arm).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,7 +53,7 @@ from ..report import (
 from ..report.stats import statistics_block, summarize
 from .aiperfrun import CellResult, profile_run_started, run_cell
 from .aiperftool import ensure_aiperf, make_test_tokenizer
-from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.servelog import ServeLogReport, assert_backend
@@ -66,9 +76,12 @@ class ArmRun:
     error: str | None = None
     probe_s: float | None = None
     server_exit: int | None = None
+    skipped: str | None = None  # why the arm is SKIP (the engine did not engage its backend), else None
 
 
 def _variables(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: GateOptions, paths: Paths, node, port):
+    """The template variables of `arm`'s server on `node` (servingspec doc); the profile's model (a template
+    itself, e.g. `${root}/...`) and served model when it has them."""
     leader = paths.rendezvous(profile.nodes)[0] or "127.0.0.1"
     v = {
         "model": spec.model,
@@ -88,6 +101,11 @@ def _variables(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: GateO
     v.update(profile.vars)
     v.update(arm.vars)
     v.update(opts.vars_dict)
+    if profile.model:
+        v["model"] = render(profile.model, v, f"{spec.path}: profiles.{profile.name}.model")
+        v["served_model"] = v["model"]
+    if profile.served_model:
+        v["served_model"] = render(profile.served_model, v, f"{spec.path}: profiles.{profile.name}.served-model")
     return v
 
 
@@ -223,6 +241,13 @@ class ServingGate(Gate):
             )
         if st.opts.trials is None:
             st.opts = st.opts.with_(trials=DEFAULT_TRIALS if profile.needs_gpu else 1)
+        missing = [m for m in profile.requires_modules if not _importable(m)]
+        if missing:
+            return st.skip(
+                f"profile {profile.name} serves with modules {sys.executable} cannot import: {', '.join(missing)} "
+                f"(the engine is not installed for this interpreter; on the lent H200: scripts/device/seed_engine.sh)",
+                profile.name,
+            )
         return None
 
     def finish(self, st: RunState, report: GateReport) -> GateReport:
@@ -248,18 +273,19 @@ class ServingGate(Gate):
             opts=st.opts,
         )
         st.scratch["paths"] = replace(paths, server_port=server.get("port", 8000) or torchrun.free_port())
+        variables = _variables(st.spec, st.profile, st.scratch["arms"][0], st.opts, paths, 0, 0)
+        st.prov["model"], st.scratch["served_model"] = variables["model"], variables["served_model"]
         if str(st.opts.node_rank) != "0":
             return None
         try:
             tool = ensure_aiperf(st.ctx.lock, st.ctx.cache_root, st.ctx.root, base_python=sys.executable)
             st.prov["aiperf"] = {"version": tool.version, "wheel_sha256": tool.sha256}
-            tok = st.profile.tokenizer or st.spec.model
+            tok = st.profile.tokenizer or "${model}"
             if tok == "test":
                 tokenizer = str(make_test_tokenizer(tool, run_dir / "tokenizer"))
             else:
-                arm = st.scratch["arms"][0]
                 where = f"{st.spec.path}: profiles.{st.profile.name}.tokenizer"
-                tokenizer = render(tok, _variables(st.spec, st.profile, arm, st.opts, paths, 0, 0), where)
+                tokenizer = render(tok, variables, where)
         except GateError as e:
             return st.error(f"setup: {e}")
         st.scratch.update(tool=tool, tokenizer=tokenizer)
@@ -278,6 +304,9 @@ class ServingGate(Gate):
         """Start the arm's server (its plan command for node 0), probe it, run every cell, assert the backend."""
         spec, profile, run_dir = st.spec, st.profile, st.scratch["run_dir"]
         run = ArmRun(arm)
+        if arm.name in profile.skip_arms:
+            run.skipped = f"not launched on profile {profile.name}: {profile.skip_arms[arm.name]}"
+            return run
         cmd = next(c for c in plan.commands if c.node == 0)
         suffix = ".node0" if profile.nodes > 1 else ""
         log = run_dir / f"server.{arm.name}{suffix}.log"
@@ -298,12 +327,13 @@ class ServingGate(Gate):
         if profile.nodes > 1:
             run.logs = sorted(run_dir.glob(f"server.{arm.name}.node*.log"))
         text = "\n".join(p.read_text(errors="replace") for p in run.logs if p.is_file())
+        required, forbidden, _ = spec.assertion(profile)
         run.backend = assert_backend(
             text,
             num_ranks=profile.ep_size,
             gpus_per_node=profile.gpus_per_node,
-            required=list(spec.required),
-            forbidden=list(spec.forbidden),
+            required=list(required),
+            forbidden=list(forbidden),
         )
         if run.error and run.server_exit is not None:
             fc = classify_failure(text, run.server_exit, False)
@@ -329,6 +359,9 @@ class ServingGate(Gate):
                 f"server not ready at {url}{spec.probe['path']} after {pr.seconds} s ({pr.attempts} probes): {pr.last}"
             )
             return
+        run.skipped = not_engaged(profile, arm, server.log_path)
+        if run.skipped:
+            return
         for cell in spec.cells_for(profile):
             if not server.alive():
                 run.error = f"server exited {server.returncode} before cell {cell.name}"
@@ -342,7 +375,7 @@ class ServingGate(Gate):
                     arm=arm.name,
                     cell=cell,
                     url=url,
-                    model=spec.served_model,
+                    model=st.scratch["served_model"],
                     tokenizer=st.scratch["tokenizer"],
                     aiperf=spec.aiperf,
                     cell_dir=st.scratch["run_dir"] / arm.name / cell.name,
@@ -379,6 +412,7 @@ class ServingGate(Gate):
                 r.arm.name: {
                     "role": r.arm.role,
                     "error": r.error,
+                    "skipped": r.skipped,
                     "probe_s": r.probe_s,
                     "server_exit_before_stop": r.server_exit,
                     "cells": [c.to_dict() for c in r.cells],
@@ -392,17 +426,26 @@ class ServingGate(Gate):
             "trials": st.opts.trials,
             "tokenizer": st.scratch["tokenizer"],
             "bars": {
+                "status": profile.bars_status,
                 "tolerance": profile.bars.tolerance,
                 "why": profile.bars.why,
                 "published": profile.bars.published,
                 "source": profile.bars.source,
             },
+            "backend_assertion_note": spec.assertion(profile)[2] or None,
         }
         checks = _checks(spec, profile, runs)
         errors = [f"arm {r.arm.name}: {r.error}" for r in runs if r.error]
-        result, reason = decide(checks, ran_ok=not errors, failure_reason="; ".join(errors))
+        if errors:
+            result, reason = decide(checks, ran_ok=False, failure_reason="; ".join(errors))
+        else:
+            result, reason = verdict(profile, checks, spec.path.name)
+        skips = [f"arm {r.arm.name} SKIP: {r.skipped}" for r in runs if r.skipped]
+        if skips:
+            reason = "; ".join([reason, *skips])
         deepep = next(a.name for a in spec.arms.values() if a.role == "deepep")
-        result, reason = require_deepep_arm(result, reason, deepep, [r.arm.name for r in runs])
+        ran = [r.arm.name for r in runs if not r.skipped]
+        result, reason = require_deepep_arm(result, reason, deepep, ran)
         if result == Result.FAIL:
             dead = next((r.backend for r in runs if r.backend and r.backend.first_dead_rank is not None), None)
             if dead is not None:
@@ -439,12 +482,43 @@ class ServingGate(Gate):
         return rep
 
 
+def _importable(module: str) -> bool:
+    """Whether this interpreter (the one a profile's `${python}` server runs) can import `module`."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def not_engaged(profile: ServingProfile, arm: Arm, log: Path) -> str | None:
+    """Why arm `arm` did not use its backend (profile.engaged: a line missing from the ready server's log), quoting
+    the engine's own lines that `quote` matches; None when it did, or when the profile lists nothing for the arm."""
+    e = profile.engaged.get(arm.name)
+    if e is None:
+        return None
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        text = ""
+    missing = [r for r in e.lines if not re.search(r.pattern, text)]
+    if not missing:
+        return None
+    said = []
+    for q in e.quote:
+        said += [m.group(0)[:300] for m in re.finditer(q, text)][:2]
+    words = f"; it printed: {' | '.join(dict.fromkeys(said))}" if said else "; it printed nothing more about it"
+    names = ", ".join(f"`{r.pattern}` ({r.source})" for r in missing)
+    return f"the engine did not engage the arm's backend: its log has no {names}{words}; {' '.join(e.why.split())}"
+
+
 def _checks(spec: ServingSpec, profile: ServingProfile, runs: list[ArmRun]) -> list[Check]:
     """Every arm's backend assertion (the arms that assert it) and every cell's checks."""
     bar_arm = profile.bars.arm or next(a.name for a in spec.arms.values() if a.role == "deepep")
     checks: list[Check] = []
     for run in runs:
-        if run.arm.assert_backend and run.backend is not None:
+        if run.arm.assert_backend and run.backend is not None and not run.skipped:
             checks += _backend_checks(profile, run.arm.name, run.backend)
         for c in run.cells:
             checks += _cell_checks(profile, run.arm.name, c, bars=run.arm.name == bar_arm)
