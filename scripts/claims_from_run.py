@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from reprostack.atomicfile import write_text_atomic  # noqa: E402
-from reprostack.verify.aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export  # noqa: E402
+from reprostack.gates.parsers.aiperf import EXPORT_JSON, EXPORT_JSONL, AiperfSchemaError, parse_export  # noqa: E402
 
 
 class ClaimsFromRunError(Exception):
@@ -153,7 +153,7 @@ def claims(run: Path, prefix: str, gate: str, rounding: float, source: str, repo
             )
         records = [str(Path(p).parent / EXPORT_JSONL) for p in paths]
         if all((run / r).is_file() for r in records) and fig is None:
-            from reprostack.verify.aiperf import parse_records
+            from reprostack.gates.parsers.aiperf import parse_records
 
             done = sum(parse_records(run / r).completed for r in records)
             out.append(

@@ -101,3 +101,33 @@ def test_a_report_that_states_a_figure_with_no_export_is_refused(tmp_path):
     report.write_text(json.dumps({"data": {"arms": {"vllm-epnc1": {"cells": cells[:2]}}}}))
     p = gen(run, tmp_path / "claims.yaml", "--report", str(report))
     assert p.returncode == 2 and "states no agg tok/s for vllm-epnc1/c32/1" in p.stderr
+
+
+H200_VLLM = REPO / "results" / "gate_vllm" / "2026-12-03-h200-ep1" / "run"
+
+
+def test_the_h200_vllm_run_verifies_and_its_committed_claims_are_what_generation_gives(tmp_path):
+    """The first real engine run (vLLM 0.24.0 on the lent H200): its 9 AIPerf profile runs' records agree with their
+    aggregates (benchmark_duration as AIPerf 0.10.0 computes it: start + request_latency, the last record's
+    request_end_ns is later), and claims/h200-ep1-vllm.yaml is what the script writes from the report."""
+    out = tmp_path / "claims.yaml"
+    p = gen(H200_VLLM, out, "--report", str(H200_VLLM / "vllm.json"), "--id-prefix", "h200-ep1.vllm")
+    assert p.returncode == 0, p.stderr
+    mine = [(c.id, c.value) for c in load_claims(out)]
+    assert mine == [(c.id, c.value) for c in load_claims(REPO / "claims" / "h200-ep1-vllm.yaml")]
+    code, rep = verify(H200_VLLM, REPO / "claims" / "h200-ep1-vllm.yaml", tmp_path / "v")
+    assert code == 0 and len(rep["results"]) == 11 and {r["verdict"] for r in rep["results"]} == {"match"}
+
+
+def test_an_edited_record_of_the_h200_run_is_a_mismatch(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(H200_VLLM, run)
+    f = run / "vllm" / "allgather" / "c4" / "aiperf" / "profile_runs" / "run_0002" / "profile_export.jsonl"
+    lines = f.read_text().splitlines()
+    rec = json.loads(lines[-1])
+    rec["metrics"]["request_latency"]["value"] += 5.0  # 5 ms longer: the last response later than the aggregate's
+    f.write_text("\n".join([*lines[:-1], json.dumps(rec)]) + "\n")
+    code, rep = verify(run, REPO / "claims" / "h200-ep1-vllm.yaml", tmp_path / "v")
+    by = {r["claim"]["id"]: r for r in rep["results"]}
+    assert code == 1 and by["h200-ep1.vllm.allgather.c4.run2.agg"]["verdict"] == "mismatch"
+    assert by["h200-ep1.vllm.allgather.c1.run1.agg"]["verdict"] == "match"

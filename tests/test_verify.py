@@ -285,15 +285,26 @@ def test_a_changed_value_is_a_mismatch_naming_the_statistic(tmp_path):
     assert re.search(r"recomputed avg time_to_first_token 1123\.7\d* ms vs aggregate 1122\.7\d* ms", detail), detail
     assert r["trtllm-shim.c4.agg"]["recomputed"] == pytest.approx(66.46206595635347)  # the claimed figure itself
 
-    # a timestamp moved: the duration and the throughputs recomputed from it disagree
+    # a latency made longer: the duration (AIPerf's: start + request_latency) and the throughputs disagree
     def later(recs):
-        recs[-1]["metadata"]["request_end_ns"] += 2_000_000_000
+        last = max(
+            recs, key=lambda x: x["metadata"]["request_start_ns"] + x["metrics"]["request_latency"]["value"] * 1e6
+        )
+        last["metrics"]["request_latency"]["value"] += 2000.0
 
     rc, r = _tampered(tmp_path / "t2", "c4", later)
-    assert (
-        rc == 1
-        and "recomputed benchmark_duration 79.0364 sec vs aggregate 77.0364 sec" in r["trtllm-shim.c4.agg"]["detail"]
-    )
+    d = tmp_path / "t2" / "pub" / "trtllm-shim" / "c4"
+    why = check_records(d / "profile_export_aiperf.json", d / "profile_export.jsonl")
+    assert rc == 1 and "recomputed benchmark_duration 79.0364 sec vs aggregate 77.0364 sec" in why, why
+
+    # an end stamp moved alone: no aggregate reads it, but the record contradicts itself
+    def stamp(recs):
+        recs[-1]["metadata"]["request_end_ns"] += 2_000_000_000
+
+    rc, r = _tampered(tmp_path / "t3", "c4", stamp)
+    detail = r["trtllm-shim.c4.agg"]["detail"]
+    assert rc == 1 and "request_end_ns disagrees with request_start_ns + request_latency on 1 record" in detail, detail
+    assert "+2000.000 ms" in detail
 
 
 def test_unreadable_records_beside_an_aggregate_are_an_error(tmp_path):

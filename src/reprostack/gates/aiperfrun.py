@@ -1,5 +1,5 @@
 """One AIPerf sweep cell: a fresh artifact folder, the pinned `aiperf profile` under the watchdog, then the
-exports parsed with verify.aiperf (schema 1.3 / flat 1.0 / legacy records; `profile_export.jsonl` per request).
+exports parsed with gates.parsers.aiperf (schema 1.3 / flat 1.0 / legacy records; `profile_export.jsonl` per request).
 
 A cell is `error` when AIPerf exits non-zero, times out, or writes no `profile_export_aiperf.json` (its log is
 kept and its tail quoted); otherwise its numbers are returned for the gate's bars. The folder is deleted and

@@ -17,7 +17,7 @@ Both files are read through `jsonsrc` (size, depth, NaN/Infinity and type bounds
 
 `check_records` holds the aggregate to the raw records beside it: AIPerf 0.10.0 computes every per-request
 statistic with numpy over the valid records (`np.percentile` linear interpolation, population `np.std`;
-aiperf/metrics/metric_dicts.py), `benchmark_duration` as max(request_end_ns) - min(request_start_ns) and the
+aiperf/metrics/metric_dicts.py), `benchmark_duration` as max(request_start_ns + request_latency) - min(request_start_ns) and the
 throughputs from it, so each of those is recomputed here and compared with a relative tolerance of REL_TOL.
 On the published exports every recomputed statistic agrees to 6.7e-15 relative (float summation order);
 REL_TOL = 1e-6 leaves eight orders of margin and is still ~2,500x finer than half the finest published rounding
@@ -306,6 +306,33 @@ def _lines(records: list, limit: int = 5) -> str:
     return ("line " if len(records) == 1 else "lines ") + ", ".join(ns) + (", ..." if len(records) > limit else "")
 
 
+_NS_PER = {"ns": 1, "us": 1e3, "ms": 1e6, "sec": 1e9, "s": 1e9}
+
+
+def _response_end_ns(r: Record) -> float | None:
+    """When AIPerf 0.10.0 counts a request's response as final: its wall-clock start plus its request_latency
+    (aiperf/metrics/types/max_response_metric.py: `record.timestamp_ns + request_latency`), not the record's
+    `request_end_ns`, which is stamped later on the last request of a run (0.13 ms later on the H200's vLLM run,
+    results/gate_vllm/2026-12-03-h200-ep1). Records without a request_latency in a known unit: `request_end_ns`."""
+    lat = r.metrics.get("request_latency")
+    if r.start_ns is not None and lat is not None and lat[1] in _NS_PER:
+        return r.start_ns + lat[0] * _NS_PER[lat[1]]
+    return r.end_ns
+
+
+# how much later than request_start_ns + request_latency a record's own request_end_ns may be: at most 2.48 ms in the
+# 574 records of results/ and tests/fixtures (AIPerf 0.10.0 on the H200's vLLM and the published runs), 40x margin
+END_LATE_MS = 100.0
+
+
+def _stamp_off(r: Record, end: float | None) -> bool:
+    """Whether `r`'s request_end_ns is earlier than its response end (1 ms slack) or later by over END_LATE_MS."""
+    if end is None or r.end_ns is None or end == r.end_ns:
+        return False
+    d = (r.end_ns - end) / 1e6
+    return d < -1.0 or d > END_LATE_MS
+
+
 def check_records(export_path: Path, records_path: Path) -> list[str]:
     """Why the raw records of `records_path` contradict the aggregate `export_path` (empty: they agree).
 
@@ -377,7 +404,14 @@ def check_records(export_path: Path, records_path: Path) -> list[str]:
                 u = "" if stat == "count" else f" {unit}"
                 why.append(f"recomputed {stat} {tag} {_num(mine[stat])}{u} vs aggregate {_num(theirs)}{u}")
     starts = [r.start_ns for r in done if r.start_ns is not None]
-    ends = [r.end_ns for r in done if r.end_ns is not None]
+    ends = [e for e in (_response_end_ns(r) for r in done) if e is not None]
+    off = [(r, (r.end_ns - e) / 1e6) for r, e in zip(done, map(_response_end_ns, done)) if _stamp_off(r, e)]
+    if off:
+        shown = ", ".join(f"line {r.line}: {d:+.3f} ms" for r, d in off[:5]) + (", ..." if len(off) > 5 else "")
+        why.append(
+            f"{name}: request_end_ns disagrees with request_start_ns + request_latency on {len(off)} "
+            f"record{'s' * (len(off) != 1)} ({shown}; AIPerf stamps it at most {END_LATE_MS:g} ms later)"
+        )
     if len(starts) == len(ends) == len(done) and max(ends) > min(starts):
         dur = (max(ends) - min(starts)) / 1e9
         osl = tags.get("output_sequence_length", ([], ""))[0]
