@@ -372,8 +372,7 @@ class MicroGate(Gate):
             | ({"baseline": b.baseline.to_dict()} if b.baseline else {})
             for b in profile.bars
         ]
-        checks += [a.check for a in extra]
-        checks += self._transport(st, text, tp)
+        checks += [a.check for a in extra] + self._transport(st, text, tp)
         if outcome.returncode != 0:
             st.data["after_finish"] = (
                 f"exit {outcome.returncode} after every phase line was printed "
