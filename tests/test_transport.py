@@ -428,3 +428,67 @@ def test_micro_on_one_node_reports_why_no_network_is_checked(tmp_path, gpu_host)
     assert rep.profile == "h200-ep1" and not any(c.metric == "transport" for c in rep.checks)
     why = transport.no_network(load_spec(REPO_ROOT, "micro").profile("h200-ep1"))
     assert rep.data["transport"] == {"checked": False, "why": why}
+
+
+# --- serving gates (vllm, sglang, trtllm): the arm that runs DeepEP ----------------------------------------------
+
+
+def serving_checks(gate: str, text: str, profile: str = "p5en-efa-ep16"):
+    """The deepep arm's checks as the serving gate's judge makes them (serving._checks) from the server logs `text`:
+    the backend assertion (parsers.servelog) and the transport proof (serving.arm_transport), env as the plan's."""
+    from types import SimpleNamespace
+
+    from reprostack.gates import serving
+    from reprostack.gates.base import env_tuple
+    from reprostack.gates.parsers.servelog import assert_backend
+    from reprostack.gates.servingspec import load_serving_spec
+
+    spec = load_serving_spec(REPO_ROOT, gate)
+    prof = spec.profiles[profile]
+    arm = next(a for a in spec.arms.values() if a.role == "deepep")
+    env = dict(env_tuple((prof.server or spec.server).get("env", {}), prof.env, arm.env))  # as server_command
+    required, forbidden, _ = spec.assertion(prof)
+    backend = assert_backend(
+        text,
+        num_ranks=prof.ep_size,
+        gpus_per_node=prof.gpus_per_node,
+        required=list(required),
+        forbidden=list(forbidden),
+    )
+    data, check = serving.arm_transport(prof, env, arm.name, text)
+    run = SimpleNamespace(arm=arm, backend=backend, cells=[], transport=data, transport_check=check, skipped=None)
+    return {c.metric: c for c in serving._checks(spec, prof, [run])}, data, arm.name
+
+
+@pytest.mark.parametrize("gate", ["vllm", "sglang", "trtllm"])
+def test_serving_deepep_arm_on_the_published_log_passes_the_transport(gate):
+    checks, data, arm = serving_checks(gate, p5en())
+    t = checks[f"{arm}.transport"]
+    assert t.passed and t.value == "NET/OFI efa" and "16 rank(s) on 2 host(s)" in t.note, t
+    assert data["need"] == {"network": "NET/OFI efa", "ranks": 16, "gin": True, "gin_type": 2}
+    assert json.dumps(data)
+
+
+def test_serving_gin_off_on_one_rank_fails_where_the_backend_assertion_passed():
+    """Rank 12's comm got no GIN plugin (`Failed to initialize any GIN plugin`): every rank still printed `Selected
+    provider is efa`, so the backend assertion alone (the serving gates' only check before) passed it."""
+    checks, _, arm = serving_checks("vllm", p5en(gin_off=12))
+    assert checks[f"{arm}.backend.Selected provider is efa"].passed  # what the old code judged: a pass
+    t = checks[f"{arm}.transport"]
+    assert not t.passed and t.value == "rank 12 (deepep-efa-bench-1) GIN off: Failed to initialize any GIN plugin"
+
+
+def test_serving_rank_on_sockets_fails_the_transport_naming_it():
+    checks, _, arm = serving_checks("sglang", p5en(socket=11))
+    t = checks[f"{arm}.transport"]
+    assert not t.passed and t.value.startswith("rank 11 (deepep-efa-bench-1) Socket [") and t.value.count("rank ") == 1
+
+
+def test_serving_one_node_profile_says_why_no_transport_is_checked():
+    from reprostack.gates.servingspec import load_serving_spec
+
+    spec = load_serving_spec(REPO_ROOT, "vllm")
+    one = next(n for n, p in spec.profiles.items() if p.nodes == 1 and not p.needs_efa)
+    checks, data, arm = serving_checks("vllm", p5en(), profile=one)
+    assert f"{arm}.transport" not in checks and data["checked"] is False
+    assert "no per-rank transport is checked" in data["why"]

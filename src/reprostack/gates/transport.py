@@ -1,6 +1,7 @@
 """Transport proof per rank: what a profile and a stack need of every rank's transport, and the check that judges
 the ranks' evidence (gates.parsers.transport) against it. One judge for every gate on an EFA profile: fabric (per
-nccl-tests binary), micro (test_ep's ranks through the trials driver), megatron (per arm) and nemo-rl.
+nccl-tests binary), micro (test_ep's ranks through the trials driver), megatron (per arm), nemo-rl, and the serving
+gates (vllm, sglang, trtllm: the deepep arm's server logs of every node).
 
 What is needed (`need`):
 - an EFA profile: every rank of the profile (nodes x GPUs per node) on `NET/OFI efa` (the OFI net plugin with the
@@ -11,7 +12,7 @@ What is needed (`need`):
   `none: no network (one node)` per rank (nccl-tests always prints its init lines); the other gates report why no
   transport check applies (`no_network`), never a silent pass;
 - GIN, when the gate runs DeepEP over NCCL's GPU-initiated networking (`gin=True`: micro, megatron's DeepEP arm,
-  nemo-rl) and the run's env turns it on (`NCCL_GIN_ENABLE=1`, and not `EP_DISABLE_GIN=1`): every rank's comm got a
+  nemo-rl, the serving gates' deepep arm) and the run's env turns it on (`NCCL_GIN_ENABLE=1`, and not `EP_DISABLE_GIN=1`): every rank's comm got a
   GIN plugin (`Assigned GIN plugin ...`), never `Failed to initialize any GIN plugin` / `GIN is disabled.`; a GIN
   type the log shows must be the one asked (`NCCL_GIN_TYPE`); and when the asked type is GPU-initiated (3 GDAKI,
   4 GPI, 5 EFA-GDA: the stack `gin-gdaki`, docs/stacks.md) a line must show that type ran (NCCL 2.30.7+'s
