@@ -309,7 +309,7 @@ def collect(*, need_gpu: bool, need_efa: bool, sys_root: str = "/") -> dict:
             facts["driver_version"], facts["driver_cuda"] = driver_cuda(q)
             facts["gpus"] = gpus_q(q)
         else:
-            notes.append(f"nvidia-smi -q: {'exit ' + str(rc) if rc is not None else ''} {q.strip()[:200]}".strip())
+            notes.append(f"nvidia-smi -q: {f'exit {rc}: ' if rc is not None else ''}{q.strip()[:200]}")
         rc, nvl = run_tool(["nvidia-smi", "nvlink", "-s"])
         facts["nvlink"] = nvlink(nvl) if rc == 0 or _NVL_DOWN.search(nvl) else None
         if facts["nvlink"] is None:
