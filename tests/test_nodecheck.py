@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reprostack.cluster import nodecheck
-from reprostack.cluster.preflight import NOT_NEEDED, UNREADABLE, judge_node
+from reprostack.cluster.preflight import NOT_NEEDED, UNREADABLE, judge_node, needs_gin
 
 ROOT = Path(__file__).resolve().parents[1]
 PF = ROOT / "tests" / "fixtures" / "preflight"
@@ -242,6 +242,15 @@ def test_gdrdrv_against_the_image_libgdrapi(tmp_path, drv, libs, gin, says):
     mods = {"efa": "3.1.0g"} | ({"gdrdrv": drv} if drv else {})
     status, detail = judge(facts(tmp_path, modules=mods, libs=libs), need_gin=gin)["gdrdrv"]
     assert status == "fail" and says in detail, detail
+
+
+def test_the_gdrdrv_gin_floor_follows_the_gate_env_the_way_the_transport_need_does():
+    from reprostack.gates.spec import load_spec
+
+    spec = load_spec(ROOT, "micro")
+    assert needs_gin({**spec.env, **spec.profile("p5en-efa-ep16").env})  # the campaign: GIN over the CPU proxy
+    assert not needs_gin({**spec.env, **spec.profile("h200-ep1").env})  # EP_DISABLE_GIN=1 (backport #630)
+    assert not needs_gin({}) and needs_gin({"NCCL_GIN_ENABLE": "1", "EP_DISABLE_GIN": "0"})
 
 
 def test_memlock_hugepages_and_the_efa_module(tmp_path):

@@ -351,6 +351,13 @@ def judge(
     return rows
 
 
+def needs_gin(env: dict) -> bool:
+    """The gate's env turns NCCL GIN on (`NCCL_GIN_ENABLE=1`) and DeepEP does not turn it off (`EP_DISABLE_GIN=1`):
+    the rule gates.transport.need applies to the ranks, here for the gdrdrv floor GIN needs."""
+    on = str(env.get("NCCL_GIN_ENABLE", "")).strip() == "1"
+    return on and str(env.get("EP_DISABLE_GIN", "0")).strip() in ("", "0")
+
+
 def _v(text) -> str:
     return ".".join(map(str, nodecheck.version_tuple(text) or ())) or "?"
 
@@ -638,7 +645,7 @@ def run(
         efa_devices=plan.efa_devices_per_node,
         lock_sha256=lock.sha256,
         skew=skew,
-        need_gin=dict(plan.env).get("NCCL_GIN_ENABLE") == "1",
+        need_gin=needs_gin(dict(plan.env)),
     )
     smoke = {}
     if plan.efa_devices_per_node and nodes > 1:
