@@ -51,7 +51,11 @@ def stubs(tmp_path, name, *, gpus=0, fi_info="efa", nvlink="up", xid=False, ping
         )
     )
     (d / "nvcc").write_text("#!/bin/sh\nexit 127\n")
-    (d / "dmesg").write_text("#!/bin/sh\n" + (f"cat {PF / 'xid-kernel-log.txt'}\n" if xid else "exit 0\n"))
+    dmesg = {  # util-linux dmesg under kernel.dmesg_restrict=1 without CAP_SYSLOG (sys-utils/dmesg.c: err(...))
+        "denied": "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1\n",
+        True: f"cat {PF / 'xid-kernel-log.txt'}\n",
+    }.get(xid, "exit 0\n")
+    (d / "dmesg").write_text("#!/bin/sh\n" + dmesg)
     client = (
         f"cat {PF / 'fi_getinfo-61.txt'}; exit 1"
         if pingpong == "fail"
@@ -169,6 +173,37 @@ def test_gpu_count_mismatch_names_the_node(tmp_path):
     v = verdict(tmp_path)
     assert failed(v) == [("gpus", 1)]
     assert "node 1: gpus: 7 GPU(s), the profile needs 8" in res[0][2]
+
+
+def test_gpu_nodes_pass_and_a_kernel_log_they_cannot_read_is_named_never_passed(tmp_path):
+    """Two 8-GPU nodes whose tools print the real H100 output (driver CUDA 12.7 >= the image's 12.4, fabric
+    Completed, every link up, no ECC error, x16): every node check passes, except that dmesg is refused and there
+    is no /var/log/kern.log: `xid` is `unreadable` on both nodes and the pass line says so."""
+    if Path("/var/log/kern.log").exists():
+        pytest.skip("this machine has /var/log/kern.log: the unreadable-log case cannot be shown here")
+    port = free_port()
+    res = finish(
+        [
+            start(
+                tmp_path,
+                "micro",
+                n,
+                2,
+                profile="h200-nvl-ep8",
+                port=port,
+                bin_dir=stubs(tmp_path, f"d{n}", gpus=8, xid="denied"),
+            )
+            for n in (1, 0)
+        ]
+    )
+    assert [rc for rc, _, _ in res] == [0, 0], res
+    v = verdict(tmp_path)
+    status = {(r["check"], r["node"]): r["status"] for r in v["checks"]}
+    for n in (0, 1):
+        assert status[("xid", n)] == "unreadable"
+        for check in ("driver", "fabricmanager", "nvlink", "ecc", "pcie"):
+            assert status[(check, n)] == "pass", (check, n)
+    assert "not readable here: xid" in res[1][1] and "preflight: pass: 2 node(s)" in res[1][1]
 
 
 def test_provider_not_efa_is_named_never_a_silent_fallback(tmp_path):
