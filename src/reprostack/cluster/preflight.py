@@ -475,7 +475,7 @@ def _pcie(c, **_):
         if g["pcie_width_current"] is None or g["pcie_width_current"] != g["pcie_width_max"]
     ]
     return (
-        (False, f"PCIe link below its width: {', '.join(bad[:8])}")
+        (False, f"PCIe link below its width: {', '.join(bad[:8])} (nvidia-smi -q Link Width Current vs Max)")
         if bad
         else (True, f"{len(gpus)} GPU(s) at x{gpus[0]['pcie_width_max']}")
     )
@@ -701,7 +701,8 @@ def _read_verdict(path: Path) -> dict | None:
 
 def _smoke_cmd(port: int, addr: str | None = None) -> list[str]:
     """fi_pingpong over the EFA provider's reliable datagram endpoint: the server on node 0 (`addr` None), the
-    client on the other node; `-B`/`-P` the control port."""
+    client on the other node; `-B`/`-P` the control port; 100 iterations of its default sizes (64 B to 1 MiB in the
+    substrate's libfabric v2.6.0, util/pingpong.c generate_test_sizes), so the figure is the MB/s at 1 MiB."""
     base = ["fi_pingpong", "-p", "efa", "-e", "rdm", "-I", "100"]
     return [*base, "-B", str(port)] if addr is None else [*base, "-P", str(port), addr]
 
