@@ -427,7 +427,9 @@ def test_one_run_on_a_gpu_profile_is_inconclusive_never_pass():
             samples=samples,
             agg_tok_s=samples[0] if samples else None,
         )
-        return SimpleNamespace(arm=SimpleNamespace(name=deepep.name, assert_backend=False), backend=None, cells=[c])
+        return SimpleNamespace(
+            arm=SimpleNamespace(name=deepep.name, assert_backend=False), backend=None, cells=[c], transport_check=None
+        )
 
     bar = next(c for c in serving._checks(spec, profile, [run([high])]) if c.metric.endswith("c4.agg_tok_s"))
     assert bar.inconclusive and not bar.passed and "one trial gives no interval" in bar.note

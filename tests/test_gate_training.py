@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import gitrepos as gr
+import p5enlog
 from reprostack import sources
 from reprostack.cli import main as cli_main
 from reprostack.fetch import Cache
@@ -244,7 +245,8 @@ def test_efa_profile_needs_tx_bytes():
     """On the EP16 profile the same logs fail: the TX bar has no measured bytes (no EFA device)."""
     result, checks = verdict(real("deepep"), real("alltoall"), profile="p5en-efa-ep16")
     tx = next(c for c in checks if c.metric == "deepep.efa_tx_gb")
-    assert result == "fail" and failed(checks) == {"deepep.efa_tx_gb"} and tx.value is None
+    assert result == "fail" and tx.value is None
+    assert failed(checks) == {"deepep.efa_tx_gb", "deepep.transport", "alltoall.transport"}  # no rank's NCCL line
     assert not any(c.metric == "alltoall.efa_tx_gb" for c in checks)
     two_nodes = (
         real("deepep").replace(
@@ -255,7 +257,13 @@ def test_efa_profile_needs_tx_bytes():
     )
     p = parse_megatron(two_nodes, expected_steps=3)
     assert p.efa_tx_bytes == 1_300_000_000 and p.providers == ["efa"]
-    assert failed(verdict(two_nodes, real("alltoall"), profile="p5en-efa-ep16")[1]) == set()
+    # one provider line proves nothing per rank: every rank of both arms must show its own (test_transport.py)
+    assert failed(verdict(two_nodes, real("alltoall"), profile="p5en-efa-ep16")[1]) == {
+        "deepep.transport",
+        "alltoall.transport",
+    }
+    ranks = "\n".join(p5enlog.nccl_lines()) + "\n"  # the 16 real p5en ranks' NCCL lines
+    assert failed(verdict(two_nodes + ranks, real("alltoall") + ranks, profile="p5en-efa-ep16")[1]) == set()
 
 
 def test_rel_diff_max():
@@ -275,10 +283,14 @@ def test_parser_rejects_bad_step_count():
 def test_nemo_rl_parser_and_bars():
     spec = load_training_spec(REPO_ROOT, "nemo_rl")
     prof = spec.profile("p5en-efa-2x8")
-    text = (FIXTURES / "nemo_rl_grpo_3steps.log").read_text()
-    p = parse_nemo_rl(text, expected_steps=3)
+    bare = (FIXTURES / "nemo_rl_grpo_3steps.log").read_text()
+    p = parse_nemo_rl(bare, expected_steps=3)
     assert p.complete and p.problems == [] and p.losses == [0.0412, 0.0275, 0.0198]
     assert [s.rollout_s for s in p.steps] == [412.35, 95.12, 93.8] and p.steps[0].gen_len == 612.5
+    checks, _ = nemo_rl_checks(spec, prof, p)  # no rank's NCCL line: the transport is not proven (test_transport.py)
+    assert failed(checks) == {"transport"}
+    text = bare + "\n".join(p5enlog.nccl_lines()) + "\n"  # the 16 real p5en ranks' lines
+    p = parse_nemo_rl(text, expected_steps=3)
     checks, m = nemo_rl_checks(spec, prof, p)
     assert decide(checks, ran_ok=True)[0] == "pass" and m["rollout_line"] == p.steps[0].line
     up = text.replace("• Loss: 0.0198", "• Loss: 0.0500")

@@ -705,7 +705,7 @@ def test_plan_of_the_stack_shows_its_env(capsys):
     assert env["NCCL_GIN_TYPE"] == "5" and env["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,NET"
     assert cli.main(["gate", "micro", "--plan", "--json", "--profile", "p5en-efa-ep16"]) == 0
     env = dict(json.loads(capsys.readouterr().out)["env"])
-    assert env["NCCL_GIN_TYPE"] == "2" and "NCCL_DEBUG_SUBSYS" not in env
+    assert env["NCCL_GIN_TYPE"] == "2" and env["NCCL_DEBUG"] == "INFO"  # both stacks: the transport proof per rank
 
 
 def test_gin_gdaki_takes_nccl_2_32_3_from_its_wheel_alone_and_the_campaign_the_2_30_4_wheel():

@@ -31,7 +31,7 @@ other routing option is refused, exit 2), interleaved with DeepEP trial by trial
 
 Output lines (besides test_ep's own): `[micro_trials] {"event": "trial", "rank", "trial", "trials", "arm"}`
 before each arm's trial on every rank, then after the last trial `[micro_trials] {"event": "nccl", "rank", "host",
-"mapped", "runtime", "torch_built_with", "deep_ep"}` (the one-NCCL evidence of the process that measured: the
+"pid", "mapped", "runtime", "torch_built_with", "deep_ep"}` (the one-NCCL evidence of the process that measured: the
 libnccl files in its /proc/self/maps and ncclGetVersion of the one mapped; the gate judges it, issue 17: no
 separate check process) and `[micro_trials] {"event": "done", "rank", "trials"}` at the end;
 the dense arm's `[dense_a2a] ...` lines carry `"trial": k`. Parsed by reprostack.gates.parsers.micro_trials.
@@ -139,6 +139,7 @@ def nccl_in_process() -> dict:  # pragma: no cover - needs torch + deep_ep loade
             runtime = f"{v.value // 10000}.{v.value % 10000 // 100}.{v.value % 100}"
     return {
         "host": socket.gethostname(),
+        "pid": os.getpid(),  # with the host: which NCCL INFO lines are this rank's (the gate's transport proof)
         "mapped": libs,
         "runtime": runtime,
         "torch_built_with": ".".join(map(str, torch.cuda.nccl.version())),

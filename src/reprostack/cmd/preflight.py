@@ -8,8 +8,9 @@ from ..gates.registry import GATE_ORDER
 from . import load_lock
 
 HELP = (
-    "cross-node preflight: same lock and image, GPUs, EFA, provider efa, clocks, "
-    "port; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check"
+    "cross-node preflight: same lock and image, GPUs, EFA, provider efa, clocks, port, driver vs the image's CUDA, "
+    "fabric manager, NVLink, EFA devices and module, gdrdrv vs libgdrapi, memlock, hugepages, ECC/Xid, PCIe width, "
+    "a two-node fi_pingpong over EFA; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check"
 )
 
 
@@ -22,6 +23,12 @@ def add_arguments(p) -> None:
     p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds node 0 waits for every node (default 300)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port that must be free on node 0 (default 29500)")
+    p.add_argument(
+        "--smoke-timeout",
+        type=float,
+        default=60.0,
+        help="seconds each two-node fi_pingpong over EFA may take (default 60)",
+    )
 
 
 def run(args) -> int:
@@ -40,4 +47,5 @@ def run(args) -> int:
         profile=args.profile,
         timeout_s=args.timeout,
         port=args.port,
+        smoke_timeout_s=args.smoke_timeout,
     )

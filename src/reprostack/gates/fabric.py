@@ -17,7 +17,8 @@ Its functions, each pure:
   `trials` cycles), `<test>.wrong_total` == 0 (-c 1 checked every result), `<test>.out_of_bounds` == 0,
   `<test>.nccl_library` == the pinned NCCL (nccl-tests' `nccl-library=`), each bar `<test>.busbw_gbs` at its size
   on the interval of its per-cycle samples (report.evaluate_interval), then `transport`;
-- transport_check(profile, parsed): every rank of every test on the transport the profile needs;
+- transport_check(profile, parsed): every rank of every test on the transport the profile needs (gates.transport,
+  the per-rank judge shared with micro, megatron and nemo-rl);
 - figures(spec, profile, parsed): busbw per cycle at the report sizes and the bar sizes, with report.stats summaries
   (`data.statistics`), reported on every profile, bars or not.
 
@@ -60,10 +61,12 @@ from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .fabric_spec import FabricSpec, load_fabric_spec
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
 from .options import GateOptions
+from . import transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
+from .parsers.transport import TransportParse
 from .spec import NoProfileForHost, Profile
 
-EFA_TRANSPORT = "NET/OFI efa"
+EFA_TRANSPORT = transport.EFA_TRANSPORT
 
 
 @dataclass(frozen=True)
@@ -269,46 +272,26 @@ def checks(spec: FabricSpec, profile: Profile, parsed: FabricParse, *, nccl_vers
 
 
 def transport_check(profile: Profile, parsed: FabricParse) -> Check:
-    """`transport` == what the profile needs, for every rank of every test: `NET/OFI efa` on an EFA profile (a
-    rank on Socket, IB, another provider or unknown fails, named with its host), `none: no network (one node)` on
-    one node (one GPU: no peer at all; NVLink: P2P/SHM only, no NET connection). Ranks missing from a test's
-    output fail too (the profile's nodes x gpus-per-node are expected)."""
-    want = EFA_TRANSPORT if profile.needs_efa else (NONE_ONE_NODE if profile.nodes == 1 else None)
-    expected = set(range(profile.nodes * profile.gpus_per_node))
+    """`transport` == what the profile needs, for every rank of every test (gates.transport, the judge every gate on
+    an EFA profile shares): `NET/OFI efa` on an EFA profile (a rank on Socket, IB, another provider, a second
+    plugin or unknown fails, named with its host), `none: no network (one node)` on one node (one GPU: no peer at
+    all; NVLink: P2P/SHM only, no NET connection). Ranks missing from a test's output fail too (the profile's
+    nodes x gpus-per-node are expected). nccl-tests uses no GIN: none is asked of it."""
+    want = transport.need(profile) or transport.TransportNeed(
+        NONE_ONE_NODE if profile.nodes == 1 else None, profile.nodes * profile.gpus_per_node
+    )
     bad, seen, why = [], 0, []
     for name, p in parsed.tests.items():
-        ranks = {t.rank: t for t in p.transports}
-        missing = sorted(expected - set(ranks))
-        if missing:
-            bad.append(f"{name}: rank(s) {_ranges(missing)} not in the output")
-        for r in sorted(ranks):
-            t = ranks[r]
-            ok = t.transport == want if want else not t.transport.startswith(("unknown", "mixed"))
-            if not ok:
-                bad.append(f"{name}: rank {r} ({t.host}) {t.transport}" + (f" [{t.why}]" if t.why else ""))
-            seen += 1
+        bad += [f"{name}: {x}" for x in transport.problems(want, TransportParse(p.transports, (), None, {}))]
+        seen += len(p.transports)
         if p.transports and profile.nodes == 1 and profile.gpus_per_node == 1:
             why.append(f"{name}: one GPU, no peer: {p.transports[0].why}")
     if not parsed.tests:
         bad.append("no test output")
-    value = (
-        (want or "one network")
-        if not bad
-        else "; ".join(bad[:8]) + (f"; ... {len(bad) - 8} more" if len(bad) > 8 else "")
-    )
+    shown = want.network or "one network"
+    value = shown if not bad else "; ".join(bad[:8]) + (f"; ... {len(bad) - 8} more" if len(bad) > 8 else "")
     note = f"{seen} rank(s) over {len(parsed.tests)} test(s)" + (f"; {'; '.join(why)}" if why else "")
-    return Check("transport", "", value[:600], "==", want or "one network", not bad, note[:600])
-
-
-def _ranges(xs: list[int]) -> str:
-    out, start = [], None
-    for i, x in enumerate(xs):
-        if start is None:
-            start = x
-        if i + 1 == len(xs) or xs[i + 1] != x + 1:
-            out.append(f"{start}" if start == x else f"{start}-{x}")
-            start = None
-    return ",".join(out)
+    return Check("transport", "", value[:600], "==", shown, not bad, note[:600])
 
 
 def figures(spec: FabricSpec, profile: Profile, parsed: FabricParse) -> dict:
@@ -328,22 +311,7 @@ def figures(spec: FabricSpec, profile: Profile, parsed: FabricParse) -> dict:
         out[f"{test}.algbw_gbs@{size}"] = {"samples": alg, "statistics": a.to_dict() if a else None}
     for test, p in parsed.tests.items():
         out[f"{test}.avg_busbw_gbs"] = p.avg_busbw_gbs
-        out[f"{test}.transports"] = [
-            {
-                "rank": t.rank,
-                "host": t.host,
-                "pid": t.pid,
-                "device": t.device,
-                "net_plugin": t.net_plugin,
-                "provider": t.provider,
-                "fabric": t.fabric,
-                "network": t.network,
-                "connections": t.connections,
-                "transport": t.transport,
-                "why": t.why,
-            }
-            for t in p.transports
-        ]
+        out[f"{test}.transports"] = [t.to_dict() for t in p.transports]
     return out
 
 

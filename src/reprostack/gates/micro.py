@@ -8,7 +8,11 @@ measured (`bars-status: unmeasured` -> FAIL with every number reported). No GPU,
 the host -> SKIP with the reason (after sources were fetched, patched and verified, which needs no GPU). A crash or timeout ->
 ERROR with the classified failure and the raw log. Optional runs (gates.arms): the dense comparison arm
 (`arms` with "dense") and DeepEP's legacy intranode test (`legacy`); each asked-for run adds a
-completeness check. Per-phase figures (gates.metrics) go to `data.metrics`, reported, not bars.
+completeness check. Per-phase figures (gates.metrics) go to `data.metrics`, reported, not bars. On an EFA profile
+the judge adds `transport` (gates.transport): every rank of the EP group, from the NCCL INFO lines of every node's
+log, on `NET/OFI efa` with GIN on (the type the stack asks for when it is GPU-initiated); a rank that fell back to
+Socket, a second plugin, or GIN off fails the gate naming it. On one node `data.transport` says why nothing is
+checked.
 
 Trials (issue 16): test_ep runs through our trials driver (gates/drivers/micro_trials.py: upstream's test,
 its case called `--trials K` times in ONE launch, default 5; why one launch: see the driver's doc), and the
@@ -44,13 +48,14 @@ from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import statistics_block
 from . import arms as armsmod
-from . import metrics
+from . import metrics, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import Kernels, jit_prewarm, jit_record, nccl_words, provenance, setup_kernels, source_trees
 from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .parsers.test_ep import classify_test_ep_failure
+from .parsers.transport import nccl_host, parse_transport
 from .spec import Profile, load_spec, resolve_bars
 
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
@@ -206,6 +211,7 @@ class MicroGate(Gate):
         st.data["command"] = list(cmd.argv)
         keys = {*st.spec.env, *profile.env, *dict(cmd.env), *runtime.RUNTIME_KEYS}
         st.data["env"] = {k: env[k] for k in sorted(keys) if k in env}
+        st.scratch["run_env"] = env
         # its output: the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from
         # rank 0's DeepEP trial markers (a plain line each; the bar when live)
         with ui.step(
@@ -276,8 +282,9 @@ class MicroGate(Gate):
                 r["note"] = mean + (f"; {r['note']}" if r["note"] else "")
         st.data["metrics"], st.data["bars_status"] = rows, profile.bars_status
         if not tp.complete:
+            self._transport(st, text, tp)  # the ranks' transport is reported, also when the run is an error
             return self._incomplete(st, tp, text, outcome)
-        return self._verdict(st, tp, values, summaries, outcome, extra)
+        return self._verdict(st, tp, values, summaries, outcome, extra, text)
 
     def _dense(self, st: RunState, tp, text: str, outcome, values: dict, parsed) -> armsmod.ArmRun:
         """The dense arm's data, figures and completeness check (it ran inside the trials launch)."""
@@ -308,7 +315,27 @@ class MicroGate(Gate):
         result, reason = decide([], ran_ok=False, failure_reason=why)
         return GateReport(self.stem, st.profile.name, result, reason, provenance=st.prov, artifacts=st.artifacts)
 
-    def _verdict(self, st: RunState, tp, values: dict, summaries: dict, outcome, extra: list) -> GateReport:
+    def _transport(self, st: RunState, text: str, tp) -> list:
+        """The transport proof per rank (gates.transport) on an EFA profile: every rank of the EP group on
+        `NET/OFI efa` with GIN on (the type the stack asks for when it is GPU-initiated), from the NCCL INFO lines of
+        every node's log; each rank's process known by the trials driver's record (host, pid), else by NCCL's init
+        lines. On a profile without a network: no check, `data.transport` says why."""
+        need = transport.need(st.profile, st.scratch.get("run_env") or {}, gin=True)
+        if need is None:
+            st.data["transport"] = {"checked": False, "why": transport.no_network(st.profile)}
+            return []
+        known = {}
+        for r in tp.nccl:
+            rank, host, pid = r.get("rank"), r.get("host"), r.get("pid")
+            if type(rank) is int and type(pid) is int and isinstance(host, str):
+                known.setdefault(rank, (nccl_host(host), pid, None))
+        parsed = parse_transport(text, known)
+        st.data["transport"] = {"checked": True, "need": need.to_dict(), **parsed.to_dict()}
+        return [transport.check("transport", need, parsed, where=f"test_ep's {st.profile.ep_size} rank(s)")]
+
+    def _verdict(
+        self, st: RunState, tp, values: dict, summaries: dict, outcome, extra: list, text: str = ""
+    ) -> GateReport:
         """The one-NCCL check, the completeness and bar checks of a complete run, and the verdict."""
         profile, kern = st.profile, st.scratch["kern"]
         nodes = st.opts.nodes or profile.nodes
@@ -345,7 +372,7 @@ class MicroGate(Gate):
             | ({"baseline": b.baseline.to_dict()} if b.baseline else {})
             for b in profile.bars
         ]
-        checks += [a.check for a in extra]
+        checks += [a.check for a in extra] + self._transport(st, text, tp)
         if outcome.returncode != 0:
             st.data["after_finish"] = (
                 f"exit {outcome.returncode} after every phase line was printed "

@@ -3,7 +3,9 @@
 The command of gates/nemo_rl.yaml runs on the head node of a Ray cluster (2 nodes x 8 GPUs, the NeMo-RL
 image, the model's weights), inside the pinned NeMo-RL tree. Rollout smoke: step 1's rollout returned
 (a `generation` timing and a mean generation length > 0; its line is the pass line), duration = that
-`generation` time. Training: every step's loss logged and finite, and the profile's bars. Without the
+`generation` time. Training: every step's loss logged and finite, and the profile's bars; on an EFA profile
+`transport` (gates.transport): every policy rank on `NET/OFI efa` with GIN on, from the NCCL INFO lines the Ray
+workers' output carries into the head's log (a rank on Socket, a second plugin, GIN off: FAIL naming the rank). Without the
 hardware the gate is a SKIP with the reason (never a pass); the parser is tested on logs. The run executes its
 own launch plan (NemoRLGate.plan_parts with this host's paths): the head node's command.
 """
@@ -17,11 +19,13 @@ from .. import sources
 from ..launch import plan as lp
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate
+from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple
 from .kernelprep import provenance
 from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_nemo_rl
+from .parsers.transport import parse_transport
 from .training_spec import load_training_spec
 
 
@@ -111,6 +115,21 @@ def nemo_rl_checks(spec, profile, parsed) -> tuple[list, dict]:
         evaluate("steps_problems", "lines", len(parsed.problems), "==", 0, note="; ".join(parsed.problems) or None),
         evaluate("nonfinite", "values", m["nonfinite"], "==", 0, note="loss of every step"),
     ]
+    checks += rank_transport(spec, profile, parsed, m)
     for bar in profile.bars:
         checks.append(evaluate(bar.metric, bar.unit, m.get(bar.metric), bar.op, bar.threshold, note=bar.source))
     return checks, m
+
+
+def rank_transport(spec, profile, parsed, m: dict) -> list:
+    """The transport proof per rank (gates.transport) on an EFA profile: every policy rank (nodes x GPUs per node:
+    the widest NCCL communicator of the log) on `NET/OFI efa` with GIN on (the policy runs DeepEP,
+    moe_enable_deepep, when the env turns GIN on); `m["transport"]` holds what each rank showed, or why no
+    network is checked."""
+    need = transport.need(profile, {**spec.env, **profile.env}, gin=True)
+    if need is None:
+        m["transport"] = {"checked": False, "why": transport.no_network(profile)}
+        return []
+    parsed_t = parsed.rank_transports or parse_transport("")
+    m["transport"] = {"checked": True, "need": need.to_dict(), **parsed_t.to_dict()}
+    return [transport.check("transport", need, parsed_t, where="the GRPO run's ranks")]

@@ -3,7 +3,8 @@ assertion on the server log -> checks -> report.
 
 Verdict (report.decide): ERROR when a server or AIPerf could not produce a trustworthy measurement (server not
 ready in time or dead, AIPerf non-zero or no export); FAIL when it ran and a check failed (errors, incomplete
-requests, agg tok/s below the bar, backend assertion); PASS only when every check passed and the deepep arm ran
+requests, agg tok/s below the bar, backend assertion, and on an EFA profile the deepep arm's transport proof per
+rank: gates.transport on every node's server log, every rank on NET/OFI efa with GIN on); PASS only when every check passed and the deepep arm ran
 (an alternative arm alone is comparison evidence: a SKIP naming that). SKIP (never a pass) when the host lacks
 what the profile needs or no profile fits it. On a worker node (`node_rank > 0`) the gate only serves: it starts
 the worker command and waits for it; its report is a SKIP that says the verdict is node 0's.
@@ -53,10 +54,12 @@ from ..report import (
 from ..report.stats import statistics_block, summarize
 from .aiperfrun import CellResult, profile_run_started, run_cell
 from .aiperftool import ensure_aiperf, make_test_tokenizer
+from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.servelog import ServeLogReport, assert_backend
+from .parsers.transport import parse_transport
 from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 from .spec import NoProfileForHost
@@ -77,6 +80,8 @@ class ArmRun:
     probe_s: float | None = None
     server_exit: int | None = None
     skipped: str | None = None  # why the arm is SKIP (the engine did not engage its backend), else None
+    transport: dict | None = None
+    transport_check: Check | None = None
 
 
 def _variables(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: GateOptions, paths: Paths, node, port):
@@ -335,6 +340,8 @@ class ServingGate(Gate):
             required=list(required),
             forbidden=list(forbidden),
         )
+        if arm.assert_backend:
+            run.transport, run.transport_check = arm_transport(profile, dict(plan.env), arm.name, text)
         if run.error and run.server_exit is not None:
             fc = classify_failure(text, run.server_exit, False)
             run.error += f" ({fc.kind}: {fc.detail}" + (f"; {fc.first_line}" if fc.first_line else "") + ")"
@@ -417,6 +424,7 @@ class ServingGate(Gate):
                     "server_exit_before_stop": r.server_exit,
                     "cells": [c.to_dict() for c in r.cells],
                     "backend": r.backend.to_dict() if r.backend else None,
+                    "transport": r.transport,
                 }
                 for r in runs
             },
@@ -520,9 +528,24 @@ def _checks(spec: ServingSpec, profile: ServingProfile, runs: list[ArmRun]) -> l
     for run in runs:
         if run.arm.assert_backend and run.backend is not None and not run.skipped:
             checks += _backend_checks(profile, run.arm.name, run.backend)
+        if run.transport_check is not None and not run.skipped:
+            checks.append(run.transport_check)
         for c in run.cells:
             checks += _cell_checks(profile, run.arm.name, c, bars=run.arm.name == bar_arm)
     return checks
+
+
+def arm_transport(profile: ServingProfile, env: dict, arm: str, text: str) -> tuple[dict, Check | None]:
+    """The transport proof per rank (gates.transport) of the arm that runs DeepEP, from the NCCL INFO lines of every
+    node's server log: on an EFA profile every rank on `NET/OFI efa`, no second plugin, GIN on when the env turns it
+    on (the type the stack asks for when it is GPU-initiated); each process's rank from NCCL's init lines (the
+    widest communicator). (data, check); on a profile without a network: why nothing is checked, no check."""
+    need = transport.need(profile, env, gin=True)
+    if need is None:
+        return {"checked": False, "why": transport.no_network(profile)}, None
+    parsed = parse_transport(text, {})
+    data = {"checked": True, "need": need.to_dict(), **parsed.to_dict()}
+    return data, transport.check(f"{arm}.transport", need, parsed, where=f"the {arm} arm's server log(s)")
 
 
 def _backend_checks(profile: ServingProfile, arm: str, backend: ServeLogReport) -> list[Check]:

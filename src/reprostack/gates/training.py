@@ -31,11 +31,13 @@ from ..launch import plan as lp
 from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
+from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple
 from .kernelprep import provenance, setup_kernels, source_trees
 from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
+from .parsers.transport import parse_transport
 from .training_spec import TrainingSpec, load_training_spec
 
 GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
@@ -252,8 +254,9 @@ def transport_evidence(parsed, host: dict) -> str:
 
 
 def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl: dict | None = None) -> list:
-    """Structural checks and the profile's per-arm bars for one completed arm (metric `<arm>.<metric>`).
-    `data`: the arm's report entry (gets `metrics`); `nccl`: the one-NCCL check of the kernel setup."""
+    """Structural checks and the profile's per-arm bars for one completed arm (metric `<arm>.<metric>`), and on an
+    EFA profile `<arm>.transport` (arm_transport). `data`: the arm's report entry (gets `metrics` and
+    `transport`); `nccl`: the one-NCCL check of the kernel setup."""
     m = loss_metrics(parsed)
     m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
     data["metrics"] = m
@@ -285,6 +288,7 @@ def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl:
                 note=f"ncclGetVersion of the only NCCL mapped: {(nccl.get('mapped') or ['?'])[0]}",
             )
         )
+    checks += arm_transport(spec, profile, name, parsed, data)
     for bar in profile.bars:
         if bar.metric == "arms_loss_rel_diff_max":
             continue
@@ -295,6 +299,21 @@ def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl:
             evaluate(f"{name}.{bar.metric}", bar.unit, m.get(bar.metric), bar.op, bar.threshold, note=bar.source)
         )
     return checks
+
+
+def arm_transport(spec: TrainingSpec, profile, name: str, parsed, data: dict) -> list:
+    """The transport proof per rank of one arm (gates.transport) on an EFA profile: every rank of the run on
+    `NET/OFI efa`, and GIN on for the DeepEP arm when the arm's env turns it on (the all-to-all arm uses no GIN);
+    a rank on Socket, a second plugin, or GIN off fails `<arm>.transport` naming it. No check without a network:
+    `data["transport"]` says why."""
+    env = {**spec.env, **profile.env, **spec.arms[name].env}
+    need = transport.need(profile, env, gin=spec.arms[name].deepep)
+    if need is None:
+        data["transport"] = {"checked": False, "why": transport.no_network(profile)}
+        return []
+    parsed_t = parsed.rank_transports or parse_transport("")
+    data["transport"] = {"checked": True, "need": need.to_dict(), **parsed_t.to_dict()}
+    return [transport.check(f"{name}.transport", need, parsed_t, where=f"{name} arm")]
 
 
 def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:

@@ -21,15 +21,11 @@ What NCCL prints with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET), each line `H
 process and device is which rank), and per connection `Channel CC/c : R[d] -> S[e] [send|receive] via NET/NAME/...`,
 `via P2P/...`, `via SHM/...`.
 
-Per rank (`RankTransport`): the process (host, pid) from the nccl-tests rank lines or NCCL's init lines; that
-process's net plugin, provider and network; the kinds of its connections (a `[receive]` line belongs to its
-destination rank, every other one to its source); `transport`:
-- the network its NET connections went over: `NET/OFI <provider>` for the OFI plugin (Libfabric / AWS Libfabric),
-  `Socket`, `IB`, else `NET/<name>`;
-- `none: no network (one node)` when it made no NET connection and every rank is on one host (one GPU, or NVLink);
-- from `Using network NAME` when no connection line was printed (a run without the INIT subsystem), said so in `why`;
-- `unknown: ...` otherwise (no NCCL INFO lines: NCCL_DEBUG unset).
-A rank that needs EFA and shows `Socket` here fell back to sockets (gates.fabric.transport_check fails it).
+Per rank (`RankTransport`, gates.parsers.transport: the one reader of these lines, shared with micro, megatron and
+nemo-rl): the process (host, pid) from the nccl-tests rank lines, else NCCL's init lines; that process's net
+plugin, provider, networks and GIN state; the kinds of its connections; `transport` in words (`NET/OFI efa`,
+`Socket`, `none: no network (one node)`, `unknown: ...`; that module's doc). A rank that needs EFA and shows
+`Socket` here fell back to sockets (gates.transport fails it).
 
 Invariants: never raises on content, whatever the bytes (the caller decodes with errors="replace"); bounded: at most
 MAX_CHARS of text are read (more is a problem), lines longer than MAX_LINE are skipped and counted, at most MAX_ROWS
@@ -43,17 +39,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from .logtext import split_prefix
+from .transport import MAX_RANKS, NCCL_LINE, NONE_ONE_NODE, NcclLines, RankTransport
 
 MAX_CHARS = 64 << 20
 MAX_LINE = 4096
 MAX_ROWS = 100_000
-MAX_RANKS = 4096
 MAX_PROBLEMS = 50
-NONE_ONE_NODE = "none: no network (one node)"
+__all__ = ["NONE_ONE_NODE", "MAX_RANKS", "NcclTestsParse", "RankTransport", "parse_nccl_tests"]
 
 _INT = r"(-?\d{1,19})"
 _VERSION = re.compile(r"^#\s*nccl-tests version (\S{1,40})(?: nccl-headers=(\d{1,9}))?(?: nccl-library=(\d{1,9}))?")
@@ -78,20 +73,6 @@ _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S{1,40})")
 _FAILURE = re.compile(
     r"Test (?:NCCL |CUDA )?failure|NCCL WARN|Test timeout|Invalid number of GPUs|Failed: |error while loading shared"
 )
-_NCCL = re.compile(r"([^\s:\[\]]{1,255}):(\d{1,10}):(\d{1,10}) \[(\d{1,6})\] NCCL (INFO|WARN) (.*)$")
-_NCCL_VERSION = re.compile(r"^NCCL version (\S{1,64})")
-_PLUGIN = re.compile(r"^NET/Plugin ?: Loaded net plugin (.{1,64}?) \(v(\d{1,4})\)")
-_PLUGIN_LIB = re.compile(r"^Successfully loaded external network plugin (\S{1,1024})")
-_NO_PLUGIN = re.compile(r"^NET/Plugin ?: (?:Could not find|No plugin found|Plugin load returned)")
-_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([^\s,]{1,64})(?:, fabric is ([^\s,()]{1,64}))?")
-_NETWORK = re.compile(r"^(?:Using network|Assigned NET plugin) (.{1,64}?)(?: to comm)?\s*$")
-_INIT = re.compile(r"\bcomm 0x[0-9a-fA-F]{1,16} rank (\d{1,9}) nranks (\d{1,9}) cudaDev (\d{1,6})\b")
-_NNODES = re.compile(r"\bcomm 0x[0-9a-fA-F]{1,16} rank (\d{1,9}) nRanks (\d{1,9}) nNodes (\d{1,9})\b")
-_CHANNEL = re.compile(
-    r"^Channel (\d{1,4})(?:/(\d{1,4}))? : (\d{1,9})\[(\d{1,6})\] -> (\d{1,9})\[(\d{1,6})\]"
-    r"(?: \[(send|receive)\])? via (.{1,200})$"
-)
-_OFI_NAMES = re.compile(r"libfabric|\bofi\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -131,24 +112,6 @@ class Row:
     root: int | None
     out_of_place: Placement
     in_place: Placement
-
-
-@dataclass(frozen=True)
-class RankTransport:
-    """What rank `rank` used: its process, the net plugin and provider that process loaded, the network its comm
-    chose, its connections by kind (NET/<name>, P2P, SHM, ...) and the transport in words (see the module doc)."""
-
-    rank: int
-    host: str | None
-    pid: int | None
-    device: int | None
-    net_plugin: str | None
-    provider: str | None
-    fabric: str | None
-    network: str | None
-    connections: dict
-    transport: str
-    why: str
 
 
 @dataclass(frozen=True)
@@ -285,83 +248,6 @@ def _row(toks: list[str], cols: tuple[str, ...], no: int, cycle: int, problems: 
     return Row(no, cycle, size, count, pre.get("type", "")[:32], pre.get("redop", "")[:32], root, out, inp)
 
 
-@dataclass
-class _Proc:
-    """NCCL facts of one process (host, pid)."""
-
-    plugin: str | None = None
-    plugin_version: str | None = None
-    plugin_lib: str | None = None
-    no_plugin: bool = False
-    provider: str | None = None
-    fabric: str | None = None
-    networks: list = field(default_factory=list)
-    version: str | None = None
-
-
-def _net_family(name: str, provider: str | None) -> str:
-    if name == "Socket":
-        return "Socket"
-    if name == "IB":
-        return "IB"
-    if _OFI_NAMES.search(name):
-        return f"NET/OFI {provider or '? (no provider line)'}"
-    return f"NET/{name}"
-
-
-def _via_kind(via: str) -> str:
-    """`NET/Libfabric` of `NET/Libfabric/0/GDRDMA`, `P2P` of `P2P/CUMEM/read`, `SHM` of `SHM/direct/direct`."""
-    if via.startswith("NET/"):
-        return "NET/" + via[4:].split("/", 1)[0].strip()[:64]
-    return re.split(r"[/\s]", via, maxsplit=1)[0][:32] or "?"
-
-
-class _Nccl:
-    """The NCCL INFO side: processes, the rank map, nNodes, connections per rank."""
-
-    def __init__(self):
-        self.procs: dict[tuple[str, int], _Proc] = {}
-        self.rank_of: dict[tuple[str, int, int], int] = {}  # (host, pid, cudaDev) -> rank
-        self.where: dict[int, tuple[str, int, int]] = {}  # rank -> (host, pid, cudaDev)
-        self.nnodes: dict[int, int] = {}
-        self.nranks: set[int] = set()
-        self.conns: dict[int, Counter] = {}
-        self.net_of: dict[int, str] = {}  # rank -> `Using network` of its comm (by prefix)
-
-    def line(self, host: str, pid: int, dev: int, msg: str) -> None:
-        p = self.procs.get((host, pid))
-        if p is None:
-            if len(self.procs) >= MAX_RANKS:  # a flood of forged processes: the first MAX_RANKS are kept
-                return
-            p = self.procs[(host, pid)] = _Proc()
-        if m := _NCCL_VERSION.match(msg):
-            p.version = m.group(1)
-        elif m := _PLUGIN.match(msg):
-            p.plugin, p.plugin_version = m.group(1), m.group(2)
-        elif m := _PLUGIN_LIB.match(msg):
-            p.plugin_lib = m.group(1)
-        elif _NO_PLUGIN.match(msg):
-            p.no_plugin = True
-        elif m := _PROVIDER.match(msg):
-            p.provider, p.fabric = m.group(1), m.group(2)
-        elif m := _NETWORK.match(msg):
-            if len(p.networks) < 64:
-                p.networks.append((dev, m.group(1).strip()))
-        elif m := _CHANNEL.search(msg):
-            src, dst, way, via = int(m.group(3)), int(m.group(5)), m.group(7), m.group(8)
-            rank = dst if way == "receive" else src
-            if rank < MAX_RANKS and (rank in self.conns or len(self.conns) < MAX_RANKS):
-                self.conns.setdefault(rank, Counter())[_via_kind(via)] += 1
-        else:
-            if (m := _INIT.search(msg)) and int(m.group(1)) < MAX_RANKS:
-                rank, dev_ = int(m.group(1)), int(m.group(3))
-                self.nranks.add(int(m.group(2)))
-                self.rank_of[(host, pid, dev_)] = rank
-                self.where.setdefault(rank, (host, pid, dev_))
-            if (m := _NNODES.search(msg)) and int(m.group(1)) < MAX_RANKS:
-                self.nnodes[int(m.group(1))] = int(m.group(3))
-
-
 def parse_nccl_tests(text: str) -> NcclTestsParse:
     """Parse one run's output (stdout and stderr together, launcher prefixes allowed). Never raises on content."""
     problems = _Problems()
@@ -382,15 +268,15 @@ def parse_nccl_tests(text: str) -> NcclTestsParse:
     oob = oob_ok = avg = None
     concluded = False
     failures: list[str] = []
-    nccl = _Nccl()
+    nccl = NcclLines()
     long_lines = 0
     for no, raw in enumerate(text.split("\n"), start=1):
         if len(raw) > MAX_LINE:
             long_lines += 1
             continue
         _pre, body = split_prefix(raw.rstrip("\r"))
-        if m := _NCCL.search(body):
-            nccl.line(m.group(1), int(m.group(2)), int(m.group(4)), m.group(6))
+        if m := NCCL_LINE.search(body):
+            nccl.line(m.group(1), int(m.group(2)), int(m.group(4)), m.group(5), m.group(6))
             if m.group(5) == "WARN" and len(failures) < 20:
                 failures.append(body.strip()[:300])
             continue
@@ -470,6 +356,7 @@ def parse_nccl_tests(text: str) -> NcclTestsParse:
         problems.add(f"{long_lines} line(s) over {MAX_LINE} characters skipped")
     if problems.dropped:
         problems.append(f"... and {problems.dropped} more problem(s)")
+    tp = nccl.transports({r.rank: (r.host, r.pid, r.device) for r in ranks.values()})
     return NcclTestsParse(
         program=program,
         version=version,
@@ -485,66 +372,7 @@ def parse_nccl_tests(text: str) -> NcclTestsParse:
         avg_busbw_gbs=avg,
         concluded=concluded,
         failures=tuple(failures),
-        nccl_versions={f"{h}:{p}": pr.version for (h, p), pr in sorted(nccl.procs.items()) if pr.version},
-        transports=_transports(ranks, nccl),
+        nccl_versions=tp.nccl_versions,
+        transports=tp.ranks,
         problems=tuple(problems),
     )
-
-
-def _transports(ranks: dict[int, RankInfo], nccl: _Nccl) -> tuple[RankTransport, ...]:
-    every = sorted(set(ranks) | set(nccl.where) | set(nccl.conns))[:MAX_RANKS]
-    hosts = {r.host for r in ranks.values()} | {w[0] for w in nccl.where.values()}
-    one_node = len(hosts) <= 1 and all(n <= 1 for n in nccl.nnodes.values())
-    out = []
-    for rank in every:
-        info, where = ranks.get(rank), nccl.where.get(rank)
-        host = info.host if info else (where[0] if where else None)
-        pid = info.pid if info else (where[1] if where else None)
-        dev = info.device if info else (where[2] if where else None)
-        proc = nccl.procs.get((host, pid)) if host is not None else None
-        conns = dict(sorted((nccl.conns.get(rank) or Counter()).items()))
-        nets = [k for k in conns if k.startswith("NET/")]
-        networks = ([n for d, n in proc.networks if d == dev] or [n for _, n in proc.networks]) if proc else []
-        network = networks[-1] if networks else None
-        plugin = None
-        if proc is not None:
-            plugin = (
-                f"{proc.plugin} (v{proc.plugin_version})"
-                if proc.plugin
-                else ("internal (no external net plugin)" if proc.no_plugin else None)
-            )
-        provider = proc.provider if proc else None
-        if len(nets) > 1:
-            transport = "mixed: " + ", ".join(_net_family(n[4:], provider) for n in nets)
-            why = f"NET connections over more than one network: {', '.join(nets)}"
-        elif nets:
-            transport = _net_family(nets[0][4:], provider)
-            why = f"{conns[nets[0]]} NET connection line(s) via {nets[0]}"
-        elif one_node and (proc is not None or info is not None):
-            intra = ", ".join(f"{k} x{v}" for k, v in conns.items()) or "no connection (one rank)"
-            transport = NONE_ONE_NODE
-            why = f"every rank on one host; intra-node: {intra}" + (
-                f"; NCCL chose network {network}" if network else ""
-            )
-        elif network:
-            transport = _net_family(network, provider)
-            why = f"no connection lines for this rank; its comm's `Using network {network}`"
-        else:
-            transport = "unknown: no NCCL INFO lines for this rank (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET?)"
-            why = "no connection lines and no `Using network` line"
-        out.append(
-            RankTransport(
-                rank,
-                host,
-                pid,
-                dev,
-                plugin,
-                provider,
-                proc.fabric if proc else None,
-                network,
-                conns,
-                transport,
-                why,
-            )
-        )
-    return tuple(out)

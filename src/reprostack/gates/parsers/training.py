@@ -5,7 +5,9 @@ Megatron driver (gates/drivers/megatron_moe.py; its docstring is the format's co
   `step 2/3 | loss 8.901234 | grad_norm 1.234 | tokens/s 52000.1 | step_ms 78.8`,
   `buffer: ElasticBuffer module=deep_ep.buffers.elastic ...`, `dispatcher: ...`, `init_checksum: 1.2e+03`,
   `transport: node=0 efa_tx_bytes=123 source=hw_counters devices=16` or `transport: node=0 no EFA device`,
-  `done: 3 steps`. Provider evidence: NCCL's OFI plugin `Selected provider is efa` (NCCL_DEBUG=INFO).
+  `done: 3 steps`. Provider evidence: NCCL's OFI plugin `Selected provider is efa` (NCCL_DEBUG=INFO); per rank
+  (`rank_transports`, both parsers): the NCCL INFO lines read by gates.parsers.transport, each process's rank
+  from NCCL's init lines of the widest communicator (Megatron's TP/EP/DP sub-groups are not the global ranks).
 NeMo-RL GRPO (nemo_rl/algorithms/grpo.py at v0.7.0, read there; nothing copied): per step a banner
   `===== Step 2/3 =====`, then `• Loss: 0.1234`, `• Avg Reward: 0.5`, `• Mean Generation Length: 312.0`,
   `• Total step time: 41.20s` and one `• <timer>: 12.34s (30.0%)` line per timer (`generation` = rollout).
@@ -20,6 +22,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from .logtext import numbered_lines
+from .transport import TransportParse, parse_transport
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 _TAG = "[megatron-moe]"
@@ -79,6 +82,7 @@ class TrainingParse:
     efa_tx_bytes: int | None = None
     transport: list[str] = field(default_factory=list)
     providers: list[str] = field(default_factory=list)
+    rank_transports: TransportParse | None = None
     finished: bool = False
     problems: list[str] = field(default_factory=list)
 
@@ -158,6 +162,7 @@ def parse_megatron(text: str, *, expected_steps: int) -> TrainingParse:
         elif _DONE.match(body):
             p.finished = True
     p.efa_tx_bytes = sum(tx.values()) if tx else None
+    p.rank_transports = parse_transport(text)
     _check_steps(p, seen, announced)
     if not p.finished:
         p.problems.append("no `done:` line: the run did not finish")
@@ -198,6 +203,7 @@ def parse_nemo_rl(text: str, *, expected_steps: int) -> TrainingParse:
                 p.finished = True
         elif m := _RGEN.search(body):
             cur.rollout_s = _f(m["v"])
+    p.rank_transports = parse_transport(text)
     _check_steps(p, seen, announced)
     if not p.finished:
         p.problems.append(f"no `Total step time` for step {expected_steps}: the run did not finish")
