@@ -299,6 +299,12 @@ class Gate:
         """Kernels (kernels/<c>.yaml) whose new revision makes this gate re-run (bump impact)."""
         return tuple(spec.kernels)
 
+    def baseline_bars(self, root: Path, spec) -> list[tuple[str, object]]:
+        """(profile name, bar) of every bar of `spec` whose threshold is a baseline (accepted earlier runs x a
+        tolerance: report.baseline), its threshold made from the runs the spec names; [] for a kind whose bars cite
+        published figures only. Raises BaselineError naming a run that cannot be used (a bump PR body shows it)."""
+        return []
+
     def launches(self, spec, opts: GateOptions | None = None) -> int:
         """How many watchdog-bounded launches one run makes (the container's time limit is that many times the
         spec's timeout, plus slack)."""
@@ -380,13 +386,15 @@ class Gate:
 
 def verdict(profile, checks: list, spec_file: str = "gates/micro.yaml") -> tuple[Result, str]:
     """(result, reason) of a run that completed. A profile whose bars are not measured never passes: a
-    failing `bars_status` check is added to `checks` (in place) and the result is FAIL with the reason
-    "profile X has no measured bar yet; numbers reported" (plus any other failed check)."""
+    failing `bars_status` check is added to `checks` (in place; its note gives the spec's `bars-status-why`) and the
+    result is FAIL with the reason "profile X has no measured bar yet; numbers reported" (plus any other failed
+    check)."""
     if profile.measured:
         return decide(checks, ran_ok=True)
     others = [c for c in checks if not c.passed]
     why = f"profile {profile.name} has no measured bar yet; numbers reported"
-    note = f"{why} ({spec_file}: bars-status)"
+    own = profile.bars_status_why
+    note = f"{why} ({spec_file}: bars-status)" + (f": {own}" if own else "")
     checks.append(evaluate("bars_status", "", profile.bars_status, "==", "measured", note=note))
     _, more = decide(others, ran_ok=True) if others else (None, "")
     return Result.FAIL, why + (f"; also: {more}" if more else "")

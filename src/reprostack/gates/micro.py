@@ -47,11 +47,12 @@ from . import arms as armsmod
 from . import metrics
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import Kernels, jit_prewarm, jit_record, nccl_words, provenance, setup_kernels, source_trees
+from .options import BASELINE_HISTORY as HISTORY
 from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .parsers.test_ep import classify_test_ep_failure
-from .spec import Profile, load_spec, resolve_bars
+from .spec import BaselineSpec, Profile, load_spec, resolve_bars
 
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
 DEFAULT_TRIALS = 5
@@ -79,7 +80,15 @@ class MicroGate(Gate):
         return (*own, "fabric") if profile is not None and profile.needs_efa and "fabric" in self.earlier else own
 
     def launches(self, spec, opts: GateOptions | None = None) -> int:
-        return 2 if opts is not None and opts.legacy else 1  # the dense arm runs inside the trials launch
+        return 2 if opts is not None and opts.legacy else 1
+
+    def baseline_bars(self, root: Path, spec) -> list[tuple[str, object]]:
+        out = []
+        for p in spec.profiles.values():
+            if any(isinstance(b.baseline, BaselineSpec) for b in p.bars):
+                resolved = resolve_bars(spec, p, root=root, stack=spec.stack or "campaign")
+                out += [(p.name, b) for b in resolved.bars if b.baseline is not None]
+        return out  # the dense arm runs inside the trials launch
 
     def kernels_line(self, spec, lock, image, mode: str) -> str:
         from .plan import built_kernels_line
@@ -139,8 +148,13 @@ class MicroGate(Gate):
             raise ReprostackError(f"--trials {trials}: give a whole number >= 1")
         if opts.num_sms is not None and not 1 <= opts.num_sms <= 1024:
             raise ReprostackError(f"--num-sms {opts.num_sms}: give a number of SMs from 1 to 1024")
-        if opts.baseline is not None and not Path(opts.baseline).is_dir():
-            raise ReprostackError(f"--baseline {opts.baseline}: not a folder of reports")
+        if opts.baseline == HISTORY:
+            if not opts.baseline_runs:  # the command layer (cmd.gate) resolves it from the history database
+                raise ReprostackError("--baseline history: no accepted run was resolved from the results history")
+        elif opts.baseline is not None and opts.baseline_runs:
+            raise ReprostackError("--baseline DIR and --baseline-run: give one of them")
+        elif opts.baseline is not None and not Path(opts.baseline).is_dir():
+            raise ReprostackError(f"--baseline {opts.baseline}: not a folder of reports (or `history`)")
         return opts.with_(trials=trials, arms=armsmod.parse_arms(",".join(opts.arms) or "deepep"))
 
     def check_request(self, st: RunState) -> None:
@@ -173,8 +187,17 @@ class MicroGate(Gate):
             armsmod.check_request(st.spec, st.profile, st.opts.arms, st.opts.legacy)
             # the baseline bars' thresholds from their accepted runs (the spec's, or --baseline DIR's): before any
             # build, a run that cannot be used is one line
-            folder = Path(st.opts.baseline) if st.opts.baseline else None
-            st.profile = resolve_bars(st.spec, st.profile, root=st.ctx.root, folder=folder, stack=st.ctx.lock.stack)
+            o = st.opts
+            folder = Path(o.baseline) if o.baseline and o.baseline != HISTORY else None
+            st.profile = resolve_bars(
+                st.spec,
+                st.profile,
+                root=st.ctx.root,
+                folder=folder,
+                stack=st.ctx.lock.stack,
+                runs=o.baseline_runs,
+                runs_from="the results history (--baseline history)" if o.baseline == HISTORY else "--baseline-run",
+            )
         return early
 
     def prepare(self, st: RunState) -> GateReport | None:

@@ -31,7 +31,7 @@ from ..launch import plan as lp
 from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
-from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import provenance, setup_kernels, source_trees
 from .options import GateOptions
 from .parsers.failure import classify_failure
@@ -168,6 +168,9 @@ class MegatronGate(Gate):
             checks += arm_checks(spec, profile, name, res["parse"], entry, st.data.get("nccl"))
             st.data.setdefault("statistics", {}).update(step_statistics(name, res["parse"]))
         checks += cross_checks(spec, profile, results)
+        cross = cross_arm(spec, results)
+        if cross is not None:  # reported with or without a bar naming it
+            st.data["cross_arm"] = cross
         return self._verdict(st, results, checks, failures)
 
     def _run_arm(self, st: RunState, plan: lp.ArmPlan) -> dict:
@@ -219,8 +222,8 @@ class MegatronGate(Gate):
                 f" — completed arm(s) {', '.join(stood)}: {done}/{len(checks)} check(s) passed" if stood else ""
             )
             result, reason = decide(checks, ran_ok=False, failure_reason=why)
-        else:
-            result, reason = decide(checks, ran_ok=True)
+        else:  # a profile without a measured bar never passes (gates.base.verdict)
+            result, reason = verdict(st.profile, checks, st.spec.path.name)
         result, reason = require_deepep_arm(result, reason, st.spec.deepep_arm, list(results))
         return GateReport(
             self.stem, st.profile.name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts
@@ -295,6 +298,18 @@ def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl:
             evaluate(f"{name}.{bar.metric}", bar.unit, m.get(bar.metric), bar.op, bar.threshold, note=bar.source)
         )
     return checks
+
+
+def cross_arm(spec: TrainingSpec, results: dict) -> dict | None:
+    """The arms' agreement when both completed: the max over steps of the relative loss difference, reported by
+    every run whether or not a bar judges it (None when an arm is missing)."""
+    a, b = spec.deepep_arm, spec.reference_arm
+    if not (a and b and a in results and b in results):
+        return None
+    return {
+        "loss_rel_diff_max": rel_diff_max(results[a]["parse"].losses, results[b]["parse"].losses),
+        "how": f"max over steps of |loss[{a}] - loss[{b}]| / loss[{b}]",
+    }
 
 
 def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:
