@@ -22,6 +22,8 @@
 # Into $OUT: gate_micro-h200.json (commit as results/bench/gate_micro-h200.json), timeline.json, bench.log,
 #   timeline.log, bench.tar (both runs' reports, raw logs and build logs).
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the lender's rule

@@ -40,7 +40,7 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
 def _gates(args, lock, root, opts) -> int:
     """`gate NAME` runs one gate (bad input: exit 2); `all-gates` runs every gate in dependency order and always
     writes one combined report (gates.runner). Then the reports, one line per gate, and the exit code."""
-    from .. import runs, ui
+    from .. import project, runs, ui
     from ..gates import registry, runner
     from ..gates.base import RunContext
     from ..gates.options import BASELINE_HISTORY, GateOptions
@@ -71,9 +71,10 @@ def _gates(args, lock, root, opts) -> int:
     if ga.baseline == BASELINE_HISTORY and not ga.baseline_runs:  # the gates never read the history: paths here
         stem = registry.gate(args.gate).stem if args.cmd == "gate" else None
         ga = ga.with_(baseline_runs=history_runs(root, opts.cache.root, lock.stack, stem, ga.profile))
+    state = project.state(root)  # the commit and whether the tree is dirty, before this run writes anything
     folder = runs.start(base, given=bool(args.out))
     out = folder.path
-    ga, ctx = ga.with_(out=out), RunContext(root, lock, opts)
+    ga, ctx = ga.with_(out=out), RunContext(root, lock, opts, project=state)
     ui.detail(f"reports will be in {out.resolve()}")
     try:
         if args.cmd == "gate":

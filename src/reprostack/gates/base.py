@@ -20,7 +20,8 @@ Everything outside the gate classes asks the object, never a kind string and nev
 The staged run (`Gate.run`, a template the kinds fill in, nox-style small stages):
   start -> sources (fetch/patch/verify, or the image's manifest) -> skip (no profile or hardware for it: SKIP with
   the reason, never a pass) -> prepare (kernels, tools) -> launch (the plan's own commands for this node) -> judge
-  (parse, checks, verdict) -> finish (timings, times, data).
+  (parse, checks, verdict) -> finish (timings, times, data, `provenance.project`: the commit and whether the tree
+  was dirty, reprostack.project).
 
 Invariants: a gate class never imports another gate's module; the registry is the only list of gates; a stage
 returns a report to end the run early (skip, error) or None to go on; bad operator input raises ReprostackError
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from .. import hostinfo
+from .. import hostinfo, project
 from ..errors import GateError
 from ..report import GateReport, Result, decide, evaluate, skipped, utc_now
 from .options import GateOptions
@@ -126,6 +127,9 @@ class RunContext:
     root: Path
     lock: object
     fetch: object = None  # sources.FetchOptions
+    # provenance.project of the run (reprostack.project.state), read by the command before it wrote anything; None:
+    # read when the gate's run starts
+    project: dict | None = None
 
     @property
     def cache_root(self) -> Path:
@@ -158,6 +162,7 @@ class RunState:
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
     scratch: dict = field(default_factory=dict)  # a kind's own values between its stages
+    project: dict = field(default_factory=dict)  # provenance.project: the commit and whether the tree was dirty
 
     @property
     def out_dir(self) -> Path:
@@ -177,8 +182,10 @@ class RunState:
         return GateReport(self.gate.stem, self.profile.name, Result.ERROR, why, provenance=self.prov)
 
     def finish(self, report: GateReport) -> GateReport:
-        """The report with this run's data, times and duration (every report of a run ends here)."""
+        """The report with this run's data, times, duration and project commit (every report of a run ends here)."""
         self.timings["total_s"] = round(time.monotonic() - self.t0, 2)
+        if self.project:
+            report.provenance.setdefault("project", self.project)
         report.data = {**self.data, **report.data}
         report.started, report.ended, report.duration_s = self.started, utc_now(), self.timings["total_s"]
         return report
@@ -329,6 +336,7 @@ class Gate:
         """Run the gate here (host mode) and return its report, not yet written. Raises ReprostackError only for
         operator errors found before anything ran."""
         st = RunState(self, self.check_options(opts), ctx)
+        st.project = ctx.project if ctx.project is not None else project.state(ctx.root)
         st.spec = self.spec_for(ctx.root, ctx.lock)
         self.check_request(st)
         st.host = hostinfo.collect()
