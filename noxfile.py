@@ -273,6 +273,14 @@ def verify(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def verify_report(session: nox.Session) -> None:
+    """Re-derive gate reports from their raw logs and trace them to commits (`-- [DIR...] [--json FILE] [-q]`; no DIR:
+    results/). Fails (1) when a report does not hold, (2) on bad input."""
+    _install(session)
+    session.run("reprostack", "verify-report", *session.posargs)
+
+
+@nox.session(default=False)
 def bump(session: nox.Session) -> None:
     """Move a git pin to its policy target and replay its series (`-- UPSTREAM [--to REF] [--branch B]
     [--no-commit] [--allow-rewind] [--lock FILE] [--mirror U=P]`): writes upstreams.lock and refreshed patches,

@@ -29,6 +29,7 @@ from .cmd import (
     preflight,
     stacks,
     verify,
+    verify_report,
 )
 from .errors import FetchError, ReprostackError, SourceUnreachable
 from .gitcmd import GitFailed
@@ -51,6 +52,7 @@ COMMANDS = {
     "preflight": preflight,
     "bench": bench,
     "verify": verify,
+    "verify-report": verify_report,
     "history": history,
 }
 

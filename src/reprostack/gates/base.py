@@ -312,6 +312,21 @@ class Gate:
         published figures only. Raises BaselineError naming a run that cannot be used (a bump PR body shows it)."""
         return []
 
+    def rederive(self, doc: dict, folder: Path, spec: dict | None):
+        """What this kind re-derives of one of its reports (report.rederive.Rederived): from the raw logs the report
+        keeps in `folder`, each check's value, each statistic's samples and the fields it names; from `spec` (the
+        mapping of the gate spec the report records by sha256, None when unreadable) each bar's threshold and whether
+        the profile is unmeasured. Raises report.rederive.RederiveError naming a log that cannot be read. This
+        default re-derives nothing from logs and says so (a note, never a silent pass)."""
+        from ..report.rederive import Rederived, spec_profile
+
+        _, unmeasured = spec_profile(
+            spec, doc.get("profile", ""), (doc.get("provenance") or {}).get("stack") or "campaign"
+        )
+        return Rederived(
+            unmeasured=unmeasured, notes=[f"gate kind {type(self).__name__}: no raw-log re-derivation yet"]
+        )
+
     def launches(self, spec, opts: GateOptions | None = None) -> int:
         """How many watchdog-bounded launches one run makes (the container's time limit is that many times the
         spec's timeout, plus slack)."""
