@@ -281,6 +281,14 @@ def verify_report(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The docs' figures from results/ (README result lines, docs/stacks.md tables, the bench table); `-- --check`
+    writes nothing and fails when a committed block differs from what results/ gives (CI)."""
+    _install(session)
+    session.run("reprostack", "docs", *session.posargs)
+
+
+@nox.session(default=False)
 def bump(session: nox.Session) -> None:
     """Move a git pin to its policy target and replay its series (`-- UPSTREAM [--to REF] [--branch B]
     [--no-commit] [--allow-rewind] [--lock FILE] [--mirror U=P]`): writes upstreams.lock and refreshed patches,

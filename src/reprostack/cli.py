@@ -16,6 +16,7 @@ import traceback
 from .cmd import (
     all_gates,
     bench,
+    docs,
     build,
     bump,
     bundle,
@@ -53,6 +54,7 @@ COMMANDS = {
     "bench": bench,
     "verify": verify,
     "verify-report": verify_report,
+    "docs": docs,
     "history": history,
 }
 

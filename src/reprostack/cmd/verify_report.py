@@ -32,30 +32,10 @@ def add_arguments(p) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print only the reports that do not hold")
 
 
-def reports_under(folders: list[Path]) -> list[Path]:
-    """Every `*.json` under the folders (a file named is taken as is) that is a gate report (an object with `gate`,
-    `result` and `checks`), sorted; other JSON (summaries, AIPerf exports, bench results) is passed over."""
-    from ..report.rederive import RederiveError, load
-
-    out = []
-    for f in folders:
-        files = [f] if f.is_file() else sorted(p for p in f.rglob("*.json") if p.is_file() and not p.is_symlink())
-        for p in files:
-            try:
-                d = load(p)
-            except RederiveError:
-                if f.is_file():
-                    out.append(p)  # named directly: its line says why it cannot be read
-                continue
-            if "gate" in d and "result" in d and "checks" in d or f.is_file():
-                out.append(p)
-    return out
-
-
 def run(args) -> int:
     from .. import paths, ui
     from ..gates import registry
-    from ..report.rederive import RederiveError, Rederived, verify
+    from ..report.rederive import RederiveError, Rederived, reports_under, verify
     from ..report.trace import Versions, read_corrections
 
     root = paths.project_root()

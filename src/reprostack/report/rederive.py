@@ -151,6 +151,24 @@ def load(path: Path) -> dict:
     return doc
 
 
+def reports_under(folders: list[Path]) -> list[Path]:
+    """Every `*.json` under the folders (a file named is taken as is) that is a gate report (an object with `gate`,
+    `result` and `checks`), sorted; other JSON (summaries, AIPerf exports, bench results) is passed over."""
+    out = []
+    for f in folders:
+        files = [f] if f.is_file() else sorted(p for p in f.rglob("*.json") if p.is_file() and not p.is_symlink())
+        for p in files:
+            try:
+                d = load(p)
+            except RederiveError:
+                if f.is_file():
+                    out.append(p)  # named directly: its line says why it cannot be read
+                continue
+            if "gate" in d and "result" in d and "checks" in d or f.is_file():
+                out.append(p)
+    return out
+
+
 def log_text(folder: Path, doc: dict, prefix: str, names: list[str]) -> str:
     """The text of the kept logs `<prefix>/<name>` (one per name, in that order) the report's artifacts list,
     joined as the gate joined them. Raises RederiveError for one that is not listed or not kept."""
