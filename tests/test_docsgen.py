@@ -27,6 +27,7 @@ def test_the_committed_docs_are_what_results_give(capsys, monkeypatch):
     readme = (ROOT / "README.md").read_text()
     assert "| `results/gate_micro/2026-12-02-h200-ep1-k5/micro.json` | micro [h200-ep1] | campaign | PASS |" in readme
     assert "| every committed run (code versions mixed) |" in readme
+    assert "$ reprostack history --no-plots --db /tmp/h.sqlite3   # on the committed results/\nhistory: " in readme
 
 
 def project(tmp_path: Path, block: str) -> Path:
@@ -84,7 +85,7 @@ def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path,
     [
         (
             OPEN.format("nonesuch", "nonesuch"),
-            "README.md: block `nonesuch`: no such generator (results, bench, compare)",
+            "README.md: block `nonesuch`: no such generator (results, bench, compare, history)",
         ),
         (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
         (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),

@@ -17,6 +17,8 @@ Generators:
   dropped), its cold and warm seconds, verdicts and machine identity as recorded, then per code version (the
   project commit the bench recorded, else its one invocation) and over every run the median with min/max and n
   (report.benchstats): never the fastest run alone;
+- `history` (added by the command, from the layer above: reprostack.cmd.docs): `reprostack history`'s summary of
+  results/ (a fresh database in a temporary folder), in a code block;
 - `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
   (mean [95% CI] n), the NCCL each mapped, the verdict against its bar, the run's seconds.
 
@@ -186,8 +188,10 @@ def gen_compare(root: Path, args: list[str]) -> str:
 GENERATORS = {"results": gen_results, "bench": gen_bench, "compare": gen_compare}
 
 
-def render(root: Path, rel: str) -> tuple[str, str, list[str]]:
-    """(the file's text, the text with every block generated, the names of the blocks that differ)."""
+def render(root: Path, rel: str, extra: dict | None = None) -> tuple[str, str, list[str]]:
+    """(the file's text, the text with every block generated, the names of the blocks that differ); `extra`: more
+    generators, from the layers above (the command adds `history`)."""
+    gens = {**GENERATORS, **(extra or {})}
     path = Path(root) / rel
     try:
         text = path.read_text()
@@ -197,9 +201,9 @@ def render(root: Path, rel: str) -> tuple[str, str, list[str]]:
 
     def fill(m: re.Match) -> str:
         name, args = m.group("name"), m.group("args").split()
-        gen = GENERATORS.get(name)
+        gen = gens.get(name)
         if gen is None:
-            raise DocsError(f"{rel}: block `{name}`: no such generator ({', '.join(GENERATORS)})")
+            raise DocsError(f"{rel}: block `{name}`: no such generator ({', '.join(gens)})")
         body = gen(Path(root), args)
         if body != m.group("body"):
             changed.append(" ".join([name, *args]))
@@ -211,13 +215,13 @@ def render(root: Path, rel: str) -> tuple[str, str, list[str]]:
     return text, new, changed
 
 
-def generate(root: Path, *, check: bool) -> list[Drift]:
+def generate(root: Path, *, check: bool, extra: dict | None = None) -> list[Drift]:
     """Every doc's blocks; written unless `check`. Returns the blocks that differed."""
     from ..atomicfile import write_text_atomic
 
     drift = []
     for rel in DOCS:
-        old, new, changed = render(root, rel)
+        old, new, changed = render(root, rel, extra)
         drift += [Drift(rel, b) for b in changed]
         if changed and not check:
             write_text_atomic(Path(root) / rel, new)
