@@ -244,7 +244,8 @@ def all_gates(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """issue 17's benchmark: `reprostack bench gate_micro` runs gate micro cold (fresh cache dir; the wheelhouse of
     REPROSTACK_WHEELHOUSE is pre-seeded and the output says so) then warm, and writes results/bench/gate_micro-<host>.json
-    (`-- [--host H] [-- GATE OPTIONS]`); `-- cpu [--host H]` times the CPU side instead (results/bench/cpu-<host>.json).
+    (`-- [--host H] [--repeat N] [-- GATE OPTIONS]`: N cold+warm pairs, every run recorded, the median the headline);
+    `-- cpu [--host H]` times the CPU side instead (results/bench/cpu-<host>.json).
     Fails when the cold and warm verdicts differ. Not a timed test: the figures are committed, never asserted."""
     _install(session)
     args = list(session.posargs)

@@ -26,6 +26,13 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--lock", default=None)
     p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gate_micro: N cold+warm pairs, each cold on a fresh cache; every run recorded, the median the headline",
+    )
+    p.add_argument(
         "--mirror", action="append", default=[], metavar="URL=PATH", help="cpu: mirror (also $REPROSTACK_MIRRORS)"
     )
     p.set_defaults(gate_args=[])  # what follows `--` (the gate's own options), split off in cli.main()
@@ -47,5 +54,11 @@ def run(args) -> int:
         )
         return 0
     return bench.bench_gate(
-        "micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro", host=args.host
+        "micro",
+        rest,
+        lock=lock,
+        out_dir=Path(args.results),
+        work=Path(args.work) / "gate_micro",
+        host=args.host,
+        repeat=args.repeat,
     )[1]
