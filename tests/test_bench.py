@@ -120,3 +120,36 @@ def test_bench_repeat_records_every_run_and_heads_with_the_median(project, tmp_p
     p = cli(root, "bench", "gate_micro", "--repeat", "0", "--results", "res2", "--work", "w2")
     assert p.returncode == 2 and p.stderr.strip() == "reprostack: error: --repeat 0: at least 1"
     assert not (root / "res2").exists()
+
+
+def test_bench_from_nothing_makes_a_venv_installs_and_runs_beside_the_seeded_cold(project):
+    """`--from-nothing`: a fresh venv, this source checkout installed by pip (pip's configured index: no wheelhouse
+    given), then the gate by that venv's Python on its own fresh cache; each step timed and the total reported
+    beside the seeded cold run, never instead of it."""
+    root, _, _ = project
+    p = cli(
+        root,
+        "bench",
+        "gate_micro",
+        "--from-nothing",
+        "--host",
+        "h",
+        "--results",
+        "res",
+        "--work",
+        "w",
+        PATH="/usr/bin:/bin",
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads((root / "res" / "gate_micro-h.json").read_text())
+    fn = res["repeats"][0]["from_nothing"]
+    venv = root / "w" / "gate_micro" / "nothing-venv"
+    assert (venv / "bin" / "reprostack").exists()  # installed, not borrowed from this interpreter
+    assert fn["run"]["result"] == "skip" and fn["run"]["report"] == str(
+        root / "w" / "gate_micro" / "nothing" / "run" / "micro.json"
+    )
+    assert fn["total_s"] == round(fn["venv_s"] + fn["install_s"] + fn["gate_s"], 2) and fn["install_s"] > 0
+    assert fn["wheels_from"] == "pip's configured index"
+    assert res["cold_from_nothing_s"] == fn["total_s"] and res["cold_from_nothing"]["n"] == 1
+    assert res["cold_s"] == res["repeats"][0]["cold_s"]  # the seeded cold run is still there, beside it
+    assert "bench gate_micro: from nothing " in p.stdout

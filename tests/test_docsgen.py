@@ -119,6 +119,7 @@ def test_bench_runs_are_every_run_once_grouped_by_recorded_code(tmp_path):
         {"cold_s": c, "warm_s": w, "verdict": {"cold": "pass", "warm": "pass"}}
         for c, w in ((120, 25), (110, 27), (130, 26))
     ]
+    reps[1]["from_nothing"] = {"total_s": 300.0}
     proj = {"commit": "a" * 40, "dirty": False}
     bench_file(b / "x" / "gate_micro-h200.json", repeats=reps, project=proj, cold_s=120, warm_s=26)
     shutil.copy(b / "x" / "gate_micro-h200.json", b / "gate_micro-h200.json")  # the latest, kept at the top: once
@@ -135,6 +136,7 @@ def test_bench_runs_are_every_run_once_grouped_by_recorded_code(tmp_path):
         ("results/bench/y", 90.0),
     ]
     assert spread([r.cold_s for r in runs if r.group.startswith("project")]) == "120 [110, 130] n=3"
+    assert [r.from_nothing_s for r in runs] == [None, 300.0, None, None]  # measured only where the run did it
     assert summary([]) is None and spread([None]) == "—"
 
 

@@ -84,10 +84,16 @@ def _report(out: Path, gate: str) -> dict:
         ) from None
 
 
-def _one(gate: str, gate_args: list[str], kind: str, out: Path, env: dict) -> tuple[dict, dict]:
-    """One benched process (`reprostack gate GATE` into `out`): its record and its report."""
+def _one(
+    gate: str, gate_args: list[str], kind: str, out: Path, env: dict, python: str | None = None
+) -> tuple[dict, dict]:
+    """One benched process (`reprostack gate GATE` into `out`, by `python`: default this one): its record and its
+    report."""
     out.mkdir(parents=True)
-    wall, rc = _timed(_cli("gate", gate, "--out", str(out), *gate_args), env, out / "cli.log")
+    argv = _cli("gate", gate, "--out", str(out), *gate_args)
+    if python:
+        argv[0] = python
+    wall, rc = _timed(argv, env, out / "cli.log")
     rep = _report(out, gate)
     run = {
         "wall_s": wall,
@@ -107,6 +113,53 @@ def _one(gate: str, gate_args: list[str], kind: str, out: Path, env: dict) -> tu
     return run, rep
 
 
+def install_source() -> Path:
+    """What a from-nothing run installs: the project checkout if it holds pyproject.toml, else the source checkout
+    this reprostack runs from. Raises ReprostackError when neither is one (an installed wheel has no source)."""
+    for p in (paths.project_root(), Path(__file__).resolve().parents[2]):
+        if (p / "pyproject.toml").is_file() and (p / "src" / "reprostack").is_dir():
+            return p
+    raise ReprostackError("--from-nothing: no source checkout of reprostack to install (no pyproject.toml)")
+
+
+def _from_nothing(gate: str, gate_args: list[str], base: Path, env: dict) -> dict:
+    """A cold run from nothing: a fresh venv, the project installed into it (`pip install` of the source checkout;
+    its wheels from the wheelhouse when one is given, `--no-index`, else from pip's configured index), then the gate
+    by that venv's Python on its own fresh cache dir (sources from the mirrors or the bundle the gate options
+    name). Each step timed; `total_s` is what a user with nothing but the checkout and the sources waits."""
+    venv = base / "nothing-venv"
+    cache = base / "nothing-cache"
+    cache.mkdir(parents=True)
+    e = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}  # nothing but the venv's own
+    e[paths.CACHE_ENV] = str(cache)
+    houses = [h for h in env.get("REPROSTACK_WHEELHOUSE", "").split(os.pathsep) if h]
+    out = base / "nothing"
+    out.mkdir(parents=True)
+    venv_s, rc = _timed([sys.executable, "-m", "venv", str(venv)], e, out / "venv.log")
+    if rc != 0:
+        raise ReprostackError(f"--from-nothing: python -m venv exit {rc}; log {out}/venv.log")
+    py = str(venv / "bin" / "python")
+    where = [a for h in houses for a in ("--find-links", h)]
+    pip = [py, "-m", "pip", "install", "--quiet", *(["--no-index", *where] if houses else []), str(install_source())]
+    install_s, rc = _timed(pip, e, out / "install.log")
+    if rc != 0:
+        raise ReprostackError(f"--from-nothing: pip install exit {rc}; log {out}/install.log")
+    run, _ = _one(gate, gate_args, "from nothing", out / "run", e, python=py)
+    total = round(venv_s + install_s + run["wall_s"], 2)
+    print(
+        f"bench gate_{gate}: from nothing {total} s (venv {venv_s} s, install {install_s} s, gate {run['wall_s']} s)",
+        flush=True,
+    )
+    return {
+        "venv_s": venv_s,
+        "install_s": install_s,
+        "gate_s": run["wall_s"],
+        "total_s": total,
+        "wheels_from": "wheelhouse " + os.pathsep.join(houses) if houses else "pip's configured index",
+        "run": run,
+    }
+
+
 def bench_gate(
     gate: str,
     gate_args: list[str],
@@ -116,6 +169,7 @@ def bench_gate(
     work: Path,
     host: str | None = None,
     repeat: int = 1,
+    from_nothing: bool = False,
 ) -> tuple[dict, int]:
     """Run `gate` cold then warm, `repeat` times, each cold on a fresh cache dir (see the module doc); returns
     (result dict, exit code) and writes the JSON: every run in `repeats`, the headline `cold_s` / `warm_s` the
@@ -144,6 +198,7 @@ def bench_gate(
             flush=True,
         )
         runs = {}
+        nothing = _from_nothing(gate, gate_args, base, env) if from_nothing else None
         for kind in ("cold", "warm"):
             runs[kind], rep = _one(gate, gate_args, kind, base / kind, env)
             host_info = rep.get("provenance", {}).get("host")
@@ -158,11 +213,19 @@ def bench_gate(
                 "verdict": {"cold": runs["cold"]["result"], "warm": runs["warm"]["result"], "same": same},
                 "host_identity": (host_info or {}).get("identity"),
                 "runs": runs,
+                **({"from_nothing": nothing} if nothing else {}),
             }
         )
     cold, warm = summary([r["cold_s"] for r in repeats]), summary([r["warm_s"] for r in repeats])
     same = all(r["verdict"]["same"] for r in repeats) and len({r["verdict"]["cold"] for r in repeats}) == 1
     label = host_label(host)
+    nothing_fields = {}
+    if from_nothing:  # beside the seeded cold run, never instead of it
+        t = [r["from_nothing"]["total_s"] for r in repeats]
+        nothing_fields = {
+            "cold_from_nothing_s": summary(t)["median"],
+            "cold_from_nothing": {**summary(t), "samples": t},
+        }
     res = {
         "bench": f"gate_{gate}",
         "host": label,
@@ -177,6 +240,7 @@ def bench_gate(
         "warm_s": warm["median"],
         "cold": {**cold, "samples": [r["cold_s"] for r in repeats]},
         "warm": {**warm, "samples": [r["warm_s"] for r in repeats]},
+        **nothing_fields,
         "headline": "the median of every run (cold_s, warm_s); min, max and n beside it",
         "verdict": {"cold": repeats[0]["verdict"]["cold"], "warm": repeats[0]["verdict"]["warm"], "same": same},
         "targets_s": TARGETS,

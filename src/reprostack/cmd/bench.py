@@ -35,6 +35,12 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--mirror", action="append", default=[], metavar="URL=PATH", help="cpu: mirror (also $REPROSTACK_MIRRORS)"
     )
+    p.add_argument(
+        "--from-nothing",
+        action="store_true",
+        help="gate_micro: also a cold run from nothing (fresh venv, the project installed, then the gate on a fresh "
+        "cache), reported beside the cold run with the seeded setup",
+    )
     p.set_defaults(gate_args=[])  # what follows `--` (the gate's own options), split off in cli.main()
 
 
@@ -61,4 +67,5 @@ def run(args) -> int:
         work=Path(args.work) / "gate_micro",
         host=args.host,
         repeat=args.repeat,
+        from_nothing=args.from_nothing,
     )[1]

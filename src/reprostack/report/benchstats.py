@@ -34,6 +34,7 @@ class BenchRun:
     verdict: str
     machine: str
     seeded: int | None = None  # wheels pre-seeded in the wheelhouse (not in the cold figure); None: not recorded
+    from_nothing_s: float | None = None  # fresh venv + install + the gate on a fresh cache; None: not measured
 
 
 def _f(v) -> float | None:
@@ -60,17 +61,26 @@ def machine(inventory) -> str:
     return f"not recorded (host name {inv.get('hostname', '?')}, GPU bus {bus or '?'})"
 
 
-def _runs_of(doc: dict) -> list[tuple[float | None, float | None, str]]:
+def _runs_of(doc: dict) -> list[tuple]:
+    """(cold s, warm s, verdicts, from-nothing s) of every run a bench file records."""
     reps = doc.get("repeats")
     if isinstance(reps, list) and reps:
         out = []
         for r in reps:
             if isinstance(r, dict):
                 v = r.get("verdict") if isinstance(r.get("verdict"), dict) else {}
-                out.append((_f(r.get("cold_s")), _f(r.get("warm_s")), f"{v.get('cold')} / {v.get('warm')}"))
+                fn = r.get("from_nothing") if isinstance(r.get("from_nothing"), dict) else {}
+                out.append(
+                    (
+                        _f(r.get("cold_s")),
+                        _f(r.get("warm_s")),
+                        f"{v.get('cold')} / {v.get('warm')}",
+                        _f(fn.get("total_s")),
+                    )
+                )
         return out
     v = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
-    return [(_f(doc.get("cold_s")), _f(doc.get("warm_s")), f"{v.get('cold')} / {v.get('warm')}")]
+    return [(_f(doc.get("cold_s")), _f(doc.get("warm_s")), f"{v.get('cold')} / {v.get('warm')}", None)]
 
 
 def bench_runs(folder: Path, skipped: list | None = None) -> list[BenchRun]:
@@ -101,7 +111,7 @@ def bench_runs(folder: Path, skipped: list | None = None) -> list[BenchRun]:
             if commit
             else p.parent.relative_to(root).as_posix()
         )
-        for cold, warm, verdict in _runs_of(doc):
+        for cold, warm, verdict, nothing in _runs_of(doc):
             out.append(
                 BenchRun(
                     p.relative_to(root).as_posix(),
@@ -112,6 +122,7 @@ def bench_runs(folder: Path, skipped: list | None = None) -> list[BenchRun]:
                     verdict,
                     machine(doc.get("host_inventory")),
                     len(doc["wheelhouse_preseeded"]) if isinstance(doc.get("wheelhouse_preseeded"), list) else None,
+                    nothing,
                 )
             )
     return sorted(out, key=lambda r: (r.group, r.date, r.path))

@@ -118,23 +118,32 @@ def gen_results(root: Path, args: list[str]) -> str:
 def gen_bench(root: Path, args: list[str]) -> str:
     runs = bench_runs(root / "results" / "bench")
     rows = [
-        "| bench run | date | cold s | warm s | verdict cold / warm | wheels pre-seeded | machine (recorded) |",
-        "|---|---|---|---|---|---|---|",
+        "| bench run | date | cold s | warm s | cold from nothing s | verdict cold / warm | wheels pre-seeded | "
+        "machine (recorded) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         rows.append(
-            f"| `{r.path}` | {r.date} | {_num(r.cold_s)} | {_num(r.warm_s)} | {r.verdict} | "
+            f"| `{r.path}` | {r.date} | {_num(r.cold_s)} | {_num(r.warm_s)} | "
+            f"{'not measured' if r.from_nothing_s is None else _num(r.from_nothing_s)} | {r.verdict} | "
             f"{'not recorded' if r.seeded is None else r.seeded} | {r.machine} |"
         )
-    rows += ["", "| runs of one code | cold s: median [min, max] n | warm s: median [min, max] n |", "|---|---|---|"]
+    rows += [
+        "",
+        "| runs of one code | cold s: median [min, max] n | warm s: median [min, max] n | cold from nothing s |",
+        "|---|---|---|---|",
+    ]
     groups: dict[str, list] = {}
     for r in runs:
         groups.setdefault(r.group, []).append(r)
     for g, rs in groups.items():
-        rows.append(f"| `{g}` | {spread([r.cold_s for r in rs])} | {spread([r.warm_s for r in rs])} |")
+        rows.append(
+            f"| `{g}` | {spread([r.cold_s for r in rs])} | {spread([r.warm_s for r in rs])} | "
+            f"{spread([r.from_nothing_s for r in rs])} |"
+        )
     rows.append(
         f"| every committed run (code versions mixed) | {spread([r.cold_s for r in runs])} | "
-        f"{spread([r.warm_s for r in runs])} |"
+        f"{spread([r.warm_s for r in runs])} | {spread([r.from_nothing_s for r in runs])} |"
     )
     return "\n".join(rows) + "\n"
 
