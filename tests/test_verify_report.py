@@ -409,3 +409,31 @@ def test_a_malformed_corrections_file_is_file_line_and_exit_2(tmp_path, capsys, 
     lines = out.err.strip().splitlines()
     assert len(lines) == 1 and "provenance-corrections.yaml" in lines[0] and why in lines[0], lines
     assert out.out == ""
+
+
+def test_a_profile_with_its_own_backend_assertion_is_rederived_with_it(tmp_path):
+    """A serving profile that carries its own backend assertion (issue 28's h200-ep1: no provider line on one GPU)
+    is re-derived with that assertion, not the spec's: every check value comes back from the logs."""
+    from reprostack.gates.aiperftool import ensure_aiperf
+    from reprostack.lock import load
+    from reprostack.report import write_reports
+    from test_gate_serving import TOOLS
+    from test_gate_serving_h200 import TEST_PROFILE, root_with, run
+
+    lock = load(ROOT / "upstreams.lock")
+    ensure_aiperf(lock, TOOLS, ROOT)
+    i = TEST_PROFILE.index("    engaged:\n")
+    profile = TEST_PROFILE[:i].replace(
+        "{name: ElasticBuffer construction, pattern: 'Initializing EP elastic buffer'",
+        "{name: EP buffer (profile's own), pattern: 'Initializing EP elastic buffer'",
+    )
+    root = root_with(tmp_path, profile)
+    commit_all(root)
+    out = tmp_path / "out"
+    rep = run(root, lock, out, trials=1, arms=["deepep"])
+    assert "deepep.backend.EP buffer (profile's own)" in {c.metric for c in rep.checks}, rep.reason
+    write_reports([rep], out)
+    o = verify(out / "vllm.json", root=root, versions=Versions.read(root), corrections=[], rederive=rederive)
+    assert o.ok, o.problems
+    valued = [c for c in rep.checks if c.metric != "bars_status"]
+    assert f"{len(valued)} check value(s) re-derived from the logs" in o.rederived, (o.rederived, valued)

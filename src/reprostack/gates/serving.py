@@ -563,7 +563,8 @@ def _rederive_backend(got, doc: dict, folder: Path, spec: dict | None, prof: dic
     from .parsers.servelog import Requirement, assert_backend
 
     logs = kept_logs(doc, stem, lambda p: p == f"{stem}/server.{arm}.log" or p.startswith(f"{stem}/server.{arm}.node"))
-    ba = (spec or {}).get("backend-assertion") or {}
+    own = (prof or {}).get("backend-assertion")  # the profile's own assertion, else the spec's (ServingSpec.assertion)
+    ba = own if isinstance(own, dict) else (spec or {}).get("backend-assertion") or {}
     try:
         reqs = {
             k: [Requirement(r["name"], r["pattern"], r.get("scope", "all")) for r in ba.get(k) or []]
