@@ -17,6 +17,8 @@ Generators:
   dropped), its cold and warm seconds, verdicts and machine identity as recorded, then per code version (the
   project commit the bench recorded, else its one invocation) and over every run the median with min/max and n
   (report.benchstats): never the fastest run alone;
+- `history-bench`: every committed history benchmark (results/bench/history-*.json): the commit it ran, the
+  reports, ingest and page seconds as median [min, max] n;
 - `history` (added by the command, from the layer above: reprostack.cmd.docs): `reprostack history`'s summary of
   results/ (a fresh database in a temporary folder), in a code block;
 - `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
@@ -148,6 +150,34 @@ def gen_bench(root: Path, args: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _med(s) -> str:
+    if not isinstance(s, dict) or not isinstance(s.get("median"), (int, float)):
+        return "—"
+    return f"{_num(s['median'])} [{_num(s.get('min'))}, {_num(s.get('max'))}] n={s.get('n')}"
+
+
+def gen_history_bench(root: Path, args: list[str]) -> str:
+    """Every committed `reprostack history` benchmark (results/bench/history-*.json, scripts/bench_history.py): the
+    code it ran (commit), the reports, ingest and page seconds as median [min, max] n."""
+    rows = [
+        "| history bench | code (commit) | reports | ingest s: median [min, max] n | page s: median [min, max] n |",
+        "|---|---|---|---|---|",
+    ]
+    for p in sorted((root / "results" / "bench").glob("history-*.json")):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise DocsError(f"block `history-bench`: {p.relative_to(root)}: not JSON ({e})") from None
+        if not isinstance(doc, dict) or doc.get("bench") != "history":
+            continue
+        commit = str(doc.get("commit") or "?")[:8] + (" (dirty)" if doc.get("dirty") else "")
+        rows.append(
+            f"| `{p.relative_to(root).as_posix()}` | {commit} | {doc.get('reports')} | {_med(doc.get('ingest_s'))} | "
+            f"{_med(doc.get('page_s'))} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 _COMPARE = (
     ("D+C p50 (us)", "dc_p50_us"),
     ("dispatch p50 (us)", "dispatch_p50_us"),
@@ -194,7 +224,12 @@ def gen_compare(root: Path, args: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
-GENERATORS = {"results": gen_results, "bench": gen_bench, "compare": gen_compare}
+GENERATORS = {
+    "results": gen_results,
+    "bench": gen_bench,
+    "history-bench": gen_history_bench,
+    "compare": gen_compare,
+}
 
 
 def render(root: Path, rel: str, extra: dict | None = None) -> tuple[str, str, list[str]]:
