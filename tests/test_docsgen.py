@@ -120,6 +120,7 @@ def test_bench_runs_are_every_run_once_grouped_by_recorded_code(tmp_path):
         for c, w in ((120, 25), (110, 27), (130, 26))
     ]
     reps[1]["from_nothing"] = {"total_s": 300.0}
+    reps[0]["runs"] = {"cold": {"stages_s": {"test_s": 30.0, "deepep_build_s": 70.0, "bad": "x"}}}
     proj = {"commit": "a" * 40, "dirty": False}
     bench_file(b / "x" / "gate_micro-h200.json", repeats=reps, project=proj, cold_s=120, warm_s=26)
     shutil.copy(b / "x" / "gate_micro-h200.json", b / "gate_micro-h200.json")  # the latest, kept at the top: once
@@ -137,6 +138,8 @@ def test_bench_runs_are_every_run_once_grouped_by_recorded_code(tmp_path):
     ]
     assert spread([r.cold_s for r in runs if r.group.startswith("project")]) == "120 [110, 130] n=3"
     assert [r.from_nothing_s for r in runs] == [None, 300.0, None, None]  # measured only where the run did it
+    assert runs[0].stages == (("cold", {"test_s": 30.0, "deepep_build_s": 70.0}),)
+    assert [r.stages for r in runs][-1] == ()  # a run without stage times shows none, never zeros
     assert summary([]) is None and spread([None]) == "—"
 
 

@@ -35,6 +35,7 @@ class BenchRun:
     machine: str
     seeded: int | None = None  # wheels pre-seeded in the wheelhouse (not in the cold figure); None: not recorded
     from_nothing_s: float | None = None  # fresh venv + install + the gate on a fresh cache; None: not measured
+    stages: tuple = ()  # ((kind, {stage: seconds}), ...): the gate report's data.timings_s of the cold and warm run
 
 
 def _f(v) -> float | None:
@@ -61,8 +62,18 @@ def machine(inventory) -> str:
     return f"not recorded (host name {inv.get('hostname', '?')}, GPU bus {bus or '?'})"
 
 
+def _stages(runs) -> tuple:
+    runs = runs if isinstance(runs, dict) else {}
+    out = []
+    for kind in ("cold", "warm"):
+        st = (runs.get(kind) or {}).get("stages_s") if isinstance(runs.get(kind), dict) else None
+        if isinstance(st, dict):
+            out.append((kind, {k: v for k, v in st.items() if _f(v) is not None}))
+    return tuple(out)
+
+
 def _runs_of(doc: dict) -> list[tuple]:
-    """(cold s, warm s, verdicts, from-nothing s) of every run a bench file records."""
+    """(cold s, warm s, verdicts, from-nothing s, stages) of every run a bench file records."""
     reps = doc.get("repeats")
     if isinstance(reps, list) and reps:
         out = []
@@ -76,11 +87,20 @@ def _runs_of(doc: dict) -> list[tuple]:
                         _f(r.get("warm_s")),
                         f"{v.get('cold')} / {v.get('warm')}",
                         _f(fn.get("total_s")),
+                        _stages(r.get("runs")),
                     )
                 )
         return out
     v = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
-    return [(_f(doc.get("cold_s")), _f(doc.get("warm_s")), f"{v.get('cold')} / {v.get('warm')}", None)]
+    return [
+        (
+            _f(doc.get("cold_s")),
+            _f(doc.get("warm_s")),
+            f"{v.get('cold')} / {v.get('warm')}",
+            None,
+            _stages(doc.get("runs")),
+        )
+    ]
 
 
 def bench_runs(folder: Path, skipped: list | None = None) -> list[BenchRun]:
@@ -111,7 +131,7 @@ def bench_runs(folder: Path, skipped: list | None = None) -> list[BenchRun]:
             if commit
             else p.parent.relative_to(root).as_posix()
         )
-        for cold, warm, verdict, nothing in _runs_of(doc):
+        for cold, warm, verdict, nothing, stages in _runs_of(doc):
             out.append(
                 BenchRun(
                     p.relative_to(root).as_posix(),
@@ -123,6 +143,7 @@ def bench_runs(folder: Path, skipped: list | None = None) -> list[BenchRun]:
                     machine(doc.get("host_inventory")),
                     len(doc["wheelhouse_preseeded"]) if isinstance(doc.get("wheelhouse_preseeded"), list) else None,
                     nothing,
+                    stages,
                 )
             )
     return sorted(out, key=lambda r: (r.group, r.date, r.path))

@@ -147,6 +147,19 @@ def gen_bench(root: Path, args: list[str]) -> str:
         f"| every committed run (code versions mixed) | {spread([r.cold_s for r in runs])} | "
         f"{spread([r.warm_s for r in runs])} | {spread([r.from_nothing_s for r in runs])} |"
     )
+    stage_names = ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
+    rows += [
+        "",
+        "| where each run's seconds went (the gate report's data.timings_s) | run | "
+        + " | ".join(n.removesuffix("_s") for n in stage_names)
+        + " |",
+        "|---|---|" + "---|" * len(stage_names),
+    ]
+    for r in runs:
+        for kind, st in r.stages:
+            rows.append(
+                f"| `{r.path}` | {kind} | " + " | ".join(_num(st[n]) if n in st else "—" for n in stage_names) + " |"
+            )
     return "\n".join(rows) + "\n"
 
 
