@@ -244,7 +244,8 @@ def all_gates(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """issue 17's benchmark: `reprostack bench gate_micro` runs gate micro cold (fresh cache dir; the wheelhouse of
     REPROSTACK_WHEELHOUSE is pre-seeded and the output says so) then warm, and writes results/bench/gate_micro-<host>.json
-    (`-- [--host H] [-- GATE OPTIONS]`); `-- cpu [--host H]` times the CPU side instead (results/bench/cpu-<host>.json).
+    (`-- [--host H] [--repeat N] [-- GATE OPTIONS]`: N cold+warm pairs, every run recorded, the median the headline);
+    `-- cpu [--host H]` times the CPU side instead (results/bench/cpu-<host>.json).
     Fails when the cold and warm verdicts differ. Not a timed test: the figures are committed, never asserted."""
     _install(session)
     args = list(session.posargs)
@@ -270,6 +271,22 @@ def verify(session: nox.Session) -> None:
     if not positional:
         args = ["tests/fixtures/published-2026-07", *args]
     session.run("reprostack", "verify", *args)
+
+
+@nox.session(default=False)
+def verify_report(session: nox.Session) -> None:
+    """Re-derive gate reports from their raw logs and trace them to commits (`-- [DIR...] [--json FILE] [-q]`; no DIR:
+    results/). Fails (1) when a report does not hold, (2) on bad input."""
+    _install(session)
+    session.run("reprostack", "verify-report", *session.posargs)
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The docs' figures from results/ (README result lines, docs/stacks.md tables, the bench table); `-- --check`
+    writes nothing and fails when a committed block differs from what results/ gives (CI)."""
+    _install(session)
+    session.run("reprostack", "docs", *session.posargs)
 
 
 @nox.session(default=False)

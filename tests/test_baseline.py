@@ -169,3 +169,28 @@ def test_the_slowed_h200_runs_failed_their_bar_and_the_normal_ones_passed():
     assert got["call-a/normal"][0] == got["call-b/normal"][0] == "pass"
     assert got["call-b/sms8"][:1] == ("fail",) and got["call-b/sms4"][:1] == ("fail",)
     assert {t for _, t, _ in got.values()} == {15.6085}  # one bar, from the 15 accepted runs
+
+
+def test_baseline_runs_given_take_the_accepted_ones_among_them(tmp_path):
+    """`--baseline-run` (what the command layer resolves `--baseline history` to): the accepted runs among those
+    given; none accepted is one line; the gate refuses `history` it was not given runs for, and DIR with runs."""
+    from reprostack.errors import ReprostackError
+    from reprostack.gates.micro import MicroGate
+    from reprostack.gates.options import GateOptions
+
+    runs = [write(tmp_path, f"runs/{i}/micro.json", report(mean=m)) for i, m in enumerate((14.0, 14.2, 14.4))]
+    runs.append(write(tmp_path, "runs/bad/micro.json", report(result="fail", mean=99.0)))
+    (tmp_path / "gates").mkdir()
+    shutil.copy(REPO / "gates" / "micro.yaml", tmp_path / "gates" / "micro.yaml")
+    spec = load_spec(tmp_path, "micro")
+    prof = resolve_bars(spec, spec.profile("h200-ep1"), root=tmp_path, runs=tuple(runs), stack="campaign")
+    assert prof.bars[0].threshold == round(14.2 * 1.07, 4)
+    assert "the accepted runs of --baseline-run (3 of the 4 given)" in prof.bars[0].reference
+    with pytest.raises(BaselineError, match="no accepted micro h200-ep1 run of stack campaign among the 1 run"):
+        resolve_bars(spec, spec.profile("h200-ep1"), root=tmp_path, runs=(runs[-1],), stack="campaign")
+    g = MicroGate("micro")
+    with pytest.raises(ReprostackError, match="^--baseline history: no accepted run was resolved"):
+        g.check_options(GateOptions(baseline="history"))
+    with pytest.raises(ReprostackError, match="^--baseline DIR and --baseline-run: give one of them"):
+        g.check_options(GateOptions(baseline=str(tmp_path), baseline_runs=tuple(runs)))
+    assert g.check_options(GateOptions(baseline="history", baseline_runs=tuple(runs))).baseline_runs == tuple(runs)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from statistics import median
 
 import pytest
 
@@ -79,3 +80,76 @@ def test_bench_cpu_fetches_mirrored_pins_cold_and_warm(project):
     assert res["pins_fetched"] == ["deepep", "nccl"] and res["pins_without_mirror"] == []
     assert {"fetch_cold_s", "fetch_warm_s", "lock_check_s", "cli_start_s"} <= set(res)
     assert res["lock_sha256"] == lock.sha256
+    for key in ("lock_check", "cli_start"):  # every run recorded, the headline their median (never the best)
+        s = res[key]
+        assert len(s["samples"]) == s["n"] == 5 and res[f"{key}_s"] == s["median"] == round(median(s["samples"]), 2)
+        assert s["min"] == min(s["samples"]) and s["max"] == max(s["samples"])
+
+
+def test_bench_repeat_records_every_run_and_heads_with_the_median(project, tmp_path):
+    """`--repeat 2`: two cold+warm pairs, each cold on its own fresh cache; every run in `repeats`, the headline the
+    median with min, max and n; the project it benched (here no git checkout: no commit, with why); `--repeat 0` is
+    one line, exit 2, nothing written."""
+    root, lock, _ = project
+    p = cli(
+        root,
+        "bench",
+        "gate_micro",
+        "--repeat",
+        "2",
+        "--host",
+        "h",
+        "--results",
+        "res",
+        "--work",
+        "w",
+        PATH="/usr/bin:/bin",
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads((root / "res" / "gate_micro-h.json").read_text())
+    assert res["n"] == 2 and len(res["repeats"]) == 2
+    for i, r in enumerate(res["repeats"], 1):
+        assert r["verdict"] == {"cold": "skip", "warm": "skip", "same": True}
+        assert r["runs"]["cold"]["report"] == str(root / "w" / "gate_micro" / f"r{i}" / "cold" / "micro.json")
+    colds = [r["cold_s"] for r in res["repeats"]]
+    assert res["cold"]["samples"] == colds and res["cold"]["n"] == 2
+    assert res["cold_s"] == res["cold"]["median"] == round(median(colds), 2)
+    assert res["cold"]["min"] == min(colds) and res["cold"]["max"] == max(colds)
+    assert res["project"]["commit"] is None and "not a git checkout" in res["project"]["why"]
+    assert "bench gate_micro: n=2: cold median " in p.stdout
+    p = cli(root, "bench", "gate_micro", "--repeat", "0", "--results", "res2", "--work", "w2")
+    assert p.returncode == 2 and p.stderr.strip() == "reprostack: error: --repeat 0: at least 1"
+    assert not (root / "res2").exists()
+
+
+def test_bench_from_nothing_makes_a_venv_installs_and_runs_beside_the_seeded_cold(project):
+    """`--from-nothing`: a fresh venv, this source checkout installed by pip (pip's configured index: no wheelhouse
+    given), then the gate by that venv's Python on its own fresh cache; each step timed and the total reported
+    beside the seeded cold run, never instead of it."""
+    root, _, _ = project
+    p = cli(
+        root,
+        "bench",
+        "gate_micro",
+        "--from-nothing",
+        "--host",
+        "h",
+        "--results",
+        "res",
+        "--work",
+        "w",
+        PATH="/usr/bin:/bin",
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads((root / "res" / "gate_micro-h.json").read_text())
+    fn = res["repeats"][0]["from_nothing"]
+    venv = root / "w" / "gate_micro" / "nothing-venv"
+    assert (venv / "bin" / "reprostack").exists()  # installed, not borrowed from this interpreter
+    assert fn["run"]["result"] == "skip" and fn["run"]["report"] == str(
+        root / "w" / "gate_micro" / "nothing" / "run" / "micro.json"
+    )
+    assert fn["total_s"] == round(fn["venv_s"] + fn["install_s"] + fn["gate_s"], 2) and fn["install_s"] > 0
+    assert fn["wheels_from"] == "pip's configured index"
+    assert res["cold_from_nothing_s"] == fn["total_s"] and res["cold_from_nothing"]["n"] == 1
+    assert res["cold_s"] == res["repeats"][0]["cold_s"]  # the seeded cold run is still there, beside it
+    assert "bench gate_micro: from nothing " in p.stdout

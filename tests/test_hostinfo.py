@@ -13,6 +13,10 @@ from reprostack import hostinfo
 
 FAKE_SMI = """#!/bin/sh
 case "$*" in
+  *--query-gpu=uuid*)
+    echo "GPU-0c1d2e3f-1111-2222-3333-444455556666"
+    echo "GPU-9a8b7c6d-1111-2222-3333-444455556666"
+    ;;
   *--query-gpu=*)
     echo "0, NVIDIA H200, 580.65.06, 143771, 00000000:18:00.0"
     echo "1, NVIDIA H200, 580.65.06, 143771, 00000000:2A:00.0"
@@ -92,6 +96,10 @@ def test_collect_with_fake_tools(tmp_path, monkeypatch):
     assert info["nccl_runtime"] == "2.30.4" and info["python"] == platform.python_version()
     assert info["cpu_count"] == os.cpu_count() and info["hostname"] and info["kernel"] == platform.release()
     assert info["notes"] == []
+    assert info["identity"]["gpu_uuids"] == [
+        "GPU-0c1d2e3f-1111-2222-3333-444455556666",
+        "GPU-9a8b7c6d-1111-2222-3333-444455556666",
+    ]
     assert hostinfo.gpu_count() == 2
     json.dumps(info)
 
@@ -118,3 +126,28 @@ def test_unparsed_rows_are_noted(tmp_path, monkeypatch, row):
     fake_bin(tmp_path, f'#!/bin/sh\necho "{row}"\n', monkeypatch)
     gpus, notes = hostinfo.gpus()
     assert gpus == [] and "unparsed row" in notes[0]
+
+
+def test_machine_identity_is_recorded_facts_or_none(tmp_path, monkeypatch):
+    """Which machine and boot a run ran on: the machine id, the boot id and the GPU UUIDs as read, each None (or [])
+    with a note when unreadable or not an id, never a guess (issue 27 item 4: a host name and a PCI bus name no
+    machine)."""
+    fake_bin(tmp_path, FAKE_SMI, monkeypatch)
+    mid, boot = tmp_path / "machine-id", tmp_path / "boot_id"
+    mid.write_text("3D1219C7C4C5404AAA1F6D2A48ADFDA4\n")
+    boot.write_text("eb8dfbf1-0629-4a81-982c-7cb84de4ffe7\n")
+    ident, notes = hostinfo.identity(machine_id=mid, boot_id=boot)
+    assert (
+        ident
+        == {
+            "machine_id": "3d1219c7c4c5404aaa1f6d2a48adfda4",
+            "boot_id": "eb8dfbf1-0629-4a81-982c-7cb84de4ffe7",
+            "gpu_uuids": ["GPU-0c1d2e3f-1111-2222-3333-444455556666", "GPU-9a8b7c6d-1111-2222-3333-444455556666"],
+        }
+        and notes == []
+    )
+    mid.write_text("vm\n")  # not an id
+    ident, notes = hostinfo.identity(nvidia_smi=str(tmp_path / "missing"), machine_id=mid, boot_id=tmp_path / "nope")
+    assert ident == {"machine_id": None, "boot_id": None, "gpu_uuids": []}
+    assert notes[0] == f"machine_id: {mid} holds no id" and notes[1] == f"boot_id: {tmp_path / 'nope'} unreadable"
+    assert notes[2].startswith("gpu_uuids: ") and "not found" in notes[2]

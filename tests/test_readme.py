@@ -115,6 +115,7 @@ def test_ci_run_uses_the_readme_venv_line_and_the_files_it_names_exist():
     assert " ".join(VENV_LINE) in ci
     assert f".venv/bin/pip install --quiet {_nox_pin()} -e ." in ci
     assert ".venv/bin/nox -s tests" in ci
+    assert ".venv/bin/nox -s docs -- --check" in ci and ".venv/bin/nox -s verify_report -- -q" in ci  # issue 27
     code = "\n".join(ln.split(" # ")[0] for ln in ci.splitlines() if not ln.lstrip().startswith("#"))
     assert "pip install" not in code.replace(".venv/bin/pip install", ""), "pip install outside .venv"
     for path in re.findall(r"\btests/[\w./]+\.py\b", ci):

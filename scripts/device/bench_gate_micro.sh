@@ -19,9 +19,21 @@
 #       command="bash scripts/device/bench_gate_micro.sh")   -> "... joined from 4 parts, sha256 534dbf30...", then
 #       the bench lines and "bench gate_micro: cold X s, warm Y s, verdict pass / pass (same)", then the timeline.
 # BENCH_TIMELINE=0: no timeline (it re-runs the warm test twice, ~80 s).
+# Honest figures (issue 27 item 4), two more calls on the same warm machine after the parts are stored, each with
+# .carry/project-stamp.txt (`bash scripts/device/project_stamp.sh`: the commit the bench records):
+#   run(carry=[".carry/sources.tar", ".whl", ".carry/project-stamp.txt"], timeout_s=600,
+#       command="BENCH_TIMELINE=0 BENCH_TIMEOUT=560 BENCH_ARGS='--repeat 3' bash scripts/device/bench_gate_micro.sh")
+#       -> every run in repeats, "bench gate_micro: n=3: cold median X s [min A, max B], warm median ...";
+#          commit $OUT/gate_micro-h200.json as results/bench/gate_micro-h200-<date>-repeat3/gate_micro-h200.json
+#   run(carry=[same], timeout_s=600,
+#       command="BENCH_TIMELINE=0 BENCH_TIMEOUT=560 BENCH_ARGS='--from-nothing' bash scripts/device/bench_gate_micro.sh")
+#       -> "bench gate_micro: from nothing X s (venv, install, gate)" beside the seeded cold run; commit it as
+#          results/bench/gate_micro-h200-<date>-from-nothing/gate_micro-h200.json; then `nox -s docs`.
 # Into $OUT: gate_micro-h200.json (commit as results/bench/gate_micro-h200.json), timeline.json, bench.log,
 #   timeline.log, bench.tar (both runs' reports, raw logs and build logs).
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the lender's rule
@@ -40,7 +52,8 @@ export PYTHONPATH=$R/src:/tmp/site REPROSTACK_WHEELHOUSE=$R/.cache/wheelhouse:$R
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUTD/gpu.txt"
 echo "ninja on PATH: $(command -v ninja || echo none); torch sees ninja: $("$PY" -c 'import torch.utils.cpp_extension as c; print(c.is_ninja_available())' 2>/dev/null)"
 
-timeout -k 10 420 "$PY" -m reprostack bench gate_micro --host h200 --work out/bench -- --profile h200-ep1 \
+# shellcheck disable=SC2086  # BENCH_ARGS: bench's own options, word-split on purpose
+timeout -k 10 "${BENCH_TIMEOUT:-420}" "$PY" -m reprostack bench gate_micro ${BENCH_ARGS:-} --host h200 --work out/bench -- --profile h200-ep1 \
   --offline --bundle .carry/sources.tar --python "$PY" 2>&1 | tee "$OUTD/bench.log"
 rc=${PIPESTATUS[0]}
 cp results/bench/gate_micro-h200.json "$OUTD/" 2>/dev/null
@@ -52,9 +65,9 @@ else
   echo "timeline skipped (${left} s left, or no warm report)"
 fi
 mkdir -p out/bench/buildlogs
-for b in out/bench/gate_micro/cache/builds/*/; do
+for b in out/bench/gate_micro/cache/builds/*/ out/bench/gate_micro/r*/cache/builds/*/ out/bench/gate_micro/nothing-cache/builds/*/; do
   [ -f "$b/build.log" ] && cp "$b/build.log" "out/bench/buildlogs/$(basename "$b").build.log"
 done
-tar -cf "$OUTD/bench.tar" --exclude=cache -C out bench
+tar -cf "$OUTD/bench.tar" --exclude=cache --exclude=nothing-cache --exclude=nothing-venv -C out bench
 echo "bench rc=$rc wall_s=$(( $(date +%s) - T0 ))"
 exit $rc

@@ -27,6 +27,8 @@
 # under results/gate_fabric/), buildlogs/, cli.log, wall.txt, gpu.txt, fabric.tar (all of it).
 # Exit: the gate's (0 PASS, 1 FAIL or ERROR or unmeasured, 2 operator error, 3 SKIP).
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the lender's rule

@@ -13,6 +13,8 @@
 # arch are left to detection, as in the PASS run, so a carried NCCL build's cache key matches):
 #   ep1-arms.tar (reports, raw logs, build logs), micro.json, summary.md, cli.log, dense_a2a.log, wall.txt
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 export REPROSTACK_CACHE=${REPROSTACK_CACHE:-/tmp/reprostack-cache} PYTHONUNBUFFERED=1
 PY=${REPROSTACK_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}

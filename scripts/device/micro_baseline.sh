@@ -15,6 +15,8 @@
 # folder: reports, raw logs, build logs), runs.txt (one line per run: name, exit, verdict, D+C mean and interval, the
 # bar), gpu.txt. Exit 0 when the normal run passed and every slowed run ended FAIL or INCONCLUSIVE; else 1.
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 export REPROSTACK_CACHE=${REPROSTACK_CACHE:-/tmp/reprostack-cache} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the lender's rule

@@ -16,6 +16,8 @@
 # junit.xml, summary.json, cli.log, test_ep.log, wall.txt, gpu.txt. It prints the result line, the trials table
 # and the verdict of the bar. Exit: the gate's (0 PASS, 1 FAIL or INCONCLUSIVE, 2 operator error, 3 SKIP).
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 K=${1:-5}
 export REPROSTACK_CACHE=${REPROSTACK_CACHE:-/tmp/reprostack-cache} PYTHONUNBUFFERED=1

@@ -12,6 +12,8 @@
 # Into $OUT: session.log, wall.txt, gpu.txt, reports.tar (out/<session>/latest: this run's reports + raw logs), builds.tar
 # (kernel build logs) and, with SAVE_BUILDS=1, each built kernel entry as <name>-<key>.tar.xz (<= 16 MiB each).
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 S=${1:?session}; shift
 [ "${1:-}" = "--" ] && shift

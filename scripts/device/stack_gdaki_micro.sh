@@ -29,6 +29,8 @@
 # Into $OUT: micro.json, summary.md, cli.log, wall.txt, plugin.log, plugin-exports.txt, plugin-dlopen.txt, built.json,
 # preflight.txt, stack-gdaki.tar (reports, raw logs, build logs, the plugin chain's flags and logs).
 set -u
+# the commit of this copy of the project (no .git here): scripts/device/project_stamp.sh wrote it, reports record it
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
 R=$(pwd)
 STACK=${STACK:-gin-gdaki}
 BUNDLE=${BUNDLE:-.carry/sources.tar}

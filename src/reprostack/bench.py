@@ -1,16 +1,19 @@
 """`reprostack bench`: how long the main job takes, cold and warm, written as a committed figure (never a timed test).
 
-`bench gate_micro [-- GATE ARGS]`: runs `reprostack gate micro` twice as a user would (a new process each time):
-cold, with a fresh, empty cache dir ($REPROSTACK_CACHE; the wheelhouse, $REPROSTACK_WHEELHOUSE, stays as given: it is
-pre-seeded and the output says so), then warm, on the cache the cold run filled. Writes
-`<out>/gate_micro-<host>.json`: cold_s / warm_s (wall seconds of each process), the per-stage seconds of each run (the
-gate report's data.timings_s), each run's verdict (result + reason), whether they are the same, the host label and
-inventory, the lock sha256, and the targets of issue 17 (cold <= 120 s, warm <= 30 s) with whether each was met.
-Exit 0 when both runs gave the same verdict, 1 when not, 2 when a run wrote no report.
+`bench gate_micro [--repeat N] [-- GATE ARGS]`: runs `reprostack gate micro` twice as a user would (a new process each
+time): cold, with a fresh, empty cache dir ($REPROSTACK_CACHE; the wheelhouse, $REPROSTACK_WHEELHOUSE, stays as
+given: it is pre-seeded and the output says so), then warm, on the cache the cold run filled; N times, each cold on
+its own fresh cache. Writes `<out>/gate_micro-<host>.json`: every run (`repeats`: its cold and warm wall seconds, the
+per-stage seconds of each (the gate report's data.timings_s), each verdict, the machine identity the report
+recorded), the headline cold_s / warm_s = the median of the runs with `cold` / `warm` = {median, min, max, n,
+samples} (never the fastest run alone), the project commit and whether its tree was dirty (the code benched), the
+host label and inventory, the lock sha256, and the targets of issue 17 (cold <= 120 s, warm <= 30 s) judged on the
+medians. Exit 0 when every run gave the same verdict, 1 when not, 2 when a run wrote no report.
 
 `bench cpu`: the CPU side, so the cost of growth is visible: fetch every git pin that has a local mirror
 ($REPROSTACK_MIRRORS / --mirror) into a fresh cache (cold) and again (warm), `lock check`, and CLI start
-(`reprostack --help`), each a new process; best of 3 for the short ones. Writes `<out>/cpu-<host>.json`.
+(`reprostack --help`), each a new process; the short ones CPU_REPEAT times, every run recorded and the median the
+headline (`lock_check_s`, with `lock_check` = {median, min, max, n, samples}). Writes `<out>/cpu-<host>.json`.
 
 Invariants: the benched commands are the user's commands (`python -m reprostack ...`), nothing is skipped or faked;
 a run's own report is the source of its stage times and verdict; results are written atomically.
@@ -34,6 +37,7 @@ from .atomicfile import write_text_atomic as write_text
 from .errors import ReprostackError
 
 TARGETS = {"cold_s": 120.0, "warm_s": 30.0}  # issue 17
+CPU_REPEAT = 5  # bench cpu: runs of each short command (every one recorded, the median the headline)
 
 
 def host_label(given: str | None) -> str:
@@ -80,62 +84,169 @@ def _report(out: Path, gate: str) -> dict:
         ) from None
 
 
+def _one(
+    gate: str, gate_args: list[str], kind: str, out: Path, env: dict, python: str | None = None
+) -> tuple[dict, dict]:
+    """One benched process (`reprostack gate GATE` into `out`, by `python`: default this one): its record and its
+    report."""
+    out.mkdir(parents=True)
+    argv = _cli("gate", gate, "--out", str(out), *gate_args)
+    if python:
+        argv[0] = python
+    wall, rc = _timed(argv, env, out / "cli.log")
+    rep = _report(out, gate)
+    run = {
+        "wall_s": wall,
+        "exit_code": rc,
+        "result": rep.get("result"),
+        "reason": rep.get("reason"),
+        "stages_s": rep.get("data", {}).get("timings_s", {}),
+        "kernels": rep.get("provenance", {}).get("kernels"),
+        "nccl_from": rep.get("provenance", {}).get("nccl_from"),
+        "report": str(out / f"{gate}.json"),
+    }
+    print(
+        f"bench gate_{gate}: {kind} {wall:.1f} s, {rep.get('result')} ({rep.get('reason')}); stages "
+        + ", ".join(f"{k} {v}" for k, v in run["stages_s"].items()),
+        flush=True,
+    )
+    return run, rep
+
+
+def install_source() -> Path:
+    """What a from-nothing run installs: the project checkout if it holds pyproject.toml, else the source checkout
+    this reprostack runs from. Raises ReprostackError when neither is one (an installed wheel has no source)."""
+    for p in (paths.project_root(), Path(__file__).resolve().parents[2]):
+        if (p / "pyproject.toml").is_file() and (p / "src" / "reprostack").is_dir():
+            return p
+    raise ReprostackError("--from-nothing: no source checkout of reprostack to install (no pyproject.toml)")
+
+
+def _from_nothing(gate: str, gate_args: list[str], base: Path, env: dict) -> dict:
+    """A cold run from nothing: a fresh venv, the project installed into it (`pip install` of the source checkout;
+    its wheels from the wheelhouse when one is given, `--no-index`, else from pip's configured index), then the gate
+    by that venv's Python on its own fresh cache dir (sources from the mirrors or the bundle the gate options
+    name). Each step timed; `total_s` is what a user with nothing but the checkout and the sources waits."""
+    venv = base / "nothing-venv"
+    cache = base / "nothing-cache"
+    cache.mkdir(parents=True)
+    e = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}  # nothing but the venv's own
+    e[paths.CACHE_ENV] = str(cache)
+    houses = [h for h in env.get("REPROSTACK_WHEELHOUSE", "").split(os.pathsep) if h]
+    out = base / "nothing"
+    out.mkdir(parents=True)
+    venv_s, rc = _timed([sys.executable, "-m", "venv", str(venv)], e, out / "venv.log")
+    if rc != 0:
+        raise ReprostackError(f"--from-nothing: python -m venv exit {rc}; log {out}/venv.log")
+    py = str(venv / "bin" / "python")
+    where = [a for h in houses for a in ("--find-links", h)]
+    pip = [py, "-m", "pip", "install", "--quiet", *(["--no-index", *where] if houses else []), str(install_source())]
+    install_s, rc = _timed(pip, e, out / "install.log")
+    if rc != 0:
+        raise ReprostackError(f"--from-nothing: pip install exit {rc}; log {out}/install.log")
+    run, _ = _one(gate, gate_args, "from nothing", out / "run", e, python=py)
+    total = round(venv_s + install_s + run["wall_s"], 2)
+    print(
+        f"bench gate_{gate}: from nothing {total} s (venv {venv_s} s, install {install_s} s, gate {run['wall_s']} s)",
+        flush=True,
+    )
+    return {
+        "venv_s": venv_s,
+        "install_s": install_s,
+        "gate_s": run["wall_s"],
+        "total_s": total,
+        "wheels_from": "wheelhouse " + os.pathsep.join(houses) if houses else "pip's configured index",
+        "run": run,
+    }
+
+
 def bench_gate(
-    gate: str, gate_args: list[str], *, lock: lockmod.Lock, out_dir: Path, work: Path, host: str | None = None
+    gate: str,
+    gate_args: list[str],
+    *,
+    lock: lockmod.Lock,
+    out_dir: Path,
+    work: Path,
+    host: str | None = None,
+    repeat: int = 1,
+    from_nothing: bool = False,
 ) -> tuple[dict, int]:
-    """Run `gate` cold then warm (see the module doc); returns (result dict, exit code) and writes the JSON."""
+    """Run `gate` cold then warm, `repeat` times, each cold on a fresh cache dir (see the module doc); returns
+    (result dict, exit code) and writes the JSON: every run in `repeats`, the headline `cold_s` / `warm_s` the
+    median, `cold` / `warm` the median, min, max and n."""
+    from .project import state as project_state
+    from .report.benchstats import summary
+
+    if repeat < 1:
+        raise ReprostackError(f"--repeat {repeat}: at least 1")
     work = Path(work).resolve()
     if work.exists():
         shutil.rmtree(work)
-    cache = work / "cache"
-    cache.mkdir(parents=True)
     env = dict(os.environ)
-    env[paths.CACHE_ENV] = str(cache)
     house = env.get("REPROSTACK_WHEELHOUSE", "")
     seeded = sorted(p.name for h in house.split(os.pathsep) if h and Path(h).is_dir() for p in Path(h).glob("*.whl"))
-    print(
-        f"bench gate_{gate}: cold = fresh cache dir {cache}; wheelhouse pre-seeded (not part of the cold figure): "
-        f"{house or '(none)'} ({len(seeded)} wheel(s))",
-        flush=True,
-    )
-    runs = {}
-    for kind in ("cold", "warm"):
-        out = work / kind
-        out.mkdir()
-        wall, rc = _timed(_cli("gate", gate, "--out", str(out), *gate_args), env, out / "cli.log")
-        rep = _report(out, gate)
-        runs[kind] = {
-            "wall_s": wall,
-            "exit_code": rc,
-            "result": rep.get("result"),
-            "reason": rep.get("reason"),
-            "stages_s": rep.get("data", {}).get("timings_s", {}),
-            "kernels": rep.get("provenance", {}).get("kernels"),
-            "nccl_from": rep.get("provenance", {}).get("nccl_from"),
-            "report": str(out / f"{gate}.json"),
-        }
+    project = project_state(paths.project_root())  # before any run writes: the code that is benched
+    repeats, host_info = [], None
+    for i in range(repeat):
+        base = work if repeat == 1 else work / f"r{i + 1}"
+        cache = base / "cache"
+        cache.mkdir(parents=True)
+        env[paths.CACHE_ENV] = str(cache)
         print(
-            f"bench gate_{gate}: {kind} {wall:.1f} s, {rep.get('result')} ({rep.get('reason')}); stages "
-            + ", ".join(f"{k} {v}" for k, v in runs[kind]["stages_s"].items()),
+            f"bench gate_{gate}: run {i + 1} of {repeat}: cold = fresh cache dir {cache}; wheelhouse pre-seeded (not "
+            f"part of the cold figure): {house or '(none)'} ({len(seeded)} wheel(s))",
             flush=True,
         )
-        host_info = rep.get("provenance", {}).get("host")
-    same = (runs["cold"]["result"], runs["cold"]["exit_code"]) == (runs["warm"]["result"], runs["warm"]["exit_code"])
+        runs = {}
+        nothing = _from_nothing(gate, gate_args, base, env) if from_nothing else None
+        for kind in ("cold", "warm"):
+            runs[kind], rep = _one(gate, gate_args, kind, base / kind, env)
+            host_info = rep.get("provenance", {}).get("host")
+        same = (runs["cold"]["result"], runs["cold"]["exit_code"]) == (
+            runs["warm"]["result"],
+            runs["warm"]["exit_code"],
+        )
+        repeats.append(
+            {
+                "cold_s": runs["cold"]["wall_s"],
+                "warm_s": runs["warm"]["wall_s"],
+                "verdict": {"cold": runs["cold"]["result"], "warm": runs["warm"]["result"], "same": same},
+                "host_identity": (host_info or {}).get("identity"),
+                "runs": runs,
+                **({"from_nothing": nothing} if nothing else {}),
+            }
+        )
+    cold, warm = summary([r["cold_s"] for r in repeats]), summary([r["warm_s"] for r in repeats])
+    same = all(r["verdict"]["same"] for r in repeats) and len({r["verdict"]["cold"] for r in repeats}) == 1
     label = host_label(host)
+    nothing_fields = {}
+    if from_nothing:  # beside the seeded cold run, never instead of it
+        t = [r["from_nothing"]["total_s"] for r in repeats]
+        nothing_fields = {
+            "cold_from_nothing_s": summary(t)["median"],
+            "cold_from_nothing": {**summary(t), "samples": t},
+        }
     res = {
         "bench": f"gate_{gate}",
         "host": label,
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "host_inventory": host_info,
+        "project": project,
         "lock_sha256": lock.sha256,
         "gate_args": gate_args,
         "wheelhouse_preseeded": seeded,
-        "cold_s": runs["cold"]["wall_s"],
-        "warm_s": runs["warm"]["wall_s"],
-        "verdict": {"cold": runs["cold"]["result"], "warm": runs["warm"]["result"], "same": same},
+        "n": repeat,
+        "cold_s": cold["median"],
+        "warm_s": warm["median"],
+        "cold": {**cold, "samples": [r["cold_s"] for r in repeats]},
+        "warm": {**warm, "samples": [r["warm_s"] for r in repeats]},
+        **nothing_fields,
+        "headline": "the median of every run (cold_s, warm_s); min, max and n beside it",
+        "verdict": {"cold": repeats[0]["verdict"]["cold"], "warm": repeats[0]["verdict"]["warm"], "same": same},
         "targets_s": TARGETS,
-        "targets_met": {k: runs[k[:4]]["wall_s"] <= v for k, v in TARGETS.items()},
-        "runs": runs,
+        "targets_met": {"cold_s": cold["median"] <= TARGETS["cold_s"], "warm_s": warm["median"] <= TARGETS["warm_s"]},
+        "repeats": repeats,
+        "runs": repeats[-1]["runs"],
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -143,8 +254,10 @@ def bench_gate(
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(res, indent=1, sort_keys=True) + "\n")
     print(
-        f"bench gate_{gate}: cold {res['cold_s']} s, warm {res['warm_s']} s, verdict {runs['cold']['result']} / "
-        f"{runs['warm']['result']} ({'same' if same else 'DIFFERENT'}); wrote {path}"
+        f"bench gate_{gate}: n={repeat}: cold median {cold['median']} s [min {cold['min']}, max {cold['max']}], warm "
+        f"median {warm['median']} s [min {warm['min']}, max {warm['max']}], verdicts "
+        + ", ".join(f"{r['verdict']['cold']}/{r['verdict']['warm']}" for r in repeats)
+        + f" ({'same' if same else 'DIFFERENT'}); wrote {path}"
     )
     return res, 0 if same else 1
 
@@ -183,8 +296,12 @@ def bench_cpu(*, lock: lockmod.Lock, mirrors: dict, out_dir: Path, work: Path, h
             if rc != 0:
                 raise ReprostackError(f"bench cpu: `reprostack fetch` ({kind}) exit {rc}; log {work}/fetch-{kind}.log")
             res[f"fetch_{kind}_s"] = wall
-    res["lock_check_s"] = min(_timed(_cli("lock", "check", "--lock", str(lock.path)), env)[0] for _ in range(3))
-    res["cli_start_s"] = min(_timed(_cli("--help"), env)[0] for _ in range(3))
+    from .report.benchstats import summary
+
+    for key, argv in (("lock_check", _cli("lock", "check", "--lock", str(lock.path))), ("cli_start", _cli("--help"))):
+        samples = [_timed(argv, env)[0] for _ in range(CPU_REPEAT)]
+        res[key] = {**summary(samples), "samples": samples}
+        res[f"{key}_s"] = res[key]["median"]  # the headline: the median of every run, never the best
     res["lock_pins"] = len(lock.upstreams)
     path = Path(out_dir) / f"cpu-{res['host']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import traceback
 from .cmd import (
     all_gates,
     bench,
+    docs,
     build,
     bump,
     bundle,
@@ -29,6 +30,7 @@ from .cmd import (
     preflight,
     stacks,
     verify,
+    verify_report,
 )
 from .errors import FetchError, ReprostackError, SourceUnreachable
 from .gitcmd import GitFailed
@@ -51,6 +53,8 @@ COMMANDS = {
     "preflight": preflight,
     "bench": bench,
     "verify": verify,
+    "verify-report": verify_report,
+    "docs": docs,
     "history": history,
 }
 

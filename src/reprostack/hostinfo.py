@@ -142,6 +142,42 @@ def efa_versions(sysfs_root: str | os.PathLike = "/sys", fi_info: str = "fi_info
     return {"efa_driver": _read_text(Path(sysfs_root) / "module" / "efa" / "version"), "libfabric": lib}
 
 
+_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,64}$")
+_ID = re.compile(r"^[0-9a-fA-F-]{16,64}$")
+
+
+def identity(
+    nvidia_smi: str = "nvidia-smi", *, machine_id: str | os.PathLike = "/etc/machine-id", boot_id=None
+) -> tuple[dict, list[str]]:
+    """(identity, notes): which machine and which boot a run ran on, from recorded facts only: {"machine_id" (the
+    OS's /etc/machine-id), "boot_id" (/proc/sys/kernel/random/boot_id: new at every boot), "gpu_uuids" (nvidia-smi
+    --query-gpu=uuid, in index order)}; what cannot be read is None (or []) with a note, never a guess. A host name
+    or a PCI bus id names no machine (every lent VM here is `vm`, its GPU on one bus)."""
+    notes = []
+    boot = Path(boot_id or "/proc/sys/kernel/random/boot_id")
+
+    def read_id(p: Path, what: str) -> str | None:
+        v = _read_text(Path(p), 128)
+        if v is None or not _ID.match(v):
+            notes.append(f"{what}: {p} " + ("unreadable" if v is None else "holds no id"))
+            return None
+        return v.lower()
+
+    ids = {"machine_id": read_id(Path(machine_id), "machine_id"), "boot_id": read_id(boot, "boot_id")}
+    uuids: list[str] = []
+    out, why = _run([nvidia_smi, "--query-gpu=uuid", "--format=csv,noheader"])
+    if out is None:
+        notes.append(f"gpu_uuids: {why}")
+    else:
+        for line in out.splitlines():
+            u = line.strip()
+            if u and _UUID.match(u):
+                uuids.append(u)
+            elif u:
+                notes.append(f"gpu_uuids: unparsed line {u[:80]!r}")
+    return {**ids, "gpu_uuids": uuids}, notes
+
+
 def collect(
     *, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = "/sys", nvidia_smi: str = "nvidia-smi"
 ) -> dict:
@@ -150,12 +186,16 @@ def collect(
     Keys: hostname, kernel (uname -r), os, machine, cpu_count, python, gpus (see `gpus`), gpu_count,
     driver_version (of GPU 0), cuda_driver_version, efa_devices, other_rdma_devices, efa_versions (see
     `efa_versions`), nccl_runtime (as given by
-    the caller: the library the gate actually loads, which this process cannot know), notes.
+    the caller: the library the gate actually loads, which this process cannot know), identity (see `identity`:
+    machine id, boot id, GPU UUIDs; its own `notes` for what could not be read), notes.
     """
     found, notes = gpus(nvidia_smi)
     cuda, why = cuda_driver_version(nvidia_smi) if found else (None, None)
     if why:
         notes.append(why)
+    ident, why_ident = identity(nvidia_smi)
+    if why_ident:
+        ident["notes"] = why_ident
     efa, others = rdma_devices(sysfs_root)
     if not efa:
         notes.append(f"no EFA device under {Path(sysfs_root) / 'class' / 'infiniband'}")
@@ -174,5 +214,6 @@ def collect(
         "other_rdma_devices": others,
         "efa_versions": efa_versions(sysfs_root),
         "nccl_runtime": nccl_runtime,
+        "identity": ident,
         "notes": notes,
     }

@@ -38,10 +38,11 @@ LAYERS: tuple[Layer, ...] = (
             "ui",
             "gitcmd",
             "hostinfo",
+            "project",
             "runs",
         ),
         "utilities every stage uses: located errors, atomic writes, digests, paths, YAML/JSON readers with line "
-        "numbers, schemas, terminal output, run folders, git and host probes, this table",
+        "numbers, schemas, terminal output, run folders, git and host probes, the project's commit, this table",
     ),
     Layer(
         "process",

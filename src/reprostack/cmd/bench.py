@@ -26,7 +26,20 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--lock", default=None)
     p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gate_micro: N cold+warm pairs, each cold on a fresh cache; every run recorded, the median the headline",
+    )
+    p.add_argument(
         "--mirror", action="append", default=[], metavar="URL=PATH", help="cpu: mirror (also $REPROSTACK_MIRRORS)"
+    )
+    p.add_argument(
+        "--from-nothing",
+        action="store_true",
+        help="gate_micro: also a cold run from nothing (fresh venv, the project installed, then the gate on a fresh "
+        "cache), reported beside the cold run with the seeded setup",
     )
     p.set_defaults(gate_args=[])  # what follows `--` (the gate's own options), split off in cli.main()
 
@@ -47,5 +60,12 @@ def run(args) -> int:
         )
         return 0
     return bench.bench_gate(
-        "micro", rest, lock=lock, out_dir=Path(args.results), work=Path(args.work) / "gate_micro", host=args.host
+        "micro",
+        rest,
+        lock=lock,
+        out_dir=Path(args.results),
+        work=Path(args.work) / "gate_micro",
+        host=args.host,
+        repeat=args.repeat,
+        from_nothing=args.from_nothing,
     )[1]

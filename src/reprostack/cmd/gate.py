@@ -40,10 +40,10 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
 def _gates(args, lock, root, opts) -> int:
     """`gate NAME` runs one gate (bad input: exit 2); `all-gates` runs every gate in dependency order and always
     writes one combined report (gates.runner). Then the reports, one line per gate, and the exit code."""
-    from .. import runs, ui
+    from .. import project, runs, ui
     from ..gates import registry, runner
     from ..gates.base import RunContext
-    from ..gates.options import GateOptions
+    from ..gates.options import BASELINE_HISTORY, GateOptions
     from ..report import exit_code, write_reports
 
     base = Path(args.out) if args.out else runs.default_base(None if args.cmd == "all-gates" else args.gate)
@@ -68,9 +68,13 @@ def _gates(args, lock, root, opts) -> int:
         )
     # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
     # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
+    if ga.baseline == BASELINE_HISTORY and not ga.baseline_runs:  # the gates never read the history: paths here
+        stem = registry.gate(args.gate).stem if args.cmd == "gate" else None
+        ga = ga.with_(baseline_runs=history_runs(root, opts.cache.root, lock.stack, stem, ga.profile))
+    state = project.state(root)  # the commit and whether the tree is dirty, before this run writes anything
     folder = runs.start(base, given=bool(args.out))
     out = folder.path
-    ga, ctx = ga.with_(out=out), RunContext(root, lock, opts)
+    ga, ctx = ga.with_(out=out), RunContext(root, lock, opts, project=state)
     ui.detail(f"reports will be in {out.resolve()}")
     try:
         if args.cmd == "gate":
@@ -88,6 +92,49 @@ def _gates(args, lock, root, opts) -> int:
         print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
     print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
     return exit_code(reports, required)
+
+
+def history_runs(root: Path, cache_root: Path, stack: str, gate: str | None, profile: str | None) -> tuple[str, ...]:
+    """`--baseline history`: the project paths of the accepted runs (result pass, this stack; this gate and profile
+    when known) that the results history database (`<cache>/history/history.sqlite3`, `reprostack history`) holds
+    and that are still what was ingested: a file inside the project whose sha256 is the stored id. The others
+    (moved, changed since, outside the project) are passed over and counted in one line. Raises ReprostackError when
+    there is no database or no run is left."""
+    from .. import ui
+    from ..digest import sha256_file
+    from ..history.store import Store
+
+    db = Path(cache_root) / "history" / "history.sqlite3"
+    if not db.is_file():
+        raise ReprostackError(
+            f"--baseline history: no results history at {db}; ingest the results first: reprostack history"
+        )
+    with Store.copy_of(db) as store:  # checked, read-only (a damaged file is one line)
+        rows = store.accepted(stack, gate=gate, profile=profile)
+    base, out, passed = Path(root).resolve(), [], 0
+    for sha, shown in rows:
+        p = Path(shown) if Path(shown).is_absolute() else Path.cwd() / shown
+        try:
+            real = p.resolve()
+            ok = real.is_relative_to(base) and real.is_file() and sha256_file(real) == sha
+        except OSError:
+            ok = False
+        if not ok:
+            passed += 1
+            continue
+        rel = real.relative_to(base).as_posix()
+        if rel not in out:
+            out.append(rel)
+    what = f"gate {gate}" if gate else "any gate"
+    ui.info(
+        f"--baseline history: {len(out)} accepted run(s) of {what}, stack {stack} in {db}"
+        + (f"; {passed} passed over (moved, changed since ingested, or outside the project)" if passed else "")
+    )
+    if not out:
+        raise ReprostackError(
+            f"--baseline history: {db} holds no accepted run of {what} on stack {stack} that is still in the project"
+        )
+    return tuple(out)
 
 
 def _plans(args, lock, root, opts, ga) -> int:

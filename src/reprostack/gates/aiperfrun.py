@@ -228,6 +228,16 @@ def _outcome(res: CellResult, out, artifacts: Path, runs: int, aiperf: dict) -> 
     return _read(res, artifacts)
 
 
+def read_cell(arm: str, cell: Cell, cell_dir: Path, runs: int = 1) -> CellResult:
+    """The figures of a cell AIPerf already ran into `cell_dir` (its `aiperf/` exports, each profile run's when
+    `runs` > 1), read as run_cell reads them; status `error` with the detail when one is missing or unreadable
+    (verify-report re-derives a serving report this way)."""
+    cell_dir = Path(cell_dir)
+    res = CellResult(arm, cell, "error", cell_dir, cell_dir / "aiperf.out.log")
+    artifacts = cell_dir / "aiperf"
+    return _read_runs(res, artifacts, runs) if runs > 1 else _read(res, artifacts)
+
+
 def _aiperf_env(env: dict | None, argv: list[str], tokenizer: str) -> dict:
     """AIPerf's environment: `env` (default ours) without the offline variables when the tokenizer is a local
     folder (see aiperftool: offline mode makes AIPerf 0.10.0 refuse it), with no metrics flush period when there

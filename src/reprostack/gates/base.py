@@ -20,7 +20,8 @@ Everything outside the gate classes asks the object, never a kind string and nev
 The staged run (`Gate.run`, a template the kinds fill in, nox-style small stages):
   start -> sources (fetch/patch/verify, or the image's manifest) -> skip (no profile or hardware for it: SKIP with
   the reason, never a pass) -> prepare (kernels, tools) -> launch (the plan's own commands for this node) -> judge
-  (parse, checks, verdict) -> finish (timings, times, data).
+  (parse, checks, verdict) -> finish (timings, times, data, `provenance.project`: the commit and whether the tree
+  was dirty, reprostack.project).
 
 Invariants: a gate class never imports another gate's module; the registry is the only list of gates; a stage
 returns a report to end the run early (skip, error) or None to go on; bad operator input raises ReprostackError
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from .. import hostinfo
+from .. import hostinfo, project
 from ..errors import GateError
 from ..report import GateReport, Result, decide, evaluate, skipped, utc_now
 from .options import GateOptions
@@ -126,6 +127,9 @@ class RunContext:
     root: Path
     lock: object
     fetch: object = None  # sources.FetchOptions
+    # provenance.project of the run (reprostack.project.state), read by the command before it wrote anything; None:
+    # read when the gate's run starts
+    project: dict | None = None
 
     @property
     def cache_root(self) -> Path:
@@ -158,6 +162,7 @@ class RunState:
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
     scratch: dict = field(default_factory=dict)  # a kind's own values between its stages
+    project: dict = field(default_factory=dict)  # provenance.project: the commit and whether the tree was dirty
 
     @property
     def out_dir(self) -> Path:
@@ -177,8 +182,10 @@ class RunState:
         return GateReport(self.gate.stem, self.profile.name, Result.ERROR, why, provenance=self.prov)
 
     def finish(self, report: GateReport) -> GateReport:
-        """The report with this run's data, times and duration (every report of a run ends here)."""
+        """The report with this run's data, times, duration and project commit (every report of a run ends here)."""
         self.timings["total_s"] = round(time.monotonic() - self.t0, 2)
+        if self.project:
+            report.provenance.setdefault("project", self.project)
         report.data = {**self.data, **report.data}
         report.started, report.ended, report.duration_s = self.started, utc_now(), self.timings["total_s"]
         return report
@@ -299,6 +306,27 @@ class Gate:
         """Kernels (kernels/<c>.yaml) whose new revision makes this gate re-run (bump impact)."""
         return tuple(spec.kernels)
 
+    def baseline_bars(self, root: Path, spec) -> list[tuple[str, object]]:
+        """(profile name, bar) of every bar of `spec` whose threshold is a baseline (accepted earlier runs x a
+        tolerance: report.baseline), its threshold made from the runs the spec names; [] for a kind whose bars cite
+        published figures only. Raises BaselineError naming a run that cannot be used (a bump PR body shows it)."""
+        return []
+
+    def rederive(self, doc: dict, folder: Path, spec: dict | None):
+        """What this kind re-derives of one of its reports (report.rederive.Rederived): from the raw logs the report
+        keeps in `folder`, each check's value, each statistic's samples and the fields it names; from `spec` (the
+        mapping of the gate spec the report records by sha256, None when unreadable) each bar's threshold and whether
+        the profile is unmeasured. Raises report.rederive.RederiveError naming a log that cannot be read. This
+        default re-derives nothing from logs and says so (a note, never a silent pass)."""
+        from ..report.rederive import Rederived, spec_profile
+
+        _, unmeasured = spec_profile(
+            spec, doc.get("profile", ""), (doc.get("provenance") or {}).get("stack") or "campaign"
+        )
+        return Rederived(
+            unmeasured=unmeasured, notes=[f"gate kind {type(self).__name__}: no raw-log re-derivation yet"]
+        )
+
     def launches(self, spec, opts: GateOptions | None = None) -> int:
         """How many watchdog-bounded launches one run makes (the container's time limit is that many times the
         spec's timeout, plus slack)."""
@@ -323,6 +351,7 @@ class Gate:
         """Run the gate here (host mode) and return its report, not yet written. Raises ReprostackError only for
         operator errors found before anything ran."""
         st = RunState(self, self.check_options(opts), ctx)
+        st.project = ctx.project if ctx.project is not None else project.state(ctx.root)
         st.spec = self.spec_for(ctx.root, ctx.lock)
         self.check_request(st)
         st.host = hostinfo.collect()
@@ -380,13 +409,15 @@ class Gate:
 
 def verdict(profile, checks: list, spec_file: str = "gates/micro.yaml") -> tuple[Result, str]:
     """(result, reason) of a run that completed. A profile whose bars are not measured never passes: a
-    failing `bars_status` check is added to `checks` (in place) and the result is FAIL with the reason
-    "profile X has no measured bar yet; numbers reported" (plus any other failed check)."""
+    failing `bars_status` check is added to `checks` (in place; its note gives the spec's `bars-status-why`) and the
+    result is FAIL with the reason "profile X has no measured bar yet; numbers reported" (plus any other failed
+    check)."""
     if profile.measured:
         return decide(checks, ran_ok=True)
     others = [c for c in checks if not c.passed]
     why = f"profile {profile.name} has no measured bar yet; numbers reported"
-    note = f"{why} ({spec_file}: bars-status)"
+    own = profile.bars_status_why
+    note = f"{why} ({spec_file}: bars-status)" + (f": {own}" if own else "")
     checks.append(evaluate("bars_status", "", profile.bars_status, "==", "measured", note=note))
     _, more = decide(others, ran_ok=True) if others else (None, "")
     return Result.FAIL, why + (f"; also: {more}" if more else "")

@@ -51,12 +51,13 @@ from . import arms as armsmod
 from . import metrics, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import Kernels, jit_prewarm, jit_record, nccl_words, provenance, setup_kernels, source_trees
+from .options import BASELINE_HISTORY as HISTORY
 from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .parsers.test_ep import classify_test_ep_failure
 from .parsers.transport import nccl_host, parse_transport
-from .spec import Profile, load_spec, resolve_bars
+from .spec import BaselineSpec, Profile, load_spec, resolve_bars
 
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
 DEFAULT_TRIALS = 5
@@ -84,12 +85,76 @@ class MicroGate(Gate):
         return (*own, "fabric") if profile is not None and profile.needs_efa and "fabric" in self.earlier else own
 
     def launches(self, spec, opts: GateOptions | None = None) -> int:
-        return 2 if opts is not None and opts.legacy else 1  # the dense arm runs inside the trials launch
+        return 2 if opts is not None and opts.legacy else 1
+
+    def baseline_bars(self, root: Path, spec) -> list[tuple[str, object]]:
+        out = []
+        for p in spec.profiles.values():
+            if any(isinstance(b.baseline, BaselineSpec) for b in p.bars):
+                resolved = resolve_bars(spec, p, root=root, stack=spec.stack or "campaign")
+                out += [(p.name, b) for b in resolved.bars if b.baseline is not None]
+        return out  # the dense arm runs inside the trials launch
 
     def kernels_line(self, spec, lock, image, mode: str) -> str:
         from .plan import built_kernels_line
 
         return built_kernels_line(spec, lock, image, mode, pins=tuple(spec.kernels))
+
+    def rederive(self, doc: dict, folder: Path, spec: dict | None):
+        """From the kept test_ep log(s) (the trials driver's, or a single run's before trials): every trial's figures
+        (data.trials.figures, the statistics' samples), the completeness count, the dense arm's, the one-NCCL
+        record's runtime where the log holds it; the bars from the recorded spec (a baseline bar: its tolerance and
+        runs)."""
+        from ..report.rederive import BaselineRef, begin, kept_logs, log_text
+        from ..report.stats import summarize
+        from .parsers.dense_a2a import parse_dense
+        from .parsers.test_ep import parse_test_ep
+
+        data, prof, got = begin(doc, spec)
+        for b in (prof or {}).get("bars") or []:
+            if isinstance(b, dict) and isinstance(b.get("baseline"), dict):
+                e = b["baseline"]
+                got.thresholds[b["metric"]] = BaselineRef(float(e.get("tolerance", -1)), tuple(e.get("runs") or ()))
+            elif isinstance(b, dict) and "metric" in b:
+                got.thresholds[b["metric"]] = b.get("threshold")
+        te = data.get("test_ep")
+        if not isinstance(te, dict):
+            got.notes.append("no test_ep data: the test did not run")
+            return got
+        test_ep_logs = kept_logs(doc, self.stem, lambda p: p.startswith(f"{self.stem}/test_ep") and p.endswith(".log"))
+        text = log_text(folder, doc, self.stem, test_ep_logs)
+        ranks, modes = int(te.get("num_ranks") or 0), te.get("modes_checked") or "first"
+        trials = data.get("trials")
+        if isinstance(trials, dict):
+            arms = tuple(trials.get("arms") or ("deepep",))
+            tp = parse_micro_trials(
+                text, num_ranks=ranks, trials=int(trials.get("trials") or 0), arms=arms, modes=modes
+            )
+            figs = tp.figures
+            got.figures.update(figs)
+            got.fields.update({"data.trials.figures": figs, "data.trials.complete": tp.complete})
+            got.values.update({k: round(summarize(v).mean, 6) for k, v in figs.items()})
+            problems = tp.problems + [p for t in tp.deepep for p in t.problems]
+            got.values["ranks_x_phases_missing"] = len(problems)
+            if "dense" in arms:
+                got.values["dense_arm_complete"] = tp.dense_ok
+            first = tp.deepep[0]
+            runtimes = {r.get("runtime") for r in tp.nccl}
+            if len(runtimes) == 1:
+                got.values["nccl_runtime"] = runtimes.pop()
+            else:
+                got.notes.append("nccl_runtime: no single one-NCCL record in the log (measured apart before issue 17)")
+        else:
+            first = parse_test_ep(text, num_ranks=ranks, modes=modes)
+            got.values.update({"dc_p50_us": first.dc_p50_us, "ranks_x_phases_missing": len(first.problems)})
+            got.notes.append("nccl_runtime: measured in its own process before issue 17, not in the kept log")
+            dense = data.get("dense")
+            if isinstance(dense, dict) and isinstance(dense.get("parse"), dict):
+                d = parse_dense(log_text(folder, doc, self.stem, ["dense_a2a.log"]), world=ranks)
+                got.fields["data.dense.parse.dc_p50_us"] = d.dc_p50_us
+                got.values["dense_arm_complete"] = d.ok
+        got.fields.update({"data.test_ep.dc_p50_us": first.dc_p50_us, "data.test_ep.complete": first.complete})
+        return got
 
     # ------------------------------------------------------------------ the plan
 
@@ -144,8 +209,13 @@ class MicroGate(Gate):
             raise ReprostackError(f"--trials {trials}: give a whole number >= 1")
         if opts.num_sms is not None and not 1 <= opts.num_sms <= 1024:
             raise ReprostackError(f"--num-sms {opts.num_sms}: give a number of SMs from 1 to 1024")
-        if opts.baseline is not None and not Path(opts.baseline).is_dir():
-            raise ReprostackError(f"--baseline {opts.baseline}: not a folder of reports")
+        if opts.baseline == HISTORY:
+            if not opts.baseline_runs:  # the command layer (cmd.gate) resolves it from the history database
+                raise ReprostackError("--baseline history: no accepted run was resolved from the results history")
+        elif opts.baseline is not None and opts.baseline_runs:
+            raise ReprostackError("--baseline DIR and --baseline-run: give one of them")
+        elif opts.baseline is not None and not Path(opts.baseline).is_dir():
+            raise ReprostackError(f"--baseline {opts.baseline}: not a folder of reports (or `history`)")
         return opts.with_(trials=trials, arms=armsmod.parse_arms(",".join(opts.arms) or "deepep"))
 
     def check_request(self, st: RunState) -> None:
@@ -178,8 +248,17 @@ class MicroGate(Gate):
             armsmod.check_request(st.spec, st.profile, st.opts.arms, st.opts.legacy)
             # the baseline bars' thresholds from their accepted runs (the spec's, or --baseline DIR's): before any
             # build, a run that cannot be used is one line
-            folder = Path(st.opts.baseline) if st.opts.baseline else None
-            st.profile = resolve_bars(st.spec, st.profile, root=st.ctx.root, folder=folder, stack=st.ctx.lock.stack)
+            o = st.opts
+            folder = Path(o.baseline) if o.baseline and o.baseline != HISTORY else None
+            st.profile = resolve_bars(
+                st.spec,
+                st.profile,
+                root=st.ctx.root,
+                folder=folder,
+                stack=st.ctx.lock.stack,
+                runs=o.baseline_runs,
+                runs_from="the results history (--baseline history)" if o.baseline == HISTORY else "--baseline-run",
+            )
         return early
 
     def prepare(self, st: RunState) -> GateReport | None:

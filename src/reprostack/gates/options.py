@@ -45,6 +45,10 @@ def trials_type(text: str) -> int:
 
 
 # dest -> (flags, add_argument keywords). The one definition of every gate option; `add_arguments` takes a subset.
+# `--baseline history`: the accepted runs of the results history database, resolved into report paths by the command
+# layer (cmd.gate; the gates never read the history) and given to the gate as `baseline_runs`
+BASELINE_HISTORY = "history"
+
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "plan": (
         ("--plan",),
@@ -147,10 +151,23 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         ("--baseline",),
         dict(
             default=None,
-            metavar="DIR",
+            metavar="DIR|history",
             help="judge each bar against the accepted runs under DIR (every report of this gate, profile and stack "
-            "with result pass; e.g. results/) at the bar's own baseline tolerance, instead of the runs its spec "
-            "names; the report says which runs made the bar",
+            "with result pass; e.g. results/), or with `history` those of the results history database "
+            "(`reprostack history`; <cache>/history/history.sqlite3), at the bar's own baseline tolerance, instead of the runs its "
+            "spec names; the report says which runs made the bar",
+        ),
+    ),
+    "baseline_runs": (
+        ("--baseline-run",),
+        dict(
+            dest="baseline_run",
+            action="append",
+            default=[],
+            metavar="REPORT",
+            help="a report (a path in the project) the baseline bars may take as an accepted run, instead of the "
+            "runs the spec names (repeatable; what `--baseline history` resolves to, and what the in-image runner "
+            "is given)",
         ),
     ),
     "num_sms": (
@@ -194,6 +211,7 @@ RUN_OPTIONS = (
     "vars",
     "server_args",
     "baseline",
+    "baseline_runs",
     "num_sms",
     "legacy",
 )
@@ -266,6 +284,7 @@ class GateOptions:
     vars: tuple[tuple[str, str], ...] = ()
     server_args: tuple[str, ...] = ()
     baseline: str | None = None
+    baseline_runs: tuple[str, ...] = ()
     num_sms: int | None = None
     legacy: bool = False
     container: bool = False
@@ -279,6 +298,7 @@ class GateOptions:
         if isinstance(self.vars, dict):
             object.__setattr__(self, "vars", tuple(self.vars.items()))
         object.__setattr__(self, "server_args", tuple(self.server_args))
+        object.__setattr__(self, "baseline_runs", tuple(self.baseline_runs))
         if self.out is not None and not isinstance(self.out, Path):
             object.__setattr__(self, "out", Path(self.out))
 
@@ -288,7 +308,7 @@ class GateOptions:
         replaces fields. Raises ReprostackError for a malformed `--var`."""
         d = {}
         for f in fields(cls):
-            if f.name in ("arms", "vars", "server_args", "out"):
+            if f.name in ("arms", "vars", "server_args", "baseline_runs", "out"):
                 continue
             if hasattr(args, f.name):
                 d[f.name] = getattr(args, f.name)
@@ -297,6 +317,7 @@ class GateOptions:
         d["arms"] = tuple(getattr(args, "arm", None) or ())
         d["vars"] = _key_values(getattr(args, "var", None) or (), "--var", "K=V")
         d["server_args"] = tuple(getattr(args, "server_arg", None) or ())
+        d["baseline_runs"] = tuple(getattr(args, "baseline_run", None) or ())
         d.update(over)
         return cls(**d)
 
@@ -340,5 +361,6 @@ class GateOptions:
         argv += [f"--server-arg={s}" for s in self.server_args]
         argv += ["--trials", str(self.trials)] if self.trials is not None else []
         argv += ["--baseline", self.baseline] if self.baseline else []
+        argv += [x for r in self.baseline_runs for x in ("--baseline-run", r)]
         argv += ["--num-sms", str(self.num_sms)] if self.num_sms is not None else []
         return argv + (["--legacy"] if self.legacy else [])

@@ -1,6 +1,8 @@
 """Run gates: one (`gate G`) or all of them in dependency order (`all-gates`), into GateReports.
 
 Invariants:
+- every report records `provenance.project` (the commit and whether the tree was dirty, reprostack.project), the
+  one the command read before the run (`RunContext.project`);
 - `run_gate` runs one gate of the registry with the operator's options (gates.options.GateOptions) through the
   Gate protocol (gates.base: `Gate.run`, or container mode); it never looks at a gate's kind; bad input (a spec that does not load, an
   unknown profile or arm) raises ReprostackError before anything runs (the CLI: one line, exit 2).
@@ -44,6 +46,8 @@ def run_gate(g: Gate, opts: GateOptions, ctx: RunContext) -> GateReport:
         else:
             report = run_here(g, opts, ctx)
         s.outcome = report.label()
+    if ctx.project is not None:  # the checkout's commit, as the command read it (an image's copy may have no .git)
+        report.provenance["project"] = ctx.project
     return report
 
 
@@ -107,4 +111,7 @@ def run_all(opts: GateOptions, ctx: RunContext, *, run=None) -> list[GateReport]
             rep = _error(g, opts, f"internal error: {type(e).__name__}: {e} (traceback on stderr)")
         rep.gate = g.report_name
         reports[g.name] = rep
+    if ctx.project is not None:  # every report of the run, not-run and errors too, names the commit
+        for r in reports.values():
+            r.provenance.setdefault("project", ctx.project)
     return list(reports.values())

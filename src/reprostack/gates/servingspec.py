@@ -113,6 +113,7 @@ class ServingProfile:
     served_model: str | None = None
     cells: tuple | None = None  # None: the spec's
     bars_status: str = "measured"
+    bars_status_why: str = ""  # why a profile is unmeasured (`bars-status-why`), shown in the verdict
     required: tuple | None = None  # the profile's backend assertion (None: the spec's)
     forbidden: tuple | None = None
     assertion_note: str = ""
@@ -343,6 +344,7 @@ def _profile(name: str, p: dict, cells: tuple, arms: dict, lines: dict, sp: str)
         served_model=p.get("served-model"),
         cells=pcells,
         bars_status="unmeasured" if unmeasured else "measured",
+        bars_status_why=p.get("bars-status-why", ""),
         required=preq.get("required"),
         forbidden=preq.get("forbidden"),
         assertion_note=(p.get("backend-assertion") or {}).get("note", ""),

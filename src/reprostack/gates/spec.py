@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import GateError, LocatedError
 from ..yamlsrc import compose, read_bytes, validate
 from .. import schemas
-from ..report.baseline import Baseline, BaselineError, BaselineSpec, accepted_runs, baseline
+from ..report.baseline import Baseline, BaselineError, BaselineSpec, accepted_among, accepted_runs, baseline
 
 
 class GateSpecError(LocatedError, GateError):
@@ -48,8 +48,9 @@ BARS_MEASURED, BARS_UNMEASURED = "measured", "unmeasured"
 class Profile:
     """A hardware profile: EP size = nodes x gpus_per_node; bars say what passes on that hardware.
 
-    bars_status: "measured" (bars set from runs on this hardware) or "unmeasured" (no run yet: the gate
-    reports every number but never passes, see gates.micro); scale_up_limit_gbs: the part's scale-up
+    bars_status: "measured" (bars set from runs on this hardware) or "unmeasured" (no reference yet: the gate
+    reports every number but never passes, see gates.base.verdict), `bars_status_why` saying why (the yaml's
+    `bars-status-why`, shown in the verdict); scale_up_limit_gbs: the part's scale-up
     (NVLink) bandwidth per direction per GPU in GB/s, None when the yaml gives none, with its source;
     launcher: "local" (the script spawns its ranks) or "torchrun" (one torchrun agent per node);
     gpu_model: a substring every GPU name must hold for auto-detection (None: any)."""
@@ -63,6 +64,7 @@ class Profile:
     bars: tuple[Bar, ...]
     description: str = ""
     bars_status: str = BARS_MEASURED
+    bars_status_why: str = ""
     scale_up_limit_gbs: float | None = None
     scale_up_limit_source: str | None = None
     launcher: str = "local"
@@ -210,6 +212,7 @@ def profile_from(name: str, p: dict, bars: tuple | None = None) -> Profile:
         bars=tuple(Bar(**b) for b in p["bars"]) if bars is None else tuple(bars),
         description=p.get("description", ""),
         bars_status=p.get("bars-status", BARS_MEASURED),
+        bars_status_why=p.get("bars-status-why", ""),
         scale_up_limit_gbs=p.get("scale-up-limit-gbs"),
         scale_up_limit_source=p.get("scale-up-limit-source"),
         launcher=p.get("launcher", "local"),
@@ -231,17 +234,26 @@ def _bars(bars: list) -> tuple[Bar, ...]:
 
 
 def resolve_bars(
-    spec: GateSpec, profile: Profile, *, root: Path, folder: Path | None = None, stack: str = ""
+    spec: GateSpec,
+    profile: Profile,
+    *,
+    root: Path,
+    folder: Path | None = None,
+    stack: str = "",
+    runs: tuple[str, ...] = (),
+    runs_from: str = "--baseline-run",
 ) -> Profile:
-    """`profile` with every baseline bar's threshold made from its runs: the spec's, or with `folder` (`--baseline
-    DIR`) the accepted runs of this gate, profile and `stack` under it, at the bar's own tolerance. Raises
-    BaselineError (one line naming the bar and the run) when a run cannot be used or none is accepted, and, with
-    `folder`, for a bar with a fixed threshold (no tolerance to take)."""
+    """`profile` with every baseline bar's threshold made from its runs: the spec's; with `folder` (`--baseline
+    DIR`) the accepted runs of this gate, profile and `stack` under it; with `runs` (project paths: `--baseline-run`,
+    or what the command layer resolved `--baseline history` to, named by `runs_from`) the accepted ones among them;
+    at the bar's own tolerance. Raises BaselineError (one line naming the bar and the run) when a run cannot be used
+    or none is accepted, and, with `folder` or `runs`, for a bar with a fixed threshold (no tolerance to take)."""
     import dataclasses
 
+    given = folder is not None or bool(runs)
     bars = []
     for b in profile.bars:
-        if folder is None and not isinstance(b.baseline, BaselineSpec):
+        if not given and not isinstance(b.baseline, BaselineSpec):
             bars.append(b)
             continue
         if b.baseline is None:
@@ -251,17 +263,29 @@ def resolve_bars(
         own = b.baseline if isinstance(b.baseline, BaselineSpec) else None
         tol = b.baseline.tolerance
         where = f"{spec.path.name}: profiles.{profile.name} bar {b.metric}"
+        key = dict(gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack)
         try:
-            if folder is None:
+            if not given:
                 got = own.resolve(root, gate=spec.gate, profile=profile.name, metric=b.metric)
             else:
-                runs = accepted_runs(root, folder, gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack)
-                if not runs:
-                    raise BaselineError(f"no accepted {spec.gate} {profile.name} run of stack {stack} under {folder}")
-                why = f"the accepted runs under {folder} (--baseline)"
+                if folder is not None:
+                    chosen = accepted_runs(root, folder, **key)
+                    why = f"the accepted runs under {folder} (--baseline)"
+                    if not chosen:
+                        raise BaselineError(
+                            f"no accepted {spec.gate} {profile.name} run of stack {stack} under {folder}"
+                        )
+                else:
+                    chosen = accepted_among(root, runs, **key)
+                    why = f"the accepted runs of {runs_from} ({len(chosen)} of the {len(runs)} given)"
+                    if not chosen:
+                        raise BaselineError(
+                            f"no accepted {spec.gate} {profile.name} run of stack {stack} among the {len(runs)} "
+                            f"run(s) of {runs_from}"
+                        )
                 got = baseline(
                     root,
-                    runs,
+                    chosen,
                     tolerance=tol,
                     why=why,
                     gate=spec.gate,

@@ -32,7 +32,7 @@ from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
 from . import transport
-from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import provenance, setup_kernels, source_trees
 from .options import GateOptions
 from .parsers.failure import classify_failure
@@ -89,6 +89,59 @@ class MegatronGate(Gate):
             arms.append(lp.ArmPlan(name, role, tuple(cmds), env_tuple(spec.env, profile.env, a.env)))
         first = next((a for a in arms if a.role == "deepep"), arms[0])
         return PlanParts(first.commands, first.env, paths.work, (), tuple(arms))
+
+    def rederive(self, doc: dict, folder: Path, spec: dict | None):
+        """From each arm's kept log: its steps (losses, grad norms), the structural checks, the loss metrics the bars
+        name, the per-step statistics, and the arms' agreement; the bars from the recorded spec (each arm's, the
+        DeepEP arm's for EFA TX, the cross-arm one once). The one-NCCL check ran in its own process: noted."""
+        from ..report.rederive import begin, kept_logs, log_text
+
+        data, prof, got = begin(doc, spec)
+        arms = data.get("arms") if isinstance(data.get("arms"), dict) else {}
+        spec_arms = (spec or {}).get("arms") if isinstance((spec or {}).get("arms"), dict) else {}
+        deepep = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("deepep")), "deepep")
+        ref = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("reference")), "alltoall")
+        done = {}
+        for name, entry in arms.items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("parse"), dict):
+                continue  # an arm that never started (setup failure): its report entry says why
+            logs = kept_logs(
+                doc, self.stem, lambda p, n=name: p == f"{self.stem}/{n}.log" or p.startswith(f"{self.stem}/{n}.node")
+            )
+            parsed = parse_megatron(
+                log_text(folder, doc, self.stem, logs), expected_steps=int(entry["parse"].get("expected_steps") or 0)
+            )
+            rec = entry["parse"]
+            got.fields.update(
+                {
+                    f"data.arms.{name}.parse.complete": parsed.complete,
+                    f"data.arms.{name}.parse.problems": list(parsed.problems),
+                    f"data.arms.{name}.parse.init_checksum": parsed.init_checksum,
+                    f"data.arms.{name}.parse.buffer_class": parsed.buffer_class,
+                }
+            )
+            if [s.get("loss") for s in rec.get("steps") or [] if isinstance(s, dict)] != parsed.losses:
+                got.fields[f"data.arms.{name}.parse.steps"] = [s.__dict__ for s in parsed.steps]
+            if "failure" in entry:
+                continue  # its checks were not made (the verdict is an error naming it)
+            done[name] = parsed
+            m = loss_metrics(parsed)
+            m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
+            got.values.update({f"{name}.{k}": v for k, v in m.items()})
+            got.values[f"{name}.steps_problems"] = len(parsed.problems)
+            if name == deepep:
+                got.values[f"{name}.buffer_class"] = parsed.buffer_class
+                got.notes.append(
+                    f"{name}.nccl_runtime: the one-NCCL check ran in its own process (data.nccl), not in the logs"
+                )
+            for k, s in step_statistics(name, parsed).items():
+                got.figures[k] = s["samples"]
+        if deepep in done and ref in done:
+            a, b = done[deepep], done[ref]
+            got.values["arms_init_checksum_equal"] = a.init_checksum == b.init_checksum and a.init_checksum is not None
+            got.values["arms_loss_rel_diff_max"] = rel_diff_max(a.losses, b.losses)
+        _bar_thresholds(got, prof, list(done), deepep, both=deepep in done and ref in done)
+        return got
 
     # ------------------------------------------------------------------ the staged run
 
@@ -170,6 +223,9 @@ class MegatronGate(Gate):
             checks += arm_checks(spec, profile, name, res["parse"], entry, st.data.get("nccl"))
             st.data.setdefault("statistics", {}).update(step_statistics(name, res["parse"]))
         checks += cross_checks(spec, profile, results)
+        cross = cross_arm(spec, results)
+        if cross is not None:  # reported with or without a bar naming it
+            st.data["cross_arm"] = cross
         return self._verdict(st, results, checks, failures)
 
     def _run_arm(self, st: RunState, plan: lp.ArmPlan) -> dict:
@@ -221,8 +277,8 @@ class MegatronGate(Gate):
                 f" — completed arm(s) {', '.join(stood)}: {done}/{len(checks)} check(s) passed" if stood else ""
             )
             result, reason = decide(checks, ran_ok=False, failure_reason=why)
-        else:
-            result, reason = decide(checks, ran_ok=True)
+        else:  # a profile without a measured bar never passes (gates.base.verdict)
+            result, reason = verdict(st.profile, checks, st.spec.path.name)
         result, reason = require_deepep_arm(result, reason, st.spec.deepep_arm, list(results))
         return GateReport(
             self.stem, st.profile.name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts
@@ -316,6 +372,18 @@ def arm_transport(spec: TrainingSpec, profile, name: str, parsed, data: dict) ->
     return [transport.check(f"{name}.transport", need, parsed_t, where=f"{name} arm")]
 
 
+def cross_arm(spec: TrainingSpec, results: dict) -> dict | None:
+    """The arms' agreement when both completed: the max over steps of the relative loss difference, reported by
+    every run whether or not a bar judges it (None when an arm is missing)."""
+    a, b = spec.deepep_arm, spec.reference_arm
+    if not (a and b and a in results and b in results):
+        return None
+    return {
+        "loss_rel_diff_max": rel_diff_max(results[a]["parse"].losses, results[b]["parse"].losses),
+        "how": f"max over steps of |loss[{a}] - loss[{b}]| / loss[{b}]",
+    }
+
+
 def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:
     """Checks that compare the DeepEP arm with the reference arm (both must have completed)."""
     a, b = spec.deepep_arm, spec.reference_arm
@@ -345,3 +413,20 @@ def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:
                 )
             )
     return checks
+
+
+def _bar_thresholds(got, prof: dict | None, done: list[str], deepep: str, both: bool) -> None:
+    """MegatronGate.rederive: the recorded spec's bars, each on the arms it judges (its own arm, the DeepEP arm's for
+    EFA TX, every arm's otherwise), the cross-arm bound once when both arms ran."""
+    for bar in (prof or {}).get("bars") or []:
+        if not isinstance(bar, dict) or "metric" not in bar:
+            continue
+        metric = bar["metric"]
+        if metric == "arms_loss_rel_diff_max":
+            if both:
+                got.thresholds[metric] = bar.get("threshold")
+            continue
+        own = bar.get("arm") or (deepep if metric == "efa_tx_gb" else None)
+        for name in done:
+            if own in (None, name):
+                got.thresholds[f"{name}.{metric}"] = bar.get("threshold")

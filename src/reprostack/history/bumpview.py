@@ -1,5 +1,8 @@
 """The history comparison of a bump PR body: for each gate the bump asks to re-run, each metric before (the old
-lock's latest run) and after (the new lock's), with the verdict (reprostack.history.compare).
+lock's latest run) and after (the new lock's), with the verdict (reprostack.history.compare); then each of those
+gates' baseline bars (report.baseline: accepted runs x a tolerance) with the new lock's run judged against it, the
+way the gate judges a run (on its 95% interval: PASS only when the whole interval clears the bar, FAIL when it is
+wholly past it, INCONCLUSIVE otherwise; n=1 is never judged).
 
 Source: an in-memory copy of the history database (when the default one exists; the file is never written)
 plus the project's results/ ingested into that copy. "before" is the latest run under the old lock (by its
@@ -52,6 +55,48 @@ def rows(store: Store, old_sha: str, new_sha: str, gates: tuple[str, ...]) -> li
     return out
 
 
+def baseline_rows(root: Path, store: Store, new_sha: str, gates: tuple[str, ...]) -> list[list[str]]:
+    """[gate, bar, baseline, after, verdict] per baseline bar of each gate in `gates` (their specs under `root`); a
+    gate without one gets one row saying so. A spec or a baseline run that cannot be read is its row's verdict."""
+    from ..gates import registry
+    from ..report.stats import Summary, interval_verdict
+
+    points = {}
+    for p in store.points(
+        tuple(registry.gate(g).stem for g in gates if g in registry.BY_NAME or g in registry.BY_STEM)
+    ):
+        if p.lock_sha256 == new_sha:
+            points[(p.gate, p.profile, p.stack, p.m.metric)] = p  # points come oldest first: the latest wins
+    out = []
+    for name in gates:
+        try:
+            gate = registry.gate(name)
+            bars = gate.baseline_bars(root, gate.load(root))
+        except ReprostackError as e:
+            out.append([f"{name}", "-", "-", "-", f"cannot be judged: {e}"])
+            continue
+        if not bars:
+            out.append([name, "-", "no baseline bar (its bars cite published figures, or none is set)", "-", "-"])
+        for prof, b in bars:
+            unit = f" {b.unit}" if b.unit else ""
+            bar = f"{b.metric} {b.op} {b.threshold:g}{unit}"
+            base = f"median {b.baseline.reference:.4g}{unit} of {len(b.baseline.runs)} run(s) x (1 {'+' if b.op in ('<=', '<') else '-'} {b.baseline.tolerance:g})"
+            p = points.get((gate.stem, prof, "campaign", b.metric))
+            if p is None:
+                out.append([f"{gate.stem}/{prof} [campaign]", bar, base, "not run yet", "not run under the new lock"])
+                continue
+            m = p.m
+            if not m.has_interval:
+                v = "n=1, no interval: never judged"
+            else:
+                s = Summary(
+                    m.n, m.mean, m.p50 if m.p50 is not None else m.mean, m.stdev or 0.0, (m.lo, m.hi), m.samples
+                )
+                v = interval_verdict(s, b.op, b.threshold).upper()
+            out.append([f"{gate.stem}/{prof} [campaign]", bar, base, value(p), v])
+    return out
+
+
 def section(
     root: Path, old_lock_text: str, new_lock_text: str | None, gates: tuple[str, ...], db: Path | None = None
 ) -> str | None:
@@ -68,9 +113,10 @@ def section(
             files = scan([results], exclude=results / "history") if results.is_dir() else []
             _, _, _, skipped = ingest(store, files)
             table = rows(store, old_sha, new_sha, gates)
+            against = baseline_rows(root, store, new_sha, gates)
     except ReprostackError as e:
         return f"### Gate history\n\nThe results history could not be read: {_cell(str(e))}\n"
-    if not table:
+    if not table and not any(r[1] != "-" for r in against):
         return None
     out = [
         "### Gate history\n",
@@ -83,6 +129,17 @@ def section(
         out.append("| " + " | ".join(_cell(c) for c in r) + " |")
     if len(table) > MAX_ROWS:
         out.append(f"| … | *{len(table) - MAX_ROWS} more metrics* | | | |")
+    if not table:
+        out.append("| - | *no run of these gates to compare* | | | |")
     if skipped:
         out.append(f"\n{len(skipped)} report(s) under results/ could not be read and were left out.")
+    out += [
+        "\n#### Verdict against the baseline\n",
+        "Each baseline bar of the gates to re-run, and the new lock's latest run judged against it as the gate judges "
+        "(its 95% interval: PASS when the whole interval clears the bar, FAIL when it is wholly past it, "
+        "INCONCLUSIVE otherwise).\n",
+        "| gate | bar | baseline | after (new lock) | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in against[:MAX_ROWS]]
     return "\n".join(out) + "\n"

@@ -317,6 +317,19 @@ class Store:
             self.conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0],
         )
 
+    def accepted(self, stack: str, gate: str | None = None, profile: str | None = None) -> list[tuple[str, str]]:
+        """(id, path) of every stored report with result pass of `stack` (of `gate` and `profile` when given), oldest
+        first: the accepted runs a baseline may take (`gate --baseline history`). The stored values are as untrusted
+        as the file: a row whose id or path is not a string is left out."""
+        sql = "SELECT id, path FROM reports WHERE result = 'pass' AND stack = ?"
+        args: list = [stack]
+        for col, v in (("gate", gate), ("profile", profile)):
+            if v is not None:
+                sql += f" AND {col} = ?"  # the column name is ours, the value a parameter
+                args.append(v)
+        rows = self.conn.execute(sql + " ORDER BY date, id", args).fetchall()
+        return [(i, p) for i, p in rows if isinstance(i, str) and isinstance(p, str)]
+
     def points(self, gates: tuple[str, ...] | None = None) -> list[Point]:
         """Every measurement (of `gates` only, when given), ordered by gate, profile, stack, metric, date. A row
         that cannot be used is passed over and named in `skipped_rows` (see the module doc)."""

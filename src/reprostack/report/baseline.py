@@ -157,14 +157,23 @@ def accepted_runs(root: Path, folder: Path, *, gate: str, profile: str, metric: 
     """Project-relative paths of every `<gate>.json` under `folder` that is an accepted run of this gate, profile and
     stack with the metric's statistics (the others are passed over: a folder of results holds every kind of run)."""
     base = Path(root).resolve()
-    out = []
+    rels = []
     for p in sorted(Path(folder).resolve().rglob(f"{gate}.json")):
         if p.is_symlink() or not p.is_file() or not p.resolve().is_relative_to(base):
             continue
-        rel = p.resolve().relative_to(base).as_posix()
+        rels.append(p.resolve().relative_to(base).as_posix())
+    return accepted_among(base, rels, gate=gate, profile=profile, metric=metric, stack=stack)
+
+
+def accepted_among(root: Path, runs, *, gate: str, profile: str, metric: str, stack: str) -> list[str]:
+    """The project-relative paths among `runs` that are accepted runs of this gate, profile and stack with the
+    metric's statistics, in the order given (the others are passed over: a history holds every kind of run)."""
+    out = []
+    for rel in runs:
         try:
-            read_run(base, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+            read_run(root, rel, gate=gate, profile=profile, metric=metric, stack=stack)
         except BaselineError:
             continue
-        out.append(rel)
+        if rel not in out:
+            out.append(rel)
     return out

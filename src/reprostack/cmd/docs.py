@@ -1,0 +1,84 @@
+"""`reprostack docs [--check]`: write the docs' generated blocks (README.md, docs/stacks.md) from results/
+(reprostack.report.docsgen); `--check` writes nothing and exits 1 naming each block that differs.
+
+Exit 0 when the docs are what results/ gives (or were written), 1 with `--check` when a block differs, 2 for a doc
+whose markers are broken or a block that cannot be made (one line).
+
+Invariants: the blocks are a pure function of results/ (report.docsgen); only the docs' generated blocks are
+written, atomically, and only when they differ.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+HELP = "write the docs' figures from results/ (README result lines, docs/stacks.md tables, the bench table)"
+DESCRIPTION = (
+    "Every `<!-- generated: NAME -->` block of README.md and docs/stacks.md is made again from results/; --check "
+    "writes nothing and fails (1) naming each block that differs (CI runs it)."
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a block differs from results/")
+    p.add_argument(
+        "--page",
+        action="store_true",
+        help="also write the history page results/history/ (its PNGs depend on the matplotlib build: not checked)",
+    )
+
+
+def history_block(root: Path, args: list[str]) -> str:
+    """The `history` block: `reprostack history`'s summary of results/ (ingested into a fresh database in a
+    temporary folder, so the block depends on results/ alone), in a code block."""
+    from ..history import compare, render
+    from ..history.command import ingest, scan
+    from ..history.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="reprostack-docs-") as d:
+        with Store.open(Path(d) / "history.sqlite3") as store:
+            files = scan([root / "results"], exclude=root / "results" / "history")
+            _, _, _, skipped = ingest(store, files)
+            reports, _ = store.count()
+            series = compare.analyse(store)
+    text = render.short(series, reports, full=False)
+    tail = "".join(f"skipped {s}\n" for s in skipped)
+    return (
+        "```\n$ reprostack history --no-plots --db /tmp/h.sqlite3   # on the committed results/\n"
+        + text
+        + tail
+        + "```\n"
+    )
+
+
+def write_page(root: Path) -> str:
+    """The committed history page (results/history/index.html and its PNGs) from results/; a line saying what."""
+    from ..history import compare, render
+    from ..history.command import ingest, scan
+    from ..history.store import Store
+
+    out = root / "results" / "history"
+    with tempfile.TemporaryDirectory(prefix="reprostack-docs-") as d:
+        with Store.open(Path(d) / "history.sqlite3") as store:
+            ingest(store, scan([root / "results"], exclude=out))
+            reports, _ = store.count()
+            series = compare.analyse(store)
+        render.write(series, out, reports=reports)
+    missing = render.plots_missing()
+    return f"docs: wrote {out}/index.html" + (f" (tables only: {missing})" if missing else "")
+
+
+def run(args) -> int:
+    from .. import paths
+    from ..report.docsgen import generate
+
+    root = paths.project_root()
+    drift = generate(root, check=args.check, extra={"history": history_block})
+    for d in drift:
+        print(d.line() if args.check else f"docs: wrote {d.path} block `{d.block}`")
+    if not drift:
+        print("docs: every generated block is what results/ gives")
+    if args.page and not args.check:
+        print(write_page(root))
+    return 1 if drift and args.check else 0

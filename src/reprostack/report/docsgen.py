@@ -1,0 +1,289 @@
+"""The docs' figures, generated from results/ (`reprostack docs`, `nox -s docs`): the blocks of README.md and
+docs/*.md between
+
+    <!-- generated: NAME [ARG...] (reprostack docs; from results/, never typed) -->
+    ...
+    <!-- end generated: NAME -->
+
+are written by the generator NAME from the committed results, with the marker's arguments (e.g. the report folders
+a table compares). `--check` writes nothing and names each block that differs from what results/ gives (a CI test
+runs it): a figure in the docs is the results' figure, or the check fails.
+
+Generators:
+- `results`: one row per committed gate report (report.rederive.reports_under): gate, profile, stack, verdict and
+  its headline figures (the checks judged on an interval: mean [95% CI] n; else the checks against a nonzero bar),
+  a deliberate variation named as one;
+- `bench`: every committed bench run (each gate_micro-*.json under results/bench once, duplicates by content
+  dropped), its cold and warm seconds, verdicts and machine identity as recorded, then per code version (the
+  project commit the bench recorded, else its one invocation) and over every run the median with min/max and n
+  (report.benchstats): never the fastest run alone;
+- `history-bench`: every committed history benchmark (results/bench/history-*.json): the commit it ran, the
+  reports, ingest and page seconds as median [min, max] n;
+- `history` (added by the command, from the layer above: reprostack.cmd.docs): `reprostack history`'s summary of
+  results/ (a fresh database in a temporary folder), in a code block;
+- `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
+  (mean [95% CI] n), the NCCL each mapped, the verdict against its bar, the run's seconds.
+
+Invariants: reports are untrusted input (report.rederive.load; a report that cannot be read is a row saying so,
+never a crash); a file without its markers, or a marker naming no generator, is one line (DocsError); the output is
+a pure function of the bytes under results/ (sorted paths, no clock), so `--check` is stable; writes are atomic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ReprostackError
+from .benchstats import bench_runs, spread
+from .rederive import RederiveError, load, reports_under
+
+DOCS = ("README.md", "docs/stacks.md")
+_BLOCK = re.compile(
+    r"(?P<open><!-- generated: (?P<name>[a-z-]+)(?P<args>(?: [^ ()]+)*) \(reprostack docs; from results/, never "
+    r"typed\) -->\n)(?P<body>.*?)(?P<close><!-- end generated: (?P=name) -->)",
+    re.S,
+)
+
+
+class DocsError(ReprostackError):
+    """A doc's generated block cannot be made (one line naming the file and the block)."""
+
+
+@dataclass(frozen=True)
+class Drift:
+    path: str
+    block: str
+
+    def line(self) -> str:
+        return f"{self.path}: block `{self.block}` differs from what results/ gives (run `nox -s docs`)"
+
+
+def _num(v) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _stat(s: dict) -> str:
+    ci = s.get("ci95") or []
+    rng = f" [{_num(ci[0])}, {_num(ci[1])}]" if len(ci) == 2 else ""
+    return f"{_num(s.get('mean'))}{rng} n={s.get('n')}"
+
+
+def headline(doc: dict) -> str:
+    """A report's headline figures: its checks judged on an interval (mean [CI] n, the bar), else those against a
+    nonzero numeric bar (value, the bar), at most two; the reason when there is none."""
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    st = data.get("statistics") if isinstance(data.get("statistics"), dict) else {}
+    checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
+    out = [
+        f"{c['metric']} {_stat(st[c['metric']])} {c.get('unit') or ''} ({c.get('op')} {_num(c.get('threshold'))})"
+        for c in checks
+        if c.get("metric") in st and isinstance(st[c["metric"]], dict)
+    ]
+    if not out:
+        out = [
+            f"{c.get('metric')} {_num(c.get('value'))} ({c.get('op')} {_num(c.get('threshold'))})"
+            for c in checks
+            if c.get("op") in ("<=", "<", ">=", ">")
+            and isinstance(c.get("threshold"), (int, float))
+            and not isinstance(c.get("threshold"), bool)
+            and c.get("threshold") != 0
+        ]
+    text = "; ".join(" ".join(x.split()) for x in out[:2]) or " ".join(str(doc.get("reason", "")).split())[:120]
+    delib = data.get("deliberate")
+    if isinstance(delib, dict):
+        text = f"deliberate variation ({delib.get('why', '?')}): " + text
+    return text.replace("|", "\\|")
+
+
+def gen_results(root: Path, args: list[str]) -> str:
+    rows = ["| report | gate [profile] | stack | result | headline |", "|---|---|---|---|---|"]
+    for p in reports_under([root / "results"]):
+        rel = p.relative_to(root).as_posix()
+        try:
+            doc = load(p)
+        except RederiveError as e:
+            rows.append(f"| `{rel}` | ? | ? | unreadable | {str(e)[:100]} |")
+            continue
+        stack = (doc.get("provenance") or {}).get("stack") or "campaign"
+        rows.append(
+            f"| `{rel}` | {doc.get('gate')} [{doc.get('profile')}] | {stack} | {str(doc.get('result')).upper()} | "
+            f"{headline(doc)} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def gen_bench(root: Path, args: list[str]) -> str:
+    runs = bench_runs(root / "results" / "bench")
+    rows = [
+        "| bench run | date | cold s | warm s | cold from nothing s | verdict cold / warm | wheels pre-seeded | "
+        "machine (recorded) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        rows.append(
+            f"| `{r.path}` | {r.date} | {_num(r.cold_s)} | {_num(r.warm_s)} | "
+            f"{'not measured' if r.from_nothing_s is None else _num(r.from_nothing_s)} | {r.verdict} | "
+            f"{'not recorded' if r.seeded is None else r.seeded} | {r.machine} |"
+        )
+    rows += [
+        "",
+        "| runs of one code | cold s: median [min, max] n | warm s: median [min, max] n | cold from nothing s |",
+        "|---|---|---|---|",
+    ]
+    groups: dict[str, list] = {}
+    for r in runs:
+        groups.setdefault(r.group, []).append(r)
+    for g, rs in groups.items():
+        rows.append(
+            f"| `{g}` | {spread([r.cold_s for r in rs])} | {spread([r.warm_s for r in rs])} | "
+            f"{spread([r.from_nothing_s for r in rs])} |"
+        )
+    rows.append(
+        f"| every committed run (code versions mixed) | {spread([r.cold_s for r in runs])} | "
+        f"{spread([r.warm_s for r in runs])} | {spread([r.from_nothing_s for r in runs])} |"
+    )
+    stage_names = ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
+    rows += [
+        "",
+        "| where each run's seconds went (the gate report's data.timings_s) | run | "
+        + " | ".join(n.removesuffix("_s") for n in stage_names)
+        + " |",
+        "|---|---|" + "---|" * len(stage_names),
+    ]
+    for r in runs:
+        for kind, st in r.stages:
+            rows.append(
+                f"| `{r.path}` | {kind} | " + " | ".join(_num(st[n]) if n in st else "—" for n in stage_names) + " |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def _med(s) -> str:
+    if not isinstance(s, dict) or not isinstance(s.get("median"), (int, float)):
+        return "—"
+    return f"{_num(s['median'])} [{_num(s.get('min'))}, {_num(s.get('max'))}] n={s.get('n')}"
+
+
+def gen_history_bench(root: Path, args: list[str]) -> str:
+    """Every committed `reprostack history` benchmark (results/bench/history-*.json, scripts/bench_history.py): the
+    code it ran (commit), the reports, ingest and page seconds as median [min, max] n."""
+    rows = [
+        "| history bench | code (commit) | reports | ingest s: median [min, max] n | page s: median [min, max] n |",
+        "|---|---|---|---|---|",
+    ]
+    for p in sorted((root / "results" / "bench").glob("history-*.json")):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise DocsError(f"block `history-bench`: {p.relative_to(root)}: not JSON ({e})") from None
+        if not isinstance(doc, dict) or doc.get("bench") != "history":
+            continue
+        commit = str(doc.get("commit") or "?")[:8] + (" (dirty)" if doc.get("dirty") else "")
+        rows.append(
+            f"| `{p.relative_to(root).as_posix()}` | {commit} | {doc.get('reports')} | {_med(doc.get('ingest_s'))} | "
+            f"{_med(doc.get('page_s'))} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+_COMPARE = (
+    ("D+C p50 (us)", "dc_p50_us"),
+    ("dispatch p50 (us)", "dispatch_p50_us"),
+    ("combine p50 (us)", "combine_p50_us"),
+    ("dense D+C p50 (us)", "dense_dc_p50_us"),
+    ("DeepEP over dense", "deepep_over_dense_dc"),
+)
+
+
+def gen_compare(root: Path, args: list[str]) -> str:
+    if not args:
+        raise DocsError("block `compare` names no report folder")
+    docs = []
+    for a in args:
+        p = root / a
+        found = sorted(p.glob("*.json")) if p.is_dir() else []
+        rep = next((q for q in found if q.name in ("micro.json",)), None)
+        if rep is None:
+            raise DocsError(f"block `compare`: {a}: no micro.json")
+        try:
+            docs.append(load(rep))
+        except RederiveError as e:
+            raise DocsError(f"block `compare`: {e}") from None
+    stack = [(d.get("provenance") or {}).get("stack") or "campaign" for d in docs]
+    rows = ["| | " + " | ".join(stack) + " |", "|---|" + "---|" * len(docs)]
+    rows.append("| report | " + " | ".join(f"`{a}`" for a in args) + " |")
+    for label, m in _COMPARE:
+        cells = []
+        for d in docs:
+            s = ((d.get("data") or {}).get("statistics") or {}).get(m)
+            cells.append(_stat(s) if isinstance(s, dict) else "—")
+        rows.append(f"| {label}, mean [95% CI] n | " + " | ".join(cells) + " |")
+    nccl = [
+        next((_num(c.get("value")) for c in d.get("checks") or [] if c.get("metric") == "nccl_runtime"), "—")
+        for d in docs
+    ]
+    rows.append("| NCCL mapped (runtime) | " + " | ".join(nccl) + " |")
+    verdicts = []
+    for d in docs:
+        bar = next((c for c in d.get("checks") or [] if c.get("metric") == "dc_p50_us"), {})
+        verdicts.append(f"{str(d.get('result')).upper()} (bar {bar.get('op', '?')} {_num(bar.get('threshold'))} us)")
+    rows.append("| verdict | " + " | ".join(verdicts) + " |")
+    rows.append("| gate run (s) | " + " | ".join(_num(d.get("duration_s")) for d in docs) + " |")
+    return "\n".join(rows) + "\n"
+
+
+GENERATORS = {
+    "results": gen_results,
+    "bench": gen_bench,
+    "history-bench": gen_history_bench,
+    "compare": gen_compare,
+}
+
+
+def render(root: Path, rel: str, extra: dict | None = None) -> tuple[str, str, list[str]]:
+    """(the file's text, the text with every block generated, the names of the blocks that differ); `extra`: more
+    generators, from the layers above (the command adds `history`)."""
+    gens = {**GENERATORS, **(extra or {})}
+    path = Path(root) / rel
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise DocsError(f"{rel}: {e.strerror or e}") from None
+    changed = []
+
+    def fill(m: re.Match) -> str:
+        name, args = m.group("name"), m.group("args").split()
+        gen = gens.get(name)
+        if gen is None:
+            raise DocsError(f"{rel}: block `{name}`: no such generator ({', '.join(gens)})")
+        body = gen(Path(root), args)
+        if body != m.group("body"):
+            changed.append(" ".join([name, *args]))
+        return m.group("open") + body + m.group("close")
+
+    new = _BLOCK.sub(fill, text)
+    if "<!-- generated:" in text and new == text and not _BLOCK.search(text):
+        raise DocsError(f"{rel}: a `<!-- generated:` marker without its end marker")
+    return text, new, changed
+
+
+def generate(root: Path, *, check: bool, extra: dict | None = None) -> list[Drift]:
+    """Every doc's blocks; written unless `check`. Returns the blocks that differed."""
+    from ..atomicfile import write_text_atomic
+
+    drift = []
+    for rel in DOCS:
+        old, new, changed = render(root, rel, extra)
+        drift += [Drift(rel, b) for b in changed]
+        if changed and not check:
+            write_text_atomic(Path(root) / rel, new)
+    return drift
+
+
+def to_json(drift: list[Drift]) -> str:
+    return json.dumps([d.__dict__ for d in drift])

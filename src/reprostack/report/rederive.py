@@ -1,0 +1,637 @@
+"""Re-derive a gate report from its raw logs and check its provenance (`reprostack verify-report`).
+
+A report claims figures, checks and a verdict; this module holds it to what can be recomputed:
+
+1. the report itself: a JSON object of the report schema (read as untrusted input: reprostack.jsonsrc);
+2. its artifacts: every one kept in the report's folder (a relative path) exists there with the recorded sha256 and
+   size (an absolute path, e.g. a build log in the device's cache, is named as not kept here);
+3. its provenance: the lock and the gate spec it records by sha256 are versions some commit of this repository
+   holds (report.trace.Versions), or a correction written down for this report says why and what stands for
+   them (report.trace: its claim is checked, never taken); a report that records `provenance.project` names a
+   commit of this repository, and when its tree was clean that commit's lock and spec are the recorded ones;
+4. the figures: the gate kind re-derives, from the raw logs kept in the folder, the value of each check, the samples
+   of each statistic and the fields it names (Gate.rederive: test_ep and trials logs, training logs, nccl-tests
+   logs, AIPerf exports): each must equal the report's; every statistic is recomputed from its own samples
+   (report.stats);
+5. the bars: each bar check's threshold is the bar of the spec recorded by sha256 (a baseline bar: its recorded
+   runs' means, median x (1 +- tolerance), the tolerance and runs the spec's, each run's file still the recorded
+   bytes);
+6. the verdict: each check's pass is recomputed from its value, op and threshold (on the interval of its statistic
+   where the bar is judged on one), and the result from the checks (report.model.decide; a profile the spec says is
+   unmeasured never passes).
+
+Each problem is one line; a report is verified when it has none. Notes say what could not be re-derived and why
+(e.g. a figure measured in a process whose output the report does not keep): never counted as verified silently.
+
+Invariants: nothing here writes or runs anything but git (read-only); a report, its logs, the corrections and the
+history are untrusted input; numbers compare with a relative tolerance of 1e-6 (reports round to 6-9 digits).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics as stats_mod
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from .. import jsonsrc
+from ..digest import sha256_file
+from ..errors import ReprostackError
+from .model import OPS, Check, decide, evaluate, evaluate_interval
+from .stats import summarize
+from .trace import LOCK, Correction, Versions, spec_path
+
+MAX_BYTES = 32 << 20
+RESULTS_JUDGED = ("pass", "fail", "inconclusive")
+
+
+class RederiveError(ReprostackError):
+    """A report's raw logs cannot be re-derived (one line, naming the file)."""
+
+
+@dataclass(frozen=True)
+class BaselineRef:
+    """A bar whose threshold is a baseline in the recorded spec: its tolerance and the runs it names."""
+
+    tolerance: float
+    runs: tuple[str, ...]
+
+
+@dataclass
+class Rederived:
+    """What a gate kind re-derived from a report's raw logs (Gate.rederive).
+
+    values: check metric -> value from the logs; figures: statistic -> its per-trial samples from the logs;
+    fields: a dotted path into the report ("data.trials.figures") -> the value it must hold; passes: check metric ->
+    whether it passes, for a check whose pass is more than `value op threshold`; thresholds: check metric -> the
+    bar of the recorded spec (a number, or a BaselineRef); unmeasured: the recorded spec says the profile has no
+    measured bar; notes: what was not re-derived and why."""
+
+    values: dict = field(default_factory=dict)
+    figures: dict = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)
+    passes: dict = field(default_factory=dict)
+    thresholds: dict = field(default_factory=dict)
+    unmeasured: bool | None = None
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    """verify-report's finding on one report."""
+
+    path: str
+    gate: str = "?"
+    profile: str = "?"
+    result: str = "?"
+    problems: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    traced: list = field(default_factory=list)  # how the lock and spec trace to commits
+    rederived: list = field(default_factory=list)  # what was re-derived
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def line(self) -> str:
+        head = f"{'OK' if self.ok else 'FAIL'} {self.path}: {self.gate} [{self.profile}] {self.result.upper()}"
+        if self.problems:
+            return (
+                head
+                + ": "
+                + "; ".join(self.problems[:6])
+                + (f"; ... {len(self.problems) - 6} more" if len(self.problems) > 6 else "")
+            )
+        return head + ": " + "; ".join([*self.rederived, *self.traced] or ["nothing to re-derive"])
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "gate": self.gate,
+            "profile": self.profile,
+            "result": self.result,
+            "verified": self.ok,
+            "problems": list(self.problems),
+            "rederived": list(self.rederived),
+            "traced": list(self.traced),
+            "notes": list(self.notes),
+        }
+
+
+def same(a, b) -> bool:
+    """Equal, numbers to a relative 1e-6 (reports round figures), containers element by element."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if isinstance(a, float) and math.isnan(a) or isinstance(b, float) and math.isnan(b):
+            return False
+        return a == b or abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def dig(doc, dotted: str):
+    """The value at `data.trials.figures` in `doc` (KeyError when absent)."""
+    cur = doc
+    for k in dotted.split("."):
+        if not isinstance(cur, dict) or k not in cur:
+            raise KeyError(dotted)
+        cur = cur[k]
+    return cur
+
+
+def load(path: Path) -> dict:
+    """The report at `path` as untrusted input. Raises RederiveError (one line)."""
+    doc = jsonsrc.load(path, RederiveError, max_bytes=MAX_BYTES)
+    if not isinstance(doc, dict):
+        raise RederiveError(f"{path}: not a JSON object")
+    return doc
+
+
+def reports_under(folders: list[Path]) -> list[Path]:
+    """Every `*.json` under the folders (a file named is taken as is) that is a gate report (an object with `gate`,
+    `result` and `checks`), sorted; other JSON (summaries, AIPerf exports, bench results) is passed over."""
+    out = []
+    for f in folders:
+        files = [f] if f.is_file() else sorted(p for p in f.rglob("*.json") if p.is_file() and not p.is_symlink())
+        for p in files:
+            try:
+                d = load(p)
+            except RederiveError:
+                if f.is_file():
+                    out.append(p)  # named directly: its line says why it cannot be read
+                continue
+            if "gate" in d and "result" in d and "checks" in d or f.is_file():
+                out.append(p)
+    return out
+
+
+def log_text(folder: Path, doc: dict, prefix: str, names: list[str]) -> str:
+    """The text of the kept logs `<prefix>/<name>` (one per name, in that order) the report's artifacts list,
+    joined as the gate joined them. Raises RederiveError for one that is not listed or not kept."""
+    listed = {a.get("path") for a in doc.get("artifacts") or [] if isinstance(a, dict)}
+    parts = []
+    for n in names:
+        rel = f"{prefix}/{n}" if prefix else n
+        if rel not in listed:
+            raise RederiveError(f"{rel}: not among the report's artifacts")
+        p = folder / rel
+        try:
+            parts.append(p.read_text(errors="replace"))
+        except OSError as e:
+            raise RederiveError(f"{rel}: cannot be read ({e.strerror or e})") from None
+    return "\n".join(parts)
+
+
+def begin(doc: dict, spec: dict | None) -> tuple[dict, dict | None, Rederived]:
+    """What every Gate.rederive starts from: the report's data (a mapping, {} when not), the recorded spec's profile
+    (spec_profile, on the report's stack) and a Rederived that says whether that profile is unmeasured."""
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    stack = (doc.get("provenance") or {}).get("stack") or "campaign"
+    prof, unmeasured = spec_profile(spec, doc.get("profile", ""), stack)
+    return data, prof, Rederived(unmeasured=unmeasured)
+
+
+def kept_logs(doc: dict, prefix: str, match) -> list[str]:
+    """The names (below `prefix/`) of the report's artifacts whose path `match(path)` accepts, sorted."""
+    return sorted(
+        a["path"].split("/", 1)[1]
+        for a in doc.get("artifacts") or []
+        if isinstance(a, dict)
+        and isinstance(a.get("path"), str)
+        and a["path"].startswith(f"{prefix}/")
+        and match(a["path"])
+    )
+
+
+# ----------------------------------------------------------------------------------------------- the checks
+
+
+def check_artifacts(out: Outcome, folder: Path, doc: dict) -> None:
+    kept = away = 0
+    for a in doc.get("artifacts") or []:
+        if not isinstance(a, dict) or not isinstance(a.get("path"), str):
+            out.problems.append("an artifact entry without a path")
+            continue
+        rel = PurePosixPath(a["path"])
+        if rel.is_absolute():
+            away += 1
+            continue
+        if ".." in rel.parts:
+            out.problems.append(f"artifact {a['path']}: a path with '..'")
+            continue
+        p = folder / rel
+        if not p.is_file():
+            out.problems.append(f"artifact {a['path']}: not in the report's folder")
+            continue
+        if sha256_file(p) != a.get("sha256") or p.stat().st_size != a.get("bytes"):
+            out.problems.append(f"artifact {a['path']}: its bytes are not the recorded ones (sha256 or size differs)")
+            continue
+        kept += 1
+    if kept:
+        out.rederived.append(f"{kept} kept artifact(s) hash to their records")
+    if away:
+        out.notes.append(
+            f"{away} artifact(s) outside the report's folder (absolute paths, e.g. build logs): not kept here"
+        )
+
+
+def _correction(corrections: list[Correction], rel: str, report_sha: str, field_: str, recorded: str):
+    return next(
+        (
+            c
+            for c in corrections
+            if c.report == rel and c.field == field_ and c.recorded == recorded and c.report_sha256 == report_sha
+        ),
+        None,
+    )
+
+
+def _lock_data(text: bytes, where: str):
+    from ..yamlsrc import compose
+
+    class _E(ReprostackError):
+        def __init__(self, path, line, fld, msg):
+            super().__init__(f"{path}:{line}: {fld}: {msg}")
+
+    return compose(text, where, _E)[0]
+
+
+def check_lock_correction(out: Outcome, versions: Versions, root: Path, c: Correction, prov: dict) -> None:
+    """A correction of `lock_sha256`: kept bytes that hash to it and parse to the commit's lock data, or (none kept)
+    every recorded pin is the commit's."""
+    committed = versions.at(c.commit, LOCK)
+    if committed is None:
+        out.problems.append(f"correction for lock {c.recorded[:8]}: commit {c.commit[:12]} has no {LOCK}")
+        return
+    if c.kept:
+        kept = root / Path(out.path).parent / c.kept
+        if not kept.is_file() or sha256_file(kept) != c.recorded:
+            out.problems.append(f"correction for lock {c.recorded[:8]}: {c.kept} is missing or does not hash to it")
+            return
+        try:
+            same_data = _lock_data(kept.read_bytes(), c.kept) == _lock_data(committed, f"{c.commit[:12]}:{LOCK}")
+        except ReprostackError as e:
+            out.problems.append(f"correction for lock {c.recorded[:8]}: {e}")
+            return
+        if not same_data:
+            out.problems.append(
+                f"correction for lock {c.recorded[:8]}: {c.kept} differs from {LOCK} at {c.commit[:12]} in more "
+                f"than comments and layout"
+            )
+            return
+        out.traced.append(
+            f"lock {c.recorded[:8]} is no commit's: corrected ({c.kept}, kept beside the report, is {LOCK} of "
+            f"{c.commit[:12]} but for comments; {CORRECTIONS_NAME})"
+        )
+    else:
+        data = _lock_data(committed, f"{c.commit[:12]}:{LOCK}")
+        pins = (data or {}).get("upstreams") or {}
+        for name, up in (prov.get("upstreams") or {}).items():
+            pin = pins.get(name) or {}
+            for k, pk in (("rev", "rev"), ("tree", "tree"), ("patched_tree", "patched-tree")):
+                if up.get(k) and up.get(k) != pin.get(pk):
+                    out.problems.append(
+                        f"correction for lock {c.recorded[:8]}: pin {name} {k} is not {c.commit[:12]}'s"
+                    )
+                    return
+        out.traced.append(
+            f"lock {c.recorded[:8]} is no commit's: corrected (its pins are those of {c.commit[:12]}; "
+            f"{CORRECTIONS_NAME})"
+        )
+    out.notes.append(f"lock correction: {c.why}")
+
+
+CORRECTIONS_NAME = "results/provenance-corrections.yaml"
+
+
+def check_provenance(
+    out: Outcome, doc: dict, rel: str, report_sha: str, root: Path, versions: Versions, corrections: list
+) -> bytes | None:
+    """The lock and spec traced to commits (or a checked correction); the project commit. Returns the recorded
+    spec's bytes (None when no commit has them: the bars are then held to the corrected commit's spec)."""
+    prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
+    gate = doc.get("gate")
+    spec_bytes = None
+    for field_, path in (("lock_sha256", LOCK), ("gate_spec_sha256", spec_path(gate))):
+        sha = prov.get(field_)
+        what = "lock" if field_ == "lock_sha256" else "spec"
+        if not isinstance(sha, str) or not sha:
+            if doc.get("result") in RESULTS_JUDGED:
+                out.problems.append(f"no provenance.{field_}: a judged report names its {what}")
+            continue
+        commits = versions.commits(path, sha)
+        if commits or versions.known(path, sha):
+            out.traced.append(
+                f"{what} {sha[:8]} = {path} of {len(commits)} commit(s), first {commits[0][:8] if commits else 'HEAD'}"
+            )
+            if field_ == "gate_spec_sha256":
+                spec_bytes = versions.bytes_of(path, sha)
+            continue
+        c = _correction(corrections, rel, report_sha, field_, sha)
+        if c is None:
+            out.problems.append(
+                f"{what} {sha[:8]}: no commit of this repository has this {path}{versions.why_missing()}"
+            )
+            continue
+        if not versions.has_commit(c.commit):
+            out.problems.append(f"correction for {what} {sha[:8]}: commit {c.commit[:12]} is not in this repository")
+            continue
+        if field_ == "lock_sha256":
+            check_lock_correction(out, versions, root, c, prov)
+        else:
+            out.traced.append(
+                f"spec {sha[:8]} is no commit's: its bars are held to {path} of {c.commit[:12]} ({CORRECTIONS_NAME})"
+            )
+            out.notes.append(f"spec correction: {c.why}")
+            spec_bytes = versions.at(c.commit, path)
+    proj = prov.get("project")
+    if isinstance(proj, dict):
+        commit = proj.get("commit")
+        if commit is None:
+            out.notes.append(f"provenance.project: no commit ({proj.get('why', 'no reason given')})")
+        elif not versions.has_commit(commit if isinstance(commit, str) else ""):
+            out.problems.append(f"provenance.project.commit {str(commit)[:12]}: not a commit of this repository")
+        else:
+            out.traced.append(f"project {commit[:8]}" + (" (dirty tree)" if proj.get("dirty") else " (clean)"))
+            if proj.get("dirty") is False:
+                for field_, path in (("lock_sha256", LOCK), ("gate_spec_sha256", spec_path(gate))):
+                    at = versions.at(commit, path)
+                    sha = prov.get(field_)
+                    if sha and at is not None and _sha256(at) != sha:
+                        out.problems.append(
+                            f"provenance.project: a clean tree at {commit[:12]}, but its {path} is not the recorded "
+                            f"{field_} {sha[:8]}"
+                        )
+    elif doc.get("result") in RESULTS_JUDGED:
+        out.notes.append("no provenance.project (a report from before reports recorded the project commit)")
+    return spec_bytes
+
+
+def _sha256(b: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(b).hexdigest()
+
+
+def check_statistics(out: Outcome, data: dict) -> dict:
+    """Every `data.statistics` entry recomputed from its own samples; returns {metric: Summary} of the good ones."""
+    good = {}
+    st = data.get("statistics") if isinstance(data.get("statistics"), dict) else {}
+    for metric, s in st.items():
+        if not isinstance(s, dict) or not isinstance(s.get("samples"), list):
+            out.problems.append(f"statistics {metric}: no samples")
+            continue
+        try:
+            re_ = summarize(s["samples"], s.get("unit") or "")
+        except (ValueError, TypeError) as e:
+            out.problems.append(f"statistics {metric}: {e}")
+            continue
+        bad = [
+            k
+            for k, v in (
+                ("n", re_.n),
+                ("mean", re_.mean),
+                ("p50", re_.p50),
+                ("stdev", re_.stdev),
+                ("ci95", list(re_.ci95 or ())),
+            )
+            if not same(s.get(k), v)
+        ]
+        if bad:
+            out.problems.append(f"statistics {metric}: {', '.join(bad)} not what its samples give")
+            continue
+        good[metric] = re_
+    if good:
+        out.rederived.append(f"{len(good)} statistic(s) recomputed from their samples")
+    return good
+
+
+def check_figures(out: Outcome, doc: dict, got: Rederived, summaries: dict) -> None:
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    st = data.get("statistics") if isinstance(data.get("statistics"), dict) else {}
+    n = 0
+    for metric, samples in got.figures.items():
+        rec = st.get(metric)
+        if not isinstance(rec, dict):
+            if len(samples) >= 2 and st:
+                out.problems.append(f"statistics {metric}: the logs give {len(samples)} samples, the report none")
+            elif len(samples) >= 2:
+                out.notes.append(
+                    f"statistics {metric}: the logs give {len(samples)} samples; the report has no "
+                    f"data.statistics (it predates them)"
+                )
+            continue
+        if not same(rec.get("samples"), samples):
+            out.problems.append(
+                f"statistics {metric}: samples {_short(rec.get('samples'))} but the logs give {_short(samples)}"
+            )
+        else:
+            n += 1
+    for metric in st:
+        if metric not in got.figures and got.figures:
+            out.notes.append(f"statistics {metric}: not re-derived from the logs")
+    for dotted, want in got.fields.items():
+        try:
+            have = dig(doc, dotted)
+        except KeyError:
+            out.problems.append(f"{dotted}: missing from the report, the logs give {_short(want)}")
+            continue
+        if not same(have, want):
+            out.problems.append(f"{dotted}: {_short(have)} but the logs give {_short(want)}")
+        else:
+            n += 1
+    if n:
+        out.rederived.append(f"{n} figure set(s) re-derived from the raw logs")
+
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def check_checks(out: Outcome, doc: dict, got: Rederived, summaries: dict, root: Path, stack: str) -> list[Check]:
+    """Each check: its value against the logs' (when re-derived), its threshold against the recorded spec's bar, its
+    pass recomputed. Returns the checks with their recomputed pass (for the verdict)."""
+    checks, n_val, n_bar = [], 0, 0
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    for i, c in enumerate(doc.get("checks") or []):
+        try:
+            ck = Check.from_dict(c)
+        except (KeyError, TypeError):
+            out.problems.append(f"checks[{i}]: not a check")
+            continue
+        m = ck.metric
+        if m in got.values:
+            if not same(ck.value, got.values[m]):
+                out.problems.append(f"check {m}: value {_short(ck.value)} but the logs give {_short(got.values[m])}")
+            else:
+                n_val += 1
+        if m in got.thresholds:
+            want = got.thresholds[m]
+            if isinstance(want, BaselineRef):
+                want = baseline_threshold(out, data, m, ck.op, want, root, doc, stack)
+            if want is not None and not same(ck.threshold, want):
+                out.problems.append(f"check {m}: threshold {ck.threshold} but the recorded spec's bar is {want}")
+            elif want is not None:
+                n_bar += 1
+        if ck.op not in OPS:
+            out.problems.append(f"check {m}: op {ck.op!r}")
+            continue
+        if m in got.passes:
+            passed, inconclusive = bool(got.passes[m]), False
+        elif m in summaries and ck.op != "==" and same(ck.value, round(summaries[m].mean, 6)):
+            re_ = evaluate_interval(m, summaries[m], ck.op, ck.threshold)
+            passed, inconclusive = re_.passed, re_.inconclusive
+        else:
+            re_ = evaluate(m, ck.unit, ck.value, ck.op, ck.threshold)
+            passed, inconclusive = re_.passed, False
+        if (passed, inconclusive) != (ck.passed, ck.inconclusive):
+            out.problems.append(
+                f"check {m}: recorded {'pass' if ck.passed else 'inconclusive' if ck.inconclusive else 'fail'}, "
+                f"recomputed {'pass' if passed else 'inconclusive' if inconclusive else 'fail'}"
+            )
+        checks.append(Check(m, ck.unit, ck.value, ck.op, ck.threshold, passed, ck.note, inconclusive))
+    if n_val:
+        out.rederived.append(f"{n_val} check value(s) re-derived from the logs")
+    if n_bar:
+        out.rederived.append(f"{n_bar} bar(s) are the recorded spec's")
+    for m in got.thresholds:
+        if not any(c.metric == m for c in checks) and doc.get("result") in RESULTS_JUDGED:
+            out.problems.append(f"bar {m} of the recorded spec: no check judges it")
+    return checks
+
+
+def baseline_threshold(out: Outcome, data: dict, metric: str, op: str, ref: BaselineRef, root: Path, doc, stack):
+    """The threshold of a baseline bar from what the report recorded of it (data.bars[].baseline), each run held to
+    its file and the spec's tolerance and runs. None (with a problem) when it cannot be recomputed."""
+    bars = data.get("bars") if isinstance(data.get("bars"), list) else []
+    rec = next((b.get("baseline") for b in bars if isinstance(b, dict) and b.get("metric") == metric), None)
+    if not isinstance(rec, dict) or not isinstance(rec.get("runs"), list) or not rec["runs"]:
+        out.problems.append(
+            f"bar {metric}: a baseline bar in the recorded spec, but data.bars records no baseline runs"
+        )
+        return None
+    if not same(rec.get("tolerance"), ref.tolerance):
+        out.problems.append(
+            f"bar {metric}: tolerance {rec.get('tolerance')} but the recorded spec's is {ref.tolerance}"
+        )
+    paths = [r.get("path") for r in rec["runs"] if isinstance(r, dict)]
+    if tuple(paths) != ref.runs and "--baseline" not in str(rec.get("why", "")):
+        out.problems.append(f"bar {metric}: its runs are not the recorded spec's (and no --baseline says why)")
+    means = []
+    for r in rec["runs"]:
+        p, sha, mean = (r.get("path"), r.get("sha256"), r.get("mean")) if isinstance(r, dict) else (None, None, None)
+        f = Path(root) / str(p)
+        if (
+            not isinstance(p, str)
+            or ".." in PurePosixPath(p).parts
+            or PurePosixPath(p).is_absolute()
+            or not f.is_file()
+        ):
+            out.problems.append(f"bar {metric}: baseline run {p}: not a file of the project")
+            return None
+        if sha256_file(f) != sha:
+            out.problems.append(f"bar {metric}: baseline run {p}: its bytes changed since the run was judged")
+            return None
+        try:
+            rd = load(f)
+            its = rd["data"]["statistics"][metric]["mean"]
+        except (RederiveError, KeyError, TypeError):
+            out.problems.append(f"bar {metric}: baseline run {p}: no data.statistics.{metric}.mean")
+            return None
+        if not same(its, mean):
+            out.problems.append(f"bar {metric}: baseline run {p}: mean {mean} recorded, the file says {its}")
+            return None
+        means.append(float(its))
+    factor = 1 + ref.tolerance if op in ("<=", "<") else 1 - ref.tolerance
+    return round(stats_mod.median(means) * factor, 4)
+
+
+def check_verdict(out: Outcome, doc: dict, checks: list[Check], got: Rederived) -> None:
+    result = doc.get("result")
+    if result not in RESULTS_JUDGED:
+        return
+    if got.unmeasured and result == "pass":
+        out.problems.append("result pass, but the recorded spec says this profile has no measured bar")
+    want, _ = decide(checks, ran_ok=True)
+    if str(want) != result:
+        out.problems.append(f"result {result}, but its checks give {want}")
+    else:
+        out.rederived.append(f"verdict {result} from {len(checks)} check(s)")
+
+
+def spec_mapping(raw: bytes | None, where: str):
+    """The recorded spec's YAML as a mapping (no schema: an older spec need not pass today's), or None."""
+    if raw is None:
+        return None
+    try:
+        data = _lock_data(raw, where)
+    except ReprostackError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def spec_profile(spec: dict | None, profile: str, stack: str) -> tuple[dict | None, bool | None]:
+    """(the recorded spec's `profiles.<profile>` mapping, whether that profile is unmeasured on `stack`: the
+    stack's `stacks.<stack>.profiles.<profile>.bars-status` over the profile's own); (None, None) when absent."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("profiles"), dict):
+        return None, None
+    p = spec["profiles"].get(profile)
+    if not isinstance(p, dict):
+        return None, None
+    status = p.get("bars-status", "measured")
+    over = (((spec.get("stacks") or {}).get(stack) or {}).get("profiles") or {}).get(profile) or {}
+    if isinstance(over, dict):
+        status = over.get("bars-status", status)
+    return p, status == "unmeasured"
+
+
+def verify(path: Path, *, root: Path, versions: Versions, corrections: list, rederive) -> Outcome:
+    """verify-report's finding on the report at `path` (see the module doc). `rederive(doc, folder, spec)`: the gate
+    kind's Rederived from the report, its folder and the recorded spec's mapping (RederiveError: a problem)."""
+    root = Path(root).resolve()
+    path = Path(path).resolve()
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = str(path)
+    out = Outcome(rel)
+    try:
+        doc = load(path)
+    except RederiveError as e:
+        out.problems.append(str(e))
+        return out
+    out.gate, out.profile, out.result = str(doc.get("gate")), str(doc.get("profile")), str(doc.get("result"))
+    import jsonschema
+
+    from .writers import validate_report
+
+    try:
+        validate_report(doc)
+    except jsonschema.ValidationError as e:
+        where = ".".join(str(x) for x in e.absolute_path) or "(top)"
+        out.problems.append(f"not a valid report: {where}: {' '.join(e.message.split())[:200]}")
+        return out
+    folder = path.parent
+    check_artifacts(out, folder, doc)
+    spec_bytes = check_provenance(out, doc, rel, sha256_file(path), root, versions, corrections)
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    summaries = check_statistics(out, data)
+    spec = spec_mapping(spec_bytes, spec_path(doc["gate"]))
+    if spec_bytes is not None and spec is None:
+        out.problems.append(f"the recorded {spec_path(doc['gate'])} is not a YAML mapping")
+    try:
+        got = rederive(doc, folder, spec)
+    except RederiveError as e:
+        out.problems.append(f"raw logs: {e}")
+        got = Rederived()
+    out.notes += got.notes
+    check_figures(out, doc, got, summaries)
+    stack = (doc.get("provenance") or {}).get("stack") or "campaign"
+    checks = check_checks(out, doc, got, summaries, root, stack)
+    check_verdict(out, doc, checks, got)
+    return out

@@ -1,0 +1,151 @@
+"""`reprostack docs` (reprostack.report.docsgen, report.benchstats): the committed docs' generated blocks are what
+results/ gives (CI fails otherwise); a changed result makes `--check` name the block; broken markers are one line;
+bench summaries are every run's median with min/max and n, a copy counted once, machines named only by recorded
+identity."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprostack import cli
+from reprostack.report.benchstats import bench_runs, machine, spread, summary
+from reprostack.report.docsgen import DocsError, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+K5 = "results/gate_micro/2026-12-02-h200-ep1-k5"
+
+
+def test_the_committed_docs_are_what_results_give(capsys, monkeypatch):
+    """CI: `reprostack docs --check` over this repository exits 0 (a figure typed into a generated block, or a
+    result committed without `nox -s docs`, fails here)."""
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["docs", "--check"]) == 0, capsys.readouterr().out
+    readme = (ROOT / "README.md").read_text()
+    assert "| `results/gate_micro/2026-12-02-h200-ep1-k5/micro.json` | micro [h200-ep1] | campaign | PASS |" in readme
+    assert "| every committed run (code versions mixed) |" in readme
+    assert "$ reprostack history --no-plots --db /tmp/h.sqlite3   # on the committed results/\nhistory: " in readme
+
+
+def project(tmp_path: Path, block: str) -> Path:
+    root = tmp_path / "proj"
+    (root / "docs").mkdir(parents=True)
+    shutil.copy(ROOT / "upstreams.lock", root / "upstreams.lock")
+    shutil.copytree(ROOT / K5, root / K5)
+    (root / "README.md").write_text(f"# t\n\n{block}\n\ntail\n")
+    (root / "docs" / "stacks.md").write_text("# stacks\n")
+    return root
+
+
+OPEN = "<!-- generated: {} (reprostack docs; from results/, never typed) -->\n<!-- end generated: {} -->"
+
+
+def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path, capsys, monkeypatch):
+    root = project(tmp_path, OPEN.format("results", "results") + "\n\n" + OPEN.format(f"compare {K5}", "compare"))
+    monkeypatch.chdir(root)
+    before = (root / "README.md").read_text()
+    assert cli.main(["docs", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "README.md: block `results` differs from what results/ gives (run `nox -s docs`)" in out
+    assert f"README.md: block `compare {K5}` differs" in out
+    assert (root / "README.md").read_text() == before  # --check wrote nothing
+    assert cli.main(["docs"]) == 0 and cli.main(["docs", "--check"]) == 0
+    text = (root / "README.md").read_text()
+    assert "dc_p50_us 14.41 [14.37, 14.44] n=5 us (<= 30)" in text and text.endswith("\n\ntail\n")
+    assert "| D+C p50 (us), mean [95% CI] n | 14.41 [14.37, 14.44] n=5 |" in text
+    p = root / K5 / "micro.json"
+    doc = json.loads(p.read_text())
+    doc["data"]["statistics"]["dc_p50_us"]["mean"] = 13.0  # a result changed after the docs were made
+    p.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert cli.main(["docs", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "block `results` differs" in out and f"block `compare {K5}` differs" in out
+    typed = text.replace("14.41 [14.37, 14.44] n=5 |", "14.2 [14.1, 14.3] n=5 |")  # a figure typed over
+    p.write_text(
+        json.dumps(
+            {
+                **doc,
+                "data": {
+                    **doc["data"],
+                    "statistics": json.loads((ROOT / K5 / "micro.json").read_text())["data"]["statistics"],
+                },
+            }
+        )
+    )
+    (root / "README.md").write_text(typed)
+    assert cli.main(["docs", "--check"]) == 1 and "block `compare" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "block, why",
+    [
+        (
+            OPEN.format("nonesuch", "nonesuch"),
+            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, history)",
+        ),
+        (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
+        (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),
+        (OPEN.format("results", "results").split("\n")[0] + "\nno end", "a `<!-- generated:` marker without its end"),
+    ],
+)
+def test_a_broken_marker_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, block, why):
+    root = project(tmp_path, block)
+    monkeypatch.chdir(root)
+    before = (root / "README.md").read_text()
+    assert cli.main(["docs"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and why in err[0], err
+    assert (root / "README.md").read_text() == before
+    with pytest.raises(DocsError):
+        generate(root, check=True)
+
+
+def bench_file(path: Path, **kw) -> Path:
+    doc = {"bench": "gate_micro", "date": "2026-12-03T00:00:00Z", "cold_s": 100.0, "warm_s": 20.0}
+    doc["verdict"] = {"cold": "pass", "warm": "pass", "same": True}
+    doc.update(kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_bench_runs_are_every_run_once_grouped_by_recorded_code(tmp_path):
+    b = tmp_path / "results" / "bench"
+    reps = [
+        {"cold_s": c, "warm_s": w, "verdict": {"cold": "pass", "warm": "pass"}}
+        for c, w in ((120, 25), (110, 27), (130, 26))
+    ]
+    reps[1]["from_nothing"] = {"total_s": 300.0}
+    reps[0]["runs"] = {"cold": {"stages_s": {"test_s": 30.0, "deepep_build_s": 70.0, "bad": "x"}}}
+    proj = {"commit": "a" * 40, "dirty": False}
+    bench_file(b / "x" / "gate_micro-h200.json", repeats=reps, project=proj, cold_s=120, warm_s=26)
+    shutil.copy(b / "x" / "gate_micro-h200.json", b / "gate_micro-h200.json")  # the latest, kept at the top: once
+    bench_file(b / "y" / "gate_micro-h200.json", cold_s=90.0)
+    (b / "z").mkdir()
+    (b / "z" / "gate_micro-h200.json").write_text("[1]")
+    skipped: list = []
+    runs = bench_runs(b, skipped)
+    assert skipped == ["results/bench/z/gate_micro-h200.json"]
+    assert [(r.group, r.cold_s) for r in runs] == [
+        ("project aaaaaaaa", 120.0),
+        ("project aaaaaaaa", 110.0),
+        ("project aaaaaaaa", 130.0),
+        ("results/bench/y", 90.0),
+    ]
+    assert spread([r.cold_s for r in runs if r.group.startswith("project")]) == "120 [110, 130] n=3"
+    assert [r.from_nothing_s for r in runs] == [None, 300.0, None, None]  # measured only where the run did it
+    assert runs[0].stages == (("cold", {"test_s": 30.0, "deepep_build_s": 70.0}),)
+    assert [r.stages for r in runs][-1] == ()  # a run without stage times shows none, never zeros
+    assert summary([]) is None and spread([None]) == "—"
+
+
+def test_a_machine_is_named_only_by_its_recorded_identity():
+    ident = {"machine_id": "0123456789abcdef", "boot_id": "fedcba98-7654", "gpu_uuids": ["GPU-0c1d2e3f-aaaa-bbbb"]}
+    assert machine({"identity": ident}) == "machine-id 01234567, boot fedcba98, GPU GPU-0c1d2e3f"
+    old = {"hostname": "vm", "gpus": [{"pci_bus_id": "00000000:00:06.0"}]}
+    assert machine(old) == "not recorded (host name vm, GPU bus 00000000:00:06.0)"
+    assert machine("junk").startswith("not recorded")
