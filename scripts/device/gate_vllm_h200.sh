@@ -4,6 +4,9 @@
 # pinned AIPerf at c1/c4/c8 ISL120/OSL128 with 3 profile runs a cell, every number reported, never a PASS (the
 # profile's bars are unmeasured). It runs the registered gate: `reprostack gate vllm --profile h200-ep1`.
 #
+# ENGINE=sglang runs gate sglang the same way (scripts/device/gate_sglang_h200.sh; its carry: seed_engine.sh split
+# sglang; no EP2 probe).
+#
 # Run from the repository root on the device (no network there), as the last of the seeding calls:
 #   here:  bash scripts/device/seed_engine.sh split vllm        # .e1 ... .e12 (results/carry/vllm-h200.json)
 #   run(carry=[".e1"], command="bash scripts/device/seed_engine.sh receive")      # ... one call per part, back to back
@@ -39,7 +42,9 @@ OUTD=${OUT:-$R/out/device}
 BUDGET=${GATE_BUDGET_S:-560}
 E=/tmp/rs-engine
 SITE=$E/site AIPV=$E/aiperf RSITE=$E/reprostack-site
-D=$R/out/gate_vllm_h200
+ENGINE=${ENGINE:-vllm}
+case "$ENGINE" in vllm|sglang) ;; *) echo "ENGINE=$ENGINE: vllm or sglang" >&2; exit 2 ;; esac
+D=$R/out/gate_${ENGINE}_h200
 MODEL=$R/.cache/models/tiny-qwen3-moe
 rm -rf "$D"
 mkdir -p "$OUTD" "$D" "$E" "$REPROSTACK_CACHE"
@@ -62,7 +67,7 @@ if [ "$(cat "$SITE/.carry-id" 2>/dev/null)" = "$CID" ] && [ -f "$AIPV/.reprostac
 else
   step "install: carry ${CID:0:12} into $SITE and $AIPV"
   rm -rf "$SITE"
-  bash scripts/device/seed_engine.sh install vllm "$SITE" "$AIPV" >> "$D/install.log" 2>&1 || { tail -3 "$D/install.log"; finish 2; }
+  bash scripts/device/seed_engine.sh install "$ENGINE" "$SITE" "$AIPV" >> "$D/install.log" 2>&1 || { tail -3 "$D/install.log"; finish 2; }
   echo "$CID" > "$SITE/.carry-id"
 fi
 tail -4 "$D/install.log"
@@ -71,8 +76,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     >> "$D/install.log" 2>&1 || { echo "pip install .whl failed (install.log)" >&2; finish 2; }
 fi
 export PYTHONPATH=$R/src:$SITE:$RSITE REPROSTACK_AIPERF_VENV=$AIPV
-"$PY" -c "import reprostack.gates.serving, vllm" 2>> "$D/install.log" || {
-  echo "reprostack or vllm does not import with PYTHONPATH=$PYTHONPATH (install.log; carry .whl for reprostack's deps)" >&2; finish 2; }
+"$PY" -c "import reprostack.gates.serving, $ENGINE" 2>> "$D/install.log" || {
+  echo "reprostack or $ENGINE does not import with PYTHONPATH=$PYTHONPATH (install.log; carry .whl for reprostack's deps)" >&2; finish 2; }
 
 step "model: models/tiny-qwen3-moe/make.py -> $MODEL, checked against SHA256SUMS"
 "$PY" models/tiny-qwen3-moe/make.py "$MODEL" > /dev/null || finish 2
@@ -81,15 +86,15 @@ step "model: models/tiny-qwen3-moe/make.py -> $MODEL, checked against SHA256SUMS
 
 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader 2>&1 | tee -a "$D/steps.log"
 LEFT=$(( BUDGET - ( $(date +%s) - T0 ) - 20 ))
-step "gate: reprostack gate vllm --profile h200-ep1 (timeout ${LEFT} s)"
-timeout -k 10 "$LEFT" "$PY" -m reprostack gate vllm --profile h200-ep1 --no-container --out "$D/run" \
+step "gate: reprostack gate $ENGINE --profile h200-ep1 (timeout ${LEFT} s)"
+timeout -k 10 "$LEFT" "$PY" -m reprostack gate "$ENGINE" --profile h200-ep1 --no-container --out "$D/run" \
   --python "$PY" > "$D/cli.log" 2>&1
 rc=$?
 step "gate: exit $rc"
 grep -v "^ *$" "$D/cli.log" | tail -25
 
 LEFT=$(( BUDGET - ( $(date +%s) - T0 ) - 15 ))
-if [ "${PROBE_EP2:-1}" = 1 ] && [ "$LEFT" -ge 45 ]; then
+if [ "$ENGINE" = vllm ] && [ "${PROBE_EP2:-1}" = 1 ] && [ "$LEFT" -ge 45 ]; then
   P=$(( LEFT < 90 ? LEFT : 90 ))
   step "probe: vLLM asked for DP2 (EP2) on one GPU, its answer kept (timeout $P s)"
   timeout -k 5 "$P" env VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 \
@@ -102,7 +107,7 @@ fi
 
 step "collect"
 RUN=$(ls -d "$D"/run 2>/dev/null)
-[ -n "$RUN" ] && for f in vllm.json summary.md; do [ -f "$RUN/$f" ] && cp "$RUN/$f" "$OUTD/"; done
-tar -cJf "$OUTD/gate_vllm.tar.xz" -C "$R/out" gate_vllm_h200
+[ -n "$RUN" ] && for f in "$ENGINE.json" summary.md; do [ -f "$RUN/$f" ] && cp "$RUN/$f" "$OUTD/"; done
+tar -cJf "$OUTD/gate_$ENGINE.tar.xz" -C "$R/out" "gate_${ENGINE}_h200"
 ls -la "$OUTD"
 finish "$rc"
