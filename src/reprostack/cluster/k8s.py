@@ -144,6 +144,7 @@ def render(
     out_hostpath: str | None = None,
     host_paths: dict[str, str] | None = None,
     node_selector: dict[str, str] | None = None,
+    master_port: int | None = None,
 ) -> list[dict]:
     """The manifests of `plan` (see the module docstring). `image`: REPO@sha256:HEX; gpus=False: a CPU profile
     (no GPU request); `preflight`: its argv (reprostack.cluster.preflight.command) or None; the out dir is the
@@ -187,7 +188,8 @@ def render(
         env += [{"name": "MASTER_ADDR", "value": master}]
     from ..gates.plan import MASTER_PORT
 
-    env += [{"name": "MASTER_PORT", "value": str(MASTER_PORT)}]
+    port = master_port or MASTER_PORT
+    env += [{"name": "MASTER_PORT", "value": str(port)}]
 
     limits, requests = {}, {}
     if gpus and plan.gpus_per_node:
@@ -273,7 +275,7 @@ def render(
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,
                 "selector": {f"{LABEL}/run": base},
-                "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}],
+                "ports": [{"name": "rendezvous", "port": port, "protocol": "TCP"}],
             },
         }
         return [service, {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}]
@@ -310,7 +312,7 @@ def render(
     ]
 
 
-def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.LaunchPlan:
+def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port: int | None = None) -> lp.LaunchPlan:
     """`plan` with, on every node, the gate's in-image runner in host mode (gates.container.inner_argv: node 0
     parses and writes the reports), this node's rank and the master from the launcher, reprostack from the
     project mount (/workspace/src), the timeout of every arm plus the container slack
@@ -326,7 +328,7 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.Launc
         nodes=nodes,
         node_rank="${NODE_RANK}",
         master_addr="${MASTER_ADDR}",
-        master_port=MASTER_PORT,
+        master_port=master_port or MASTER_PORT,
     )
     argv = tuple(inner_argv(g, a, lock))
     runs = g.launches(g.load(root), a)
@@ -376,7 +378,7 @@ def add_arguments(p) -> None:
     from ..gates import options as gate_options
 
     p.add_argument("gate", choices=list(GATE_ORDER))
-    gate_options.add_arguments(p, ("nodes", "profile"))  # as every gate command defines them (gates.options)
+    gate_options.add_arguments(p, ("nodes", "profile", "master_port"))  # defined once (gates.options)
     p.add_argument("--out", default=None, help="folder of the manifests (default: out/k8s/<gate>)")
     p.add_argument(
         "--variant",
@@ -457,7 +459,7 @@ def main(args, g, lock, root: Path) -> int:
             raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
     if args.out_hostpath and not args.out_hostpath.startswith("/"):
         raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
-    agent = agent_plan(g, root, lock, plan, nodes)
+    agent = agent_plan(g, root, lock, plan, nodes, args.master_port)
     from ..gates.plan import OUT, WORK
 
     pf = (
@@ -477,6 +479,7 @@ def main(args, g, lock, root: Path) -> int:
         out_hostpath=args.out_hostpath,
         host_paths=host,
         node_selector=sel,
+        master_port=args.master_port,
     )
     header = (
         f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "

@@ -388,6 +388,7 @@ def script_for(
     arms: list[str] | None = None,
     cache: str | None = None,
     images_json=None,
+    master_port: int | None = None,
 ) -> str:
     """The sbatch script of gate `g` (a gates.registry.Gate) for `profile` (default: the published p5en one):
     its plan from gates.plan.gate_plan, the agent from gates.container.inner_argv, rendered. images_json: the
@@ -406,7 +407,11 @@ def script_for(
     if why:
         raise SlurmRenderError(f"gate {g.name}: {why}")
     ga = GateOptions(
-        out=Path(IN_OUT), profile=plan.profile, nodes=plan.nodes, master_port=MASTER_PORT, arms=tuple(arms or ())
+        out=Path(IN_OUT),
+        profile=plan.profile,
+        nodes=plan.nodes,
+        master_port=master_port or MASTER_PORT,
+        arms=tuple(arms or ()),
     )
     agent = agent_argv(g, ga, lock, host=runtime == "host", cache=cache if runtime == "host" else None)
     runs = g.launches(spec, ga)

@@ -48,9 +48,18 @@ from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import statistics_block
 from . import arms as armsmod
-from . import metrics, transport
+from . import metrics, standin, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .kernelprep import Kernels, jit_prewarm, jit_record, nccl_words, provenance, setup_kernels, source_trees
+from .kernelprep import (
+    Kernels,
+    jit_prewarm,
+    stand_in_kernels,
+    jit_record,
+    nccl_words,
+    provenance,
+    setup_kernels,
+    source_trees,
+)
 from .options import BASELINE_HISTORY as HISTORY
 from .options import GateOptions
 from .parsers.failure import classify_failure
@@ -225,7 +234,10 @@ class MicroGate(Gate):
 
     def sources(self, st: RunState) -> None:
         t = time.monotonic()
-        trees, pre = source_trees(st.opts, st.ctx, ("nccl", "deepep"))
+        if st.standin is not None:  # the GPU stand-in: nothing fetched, the pins' trees by name (gates.standin)
+            trees, pre = standin.trees(st.ctx.lock, ("nccl", "deepep"), st.out_dir), None
+        else:
+            trees, pre = source_trees(st.opts, st.ctx, ("nccl", "deepep"))
         st.timed("sources_s", t)
         st.scratch.update(trees=trees, pre=pre)
         st.prov = provenance(st.ctx.lock, st.spec, trees)
@@ -267,7 +279,10 @@ class MicroGate(Gate):
         run_dir = st.out_dir / self.stem
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, st.scratch["pre"])
+            if st.standin is not None:  # no kernels: a stand-in library the replayed ranks map (gates.standin)
+                kern = stand_in_kernels(st.ctx.lock, st.out_dir / self.stem)
+            else:
+                kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, st.scratch["pre"])
         except ReprostackError as e:
             return st.error(f"setup: {e}")
         env = {**kern.env, **spec.env, **profile.env, "EP_JIT_CACHE_DIR": str(kern.jit_dir)}
@@ -293,13 +308,17 @@ class MicroGate(Gate):
         st.scratch["run_env"] = env
         # its output: the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from
         # rank 0's DeepEP trial markers (a plain line each; the bar when live)
+        argv = list(cmd.argv)
+        if st.standin is not None:  # the plan's own command, replayed per rank by the GPU stand-in
+            kern = st.scratch["kern"]
+            argv = standin.wrap(argv, root=Path(st.ctx.root), nccl_lib=kern.nccl_lib, version=kern.nccl_version)
         with ui.step(
             f"test_ep [{profile.name}] x{opts.trials} trial(s)", log=log, total=opts.trials, unit="trial"
         ) as s:
             outcome = run_with_watchdog(
-                list(cmd.argv),
+                argv,
                 env=env,
-                cwd=parts.workdir,
+                cwd=parts.workdir if st.standin is None else str(st.out_dir),  # the stand-in fetched no tree
                 timeout_s=st.timeout_s,
                 log_path=log,
                 echo=False,
