@@ -247,9 +247,9 @@ def test_local_test_gate_runs_as_a_slurm_job(lock, tmp_path, monkeypatch, capsys
     assert verdict["result"] == "pass", verdict
     node0 = (out / "logs" / "node-0.log").read_text()  # the per-node log srun wrote (%n)
     assert "vllm [local-test]: PASS (local-test, not evidence)" in node0
-    assert (out / "logs" / "node-0.rc").read_text().strip() == "3"
+    assert (out / "logs" / "node-0.rc").read_text().split()[0] == "3"  # `RC JOB_ID` (launch.plan.rc_text)
     batch = next((out / "logs").glob("batch-*.log")).read_text()
-    assert "node 0 exit 3" in batch
+    assert re.search(r"gate vllm job \d+: exit 3;", batch), batch
     server = (out / "vllm" / "server.deepep.log").read_text()  # both ranks of the test server
     assert "rank EP 0/2" in server and "rank EP 1/2" in server
 

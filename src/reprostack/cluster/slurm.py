@@ -2,8 +2,10 @@
 `submit`, which hands a script to sbatch and follows the job to its end.
 
 The script (`render(plan, options)`):
-- `#SBATCH --nodes=N --ntasks-per-node=1 --exclusive`, the partition, `--gpus-per-node` (GPU profiles), `--time`
-  from the plan's watchdog (x arms, + the container slack of gates.container), the batch log in the out dir;
+- `#SBATCH --nodes=N --ntasks-per-node=1 --exclusive --wait-all-nodes=1`, the partition, `--gpus-per-node` (GPU
+  profiles), `--time` from the plan's watchdog (x arms, + the container slack of gates.container), `--signal=TERM@300`
+  (every task of the steps gets SIGTERM 5 min before the limit: node 0 stops and still writes its report), the batch
+  log in the out dir;
 - checks it runs from the project root it was rendered for (`upstreams.lock` of the submit dir has the plan's
   sha256), then takes the rendezvous from Slurm only: master = the NodeAddr of the first host of
   `scontrol show hostnames "$SLURM_JOB_NODELIST"`, node rank = SLURM_NODEID (nothing hand-typed);
@@ -11,14 +13,16 @@ The script (`render(plan, options)`):
   preflight ends the job with its exit code before anything else runs;
 - one srun step, one task per node, that starts the per-node agent in the gate's image: the in-image runner of
   gates.container (`python3 -m reprostack gate G --no-container ... --node-rank $SLURM_NODEID --master-addr
-  $MASTER_ADDR`), which runs the plan's per-node command (listed as comments) and, on node 0, parses and writes
-  the one report of the gate into the out dir; workers write theirs under `<out>/nodes/node-R/`;
+  $MASTER_ADDR --run-id $SLURM_JOB_ID`), which runs the plan's per-node command (listed as comments); the output
+  contract (LaunchPlan.outputs): every node writes its rank logs and its rc (`RC JOB_ID`) into the one out dir, node 0
+  waits for them and alone writes the gate's report; `srun --kill-on-bad-exit=1` with workers' tasks ending 0 (their
+  status is in their rc file), so the step ends when node 0 ended badly, after its report, and not before;
 - runtimes: `pyxis` (srun --container-image = the image by digest, else its enroot squashfs; --container-mounts
   from the plan's mounts), `enroot` (create + start a squashfs made from `reprostack build --save`), `docker`
   (docker run per node with the plan's devices, ulimits, shm, host network/IPC), `host` (no runtime: this
   checkout on each node's own packages; labelled host mode in the script and, by the runner, in the report);
-- per-node logs `<out>/logs/node-R.log` (srun --output with %n), exit status = node 0's agent's (a worker only
-  serves; its SKIP report says the verdict is node 0's), else srun's.
+- per-node logs `<out>/logs/node-R.log` (srun --output with %n); the job's exit status = node 0's rc, else the
+  first failing worker's (named on stderr), a node without this job's rc counting as a failure.
 
 Invariants: every interpolated value is shell-quoted (shlex.quote) or a fixed word; a value from the lock or a
 gate spec that cannot be carried safely (a control character, an env name that is not a shell name) is a
@@ -51,8 +55,12 @@ _VARS = {
     "\x01master\x01": "${MASTER_ADDR}",
     "\x01out\x01": "${RS_OUT}",
     "\x01work\x01": "${RS_WORK}",
+    "\x01job\x01": "${SLURM_JOB_ID}",
 }
-RANK, MASTER, OUTV, WORKV = _VARS
+RANK, MASTER, OUTV, WORKV, JOBV = _VARS
+# seconds before the time limit at which every task of the job's steps gets SIGTERM (`#SBATCH --signal`, no `B:`:
+# the steps, not the batch shell): node 0's runtime stops its run and still writes the gate's report
+SIGNAL_S = 300
 
 
 class SlurmRenderError(ReprostackError):
@@ -163,6 +171,10 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         f"#SBATCH --nodes={plan.nodes}",
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --exclusive",
+        # every node booted before the script starts (awsome-distributed-training's sbatch files, e.g.
+        # micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch: --wait-all-nodes=1)
+        "#SBATCH --wait-all-nodes=1",
+        f"#SBATCH --signal=TERM@{SIGNAL_S}",
     ]
     if o.partition:
         L.append(f"#SBATCH --partition={word(o.partition, '--partition')}")
@@ -201,7 +213,8 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         L += [f"export {_env_name(k, 'plan env')}={word(v, f'env {k}')}" for k, v in plan.env]
     L += _runtime_setup(plan, o)
     srun = ["srun", f"--nodes={plan.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
-    logs = '--output="${OUT}"/logs/node-%n.log'
+    o_ = plan.outputs
+    logs = '--output="${OUT}"/' + word(o_.node_log("%n"), "node log")
     if o.preflight:
         from ..gates.registry import gate as gate_named  # the CLI's name (nemo-rl), not the report's (nemo_rl)
 
@@ -225,24 +238,49 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         L += [
             "# step 1: the cross-node preflight (same lock and image on every node, GPUs, EFA, provider efa, clocks,",
             "# ports); a failing node is named in its log and nothing else runs",
-            " ".join(srun + ['--output="${OUT}"/logs/preflight-node-%n.log']) + " \\",
+            " ".join(srun + ['--output="${OUT}"/' + word(f"{o_.logs}/preflight-node-%n.log")]) + " \\",
             "  " + _task(plan, o, pre, per_node_out=False),
         ]
+    gate_srun = [*srun[:-1], "--kill-on-bad-exit=1"]  # node 0 ends the step once it has reported (workers exit 0)
     L += [
-        "# the gate: one task per node, the per-node agent in the image; node 0 writes the report into ${OUT}",
-        'rm -f "${OUT}/logs/node-0.rc"',
+        "# the gate: one task per node, the per-node agent in the image; the output contract (launch.plan.Outputs):",
+        f"# {o_.describe()}",
         "set +e",
-        " ".join(srun + [logs]) + " \\",
+        " ".join(gate_srun + [logs]) + " \\",
         "  " + _task(plan, o, list(o.agent), per_node_out=True),
         "rc=$?",
         "set -e",
-        'if [ -f "${OUT}/logs/node-0.rc" ]; then rc=$(cat "${OUT}/logs/node-0.rc"); fi',
-        'echo "reprostack: gate ' + gate + " job ${SLURM_JOB_ID}: node 0 exit ${rc}; report in ${OUT}, "
-        'per-node logs in ${OUT}/logs"',
-        'exit "${rc}"',
+        *_job_exit(o_, gate),
         "",
     ]
     return "\n".join(L)
+
+
+def _job_exit(o_: lp.Outputs, gate: str) -> list[str]:
+    """The job's exit status from the nodes' rc files of this job: node 0's, else a worker's failure, named."""
+    rc_file = word(o_.node_rc("NODE")).replace("NODE", '"$1"')
+    log = o_.node_log("${n}")
+    return [
+        "# the job's exit status: node 0's rc; a worker's failure is never hidden behind it",
+        f'rc_of() {{ local w id; read -r w id 2>/dev/null < "${{OUT}}"/{rc_file} || return 1; '
+        '[ "${id}" = "${SLURM_JOB_ID}" ] || return 1; echo "${w}"; }',
+        "if r=$(rc_of 0); then rc=${r}; else",
+        f'  echo "reprostack: node 0 wrote no rc for job ${{SLURM_JOB_ID}} (its log: ${{OUT}}/{o_.node_log(0)})" >&2',
+        '  [ "${rc}" != 0 ] || rc=1',
+        "fi",
+        f"for n in $(seq 1 {o_.nodes - 1}); do",
+        '  if r=$(rc_of "${n}"); then',
+        f'    [ "${{r}}" = 0 ] || {{ echo "reprostack: node ${{n}} exit ${{r}} (its log: ${{OUT}}/{log})" >&2; '
+        '[ "${rc}" != 0 ] || rc=${r}; }',
+        "  else",
+        f'    echo "reprostack: node ${{n}} wrote no rc for job ${{SLURM_JOB_ID}} (its log: ${{OUT}}/{log})" >&2',
+        '    [ "${rc}" != 0 ] || rc=1',
+        "  fi",
+        "done",
+        'echo "reprostack: gate ' + gate + " job ${SLURM_JOB_ID}: exit ${rc}; report in ${OUT}, "
+        "per-node logs in ${OUT}/" + o_.logs + '"',
+        'exit "${rc}"',
+    ]
 
 
 def _validate(plan: lp.LaunchPlan) -> None:
@@ -310,14 +348,25 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     wrapped in the runtime. Returns one shell line."""
     host = o.runtime == "host"
     pre = ['RS_OUT="${OUT}"; RS_WORK="${PROJECT}"' if host else f"RS_OUT={IN_OUT}; RS_WORK={IN_WORK}"]
+    o_ = plan.outputs
     if per_node_out:
-        pre.append('[ "${SLURM_NODEID}" = 0 ] || RS_OUT="${RS_OUT}/nodes/node-${SLURM_NODEID}"; mkdir -p "${RS_OUT}"')
+        # the time limit's SIGTERM (`#SBATCH --signal`) reaches every process of the step: this shell waits for the
+        # runtime (which stops its run and writes its report and rc) instead of dying first (a trap, not an ignore:
+        # the runtime's processes keep the default SIGTERM)
+        pre.append(f'trap : TERM INT; mkdir -p "${{RS_OUT}}"/{word(o_.logs)}')
     cmd = words(argv, "agent")
     if host:
         cmd = '"${REPROSTACK_PYTHON:-python3}"' + cmd[len("python3") :] if cmd.startswith("python3 ") else cmd
     inner = "; ".join(pre) + "; " + cmd
-    if per_node_out:  # node 0's exit code is the job's (a worker's SKIP says the verdict is node 0's)
-        inner += '; rc=$?; [ "${SLURM_NODEID}" != 0 ] || echo "${rc}" > "${RS_OUT}/logs/node-0.rc"; exit "${rc}"'
+    if per_node_out:  # the runtime wrote this job's rc; if it could not, its exit status goes there instead
+        f = '"${RS_OUT}"/' + word(o_.node_rc("NODE")).replace("NODE", '"${SLURM_NODEID}"')
+        inner += (
+            f"; rc=$?; read -r was id 2>/dev/null < {f}; "
+            f'[ "${{id:-}}" = "${{SLURM_JOB_ID}}" ] || echo "${{rc}} ${{SLURM_JOB_ID}}" > {f}; '
+            # a worker's task ends 0 (its status is its rc file): srun --kill-on-bad-exit=1 then stops the step
+            # only when node 0 has ended badly, after its report
+            '[ "${SLURM_NODEID}" = 0 ] || exit 0; exit "${rc}"'
+        )
     inner_q = shlex.quote(inner)
     mounts = _mounts(plan)
     if o.runtime == "host":
@@ -363,7 +412,7 @@ def agent_argv(g, a, lock, *, host: bool, cache: str | None) -> tuple[str, ...]:
     import dataclasses
     from ..gates.container import inner_argv
 
-    argv = inner_argv(g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER), lock)
+    argv = inner_argv(g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER, run_id=JOBV), lock)
     lock_in = f"{IN_WORK}/{PurePosixPath(str(lock.path)).name}"
     out = [OUTV if x == IN_OUT else WORKV + x[len(IN_WORK) :] if x == lock_in else x for x in argv]
     if host:
