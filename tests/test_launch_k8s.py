@@ -124,6 +124,36 @@ def test_nodes_that_disagree_with_the_profile_are_one_line_and_write_nothing(tmp
     assert not out.exists()
 
 
+def test_models_is_the_serving_gates_read_only_hostpath(tmp_path):
+    job = render(tmp_path, "vllm", "--models", "/fsx/hf")["job.yaml"]
+    pod = job["spec"]["template"]["spec"]
+    vol = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert vol["hostPath"] == {"path": "/fsx/hf", "type": "Directory"}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "models")
+    assert mount == {"name": "models", "mountPath": "/models", "readOnly": True}
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["HF_HOME"] == "/models"
+
+
+@pytest.mark.parametrize(
+    "gate, flags, says",
+    [
+        ("micro", ["--models", "/fsx/hf"], "--models: gate micro serves no model"),
+        ("vllm", ["--models", "fsx/hf"], "the node path must be absolute"),
+        ("vllm", ["--models", "/a", "--host-path", "models=/b"], "name the folder once"),
+        ("vllm", ["--host-path", "modles=/fsx/hf"], "'modles' is no mount of a gate"),
+        ("vllm", ["--nodes", "1000000000"], "--nodes 1000000000"),
+    ],
+    ids=["not-serving", "relative", "twice", "typo", "absurd-nodes"],
+)
+def test_launcher_paths_are_one_line_and_write_nothing(tmp_path, capsys, gate, flags, says):
+    out = tmp_path / "m"
+    assert cli.main(["launch", "k8s", gate, "--out", str(out), "--image", IMAGE, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err, err
+    assert not out.exists()
+
+
 def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(tmp_path):
     job = render(tmp_path, "micro", "--name", "rs-micro-p5en-efa-ep16")["job.yaml"]
     outdir = tmp_path / "out"  # the pod's /out, here a folder of this test

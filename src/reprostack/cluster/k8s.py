@@ -66,6 +66,7 @@ _IMAGE = re.compile(
     r"@sha256:[0-9a-f]{64}"
 )
 _VARS = re.compile(r"(\$\{(?:NODE_RANK|MASTER_ADDR|RUN_ID)\})")
+HOST_PATH_KINDS = ("project", "models", "cache", "wheelhouse", "sources")  # launch.plan.Mount.what, but the out dir
 KILL_AFTER_S = 60  # `timeout -k`: SIGKILL this long after the time limit's SIGTERM
 GRACE_S = 120  # terminationGracePeriodSeconds: node 0 stops its run and writes its report after a SIGTERM
 PULL_S = 1800  # the Job's activeDeadlineSeconds backstop: the pod's own time limit + this for the image pull
@@ -464,6 +465,13 @@ def add_arguments(p) -> None:
         help="node path of a read-only mount (project, models): e.g. project=/fsx/reprostack",
     )
     p.add_argument(
+        "--models",
+        default=None,
+        metavar="DIR",
+        help="serving gates: the models folder on the nodes (a hostPath mounted read-only at /models, HF_HOME "
+        "inside); the same as --host-path models=DIR",
+    )
+    p.add_argument(
         "--node-selector",
         action="append",
         default=[],
@@ -516,7 +524,15 @@ def main(args, g, lock, root: Path) -> int:
             f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)"
         )
     host = _pairs(args.host_path, "--host-path")
+    if args.models is not None:
+        if not g.serves:
+            raise K8sError(f"--models: gate {g.name} serves no model (only the serving gates mount one)")
+        if host.get("models", args.models) != args.models:
+            raise K8sError(f"--models {args.models} and --host-path models={host['models']}: name the folder once")
+        host["models"] = args.models
     for k, v in host.items():
+        if k not in HOST_PATH_KINDS:  # a typo would leave the mount on the rendering machine's path, unsaid
+            raise K8sError(f"--host-path {k}={v}: {k!r} is no mount of a gate (one of {', '.join(HOST_PATH_KINDS)})")
         if not v.startswith("/"):
             raise K8sError(f"--host-path {k}={v}: the node path must be absolute")
     sel = _pairs(args.node_selector, "--node-selector")
@@ -557,6 +573,15 @@ def main(args, g, lock, root: Path) -> int:
     paths = write(docs, out, header)
     for p in paths:
         print(f"wrote {p}")
+    kind = {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
+    name = next(d["metadata"]["name"] for d in docs if d.get("kind", "").lower() == kind)
+    logs = (  # an Indexed Job's pods carry their index as a label (node 0: index 0)
+        f"; node 0's log: kubectl logs -f -l batch.kubernetes.io/job-name={name},"
+        "batch.kubernetes.io/job-completion-index=0"
+        if kind == "job"
+        else ""
+    )
+    print(f"{kind} {name}: node 0 writes the reports into the out volume{logs}")
     if not args.apply:
         return 0
     kubectl = shutil.which("kubectl")

@@ -24,9 +24,14 @@ The script (`render(plan, options)`):
 - per-node logs `<out>/logs/node-R.log` (srun --output with %n); the job's exit status = node 0's rc, else the
   first failing worker's (named on stderr), a node without this job's rc counting as a failure.
 
+- a serving gate's models folder: `--models DIR`, else the submitter's HF_HOME, taken into MODELS before the plan's
+  env sets HF_HOME=/models for inside the container, and mounted read-only at /models.
+
 Invariants: every interpolated value is shell-quoted (shlex.quote) or a fixed word; a value from the lock or a
 gate spec that cannot be carried safely (a control character, an env name that is not a shell name) is a
-SlurmRenderError naming it, and nothing is written. Paths in the script are relative to the submit dir unless the
+SlurmRenderError naming it, and nothing is written; so is an operator's path with a character its consumer splits
+on (`,` and `:` in a mount spec, `%` in `#SBATCH --output`) or an image that is not one reference, and the paths only
+the job knows (project, out, models) are checked the same way by the script before any srun. Paths in the script are relative to the submit dir unless the
 operator gave absolute ones, so a committed example stays valid on any checkout.
 """
 
@@ -86,12 +91,45 @@ class SlurmOptions:
     runs: int = 1  # the gate's sequential runs (arms): the time limit covers them all
     needs_gpu: bool = True
     job_name: str | None = None
+    models: str | None = None  # a serving gate's models folder on the nodes (None: the submitter's HF_HOME)
 
 
 def _check(value, what: str) -> str:
     s = str(value)
     if _CTRL.search(s):
         raise SlurmRenderError(f"{what}: {s[:60]!r} holds a control character; refused (it would break the script)")
+    return s
+
+
+# what the consumers of a path split on: pyxis --container-mounts (`,` between mounts; `:` between source, target
+# and flags, as docker -v and enroot --mount do); `#SBATCH --output` expands `%` patterns (the out dir's batch log)
+_SPLITS = {
+    ",": "pyxis splits --container-mounts on ','",
+    ":": "a mount spec (pyxis --container-mounts, enroot --mount, docker -v) splits on ':'",
+}
+_IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@#+-]*$")
+
+
+def path_arg(value, flag: str, *, percent: bool = False) -> str:
+    """A path that reaches a mount spec (or, `percent`, an `#SBATCH --output` pattern), as one word; a character
+    its consumer splits on is one SlurmRenderError line naming the option, before anything is written."""
+    s = _check(value, flag)
+    splits = {**_SPLITS, **({"%": "#SBATCH --output expands '%' patterns"} if percent else {})}
+    for ch, why in splits.items():
+        if ch in s:
+            raise SlurmRenderError(f"{flag} {s[:80]!r}: holds {ch!r} and {why}; refused (name a path without it)")
+    return s
+
+
+def image_arg(value, flag: str = "--image") -> str:
+    """An image reference (REPO[:TAG][@sha256:HEX], enroot's REGISTRY#IMAGE): nothing a shell, pyxis or docker
+    would read as more than one reference."""
+    s = _check(value, flag)
+    if not _IMAGE_REF.match(s):
+        raise SlurmRenderError(
+            f"{flag} {s[:80]!r}: not an image reference (letters, digits and . _ / : @ # + - only, not starting "
+            "with '-'); refused"
+        )
     return s
 
 
@@ -132,9 +170,9 @@ def _mounts(plan: lp.LaunchPlan) -> list[tuple[str, str, bool]]:
     knows (out dir, project root, models) instead of the paths of the machine that rendered it, plus the code."""
     out = []
     for m in plan.mounts:
-        src = {"out": '"${OUT}"', "project": '"${PROJECT}"', "models": '"${HF_HOME:-${HOME}/.cache/huggingface}"'}.get(
-            m.what
-        ) or word(m.source, f"mount {m.what}")
+        src = {"out": '"${OUT}"', "project": '"${PROJECT}"', "models": '"${MODELS}"'}.get(m.what) or word(
+            m.source, f"mount {m.what}"
+        )
         out.append((src, _check(m.target, f"mount {m.what}"), m.read_only))
     out.append(('"${PROJECT}"/src/reprostack', f"{CODE}/reprostack", True))
     return out
@@ -154,7 +192,18 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     _validate(plan)
     gate = _check(plan.gate, "gate")
     job = word(o.job_name or f"rs-{gate}", "--job-name")
-    out_s = _check(o.out, "--out")
+    out_s = path_arg(o.out, "--out", percent=True)
+    if o.image:
+        image_arg(o.image)
+    if o.sqsh:
+        path_arg(o.sqsh, "--sqsh")
+    models_mount = o.runtime != "host" and any(m.what == "models" for m in plan.mounts)
+    if o.models is not None and not any(m.what == "models" for m in plan.mounts):
+        raise SlurmRenderError(f"--models: gate {plan.gate} serves no model (only the serving gates mount one)")
+    if o.models is not None and o.runtime == "host":
+        raise SlurmRenderError("--models: the host runtime mounts nothing (each node's engine reads its own HF_HOME)")
+    if o.models is not None:
+        path_arg(o.models, "--models")
     outdir = PurePosixPath(out_s)
     L = [
         "#!/bin/bash",
@@ -200,7 +249,29 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         'was rendered for ${LOCK_SHA256}: submit from that project root or render again" >&2',
         "  exit 2",
         "fi",
-        "export PROJECT OUT   # the tasks below expand them",
+    ]
+    if models_mount:  # before the plan's env: it sets HF_HOME=/models for inside the container
+        L += [
+            "# the models folder on the nodes, mounted read-only at /models (HF_HOME inside); --models DIR names it",
+            "MODELS="
+            + (
+                (word(o.models) if o.models.startswith("/") else '"${PROJECT}"/' + word(o.models))
+                if o.models
+                else '"${HF_HOME:-${HOME}/.cache/huggingface}"'
+            ),
+            'if [ ! -d "${MODELS}" ]; then echo "reprostack: models folder ${MODELS}: not a folder on this node" >&2; '
+            "exit 2; fi",
+        ]
+    mounted = '"${PROJECT}${OUT}' + ('${MODELS}"' if models_mount else '"')
+    L += [
+        "export PROJECT OUT" + (" MODELS" if models_mount else "") + "   # the tasks below expand them",
+    ]
+    if o.runtime != "host":  # the paths only the job knows, checked as the launcher checks the ones it was given
+        L += [
+            f"case {mounted} in *[,:]*) echo \"reprostack: the project, out or models path holds ',' or ':', which "
+            'the container mounts split on; refused" >&2; exit 2;; esac',
+        ]
+    L += [
         'mkdir -p "${OUT}/logs"',
         "# rendezvous from Slurm: the first node of the allocation is the leader (node rank = SLURM_NODEID)",
         'MASTER_NODE=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 1)',
@@ -438,6 +509,7 @@ def script_for(
     cache: str | None = None,
     images_json=None,
     master_port: int | None = None,
+    models: str | None = None,
 ) -> str:
     """The sbatch script of gate `g` (a gates.registry.Gate) for `profile` (default: the published p5en one):
     its plan from gates.plan.gate_plan, the agent from gates.container.inner_argv, rendered. images_json: the
@@ -478,6 +550,7 @@ def script_for(
             lock_name=Path(str(lock.path)).name,
             runs=runs,
             needs_gpu=prof.needs_gpu,
+            models=models,
         ),
     )
 

@@ -323,7 +323,7 @@ class Gate:
 
     def check_nodes(self, spec, profile, nodes: int | None) -> int:
         """The node count of a run or a rendering: the profile's; another `nodes` is one GateError line."""
-        if nodes is not None and nodes != profile.nodes:
+        if nodes is not None and nodes != profile.nodes:  # an absurd count too, before any work
             raise GateError(
                 f"gate {self.name}: --nodes {nodes}, but profile {profile.name} of {spec.path.name} runs on "
                 f"{profile.nodes} node(s)"

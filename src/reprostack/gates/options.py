@@ -48,6 +48,7 @@ def trials_type(text: str) -> int:
 # `--baseline history`: the accepted runs of the results history database, resolved into report paths by the command
 # layer (cmd.gate; the gates never read the history) and given to the gate as `baseline_runs`
 BASELINE_HISTORY = "history"
+MAX_NODES = 1024  # the most nodes a run, a rendering or a preflight takes (an absurd --nodes is one line, no work)
 
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "plan": (
