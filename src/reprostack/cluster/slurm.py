@@ -453,7 +453,8 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
         ms = " ".join(f"--mount {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts)
         es = " ".join(f"--env {n}" for n in env_names)
         run = (
-            f'n=rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}}; enroot create --force --name "$n" "${{SQSH}}" && '
+            # this shell waits through the time limit's SIGTERM too (the runtime inside writes its report)
+            f'trap : TERM INT; n=rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}}; enroot create --force --name "$n" "${{SQSH}}" && '
             f"{{ PYTHONPATH={CODE} PYTHONUNBUFFERED=1 enroot start --rw {ms} {es} --env PYTHONPATH "
             f'--env PYTHONUNBUFFERED "$n" bash -c {inner_q}; rc=$?; enroot remove --force "$n"; exit $rc; }}'
         )
