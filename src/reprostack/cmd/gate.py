@@ -177,10 +177,11 @@ class _Node:
         why = f"stopped by {e.name} before its end (a time limit's signal: Slurm's --signal, a pod's termination)"
         if self.reporter and self.multi:
             said = []
-            for n in range(1, self.outputs.nodes):
+            for n in range(1, self.outputs.nodes):  # a Job failed by a worker's exit stops node 0 this way
                 rc = read_rc(self.out / self.outputs.node_rc(n), self.ga.run_id)
-                said.append(f"node {n}: " + ("no rc yet" if rc is None else f"exit {rc}"))
-            why += "; " + ", ".join(said) + f" (logs in {self.out / self.outputs.logs})"
+                state = "no rc yet" if rc is None else f"exit {rc}"
+                said.append(f"node {n}: {state}; its log: {self.out / self.outputs.node_log(n)}")
+            why += "; " + "; ".join(said)
         now = utc_now()
         rep = GateReport(
             g.report_name, self.ga.profile or "-", Result.ERROR, why, started=now, ended=now, duration_s=0.0
