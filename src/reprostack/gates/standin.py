@@ -12,8 +12,9 @@ gate's staged run take, on each node:
   (nodes, node rank, master address and port, processes per node, trials, arms), meets the other nodes at the
   master address and port (node 0 listens, the others connect: the rendezvous address the launcher rendered must
   work, as torchrun's c10d store needs it to), and prints for each of its ranks what that rank of a p5en node prints:
-  the NCCL lines of the campaign's p5en logs (tests/fixtures/published-2026-07: Libfabric net plugin, provider efa,
-  16 NICs) under this node's name, the trials driver's markers, test_ep's phase lines of a real H200 run
+  that rank's own NCCL INFO lines of the campaign's 2 x p5en log (tests/fixtures/published-2026-07/trtllm-shim/
+  serve_log_head.log: its init line, Libfabric net and GIN plugins, provider efa, 16 NICs; what gates.transport judges
+  per rank) under this node's name suffixed `-nodeR` (unique when the nodes share a machine), the trials driver's markers, test_ep's phase lines of a real H200 run
   (results/gate_micro/2026-12-02-h200-ep1-k5: rank r of trial k replays that run's trial (k + r) mod 5, relabelled
   `EP r/N`), the dense arm's records of that run when asked, and its one-NCCL record (this node's name, the stand-in
   library);
@@ -46,7 +47,8 @@ NOTE = "GPU stand-in (recorded H200 output replayed per rank, no GPU ran; not ev
 RECORDINGS = ("h200",)
 # what the replay reads, relative to the project root (the checkout the gate runs from)
 TRIALS_LOG = "results/gate_micro/2026-12-02-h200-ep1-k5/micro/test_ep.log"  # real H200 run, 5 trials, dense arm
-NCCL_LINES = "tests/fixtures/published-2026-07/trtllm-shim/provider_evidence.log"  # the campaign's p5en NCCL lines
+# the campaign's 2 x p5en serve log (NCCL 2.30.4 + aws-ofi-nccl, 16 ranks): each rank's own NCCL INFO lines
+NCCL_LINES = "tests/fixtures/published-2026-07/trtllm-shim/serve_log_head.log"
 DRIVER = "580.159.04"  # nvidia-smi on the lent H200 (results/gate_micro/*/gpu.txt)
 GPU = "NVIDIA H200"
 P5EN_GPUS, P5EN_EFA = 8, 16
@@ -323,15 +325,25 @@ def _recorded_trials(root: Path) -> tuple[list[list[str]], list[list[dict]], dic
     return trials, dense, cfg, done
 
 
-def _nccl_lines(root: Path) -> list[str]:
-    """The campaign's per-rank NCCL lines of one p5en rank (its host and pid stripped)."""
-    seen, out = set(), []
-    for line in (root / NCCL_LINES).read_text().splitlines():
-        m = re.match(r"\S+:\d+:\d+ \[0\] (NCCL INFO NET/(?:Plugin|OFI) .*)$", line)
-        if m and m.group(1) not in seen:
-            seen.add(m.group(1))
-            out.append(m.group(1))
-    return out
+_NCCL_LINE = re.compile(r"^([\w.-]+):(\d+):\d+ \[\d+\] (NCCL (?:INFO|WARN) .*)$")
+_NCCL_INIT = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+) cudaDev \d+")
+
+
+def _nccl_lines(root: Path) -> dict[int, list[str]]:
+    """{global rank: that rank's NCCL lines of the campaign's p5en log, host and pid stripped}: each process's rank
+    is the one of the widest communicator it joined (its init line), as gates.parsers.transport reads it."""
+    procs: dict[tuple[str, str], list[str]] = {}
+    rank_of: dict[tuple[str, str], tuple[int, int]] = {}
+    for line in (root / NCCL_LINES).read_text(errors="replace").splitlines():
+        m = _NCCL_LINE.match(line)
+        if not m:
+            continue
+        key = (m.group(1), m.group(2))
+        procs.setdefault(key, []).append(m.group(3))
+        i = _NCCL_INIT.search(line)
+        if i and int(i.group(2)) >= rank_of.get(key, (-1, 0))[0]:
+            rank_of[key] = (int(i.group(2)), int(i.group(1)))
+    return {rank: procs[key] for key, (_, rank) in rank_of.items()}
 
 
 def replay(launch: Launch, *, root: Path, st: StandIn, nccl_lib: str, version: str) -> int:
@@ -346,10 +358,14 @@ def replay(launch: Launch, *, root: Path, st: StandIn, nccl_lib: str, version: s
     print(
         f"[stand-in] {NOTE}: node {launch.node} of {launch.nodes}, ranks {launch.ranks.start}..{launch.ranks.stop - 1}"
     )
+    lines = _nccl_lines(root)
+    # NCCL prints gethostname() up to its first '.': a node's own name, made unique per node (the rehearsal runs
+    # both nodes on one machine); each rank its own process id
+    node_host = f"{host.split('.', 1)[0]}-node{launch.node}"
     for r in launch.ranks:
         lr = r - launch.ranks.start
-        for text in _nccl_lines(root):
-            print(f"{host}:{4100 + lr}:{4100 + lr} [{lr}] {text}")
+        for text in lines.get(r % len(lines) if lines else r, []):
+            print(f"{node_host}:{4100 + r}:{4100 + r} [{lr}] {text}")
     marker = "[micro_trials] "
     for k in range(launch.trials):
         for r in launch.ranks:
