@@ -53,6 +53,8 @@ def argv(dest: Path, folder: str, gate: str, recipe: str, variant: str) -> list[
         str(ROOT / "upstreams.lock"),
         "--image",
         STAND_IN.format(recipe=recipe),
+        "--name",  # a fixed name for the committed files; without --name every rendering names a new Job
+        f"rs-{gate}-p5en-efa-ep16",
         *COMMON,
     ]
 

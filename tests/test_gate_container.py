@@ -94,7 +94,7 @@ def test_vllm_local_test_runs_in_its_container_end_to_end(docker_client, gate_im
     assert "vllm/server.deepep.log" in paths and "vllm/deepep/c4/aiperf/profile_export_aiperf.json" in paths
     for a in rep["artifacts"]:
         assert artifact_for(out / a["path"]).sha256 == a["sha256"]
-    log = (out / "container" / "node0.log").read_text().splitlines()
+    log = (out / "logs" / "node-0.log").read_text().splitlines()
     assert (
         all(line.startswith("[node 0] ") for line in log)
         and "[node 0] vllm [local-test]: PASS (local-test, not evidence)" in log[-2]

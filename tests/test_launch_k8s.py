@@ -72,7 +72,7 @@ def test_every_gate_renders_an_indexed_job_and_headless_service_that_validate(ga
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
     out = next(v for v in pod["volumes"] if v["name"] == "out")
     assert out["persistentVolumeClaim"]["claimName"] == "reprostack-out"
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_GIN_TYPE"] == "2" and env["REPROSTACK_IMAGE"] == IMAGE
     name = job["metadata"]["name"]
     assert env["MASTER_ADDR"] == f"{name}-0.{name}"
@@ -105,19 +105,66 @@ def test_jobset_and_leaderworkerset_embed_valid_builtin_templates(tmp_path):
 
 
 def test_cpu_profile_asks_for_no_gpu_efa_or_hugepages(tmp_path):
-    job = render(tmp_path, "vllm", "--profile", "local-test", "--nodes", "2", "--out-hostpath", "/data/out")["job.yaml"]
+    job = render(tmp_path, "vllm", "--profile", "local-test", "--out-hostpath", "/data/out")["job.yaml"]
     validate(job)
     pod = job["spec"]["template"]["spec"]
     assert "resources" not in pod["containers"][0] and "tolerations" not in pod
     out = next(v for v in pod["volumes"] if v["name"] == "out")
     assert out["hostPath"] == {"path": "/data/out", "type": "DirectoryOrCreate"}
-    assert job["spec"]["completions"] == 2
+    assert job["spec"]["completions"] == 1
+
+
+@pytest.mark.parametrize("nodes", ["1", "3", "1000000000"])
+def test_nodes_that_disagree_with_the_profile_are_one_line_and_write_nothing(tmp_path, capsys, nodes):
+    """As `launch slurm` does (Gate.check_nodes): a one-pod Job for the two-node profile would rendezvous forever."""
+    out = tmp_path / "m"
+    assert cli.main(["launch", "k8s", "vllm", "--out", str(out), "--image", IMAGE, "--nodes", nodes]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--nodes {nodes}" in err[0] and "runs on 2 node(s)" in err[0], err
+    assert not out.exists()
+
+
+def test_models_is_the_serving_gates_read_only_hostpath(tmp_path):
+    job = render(tmp_path, "vllm", "--models", "/fsx/hf")["job.yaml"]
+    pod = job["spec"]["template"]["spec"]
+    vol = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert vol["hostPath"] == {"path": "/fsx/hf", "type": "Directory"}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "models")
+    assert mount == {"name": "models", "mountPath": "/models", "readOnly": True}
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["HF_HOME"] == "/models"
+
+
+@pytest.mark.parametrize(
+    "gate, flags, says",
+    [
+        ("micro", ["--models", "/fsx/hf"], "--models: gate micro serves no model"),
+        ("vllm", ["--models", "fsx/hf"], "the node path must be absolute"),
+        ("vllm", ["--models", "/a", "--host-path", "models=/b"], "name the folder once"),
+        ("vllm", ["--host-path", "modles=/fsx/hf"], "'modles' is no mount of a gate"),
+        ("vllm", ["--nodes", "1000000000"], "--nodes 1000000000"),
+    ],
+    ids=["not-serving", "relative", "twice", "typo", "absurd-nodes"],
+)
+def test_launcher_paths_are_one_line_and_write_nothing(tmp_path, capsys, gate, flags, says):
+    out = tmp_path / "m"
+    assert cli.main(["launch", "k8s", gate, "--out", str(out), "--image", IMAGE, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err, err
+    assert not out.exists()
 
 
 def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(tmp_path):
-    job = render(tmp_path, "micro")["job.yaml"]
-    text = script(job["spec"]["template"]["spec"])
-    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    job = render(tmp_path, "micro", "--name", "rs-micro-p5en-efa-ep16")["job.yaml"]
+    outdir = tmp_path / "out"  # the pod's /out, here a folder of this test
+    text = script(job["spec"]["template"]["spec"]).replace(" /out/logs", f" {outdir}/logs")
+    text = text.replace('"/out/logs', f'"{outdir}/logs')
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    run_id = {
+        "name": "RUN_ID",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}},
+    }
+    assert run_id in job["spec"]["template"]["spec"]["containers"][0]["env"]  # the Job's uid, from the downward API
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     log = tmp_path / "calls"
@@ -125,22 +172,30 @@ def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(t
     (bin_ / "python3").chmod(0o755)
     r = subprocess.run(
         ["/bin/sh", "-c", text],
-        env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "1", "MASTER_ADDR": env["MASTER_ADDR"]},
+        env={
+            "PATH": f"{bin_}:/usr/bin:/bin",
+            "JOB_COMPLETION_INDEX": "1",
+            "MASTER_ADDR": env["MASTER_ADDR"],
+            "RUN_ID": "uid-1",
+        },
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert r.returncode == 0, r.stderr
+    # the output contract: the node's log (the agent's output, also in the container log) and this run's rc
+    assert (outdir / "logs" / "node-1.rc").read_text() == "0 uid-1\n"
+    assert (outdir / "logs" / "node-1.log").is_file()
     pre, gate = [ln.split("|")[:-1] for ln in log.read_text().splitlines()]
     assert pre[:4] == ["-m", "reprostack", "preflight", "micro"]
     assert pre[pre.index("--node-rank") + 1] == "1" and pre[pre.index("--nodes") + 1] == "2"
-    assert gate[gate.index("--node-rank") + 1] == "1"
+    assert gate[gate.index("--node-rank") + 1] == "1" and gate[gate.index("--run-id") + 1] == "uid-1"
     assert gate[gate.index("--master-addr") + 1] == "rs-micro-p5en-efa-ep16-0.rs-micro-p5en-efa-ep16"
     # a failing preflight runs nothing else: the shell stops with its exit code
     (bin_ / "python3").write_text(f'#!/bin/sh\necho "$3" >> {log}.2\n[ "$3" = preflight ] && exit 2\nexit 0\n')
     r = subprocess.run(
         ["/bin/sh", "-c", text],
-        env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0", "MASTER_ADDR": "x"},
+        env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0", "MASTER_ADDR": "x", "RUN_ID": "u"},
         capture_output=True,
         timeout=30,
     )

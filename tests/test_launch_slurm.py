@@ -159,6 +159,97 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--out", "out/x,/:/hostroot:rw,out/y"], "--out 'out/x,/:/hostroot:rw,out/y': holds ','"),
+        (["--out", "out/a:b"], "--out 'out/a:b': holds ':'"),
+        (["--out", "out/%j"], "--out 'out/%j': holds '%'"),
+        (["--sqsh", "img,x.sqsh"], "--sqsh 'img,x.sqsh': holds ','"),
+        (["--image", "repo/x,/:/hostroot"], "--image 'repo/x,/:/hostroot': not an image reference"),
+        (["--image", "-e x"], "--image '-e x': not an image reference"),
+        (["--image", "repo/x:1 --privileged"], "not an image reference"),
+        (["--nodes", "1000000000"], "--nodes 1000000000"),
+        (["--nodes", "1"], "--nodes 1"),
+        (["--models", "/data/hf"], "--models: gate micro serves no model"),
+    ],
+    ids=[
+        "out-comma-mount",
+        "out-colon",
+        "out-percent",
+        "sqsh-comma",
+        "image-comma",
+        "image-dash",
+        "image-space",
+        "nodes-absurd",
+        "nodes-one",
+        "models-not-serving",
+    ],
+)
+def test_launcher_input_a_consumer_splits_on_is_one_line_and_writes_nothing(tmp_path, capsys, flags, says):
+    """issue 25 item 4: pyxis splits --container-mounts on ',' and ':' (the first case would mount the host's / read
+    and write), `#SBATCH --output` expands '%': refused before anything is written, in one line naming the option."""
+    out = tmp_path / "o"
+    argv = ["launch", "slurm", "micro", "--nodes", "2", "--out", str(out), *flags]
+    t = __import__("time").monotonic()
+    assert cli.main(argv) == 2
+    assert __import__("time").monotonic() - t < 10  # before any work
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err, err
+    assert not out.exists() and not (REPO / "out" / "x,").exists()
+
+
+@pytest.mark.parametrize("flags", [["--models", "/data/a,b"], ["--models", "/data/a:b"]], ids=["comma", "colon"])
+def test_models_a_mount_splits_on_is_one_line(tmp_path, capsys, flags):
+    out = tmp_path / "o"
+    assert cli.main(["launch", "slurm", "vllm", "--nodes", "2", "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--models" in err and "refused" in err, err
+    assert not out.exists()
+
+
+def run_prologue(script: Path, tmp_path: Path, env: dict) -> list[list[str]]:
+    """The rendered script run by bash up to its sruns, on a fake srun/scontrol that record their argv (no Slurm
+    here): what pyxis would be handed, after bash expanded it. Returns the srun calls."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    calls = tmp_path / "calls"
+    (bin_ / "srun").write_text(
+        f'#!/bin/sh\nfor a in "$@"; do printf "%s\\037" "$a"; done >> {calls}\necho >> {calls}\n'
+    )
+    (bin_ / "scontrol").write_text("#!/bin/sh\necho n1\n")
+    for f in ("srun", "scontrol"):
+        (bin_ / f).chmod(0o755)
+    base = {"PATH": f"{bin_}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_SUBMIT_DIR": str(REPO)}
+    base |= {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1"}
+    subprocess.run(["bash", str(script)], env={**base, **env}, capture_output=True, text=True, timeout=60)
+    return [c.split("\037")[:-1] for c in calls.read_text().splitlines()] if calls.exists() else []
+
+
+def mounts_of(call: list[str]) -> list[str]:
+    return next(a for a in call if a.startswith("--container-mounts=")).split("=", 1)[1].split(",")
+
+
+def test_serving_sbatch_mounts_the_models_folder_it_names(tmp_path, capsys):
+    """issue 25 item 3: the serving sbatch exported HF_HOME=/models before building its mount from HF_HOME, so
+    pyxis was handed `/models:/models:ro`. Now `--models DIR`, else the submitter's HF_HOME, is the source."""
+    models = tmp_path / "hf"
+    models.mkdir()
+    image = "registry.invalid/reprostack/vllm@sha256:" + "0" * 64
+    out = tmp_path / "o"
+    args = ["launch", "slurm", "vllm", "--nodes", "2", "--out", str(out), "--image", image]
+    assert cli.main([*args, "--models", str(models)]) == 0
+    first = run_prologue(out / "job.sbatch", tmp_path, {"HF_HOME": "/somewhere/else"})
+    assert first and all(f"{models}:/models:ro" in mounts_of(c) for c in first), first
+    (tmp_path / "calls").unlink()
+    assert cli.main(args) == 0  # no --models: the submitter's HF_HOME, never the container's /models
+    first = run_prologue(out / "job.sbatch", tmp_path, {"HF_HOME": str(models)})
+    assert first and all(f"{models}:/models:ro" in mounts_of(c) for c in first), first
+    assert "image: " + image in capsys.readouterr().out  # where the image comes from, said at rendering
+    (tmp_path / "calls").unlink()
+    assert not run_prologue(out / "job.sbatch", tmp_path, {"HF_HOME": str(tmp_path / "none")})  # no folder: no srun
+
+
 def test_submit_without_sbatch_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
     out = tmp_path / "o"
@@ -247,9 +338,9 @@ def test_local_test_gate_runs_as_a_slurm_job(lock, tmp_path, monkeypatch, capsys
     assert verdict["result"] == "pass", verdict
     node0 = (out / "logs" / "node-0.log").read_text()  # the per-node log srun wrote (%n)
     assert "vllm [local-test]: PASS (local-test, not evidence)" in node0
-    assert (out / "logs" / "node-0.rc").read_text().strip() == "3"
+    assert (out / "logs" / "node-0.rc").read_text().split()[0] == "3"  # `RC JOB_ID` (launch.plan.rc_text)
     batch = next((out / "logs").glob("batch-*.log")).read_text()
-    assert "node 0 exit 3" in batch
+    assert re.search(r"gate vllm job \d+: exit 3;", batch), batch
     server = (out / "vllm" / "server.deepep.log").read_text()  # both ranks of the test server
     assert "rank EP 0/2" in server and "rank EP 1/2" in server
 

@@ -460,7 +460,7 @@ def test_container_run_stamps_the_image_id_on_prebuilt_kernels(tmp_path, monkeyp
             provenance={"kernels_from": pre.provenance(), "kernels": pre.kernels_provenance()},
         )
         write_reports([rep], out, required={"micro"})
-        log = out_dir / "node0.log"
+        log = out_dir / plan.outputs.node_log(0)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("[node 0] done\n")
         return ld.NodeRun(0, 0, False, log, image_id, (), "c0ffee", 1.0)

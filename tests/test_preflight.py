@@ -432,3 +432,13 @@ def test_a_forged_verdict_with_terminal_escapes_is_printed_escaped_on_one_line(t
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "\x1b" not in err and "\r" not in err and "\x07" not in err
     assert "node 1: lock: x\\x1b]0;owned\\x07\\x1b[2J reprostack: preflight: pass reprostack: pass" in err
+
+
+@pytest.mark.parametrize("nodes", ["1000000000", "0", "-3"])
+def test_an_absurd_node_count_is_one_line_before_any_work(tmp_path, nodes):
+    """issue 25 item 4: `preflight --nodes 1000000000` ran for minutes and grew past 2 GB; now one line, exit 2."""
+    t = time.monotonic()
+    p = start(tmp_path, "vllm", 0, nodes, profile="local-test", port=free_port(), timeout=5)
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 2 and e.strip().count("\n") == 0 and f"--nodes {nodes}: not in 1..1024" in e, e
+    assert time.monotonic() - t < 30 and not (tmp_path / "run" / "preflight").exists()

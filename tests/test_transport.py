@@ -361,6 +361,12 @@ def micro_logs(tmp_path: Path, **edit) -> tuple[str, Path]:
     run_dir = tmp_path / "out" / "micro"
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "test_ep.node1.log").write_text("\n".join(node1) + "\n")
+    # node 1's part done, as the output contract says (launch.plan.Outputs): node 0 judges only once it is there
+    from reprostack.launch.plan import Outputs, rc_text
+
+    rc = tmp_path / "out" / Outputs(2).node_rc(1)
+    rc.parent.mkdir(parents=True, exist_ok=True)
+    rc.write_text(rc_text(0, None))
     py = tmp_path / "py"
     py.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\ncat {log0}\n')
     py.chmod(py.stat().st_mode | stat.S_IXUSR)

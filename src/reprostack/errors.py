@@ -43,3 +43,16 @@ class BuildError(ReprostackError):
 
 class GateError(ReprostackError):
     """A gate spec is malformed or a gate could not be set up (not a gate FAIL: that is a report)."""
+
+
+class Signalled(BaseException):
+    """A gate run was told to stop (SIGTERM: a job's time limit, Slurm's --signal, a pod's termination). A
+    BaseException, like KeyboardInterrupt: nothing on the way catches it as an error; the watchdog stops the run's
+    processes and the CLI still writes the gate's report (ERROR naming the signal)."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.name}")

@@ -14,10 +14,17 @@ a list of manifest dicts out, dumped one file each with yaml.safe_dump. Variants
 Each pod: the image by digest, `nvidia.com/gpu` = the plan's GPUs per node (when the profile needs GPUs),
 `vpc.amazonaws.com/efa` = the plan's EFA devices per node with 2 MiB hugepages (the EFA device plugin's
 recipe), /dev/shm as a memory emptyDir of the plan's shm size, IPC_LOCK (pinned memory without a memlock
-limit), host network and IPC where the plan says, the plan's env and mounts (the out dir as a PVC or a hostPath;
-the others as hostPaths), one pod per node (pod anti-affinity), and one command: the cross-node preflight
-(reprostack.cluster.preflight) first, then the gate's in-image runner in host mode with this node's rank (the
-same runner `gate G --container` starts, reprostack.gates.container.inner_argv: node 0 writes the reports).
+limit), host network and IPC where the plan says (`--pod-network`: neither, for clusters whose Pod Security level
+is not privileged), the plan's env and mounts (the out dir as a PVC or a hostPath; the others as hostPaths), one pod
+per node (pod anti-affinity), and one command: the cross-node preflight (reprostack.cluster.preflight) first, then the
+gate's in-image runner in host mode with this node's rank and the run's id (the Job's uid, from the downward API;
+the same runner `gate G --container` starts, reprostack.gates.container.inner_argv) under the pod's own time limit
+(`timeout`, from the container's start: the image pull does not count), its output teed into the output contract's
+node log, SIGTERM passed on to it, this run's rc left where the contract says (node 0 waits for the others' and alone
+writes the reports). The Job: a new name at each rendering (`rs-<gate>-<UTC time>`), ttlSecondsAfterFinished, a
+podFailurePolicy that fails it at once when a pod fails or is disrupted (the others get SIGTERM; node 0 reports),
+activeDeadlineSeconds only as a backstop (the pod's limit + PULL_S), terminationGracePeriodSeconds for node 0's
+report.
 
 Invariants:
 - nothing here runs or reads the cluster; `--apply` alone calls `kubectl apply -f DIR` (no kubectl: one line);
@@ -58,7 +65,18 @@ _IMAGE = re.compile(
     r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*"
     r"@sha256:[0-9a-f]{64}"
 )
-_VARS = re.compile(r"(\$\{(?:NODE_RANK|MASTER_ADDR)\})")
+_VARS = re.compile(r"(\$\{(?:NODE_RANK|MASTER_ADDR|RUN_ID)\})")
+HOST_PATH_KINDS = ("project", "models", "cache", "wheelhouse", "sources")  # launch.plan.Mount.what, but the out dir
+KILL_AFTER_S = 60  # `timeout -k`: SIGKILL this long after the time limit's SIGTERM
+GRACE_S = 120  # terminationGracePeriodSeconds: node 0 stops its run and writes its report after a SIGTERM
+PULL_S = 1800  # the Job's activeDeadlineSeconds backstop: the pod's own time limit + this for the image pull
+TTL_S = 86400  # ttlSecondsAfterFinished: the finished Job and its pods (kubectl logs) kept a day
+# a pod's label the downward API gives as this run's id: the Job's uid (Job, JobSet) or the group's (LWS)
+RUN_ID_LABEL = {
+    "job": "batch.kubernetes.io/controller-uid",
+    "jobset": "batch.kubernetes.io/controller-uid",
+    "lws": "leaderworkerset.sigs.k8s.io/group-key",
+}
 
 
 class K8sError(ReprostackError):
@@ -91,7 +109,13 @@ def _sh(token: str) -> str:
 
 
 def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> str:
+    """The pod's /bin/sh script: rank and master, soft limits, the preflight, then the agent under the pod's own time
+    limit (`timeout`: the clock starts in the container, after the image pull), its output to the container log and
+    to the contract's node log, SIGTERM passed on to it (sh is PID 1, which no signal kills by default), and this
+    run's rc left where the contract says when the runtime could not write it."""
     rank = "LWS_WORKER_INDEX" if variant == "lws" else "JOB_COMPLETION_INDEX"
+    o = plan.outputs
+    out = next(m.target for m in plan.mounts if m.what == "out")
     lines = ["set -eu", f'NODE_RANK="${{{rank}}}"']
     if variant == "lws":
         lines.append('MASTER_ADDR="${LWS_LEADER_ADDRESS}"')
@@ -108,10 +132,11 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
         lines.append(" ".join(_sh(a) for a in preflight))
     cmds = {c.node: c for c in plan.commands}
     same = len({(c.argv, c.env) for c in plan.commands}) == 1
+    limit = f"timeout --foreground -s TERM -k {KILL_AFTER_S} {int(plan.timeout_s)} "
 
     def run(c: lp.NodeCommand) -> str:
         env = "".join(f"{k}={_sh(v)} " for k, v in c.env)
-        return ("env " + env if env else "") + " ".join(_sh(a) for a in c.argv)
+        return limit + ("env " + env if env else "") + " ".join(_sh(a) for a in c.argv)
 
     if same:
         body = [run(plan.commands[0])]
@@ -119,16 +144,27 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
         body = ['case "$NODE_RANK" in']
         body += [f"  {n}) {run(cmds[n])} ;;" for n in sorted(cmds)]
         body += ['  *) echo "reprostack: no command for node $NODE_RANK" >&2; exit 2 ;;', "esac"]
-    if variant == "lws":  # a LeaderWorkerSet restarts a pod that exits: keep it, the reports are in /out
+    log, rc = f"{out}/{o.node_log('${NODE_RANK}')}", f"{out}/{o.node_rc('${NODE_RANK}')}"
+    lines += [
+        f'mkdir -p {out}/{o.logs}; LOG="{log}"; RC="{rc}"',
+        "set +e",
+        # SIGTERM (the Job's deadline, a failed node's FailJob, a drain) to the agent, never to tee (the log's end)
+        "trap 'trap \"\" TERM INT; kill -TERM 0 2>/dev/null' TERM INT",
+        "{",
+        *(f"  {b}" for b in body),
+        '  echo "$?" > /tmp/reprostack-agent.rc',
+        "} 2>&1 | (trap '' TERM INT; exec tee -a \"$LOG\") &",
+        'pid=$!; wait "$pid"; while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done',
+        "rc=$(cat /tmp/reprostack-agent.rc 2>/dev/null || echo 143)",
+        'read -r was id 2>/dev/null < "$RC"; [ "${id:-}" = "${RUN_ID:--}" ] || echo "$rc ${RUN_ID:--}" > "$RC"',
+    ]
+    if variant == "lws":  # a LeaderWorkerSet restarts a pod that exits: keep it, the reports are in the out folder
         lines += [
-            "set +e",
-            *body,
-            "rc=$?",
-            'echo "reprostack: the gate exited $rc; reports in /out; delete the LeaderWorkerSet when read"',
+            f'echo "reprostack: the gate exited $rc; reports in {out}; delete the LeaderWorkerSet when read"',
             "exec sleep infinity",
         ]
     else:
-        lines += ["exec " + body[0]] if same else body
+        lines.append('exit "$rc"')
     return "\n".join(lines) + "\n"
 
 
@@ -144,6 +180,7 @@ def render(
     out_hostpath: str | None = None,
     host_paths: dict[str, str] | None = None,
     node_selector: dict[str, str] | None = None,
+    master_port: int | None = None,
 ) -> list[dict]:
     """The manifests of `plan` (see the module docstring). `image`: REPO@sha256:HEX; gpus=False: a CPU profile
     (no GPU request); `preflight`: its argv (reprostack.cluster.preflight.command) or None; the out dir is the
@@ -183,11 +220,13 @@ def render(
     master = {"job": f"{base}-0.{base}", "jobset": f"{base}-node-0-0.{base}", "lws": None}[variant]
     env = [{"name": k, "value": v} for k, v in plan.env]
     env += [{"name": "REPROSTACK_IMAGE", "value": image}]
+    env += [{"name": "RUN_ID", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RUN_ID_LABEL[variant]}']"}}}]
     if master:
         env += [{"name": "MASTER_ADDR", "value": master}]
     from ..gates.plan import MASTER_PORT
 
-    env += [{"name": "MASTER_PORT", "value": str(MASTER_PORT)}]
+    port = master_port or MASTER_PORT
+    env += [{"name": "MASTER_PORT", "value": str(port)}]
 
     limits, requests = {}, {}
     if gpus and plan.gpus_per_node:
@@ -228,6 +267,7 @@ def render(
         container["resources"] = resources
     pod = {
         "restartPolicy": "Never" if variant != "lws" else "Always",
+        "terminationGracePeriodSeconds": GRACE_S,
         "containers": [container],
         "volumes": volumes,
         "affinity": {
@@ -255,13 +295,24 @@ def render(
         pod["subdomain"] = base
     meta = {"name": base, "labels": labels, "annotations": notes}
     template = {"metadata": {"labels": labels, "annotations": notes}, "spec": pod}
-    deadline = int(plan.timeout_s) or None
+    # the time limit is the pod's own (`timeout` in its script, from the container's start): the Job's deadline
+    # counts from the Job's start, image pull included, so it is only a backstop PULL_S later
+    deadline = int(plan.timeout_s) + PULL_S if plan.timeout_s else None
     job_spec = {
         "completionMode": "Indexed",
         "completions": plan.nodes,
         "parallelism": plan.nodes,
         "backoffLimit": 0,
         **({"activeDeadlineSeconds": deadline} if deadline else {}),
+        "ttlSecondsAfterFinished": TTL_S,
+        # a node that fails or is evicted fails the Job at once: the other pods get SIGTERM, node 0 reports ERROR
+        # naming it (a lone replacement pod could never rejoin the run's rendezvous)
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": "gate", "operator": "NotIn", "values": [0]}},
+            ]
+        },
         "template": template,
     }
     if variant == "job":
@@ -273,7 +324,7 @@ def render(
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,
                 "selector": {f"{LABEL}/run": base},
-                "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}],
+                "ports": [{"name": "rendezvous", "port": port, "protocol": "TCP"}],
             },
         }
         return [service, {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}]
@@ -310,7 +361,7 @@ def render(
     ]
 
 
-def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.LaunchPlan:
+def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port: int | None = None) -> lp.LaunchPlan:
     """`plan` with, on every node, the gate's in-image runner in host mode (gates.container.inner_argv: node 0
     parses and writes the reports), this node's rank and the master from the launcher, reprostack from the
     project mount (/workspace/src), the timeout of every arm plus the container slack
@@ -325,8 +376,9 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int) -> lp.Launc
         profile=plan.profile,
         nodes=nodes,
         node_rank="${NODE_RANK}",
+        run_id="${RUN_ID}",
         master_addr="${MASTER_ADDR}",
-        master_port=MASTER_PORT,
+        master_port=master_port or MASTER_PORT,
     )
     argv = tuple(inner_argv(g, a, lock))
     runs = g.launches(g.load(root), a)
@@ -376,7 +428,7 @@ def add_arguments(p) -> None:
     from ..gates import options as gate_options
 
     p.add_argument("gate", choices=list(GATE_ORDER))
-    gate_options.add_arguments(p, ("nodes", "profile"))  # as every gate command defines them (gates.options)
+    gate_options.add_arguments(p, ("nodes", "profile", "master_port"))  # defined once (gates.options)
     p.add_argument("--out", default=None, help="folder of the manifests (default: out/k8s/<gate>)")
     p.add_argument(
         "--variant",
@@ -390,7 +442,18 @@ def add_arguments(p) -> None:
         metavar="REPO@sha256:HEX",
         help="the gate's image by digest as the cluster pulls it (default: the plan's repo digest)",
     )
-    p.add_argument("--name", default=None, help="name of the Job/Service (default: rs-<gate>-<profile>)")
+    p.add_argument(
+        "--name",
+        default=None,
+        help="name of the Job/Service (default: rs-<gate>-<UTC time>, new at every rendering: a Job is never "
+        "applied twice under one name)",
+    )
+    p.add_argument(
+        "--pod-network",
+        action="store_true",
+        help="pods on the cluster's pod network: no hostNetwork and no hostIPC, which need the privileged Pod "
+        "Security level (EFA is a device; NCCL's bootstrap uses the pod's interface)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out-pvc", default=PVC, help=f"PersistentVolumeClaim of the shared out dir (default: {PVC})")
     out.add_argument("--out-hostpath", default=None, metavar="PATH", help="the out dir as a hostPath instead")
@@ -402,6 +465,13 @@ def add_arguments(p) -> None:
         help="node path of a read-only mount (project, models): e.g. project=/fsx/reprostack",
     )
     p.add_argument(
+        "--models",
+        default=None,
+        metavar="DIR",
+        help="serving gates: the models folder on the nodes (a hostPath mounted read-only at /models, HF_HOME "
+        "inside); the same as --host-path models=DIR",
+    )
+    p.add_argument(
         "--node-selector",
         action="append",
         default=[],
@@ -411,6 +481,14 @@ def add_arguments(p) -> None:
     p.add_argument("--no-preflight", action="store_true", help="leave out the cross-node preflight step")
     p.add_argument("--apply", action="store_true", help="then `kubectl apply -f DIR`")
     p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
+
+
+def _unique_name(gate: str) -> str:
+    """rs-<gate>-<UTC time to the second>: a new Job at every rendering (a Job's spec is immutable, and one applied
+    again under its name would not run again)."""
+    import time
+
+    return dns1123(f"rs-{gate}-{time.strftime('%y%m%d-%H%M%S', time.gmtime())}", "name", MAX_NAME)
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -428,11 +506,12 @@ def main(args, g, lock, root: Path) -> int:
     from ..gates.plan import gate_plan
     from . import preflight
 
-    if args.nodes is not None and args.nodes < 1:
-        raise K8sError(f"--nodes {args.nodes}: at least 1")
     out = Path(args.out or f"out/k8s/{g.name}")
     plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
     spec = g.load(root)
+    nodes = g.check_nodes(spec, spec.profile(plan.profile), args.nodes)  # as `launch slurm`: the profile's count
+    if args.pod_network:
+        plan = dataclasses.replace(plan, host_network=False, host_ipc=False)
     why = g.unrenderable(spec, spec.profile(plan.profile))
     if why:
         raise K8sError(f"gate {g.name}: {why}")
@@ -444,9 +523,16 @@ def main(args, g, lock, root: Path) -> int:
             f"gate {g.name}: image {plan.image.recipe} has no registry digest here: push it and pass "
             f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)"
         )
-    nodes = args.nodes or plan.nodes
     host = _pairs(args.host_path, "--host-path")
+    if args.models is not None:
+        if not g.serves:
+            raise K8sError(f"--models: gate {g.name} serves no model (only the serving gates mount one)")
+        if host.get("models", args.models) != args.models:
+            raise K8sError(f"--models {args.models} and --host-path models={host['models']}: name the folder once")
+        host["models"] = args.models
     for k, v in host.items():
+        if k not in HOST_PATH_KINDS:  # a typo would leave the mount on the rendering machine's path, unsaid
+            raise K8sError(f"--host-path {k}={v}: {k!r} is no mount of a gate (one of {', '.join(HOST_PATH_KINDS)})")
         if not v.startswith("/"):
             raise K8sError(f"--host-path {k}={v}: the node path must be absolute")
     sel = _pairs(args.node_selector, "--node-selector")
@@ -457,7 +543,7 @@ def main(args, g, lock, root: Path) -> int:
             raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
     if args.out_hostpath and not args.out_hostpath.startswith("/"):
         raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
-    agent = agent_plan(g, root, lock, plan, nodes)
+    agent = agent_plan(g, root, lock, plan, nodes, args.master_port)
     from ..gates.plan import OUT, WORK
 
     pf = (
@@ -470,13 +556,14 @@ def main(args, g, lock, root: Path) -> int:
         agent,
         image=image,
         variant=args.variant,
-        name=args.name,
+        name=args.name or _unique_name(g.name),
         gpus=prof.needs_gpu,
         preflight=pf,
         out_pvc=None if args.out_hostpath else args.out_pvc,
         out_hostpath=args.out_hostpath,
         host_paths=host,
         node_selector=sel,
+        master_port=args.master_port,
     )
     header = (
         f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
@@ -486,6 +573,15 @@ def main(args, g, lock, root: Path) -> int:
     paths = write(docs, out, header)
     for p in paths:
         print(f"wrote {p}")
+    kind = {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
+    name = next(d["metadata"]["name"] for d in docs if d.get("kind", "").lower() == kind)
+    logs = (  # an Indexed Job's pods carry their index as a label (node 0: index 0)
+        f"; node 0's log: kubectl logs -f -l batch.kubernetes.io/job-name={name},"
+        "batch.kubernetes.io/job-completion-index=0"
+        if kind == "job"
+        else ""
+    )
+    print(f"{kind} {name}: node 0 writes the reports into the out volume{logs}")
     if not args.apply:
         return 0
     kubectl = shutil.which("kubectl")

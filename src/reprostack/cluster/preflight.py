@@ -576,7 +576,11 @@ def run(
     from ..gates.plan import MASTER_PORT, gate_plan
     from ..launch import plan as lp
 
-    if nodes < 1 or not 0 <= node_rank < nodes:
+    from ..gates.options import MAX_NODES
+
+    if not 1 <= nodes <= MAX_NODES:  # before any work: an absurd count never starts a wait or a list of that size
+        raise PreflightError(f"preflight: --nodes {nodes}: not in 1..{MAX_NODES}")
+    if not 0 <= node_rank < nodes:
         raise PreflightError(f"preflight: --node-rank {node_rank} is not in 0..{nodes - 1} (--nodes {nodes})")
     for flag, s_ in (("--timeout", timeout_s), ("--smoke-timeout", smoke_timeout_s)):
         if not 0 < s_ <= MAX_WAIT_S:  # NaN fails this too

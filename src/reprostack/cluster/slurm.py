@@ -2,8 +2,10 @@
 `submit`, which hands a script to sbatch and follows the job to its end.
 
 The script (`render(plan, options)`):
-- `#SBATCH --nodes=N --ntasks-per-node=1 --exclusive`, the partition, `--gpus-per-node` (GPU profiles), `--time`
-  from the plan's watchdog (x arms, + the container slack of gates.container), the batch log in the out dir;
+- `#SBATCH --nodes=N --ntasks-per-node=1 --exclusive --wait-all-nodes=1`, the partition, `--gpus-per-node` (GPU
+  profiles), `--time` from the plan's watchdog (x arms, + the container slack of gates.container), `--signal=TERM@300`
+  (every task of the steps gets SIGTERM 5 min before the limit: node 0 stops and still writes its report), the batch
+  log in the out dir;
 - checks it runs from the project root it was rendered for (`upstreams.lock` of the submit dir has the plan's
   sha256), then takes the rendezvous from Slurm only: master = the NodeAddr of the first host of
   `scontrol show hostnames "$SLURM_JOB_NODELIST"`, node rank = SLURM_NODEID (nothing hand-typed);
@@ -11,18 +13,25 @@ The script (`render(plan, options)`):
   preflight ends the job with its exit code before anything else runs;
 - one srun step, one task per node, that starts the per-node agent in the gate's image: the in-image runner of
   gates.container (`python3 -m reprostack gate G --no-container ... --node-rank $SLURM_NODEID --master-addr
-  $MASTER_ADDR`), which runs the plan's per-node command (listed as comments) and, on node 0, parses and writes
-  the one report of the gate into the out dir; workers write theirs under `<out>/nodes/node-R/`;
+  $MASTER_ADDR --run-id $SLURM_JOB_ID`), which runs the plan's per-node command (listed as comments); the output
+  contract (LaunchPlan.outputs): every node writes its rank logs and its rc (`RC JOB_ID`) into the one out dir, node 0
+  waits for them and alone writes the gate's report; `srun --kill-on-bad-exit=1` with workers' tasks ending 0 (their
+  status is in their rc file), so the step ends when node 0 ended badly, after its report, and not before;
 - runtimes: `pyxis` (srun --container-image = the image by digest, else its enroot squashfs; --container-mounts
   from the plan's mounts), `enroot` (create + start a squashfs made from `reprostack build --save`), `docker`
   (docker run per node with the plan's devices, ulimits, shm, host network/IPC), `host` (no runtime: this
   checkout on each node's own packages; labelled host mode in the script and, by the runner, in the report);
-- per-node logs `<out>/logs/node-R.log` (srun --output with %n), exit status = node 0's agent's (a worker only
-  serves; its SKIP report says the verdict is node 0's), else srun's.
+- per-node logs `<out>/logs/node-R.log` (srun --output with %n); the job's exit status = node 0's rc, else the
+  first failing worker's (named on stderr), a node without this job's rc counting as a failure.
+
+- a serving gate's models folder: `--models DIR`, else the submitter's HF_HOME, taken into MODELS before the plan's
+  env sets HF_HOME=/models for inside the container, and mounted read-only at /models.
 
 Invariants: every interpolated value is shell-quoted (shlex.quote) or a fixed word; a value from the lock or a
 gate spec that cannot be carried safely (a control character, an env name that is not a shell name) is a
-SlurmRenderError naming it, and nothing is written. Paths in the script are relative to the submit dir unless the
+SlurmRenderError naming it, and nothing is written; so is an operator's path with a character its consumer splits
+on (`,` and `:` in a mount spec, `%` in `#SBATCH --output`) or an image that is not one reference, and the paths only
+the job knows (project, out, models) are checked the same way by the script before any srun. Paths in the script are relative to the submit dir unless the
 operator gave absolute ones, so a committed example stays valid on any checkout.
 """
 
@@ -51,8 +60,12 @@ _VARS = {
     "\x01master\x01": "${MASTER_ADDR}",
     "\x01out\x01": "${RS_OUT}",
     "\x01work\x01": "${RS_WORK}",
+    "\x01job\x01": "${SLURM_JOB_ID}",
 }
-RANK, MASTER, OUTV, WORKV = _VARS
+RANK, MASTER, OUTV, WORKV, JOBV = _VARS
+# seconds before the time limit at which every task of the job's steps gets SIGTERM (`#SBATCH --signal`, no `B:`:
+# the steps, not the batch shell): node 0's runtime stops its run and still writes the gate's report
+SIGNAL_S = 300
 
 
 class SlurmRenderError(ReprostackError):
@@ -78,12 +91,45 @@ class SlurmOptions:
     runs: int = 1  # the gate's sequential runs (arms): the time limit covers them all
     needs_gpu: bool = True
     job_name: str | None = None
+    models: str | None = None  # a serving gate's models folder on the nodes (None: the submitter's HF_HOME)
 
 
 def _check(value, what: str) -> str:
     s = str(value)
     if _CTRL.search(s):
         raise SlurmRenderError(f"{what}: {s[:60]!r} holds a control character; refused (it would break the script)")
+    return s
+
+
+# what the consumers of a path split on: pyxis --container-mounts (`,` between mounts; `:` between source, target
+# and flags, as docker -v and enroot --mount do); `#SBATCH --output` expands `%` patterns (the out dir's batch log)
+_SPLITS = {
+    ",": "pyxis splits --container-mounts on ','",
+    ":": "a mount spec (pyxis --container-mounts, enroot --mount, docker -v) splits on ':'",
+}
+_IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@#+-]*$")
+
+
+def path_arg(value, flag: str, *, percent: bool = False) -> str:
+    """A path that reaches a mount spec (or, `percent`, an `#SBATCH --output` pattern), as one word; a character
+    its consumer splits on is one SlurmRenderError line naming the option, before anything is written."""
+    s = _check(value, flag)
+    splits = {**_SPLITS, **({"%": "#SBATCH --output expands '%' patterns"} if percent else {})}
+    for ch, why in splits.items():
+        if ch in s:
+            raise SlurmRenderError(f"{flag} {s[:80]!r}: holds {ch!r} and {why}; refused (name a path without it)")
+    return s
+
+
+def image_arg(value, flag: str = "--image") -> str:
+    """An image reference (REPO[:TAG][@sha256:HEX], enroot's REGISTRY#IMAGE): nothing a shell, pyxis or docker
+    would read as more than one reference."""
+    s = _check(value, flag)
+    if not _IMAGE_REF.match(s):
+        raise SlurmRenderError(
+            f"{flag} {s[:80]!r}: not an image reference (letters, digits and . _ / : @ # + - only, not starting "
+            "with '-'); refused"
+        )
     return s
 
 
@@ -124,9 +170,9 @@ def _mounts(plan: lp.LaunchPlan) -> list[tuple[str, str, bool]]:
     knows (out dir, project root, models) instead of the paths of the machine that rendered it, plus the code."""
     out = []
     for m in plan.mounts:
-        src = {"out": '"${OUT}"', "project": '"${PROJECT}"', "models": '"${HF_HOME:-${HOME}/.cache/huggingface}"'}.get(
-            m.what
-        ) or word(m.source, f"mount {m.what}")
+        src = {"out": '"${OUT}"', "project": '"${PROJECT}"', "models": '"${MODELS}"'}.get(m.what) or word(
+            m.source, f"mount {m.what}"
+        )
         out.append((src, _check(m.target, f"mount {m.what}"), m.read_only))
     out.append(('"${PROJECT}"/src/reprostack', f"{CODE}/reprostack", True))
     return out
@@ -146,7 +192,18 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     _validate(plan)
     gate = _check(plan.gate, "gate")
     job = word(o.job_name or f"rs-{gate}", "--job-name")
-    out_s = _check(o.out, "--out")
+    out_s = path_arg(o.out, "--out", percent=True)
+    if o.image:
+        image_arg(o.image)
+    if o.sqsh:
+        path_arg(o.sqsh, "--sqsh")
+    models_mount = o.runtime != "host" and any(m.what == "models" for m in plan.mounts)
+    if o.models is not None and not any(m.what == "models" for m in plan.mounts):
+        raise SlurmRenderError(f"--models: gate {plan.gate} serves no model (only the serving gates mount one)")
+    if o.models is not None and o.runtime == "host":
+        raise SlurmRenderError("--models: the host runtime mounts nothing (each node's engine reads its own HF_HOME)")
+    if o.models is not None:
+        path_arg(o.models, "--models")
     outdir = PurePosixPath(out_s)
     L = [
         "#!/bin/bash",
@@ -163,6 +220,10 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         f"#SBATCH --nodes={plan.nodes}",
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --exclusive",
+        # every node booted before the script starts (awsome-distributed-training's sbatch files, e.g.
+        # micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch: --wait-all-nodes=1)
+        "#SBATCH --wait-all-nodes=1",
+        f"#SBATCH --signal=TERM@{SIGNAL_S}",
     ]
     if o.partition:
         L.append(f"#SBATCH --partition={word(o.partition, '--partition')}")
@@ -188,7 +249,29 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         'was rendered for ${LOCK_SHA256}: submit from that project root or render again" >&2',
         "  exit 2",
         "fi",
-        "export PROJECT OUT   # the tasks below expand them",
+    ]
+    if models_mount:  # before the plan's env: it sets HF_HOME=/models for inside the container
+        L += [
+            "# the models folder on the nodes, mounted read-only at /models (HF_HOME inside); --models DIR names it",
+            "MODELS="
+            + (
+                (word(o.models) if o.models.startswith("/") else '"${PROJECT}"/' + word(o.models))
+                if o.models
+                else '"${HF_HOME:-${HOME}/.cache/huggingface}"'
+            ),
+            'if [ ! -d "${MODELS}" ]; then echo "reprostack: models folder ${MODELS}: not a folder on this node" >&2; '
+            "exit 2; fi",
+        ]
+    mounted = '"${PROJECT}${OUT}' + ('${MODELS}"' if models_mount else '"')
+    L += [
+        "export PROJECT OUT" + (" MODELS" if models_mount else "") + "   # the tasks below expand them",
+    ]
+    if o.runtime != "host":  # the paths only the job knows, checked as the launcher checks the ones it was given
+        L += [
+            f"case {mounted} in *[,:]*) echo \"reprostack: the project, out or models path holds ',' or ':', which "
+            'the container mounts split on; refused" >&2; exit 2;; esac',
+        ]
+    L += [
         'mkdir -p "${OUT}/logs"',
         "# rendezvous from Slurm: the first node of the allocation is the leader (node rank = SLURM_NODEID)",
         'MASTER_NODE=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 1)',
@@ -201,7 +284,8 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         L += [f"export {_env_name(k, 'plan env')}={word(v, f'env {k}')}" for k, v in plan.env]
     L += _runtime_setup(plan, o)
     srun = ["srun", f"--nodes={plan.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
-    logs = '--output="${OUT}"/logs/node-%n.log'
+    o_ = plan.outputs
+    logs = '--output="${OUT}"/' + word(o_.node_log("%n"), "node log")
     if o.preflight:
         from ..gates.registry import gate as gate_named  # the CLI's name (nemo-rl), not the report's (nemo_rl)
 
@@ -225,24 +309,49 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         L += [
             "# step 1: the cross-node preflight (same lock and image on every node, GPUs, EFA, provider efa, clocks,",
             "# ports); a failing node is named in its log and nothing else runs",
-            " ".join(srun + ['--output="${OUT}"/logs/preflight-node-%n.log']) + " \\",
+            " ".join(srun + ['--output="${OUT}"/' + word(f"{o_.logs}/preflight-node-%n.log")]) + " \\",
             "  " + _task(plan, o, pre, per_node_out=False),
         ]
+    gate_srun = [*srun[:-1], "--kill-on-bad-exit=1"]  # node 0 ends the step once it has reported (workers exit 0)
     L += [
-        "# the gate: one task per node, the per-node agent in the image; node 0 writes the report into ${OUT}",
-        'rm -f "${OUT}/logs/node-0.rc"',
+        "# the gate: one task per node, the per-node agent in the image; the output contract (launch.plan.Outputs):",
+        f"# {o_.describe()}",
         "set +e",
-        " ".join(srun + [logs]) + " \\",
+        " ".join(gate_srun + [logs]) + " \\",
         "  " + _task(plan, o, list(o.agent), per_node_out=True),
         "rc=$?",
         "set -e",
-        'if [ -f "${OUT}/logs/node-0.rc" ]; then rc=$(cat "${OUT}/logs/node-0.rc"); fi',
-        'echo "reprostack: gate ' + gate + " job ${SLURM_JOB_ID}: node 0 exit ${rc}; report in ${OUT}, "
-        'per-node logs in ${OUT}/logs"',
-        'exit "${rc}"',
+        *_job_exit(o_, gate),
         "",
     ]
     return "\n".join(L)
+
+
+def _job_exit(o_: lp.Outputs, gate: str) -> list[str]:
+    """The job's exit status from the nodes' rc files of this job: node 0's, else a worker's failure, named."""
+    rc_file = word(o_.node_rc("NODE")).replace("NODE", '"$1"')
+    log = o_.node_log("${n}")
+    return [
+        "# the job's exit status: node 0's rc; a worker's failure is never hidden behind it",
+        f'rc_of() {{ local w id; read -r w id 2>/dev/null < "${{OUT}}"/{rc_file} || return 1; '
+        '[ "${id}" = "${SLURM_JOB_ID}" ] || return 1; echo "${w}"; }',
+        "if r=$(rc_of 0); then rc=${r}; else",
+        f'  echo "reprostack: node 0 wrote no rc for job ${{SLURM_JOB_ID}} (its log: ${{OUT}}/{o_.node_log(0)})" >&2',
+        '  [ "${rc}" != 0 ] || rc=1',
+        "fi",
+        f"for n in $(seq 1 {o_.nodes - 1}); do",
+        '  if r=$(rc_of "${n}"); then',
+        f'    [ "${{r}}" = 0 ] || {{ echo "reprostack: node ${{n}} exit ${{r}} (its log: ${{OUT}}/{log})" >&2; '
+        '[ "${rc}" != 0 ] || rc=${r}; }',
+        "  else",
+        f'    echo "reprostack: node ${{n}} wrote no rc for job ${{SLURM_JOB_ID}} (its log: ${{OUT}}/{log})" >&2',
+        '    [ "${rc}" != 0 ] || rc=1',
+        "  fi",
+        "done",
+        'echo "reprostack: gate ' + gate + " job ${SLURM_JOB_ID}: exit ${rc}; report in ${OUT}, "
+        "per-node logs in ${OUT}/" + o_.logs + '"',
+        'exit "${rc}"',
+    ]
 
 
 def _validate(plan: lp.LaunchPlan) -> None:
@@ -310,14 +419,25 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     wrapped in the runtime. Returns one shell line."""
     host = o.runtime == "host"
     pre = ['RS_OUT="${OUT}"; RS_WORK="${PROJECT}"' if host else f"RS_OUT={IN_OUT}; RS_WORK={IN_WORK}"]
+    o_ = plan.outputs
     if per_node_out:
-        pre.append('[ "${SLURM_NODEID}" = 0 ] || RS_OUT="${RS_OUT}/nodes/node-${SLURM_NODEID}"; mkdir -p "${RS_OUT}"')
+        # the time limit's SIGTERM (`#SBATCH --signal`) reaches every process of the step: this shell waits for the
+        # runtime (which stops its run and writes its report and rc) instead of dying first (a trap, not an ignore:
+        # the runtime's processes keep the default SIGTERM)
+        pre.append(f'trap : TERM INT; mkdir -p "${{RS_OUT}}"/{word(o_.logs)}')
     cmd = words(argv, "agent")
     if host:
         cmd = '"${REPROSTACK_PYTHON:-python3}"' + cmd[len("python3") :] if cmd.startswith("python3 ") else cmd
     inner = "; ".join(pre) + "; " + cmd
-    if per_node_out:  # node 0's exit code is the job's (a worker's SKIP says the verdict is node 0's)
-        inner += '; rc=$?; [ "${SLURM_NODEID}" != 0 ] || echo "${rc}" > "${RS_OUT}/logs/node-0.rc"; exit "${rc}"'
+    if per_node_out:  # the runtime wrote this job's rc; if it could not, its exit status goes there instead
+        f = '"${RS_OUT}"/' + word(o_.node_rc("NODE")).replace("NODE", '"${SLURM_NODEID}"')
+        inner += (
+            f"; rc=$?; read -r was id 2>/dev/null < {f}; "
+            f'[ "${{id:-}}" = "${{SLURM_JOB_ID}}" ] || echo "${{rc}} ${{SLURM_JOB_ID}}" > {f}; '
+            # a worker's task ends 0 (its status is its rc file): srun --kill-on-bad-exit=1 then stops the step
+            # only when node 0 has ended badly, after its report
+            '[ "${SLURM_NODEID}" = 0 ] || exit 0; exit "${rc}"'
+        )
     inner_q = shlex.quote(inner)
     mounts = _mounts(plan)
     if o.runtime == "host":
@@ -333,7 +453,8 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
         ms = " ".join(f"--mount {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts)
         es = " ".join(f"--env {n}" for n in env_names)
         run = (
-            f'n=rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}}; enroot create --force --name "$n" "${{SQSH}}" && '
+            # this shell waits through the time limit's SIGTERM too (the runtime inside writes its report)
+            f'trap : TERM INT; n=rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}}; enroot create --force --name "$n" "${{SQSH}}" && '
             f"{{ PYTHONPATH={CODE} PYTHONUNBUFFERED=1 enroot start --rw {ms} {es} --env PYTHONPATH "
             f'--env PYTHONUNBUFFERED "$n" bash -c {inner_q}; rc=$?; enroot remove --force "$n"; exit $rc; }}'
         )
@@ -363,7 +484,7 @@ def agent_argv(g, a, lock, *, host: bool, cache: str | None) -> tuple[str, ...]:
     import dataclasses
     from ..gates.container import inner_argv
 
-    argv = inner_argv(g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER), lock)
+    argv = inner_argv(g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER, run_id=JOBV), lock)
     lock_in = f"{IN_WORK}/{PurePosixPath(str(lock.path)).name}"
     out = [OUTV if x == IN_OUT else WORKV + x[len(IN_WORK) :] if x == lock_in else x for x in argv]
     if host:
@@ -388,6 +509,8 @@ def script_for(
     arms: list[str] | None = None,
     cache: str | None = None,
     images_json=None,
+    master_port: int | None = None,
+    models: str | None = None,
 ) -> str:
     """The sbatch script of gate `g` (a gates.registry.Gate) for `profile` (default: the published p5en one):
     its plan from gates.plan.gate_plan, the agent from gates.container.inner_argv, rendered. images_json: the
@@ -406,7 +529,11 @@ def script_for(
     if why:
         raise SlurmRenderError(f"gate {g.name}: {why}")
     ga = GateOptions(
-        out=Path(IN_OUT), profile=plan.profile, nodes=plan.nodes, master_port=MASTER_PORT, arms=tuple(arms or ())
+        out=Path(IN_OUT),
+        profile=plan.profile,
+        nodes=plan.nodes,
+        master_port=master_port or MASTER_PORT,
+        arms=tuple(arms or ()),
     )
     agent = agent_argv(g, ga, lock, host=runtime == "host", cache=cache if runtime == "host" else None)
     runs = g.launches(spec, ga)
@@ -424,6 +551,7 @@ def script_for(
             lock_name=Path(str(lock.path)).name,
             runs=runs,
             needs_gpu=prof.needs_gpu,
+            models=models,
         ),
     )
 

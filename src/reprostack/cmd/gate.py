@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ReprostackError
+from ..errors import ReprostackError, Signalled
 from ..gates.registry import GATE_ORDER
 from . import add_source_options, fetch_options, load_lock
 
@@ -76,22 +76,121 @@ def _gates(args, lock, root, opts) -> int:
     out = folder.path
     ga, ctx = ga.with_(out=out), RunContext(root, lock, opts, project=state)
     ui.detail(f"reports will be in {out.resolve()}")
+    node = _Node(ga, out)  # the output contract on several nodes (launch.plan.Outputs)
+    sigterm = _Sigterm()
     try:
-        if args.cmd == "gate":
-            reports = [runner.run_gate(registry.gate(args.gate), ga, ctx)]
-            required = {r.gate for r in reports}
-        else:
-            reports, required = runner.run_all(ga, ctx), runner.required()
-    except ReprostackError:
-        folder.abandon()  # bad input, nothing ran: no trace of this run, latest as it was
-        raise
-    for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
-        r.provenance.setdefault("stack", lock.stack)
-    written = write_reports(reports, out, required=required)
-    for r in reports:
-        print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
-    print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
-    return exit_code(reports, required)
+        try:
+            sigterm.stop_the_run()
+            if args.cmd == "gate":
+                reports = [runner.run_gate(registry.gate(args.gate), ga, ctx)]
+                required = {r.gate for r in reports}
+            else:
+                reports, required = runner.run_all(ga, ctx), runner.required()
+        except Signalled as e:  # the time limit's signal (Slurm --signal, a pod's termination): still a report
+            g = registry.gate(args.gate) if args.cmd == "gate" else None
+            reports = [node.stopped(g, e)] if g is not None else []
+            required = {r.gate for r in reports} if g is not None else runner.required()
+        except ReprostackError:
+            folder.abandon()  # bad input, nothing ran: no trace of this run, latest as it was
+            raise
+        sigterm.hold()  # the run is over: the reports and the rc are written whole
+        if not node.reporter:  # a worker: no report (only node 0 writes them); its rc says how its part went
+            return node.worker_end(reports)
+        for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
+            r.provenance.setdefault("stack", lock.stack)
+        written = write_reports(reports, out, required=required)
+        for r in reports:
+            print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
+        print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
+        return node.end(exit_code(reports, required))
+    finally:
+        sigterm.restore()
+
+
+class _Sigterm:
+    """SIGTERM during the run raises Signalled in it (the watchdog stops the run's processes on the way out; the CLI
+    still writes an ERROR report); once the run is over it is ignored while the reports and the rc are written (a Job
+    failed by another pod's failure terminates node 0 right after its verdict: the reports are never left half
+    written); then the handler that was there before comes back."""
+
+    def __init__(self):
+        import signal
+
+        self.old = signal.getsignal(signal.SIGTERM)
+
+    def stop_the_run(self) -> None:
+        import signal
+
+        def stop(signum, frame):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            raise Signalled(signum)
+
+        signal.signal(signal.SIGTERM, stop)
+
+    def hold(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, self.old)
+
+
+class _Node:
+    """This node's side of the output contract (launch.plan.Outputs) for the CLI: its rc file (this run's id), a
+    worker's end (no report), the report of a run stopped by a signal."""
+
+    def __init__(self, ga, out: Path):
+        from ..launch.plan import Outputs
+
+        self.ga, self.out = ga, out
+        self.multi = (ga.nodes or 1) > 1 or int(ga.node_rank) != 0
+        self.outputs = Outputs(max(ga.nodes or 1, int(ga.node_rank) + 1))
+        self.reporter = self.outputs.writes_reports(ga.node_rank)
+        self.rc_path = out / self.outputs.node_rc(ga.node_rank)
+        if self.multi:  # an earlier run's rc of this node is never taken for this run's
+            self.rc_path.unlink(missing_ok=True)
+
+    def end(self, rc: int) -> int:
+        if self.multi:
+            from ..atomicfile import write_text_atomic
+            from ..launch.plan import rc_text
+
+            self.rc_path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.rc_path, rc_text(rc, self.ga.run_id))
+        return rc
+
+    def worker_end(self, reports) -> int:
+        ok = bool(reports) and all((r.data.get("node") or {}).get("ok") for r in reports)
+        for r in reports:
+            print(f"{r.gate} [{r.profile}]: node {self.ga.node_rank}: {'done' if ok else 'FAILED'} — {r.reason}")
+        return self.end(0 if ok else 1)
+
+    def stopped(self, g, e: Signalled):
+        """The ERROR report of a run stopped by signal `e` (node 0: with what the other nodes' rc files say)."""
+        from ..gates import standin
+        from ..launch.plan import read_rc
+        from ..report import GateReport, Result, utc_now
+
+        why = f"stopped by {e.name} before its end (a time limit's signal: Slurm's --signal, a pod's termination)"
+        if self.reporter and self.multi:
+            said = []
+            for n in range(1, self.outputs.nodes):  # a Job failed by a worker's exit stops node 0 this way
+                rc = read_rc(self.out / self.outputs.node_rc(n), self.ga.run_id)
+                state = "no rc yet" if rc is None else f"exit {rc}"
+                said.append(f"node {n}: {state}; its log: {self.out / self.outputs.node_log(n)}")
+            why += "; " + "; ".join(said)
+        now = utc_now()
+        rep = GateReport(
+            g.report_name, self.ga.profile or "-", Result.ERROR, why, started=now, ended=now, duration_s=0.0
+        )
+        st = standin.from_env()
+        if st is not None:
+            rep.evidence, rep.provenance["stand_in"] = False, st.record()
+            rep.reason = f"{standin.NOTE}: {rep.reason}"
+        return rep
 
 
 def history_runs(root: Path, cache_root: Path, stack: str, gate: str | None, profile: str | None) -> tuple[str, ...]:

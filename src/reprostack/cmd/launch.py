@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
         "follow the job, exit with its exit code (2: bad input or no sbatch).",
     )
     p.add_argument("gate", choices=list(GATE_ORDER))
-    gate_options.add_arguments(p, ("nodes", "profile"), required=("nodes",))  # defined once (gates.options)
+    gate_options.add_arguments(p, ("nodes", "profile", "master_port"), required=("nodes",))  # gates.options
     p.add_argument("--partition", default=None)
     p.add_argument(
         "--out",
@@ -45,6 +45,13 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--image", default=None, metavar="REF", help="image ref (default: the recipe's digest/id)")
     p.add_argument("--sqsh", default=None, metavar="PATH", help="enroot squashfs (default: out/images/<recipe>.sqsh)")
+    p.add_argument(
+        "--models",
+        default=None,
+        metavar="DIR",
+        help="serving gates: the models folder on the nodes (mounted read-only at /models, HF_HOME inside; default: "
+        "the submitter's HF_HOME, else ~/.cache/huggingface)",
+    )
     p.add_argument(
         "--no-preflight", dest="preflight", action="store_false", help="omit the `reprostack preflight` step"
     )
@@ -87,11 +94,16 @@ def _launch_slurm(args, lock, root, opts) -> int:
         sqsh=args.sqsh,
         arms=arms,
         cache=str(opts.cache.root) if args.cache else None,
+        master_port=args.master_port,
+        models=args.models,
     )
     script = (root / out if not Path(out).is_absolute() else Path(out)) / "job.sbatch"
     (script.parent / "logs").mkdir(parents=True, exist_ok=True)
     write_text_atomic(script, text, mode=0o755)
     print(f"{script}: sbatch script for gate {g.name}, {args.nodes} node(s), runtime {args.runtime}")
+    image = next((ln for ln in text.splitlines() if ln.startswith(("export IMAGE=", "export SQSH="))), None)
+    if image is not None:  # where the image comes from, said before anything is submitted
+        print(f"  image: {image.split('=', 1)[1]}")
     if not args.submit:
         return 0
     import time

@@ -37,7 +37,8 @@ from typing import ClassVar
 
 from .. import hostinfo, project
 from ..errors import GateError
-from ..report import GateReport, Result, decide, evaluate, skipped, utc_now
+from ..launch.plan import NODE_WAIT_S, Outputs, read_rc
+from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
 from .options import GateOptions
 from .spec import GateSpecError, NoProfileForHost
 
@@ -163,6 +164,7 @@ class RunState:
     t0: float = field(default_factory=time.monotonic)
     scratch: dict = field(default_factory=dict)  # a kind's own values between its stages
     project: dict = field(default_factory=dict)  # provenance.project: the commit and whether the tree was dirty
+    standin: object = None  # gates.standin.StandIn when REPROSTACK_STANDIN asks for the GPU stand-in
 
     @property
     def out_dir(self) -> Path:
@@ -171,6 +173,31 @@ class RunState:
     @property
     def timeout_s(self) -> float:
         return self.opts.timeout or self.spec.timeout_s
+
+    # ---- the output contract (reprostack.launch.plan.Outputs): where this node writes, who reports
+
+    @property
+    def node(self) -> int:
+        return int(self.opts.node_rank)
+
+    @property
+    def outputs(self) -> Outputs:
+        nodes = self.opts.nodes or (self.profile.nodes if self.profile is not None else 1)
+        wait = self.standin.wait_s if self.standin is not None and self.standin.wait_s else NODE_WAIT_S
+        return Outputs(nodes, wait_s=wait)
+
+    @property
+    def reporter(self) -> bool:
+        """Whether this node writes the reports (node 0; every node of a one-node run)."""
+        return self.outputs.writes_reports(self.node)
+
+    def rank_log(self, stem: str, node=None) -> Path:
+        """This node's (or `node`'s) log of its ranks for the gate's command `stem` (test_ep, an arm)."""
+        return self.out_dir / self.outputs.rank_log(self.gate.stem, stem, self.node if node is None else node)
+
+    def rank_logs(self, stem: str) -> list[Path]:
+        """Every node's log of `stem`, node 0 first."""
+        return [self.rank_log(stem, n) for n in range(self.outputs.nodes)]
 
     def timed(self, key: str, since: float) -> None:
         self.timings[key] = round(time.monotonic() - since, 2)
@@ -187,6 +214,13 @@ class RunState:
         if self.project:
             report.provenance.setdefault("project", self.project)
         report.data = {**self.data, **report.data}
+        if self.standin is not None:  # never evidence, and every report it touched says so
+            from .standin import NOTE
+
+            report.evidence = False
+            report.provenance["stand_in"] = self.standin.record()
+            if not report.reason.startswith(NOTE):
+                report.reason = f"{NOTE}: {report.reason}"
         report.started, report.ended, report.duration_s = self.started, utc_now(), self.timings["total_s"]
         return report
 
@@ -289,7 +323,7 @@ class Gate:
 
     def check_nodes(self, spec, profile, nodes: int | None) -> int:
         """The node count of a run or a rendering: the profile's; another `nodes` is one GateError line."""
-        if nodes is not None and nodes != profile.nodes:
+        if nodes is not None and nodes != profile.nodes:  # an absurd count too, before any work
             raise GateError(
                 f"gate {self.name}: --nodes {nodes}, but profile {profile.name} of {spec.path.name} runs on "
                 f"{profile.nodes} node(s)"
@@ -345,16 +379,116 @@ class Gate:
         """The commands, env, workdir, notes and arms of the launch plan (module doc)."""
         raise NotImplementedError
 
+    # ---------------------------------------------------------------- the output contract at run time
+
+    def worker_done(self, st: RunState, what: str, ok: bool, logs: list[Path]) -> GateReport:
+        """A worker's part is over: the report it returns is never written (only the reporter writes reports,
+        launch.plan.Outputs); the CLI prints it and writes the node's rc (0 when `ok`)."""
+        o = st.outputs
+        rep = GateReport(
+            self.stem,
+            st.profile.name,
+            Result.SKIP if ok else Result.ERROR,
+            f"worker node {st.node} of {o.nodes}: {what}; the verdict is node {o.reporter}'s report",
+            provenance=st.prov,
+            artifacts=[artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_file()],
+        )
+        rep.data["node"] = {"node": st.node, "role": "worker", "ok": ok}
+        return rep
+
+    def gather(self, st: RunState, stems: list[str]) -> str | None:
+        """On the reporter of a run on several nodes, after its own part: wait, at most the contract's `wait_s`, for
+        every other node's rc of this run (`--run-id`), then check it is 0 and that the node's rank logs of `stems`
+        exist. None when every node did its part; else one line naming each node that failed (its exit and its node
+        log) or wrote no rc, for the run's ERROR: never a verdict on fewer ranks than the profile has.
+        `data.nodes` records what each node left."""
+        o, out, run = st.outputs, st.out_dir, st.opts.run_id
+        others = [n for n in range(o.nodes) if n != o.reporter]
+        rcs: dict[int, int | None] = {n: None for n in others}
+        deadline = time.monotonic() + o.wait_s
+        while True:
+            for n in others:
+                if rcs[n] is None:
+                    rcs[n] = read_rc(out / o.node_rc(n), run)
+            if all(v is not None for v in rcs.values()) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.25)
+        problems = []
+        st.data["nodes"] = {}
+        for n in others:
+            log = out / o.node_log(n)
+            ranks = [st.rank_log(s, n) for s in stems]
+            st.data["nodes"][str(n)] = {
+                "rc": rcs[n],
+                "node_log": o.node_log(n),
+                "rank_logs": [str(p.relative_to(out)) for p in ranks],
+            }
+            seen = "" if log.is_file() else " (absent)"
+            if rcs[n] is None:
+                problems.append(
+                    f"node {n}: no rc of this run in {o.wait_s:g} s ({o.node_rc(n)}): it never started, or died "
+                    f"before its runtime began; its log: {log}{seen}"
+                )
+            elif rcs[n] != 0:
+                problems.append(f"node {n}: exit {rcs[n]}; its log: {log}{seen}")
+            elif missing := [str(p.relative_to(out)) for p in ranks if not p.is_file()]:
+                problems.append(f"node {n}: exit 0 but no {', '.join(missing)}; its log: {log}{seen}")
+        if not problems:
+            return None
+        return (
+            f"{len(problems)} of the {len(others)} other node(s) did not complete their part: "
+            + "; ".join(problems)
+            + f" (no verdict on fewer than the profile's {st.profile.nodes} node(s))"
+        )
+
+    def mark_done(self, st: RunState) -> None:
+        """The reporter's part is over (launch.plan.Outputs.leader_done): a serving worker stops on it."""
+        from ..atomicfile import write_text_atomic
+
+        path = st.out_dir / st.outputs.leader_done()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, f"{st.opts.run_id or '-'}\n")
+
+    def serve_until_done(self, st: RunState, argv: list[str], env: dict, cwd: str, log: Path, timeout_s: float):
+        """A worker's command that serves (no end of its own: an engine's worker, `ray start --block`): run it until
+        the reporter's done mark of this run, its own exit or `timeout_s`. Returns (ok, what happened)."""
+        from ..launch.server import ServerProcess
+
+        mark = st.out_dir / st.outputs.leader_done()
+        mine = st.opts.run_id or "-"
+        server = ServerProcess(argv, env=env, cwd=cwd, log_path=log)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while server.alive() and time.monotonic() < deadline:
+                try:
+                    if mark.read_text().split() == [mine]:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.5)
+        finally:
+            before = server.stop()
+        if before is None and time.monotonic() < deadline:
+            return True, f"served until node {st.outputs.reporter} was done (then stopped)"
+        if before is None:
+            return (
+                False,
+                f"still serving at its timeout of {timeout_s:g} s (node {st.outputs.reporter} never said done)",
+            )
+        return before == 0, f"its command exited {before} before node {st.outputs.reporter} was done"
+
     # ---------------------------------------------------------------- the staged run
 
     def run(self, opts: GateOptions, ctx: RunContext) -> GateReport:
         """Run the gate here (host mode) and return its report, not yet written. Raises ReprostackError only for
         operator errors found before anything ran."""
-        st = RunState(self, self.check_options(opts), ctx)
+        from . import standin
+
+        st = RunState(self, self.check_options(opts), ctx, standin=standin.from_env())
         st.project = ctx.project if ctx.project is not None else project.state(ctx.root)
         st.spec = self.spec_for(ctx.root, ctx.lock)
         self.check_request(st)
-        st.host = hostinfo.collect()
+        st.host = standin.host_facts() if st.standin is not None else hostinfo.collect()
         self.sources(st)
         for stage in (self.skip, self.prepare, self.launch_and_judge):
             report = stage(st)

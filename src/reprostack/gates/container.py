@@ -6,7 +6,7 @@ dir mounted read-write at /out, the lock's folder read-only at /workspace, repro
 /opt/reprostack/code (on PYTHONPATH: the code that runs is this checkout's), GPUs as a device request when the
 profile needs them, every `/dev/infiniband/uverbs*` of this host when it needs EFA, the plan's ulimits, shm, host
 network and IPC. The image: `--image IMAGE`, else the recipe's id recorded by the last `reprostack build` here
-(out/build/images.json). reprostack.launch.docker streams the output into `<out>/container/node<N>.log` with a
+(out/build/images.json). reprostack.launch.docker streams the output into the output contract's node log (`<out>/logs/node-<N>.log`) with a
 `[node N]` prefix and stops the container at the timeout (the spec's watchdog per run, plus CONTAINER_SLACK_S).
 
 The report the container wrote through the mount is input from the container, read back like any untrusted
@@ -177,7 +177,7 @@ def run_in_container(g: Gate, a: GateOptions, ctx: RunContext, *, client=None) -
     stale = _stat(report_path)  # an earlier run's report: kept until this one replaces it, never read back
     started = utc_now()
     t0 = time.monotonic()
-    run = run_node(client, plan, a.node_rank, out / "container", efa_devices=efa, gpus=needs_gpu)
+    run = run_node(client, plan, a.node_rank, out, efa_devices=efa, gpus=needs_gpu)
     execution = {
         "mode": "container",
         "image": (image.labels or {}).get(L_IMAGE) or plan.image.recipe,

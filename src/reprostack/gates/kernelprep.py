@@ -154,6 +154,18 @@ def setup_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
     )
 
 
+def stand_in_kernels(lock, run_dir: Path) -> Kernels:
+    """The kernels of a GPU stand-in run (gates.standin): no build, the pinned NCCL's version, a stand-in library
+    under `run_dir` (one path for every node sharing the out folder), this process's environment (the replay
+    imports reprostack from where this runner does)."""
+    import os
+
+    from . import standin
+
+    lib = standin.stand_in_lib(Path(run_dir) / "stand-in-nccl")
+    return Kernels(dict(os.environ), lib, standin.nccl_version(lock), Path(run_dir) / "stand-in-jit")
+
+
 def jit_prewarm(manifest, kern: Kernels, env: dict, tree: str, timings: dict, jobs: int | None):
     """Compile the manifest's DeepEP JIT kernels before the test (kernels.jit), when deep_ep was built here.
     Returns (context or None, the report's `jit` block)."""

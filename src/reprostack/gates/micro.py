@@ -48,9 +48,18 @@ from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import statistics_block
 from . import arms as armsmod
-from . import metrics, transport
+from . import metrics, standin, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .kernelprep import Kernels, jit_prewarm, jit_record, nccl_words, provenance, setup_kernels, source_trees
+from .kernelprep import (
+    Kernels,
+    jit_prewarm,
+    stand_in_kernels,
+    jit_record,
+    nccl_words,
+    provenance,
+    setup_kernels,
+    source_trees,
+)
 from .options import BASELINE_HISTORY as HISTORY
 from .options import GateOptions
 from .parsers.failure import classify_failure
@@ -225,7 +234,10 @@ class MicroGate(Gate):
 
     def sources(self, st: RunState) -> None:
         t = time.monotonic()
-        trees, pre = source_trees(st.opts, st.ctx, ("nccl", "deepep"))
+        if st.standin is not None:  # the GPU stand-in: nothing fetched, the pins' trees by name (gates.standin)
+            trees, pre = standin.trees(st.ctx.lock, ("nccl", "deepep"), st.out_dir), None
+        else:
+            trees, pre = source_trees(st.opts, st.ctx, ("nccl", "deepep"))
         st.timed("sources_s", t)
         st.scratch.update(trees=trees, pre=pre)
         st.prov = provenance(st.ctx.lock, st.spec, trees)
@@ -267,7 +279,10 @@ class MicroGate(Gate):
         run_dir = st.out_dir / self.stem
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, st.scratch["pre"])
+            if st.standin is not None:  # no kernels: a stand-in library the replayed ranks map (gates.standin)
+                kern = stand_in_kernels(st.ctx.lock, st.out_dir / self.stem)
+            else:
+                kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, st.scratch["pre"])
         except ReprostackError as e:
             return st.error(f"setup: {e}")
         env = {**kern.env, **spec.env, **profile.env, "EP_JIT_CACHE_DIR": str(kern.jit_dir)}
@@ -281,39 +296,57 @@ class MicroGate(Gate):
             root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, trees=trees, opts=opts
         )
         parts = self.plan_parts(st.spec, profile, opts, paths)
-        nodes, run_dir = opts.nodes or profile.nodes, st.scratch["run_dir"]
+        run_dir = st.scratch["run_dir"]
         cmd = next(c for c in parts.commands if c.node == opts.node_rank)
         base_env = st.scratch["env"]  # the legacy run gets the gate's environment without test_ep's launcher variables
         env = {**base_env, **dict(parts.env), **dict(cmd.env)}
-        # one log per node; with a shared --out, node 0 parses all of them (each node prints its own ranks)
-        log = run_dir / (f"test_ep.node{opts.node_rank}.log" if nodes > 1 else "test_ep.log")
+        log = st.rank_log("test_ep")  # the output contract: each node its own log, node 0 reads them all
         st.data["command"] = list(cmd.argv)
         keys = {*st.spec.env, *profile.env, *dict(cmd.env), *runtime.RUNTIME_KEYS}
         st.data["env"] = {k: env[k] for k in sorted(keys) if k in env}
         st.scratch["run_env"] = env
-        # its output: the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from
-        # rank 0's DeepEP trial markers (a plain line each; the bar when live)
+        outcome = self._run_test_ep(st, parts, list(cmd.argv), env, log)
+        if not st.reporter:  # a worker: its ranks ran; node 0 judges every node's log
+            ok = outcome.returncode == 0 and not outcome.timed_out
+            what = f"ran its {profile.gpus_per_node} rank(s) of test_ep (exit {outcome.returncode}" + (
+                ", timed out)" if outcome.timed_out else ")"
+            )
+            return self.worker_done(st, what, ok, [log])
+        jit_manifest = jit_record(st.scratch["jit_ctx"], st.data["jit"], run_dir, trees["deepep"].tree, profile.name)
+        logs = st.rank_logs("test_ep")
+        why = self.gather(st, ["test_ep"]) if len(logs) > 1 else None  # every node's rc and log, bounded wait
+        st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_file()]
+        if jit_manifest is not None:
+            st.artifacts.append(artifact_for(jit_manifest, relative_to=st.out_dir))
+        st.artifacts += [artifact_for(b) for b in st.scratch["kern"].logs if b.exists()]
+        if why:
+            rep = st.error(why)
+            rep.artifacts = st.artifacts
+            return rep
+        extra = [self._legacy(st, parts, base_env)] if opts.legacy else []
+        return self._judge(st, "\n".join(p.read_text(errors="replace") for p in logs), outcome, extra)
+
+    def _run_test_ep(self, st: RunState, parts: PlanParts, argv: list[str], env: dict, log: Path):
+        """This node's command of the plan under the watchdog (the GPU stand-in replays it when asked). Its output:
+        the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from rank 0's DeepEP
+        trial markers (a plain line each; the bar when live)."""
+        if st.standin is not None:  # the plan's own command, replayed per rank by the GPU stand-in
+            kern = st.scratch["kern"]
+            argv = standin.wrap(argv, root=Path(st.ctx.root), nccl_lib=kern.nccl_lib, version=kern.nccl_version)
         with ui.step(
-            f"test_ep [{profile.name}] x{opts.trials} trial(s)", log=log, total=opts.trials, unit="trial"
+            f"test_ep [{st.profile.name}] x{st.opts.trials} trial(s)", log=log, total=st.opts.trials, unit="trial"
         ) as s:
             outcome = run_with_watchdog(
-                list(cmd.argv),
+                argv,
                 env=env,
-                cwd=parts.workdir,
+                cwd=parts.workdir if st.standin is None else str(st.out_dir),  # the stand-in fetched no tree
                 timeout_s=st.timeout_s,
                 log_path=log,
                 echo=False,
                 on_line=ui.line_counter(s, deepep_trial_started),
             )
         st.timings["test_s"] = round(outcome.duration_s, 2)
-        jit_manifest = jit_record(st.scratch["jit_ctx"], st.data["jit"], run_dir, trees["deepep"].tree, profile.name)
-        logs = sorted(run_dir.glob("test_ep.node*.log")) if nodes > 1 else [log]
-        st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in logs]
-        if jit_manifest is not None:
-            st.artifacts.append(artifact_for(jit_manifest, relative_to=st.out_dir))
-        st.artifacts += [artifact_for(b) for b in st.scratch["kern"].logs if b.exists()]
-        extra = [self._legacy(st, parts, base_env)] if opts.legacy else []
-        return self._judge(st, "\n".join(p.read_text(errors="replace") for p in logs), outcome, extra)
+        return outcome
 
     def _legacy(self, st: RunState, parts: PlanParts, env: dict):
         """The legacy arm of the plan, run under its own watchdog (its yaml `timeout-s`, else the gate's, capped by

@@ -72,17 +72,30 @@ class NemoRLGate(Gate):
             cache=st.ctx.cache_root,
             python=st.opts.python,
             trees={st.spec.source: tree},
+            opts=st.opts,
         )
         parts = self.plan_parts(st.spec, st.profile, st.opts, paths)
-        cmd = parts.commands[0]
-        log = st.out_dir / self.stem / "grpo.log"
+        cmd = next(c for c in parts.commands if str(c.node) == str(st.opts.node_rank))
+        env = {**os.environ, **dict(parts.env)}
+        if not st.reporter:  # a Ray worker node: joins the head until node 0 is done (output contract)
+            log = st.rank_log("ray")
+            ok, what = self.serve_until_done(st, list(cmd.argv), env, parts.workdir, log, st.timeout_s)
+            return self.worker_done(st, f"Ray worker: {what}", ok, [log])
+        log = st.rank_log("grpo")
         outcome = run_with_watchdog(
             list(cmd.argv),
-            env={**os.environ, **dict(parts.env)},
+            env=env,
             cwd=parts.workdir,
             log_path=log,
             timeout_s=st.timeout_s,
         )
+        if st.outputs.nodes > 1:  # the Ray workers leave; then every node's rc (output contract)
+            self.mark_done(st)
+            why = self.gather(st, ["ray"])
+            if why:
+                rep = st.error(why)
+                rep.artifacts = [artifact_for(log, relative_to=st.out_dir)]
+                return rep
         text = log.read_text(errors="replace")
         parsed = parse_nemo_rl(text, expected_steps=st.spec.steps)
         st.data.update(

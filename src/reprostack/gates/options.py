@@ -48,6 +48,7 @@ def trials_type(text: str) -> int:
 # `--baseline history`: the accepted runs of the results history database, resolved into report paths by the command
 # layer (cmd.gate; the gates never read the history) and given to the gate as `baseline_runs`
 BASELINE_HISTORY = "history"
+MAX_NODES = 1024  # the most nodes a run, a rendering or a preflight takes (an absurd --nodes is one line, no work)
 
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "plan": (
@@ -98,6 +99,15 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "node_rank": (("--node-rank",), dict(type=int, default=0, help="this node's rank (0: the node that reports)")),
     "master_addr": (("--master-addr",), dict(default=None, help="node 0's address (several nodes)")),
     "master_port": (("--master-port",), dict(type=int, default=None, help="rendezvous port (several nodes)")),
+    "run_id": (
+        ("--run-id",),
+        dict(
+            default=None,
+            metavar="ID",
+            help="several nodes: this run's id, the same on every node (Slurm: the job id; Kubernetes: the Job's "
+            "uid), written into each node's rc file so node 0 never takes an earlier run's (launch renders it)",
+        ),
+    ),
     "modes": (
         ("--modes",),
         dict(choices=["first", "all"], default="first", help="test_ep modes to run and parse"),
@@ -204,6 +214,7 @@ RUN_OPTIONS = (
     "node_rank",
     "master_addr",
     "master_port",
+    "run_id",
     "modes",
     "timeout",
     "trials",
@@ -277,6 +288,7 @@ class GateOptions:
     node_rank: int | str = 0
     master_addr: str | None = None
     master_port: int | None = None
+    run_id: str | None = None
     modes: str = "first"
     trials: int | None = None
     timeout: float | None = None
@@ -351,6 +363,7 @@ class GateOptions:
             ("--nodes", self.nodes),
             ("--master-addr", self.master_addr),
             ("--master-port", self.master_port),
+            ("--run-id", self.run_id),
             ("--timeout", self.timeout),
         ):
             if value is not None:

@@ -40,7 +40,6 @@ from ..errors import GateError, ReprostackError
 from ..launch import plan as lp
 from ..launch import torchrun
 from ..launch.server import ServerProcess
-from ..launch.watchdog import run_with_watchdog
 from ..report import (
     Check,
     GateReport,
@@ -302,22 +301,28 @@ class ServingGate(Gate):
     def launch_and_judge(self, st: RunState) -> GateReport:
         parts = self.plan_parts(st.spec, st.profile, st.opts, st.scratch["paths"])
         by_name = {a.name: a for a in parts.arms}
-        if str(st.opts.node_rank) != "0":
+        if not st.reporter:
             return self._serve_worker(st, by_name[st.scratch["arms"][0].name])
         runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in st.scratch["arms"]]
         self._artifacts(st, runs)
+        if st.outputs.nodes > 1:  # the workers stop serving; then every node's rc (output contract)
+            self.mark_done(st)
+            why = self.gather(st, [f"server.{st.scratch['arms'][0].name}"])
+            if why:
+                rep = st.error(why)
+                rep.artifacts = st.artifacts
+                return rep
         return self._judge(st, runs)
 
     def _run_arm(self, st: RunState, arm: Arm, plan: lp.ArmPlan) -> ArmRun:
         """Start the arm's server (its plan command for node 0), probe it, run every cell, assert the backend."""
-        spec, profile, run_dir = st.spec, st.profile, st.scratch["run_dir"]
+        spec, profile = st.spec, st.profile
         run = ArmRun(arm)
         if arm.name in profile.skip_arms:
             run.skipped = f"not launched on profile {profile.name}: {profile.skip_arms[arm.name]}"
             return run
         cmd = next(c for c in plan.commands if c.node == 0)
-        suffix = ".node0" if profile.nodes > 1 else ""
-        log = run_dir / f"server.{arm.name}{suffix}.log"
+        log = st.rank_log(f"server.{arm.name}")  # the output contract: one log per node, node 0 reads them all
         run.logs = [log]
         try:
             server = ServerProcess(
@@ -333,7 +338,7 @@ class ServingGate(Gate):
         if run.server_exit is not None and run.error is None:
             run.error = f"server exited {run.server_exit} during the sweep"
         if profile.nodes > 1:
-            run.logs = sorted(run_dir.glob(f"server.{arm.name}.node*.log"))
+            run.logs = [p for p in st.rank_logs(f"server.{arm.name}") if p.is_file()]
         text = "\n".join(p.read_text(errors="replace") for p in run.logs if p.is_file())
         required, forbidden, _ = spec.assertion(profile)
         run.backend = assert_backend(
@@ -473,24 +478,14 @@ class ServingGate(Gate):
         )
 
     def _serve_worker(self, st: RunState, plan: lp.ArmPlan) -> GateReport:
-        """Worker node: run the worker command of the first chosen arm until it exits or the spec's timeout."""
+        """Worker node: the worker command of the first chosen arm, until node 0 is done (its mark in the out
+        folder), its own exit or the spec's timeout; its report is never written (node 0's is the verdict)."""
         node = st.opts.node_rank
         cmd = next(c for c in plan.commands if str(c.node) == str(node))
-        log = st.scratch["run_dir"] / f"server.{plan.name}.node{node}.log"
-        out = run_with_watchdog(
-            list(cmd.argv),
-            env={**os.environ, **dict(plan.env)},
-            cwd=str(st.ctx.root),
-            timeout_s=st.spec.timeout_s,
-            log_path=log,
-            echo=None,
-        )
-        rep = st.skip(
-            f"worker node {node} served arm {plan.name} (exit {out.returncode}); the verdict is node 0's report",
-            st.profile.name,
-        )
-        rep.artifacts = [artifact_for(log, relative_to=st.out_dir)]
-        return rep
+        log = st.rank_log(f"server.{plan.name}")
+        env = {**os.environ, **dict(plan.env)}
+        ok, what = self.serve_until_done(st, list(cmd.argv), env, str(st.ctx.root), log, st.spec.timeout_s)
+        return self.worker_done(st, f"served arm {plan.name}: {what}", ok, [log])
 
 
 def _importable(module: str) -> bool:

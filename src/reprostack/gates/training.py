@@ -201,7 +201,7 @@ class MegatronGate(Gate):
         torchrun.need_master(profile.name, opts.nodes or profile.nodes, opts.master_addr, opts.master_port)
         paths = Paths.host(root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, opts=opts)
         parts = self.plan_parts(spec, profile, opts, paths)
-        results, checks, failures = {}, [], []
+        results, checks, failures, ran = {}, [], [], []
         for plan in parts.arms:
             name, arm = plan.name, spec.arms[plan.name]
             if opts.arms and name not in opts.arms:
@@ -211,8 +211,25 @@ class MegatronGate(Gate):
                 st.data["arms"][name] = {"failure": {"kind": "setup", "detail": st.scratch["setup_error"]}}
                 continue
             t = time.monotonic()
-            res = self._run_arm(st, plan)
+            ran.append((plan, self._launch_arm(st, plan)))
             st.timed(f"{name}_s", t)
+        if not st.reporter:  # a worker: its ranks of every arm ran; node 0 parses every node's logs
+            bad = [f"{p.name} exit {o.returncode}" for p, (o, _, _) in ran if o.returncode != 0 or o.timed_out]
+            what = f"ran its ranks of arm(s) {', '.join(p.name for p, _ in ran) or 'none'}"
+            return self.worker_done(
+                st, what + (f" ({'; '.join(bad)})" if bad else ""), not bad, [st.rank_log(p.name) for p, _ in ran]
+            )
+        why = self.gather(st, [p.name for p, _ in ran]) if st.outputs.nodes > 1 else None
+        if why:  # never a verdict on fewer ranks than the profile has
+            st.artifacts.extend(
+                artifact_for(x, relative_to=st.out_dir) for p, _ in ran for x in st.rank_logs(p.name) if x.is_file()
+            )
+            rep = st.error(why)
+            rep.artifacts = st.artifacts
+            return rep
+        for plan, launched in ran:
+            name = plan.name
+            res = self._parse_arm(st, plan, *launched)
             entry = st.data["arms"][name] = self._entry(st, res)
             if "failure" in res:
                 fc = res["failure"]
@@ -228,20 +245,22 @@ class MegatronGate(Gate):
             st.data["cross_arm"] = cross
         return self._verdict(st, results, checks, failures)
 
-    def _run_arm(self, st: RunState, plan: lp.ArmPlan) -> dict:
-        """Start one arm (its plan command for this node), keep its log, parse it. Returns {"parse", "outcome",
-        "failure"?, "log", "command", "env"}."""
-        spec, profile, opts, run_dir = st.spec, st.profile, st.opts, st.scratch["run_dir"]
-        nodes = opts.nodes or profile.nodes
+    def _launch_arm(self, st: RunState, plan: lp.ArmPlan):
+        """Start one arm (its plan command for this node) under the watchdog. Returns (outcome, command, env)."""
+        spec, profile, opts = st.spec, st.profile, st.opts
         cmd = next(c for c in plan.commands if str(c.node) == str(opts.node_rank))
         env = {**st.scratch["base_env"], **dict(plan.env), **dict(cmd.env)}
-        log = run_dir / (f"{plan.name}.node{opts.node_rank}.log" if nodes > 1 else f"{plan.name}.log")
+        log = st.rank_log(plan.name)  # the output contract: one log per node, node 0 reads them all
         with ui.step(f"{spec.gate} {plan.name} [{profile.name}]", log=log):
             outcome = run_with_watchdog(
                 list(cmd.argv), env=env, cwd=str(st.out_dir), log_path=log, timeout_s=st.timeout_s, echo=False
             )
-        # one log per node; with a shared --out, node 0 reads every node's (transport lines are per node)
-        logs = sorted(run_dir.glob(f"{plan.name}.node*.log")) if nodes > 1 else [log]
+        return outcome, cmd, env
+
+    def _parse_arm(self, st: RunState, plan: lp.ArmPlan, outcome, cmd, env) -> dict:
+        """Every node's log of one arm, parsed. Returns {"parse", "outcome", "failure"?, "log", "command", "env"}."""
+        spec, profile = st.spec, st.profile
+        logs = [p for p in st.rank_logs(plan.name) if p.is_file()]
         text = "\n".join(p.read_text(errors="replace") for p in logs)
         parsed = parse_megatron(text, expected_steps=spec.steps)
         st.artifacts.extend(artifact_for(p, relative_to=st.out_dir) for p in logs)
@@ -250,7 +269,7 @@ class MegatronGate(Gate):
             "parse": parsed,
             "outcome": outcome,
             "command": list(cmd.argv),
-            "log": str(log.name),
+            "log": st.rank_log(plan.name).name,
             "env": {k: env[k] for k in sorted(keys) if k in env},
         }
         if not parsed.complete:

@@ -1,7 +1,7 @@
 """Launch one node of a gate's launch plan in its image through the docker SDK.
 
 `run_node(client, plan, node, out_dir)` starts the container that `plan.docker_run_kwargs` describes, streams its
-output line by line into `<out_dir>/node<N>.log` with a `[node N]` prefix, stops it at the plan's timeout (SIGKILL
+output line by line into the output contract's node log (`<out_dir>/logs/node-<N>.log`, launch.plan.Outputs) with a `[node N]` prefix, stops it at the plan's timeout (SIGKILL
 after a grace period; the container and every process in it go, no setsid escapes a container), removes it, and
 returns what ran: the image id and repo digests the engine reports for the image it started, the exit code, the
 log and whether it timed out. The report records these as provenance (image id == what was built or pulled).
@@ -84,7 +84,8 @@ def run_node(
     kwargs["image"] = image.id
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    log = out_dir / f"node{node}.log"
+    log = out_dir / plan.outputs.node_log(node)  # the output contract's node log
+    log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     try:
         container = client.containers.run(**kwargs)

@@ -11,7 +11,9 @@ Invariants:
 - a plan is plain data (frozen dataclasses of str/int/tuples): building one runs nothing and reads no network;
 - `mode` is "container" or "host"; a host-mode plan has no image and is always labelled so when rendered;
 - mounts are absolute container paths; exactly one mount is writable and it is the out dir;
-- an image without a known id or digest is rendered as such ("not built here"), never as a made-up id.
+- an image without a known id or digest is rendered as such ("not built here"), never as a made-up id;
+- `outputs` is the one output contract (Outputs): every renderer and the gate runtime take node logs, rc files,
+  rank logs and the reporting node from it, never a path of their own.
 """
 
 from __future__ import annotations
@@ -79,6 +81,67 @@ class ArmPlan:
     env: tuple[tuple[str, str], ...] = ()
 
 
+NODE_WAIT_S = 300.0  # how long node 0 waits, after its own part, for every other node's rc and rank logs
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The output contract of a run on `nodes` node(s) that share one out folder: where each node writes, who
+    reports, how long node 0 waits. Paths are relative to the out folder (the container's /out, the job's OUT).
+    Read by the gate runtime (gates.base: every node writes its rank logs and its rc here; only `reporter`
+    writes reports; the reporter waits, at most `wait_s` after its own part, for every other node's rc and rank
+    logs, and names a node that failed or never wrote them) and by the renderers (gates.container: the node
+    log; cluster.slurm: srun --output, the rc a task leaves when its runtime could not; cluster.k8s: the pod's
+    tee and rc). `node` may be a launcher's placeholder (`%n`, `${NODE_RANK}`)."""
+
+    nodes: int = 1
+    reporter: int = 0
+    wait_s: float = NODE_WAIT_S
+    logs: str = "logs"
+
+    def node_log(self, node) -> str:
+        """Everything the node's agent printed (the launcher captures it)."""
+        return f"{self.logs}/node-{node}.log"
+
+    def node_rc(self, node) -> str:
+        """`RC RUN_ID`: the exit status of the node's part (the runtime writes it; the launcher when it could not)."""
+        return f"{self.logs}/node-{node}.rc"
+
+    def leader_done(self) -> str:
+        """The reporter's word that its part is over (`RUN_ID`): a worker that serves (an engine's worker, a Ray
+        node) stops then, and its stop is no failure."""
+        return f"{self.logs}/node-{self.reporter}.done"
+
+    def rank_log(self, folder: str, stem: str, node) -> str:
+        """A node's log of its ranks (the gate's command): `<folder>/<stem>.node<R>.log` on several nodes."""
+        return f"{folder}/{stem}.node{node}.log" if self.nodes > 1 else f"{folder}/{stem}.log"
+
+    def writes_reports(self, node) -> bool:
+        return str(node) == str(self.reporter)
+
+    def describe(self) -> str:
+        return (
+            f"node R: {self.node_log('R')}, {self.node_rc('R')} and its rank logs (<gate>/<log>.nodeR.log); "
+            f"reports from node {self.reporter} only, after every node's rc (waits {self.wait_s:g} s at most)"
+        )
+
+
+def rc_text(rc: int, run_id: str | None) -> str:
+    """The rc file's one line: `RC RUN_ID` (`-` when the run has no id)."""
+    return f"{int(rc)} {run_id or '-'}\n"
+
+
+def read_rc(path, run_id: str | None) -> int | None:
+    """The exit status an rc file holds for run `run_id` (None: absent, unreadable, or another run's)."""
+    try:
+        words = open(path, encoding="utf-8", errors="replace").read(256).split()
+    except OSError:
+        return None
+    if len(words) != 2 or words[1] != (run_id or "-") or not words[0].lstrip("-").isdigit():
+        return None
+    return int(words[0])
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     gate: str
@@ -101,8 +164,15 @@ class LaunchPlan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     arms: tuple[ArmPlan, ...] = ()
     kernels: str = ""  # where the kernels come from: prebuilt in the image (its manifest) or built on the host
+    outputs: Outputs | None = None  # the output contract (None: the default one for `nodes`)
 
     def __post_init__(self):
+        if self.outputs is None:
+            object.__setattr__(self, "outputs", Outputs(self.nodes))
+        elif self.outputs.nodes != self.nodes:
+            raise ValueError(
+                f"gate {self.gate}: the output contract is for {self.outputs.nodes} node(s), not {self.nodes}"
+            )
         if self.mode not in (MODE_CONTAINER, MODE_HOST):
             raise ValueError(f"mode {self.mode!r}: container or host")
         if self.mode == MODE_CONTAINER and self.image is None:
@@ -163,6 +233,7 @@ class LaunchPlan:
             ("ulimits", ", ".join(f"{n}={'unlimited' if s < 0 else s}" for n, s, _ in self.ulimits)),
             ("shm", self.shm_size),
             ("timeout", f"{self.timeout_s:g} s"),
+            ("outputs", self.outputs.describe()),
             ("lock", self.lock_sha256 or "-"),
         ]
         out += [("kernels", self.kernels)] if self.kernels else []

@@ -283,9 +283,11 @@ class GateReport:
         return self.result == Result.PASS and self.evidence
 
     def label(self) -> str:
-        """The result as printed everywhere: `PASS`, or `PASS (local-test, not evidence)` for a self-test profile."""
+        """The result as printed everywhere: `PASS`, or `PASS (local-test, not evidence)` for a self-test profile
+        (`PASS (GPU stand-in, not evidence)` for a run of the GPU stand-in, gates.standin)."""
         word = str(self.result).upper()
-        return f"{word} ({self.profile}, not evidence)" if self.result == Result.PASS and not self.evidence else word
+        who = "GPU stand-in" if isinstance(self.provenance.get("stand_in"), dict) else self.profile
+        return f"{word} ({who}, not evidence)" if self.result == Result.PASS and not self.evidence else word
 
 
 def skipped(
