@@ -85,6 +85,7 @@ def stand_in_python(
                         host=socket.gethostname(),
                         runtime=nccl_runtime,
                         mapped=mapped if mapped is not None else [os.path.realpath(lib)],
+                        deleted=[],
                         torch_built_with="2.28.9",
                         deep_ep="/x/deep_ep",
                     ),
@@ -344,6 +345,7 @@ def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, g
                 host=socket.gethostname() + "-other",
                 runtime="2.30.4",
                 mapped=[str(tmp_path / "builds/nccl/build/lib/libnccl.so.2")],
+                deleted=[],
             )
             + "\n"
         )
