@@ -17,6 +17,7 @@ Invariants (checked here, relied on by every later stage):
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -441,7 +442,63 @@ def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | No
                     _dotted(at),
                     f"differs from the target of {pin.installed_on!r} (python-version and platform-tags must match)",
                 )
+    for name, pin in upstreams.items():
+        if isinstance(pin, WheelsetPin):
+            _check_skew(name, pin, {**(others or {}), **upstreams}, path, lines)
     return upstreams
+
+
+_CUDA_BUILD = re.compile(r"-cu(?:da)?\d+x?$")  # nvidia-nccl-cu12, cupy-cuda12x: one library built for one CUDA
+
+
+def library_family(dist: str) -> str:
+    """A distribution's native library without its CUDA build suffix: nvidia-nccl-cu12 and nvidia-nccl-cu13 are both
+    `nvidia-nccl`; nvidia-cuda-runtime-cu12 and nvidia-cuda-runtime are both `nvidia-cuda-runtime`."""
+    return _CUDA_BUILD.sub("", canonical_name(dist))
+
+
+def _check_skew(name: str, pin: WheelsetPin, pins: dict, path: Path, lines: dict) -> None:
+    """A wheelset's files against the sets it is installed on (`installed-on`, its whole chain): none re-pins a
+    distribution a base pins at another version (installed on top with --no-deps, it would replace the base's torch),
+    and none adds a second family of a native library (another CUDA build: nvidia-nccl-cu12 next to the base's cu13
+    NCCL, a second CUDA runtime), nor does one set hold two of one family. LockError at the file's line."""
+    below: list[tuple[str, WheelsetFile]] = []
+    seen, cur = {name}, pin
+    while cur.installed_on and cur.installed_on not in seen and isinstance(pins.get(cur.installed_on), WheelsetPin):
+        seen.add(cur.installed_on)
+        cur = pins[cur.installed_on]
+        below += [(cur.name, f) for f in cur.files]
+    by_name = {f.name: (b, f) for b, f in below}
+    for i, f in enumerate(pin.files):
+        if f.name in by_name and by_name[f.name][1].version != f.version:
+            b, g = by_name[f.name]
+            at = ("upstreams", name, "files", i, "version")
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                f"{f.name}=={f.version} re-pins {g.name}=={g.version} of {b} (installed-on): installed on top of it "
+                f"this set would replace what {b} pins; keep the base's version (resolve again: `reprostack lock "
+                f"wheels {name}`) or move the base",
+            )
+    theirs = [(b, f) for b, f in below] + [(name, f) for f in pin.files]
+    for i, f in enumerate(pin.files):
+        fam = library_family(f.name)
+        other = next(
+            ((b, g) for b, g in theirs if g.name != f.name and library_family(g.name) == fam and g is not f), None
+        )
+        if other is not None:
+            b, g = other
+            at = ("upstreams", name, "files", i, "name")
+            where = "this set" if b == name else f"{b} (installed-on)"
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                f"{f.name}=={f.version} adds a second {fam} next to {g.name}=={g.version} of {where}: two CUDA builds "
+                f"of one native library end in one process (a second NCCL or CUDA runtime); pin the base's "
+                f"build only",
+            )
 
 
 def ref_problem(ref: str) -> str | None:
