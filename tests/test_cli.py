@@ -19,6 +19,8 @@ import yaml
 
 from conftest import without_progress
 from reprostack.cli import main
+from reprostack import sources
+from reprostack.lock import load
 from test_sources import make_stack, take_servers_away, write_project
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +119,8 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
     code, out, err = run(capsys, "patch", "deepep", *args)
     trees = tmp_path / "cache" / "trees"
     assert (code, err) == (0, "")
-    assert out.strip() == f"deepep: {trees / f'deepep-{stack.patched}'} tree {stack.patched}"
+    key = sources.tree_key(load(lock).git("deepep"))
+    assert out.strip() == f"deepep: {trees / key} tree {stack.patched}"
     code, out, _ = run(capsys, "patch", "deepep", *args)
     assert code == 0 and out.strip().endswith("(reused)")
 
@@ -153,10 +156,7 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
     assert doc["provenance"]["upstreams"]["deepep"]["patched_tree"] == stack.patched
     assert json.loads((out_dir / "summary.json").read_text())["exit_code"] == 3
     assert "<skipped" in (out_dir / "junit.xml").read_text()
-    assert sorted(os.listdir(tmp_path / "node-cache" / "trees")) == [
-        f"deepep-{stack.patched}",
-        f"nccl-{stack.nccl_tree}",
-    ]
+    assert sorted(os.listdir(tmp_path / "node-cache" / "trees")) == [key, f"nccl-{stack.nccl_tree}"]
 
 
 def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
