@@ -372,3 +372,63 @@ def test_careless_paths_are_one_line_not_a_traceback(argv, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("reprostack: error: ") and "Traceback" not in err[0], err
     assert str(f) in err[0] or str(tmp_path) in err[0]
+
+
+# --------------------------------------------------------------- issue 29 item 5: one line, the right advice
+
+
+def test_a_cherry_pick_equal_to_the_rev_names_the_pin_and_entry(world, capsys):
+    """Issue 29 item 5: a cherry-pick of the pinned rev itself ended in git's `fatal: multiple updates for ref
+    'refs/reprostack/<sha>' not allowed`, naming neither the pin nor the entry. Now `lock check` and `patch` refuse it
+    offline, at the entry's line, before any git runs; a commit picked twice likewise."""
+    stack, lock, args = world
+    text = lock.read_text()
+    lock.write_text(text.replace(f"- cherry-pick: {stack.pick}", f"- cherry-pick: {stack.rev}"))
+    line = next(i for i, l in enumerate(lock.read_text().splitlines(), 1) if "- cherry-pick: " in l)
+    for argv in (["lock", "check", "--lock", str(lock)], ["patch", "deepep", *args]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (2, ""), err
+        assert err.strip() == (
+            f"reprostack: error: {lock}:{line}: upstreams.deepep.patches[0].cherry-pick: {stack.rev} is the pinned "
+            f"rev of deepep itself: the base already holds it, so this cherry-pick would be empty; drop the entry, "
+            f"or pin `rev` at its parent to apply it as a patch"
+        )
+    assert not (Path(args[3]) / "git").exists()  # nothing fetched
+    twice = text.replace(
+        "    patched-tree:",
+        f"      - cherry-pick: {stack.pick}\n        upstream-status: Pending\n    patched-tree:",
+    )
+    lock.write_text(twice)
+    code, _, err = run(capsys, "lock", "check", "--lock", str(lock))
+    assert code == 2 and "patches[1].cherry-pick: " in err
+    assert (
+        f"{stack.pick} is also picked by entry #1 cherry-pick {stack.pick[:12]} of deepep: a commit is picked once"
+        in err
+    )
+
+
+def _chown_tree(top: Path, uid: int) -> None:
+    for d, dirs, files in os.walk(top):
+        for n in [d, *(os.path.join(d, x) for x in dirs + files)]:
+            os.lchown(n, uid, uid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the cache to another uid needs root")
+def test_a_cache_owned_by_another_uid_says_what_works_with_reprostack(world, tmp_path, capsys):
+    """Issue 29 item 5: a cache repository owned by another uid ended in git's own text, `To add an exception for
+    this directory, call: git config --global --add safe.directory ...`, which cannot work: reprostack runs git
+    without the global config. Now one line names the folder, both uids and what works."""
+    stack, lock, args = world
+    assert run(capsys, "patch", "deepep", *args)[0] == 0
+    cache = Path(args[3])
+    _chown_tree(cache, 65534)
+    try:
+        code, out, err = run(capsys, "patch", "deepep", *args)
+    finally:
+        _chown_tree(cache, 0)
+    assert (code, out) == (2, "")
+    (line,) = err.strip().splitlines()
+    assert "is owned by uid 65534 (nobody), not by uid 0 (root) who runs reprostack, so git refuses it" in line
+    assert "use a cache of your own (--cache DIR or REPROSTACK_CACHE=DIR), run as its owner, or chown -R 0 it" in line
+    assert "safe.directory` advice cannot help (reprostack ignores the global git config)" in line
+    assert "To add an exception" not in line and str(cache / "git") in line

@@ -576,6 +576,8 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
                 _dotted(at + ("sha256",)),
                 "only a patch file (mbox/diff) has a sha256; a cherry-pick is named by its commit id",
             )
+        if kind == "cherry-pick":
+            _check_pick(name, p[kind], u["rev"], [e for e in patches if e.kind == "cherry-pick"], at, path, lines)
         sha_at = at + ("sha256",) if "sha256" in p else at
         entry = PatchEntry(
             kind=kind,
@@ -622,6 +624,21 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
         patched_tree=u.get("patched-tree"),
         policy=Policy(**u["policy"]) if "policy" in u else None,
     )
+
+
+def _check_pick(name: str, value: str, rev: str, earlier: list, at: tuple, path: Path, lines: dict) -> None:
+    """A cherry-pick of the pinned rev itself (empty: the base holds it) or of a commit an earlier entry picks is
+    refused naming the pin and the entry (git's own words were `multiple updates for ref`, naming neither)."""
+    where = (str(path), _line(lines, at + ("cherry-pick",)), _dotted(at + ("cherry-pick",)))
+    if value.lower() == str(rev).lower():
+        raise LockError(
+            *where,
+            f"{value} is the pinned rev of {name} itself: the base already holds it, so this cherry-pick would be empty; "
+            f"drop the entry, or pin `rev` at its parent to apply it as a patch",
+        )
+    for e in earlier:
+        if e.value.lower() == value.lower():
+            raise LockError(*where, f"{value} is also picked by entry {e.label} of {name}: a commit is picked once")
 
 
 def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
