@@ -294,7 +294,8 @@ def test_outdated_table_and_json(s, capsys):
     )
     assert cli.main(["outdated", "demo", "--lock", str(s.lock), "--out", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "demo" in table and " 4 " in table and " 10 " in table
+    demo = next(l for l in table.splitlines() if l.startswith("demo "))
+    assert demo.split()[-2:] == ["4", "10"]
 
 
 def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
@@ -306,9 +307,31 @@ def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
     rc = cli.main(["outdated", "--lock", str(s.lock), "--out", str(s.project / "od")])
     out, err = capsys.readouterr()
     assert rc == 2 and "error (below)" in out
-    assert f"other: error: {rows['other']['error']}" in err
+    assert f"other: error: {rows['other']['error'].removeprefix('other: ')}" in err  # the pin named once
     assert cli.main(["outdated", "--lock", str(s.lock), "--offline"]) == 2  # it would have asked the network
     assert "cannot run --offline" in capsys.readouterr().err
+
+
+def test_outdated_off_a_terminal_is_plain_whole_and_names_the_pin_once(s, capsys, monkeypatch):
+    """Issue 29 item 9: under `CI=1 NO_COLOR=1 reprostack outdated | cat` the rich table cut its target column (80
+    columns) and drew box characters, and an error row's line said the pin twice (`other: error: other: cannot ...`).
+    Now off a terminal the table is plain text with every cell whole, and the pin is named once."""
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    long_policy = "{track: branch, ref: refs/heads/main}"
+    assert long_policy in s.lock.read_text()
+    rc = cli.main(["outdated", "--lock", str(s.lock), "--out", str(s.project / "od")])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert not set(out) & set("│┃━─┏┓┗┛┡┩└┘╇"), out
+    lines = out.splitlines()
+    assert lines[0] == "upstreams behind their policy target"
+    assert lines[1].split() == ["pin", "policy", "pinned", "target", "commits", "days"]
+    demo = next(l for l in lines if l.startswith("demo "))
+    assert f"{s.c['main'][:12]} (refs/heads/main)" in demo and demo.split()[-2:] == ["4", "10"]
+    assert "branch refs/heads/main" in demo
+    (line,) = err.strip().splitlines()
+    assert line.startswith("other: error: cannot read HEAD of https://example.invalid/other: "), line
 
 
 # ------------------------------------------------------------------------------------------ lockedit
