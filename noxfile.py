@@ -143,8 +143,9 @@ def build(session: nox.Session) -> None:
     session.run("reprostack", "build", *session.posargs)
 
 
-def _gate(session: nox.Session, *command: str) -> int:
-    """Run a gate command into a fresh report folder and return the exit code its summary records.
+def _gate(session: nox.Session, *command: str) -> tuple[int, list[str]]:
+    """Run a gate command into a fresh report folder; return the exit code its summary records and one short line
+    per gate (gate_lines).
 
     Without `--out` the command makes a new run folder out/<session>/<UTC time>/ and points out/<session>/latest
     at it before it runs anything, so latest/summary.json is this run's or absent; with `--out DIR` the summary
@@ -172,8 +173,20 @@ def _gate(session: nox.Session, *command: str) -> int:
     if not summary.is_file():
         session.error(f"no {summary} was written: the gate did not finish (see the output above)")
     data = json.loads(summary.read_text())
-    reason = "; ".join(f"{g['gate']}: {g.get('label', g['result'].upper())} {g['reason']}" for g in data["gates"])
-    return data["exit_code"], reason
+    return data["exit_code"], gate_lines(data["gates"])
+
+
+def gate_lines(gates: list[dict]) -> list[str]:
+    """One short line per gate of a summary.json, named as the CLI names it (the report stem's `_` is the CLI's `-`:
+    nemo_rl is `gate nemo-rl`); a reason an earlier gate gave is not repeated."""
+    seen: dict[str, str] = {}
+    out = []
+    for g in gates:
+        name = g["gate"].replace("_", "-")
+        why = f"same reason as {seen[g['reason']]}" if g["reason"] in seen else g["reason"]
+        seen.setdefault(g["reason"], name)
+        out.append(f"{name}: {g.get('label', g['result'].upper())} — {why}")
+    return out
 
 
 @nox.session(default=False, tags=["gpu"])
@@ -188,7 +201,8 @@ def _one_gate(session: nox.Session, gate: str) -> None:
     """Run `reprostack gate GATE`: exit 3 (skip, not run) marks the session skipped with the gate's reason,
     anything else but a pass fails it."""
     _install(session)
-    rc, reason = _gate(session, "gate", gate)
+    rc, lines = _gate(session, "gate", gate)
+    reason = "; ".join(lines)
     if rc == 3:
         session.skip(f"not a pass: {reason}")
     if rc != 0:
@@ -235,9 +249,10 @@ def all_gates(session: nox.Session) -> None:
     fits the host is SKIP, a bad spec or a crash that gate's ERROR); fails unless every required gate passed
     (a skipped required gate fails this session)."""
     _install(session)
-    rc, reason = _gate(session, "all-gates")
-    if rc != 0:
-        session.error(f"not every required gate passed: {reason}")
+    rc, lines = _gate(session, "all-gates")
+    if rc != 0:  # the gates' lines were printed by the command just above: one short line here
+        failed = [line.split(":", 1)[0] for line in lines if ": PASS —" not in line]
+        session.error(f"not every required gate passed ({', '.join(failed)}): the lines above, or summary.md")
 
 
 @nox.session(default=False, tags=["gpu"])

@@ -168,9 +168,13 @@ def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
     code, out, _ = run(capsys, "all-gates", *args, "--out", str(tmp_path / "reports"))
     assert code == 3 and "micro [-]: SKIP" in out
     # in dependency order after micro, and never a pass: megatron requires micro, nemo-rl requires megatron
-    assert "megatron [-]: NOT-RUN — not run: required gate micro did not pass (SKIP: no GPU" in out
-    assert "nemo_rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)" in out
-    assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo_rl [-]")
+    assert "megatron [-]: NOT-RUN — not run: required gate micro did not pass (SKIP)\n" in out
+    assert "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)" in out
+    assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo-rl [-]")
+    # issue 29 item 9: one short line per gate, the gate named as it is typed, micro's reason said once
+    lines = out.splitlines()
+    assert len(lines) == 4 and "nemo_rl [" not in out and out.count("no GPU") == 1, out
+    assert max(len(l) for l in lines[1:3]) < 120
 
 
 def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, capsys):
@@ -432,3 +436,42 @@ def test_a_cache_owned_by_another_uid_says_what_works_with_reprostack(world, tmp
     assert "use a cache of your own (--cache DIR or REPROSTACK_CACHE=DIR), run as its owner, or chown -R 0 it" in line
     assert "safe.directory` advice cannot help (reprostack ignores the global git config)" in line
     assert "To add an exception" not in line and str(cache / "git") in line
+
+
+def test_all_gates_lines_say_a_shared_reason_once_and_name_gates_as_typed(tmp_path):
+    """Issue 29 item 9: fabric and micro failing on the same fetch printed the same 200-character reason twice, and
+    every NOT-RUN gate repeated micro's reason again (five times in all); the report's `nemo_rl` was printed where
+    the operator types `nemo-rl`. Now one short line per gate, a shared reason said once, the CLI's name; the nox
+    session's lines likewise."""
+    import importlib.util
+    import warnings
+
+    from reprostack.cmd.gate import result_lines
+    from reprostack.report import not_run
+    from reprostack.report.model import GateReport, Result
+
+    why = "nccl: cannot fetch 1933fdd6360a from https://github.com/NVIDIA/nccl: fatal: unable to access"
+    fabric = GateReport("fabric", "-", Result.ERROR, why)
+    micro = GateReport("micro", "-", Result.ERROR, why)
+    vllm, megatron = not_run("vllm", micro), not_run("megatron", micro)
+    nemo = not_run("nemo_rl", megatron)
+    lines = result_lines([fabric, micro, vllm, megatron, nemo])
+    assert lines == [
+        f"fabric [-]: ERROR — {why}",
+        "micro [-]: ERROR — same reason as fabric",
+        "vllm [-]: NOT-RUN — not run: required gate micro did not pass (ERROR)",
+        "megatron [-]: NOT-RUN — same reason as vllm",
+        "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)",
+    ]
+    spec = importlib.util.spec_from_file_location("noxfile_lines", REPO_ROOT / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        spec.loader.exec_module(noxfile)
+    rows = [{"gate": r.gate, "result": str(r.result), "label": r.label(), "reason": r.reason} for r in (micro, nemo)]
+    rows.insert(0, {"gate": "fabric", "result": "error", "label": "ERROR", "reason": why})
+    assert noxfile.gate_lines(rows) == [
+        f"fabric: ERROR — {why}",
+        "micro: ERROR — same reason as fabric",
+        "nemo-rl: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)",
+    ]

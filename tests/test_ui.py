@@ -320,8 +320,8 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
         def error(self, msg):
             raise RuntimeError(msg)
 
-    rc, reason = noxfile._gate(Session(), "gate", "vllm")
-    assert rc == 3 and reason == "vllm: PASS (local-test, not evidence) 1 check(s) passed"
+    rc, lines = noxfile._gate(Session(), "gate", "vllm")
+    assert rc == 3 and lines == ["vllm: PASS (local-test, not evidence) — 1 check(s) passed"]
 
     def crash(*a):
         raise KeyError("a crash of the tool itself")
