@@ -605,3 +605,15 @@ def test_fetch_ref_git_would_refuse_is_named_with_its_line(tmp_path, ref):
         LockError, match=rf"upstreams.lock:{line}: upstreams.nemo-rl.fetch-refs\[0\]: .* is not a ref name"
     ):
         load(bad, root)
+
+
+def test_lock_without_an_action_lists_the_actions(capsys):
+    """Issue 29 item 9: `reprostack lock` alone ended in argparse's `the following arguments are required: action,
+    rest`; now one line lists each action and what it does, exit 2."""
+    from reprostack.cli import main
+
+    assert main(["lock"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("reprostack: error: lock: name an action: `lock check`: validate the lockfile (offline); ")
+    assert "`lock wheels`: " in err and "`lock images`: " in err

@@ -847,3 +847,13 @@ def test_a_stack_env_cannot_set_a_loader_variable_unless_the_lock_says_why(tmp_p
     stray = GIN.replace("    extends: campaign\n", "    extends: campaign\n    env-why: {LD_PRELOAD: no reason}\n")
     with pytest.raises(LockError, match="stacks.gin.env-why.LD_PRELOAD: stack gin's env does not set LD_PRELOAD"):
         load(small_lock(tmp_path, stray))
+
+
+def test_stacks_diff_without_two_stacks_lists_them(tmp_path, capsys):
+    """Issue 29 item 9: `stacks diff` without arguments said only `expected stacks or stacks diff A B`; now it lists
+    the stacks it can compare."""
+    p = small_lock(tmp_path, GIN)
+    for args in (["stacks", "diff"], ["stacks", "diff", "campaign"]):
+        assert cli.main([*args, "--lock", str(p)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"reprostack: error: {' '.join(args)}: name two stacks, `stacks diff A B` (stacks: campaign, gin)"

@@ -153,7 +153,10 @@ def run(lock_path: Path, action: list[str], as_json: bool, out=print) -> int:
             end="" if not as_json else "\n",
         )
         return 0
-    if action[0] != "diff" or len(action) != 3:
+    if action[0] == "diff" and len(action) != 3:  # name the stacks it can compare
+        known = ", ".join(lockmod.load(lock_path).stacks)  # every stack, the default first (lockstacks.names)
+        raise ReprostackError(f"stacks {' '.join(action)}: name two stacks, `stacks diff A B` (stacks: {known})")
+    if action[0] != "diff":
         raise ReprostackError(f"stacks {' '.join(action)}: expected `stacks` or `stacks diff A B`")
     a, b = action[1], action[2]
     la, lb = lockmod.load(lock_path, stack=a), lockmod.load(lock_path, stack=b)
