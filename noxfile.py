@@ -1,8 +1,8 @@
 """nox sessions: thin wrappers over the `reprostack` CLI (each session parses posargs and calls one stage).
 
 GPU sessions are not run by a bare `nox`; `all_gates` exits non-zero unless every required gate passed
-(a skipped gate never passes). Offline nodes: set REPROSTACK_WHEELHOUSE to a folder of our pinned
-wheels (see README) and pass `-- --offline --bundle FILE`.
+(a skipped gate never passes). Offline nodes: set REPROSTACK_WHEELHOUSE to the folders of our pinned
+wheels, joined by `:` (see README), and pass `-- --offline --bundle FILE`.
 """
 
 import hashlib
@@ -48,23 +48,33 @@ def _install_key(target: str, wheelhouse: str | None) -> str:
     return h.hexdigest()
 
 
+def find_links(wheelhouse: str | None) -> list[str]:
+    """pip's arguments for $REPROSTACK_WHEELHOUSE: folders joined by os.pathsep (`A:B`, as the device scripts set it),
+    one `--find-links` each, with `--no-index` (the rule of reprostack.fetch.wheels.pip_find_links: pip reads `A:B`
+    as one folder that does not exist and ignores it, then finds no build dependency: `No matching distribution
+    found for setuptools==80.9.0`). [] when unset."""
+    folders = [f for f in (wheelhouse or "").split(os.pathsep) if f]
+    return ["--no-index", *[a for f in folders for a in ("--find-links", f)]] if folders else []
+
+
 def _install(session: nox.Session, extra: str = "") -> None:
     """Install the project (with `extra`) into the session's venv, unless that venv (reused: nox.options.reuse_venv)
     already holds this exact install: its stamp records _install_key, so an unchanged tree costs no pip run."""
     target = f".{extra}" if extra else "."
     wheelhouse = os.environ.get("REPROSTACK_WHEELHOUSE")
     key = _install_key(target, wheelhouse)
+    session.env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     stamp = Path(session.virtualenv.location) / ".reprostack-install" if session.virtualenv.location else None
     if stamp and stamp.is_file() and stamp.read_text() == key:
         session.log(f"reprostack{extra} already installed in this reused venv (same pyproject.toml and src/reprostack)")
         return
-    # pip's own lines (Collecting / Downloading / Installing) shown, not nox's silent install: a first run on a fresh
-    # machine spends ~40 s here, and the operator sees it move from the first second
-    session.log(f"installing reprostack{extra} and its pinned dependencies into {session.virtualenv.location} (once)")
-    if wheelhouse:
-        session.install("--no-index", "--find-links", wheelhouse, target, silent=False)
-    else:
-        session.install(target, silent=False)
+    # quiet: pip's lines (Collecting / Downloading / Installing) only when it fails or under `nox -v`; this one line
+    # says what is happening (a first run on a fresh machine spends ~40 s here)
+    session.log(
+        f"installing reprostack{extra} and its pinned dependencies into {session.virtualenv.location} "
+        f"(once; pip's output on failure or with nox -v)"
+    )
+    session.install(*find_links(wheelhouse), target, silent=True)
     if stamp:
         stamp.write_text(key)
 
