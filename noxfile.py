@@ -255,7 +255,7 @@ def gate_nemo_rl(session: nox.Session) -> None:
 
 @nox.session(default=False, tags=["gpu"])
 def all_gates(session: nox.Session) -> None:
-    """Every gate in dependency order (gates/registry.py), always one combined report of all six (a gate no profile
+    """Every gate in dependency order (src/reprostack/gates/registry.py), always one combined report of all seven (a gate no profile
     fits the host is SKIP, a bad spec or a crash that gate's ERROR); fails unless every required gate passed
     (a skipped required gate fails this session)."""
     _install(session)
