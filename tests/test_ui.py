@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import warnings
 from pathlib import Path
@@ -418,3 +419,29 @@ def test_project_license_is_an_spdx_expression():
 
     lic = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["license"]
     assert isinstance(lic, str) and canonicalize_license_expression(lic) == lic == "Apache-2.0"
+
+
+def test_a_long_test_file_shows_progress_under_q(tmp_path):
+    """Issue 29 item 11: under `pytest -q` a file of slow tests printed one dot per test, minutes apart, nothing else.
+    The plugin tests/progress.py (conftest loads it) prints one line every $REPROSTACK_TEST_PROGRESS_S seconds in a
+    file: which file, how many of its tests, time in it and in all. A real pytest run of slow real tests."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_slow_here.py").write_text(
+        "import time\n" + "".join(f"def test_{i}():\n    time.sleep(0.3)\n" for i in range(4))
+    )
+    env = {**os.environ, "REPROSTACK_TEST_PROGRESS_S": "0.5", "PYTHONPATH": str(Path(__file__).parent)}
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "progress", "-p", "no:cacheprovider", "test_slow_here.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("[progress] ")]
+    assert lines and all(
+        re.match(r"\[progress\] test_slow_here\.py: [1-4] of 4 tests, \d+ s in this file, ", l) for l in lines
+    )
