@@ -373,7 +373,7 @@ def load(
     _check_refs(data, path, lines)
 
     want = stack or lockstacks.selected()
-    shared = _type_pins(data["upstreams"], path, root, lines)
+    shared = _type_pins(data["upstreams"], path, root, lines, strict=not allow_unfilled)
     stacks: dict[str, lockstacks.Stack] = {}
     chosen = None
     for sname in lockstacks.names(data):  # every stack validates, whichever is selected
@@ -383,7 +383,7 @@ def load(
         try:
             if mine:
                 validate({"lockfile-version": 1, "upstreams": mine}, eff_lines, schema, str(path), LockError)
-            typed = {**shared, **_type_pins(mine, path, root, eff_lines, others=shared)}
+            typed = {**shared, **_type_pins(mine, path, root, eff_lines, others=shared, strict=not allow_unfilled)}
         except LockError as e:
             raise lockstacks.relocate(e, str(path), sname, st.overrides) from None
         if sname == want:
@@ -401,7 +401,7 @@ def load(
     )
 
 
-def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | None = None) -> dict:
+def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | None = None, strict: bool = True) -> dict:
     """Typed pins of a schema-valid `upstreams` mapping (`others`: typed pins it may refer to by `installed-on`);
     LockError naming FILE:LINE."""
     upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}
@@ -409,14 +409,14 @@ def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | No
         if u["kind"] == "git":
             upstreams[name] = _git_pin(name, u, path, root, lines)
         elif u["kind"] == "wheelset":
-            _check_wheel_filenames(name, u, path, lines)
+            _check_wheel_filenames(name, u, path, lines, strict)
             upstreams[name] = _wheelset_pin(name, u, path, lines)
         elif u["kind"] == "image":
             upstreams[name] = ImagePin(
                 name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"), id=u.get("id")
             )
         else:
-            _check_wheel_filenames(name, u, path, lines)
+            _check_wheel_filenames(name, u, path, lines, strict)
             upstreams[name] = WheelPin(
                 name=u["name"],
                 version=str(u["version"]),
@@ -539,12 +539,34 @@ def _check_refs(data, path: Path, lines: dict) -> None:
     walk(data, ())
 
 
-def _check_wheel_filenames(name: str, u: dict, path: Path, lines: dict) -> None:
+def _check_wheel_filenames(name: str, u: dict, path: Path, lines: dict, strict: bool = True) -> None:
+    """Each file is a bare wheel filename; `strict` (every load but `lock wheels`' own, which refills them): of the
+    distribution and version the pin says (a wheel pin's `name`/`version`, a wheelset file's own fields), so a
+    `version:` moved by hand (a bump's tied wheel) without `lock wheels` never passes with the old release's files."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
     for i, f in enumerate(u.get("files", ())):
+        at = ("upstreams", name, "files", i, "filename")
         problem = wheel_filename_problem(f["filename"])
         if problem:
-            at = ("upstreams", name, "files", i, "filename")
             raise LockError(str(path), _line(lines, at), _dotted(at), problem)
+        if not strict:
+            continue
+        dist, version = (u["name"], u["version"]) if u.get("kind") == "wheel" else (f["name"], f["version"])
+        got_name, got_version, _, _ = parse_wheel_filename(f["filename"])
+        try:
+            same = canonicalize_name(got_name) == canonicalize_name(str(dist)) and got_version == Version(str(version))
+        except InvalidVersion:
+            same = False
+        if not same:
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                f"{f['filename']} is {got_name} {got_version}, the pin says {dist} {version}: run `reprostack lock "
+                f"wheels {name}` (it resolves the files of the pinned version)",
+            )
 
 
 def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
