@@ -406,7 +406,8 @@ def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_p
 
     opts, man, doc = jit_project(tmp_path, monkeypatch)
     tree = doc["deepep_tree"]
-    kernels = [{"name": "barrier", "code": code()}, {"name": "dispatch", "code": code("dispatch", "true, 132")}]
+    dispatch = code("dispatch", ", ".join(["1"] * 15))  # dispatch_impl has 15 template arguments (kernels.jit.KERNELS)
+    kernels = [{"name": "barrier", "code": code()}, {"name": "dispatch", "code": dispatch}]
     doc["kernels"] = kernels
     man.write_text(json.dumps(doc))
     stream = io.StringIO()
