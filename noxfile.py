@@ -1,8 +1,8 @@
 """nox sessions: thin wrappers over the `reprostack` CLI (each session parses posargs and calls one stage).
 
 GPU sessions are not run by a bare `nox`; `all_gates` exits non-zero unless every required gate passed
-(a skipped gate never passes). Offline nodes: set REPROSTACK_WHEELHOUSE to a folder of our pinned
-wheels (see README) and pass `-- --offline --bundle FILE`.
+(a skipped gate never passes). Offline nodes: set REPROSTACK_WHEELHOUSE to the folders of our pinned
+wheels, joined by `:` (see README), and pass `-- --offline --bundle FILE`.
 """
 
 import hashlib
@@ -48,23 +48,33 @@ def _install_key(target: str, wheelhouse: str | None) -> str:
     return h.hexdigest()
 
 
+def find_links(wheelhouse: str | None) -> list[str]:
+    """pip's arguments for $REPROSTACK_WHEELHOUSE: folders joined by os.pathsep (`A:B`, as the device scripts set it),
+    one `--find-links` each, with `--no-index` (the rule of reprostack.fetch.wheels.pip_find_links: pip reads `A:B`
+    as one folder that does not exist and ignores it, then finds no build dependency: `No matching distribution
+    found for setuptools==80.9.0`). [] when unset."""
+    folders = [f for f in (wheelhouse or "").split(os.pathsep) if f]
+    return ["--no-index", *[a for f in folders for a in ("--find-links", f)]] if folders else []
+
+
 def _install(session: nox.Session, extra: str = "") -> None:
     """Install the project (with `extra`) into the session's venv, unless that venv (reused: nox.options.reuse_venv)
     already holds this exact install: its stamp records _install_key, so an unchanged tree costs no pip run."""
     target = f".{extra}" if extra else "."
     wheelhouse = os.environ.get("REPROSTACK_WHEELHOUSE")
     key = _install_key(target, wheelhouse)
+    session.env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     stamp = Path(session.virtualenv.location) / ".reprostack-install" if session.virtualenv.location else None
     if stamp and stamp.is_file() and stamp.read_text() == key:
         session.log(f"reprostack{extra} already installed in this reused venv (same pyproject.toml and src/reprostack)")
         return
-    # pip's own lines (Collecting / Downloading / Installing) shown, not nox's silent install: a first run on a fresh
-    # machine spends ~40 s here, and the operator sees it move from the first second
-    session.log(f"installing reprostack{extra} and its pinned dependencies into {session.virtualenv.location} (once)")
-    if wheelhouse:
-        session.install("--no-index", "--find-links", wheelhouse, target, silent=False)
-    else:
-        session.install(target, silent=False)
+    # quiet: pip's lines (Collecting / Downloading / Installing) only when it fails or under `nox -v`; this one line
+    # says what is happening (a first run on a fresh machine spends ~40 s here)
+    session.log(
+        f"installing reprostack{extra} and its pinned dependencies into {session.virtualenv.location} "
+        f"(once; pip's output on failure or with nox -v)"
+    )
+    session.install(*find_links(wheelhouse), target, silent=True)
     if stamp:
         stamp.write_text(key)
 
@@ -143,8 +153,9 @@ def build(session: nox.Session) -> None:
     session.run("reprostack", "build", *session.posargs)
 
 
-def _gate(session: nox.Session, *command: str) -> int:
-    """Run a gate command into a fresh report folder and return the exit code its summary records.
+def _gate(session: nox.Session, *command: str) -> tuple[int, list[str]]:
+    """Run a gate command into a fresh report folder; return the exit code its summary records and one short line
+    per gate (gate_lines).
 
     Without `--out` the command makes a new run folder out/<session>/<UTC time>/ and points out/<session>/latest
     at it before it runs anything, so latest/summary.json is this run's or absent; with `--out DIR` the summary
@@ -172,8 +183,20 @@ def _gate(session: nox.Session, *command: str) -> int:
     if not summary.is_file():
         session.error(f"no {summary} was written: the gate did not finish (see the output above)")
     data = json.loads(summary.read_text())
-    reason = "; ".join(f"{g['gate']}: {g.get('label', g['result'].upper())} {g['reason']}" for g in data["gates"])
-    return data["exit_code"], reason
+    return data["exit_code"], gate_lines(data["gates"])
+
+
+def gate_lines(gates: list[dict]) -> list[str]:
+    """One short line per gate of a summary.json, named as the CLI names it (the report stem's `_` is the CLI's `-`:
+    nemo_rl is `gate nemo-rl`); a reason an earlier gate gave is not repeated."""
+    seen: dict[str, str] = {}
+    out = []
+    for g in gates:
+        name = g["gate"].replace("_", "-")
+        why = f"same reason as {seen[g['reason']]}" if g["reason"] in seen else g["reason"]
+        seen.setdefault(g["reason"], name)
+        out.append(f"{name}: {g.get('label', g['result'].upper())} — {why}")
+    return out
 
 
 @nox.session(default=False, tags=["gpu"])
@@ -188,7 +211,8 @@ def _one_gate(session: nox.Session, gate: str) -> None:
     """Run `reprostack gate GATE`: exit 3 (skip, not run) marks the session skipped with the gate's reason,
     anything else but a pass fails it."""
     _install(session)
-    rc, reason = _gate(session, "gate", gate)
+    rc, lines = _gate(session, "gate", gate)
+    reason = "; ".join(lines)
     if rc == 3:
         session.skip(f"not a pass: {reason}")
     if rc != 0:
@@ -231,13 +255,14 @@ def gate_nemo_rl(session: nox.Session) -> None:
 
 @nox.session(default=False, tags=["gpu"])
 def all_gates(session: nox.Session) -> None:
-    """Every gate in dependency order (gates/registry.py), always one combined report of all six (a gate no profile
+    """Every gate in dependency order (src/reprostack/gates/registry.py), always one combined report of all seven (a gate no profile
     fits the host is SKIP, a bad spec or a crash that gate's ERROR); fails unless every required gate passed
     (a skipped required gate fails this session)."""
     _install(session)
-    rc, reason = _gate(session, "all-gates")
-    if rc != 0:
-        session.error(f"not every required gate passed: {reason}")
+    rc, lines = _gate(session, "all-gates")
+    if rc != 0:  # the gates' lines were printed by the command just above: one short line here
+        failed = [line.split(":", 1)[0] for line in lines if ": PASS —" not in line]
+        session.error(f"not every required gate passed ({', '.join(failed)}): the lines above, or summary.md")
 
 
 @nox.session(default=False, tags=["gpu"])

@@ -26,3 +26,6 @@ STEP_LINE = re.compile(
 def without_progress(err: str) -> str:
     """stderr without reprostack.ui's progress lines (what is left: warnings, errors)."""
     return "".join(ln for ln in err.splitlines(True) if not STEP_LINE.match(ln))
+
+
+pytest_plugins = ["progress"]  # tests/progress.py: a line of progress for long files (issue 29 item 11)

@@ -294,7 +294,8 @@ def test_outdated_table_and_json(s, capsys):
     )
     assert cli.main(["outdated", "demo", "--lock", str(s.lock), "--out", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "demo" in table and " 4 " in table and " 10 " in table
+    demo = next(l for l in table.splitlines() if l.startswith("demo "))
+    assert demo.split()[-2:] == ["4", "10"]
 
 
 def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
@@ -306,9 +307,31 @@ def test_outdated_reports_an_unreachable_pin_in_its_row(s, capsys):
     rc = cli.main(["outdated", "--lock", str(s.lock), "--out", str(s.project / "od")])
     out, err = capsys.readouterr()
     assert rc == 2 and "error (below)" in out
-    assert f"other: error: {rows['other']['error']}" in err
+    assert f"other: error: {rows['other']['error'].removeprefix('other: ')}" in err  # the pin named once
     assert cli.main(["outdated", "--lock", str(s.lock), "--offline"]) == 2  # it would have asked the network
     assert "cannot run --offline" in capsys.readouterr().err
+
+
+def test_outdated_off_a_terminal_is_plain_whole_and_names_the_pin_once(s, capsys, monkeypatch):
+    """Issue 29 item 9: under `CI=1 NO_COLOR=1 reprostack outdated | cat` the rich table cut its target column (80
+    columns) and drew box characters, and an error row's line said the pin twice (`other: error: other: cannot ...`).
+    Now off a terminal the table is plain text with every cell whole, and the pin is named once."""
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    long_policy = "{track: branch, ref: refs/heads/main}"
+    assert long_policy in s.lock.read_text()
+    rc = cli.main(["outdated", "--lock", str(s.lock), "--out", str(s.project / "od")])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert not set(out) & set("│┃━─┏┓┗┛┡┩└┘╇"), out
+    lines = out.splitlines()
+    assert lines[0] == "upstreams behind their policy target"
+    assert lines[1].split() == ["pin", "policy", "pinned", "target", "commits", "days"]
+    demo = next(l for l in lines if l.startswith("demo "))
+    assert f"{s.c['main'][:12]} (refs/heads/main)" in demo and demo.split()[-2:] == ["4", "10"]
+    assert "branch refs/heads/main" in demo
+    (line,) = err.strip().splitlines()
+    assert line.startswith("other: error: cannot read HEAD of https://example.invalid/other: "), line
 
 
 # ------------------------------------------------------------------------------------------ lockedit
@@ -445,3 +468,77 @@ def test_bump_workflow_opens_one_pr_per_outdated_pin(s, capsys):
         pytest.skip("jq is not installed (GitHub's runners have it)")
     got = subprocess.run([jq, "-c", flt, str(s.project / "out/bump/outdated.json")], capture_output=True, text=True)
     assert (got.returncode, got.stdout) == (0, '["demo"]\n')
+
+
+# ----------------------------------------------------- issue 29 item 7: bumps keep tied pins in step or say so
+
+
+def _tie_demo_to_a_wheel(s: Scenario) -> None:
+    """demo pinned at its release tag v1.2.3-1 (tagged at base, v1.2.4-1 at main), a kernel recipe built from demo
+    that names the wheel pin `demo-wheel` (demo-lib 1.2.3) as its stand-in, and a wheelset that overrides demo-lib
+    at 1.2.3: the shape of the real lock's nccl, nccl-wheel and substrate-wheels."""
+    git("tag", "v1.2.3-1", s.c["base"], cwd=s.up)
+    git("tag", "v1.2.4-1", s.c["main"], cwd=s.up)
+    sha = "ab" * 32
+    text = s.lock.read_text().replace(
+        "    original: base\n", "    original: v1.2.3-1\n    fetch-refs: [refs/tags/v1.2.3-1]\n"
+    )
+    text += f"""\
+  demo-wheel:
+    kind: wheel
+    name: demo-lib
+    version: "1.2.3"
+    files:
+      - filename: demo_lib-1.2.3-py3-none-any.whl
+        sha256: {sha}
+  app-wheels:
+    kind: wheelset
+    python-version: "3.10"
+    platform-tags: [manylinux_2_28_x86_64]
+    requirements: [demo-app==1.0]
+    overrides: [demo-lib==1.2.3]
+    files:
+      - {{name: demo-app, version: "1.0", filename: demo_app-1.0-py3-none-any.whl, sha256: {"cd" * 32}}}
+      - {{name: demo-lib, version: "1.2.3", filename: demo_lib-1.2.3-py3-none-any.whl, sha256: {sha}}}
+"""
+    s.lock.write_text(text)
+    (s.project / "kernels").mkdir()
+    (s.project / "kernels" / "demo.yaml").write_text(
+        "component: demo\nsource: demo\nmake:\n  targets: [all]\nwheel: demo-wheel\n"
+    )
+    git("add", "-A", cwd=s.project)
+    git("commit", "-qm", "demo at its release, with its wheel", cwd=s.project)
+
+
+def test_a_bump_names_the_tied_pins_it_leaves_behind_and_the_command_that_follows(s, capsys):
+    """Issue 29 item 7: `bump nccl` moved the git pin to 2.30.5 and left `nccl-wheel` (and the wheelset's override)
+    at 2.30.4 without a word, so the gates silently lost the wheel fast path. Now the bump output, its JSON and the
+    PR body name each tied pin left behind, why, and the command that moves it."""
+    _tie_demo_to_a_wheel(s)
+    assert lockmod.load(s.lock).git("demo").original == "v1.2.3-1"
+    assert run(s, "--to", "v1.2.4-1", "--no-commit") == 0
+    out = capsys.readouterr().out
+    wheel = (
+        "left behind: demo-wheel (demo-lib 1.2.3): the wheel of demo's release 1.2.3 (kernels/demo.yaml: wheel: "
+        "demo-wheel), now 1.2.4: until it moves the gates build demo from source instead of unpacking the wheel; "
+        'follow with: set upstreams.demo-wheel.version to "1.2.4", then `reprostack lock wheels demo-wheel`'
+    )
+    wheelset = (
+        "left behind: app-wheels (overrides: demo-lib==1.2.3): pins demo-lib at demo's old release 1.2.3, like "
+        "demo-wheel; follow with: set demo-lib==1.2.4 in upstreams.app-wheels.overrides, then `reprostack lock wheels "
+        "app-wheels`"
+    )
+    assert wheel in out.splitlines() and wheelset in out.splitlines()
+    new = lockmod.load(s.lock)
+    assert new.git("demo").original == "v1.2.4-1" and new.upstreams["demo-wheel"].version == "1.2.3"
+    md = (s.project / f"out/bump/demo-{s.c['main'][:8]}.md").read_text()
+    assert "### Pins left behind" in md and "`reprostack lock wheels demo-wheel`" in md
+    assert "`reprostack lock wheels app-wheels`" in md
+    data = json.loads((s.project / f"out/bump/demo-{s.c['main'][:8]}.json").read_text())
+    assert [lb["pin"] for lb in data["left_behind"]] == ["demo-wheel", "app-wheels"]
+
+
+def test_a_bump_without_a_tied_pin_says_nothing_of_one(s, capsys):
+    """A pin whose release no wheel stands in for (the demo lock as it is) leaves nothing behind."""
+    assert run(s, "--no-commit") == 0
+    assert "left behind" not in capsys.readouterr().out

@@ -19,6 +19,8 @@ import yaml
 
 from conftest import without_progress
 from reprostack.cli import main
+from reprostack import sources
+from reprostack.lock import load
 from test_sources import make_stack, take_servers_away, write_project
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +119,8 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
     code, out, err = run(capsys, "patch", "deepep", *args)
     trees = tmp_path / "cache" / "trees"
     assert (code, err) == (0, "")
-    assert out.strip() == f"deepep: {trees / f'deepep-{stack.patched}'} tree {stack.patched}"
+    key = sources.tree_key(load(lock).git("deepep"))
+    assert out.strip() == f"deepep: {trees / key} tree {stack.patched}"
     code, out, _ = run(capsys, "patch", "deepep", *args)
     assert code == 0 and out.strip().endswith("(reused)")
 
@@ -153,10 +156,7 @@ def test_fetch_patch_bundle_then_gate_offline(world, tmp_path, capsys):
     assert doc["provenance"]["upstreams"]["deepep"]["patched_tree"] == stack.patched
     assert json.loads((out_dir / "summary.json").read_text())["exit_code"] == 3
     assert "<skipped" in (out_dir / "junit.xml").read_text()
-    assert sorted(os.listdir(tmp_path / "node-cache" / "trees")) == [
-        f"deepep-{stack.patched}",
-        f"nccl-{stack.nccl_tree}",
-    ]
+    assert sorted(os.listdir(tmp_path / "node-cache" / "trees")) == [key, f"nccl-{stack.nccl_tree}"]
 
 
 def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
@@ -168,9 +168,13 @@ def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
     code, out, _ = run(capsys, "all-gates", *args, "--out", str(tmp_path / "reports"))
     assert code == 3 and "micro [-]: SKIP" in out
     # in dependency order after micro, and never a pass: megatron requires micro, nemo-rl requires megatron
-    assert "megatron [-]: NOT-RUN — not run: required gate micro did not pass (SKIP: no GPU" in out
-    assert "nemo_rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)" in out
-    assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo_rl [-]")
+    assert "megatron [-]: NOT-RUN — not run: required gate micro did not pass (SKIP)\n" in out
+    assert "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)" in out
+    assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo-rl [-]")
+    # issue 29 item 9: one short line per gate, the gate named as it is typed, micro's reason said once
+    lines = out.splitlines()
+    assert len(lines) == 4 and "nemo_rl [" not in out and out.count("no GPU") == 1, out
+    assert max(len(l) for l in lines[1:3]) < 120
 
 
 def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, capsys):
@@ -372,3 +376,102 @@ def test_careless_paths_are_one_line_not_a_traceback(argv, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("reprostack: error: ") and "Traceback" not in err[0], err
     assert str(f) in err[0] or str(tmp_path) in err[0]
+
+
+# --------------------------------------------------------------- issue 29 item 5: one line, the right advice
+
+
+def test_a_cherry_pick_equal_to_the_rev_names_the_pin_and_entry(world, capsys):
+    """Issue 29 item 5: a cherry-pick of the pinned rev itself ended in git's `fatal: multiple updates for ref
+    'refs/reprostack/<sha>' not allowed`, naming neither the pin nor the entry. Now `lock check` and `patch` refuse it
+    offline, at the entry's line, before any git runs; a commit picked twice likewise."""
+    stack, lock, args = world
+    text = lock.read_text()
+    lock.write_text(text.replace(f"- cherry-pick: {stack.pick}", f"- cherry-pick: {stack.rev}"))
+    line = next(i for i, l in enumerate(lock.read_text().splitlines(), 1) if "- cherry-pick: " in l)
+    for argv in (["lock", "check", "--lock", str(lock)], ["patch", "deepep", *args]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (2, ""), err
+        assert err.strip() == (
+            f"reprostack: error: {lock}:{line}: upstreams.deepep.patches[0].cherry-pick: {stack.rev} is the pinned "
+            f"rev of deepep itself: the base already holds it, so this cherry-pick would be empty; drop the entry, "
+            f"or pin `rev` at its parent to apply it as a patch"
+        )
+    assert not (Path(args[3]) / "git").exists()  # nothing fetched
+    twice = text.replace(
+        "    patched-tree:",
+        f"      - cherry-pick: {stack.pick}\n        upstream-status: Pending\n    patched-tree:",
+    )
+    lock.write_text(twice)
+    code, _, err = run(capsys, "lock", "check", "--lock", str(lock))
+    assert code == 2 and "patches[1].cherry-pick: " in err
+    assert (
+        f"{stack.pick} is also picked by entry #1 cherry-pick {stack.pick[:12]} of deepep: a commit is picked once"
+        in err
+    )
+
+
+def _chown_tree(top: Path, uid: int) -> None:
+    for d, dirs, files in os.walk(top):
+        for n in [d, *(os.path.join(d, x) for x in dirs + files)]:
+            os.lchown(n, uid, uid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the cache to another uid needs root")
+def test_a_cache_owned_by_another_uid_says_what_works_with_reprostack(world, tmp_path, capsys):
+    """Issue 29 item 5: a cache repository owned by another uid ended in git's own text, `To add an exception for
+    this directory, call: git config --global --add safe.directory ...`, which cannot work: reprostack runs git
+    without the global config. Now one line names the folder, both uids and what works."""
+    stack, lock, args = world
+    assert run(capsys, "patch", "deepep", *args)[0] == 0
+    cache = Path(args[3])
+    _chown_tree(cache, 65534)
+    try:
+        code, out, err = run(capsys, "patch", "deepep", *args)
+    finally:
+        _chown_tree(cache, 0)
+    assert (code, out) == (2, "")
+    (line,) = err.strip().splitlines()
+    assert "is owned by uid 65534 (nobody), not by uid 0 (root) who runs reprostack, so git refuses it" in line
+    assert "use a cache of your own (--cache DIR or REPROSTACK_CACHE=DIR), run as its owner, or chown -R 0 it" in line
+    assert "safe.directory` advice cannot help (reprostack ignores the global git config)" in line
+    assert "To add an exception" not in line and str(cache / "git") in line
+
+
+def test_all_gates_lines_say_a_shared_reason_once_and_name_gates_as_typed(tmp_path):
+    """Issue 29 item 9: fabric and micro failing on the same fetch printed the same 200-character reason twice, and
+    every NOT-RUN gate repeated micro's reason again (five times in all); the report's `nemo_rl` was printed where
+    the operator types `nemo-rl`. Now one short line per gate, a shared reason said once, the CLI's name; the nox
+    session's lines likewise."""
+    import importlib.util
+    import warnings
+
+    from reprostack.cmd.gate import result_lines
+    from reprostack.report import not_run
+    from reprostack.report.model import GateReport, Result
+
+    why = "nccl: cannot fetch 1933fdd6360a from https://github.com/NVIDIA/nccl: fatal: unable to access"
+    fabric = GateReport("fabric", "-", Result.ERROR, why)
+    micro = GateReport("micro", "-", Result.ERROR, why)
+    vllm, megatron = not_run("vllm", micro), not_run("megatron", micro)
+    nemo = not_run("nemo_rl", megatron)
+    lines = result_lines([fabric, micro, vllm, megatron, nemo])
+    assert lines == [
+        f"fabric [-]: ERROR — {why}",
+        "micro [-]: ERROR — same reason as fabric",
+        "vllm [-]: NOT-RUN — not run: required gate micro did not pass (ERROR)",
+        "megatron [-]: NOT-RUN — same reason as vllm",
+        "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)",
+    ]
+    spec = importlib.util.spec_from_file_location("noxfile_lines", REPO_ROOT / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        spec.loader.exec_module(noxfile)
+    rows = [{"gate": r.gate, "result": str(r.result), "label": r.label(), "reason": r.reason} for r in (micro, nemo)]
+    rows.insert(0, {"gate": "fabric", "result": "error", "label": "ERROR", "reason": why})
+    assert noxfile.gate_lines(rows) == [
+        f"fabric: ERROR — {why}",
+        "micro: ERROR — same reason as fabric",
+        "nemo-rl: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)",
+    ]

@@ -254,7 +254,7 @@ def test_micro_without_gpu_is_a_skip_and_exit_3(tmp_path, gpu_less, profile):
     assert prov["upstreams"]["deepep"]["series"] == [f"cherry-pick {stack.pick} (Submitted [PR #612])"]
     assert prov["upstreams"]["nccl"]["rev"] == stack.nccl_rev and prov["host"]["gpu_count"] == 0
     trees = tmp_path / "cache" / "trees"
-    assert sorted(os.listdir(trees)) == [f"deepep-{stack.patched}", f"nccl-{stack.nccl_tree}"]
+    assert sorted(os.listdir(trees)) == [sources.tree_key(lock.git("deepep")), f"nccl-{stack.nccl_tree}"]
     assert not (tmp_path / "cache" / "builds").exists()  # no kernel build was attempted
 
     written = write_reports([rep], out, required={"micro"})

@@ -85,6 +85,7 @@ def stand_in_python(
                         host=socket.gethostname(),
                         runtime=nccl_runtime,
                         mapped=mapped if mapped is not None else [os.path.realpath(lib)],
+                        deleted=[],
                         torch_built_with="2.28.9",
                         deep_ep="/x/deep_ep",
                     ),
@@ -344,6 +345,7 @@ def test_the_one_nccl_check_is_judged_on_the_measuring_ranks_records(tmp_path, g
                 host=socket.gethostname() + "-other",
                 runtime="2.30.4",
                 mapped=[str(tmp_path / "builds/nccl/build/lib/libnccl.so.2")],
+                deleted=[],
             )
             + "\n"
         )
@@ -404,7 +406,8 @@ def test_jit_kernels_of_the_profiles_manifest_are_compiled_before_the_test(tmp_p
 
     opts, man, doc = jit_project(tmp_path, monkeypatch)
     tree = doc["deepep_tree"]
-    kernels = [{"name": "barrier", "code": code()}, {"name": "dispatch", "code": code("dispatch", "true, 132")}]
+    dispatch = code("dispatch", ", ".join(["1"] * 15))  # dispatch_impl has 15 template arguments (kernels.jit.KERNELS)
+    kernels = [{"name": "barrier", "code": code()}, {"name": "dispatch", "code": dispatch}]
     doc["kernels"] = kernels
     man.write_text(json.dumps(doc))
     stream = io.StringIO()

@@ -157,7 +157,7 @@ def test_all_gates_on_one_h200_ends_with_the_combined_report(tmp_path, h200, cap
     # the serving gates' one-GPU profile fits this host; without the engine installed they are SKIP naming it
     assert "profile h200-ep1 serves with modules " in summary["gates"][2]["reason"]
     assert "cannot import: vllm (the engine is not installed" in summary["gates"][2]["reason"]
-    assert "nemo_rl [-]: SKIP — " in out
+    assert "nemo-rl [-]: SKIP — " in out and "nemo_rl [" not in out  # the name it is typed by
     md = (reports / "summary.md").read_text()
     assert "| nemo_rl | - | SKIP |" in md and "MISSING" not in md
     cases = ET.parse(reports / "junit.xml").getroot()

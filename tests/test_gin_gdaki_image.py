@@ -259,7 +259,7 @@ def test_prebuilt_check_accepts_the_wheel_nccl_the_stack_pins(image, tmp_path):
     )
     trees, pre = kernelprep.source_trees(opts.opts, opts.ctx, ("nccl", "deepep"))
     assert set(trees) == {"deepep"} and pre.components["nccl"]["kind"] == "wheel"
-    assert pre.path_of("nccl", "lib") == Path(lib).parent
+    assert pre.nccl_file()[0].parent == Path(lib).parent
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ def _lib(tmp_path) -> str:
 
 
 def _nccl(tmp_path, **kw) -> str:
-    rec = dict(event="nccl", host=socket.gethostname(), runtime="2.30.4", mapped=[_lib(tmp_path)])
+    rec = dict(event="nccl", host=socket.gethostname(), runtime="2.30.4", mapped=[_lib(tmp_path)], deleted=[])
     rec.update(kw)
     return marker(**rec)
 
@@ -95,11 +95,11 @@ def _kern(tmp_path, accept_sha256=None):
     lib = tmp_path / "lib"
     lib.mkdir(exist_ok=True)
     (lib / "libnccl.so.2").write_bytes(b"pinned")
-    return SimpleNamespace(nccl_lib=lib, accept_sha256=accept_sha256)
+    return SimpleNamespace(nccl_lib=lib, accept_sha256=accept_sha256, nccl_version="2.30.4")
 
 
 def _rec(rank, mapped, **kw):
-    return {"event": "nccl", "rank": rank, "host": "h", "runtime": "2.30.4", "mapped": mapped, **kw}
+    return {"event": "nccl", "rank": rank, "host": "h", "runtime": "2.30.4", "mapped": mapped, "deleted": [], **kw}
 
 
 def test_one_nccl_every_local_rank_once_and_in_range(tmp_path):

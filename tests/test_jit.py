@@ -163,12 +163,12 @@ def test_a_kernel_nvcc_refuses_is_left_to_deepep(setup):
 def test_record_keeps_what_it_reproduces(setup):
     site, env, *_ = setup
     ctx, _ = jit.Context.of(site, env, "90")
-    good = [("barrier", code()), ("dispatch", code("dispatch", "true, false, 132"))]
+    good = [("barrier", code()), ("dispatch", code("dispatch", ", ".join(["1"] * 15)))]
     jit.prewarm(ctx, good, env)
     c = ctx.cache_dir / "cache"
     # a folder made with other flags (its digest is not this context's), one of another shape, one unreadable
     for name, text in (
-        ("kernel.combine." + "0" * 32, code("combine", "1, 2")),
+        ("kernel.combine." + "0" * 32, code("combine", ", ".join(["1"] * 12))),
         ("kernel.engram_fetch." + "1" * 32, "#include <stdio.h>\n"),
         ("kernel.pp_send." + "2" * 32, None),
     ):
@@ -339,10 +339,13 @@ def test_a_folder_or_dangling_symlink_at_the_manifest_path(tmp_path):
 def test_the_longest_accepted_code_is_still_one_include_and_one_instantiation(tmp_path):
     # the regex's edge: 41 arguments, namespaced identifiers, negative literals; the schema's 4096 characters
     args = ", ".join(["deep_ep::elastic::kNone", "-1", "true"] + ["0"] * 38)
-    p = tmp_path / "m.json"
-    p.write_text(manifest_text(kernels=[{"name": "barrier", "code": code(args=args)}]))
-    (name, c), *_ = jit.load_manifest(p).kernels
+    c = code(args=args)
+    assert jit.CODE.fullmatch(c)
     assert c.count("#include") == 1 and c.count("reinterpret_cast") == 1 and c.count(";") == 2
+    p = tmp_path / "m.json"  # the shape holds, the kernel does not: barrier_impl has 6 template arguments
+    p.write_text(manifest_text(kernels=[{"name": "barrier", "code": c}]))
+    with pytest.raises(jit.ManifestError, match="barrier_impl with 41 template argument"):
+        jit.load_manifest(p)
 
 
 def _files(root: Path) -> set:
@@ -559,3 +562,38 @@ def test_a_manifest_of_another_profile_under_this_ones_name(tmp_path):
     p.write_text(manifest_text())  # profile h200-ep1
     with pytest.raises(jit.ManifestError, match=r"h200-ep2.json: profile: 'h200-ep1' is not this file's profile"):
         jit.manifest_for(tmp_path, "h200-ep2")
+
+
+@pytest.mark.parametrize(
+    "name, kcode, why",
+    [
+        ("dispatch", code("barrier"), "name 'dispatch' does not match its code (barrier.cuh, barrier_impl)"),
+        ("barrier", code("dispatch", "1, 2, 3, 4, 5, 6"), "name 'barrier' does not match its code"),
+        ("evil", code("evil"), "name 'evil' is not a JIT kernel DeepEP builds"),
+        (
+            "barrier",
+            code("barrier", "1, 2"),
+            "code instantiates barrier_impl with 2 template argument(s), DeepEP's has 6",
+        ),
+        ("combine", code("combine_utils", "1"), "code includes deep_ep/impls/combine_utils.cuh, not one of the known"),
+        ("pp_send", code("pp_send", "1, 2, 3, 4"), "code includes deep_ep/impls/pp_send.cuh, not one of the known"),
+    ],
+)
+def test_a_kernels_name_must_match_its_code_and_its_include_a_known_header(tmp_path, name, kcode, why):
+    """Issue 29 item 2: a manifest could name a kernel `dispatch` whose code instantiated another kernel (the folder
+    then holds code DeepEP never asks for under that name) or include any impls header; now each (name, code) is one
+    DeepEP builds: its header, its function and its arity (kernels.jit.KERNELS, read from DeepEP's source)."""
+    p = tmp_path / "kernels" / "jit" / "h200-ep1.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(manifest_text(kernels=[{"name": "barrier", "code": code()}, {"name": name, "code": kcode}]))
+    with pytest.raises(jit.ManifestError) as e:
+        jit.manifest_for(tmp_path, "h200-ep1")
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: kernels/1: ") and why in msg and "\n" not in msg, msg
+
+
+def test_the_committed_manifest_names_only_kernels_deepep_builds():
+    m = jit.load_manifest(Path(__file__).resolve().parents[1] / "kernels" / "jit" / "h200-ep1.json")
+    assert {n for n, _ in m.kernels} <= set(jit.KERNELS) and len(m.kernels) == 10
+    forms = {(n, c.split("impls/")[1].split(".cuh")[0]) for n, c in m.kernels}
+    assert ("dispatch", "dispatch") in forms and ("barrier", "barrier") in forms

@@ -259,6 +259,29 @@ def test_submit_without_sbatch_is_one_line(tmp_path, capsys, monkeypatch):
     assert (out / "job.sbatch").is_file()  # the script was rendered; only the submission could not happen
 
 
+def test_launch_slurm_without_image_says_where_the_image_will_come_from(tmp_path, capsys):
+    """Issue 29 item 9: `launch slurm micro` without --image printed only the script's path; where the job's image
+    would come from (an enroot squashfs that does not exist yet, made from an image not built here) was in a script
+    comment alone. Now the CLI prints the script's `# image from:` line; --image and host mode say theirs."""
+    out = tmp_path / "o"
+    base = ["launch", "slurm", "micro", "--nodes", "2", "--profile", "p5en-efa-ep16", "--out", str(out)]
+    assert cli.main(base) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "image: the enroot squashfs out/images/deepep.sqsh, which must exist before the job runs: made from image "
+        "deepep with `reprostack build deepep --save` and `enroot import` (the script's comment) (image deepep is not "
+        "built here: `reprostack build deepep` first); or --image REF"
+    )
+    assert "# image from: the enroot squashfs out/images/deepep.sqsh" in (out / "job.sbatch").read_text()
+    ref = "registry.example/deepep@sha256:" + "a" * 64
+    assert cli.main([*base, "--image", ref]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"image: {ref} (--image)"
+    assert cli.main([*base, "--runtime", "host"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "image: none: host mode, each node's own packages (not the pinned image)"
+    )
+
+
 # --------------------------------------------------------------------------- committed examples
 
 

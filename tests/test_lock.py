@@ -605,3 +605,41 @@ def test_fetch_ref_git_would_refuse_is_named_with_its_line(tmp_path, ref):
         LockError, match=rf"upstreams.lock:{line}: upstreams.nemo-rl.fetch-refs\[0\]: .* is not a ref name"
     ):
         load(bad, root)
+
+
+def test_lock_without_an_action_lists_the_actions(capsys):
+    """Issue 29 item 9: `reprostack lock` alone ended in argparse's `the following arguments are required: action,
+    rest`; now one line lists each action and what it does, exit 2."""
+    from reprostack.cli import main
+
+    assert main(["lock"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("reprostack: error: lock: name an action: `lock check`: validate the lockfile (offline); ")
+    assert "`lock wheels`: " in err and "`lock images`: " in err
+
+
+def test_a_wheel_version_moved_without_its_files_is_refused_naming_the_command(tmp_path):
+    """Issue 29 item 7: a bump leaves a tied wheel pin behind and says `set upstreams.nccl-wheel.version to "2.30.5",
+    then reprostack lock wheels nccl-wheel`. Half of that (the version moved, the 2.30.4 files kept) passed `lock
+    check`; now every load refuses a file of another version than the pin's, naming the command that refills it,
+    while `lock wheels` itself (allow_unfilled) still loads the lock to fill it. A wheelset file whose name says
+    another version than its `version:` field likewise."""
+    text = REAL_LOCK.read_text()
+    start = text.index("  nccl-wheel:\n")
+    moved = text[:start] + text[start:].replace('version: "2.30.4"', 'version: "2.30.5"', 1)
+    p = write(tmp_path, moved)
+    line = line_of(moved, "- filename: nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl")
+    rest = assert_where(load_error(p, root=REPO_ROOT), p, line, "upstreams.nccl-wheel.files[0].filename")
+    assert rest == (
+        "nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl is nvidia-nccl-cu13 2.30.4, the pin says "
+        "nvidia-nccl-cu13 2.30.5: run `reprostack lock wheels nccl-wheel` (it resolves the files of the pinned version)"
+    )
+    assert load(p, root=REPO_ROOT, allow_unfilled=True).get("nccl-wheel").version == "2.30.5"
+    i = text.index("        filename: cuda_bindings-13.4.4-")
+    forged = text[:i] + text[i:].replace("cuda_bindings-13.4.4-", "cuda_bindings-13.4.3-", 1)
+    p = write(tmp_path, forged)
+    err = load_error(p, root=REPO_ROOT)
+    assert err.field == "upstreams.substrate-wheels.files[0].filename" and "the pin says cuda-bindings 13.4.4" in str(
+        err
+    )

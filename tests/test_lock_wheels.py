@@ -90,7 +90,7 @@ def _lock(tmp_path: Path, url: str, version: str = "1.0", simple: str = "simple"
     version: "{version}"
     index: {url}/{simple}/
     files:
-      - filename: old-0-py3-none-any.whl  # stale: rewritten
+      - filename: demo_pkg-{version}-py2-none-any.whl  # stale (another tag of the pinned version): rewritten
         sha256: {"a" * 64}
     # comment after files stays
   plat:
@@ -159,7 +159,7 @@ def test_check_of_the_stale_lock_fails(tmp_path, index, capsys):
     before = p.read_bytes()
     assert cli.main(["lock", "wheels", "--check", "--lock", str(p)]) == 2
     err = capsys.readouterr().err
-    assert f"{p}:16: upstreams.demo.files[0].filename: old-0-py3-none-any.whl is not what pip resolves" in err
+    assert f"{p}:16: upstreams.demo.files[0].filename: demo_pkg-1.0-py2-none-any.whl is not what pip resolves" in err
     assert f"upstreams.demo.files: {wheels['demo'].name}" in err and "missing from the lock" in err
     assert f"{p}:19: upstreams.plat: no files pinned" in err
     assert p.read_bytes() == before

@@ -479,3 +479,61 @@ def test_container_run_stamps_the_image_id_on_prebuilt_kernels(tmp_path, monkeyp
         "manifest_sha256": pre.sha256,
     }
     assert f"kernels prebuilt in the image, manifest {pre.sha256[:8]}" in describe(ex)
+
+
+@pytest.mark.parametrize(
+    "case, field",
+    [
+        ("lib-elsewhere", "components.nccl.paths.lib"),
+        ("no-hashed-lib", "components.nccl.files"),
+        ("two-hashed-libs", "components.nccl.files"),
+        ("extension-unhashed", "components.deepep.paths.extension"),
+        ("package-elsewhere", "components.deepep.paths.package"),
+    ],
+)
+def test_every_path_a_gate_trusts_is_a_hashed_file_or_its_folder(world, tmp_path, case, field):
+    """Issue 29 item 2: the manifest is checked whole. A `paths.lib` pointing at another folder (one holding torch's
+    own libnccl.so.2, whose bytes nobody hashed) made the gate trust that folder: the one-NCCL check accepted any
+    libnccl there. Now the NCCL folder is the folder of the one hashed libnccl file, and a free field that disagrees
+    is one line naming it."""
+    _, root, lock = world
+    m = fake_image(tmp_path / "img", lock, root=root)
+    d = json.loads(m.read_text())
+    n, e = d["components"]["nccl"], d["components"]["deepep"]
+    other = tmp_path / "torch" / "nvidia" / "nccl" / "lib"
+    other.mkdir(parents=True)
+    (other / "libnccl.so.2").write_bytes(b"\x7fELF torch's nccl 2.28.9")
+    if case == "lib-elsewhere":
+        n["paths"]["lib"] = str(other)
+    elif case == "no-hashed-lib":
+        n["files"] = {}
+    elif case == "two-hashed-libs":
+        n["files"][str(other / "libnccl.so.2")] = prebuilt.sha256_file(other / "libnccl.so.2")
+    elif case == "extension-unhashed":
+        e["paths"]["extension"] = str(other / "libnccl.so.2")
+    elif case == "package-elsewhere":
+        e["paths"]["package"] = str(other)
+    m.write_text(json.dumps(d))
+    with pytest.raises(PrebuiltError) as ei:
+        prebuilt.check(m, lock, root, ("nccl", "deepep"), arch="90")
+    msg = one_line(ei.value)
+    assert f"{field}: " in msg, msg
+
+
+def test_the_gate_trusts_only_the_hashed_nccl_file_not_its_folder(world, tmp_path):
+    """The kernels of a prebuilt image: the one-NCCL judge accepts the file with the hashed bytes, not another
+    libnccl that sits in the same folder (the manifest never hashed it)."""
+    from reprostack.errors import BuildError
+    from reprostack.kernels import runtime
+
+    _, root, lock = world
+    m = fake_image(tmp_path / "img", lock, root=root)
+    pre = prebuilt.check(m, lock, root, ("nccl", "deepep"), arch="90")
+    lib, sha = pre.nccl_file()
+    assert lib == tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2"
+    stray = lib.parent / "libnccl.so.2.28.9"
+    stray.write_bytes(b"\x7fELF another nccl")
+    ok = {"mapped": [str(lib)], "deleted": []}
+    assert runtime.judge_one_nccl(ok, lib.parent, accept_sha256=sha) is ok
+    with pytest.raises(BuildError, match="expected exactly one NCCL"):
+        runtime.judge_one_nccl({"mapped": [str(stray)], "deleted": []}, lib.parent, accept_sha256=sha)

@@ -21,7 +21,7 @@ from reprostack import sources
 from reprostack.errors import LockError, PatchError
 from reprostack.fetch import Cache
 from reprostack.gitcmd import git
-from reprostack.lock import GitPin, Lock, PatchEntry, Submodule
+from reprostack.lock import GitPin, Lock, PatchEntry, Submodule, load
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SUB = "third-party/fmt"
@@ -234,7 +234,8 @@ def test_prepare_patched_tree_with_submodule(stack, tmp_path):
 
     assert st.reused is False and st.patched is True
     assert st.tree == stack.patched
-    assert st.path == o.cache.root / "trees" / f"deepep-{stack.patched}"
+    assert st.path == o.cache.root / "trees" / sources.tree_key(deepep_pin(stack))
+    assert st.path.name.startswith(f"deepep-{stack.patched}-")
     assert git("rev-parse", "HEAD^{tree}", cwd=st.path) == stack.patched
     assert git("rev-parse", "HEAD^", cwd=st.path) == stack.rev  # the series sits on the pinned rev
     assert git("status", "--porcelain", cwd=st.path) == ""
@@ -244,7 +245,7 @@ def test_prepare_patched_tree_with_submodule(stack, tmp_path):
     assert git("rev-parse", "HEAD", cwd=st.path / SUB) == stack.fmt_rev
     assert (st.path / SUB / "include" / "fmt" / "core.h").read_text() == "// fmt v1\n"
     # nothing but the final tree is left in trees/ (the scratch is gone)
-    assert trees_dir_entries(o) == [f"deepep-{stack.patched}"]
+    assert trees_dir_entries(o) == [sources.tree_key(deepep_pin(stack))]
 
 
 def test_prepare_plain_pin_without_series(stack, tmp_path):
@@ -357,12 +358,56 @@ def test_a_reused_tree_must_agree_with_the_series_record(stack, tmp_path):
     first = sources.prepare(lock, "deepep", o, root)
     rec_path = first.path / ".git" / sources.SERIES_RECORD
     rec = json.loads(rec_path.read_text())
-    assert rec == {"rev": stack.rev, "entries": [["cherry-pick", stack.pick, stack.patched]]}
+    assert rec == {"rev": stack.rev, "entries": [["cherry-pick", stack.pick, None, stack.patched]]}
     assert sources.prepare(lock, "deepep", o, root).reused
-    rec["entries"][0][2] = "0" * 40  # as if the lock's checkpoint had been another tree when it was replayed
+    rec["entries"][0][3] = "0" * 40  # as if the lock's checkpoint had been another tree when it was replayed
     rec_path.write_text(json.dumps(rec))
     again = sources.prepare(lock, "deepep", o, root)
-    assert not again.reused and json.loads(rec_path.read_text())["entries"][0][2] == stack.patched
+    assert not again.reused and json.loads(rec_path.read_text())["entries"][0][3] == stack.patched
+
+
+def _format_patch(stack: Stack, rev: str) -> bytes:
+    """`git format-patch` of `rev` with an `Upstream-Status: Pending` line in its message body."""
+    text = git("format-patch", "-1", "--stdout", rev, cwd=stack.srv / "deepep") + "\n"
+    return text.replace("\n---\n", "\n\nUpstream-Status: Pending\n---\n", 1).encode()
+
+
+def test_a_changed_series_is_replayed_even_when_its_target_tree_is_in_the_cache(stack, tmp_path):
+    """Issue 29 item 4: a patched tree was reused under its target tree hash alone (and a series record that named a
+    patch file by its path): a patch file with other bytes, its new sha256 in the lock and a `patched-tree` left as
+    it was, reused the old tree and said it verified. Now the cache key holds the base rev and every entry's id and
+    sha256: the changed series is replayed, and the stale patched-tree is found."""
+    import hashlib
+
+    root, o = project(tmp_path), opts(tmp_path)
+    (root / "patches").mkdir()
+    first = _format_patch(stack, stack.pick)
+    (root / "patches" / "0001.patch").write_bytes(first)
+    entry = PatchEntry(
+        "mbox",
+        "patches/0001.patch",
+        "Pending",
+        index=1,
+        sha256=hashlib.sha256(first).hexdigest(),
+        tree=None,
+    )
+    pin = deepep_pin(stack, patches=(entry,))
+    st = sources.prepare(lock_of(tmp_path, pin), "deepep", o, root)
+    assert st.tree == stack.patched and not st.reused
+    assert sources.prepare(lock_of(tmp_path, pin), "deepep", o, root).reused  # same series: reused
+    # a reviewed change of the patch (another value), the lock's sha256 moved with it, its patched-tree not
+    srv = stack.srv / "deepep"
+    git("checkout", "-q", "-b", "other", stack.rev, cwd=srv)
+    other = gr.commit_files(srv, {"csrc/ep.cpp": "int kMaxQps = 7;\n"}, "EFA auto-QP cap, another value")
+    changed = _format_patch(stack, other)
+    (root / "patches" / "0001.patch").write_bytes(changed)
+    moved = deepep_pin(stack, patches=(replace(entry, sha256=hashlib.sha256(changed).hexdigest()),))
+    assert sources.tree_key(moved) != sources.tree_key(pin)
+    with pytest.raises(PatchError, match=f"expected tree {stack.patched}"):
+        sources.prepare(lock_of(tmp_path, moved), "deepep", o, root)
+    # the base rev is part of the key too
+    assert sources.tree_key(replace(pin, rev="0" * 40)) != sources.tree_key(pin)
+    assert sources.tree_key(nccl_pin(stack)) == f"nccl-{stack.nccl_tree}"  # no series: the tree alone
 
 
 # ------------------------------------------------------- untrusted cache: reuse re-hashes the files on disk
@@ -521,9 +566,10 @@ def test_two_concurrent_patch_processes_on_one_cache_both_succeed(stack, tmp_pat
     ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    key = sources.tree_key(load(lock).git("deepep"))
     for out, _ in outs:
-        assert f"deepep: {cache}/trees/deepep-{stack.patched} tree {stack.patched}" in out
-    assert sorted(os.listdir(cache / "trees")) == sorted([f"deepep-{stack.patched}", f"nccl-{stack.nccl_tree}"])
+        assert f"deepep: {cache}/trees/{key} tree {stack.patched}" in out
+    assert sorted(os.listdir(cache / "trees")) == sorted([key, f"nccl-{stack.nccl_tree}"])
     assert not list((cache / "git").glob(".*"))  # no half-made repo left
 
 
@@ -546,7 +592,7 @@ def test_leftovers_of_a_killed_run_are_cleaned_and_the_fetch_succeeds(stack, tmp
     shutil.rmtree(o.cache.root / "verified")  # a fetch killed before its marker: the next run verifies again
     trees = o.cache.root / "trees"
     trees.mkdir()
-    scratch = trees / f".deepep-{stack.patched}.x9y8z7"
+    scratch = trees / f".{sources.tree_key(deepep_pin(stack))}.x9y8z7"
     (scratch / "src" / "deep").mkdir(parents=True)
     killed_import = o.cache.scratch_dir() / "import-dead"
     killed_import.mkdir()
@@ -564,7 +610,7 @@ def test_leftovers_of_a_killed_run_are_cleaned_and_the_fetch_succeeds(stack, tmp
     ):
         assert not (repo / rel).exists(), rel
     assert not (repo.parent / f".{repo.name}.k1ll3d").exists()
-    assert trees_dir_entries(o) == [f"deepep-{stack.patched}"]
+    assert trees_dir_entries(o) == [sources.tree_key(deepep_pin(stack))]
     o.cache.clean_scratch()
     assert not killed_import.exists()
 

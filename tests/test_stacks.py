@@ -795,3 +795,65 @@ def test_stacks_diff_shows_the_nccl_wheel_of_gin_gdaki(capsys):
     assert "+ nvidia_nccl_cu13-2.32.3-py3-none-manylinux_2_27_x86_64.whl 1459723080ac" in out
     assert cli.main(["stacks"]) == 0
     assert "nccl -> wheel nccl-wheel-2-32 (nvidia-nccl-cu13 2.32.3)" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------- issue 29 item 6: what a stack changes is shown
+
+
+def test_stacks_shows_a_url_override(tmp_path, capsys):
+    """Issue 29 item 6: an override that fetches a pin from another URL (a fork) was listed by its version and rev
+    only, as if it came from the shared pin's upstream. Now `stacks` names the URL and the shared one."""
+    fork = GIN.replace(
+        "        original: v2.30.7-1\n", "        original: v2.30.7-1\n        url: https://example.invalid/fork/nccl\n"
+    )
+    p = small_lock(tmp_path, fork)
+    assert cli.main(["stacks", "--lock", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "nccl -> v2.30.7-1 111111111111 from https://example.invalid/fork/nccl (url overridden; shared: "
+        "https://example.invalid/nccl)" in out
+    )
+    assert cli.main(["stacks", "--json", "--lock", str(p)]) == 0
+    (gin,) = [r for r in json.loads(capsys.readouterr().out) if r["name"] == "gin"]
+    assert "fork/nccl" in gin["overrides"]["nccl"]
+    p = small_lock(tmp_path, GIN)  # the same URL: no mention
+    assert cli.main(["stacks", "--lock", str(p)]) == 0
+    assert "url overridden" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("var", ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"])
+def test_a_stack_env_cannot_set_a_loader_variable_unless_the_lock_says_why(tmp_path, capsys, var):
+    """Issue 29 item 6: a stack's env could set LD_PRELOAD or LD_LIBRARY_PATH, which decide which NCCL every process
+    of a gate loads, silently. Now `lock check` refuses it at its line unless the stack's `env-why` says why."""
+    bad = GIN.replace('    env: {NCCL_GIN_TYPE: "5"}\n', f'    env: {{NCCL_GIN_TYPE: "5", {var}: /opt/x/lib}}\n')
+    p = small_lock(tmp_path, bad)
+    line = next(i for i, l in enumerate(p.read_text().splitlines(), 1) if var in l)
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"reprostack: error: {p}:{line}: stacks.gin.env.{var}: {var} is a loader variable: it decides which "
+        f"libraries (which NCCL) every process of a gate loads; a stack sets it only with its reason under "
+        f"`stacks.gin.env-why.{var}`"
+    )
+    why = bad.replace(
+        "    extends: campaign\n", f"    extends: campaign\n    env-why: {{{var}: the fork's plugin lives there}}\n"
+    )
+    p = small_lock(tmp_path, why)
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 0
+    capsys.readouterr()
+    assert load(p, stack="gin").env[var] == "/opt/x/lib"
+    assert cli.main(["stacks", "--lock", str(p)]) == 0
+    assert f"  {var} (a loader variable) because: the fork's plugin lives there" in capsys.readouterr().out
+    stray = GIN.replace("    extends: campaign\n", "    extends: campaign\n    env-why: {LD_PRELOAD: no reason}\n")
+    with pytest.raises(LockError, match="stacks.gin.env-why.LD_PRELOAD: stack gin's env does not set LD_PRELOAD"):
+        load(small_lock(tmp_path, stray))
+
+
+def test_stacks_diff_without_two_stacks_lists_them(tmp_path, capsys):
+    """Issue 29 item 9: `stacks diff` without arguments said only `expected stacks or stacks diff A B`; now it lists
+    the stacks it can compare."""
+    p = small_lock(tmp_path, GIN)
+    for args in (["stacks", "diff"], ["stacks", "diff", "campaign"]):
+        assert cli.main([*args, "--lock", str(p)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"reprostack: error: {' '.join(args)}: name two stacks, `stacks diff A B` (stacks: campaign, gin)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import warnings
 from pathlib import Path
@@ -320,8 +321,8 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
         def error(self, msg):
             raise RuntimeError(msg)
 
-    rc, reason = noxfile._gate(Session(), "gate", "vllm")
-    assert rc == 3 and reason == "vllm: PASS (local-test, not evidence) 1 check(s) passed"
+    rc, lines = noxfile._gate(Session(), "gate", "vllm")
+    assert rc == 3 and lines == ["vllm: PASS (local-test, not evidence) — 1 check(s) passed"]
 
     def crash(*a):
         raise KeyError("a crash of the tool itself")
@@ -330,3 +331,117 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="no out/gate_vllm/latest/summary.json was written"):
         noxfile._gate(Session(), "gate", "vllm")
     assert len([p for p in (tmp_path / "out" / "gate_vllm").iterdir()]) == 3  # two runs + latest; the first intact
+
+
+# ------------------------------------------------- issue 29 item 10: quiet installs, one wheelhouse list for all
+
+
+def _noxfile():
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("noxfile_item10", repo / "noxfile.py")
+    mod = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def test_wheelhouse_folders_joined_by_colon_reach_pip_as_one_find_links_each(tmp_path, monkeypatch):
+    """Issue 29 item 10: REPROSTACK_WHEELHOUSE=A:B (as the device scripts set it) reached pip in the nox session and
+    in the AIPerf venv as one `--find-links A:B`, a folder that does not exist, which pip ignores: `No matching
+    distribution found`. Now every reader takes the same list, one --find-links per folder; a real pip installs a
+    wheel from A whose dependency is only in B."""
+    import subprocess
+    import sys
+
+    from wheelindex import make_wheel
+
+    from reprostack.fetch.wheels import pip_find_links, wheelhouses_from_env
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    make_wheel(a, "rs-top", "1.0", requires=("rs-dep==2.0",))
+    make_wheel(b, "rs-dep", "2.0")
+    joined = f"{a}{os.pathsep}{b}"
+    monkeypatch.setenv("REPROSTACK_WHEELHOUSE", joined)
+    want = ["--no-index", "--find-links", str(a), "--find-links", str(b)]
+    assert pip_find_links(wheelhouses_from_env()) == want
+    assert _noxfile().find_links(joined) == want and _noxfile().find_links(None) == []
+    from reprostack.gates import aiperftool
+
+    log = tmp_path / "pip.log"
+    aiperftool._pip(Path(sys.executable), ["install", "--target", str(tmp_path / "site"), "rs-top==1.0"], log)
+    assert (tmp_path / "site" / "rs_dep" / "__init__.py").is_file(), log.read_text()
+    assert f"--find-links {a} --find-links {b}" in log.read_text()
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp_path / "t2"), *want, "rs-top==1.0"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_nox_installs_quietly_from_every_wheelhouse_folder(tmp_path, monkeypatch):
+    """Issue 29 item 10: the nox sessions printed pip's every line (`silent=False`); now pip's output shows only when
+    it fails or under `nox -v` (nox's silent), one log line says what happens, and the wheelhouse list is split."""
+    nf = _noxfile()
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("REPROSTACK_WHEELHOUSE", f"/w/one{os.pathsep}/w/two")
+    calls, logs = [], []
+
+    class Session:
+        virtualenv = SimpleNamespace(location=str(tmp_path / "venv"))
+        env: dict = {}
+
+        def install(self, *args, **kw):
+            calls.append((args, kw))
+
+        def log(self, msg):
+            logs.append(msg)
+
+    (tmp_path / "venv").mkdir()
+    nf._install(Session(), "[test]")
+    ((args, kw),) = calls
+    assert kw == {"silent": True}
+    assert args == ("--no-index", "--find-links", "/w/one", "--find-links", "/w/two", ".[test]")
+    assert logs and "pip's output on failure or with nox -v" in logs[0]
+
+
+def test_project_license_is_an_spdx_expression():
+    """Issue 29 item 10: `license = {text = "Apache-2.0"}` made setuptools 80 warn that a TOML table for
+    `project.license` is deprecated on every install; it is now an SPDX expression (PEP 639), checked with packaging's
+    own SPDX reader."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    from packaging.licenses import canonicalize_license_expression
+
+    lic = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["license"]
+    assert isinstance(lic, str) and canonicalize_license_expression(lic) == lic == "Apache-2.0"
+
+
+def test_a_long_test_file_shows_progress_under_q(tmp_path):
+    """Issue 29 item 11: under `pytest -q` a file of slow tests printed one dot per test, minutes apart, nothing else.
+    The plugin tests/progress.py (conftest loads it) prints one line every $REPROSTACK_TEST_PROGRESS_S seconds in a
+    file: which file, how many of its tests, time in it and in all. A real pytest run of slow real tests."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_slow_here.py").write_text(
+        "import time\n" + "".join(f"def test_{i}():\n    time.sleep(0.3)\n" for i in range(4))
+    )
+    env = {**os.environ, "REPROSTACK_TEST_PROGRESS_S": "0.5", "PYTHONPATH": str(Path(__file__).parent)}
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "progress", "-p", "no:cacheprovider", "test_slow_here.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("[progress] ")]
+    assert lines and all(
+        re.match(r"\[progress\] test_slow_here\.py: [1-4] of 4 tests, \d+ s in this file, ", l) for l in lines
+    )

@@ -226,3 +226,71 @@ def test_check_pins_on_a_real_install_names_the_chain(tmp_path, index):
     assert bad.returncode == 1
     assert "check-pins: base-set: lib: lock 2.0, installed 1.0" in bad.stderr
     assert "(required by app)" in bad.stderr
+
+
+def _skew_lock(tmp_path: Path, engine_files: list[tuple[str, str]]) -> Path:
+    """A base set pinning torch 2.11.0, its cu13 NCCL and the CUDA 13 runtime; an engine set installed on it
+    holding `engine_files` ((name, version), filled as `lock wheels` would write them)."""
+
+    def files(pairs):
+        return "".join(
+            f'      - {{name: {n}, version: "{v}", filename: {n.replace("-", "_")}-{v}-py3-none-any.whl, '
+            f"sha256: {'a' * 64}}}\n"
+            for n, v in pairs
+        )
+
+    target = '    python-version: "3.10"\n    platform-tags: [manylinux_2_28_x86_64]\n'
+    p = tmp_path / "upstreams.lock"
+    p.write_text(
+        lock_head()
+        + "  substrate-wheels:\n    kind: wheelset\n"
+        + target
+        + "    requirements: [torch==2.11.0]\n    files:\n"
+        + files([("nvidia-cuda-runtime", "13.0.96"), ("nvidia-nccl-cu13", "2.30.4"), ("torch", "2.11.0")])
+        + "  vllm-wheels:\n    kind: wheelset\n    installed-on: substrate-wheels\n"
+        + target
+        + f"    requirements: [{engine_files[0][0]}=={engine_files[0][1]}]\n    files:\n"
+        + files(engine_files)
+    )
+    return p
+
+
+@pytest.mark.parametrize(
+    "engine, says",
+    [
+        (
+            [("vllm", "0.24.0"), ("torch", "2.9.0")],
+            "upstreams.vllm-wheels.files[1].version: torch==2.9.0 re-pins torch==2.11.0 of substrate-wheels "
+            "(installed-on)",
+        ),
+        (
+            [("vllm", "0.24.0"), ("nvidia-nccl-cu12", "2.27.3")],
+            "upstreams.vllm-wheels.files[1].name: nvidia-nccl-cu12==2.27.3 adds a second nvidia-nccl next to "
+            "nvidia-nccl-cu13==2.30.4 of substrate-wheels (installed-on)",
+        ),
+        (
+            [("vllm", "0.24.0"), ("nvidia-cuda-runtime-cu12", "12.8.90")],
+            "adds a second nvidia-cuda-runtime next to nvidia-cuda-runtime==13.0.96 of substrate-wheels",
+        ),
+        (
+            [("cupy-cuda12x", "13.6.0"), ("cupy-cuda13x", "13.6.0")],
+            "upstreams.vllm-wheels.files[0].name: cupy-cuda12x==13.6.0 adds a second cupy next to "
+            "cupy-cuda13x==13.6.0 of this set",
+        ),
+    ],
+)
+def test_lock_check_offline_refuses_an_engine_set_that_skews_its_base(tmp_path, capsys, engine, says):
+    """Issue 29 item 3: `lock check` alone (no index, no network) catches an engine wheelset whose files replace the
+    base's torch or bring another CUDA build of a native library next to the base's (a second NCCL)."""
+    p = _skew_lock(tmp_path, engine)
+    with pytest.raises(LockError) as ei:
+        load(p)
+    assert says in str(ei.value) and str(ei.value).startswith(f"{p}:"), str(ei.value)
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+
+
+def test_an_engine_set_that_only_adds_is_accepted(tmp_path):
+    p = _skew_lock(tmp_path, [("vllm", "0.24.0"), ("torchvision", "0.26.0"), ("nvidia-cutlass-dsl-libs-cu13", "4.3")])
+    assert [f.name for f in load(p).get("vllm-wheels").files] == ["vllm", "torchvision", "nvidia-cutlass-dsl-libs-cu13"]

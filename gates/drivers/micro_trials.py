@@ -31,8 +31,9 @@ other routing option is refused, exit 2), interleaved with DeepEP trial by trial
 
 Output lines (besides test_ep's own): `[micro_trials] {"event": "trial", "rank", "trial", "trials", "arm"}`
 before each arm's trial on every rank, then after the last trial `[micro_trials] {"event": "nccl", "rank", "host",
-"pid", "mapped", "runtime", "torch_built_with", "deep_ep"}` (the one-NCCL evidence of the process that measured: the
-libnccl files in its /proc/self/maps and ncclGetVersion of the one mapped; the gate judges it, issue 17: no
+"pid", "mapped", "deleted", "versions", "how", "loader", "runtime", "torch_built_with", "deep_ep"}` (the one-NCCL
+evidence of the process that measured: every libnccl mapping of its /proc/self/maps, a deleted one too, read by
+reprostack's src/reprostack/launch/procmaps.py, and ncclGetVersion of the one mapped; the gate judges it, issue 17: no
 separate check process) and `[micro_trials] {"event": "done", "rank", "trials"}` at the end;
 the dense arm's `[dense_a2a] ...` lines carry `"trial": k`. Parsed by reprostack.gates.parsers.micro_trials.
 Pure-Python parts (arguments, schedule, checks) are tested on the CPU (tests/test_micro_trials.py).
@@ -118,29 +119,37 @@ def dense_options(ns: argparse.Namespace, own, fp8: bool) -> argparse.Namespace:
     )
 
 
+PROCMAPS = Path(__file__).resolve().parents[2] / "src" / "reprostack" / "launch" / "procmaps.py"
+
+
+def load_procmaps():
+    """reprostack's maps reader (src/reprostack/launch/procmaps.py of this checkout, stdlib only), loaded by its path:
+    reprostack itself is not importable in the test's Python. Raises OSError when the checkout has none."""
+    if not PROCMAPS.is_file():
+        raise OSError(f"no {PROCMAPS}: the one-NCCL record cannot be read")
+    spec = importlib.util.spec_from_file_location("_reprostack_procmaps", PROCMAPS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def nccl_in_process() -> dict:  # pragma: no cover - needs torch + deep_ep loaded
-    """This process's one-NCCL evidence: every libnccl* file mapped (real paths, from /proc/self/maps),
-    ncclGetVersion of the mapped one when there is exactly one, torch's compile-time NCCL, deep_ep's folder."""
+    """This process's one-NCCL evidence (procmaps.record): every libnccl* mapping of /proc/self/maps counted, a
+    deleted or replaced one too, each with its version and how it got there; ncclGetVersion of the mapped one when
+    there is exactly one and it is still on disk; torch's compile-time NCCL; deep_ep's folder."""
     import torch
     import deep_ep
 
-    with open("/proc/self/maps") as f:
-        libs = sorted(
-            {
-                os.path.realpath(p[-1])
-                for p in (line.split() for line in f)
-                if len(p) >= 6 and os.path.basename(p[-1]).startswith("libnccl")
-            }
-        )
+    rec = load_procmaps().record()
     runtime = None
-    if len(libs) == 1:
+    if len(rec["mapped"]) == 1 and not rec["deleted"]:
         v = ctypes.c_int()
-        if ctypes.CDLL(libs[0]).ncclGetVersion(ctypes.byref(v)) == 0:
+        if ctypes.CDLL(rec["mapped"][0]).ncclGetVersion(ctypes.byref(v)) == 0:
             runtime = f"{v.value // 10000}.{v.value % 10000 // 100}.{v.value % 100}"
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),  # with the host: which NCCL INFO lines are this rank's (the gate's transport proof)
-        "mapped": libs,
+        **rec,
         "runtime": runtime,
         "torch_built_with": ".".join(map(str, torch.cuda.nccl.version())),
         "deep_ep": os.path.dirname(deep_ep.__file__),

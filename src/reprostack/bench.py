@@ -183,8 +183,10 @@ def bench_gate(
     if work.exists():
         shutil.rmtree(work)
     env = dict(os.environ)
+    from .fetch.wheels import wheelhouses_from_env
+
     house = env.get("REPROSTACK_WHEELHOUSE", "")
-    seeded = sorted(p.name for h in house.split(os.pathsep) if h and Path(h).is_dir() for p in Path(h).glob("*.whl"))
+    seeded = sorted(p.name for h in wheelhouses_from_env(env) if h.is_dir() for p in h.glob("*.whl"))
     project = project_state(paths.project_root())  # before any run writes: the code that is benched
     repeats, host_info = [], None
     for i in range(repeat):

@@ -127,7 +127,7 @@ def _main(args) -> int:
         print(f"reprostack: error: {_shown(e)}", file=sys.stderr)
         return 2
     except GitFailed as e:  # git refused what it was given (a corrupt cache, a bad ref): its own words, one line
-        print(f"reprostack: error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+        print(f"reprostack: error: {' '.join(str(e).split())[:600]}", file=sys.stderr)
         return 2
     except OSError as e:  # the operator's paths (an --out that is a file, a read-only folder, a full disk)
         where = f"{e.filename}: " if e.filename else ""

@@ -16,7 +16,9 @@ Invariants (untrusted locks, mirrors and caches; see docs/reliability.md):
   own `-o` settings win);
 - the timeout is `--git-timeout` / $REPROSTACK_GIT_TIMEOUT (default 600 s) per git command; `git_remote`
   retries transient network failures (timeouts, connection reset/refused, early EOF, HTTP 5xx) with
-  exponential backoff, never "not found", "not our ref" or authentication errors.
+  exponential backoff, never "not found", "not our ref" or authentication errors;
+- a repository owned by another uid (git: `detected dubious ownership`) fails with reprostack's advice, never git's
+  `safe.directory` line alone (that global setting is ignored here).
 """
 
 from __future__ import annotations
@@ -267,12 +269,45 @@ def git(
         raise GitFailed(argv, None, _text(e.stdout), _text(e.stderr), timed_out=True) from None
     out, err = _text(proc.stdout), _text(proc.stderr)
     if check and proc.returncode != 0:
-        raise GitFailed(argv, proc.returncode, out, err)
+        raise GitFailed(argv, proc.returncode, out, err if user else foreign_owner_advice(err))
     if raw:
         return proc.stdout
     if stderr:
         out += err
     return out[:-1] if out.endswith("\n") else out
+
+
+_DUBIOUS = re.compile(r"detected dubious ownership in repository at '(?P<path>[^'\n]*)'")
+
+
+def foreign_owner_advice(err: str) -> str:
+    """git's stderr, or, when git refused a repository owned by another uid (`detected dubious ownership`), one line
+    that says what works with reprostack: git's own advice (`git config --global --add safe.directory`) cannot,
+    since reprostack runs git without the user's global config (git_env)."""
+    m = _DUBIOUS.search(err)
+    if not m:
+        return err
+    path = m.group("path")
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        owner = None
+    me = os.geteuid()
+    who = f"uid {owner} ({_user_name(owner)})" if owner is not None else "another uid"
+    return (
+        f"{path} is owned by {who}, not by uid {me} ({_user_name(me)}) who runs reprostack, so git refuses it: use a "
+        f"cache of your own (--cache DIR or REPROSTACK_CACHE=DIR), run as its owner, or chown -R {me} it; git's "
+        f"`safe.directory` advice cannot help (reprostack ignores the global git config)"
+    )
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return "no user name"
 
 
 def transient(e: GitFailed) -> bool:

@@ -2,8 +2,10 @@
 
 fetch (reprostack.fetch) -> materialize at the pinned rev -> apply the patch series
 (reprostack.patch) -> check out submodules at their gitlinks. The result lives at
-`<cache>/trees/<name>-<patched tree>` (content-addressed by the tree it must have). Nothing is written
-there unless the whole series applied and the tree is the lock's.
+`<cache>/trees/<name>-<patched tree>-<series key>` (`tree_key`: the tree it must have and the series it was replayed
+from: the base rev and every entry's kind, id and sha256; `<name>-<tree>` for a pin without a series). Nothing is
+written there unless the whole series applied and the tree is the lock's; a changed series is replayed again even
+when a folder of its target tree exists.
 
 The cache is untrusted (a shared disk): a tree is reused only when the files on disk hash to the pinned tree
 (checkout.worktree_tree: a fresh index, untracked/ignored/skip-worktree files included), each submodule's
@@ -21,6 +23,7 @@ first renamed aside, then deleted: it never exists half-deleted under its final 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -115,12 +118,30 @@ def prepare(lock: Lock, name: str, opts: FetchOptions, project_root: Path) -> So
     pin = lock.git(name)
     check_patch_files(pin, project_root)
     want = pin.patched_tree or pin.tree
-    with opts.cache.tree_lock(f"{name}-{want}") as final:
+    with opts.cache.tree_lock(tree_key(pin)) as final:
         # a tree in the cache is checked in a second, a fresh one fetched and patched: each its own ETA
         with ui.step(f"sources {name}", key=f"sources {name}" + (" (in cache)" if final.is_dir() else "")) as s:
             st = _prepare_locked(pin, final, want, opts, project_root)
             s.outcome = f"tree {want[:12]} {'reused' if st.reused else 'verified'}"
             return st
+
+
+def series_id(pin: GitPin) -> list:
+    """What a patched tree was replayed from: the base rev and every series entry's kind, id (commit or file) and
+    sha256 (a committed file's bytes), in order."""
+    return [pin.rev, *([p.kind, p.value, p.sha256] for p in pin.patches)]
+
+
+def tree_key(pin: GitPin) -> str:
+    """The cache folder of pin's verified tree: `<name>-<tree>` without a series; with one,
+    `<name>-<patched tree>-<the first 12 hex of sha256(series_id)>`, so a tree is reused only under the series it was
+    replayed from: a changed entry (another commit, a patch file with other bytes) or another base rev is replayed
+    again even when the lock's `patched-tree` (and a folder of that tree) stays the same."""
+    want = pin.patched_tree or pin.tree
+    if not pin.patches:
+        return f"{pin.name}-{want}"
+    digest = hashlib.sha256(json.dumps(series_id(pin), separators=(",", ":")).encode()).hexdigest()
+    return f"{pin.name}-{want}-{digest[:12]}"
 
 
 def check_patch_files(pin: GitPin, project_root: Path) -> None:
@@ -164,8 +185,8 @@ SERIES_RECORD = "reprostack-series.json"  # in a patched tree's .git: the series
 
 
 def _series_record(pin: GitPin, trees: list[str]) -> dict:
-    """What a reused patched tree must still agree with: each entry (kind, value) and the tree it gave."""
-    return {"rev": pin.rev, "entries": [[p.kind, p.value, t] for p, t in zip(pin.patches, trees)]}
+    """What a reused patched tree must still agree with: each entry (kind, value, sha256) and the tree it gave."""
+    return {"rev": pin.rev, "entries": [[p.kind, p.value, p.sha256, t] for p, t in zip(pin.patches, trees)]}
 
 
 def _series_agrees(path: Path, pin: GitPin) -> bool:
@@ -178,7 +199,13 @@ def _series_agrees(path: Path, pin: GitPin) -> bool:
     entries = rec.get("entries") or []
     if rec.get("rev") != pin.rev or len(entries) != len(pin.patches):
         return False
-    return all([p.kind, p.value] == e[:2] and (p.tree is None or p.tree == e[2]) for p, e in zip(pin.patches, entries))
+    return all(
+        isinstance(e, list)
+        and len(e) == 4
+        and [p.kind, p.value, p.sha256] == e[:3]
+        and (p.tree is None or p.tree == e[3])
+        for p, e in zip(pin.patches, entries)
+    )
 
 
 def _intact(path: Path, pin: GitPin, want: str) -> bool:

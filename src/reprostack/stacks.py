@@ -92,6 +92,7 @@ def render_diff(a: str, b: str, rows: list[dict]) -> str:
 def listing(lk: lockmod.Lock) -> list[dict]:
     """One row per stack: name, description, extends, overrides {pin: what it pins}, env keys, default/selected."""
     rows = []
+    shared = lk if lk.stack == lockstacks.DEFAULT else lockmod.load(lk.path, stack=lockstacks.DEFAULT)
     for name, st in lk.stacks.items():
         sl = lk if name == lk.stack else lockmod.load(lk.path, stack=name)
         ov = {}
@@ -105,6 +106,10 @@ def listing(lk: lockmod.Lock) -> list[dict]:
                 if isinstance(pin, lockmod.GitPin)
                 else getattr(pin, "version", None) or pin.kind
             )
+            was = getattr(shared.upstreams.get(p), "url", None)
+            url = getattr(pin, "url", None)
+            if url is not None and url != was:  # fetched from elsewhere than the shared pin: always shown
+                ov[p] += f" from {url} (url overridden; shared: {was or '-'})"
         rows.append(
             {
                 "name": name,
@@ -112,6 +117,7 @@ def listing(lk: lockmod.Lock) -> list[dict]:
                 "extends": st.extends,
                 "overrides": ov,
                 "env": st.env,
+                "env_why": st.env_why,
                 "default": name == lockstacks.DEFAULT,
                 "selected": name == lk.stack,
             }
@@ -131,6 +137,8 @@ def render_listing(rows: list[dict]) -> str:
         )
         if r["env"]:
             out.append("  env: " + " ".join(f"{k}={v}" for k, v in r["env"].items()))
+        for k, why in (r.get("env_why") or {}).items():
+            out.append(f"  {k} (a loader variable) because: {why}")
     return "\n".join(out) + "\n"
 
 
@@ -145,7 +153,10 @@ def run(lock_path: Path, action: list[str], as_json: bool, out=print) -> int:
             end="" if not as_json else "\n",
         )
         return 0
-    if action[0] != "diff" or len(action) != 3:
+    if action[0] == "diff" and len(action) != 3:  # name the stacks it can compare
+        known = ", ".join(lockmod.load(lock_path).stacks)  # every stack, the default first (lockstacks.names)
+        raise ReprostackError(f"stacks {' '.join(action)}: name two stacks, `stacks diff A B` (stacks: {known})")
+    if action[0] != "diff":
         raise ReprostackError(f"stacks {' '.join(action)}: expected `stacks` or `stacks diff A B`")
     a, b = action[1], action[2]
     la, lb = lockmod.load(lock_path, stack=a), lockmod.load(lock_path, stack=b)

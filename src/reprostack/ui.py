@@ -96,6 +96,15 @@ def live_display() -> bool:
         return False
 
 
+def plain_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain fixed-width table (two spaces between columns, a dashed rule under the header): every cell whole, no
+    box characters, no colour. What a table is off a terminal (see live_display), in a log or a pipe."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
 def verbose() -> int:
     return _S.verbose
 

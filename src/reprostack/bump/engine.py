@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import lock as lockmod
@@ -34,6 +34,7 @@ from .lockedit import PinEdit, edit_pin
 from .policy import Target, resolve
 from .prbody import render, title
 from .replay import Replay, replay
+from .tied import LeftBehind, left_behind
 from .upstreamed import classify
 
 
@@ -80,6 +81,7 @@ class BumpResult:
     commit: str | None = None
     conflict_commits: list[Commit] = field(default_factory=list)  # upstream commits in old..new touching its files
     history: str | None = None  # "### Gate history" Markdown (reprostack.history.bumpview), when runs exist
+    left_behind: list[LeftBehind] = field(default_factory=list)  # tied pins that stay where they were (bump.tied)
 
     @property
     def title(self) -> str:
@@ -118,6 +120,7 @@ class BumpResult:
             ],
             "submodules": [s.__dict__ for s in self.submodules],
             "refreshed": sorted(self.refreshed),
+            "left_behind": [lb.__dict__ for lb in self.left_behind],
         }
 
 
@@ -241,6 +244,10 @@ def plan_bump(
         },
     )
     result.new_lock_text = edit_pin(old_text, name, edit, str(lock_path))
+    moved = replace(
+        pin, original=edit.original, fetch_refs=pin.fetch_refs if edit.fetch_refs is None else edit.fetch_refs
+    )
+    result.left_behind = left_behind(root, lock, pin, moved)
     _verify(result, pin, root, opts)
     return result
 

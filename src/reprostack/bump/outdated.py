@@ -59,6 +59,30 @@ def to_json(rows: list[Behind]) -> str:
     return json.dumps({"schema_version": 1, "pins": [asdict(r) for r in rows]}, indent=2) + "\n"
 
 
+HEADERS = ["pin", "policy", "pinned", "target", "commits", "days"]
+
+
+def cells(r: Behind) -> list[str]:
+    """One row's cells, whole: the target commit with its ref; an error row says its error follows the table."""
+    if r.error:
+        return [r.pin, r.policy, r.pinned[:12], "error (below)", "-", "-"]
+    target = f"{r.target[:12]} ({r.target_ref})" if r.target_ref else r.target[:12]
+    return [r.pin, r.policy, r.pinned[:12], target, str(r.commits), str(r.days)]
+
+
+def plain(rows: list[Behind]) -> str:
+    """The table off a terminal: plain fixed-width text, every cell whole (ui.plain_table), no box characters."""
+    from ..ui import plain_table
+
+    return "upstreams behind their policy target\n" + plain_table(HEADERS, [cells(r) for r in rows]) + "\n"
+
+
+def error_line(r: Behind) -> str:
+    """`PIN: error: WHY`, the pin named once (the error may already start with it)."""
+    why = r.error or ""
+    return f"{r.pin}: error: {why.removeprefix(f'{r.pin}: ')}"
+
+
 def table(rows: list[Behind]):
     """A rich Table of the rows (pin, policy, pinned, target, commits behind, days behind)."""
     from rich.markup import escape
@@ -73,7 +97,7 @@ def table(rows: list[Behind]):
         ("commits", "right"),
         ("days", "right"),
     ):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just, overflow="fold")
     for r in rows:
         if r.error:
             t.add_row(r.pin, escape(r.policy), r.pinned[:12], "[red]error (below)[/red]", "-", "-")

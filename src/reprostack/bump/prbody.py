@@ -168,6 +168,13 @@ def render(r) -> str:
         add("None: nothing was written.")
     add("")
 
+    if r.status == "bumped" and getattr(r, "left_behind", None):
+        add("### Pins left behind\n")
+        add(f"Tied to `{r.upstream}` (the same upstream's release), not moved by this bump:\n")
+        for lb in r.left_behind:
+            add(f"- `{lb.pin}` ({_cell(lb.what)}): {_cell(lb.why)}. Follow with: {lb.follow}")
+        add("")
+
     add("### Gates to re-run\n")
     imp = r.impact
     if imp.gates or imp.kernels or imp.images:

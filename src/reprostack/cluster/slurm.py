@@ -377,16 +377,45 @@ def _master_port(agent) -> str:
     return a[a.index("--master-port") + 1] if "--master-port" in a else str(29500)
 
 
+IMAGE_FROM = "# image from: "  # the script's one line saying where the job's image comes from (launch prints it)
+
+
+def image_from(text: str) -> str | None:
+    """What a rendered script says of its image (the IMAGE_FROM line), for the CLI to print; None without one."""
+    return next((line[len(IMAGE_FROM) :] for line in text.splitlines() if line.startswith(IMAGE_FROM)), None)
+
+
+def _image_from(plan: lp.LaunchPlan, o: SlurmOptions, ref: str | None, how: str, sqsh: str) -> str:
+    """Where the job's image comes from, in words: the --image, the built image's digest or id (out/build/images.json),
+    or the enroot squashfs that must exist before the job runs and how it is made."""
+    recipe = plan.image.recipe
+    if o.runtime == "docker":
+        if ref:
+            return f"{ref} ({how}); every node must hold it (reprostack build --load FILE)"
+        return f"{plan.image.tag} (its tag: image {recipe} is not built here); every node must hold it"
+    if o.runtime == "pyxis" and ref:
+        return f"{ref} ({how}{', out/build/images.json' if how != '--image' else ''})"
+    built = "" if plan.image.image_id else f" (image {recipe} is not built here: `reprostack build {recipe}` first)"
+    return (
+        f"the enroot squashfs {sqsh}, which must exist before the job runs: made from image {recipe} with "
+        f"`reprostack build {recipe} --save` and `enroot import` (the script's comment){built}; or --image REF"
+    )
+
+
 def _runtime_setup(plan: lp.LaunchPlan, o: SlurmOptions) -> list[str]:
     if o.runtime == "host":
         return [
+            f"{IMAGE_FROM}none: host mode, each node's own packages (not the pinned image)",
             "# host mode: this checkout's reprostack on each node's own python (REPROSTACK_PYTHON, default python3)",
             'if [ -d "${PROJECT}/src/reprostack" ]; then export PYTHONPATH="${PROJECT}/src${PYTHONPATH:+:${PYTHONPATH}}"; fi',
         ]
     ref, how = _image_word(plan, o)
     recipe = _check(plan.image.recipe, "image recipe")
     sqsh = o.sqsh or f"out/images/{recipe}.sqsh"
-    out = [f"# image: {_check(plan.image.describe(), 'image')}"]
+    out = [
+        f"# image: {_check(plan.image.describe(), 'image')}",
+        IMAGE_FROM + _check(_image_from(plan, o, ref, how, sqsh), "image"),
+    ]
     if o.runtime == "docker":
         if not ref and not plan.image.tag:
             raise SlurmRenderError(

@@ -88,6 +88,8 @@ def run(args) -> int:
         f"{r.lock_path}: rev {r.new_rev} tree {r.new_tree}"
         + (f" patched-tree {r.patched_tree}" if r.patched_tree else "")
     )
+    for lb in r.left_behind:
+        print(lb.line())
     if r.branch:
         print(f"branch: {r.branch} (commit {r.commit})")
     print(f"PR body: {md.resolve()}")

@@ -13,14 +13,16 @@ import argparse
 from pathlib import Path
 
 from ..errors import ReprostackError, Signalled
-from ..gates.registry import GATE_ORDER
+from ..gates.registry import GATE_ORDER, GATE_STEMS
 from . import add_source_options, fetch_options, load_lock
 
 HELP = "run a gate and write its reports"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("gate", choices=list(GATE_ORDER))
+    p.add_argument(
+        "gate", choices=list(dict.fromkeys([*GATE_ORDER, *GATE_STEMS])), metavar="{" + ",".join(GATE_ORDER) + "}"
+    )
     add_gate_options(p)
 
 
@@ -99,8 +101,8 @@ def _gates(args, lock, root, opts) -> int:
         for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
             r.provenance.setdefault("stack", lock.stack)
         written = write_reports(reports, out, required=required)
-        for r in reports:
-            print(f"{r.gate} [{r.profile}]: {r.label()} — {r.reason}")
+        for line in result_lines(reports):
+            print(line)
         print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
         return node.end(exit_code(reports, required))
     finally:
@@ -234,6 +236,21 @@ def history_runs(root: Path, cache_root: Path, stack: str, gate: str | None, pro
             f"--baseline history: {db} holds no accepted run of {what} on stack {stack} that is still in the project"
         )
     return tuple(out)
+
+
+def result_lines(reports) -> list[str]:
+    """One short line per gate, named as the operator types it (`nemo-rl`): `NAME [PROFILE]: LABEL — REASON`; a
+    reason an earlier gate already gave is not repeated (`same reason as fabric`)."""
+    from ..gates import registry
+
+    seen: dict[str, str] = {}
+    out = []
+    for r in reports:
+        name = registry.gate(r.gate).name
+        why = f"same reason as {seen[r.reason]}" if r.reason in seen else r.reason
+        seen.setdefault(r.reason, name)
+        out.append(f"{name} [{r.profile}]: {r.label()} — {why}")
+    return out
 
 
 def _plans(args, lock, root, opts, ga) -> int:

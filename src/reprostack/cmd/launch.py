@@ -101,9 +101,9 @@ def _launch_slurm(args, lock, root, opts) -> int:
     (script.parent / "logs").mkdir(parents=True, exist_ok=True)
     write_text_atomic(script, text, mode=0o755)
     print(f"{script}: sbatch script for gate {g.name}, {args.nodes} node(s), runtime {args.runtime}")
-    image = next((ln for ln in text.splitlines() if ln.startswith(("export IMAGE=", "export SQSH="))), None)
-    if image is not None:  # where the image comes from, said before anything is submitted
-        print(f"  image: {image.split('=', 1)[1]}")
+    where = slurm.image_from(text)
+    if where:
+        print(f"image: {where}")
     if not args.submit:
         return 0
     import time

@@ -13,10 +13,18 @@ HELP = (
 )
 
 
+ACTIONS = {
+    "check": "validate the lockfile (offline)",
+    "wheels": "resolve each wheel pin's files with pip; fill (default) or --check their sha256",
+    "images": "resolve each image pin's repo:tag to its manifest digest; fill (default) or --check it",
+}
+
+
 def add_arguments(p) -> None:
     p.add_argument(
         "action",
-        choices=["check", "wheels", "images"],
+        nargs="?",
+        choices=list(ACTIONS),
         help="check: validate the lockfile; wheels: resolve each wheel pin's files with pip and write "
         "their sha256 into the lock (only the `files:` blocks change); images: resolve each image "
         "pin's repo:tag to its manifest digest (registry API v2) and write it (only `digest:` lines)",
@@ -30,6 +38,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    if args.action is None:  # `reprostack lock` alone: the actions, not argparse's "arguments are required"
+        from ..errors import ReprostackError
+
+        raise ReprostackError(
+            "lock: name an action: " + "; ".join(f"`lock {a}`: {what}" for a, what in ACTIONS.items())
+        )
     desc = {
         "wheels": "resolve wheel pins with pip; fill (default) or --check their files",
         "images": "resolve image pins' repo:tag to the registry's manifest digest; fill (default) or --check "

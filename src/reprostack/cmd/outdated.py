@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..bump.outdated import outdated, table, to_json, write_json
+    from ..bump.outdated import error_line, outdated, plain, table, to_json, write_json
 
     lock, _ = load_lock(args)
     opts = fetch_options(args)
@@ -30,11 +30,16 @@ def run(args) -> int:
     if args.json:
         print(to_json(rows), end="")
     else:
-        from rich.console import Console
+        from .. import ui
 
-        Console().print(table(rows))
+        if ui.live_display():
+            from rich.console import Console
+
+            Console().print(table(rows))
+        else:  # off a terminal (a pipe, CI, NO_COLOR): plain text, every cell whole
+            print(plain(rows), end="")
         for r in rows:  # in full: a table cell would cut them
             if r.error:
-                print(f"{r.pin}: error: {r.error}", file=sys.stderr)
+                print(error_line(r), file=sys.stderr)
         print(f"json: {out.resolve()}")
     return 2 if any(r.error for r in rows) else 0

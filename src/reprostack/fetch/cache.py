@@ -6,8 +6,9 @@ Layout under the cache root (default `paths.cache_dir()`):
     git/<key>.lock                flock'ed while anything writes git/<key>.git (fetch + verify + marker)
     verified/<key>/<rev>.json     marker: commit <rev> was verified complete (records its tree, and
                                   whether its first parent's tree is present too, for cherry-picks)
-    trees/<name>-<tree>/          a verified (patched) source tree (reprostack.sources)
-    locks/trees/<name>-<tree>.lock  flock'ed while that tree is checked, reused, removed or made
+    trees/<key>/                  a verified (patched) source tree (reprostack.sources.tree_key: <name>-<tree>, and
+                                  the series key after a patched tree's)
+    locks/trees/<key>.lock        flock'ed while that tree is checked, reused, removed or made
     tmp/<prefix>XXXX/             scratch space for bundle imports and wheel downloads (same filesystem as
                                   the repos), each folder held by an flock on its `.owner` file
 

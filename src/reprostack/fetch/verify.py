@@ -38,7 +38,7 @@ class Wanted:
 
     @property
     def commits(self) -> tuple[str, ...]:
-        return (self.rev, *self.cherry_picks)
+        return tuple(dict.fromkeys((self.rev, *self.cherry_picks)))  # each once: update-ref refuses a ref twice
 
     def object_names(self) -> list[str]:
         """Rev expressions that must resolve for this repository to be usable."""

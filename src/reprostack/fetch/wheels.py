@@ -42,9 +42,20 @@ class LocalWheel:
     path: Path
 
 
-def wheelhouses_from_env() -> list[Path]:
-    """Folders named by $REPROSTACK_WHEELHOUSE (os.pathsep-separated)."""
-    return [Path(p) for p in os.environ.get(WHEELHOUSE_ENV, "").split(os.pathsep) if p]
+def wheelhouses_from_env(environ=None) -> list[Path]:
+    """Folders named by $REPROSTACK_WHEELHOUSE (os.pathsep-separated, as the device scripts set it: `A:B`). Every
+    reader of the variable takes this list (pip gets one `--find-links` per folder: pip_find_links)."""
+    env = os.environ if environ is None else environ
+    return [Path(p) for p in env.get(WHEELHOUSE_ENV, "").split(os.pathsep) if p]
+
+
+def pip_find_links(folders) -> list[str]:
+    """pip's arguments to install from `folders` alone: `--no-index --find-links A --find-links B` (one flag per
+    folder: pip reads `A:B` as one path that does not exist and ignores it); [] without a folder."""
+    out: list[str] = []
+    for f in folders:
+        out += ["--find-links", str(f)]
+    return ["--no-index", *out] if out else []
 
 
 def _entries(pin) -> list[tuple[str, str, str, str]]:

@@ -4,7 +4,7 @@ AIPerf 0.10.0 needs ~130 packages (transformers, datasets, pandas, pyarrow, matp
 `rich~=14.1` against our `rich==15.0.0`, so it never shares reprostack's environment: `ensure_aiperf` builds
 `<cache>/tools/aiperf-<version>-<sha12>-py<X.Y>/` once (the wheel downloaded with `pip download --no-deps`,
 its sha256 checked against `upstreams.lock`, then installed with `gates/aiperf-constraints.txt` as pip
-constraints) and marks it verified; later calls reuse it. `REPROSTACK_WHEELHOUSE` makes pip use only that folder.
+constraints) and marks it verified; later calls reuse it. `REPROSTACK_WHEELHOUSE` (folders joined by `:`) makes pip use only those folders.
 In a gate image (containers/gate-selftest) the venv is built into the image from the lock's `aiperf-wheels` set and
 named by `REPROSTACK_AIPERF_VENV`: it is then used as is (its marker must name a wheel sha256 the lock pins) and
 never built or changed; a venv there without that marker is one GateError line.
@@ -65,8 +65,9 @@ def _pin(lock: Lock) -> WheelPin:
 
 
 def _pip(python: Path, args: list[str], log: Path) -> None:
-    wheelhouse = os.environ.get("REPROSTACK_WHEELHOUSE")
-    extra = ["--no-index", "--find-links", wheelhouse] if wheelhouse else []
+    from ..fetch.wheels import pip_find_links, wheelhouses_from_env
+
+    extra = pip_find_links(wheelhouses_from_env())  # each folder of $REPROSTACK_WHEELHOUSE (A:B), pip's only source
     cmd = [str(python), "-m", "pip", *args, *extra]
     with open(log, "ab") as f:
         f.write(("$ " + " ".join(cmd) + "\n").encode())

@@ -449,17 +449,25 @@ class Gate:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, f"{st.opts.run_id or '-'}\n")
 
-    def serve_until_done(self, st: RunState, argv: list[str], env: dict, cwd: str, log: Path, timeout_s: float):
+    def serve_until_done(
+        self, st: RunState, argv: list[str], env: dict, cwd: str, log: Path, timeout_s: float, watch=None
+    ):
         """A worker's command that serves (no end of its own: an engine's worker, `ray start --block`): run it until
-        the reporter's done mark of this run, its own exit or `timeout_s`. Returns (ok, what happened)."""
+        the reporter's done mark of this run, its own exit or `timeout_s`. `watch(pids)`, when given, is called with
+        the server's processes every few seconds and once before it is stopped (the one-NCCL check reads their maps
+        while they run). Returns (ok, what happened)."""
         from ..launch.server import ServerProcess
 
         mark = st.out_dir / st.outputs.leader_done()
         mine = st.opts.run_id or "-"
         server = ServerProcess(argv, env=env, cwd=cwd, log_path=log)
         deadline = time.monotonic() + timeout_s
+        looked = 0.0
         try:
             while server.alive() and time.monotonic() < deadline:
+                if watch is not None and time.monotonic() - looked >= 5.0:
+                    watch(server.pids())
+                    looked = time.monotonic()
                 try:
                     if mark.read_text().split() == [mine]:
                         break
@@ -467,6 +475,8 @@ class Gate:
                     pass
                 time.sleep(0.5)
         finally:
+            if watch is not None and server.alive():
+                watch(server.pids())
             before = server.stop()
         if before is None and time.monotonic() < deadline:
             return True, f"served until node {st.outputs.reporter} was done (then stopped)"

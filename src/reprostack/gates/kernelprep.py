@@ -134,13 +134,13 @@ def setup_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
     or built here (build_kernels). Raises BuildError / ReprostackError."""
     if pre is not None:
         prov["kernels"], prov["kernels_from"] = pre.kernels_provenance(), pre.provenance()
-        lib = pre.path_of("nccl", "lib")
+        lib, sha = pre.nccl_file()  # the folder and bytes the gate trusts come from the hashed file
         return Kernels(
             runtime.prebuilt_env(),
-            lib,
+            lib.parent,
             pre.components["nccl"]["nccl_version"],
             ctx.cache_root / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
-            accept_sha256=pre.file_sha256("nccl", lib / "libnccl.so.2"),
+            accept_sha256=sha,
         )
     tc, nccl, deepep = build_kernels(opts, ctx, trees, prov, timings)
     return Kernels(

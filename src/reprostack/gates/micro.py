@@ -2,8 +2,10 @@
 
 The gate passes only on measured evidence: a complete phase table for every rank and every bar of
 the profile met, with exactly one NCCL (the pinned one) in each measuring process (judged on the record each rank
-of the trials driver prints after its trials: /proc/self/maps and ncclGetVersion; no separate check process,
-issue 17; anything else is ERROR naming the rank), on a profile whose bars were
+of the trials driver prints after its trials: every libnccl mapping of /proc/self/maps, a deleted one too, read by
+launch.procmaps, and ncclGetVersion; no separate check process, issue 17; anything else is ERROR naming the rank, the
+file, its version and how it got there), with nothing in the test's environment loading another NCCL first (a
+preflight before the builds and again before the test: LD_PRELOAD, LD_LIBRARY_PATH; issue 29), on a profile whose bars were
 measured (`bars-status: unmeasured` -> FAIL with every number reported). No GPU, or no profile that fits
 the host -> SKIP with the reason (after sources were fetched, patched and verified, which needs no GPU). A crash or timeout ->
 ERROR with the classified failure and the raw log. Optional runs (gates.arms): the dense comparison arm
@@ -36,12 +38,13 @@ a missing or mismatching manifest is one error line before anything ran, never a
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from .. import ui
 from ..errors import ReprostackError
-from ..kernels import jit, runtime
+from ..kernels import jit, ncclwheel, runtime
 from ..launch import plan as lp
 from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
@@ -278,6 +281,10 @@ class MicroGate(Gate):
         manifest = jit.manifest_for(st.ctx.root, profile.name)  # a bad one: one line, exit 2, before any build
         run_dir = st.out_dir / self.stem
         run_dir.mkdir(parents=True, exist_ok=True)
+        try:  # before the builds: an NCCL of another release that the environment would load first
+            runtime.refuse(runtime.shadows_by_version({**os.environ, **spec.env, **profile.env}, pinned_version(st)))
+        except ReprostackError as e:
+            return st.error(f"one-NCCL preflight: {e}")
         try:
             if st.standin is not None:  # no kernels: a stand-in library the replayed ranks map (gates.standin)
                 kern = stand_in_kernels(st.ctx.lock, st.out_dir / self.stem)
@@ -286,6 +293,10 @@ class MicroGate(Gate):
         except ReprostackError as e:
             return st.error(f"setup: {e}")
         env = {**kern.env, **spec.env, **profile.env, "EP_JIT_CACHE_DIR": str(kern.jit_dir)}
+        try:  # before the test: nothing in its environment may load another NCCL first (LD_PRELOAD, LD_LIBRARY_PATH)
+            runtime.preflight(env, kern.nccl_lib, kern.nccl_version, accept_sha256=kern.accept_sha256)
+        except ReprostackError as e:
+            return st.error(f"one-NCCL preflight: {e}")
         jit_ctx, st.data["jit"] = jit_prewarm(manifest, kern, env, trees["deepep"].tree, st.timings, st.opts.jobs)
         st.scratch.update(kern=kern, env=env, jit_ctx=jit_ctx, run_dir=run_dir)
         return None
@@ -422,6 +433,13 @@ class MicroGate(Gate):
         )
         st.data["failure"] = fc.to_dict()
         why = f"{fc.kind}: {fc.detail} ({fc.first_line})"
+        kern = st.scratch["kern"]
+        hint = runtime.older_nccl_hint(text, kern.nccl_version)
+        if hint:  # an ImportError on an nccl symbol: say which NCCL the environment loads first
+            found = runtime.shadows(
+                st.scratch["env"], kern.nccl_lib, kern.nccl_version, accept_sha256=kern.accept_sha256
+            )
+            why += " " + hint.strip() + (": " + "; ".join(found[:2]) if found else "")
         if all(p.complete for p in tp.deepep):  # every table complete: what is wrong is in the driver's markers
             why = "trials driver's markers: " + "; ".join(tp.problems[:3])
         result, reason = decide([], ran_ok=False, failure_reason=why)
@@ -507,6 +525,11 @@ class MicroGate(Gate):
         )
 
 
+def pinned_version(st: RunState) -> str | None:
+    """The NCCL release the run's lock pins (kernels.ncclwheel.pinned_version; None: an unreleased rev)."""
+    return ncclwheel.pinned_version(st.ctx.lock)
+
+
 def test_ep_launch(
     profile: Profile,
     python: str,
@@ -574,7 +597,7 @@ def one_nccl_of_ranks(
         if "error" in r:
             raise BuildError(f"rank {r['rank']}: reading its NCCL failed: {str(r['error'])[:300]}")
         try:
-            runtime.judge_one_nccl(r, kern.nccl_lib, accept_sha256=kern.accept_sha256)
+            runtime.judge_one_nccl(r, kern.nccl_lib, accept_sha256=kern.accept_sha256, pinned_version=kern.nccl_version)
         except BuildError as e:
             raise BuildError(f"rank {r['rank']}: {e}") from None
         if not isinstance(r.get("runtime"), str) or len(r["runtime"]) > 40:

@@ -34,6 +34,7 @@ GATES: tuple[Gate, ...] = (
 BY_NAME: dict[str, Gate] = {g.name: g for g in GATES}
 BY_STEM: dict[str, Gate] = {g.stem: g for g in GATES}
 GATE_ORDER: tuple[str, ...] = tuple(BY_NAME)
+GATE_STEMS: tuple[str, ...] = tuple(BY_STEM)  # also accepted where a gate is named (a report's `nemo_rl`)
 for _i, _g in enumerate(GATES):  # what a spec's `requires:` may name: the gates before it
     _g.earlier = GATE_ORDER[:_i]
 

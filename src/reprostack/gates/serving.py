@@ -14,6 +14,13 @@ the errors and completed-requests checks then cover every run. Default: DEFAULT_
 profile, where one run (`--trials 1`) is INCONCLUSIVE on its bar, never PASS; one run on the local-test profile
 (the stand-in server's PASS is never evidence anyway).
 
+One NCCL (issue 29): a server's environment that would load an NCCL of another release than the lock's first
+(LD_PRELOAD, LD_LIBRARY_PATH) is refused before it starts; while it serves, every process of its run (the process
+group, the leader's descendants, the cookie's carriers: launch.server) has its /proc/<pid>/maps read (launch.procmaps)
+once it answers (before any request), after each cell and before it stops: each maps exactly one NCCL, not deleted,
+of the lock's release, all the same file, and a GPU profile's server maps one; else the arm is an ERROR naming the
+process, the file, its version and how it got there.
+
 The run executes its own launch plan (ServingGate.plan_parts with this host's paths and the port it chose): each
 arm's server command for this node, with that arm's env.
 
@@ -37,8 +44,9 @@ from pathlib import Path
 
 from .. import ui
 from ..errors import GateError, ReprostackError
+from ..kernels import ncclwheel, runtime
 from ..launch import plan as lp
-from ..launch import torchrun
+from ..launch import procmaps, torchrun
 from ..launch.server import ServerProcess
 from ..report import (
     Check,
@@ -81,6 +89,7 @@ class ArmRun:
     skipped: str | None = None  # why the arm is SKIP (the engine did not engage its backend), else None
     transport: dict | None = None
     transport_check: Check | None = None
+    nccl: dict = field(default_factory=dict)  # {pid: procmaps record} of the server's processes, read while it ran
 
 
 def _variables(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: GateOptions, paths: Paths, node, port):
@@ -324,19 +333,25 @@ class ServingGate(Gate):
         cmd = next(c for c in plan.commands if c.node == 0)
         log = st.rank_log(f"server.{arm.name}")  # the output contract: one log per node, node 0 reads them all
         run.logs = [log]
+        env = {**os.environ, **dict(plan.env)}
+        shadow = _nccl_shadows(st, env)
+        if shadow:  # before the server starts: its environment would load another NCCL first
+            run.error = f"one-NCCL preflight: {shadow}"
+            return run
         try:
-            server = ServerProcess(
-                list(cmd.argv), env={**os.environ, **dict(plan.env)}, cwd=str(st.ctx.root), log_path=log
-            )
+            server = ServerProcess(list(cmd.argv), env=env, cwd=str(st.ctx.root), log_path=log)
         except OSError as e:
             run.error = f"server command could not start: {cmd.argv[0]}: {e.strerror or e}"
             return run
         try:
             self._serve_cells(st, run, server, f"http://127.0.0.1:{st.scratch['paths'].server_port}")
         finally:
+            runtime.merge_samples(run.nccl, procmaps.sample(server.pids()))  # what it mapped at the end
             run.server_exit = server.stop()
         if run.server_exit is not None and run.error is None:
             run.error = f"server exited {run.server_exit} during the sweep"
+        if run.error is None:
+            run.error = _nccl_error(st, run.nccl, f"server of arm {arm.name}")
         if profile.nodes > 1:
             run.logs = [p for p in st.rank_logs(f"server.{arm.name}") if p.is_file()]
         text = "\n".join(p.read_text(errors="replace") for p in run.logs if p.is_file())
@@ -374,6 +389,10 @@ class ServingGate(Gate):
                 f"server not ready at {url}{spec.probe['path']} after {pr.seconds} s ({pr.attempts} probes): {pr.last}"
             )
             return
+        runtime.merge_samples(run.nccl, procmaps.sample(server.pids()))  # every rank of the server, once ready
+        run.error = _nccl_error(st, run.nccl, f"server of arm {arm.name}", need=False)  # before any request
+        if run.error:
+            return
         run.skipped = not_engaged(profile, arm, server.log_path)
         if run.skipped:
             return
@@ -401,6 +420,7 @@ class ServingGate(Gate):
                 )
                 s.outcome = res.status
             run.cells.append(res)
+            runtime.merge_samples(run.nccl, procmaps.sample(server.pids()))
             if res.status != "ok":
                 dead = "" if server.alive() else f"; server exited {server.returncode}"
                 run.error = f"cell {cell.name}: {res.detail}{dead}"
@@ -483,8 +503,22 @@ class ServingGate(Gate):
         node = st.opts.node_rank
         cmd = next(c for c in plan.commands if str(c.node) == str(node))
         log = st.rank_log(f"server.{plan.name}")
-        env = {**os.environ, **dict(plan.env)}
-        ok, what = self.serve_until_done(st, list(cmd.argv), env, str(st.ctx.root), log, st.spec.timeout_s)
+        env, seen = {**os.environ, **dict(plan.env)}, {}
+        shadow = _nccl_shadows(st, env)
+        if shadow:  # before the server starts: its environment would load another NCCL first
+            return self.worker_done(st, f"one-NCCL preflight (nothing was started): {shadow}", False, [])
+        ok, what = self.serve_until_done(
+            st,
+            list(cmd.argv),
+            env,
+            str(st.ctx.root),
+            log,
+            st.spec.timeout_s,
+            watch=lambda pids: runtime.merge_samples(seen, procmaps.sample(pids)),
+        )
+        bad = _nccl_error(st, seen, f"worker node {node}'s server")
+        if bad:
+            return self.worker_done(st, f"served arm {plan.name}: {what}; {bad}", False, [log])
         return self.worker_done(st, f"served arm {plan.name}: {what}", ok, [log])
 
 
@@ -587,6 +621,29 @@ def _rederive_backend(got, doc: dict, folder: Path, spec: dict | None, prof: dic
         got.values[f"{arm}.backend.{r.name}"] = nodes * gpus - len(r.missing_ranks) if r.scope == "all" else r.total
     for f in rep.forbidden:
         got.values[f"{arm}.backend.forbidden.{f.name}"] = f.total
+
+
+def _nccl_shadows(st: RunState, env: dict) -> str | None:
+    """What in a server's environment would load an NCCL of another version than the lock's first (LD_PRELOAD,
+    LD_LIBRARY_PATH: launch.procmaps.shadows), in one line; None when nothing would."""
+    found = runtime.shadows_by_version(env, ncclwheel.pinned_version(st.ctx.lock))
+    return "; ".join(found[:4]) + ": unset it or point it at the pinned NCCL" if found else None
+
+
+def _nccl_error(st: RunState, samples: dict, what: str, *, need: bool = True) -> str | None:
+    """The one-NCCL check of a server's processes (kernels.runtime.judge_processes against the lock's NCCL version;
+    with `need`, a GPU profile's server must have been seen mapping it), as an arm error; None when it holds."""
+    try:
+        one = runtime.judge_processes(
+            samples,
+            what,
+            pinned_version=ncclwheel.pinned_version(st.ctx.lock),
+            need_nccl=need and st.profile.needs_gpu,
+        )
+    except ReprostackError as e:
+        return f"one-NCCL check: {e}"
+    st.data.setdefault("nccl", {})[what] = one
+    return None
 
 
 def _checks(spec: ServingSpec, profile: ServingProfile, runs: list[ArmRun]) -> list[Check]:

@@ -11,6 +11,8 @@ Faults, for the gate's FAIL and ERROR paths (request numbers count generation re
 - `--fail-every N`: every Nth request is answered HTTP 500 with an OpenAI error body;
 - `--stall-at N`: request N stops after its first token and never finishes (the client must time out);
 - `--die-after N`: the process exits (code 70, no reply) when request N arrives;
+- `--load LIB` (repeatable): the shared library is mapped at start-up (ctypes), as an engine maps its NCCL, so the
+  gate's one-NCCL check of the server's processes has something to read;
 - `--log-line TEXT` (repeatable): printed to stdout at start-up, before serving (used to stand in for an
   engine's start-up log in the local-test profile; these lines prove nothing about DeepEP); a line holding
   `{rank}` is printed once per rank 0..`--ranks`-1 (`{ranks}` becomes the count).
@@ -182,11 +184,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-line", action="append", default=[])
     p.add_argument("--ranks", type=int, default=1, help="a --log-line holding {rank} is printed once per rank")
     p.add_argument("--access-log", action="store_true")
+    p.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        help="a shared library to map at start-up (ctypes), as an engine maps its NCCL: the gate reads the maps",
+    )
     return p
 
 
 def serve(args) -> None:
-    """Bind, print the start-up lines, write --port-file, serve until killed."""
+    """Map --load's libraries, bind, print the start-up lines, write --port-file, serve until killed."""
+    import ctypes
+
+    loaded = [ctypes.CDLL(lib) for lib in args.load]  # kept mapped while it serves  # noqa: F841
     handler = type("BoundHandler", (Handler,), {"state": _State(args)})
     httpd = ThreadingHTTPServer((args.host, args.port), handler)
     httpd.daemon_threads = True

@@ -13,6 +13,10 @@ still reported and stand on their own. In container mode (`--kernels-manifest`, 
 Megatron-LM tree and the kernels are the image's, checked against the lock (gates.kernelprep.source_trees): nothing
 fetched or built.
 
+One NCCL (issue 29): besides the check process after the kernel setup, each arm's ranks are read while they run (the
+watchdog hands the run's pids to launch.procmaps every second): every process that maps NCCL maps only the pinned
+build, none deleted since; an arm's environment that would load another NCCL first is refused before it starts.
+
 The run executes its own launch plan (MegatronGate.plan_parts with this host's paths): each arm's torchrun command
 for this node, with that arm's env.
 """
@@ -26,16 +30,16 @@ from pathlib import Path
 
 from .. import ui
 from ..errors import ReprostackError
-from ..kernels import runtime
+from ..kernels import ncclwheel, runtime
 from ..launch import plan as lp
-from ..launch import torchrun
+from ..launch import procmaps, torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
 from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import provenance, setup_kernels, source_trees
 from .options import GateOptions
-from .parsers.failure import classify_failure
+from .parsers.failure import FailureClass, classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
 from .parsers.transport import parse_transport
 from .training_spec import TrainingSpec, load_training_spec
@@ -184,9 +188,14 @@ class MegatronGate(Gate):
     def _kernels(self, st: RunState) -> dict:
         """Build NCCL + DeepEP (cached), or take the image's (container mode), and return the environment with
         exactly one NCCL. Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
+        early = {**os.environ, **st.spec.env, **st.profile.env}  # before the builds: another release loaded first
+        runtime.refuse(runtime.shadows_by_version(early, ncclwheel.pinned_version(st.ctx.lock)))
         kern = setup_kernels(st.opts, st.ctx, st.scratch["trees"], st.prov, st.timings, st.scratch["pre"])
+        st.scratch["kern"] = kern
         env = dict(kern.env)
-        one = runtime.check_one_nccl(st.opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256)
+        one = runtime.check_one_nccl(
+            st.opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256, pinned_version=kern.nccl_version
+        )
         st.data["nccl"] = {
             "runtime": one["runtime"],
             "mapped": one["mapped"],
@@ -214,7 +223,11 @@ class MegatronGate(Gate):
             ran.append((plan, self._launch_arm(st, plan)))
             st.timed(f"{name}_s", t)
         if not st.reporter:  # a worker: its ranks of every arm ran; node 0 parses every node's logs
-            bad = [f"{p.name} exit {o.returncode}" for p, (o, _, _) in ran if o.returncode != 0 or o.timed_out]
+            bad = [
+                blocked.detail if o is None else f"{p.name} exit {o.returncode}"
+                for p, (o, _, _, _, blocked) in ran
+                if o is None or o.returncode != 0 or o.timed_out
+            ]
             what = f"ran its ranks of arm(s) {', '.join(p.name for p, _ in ran) or 'none'}"
             return self.worker_done(
                 st, what + (f" ({'; '.join(bad)})" if bad else ""), not bad, [st.rank_log(p.name) for p, _ in ran]
@@ -234,7 +247,9 @@ class MegatronGate(Gate):
             if "failure" in res:
                 fc = res["failure"]
                 entry["failure"] = fc.to_dict()
-                failures.append(f"{name} arm: {fc.kind}: {fc.detail} ({fc.first_line})")
+                failures.append(
+                    f"{name} arm: {fc.kind}: {fc.detail}" + (f" ({fc.first_line})" if fc.first_line else "")
+                )
                 continue
             results[name] = res
             checks += arm_checks(spec, profile, name, res["parse"], entry, st.data.get("nccl"))
@@ -251,29 +266,54 @@ class MegatronGate(Gate):
         cmd = next(c for c in plan.commands if str(c.node) == str(opts.node_rank))
         env = {**st.scratch["base_env"], **dict(plan.env), **dict(cmd.env)}
         log = st.rank_log(plan.name)  # the output contract: one log per node, node 0 reads them all
+        kern, seen = st.scratch.get("kern"), {}
+        if kern is not None:  # the arm's own environment too (its spec env may add loader variables)
+            found = runtime.shadows(env, kern.nccl_lib, kern.nccl_version, accept_sha256=kern.accept_sha256)
+            if found:
+                why = "one-NCCL preflight (nothing was started): " + "; ".join(found[:4])
+                return None, cmd, env, seen, FailureClass("one_nccl", None, why)
         with ui.step(f"{spec.gate} {plan.name} [{profile.name}]", log=log):
             outcome = run_with_watchdog(
-                list(cmd.argv), env=env, cwd=str(st.out_dir), log_path=log, timeout_s=st.timeout_s, echo=False
+                list(cmd.argv),
+                env=env,
+                cwd=str(st.out_dir),
+                log_path=log,
+                timeout_s=st.timeout_s,
+                echo=False,
+                watch=lambda pids: runtime.merge_samples(seen, procmaps.sample(pids)),
             )
-        return outcome, cmd, env
+        return outcome, cmd, env, seen, None
 
-    def _parse_arm(self, st: RunState, plan: lp.ArmPlan, outcome, cmd, env) -> dict:
+    def _parse_arm(self, st: RunState, plan: lp.ArmPlan, outcome, cmd, env, seen, blocked) -> dict:
         """Every node's log of one arm, parsed. Returns {"parse", "outcome", "failure"?, "log", "command", "env"}."""
-        spec, profile = st.spec, st.profile
-        logs = [p for p in st.rank_logs(plan.name) if p.is_file()]
-        text = "\n".join(p.read_text(errors="replace") for p in logs)
-        parsed = parse_megatron(text, expected_steps=spec.steps)
-        st.artifacts.extend(artifact_for(p, relative_to=st.out_dir) for p in logs)
+        spec, profile, kern = st.spec, st.profile, st.scratch.get("kern")
         keys = {*spec.env, *profile.env, *spec.arms[plan.name].env, "PYTHONPATH"}
         res = {
-            "parse": parsed,
-            "outcome": outcome,
             "command": list(cmd.argv),
             "log": st.rank_log(plan.name).name,
             "env": {k: env[k] for k in sorted(keys) if k in env},
         }
+        if blocked is not None:  # the one-NCCL preflight stopped it before it started
+            res.update(parse=parse_megatron("", expected_steps=spec.steps), outcome=None, failure=blocked)
+            return res
+        logs = [p for p in st.rank_logs(plan.name) if p.is_file()]
+        text = "\n".join(p.read_text(errors="replace") for p in logs)
+        parsed = parse_megatron(text, expected_steps=spec.steps)
+        st.artifacts.extend(artifact_for(p, relative_to=st.out_dir) for p in logs)
+        res.update(parse=parsed, outcome=outcome)
         if not parsed.complete:
             res["failure"] = classify_failure(text, outcome.returncode, outcome.timed_out)
+        elif kern is not None:  # every rank's maps, read while it ran: the pinned NCCL only (fail closed)
+            try:
+                res["nccl_ranks"] = runtime.judge_processes(
+                    seen,
+                    f"arm {plan.name}'s ranks",
+                    nccl_lib=kern.nccl_lib,
+                    accept_sha256=kern.accept_sha256,
+                    pinned_version=kern.nccl_version,
+                )
+            except ReprostackError as e:
+                res["failure"] = FailureClass("one_nccl", None, f"one-NCCL check of the ranks: {e}")
         return res
 
     @staticmethod
@@ -282,8 +322,8 @@ class MegatronGate(Gate):
             "command": res["command"],
             "log": res["log"],
             "env": res["env"],
-            "returncode": res["outcome"].returncode,
-            "timed_out": res["outcome"].timed_out,
+            "returncode": res["outcome"].returncode if res["outcome"] else None,
+            "timed_out": res["outcome"].timed_out if res["outcome"] else False,
             "transport_evidence": transport_evidence(res["parse"], st.host),
             "parse": res["parse"].to_dict(),
         }

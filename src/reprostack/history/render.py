@@ -30,11 +30,10 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain fixed-width table (two spaces between columns)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines)
+    """A plain fixed-width table (two spaces between columns): ui.plain_table."""
+    from ..ui import plain_table
+
+    return plain_table(headers, rows)
 
 
 HEADERS = ["date", "lock", "result", "n", "mean", "95% interval", "host", "vs previous run"]

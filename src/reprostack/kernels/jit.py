@@ -18,8 +18,9 @@ Invariants:
   folders DeepEP never asks for: a miss costs the compile DeepEP would have done anyway, never a wrong kernel.
   `record` keeps only kernels whose folder name it reproduces, so what it writes hits on the same setup.
 - A manifest is untrusted input: it must match the schema and each code must have the exact shape DeepEP generates
-  (one `deep_ep/impls/<x>.cuh` include and one template instantiation with literal arguments, `CODE` below);
-  nothing else reaches nvcc. A bad manifest is one line naming the file and the field (ManifestError): duplicate
+  (one `deep_ep/impls/<x>.cuh` include and one template instantiation with literal arguments, `CODE` below), its
+  name must be a kernel DeepEP builds and match its code, and its include one of the known headers (`KERNELS`, read
+  from DeepEP's source at the pinned rev); nothing else reaches nvcc. A bad manifest is one line naming the file and the field (ManifestError): duplicate
   keys, nesting too deep, a field the schema's `$` lets end in a newline are refused too.
 - No prewarm when the test's environment (or the build's persisted deep_ep/envs.py) sets a variable that changes
   DeepEP's flags or cache layout (`FLAG_VARS`), or a path is not plain (DeepEP runs nvcc through /bin/sh): the
@@ -84,6 +85,27 @@ CODE = re.compile(
     r"\}\n"
 )
 NAME = re.compile(r"[a-z0-9_]{1,64}")
+# Every JIT kernel DeepEP V2 builds, from its source at the pinned rev b306af06 (csrc/kernels/elastic/*.hpp: each
+# `jit::compiler->build(NAME, code)` and the include and instantiated function its generate_impl writes, with the
+# number of template arguments of its format string; the patch series changes none of them): a manifest kernel's
+# name must be one of these and its code must include that kernel's header and instantiate that function with that
+# many arguments. A DeepEP bump that adds a kernel adds its line here (a manifest recorded from it is refused until).
+KERNELS: dict[str, tuple[tuple[str, str, int], ...]] = {
+    "barrier": (("barrier", "barrier_impl", 6),),
+    "combine": (("combine", "combine_impl", 12), ("hybrid_combine", "hybrid_combine_impl", 13)),
+    "combine_reduce_epilogue": (("combine_reduce_epilogue", "combine_reduce_epilogue_impl", 10),),
+    "dispatch_deterministic_prologue": (
+        ("dispatch_deterministic_prologue", "dispatch_deterministic_prologue_impl", 6),
+    ),
+    "dispatch": (("dispatch", "dispatch_impl", 15), ("hybrid_dispatch", "hybrid_dispatch_impl", 16)),
+    "dispatch_copy_epilogue": (("dispatch_copy_epilogue", "dispatch_copy_epilogue_impl", 12),),
+    "engram_fetch": (("engram_fetch", "engram_fetch_impl", 5),),
+    "engram_fetch_wait": (("engram_fetch", "engram_fetch_wait_impl", 2),),
+    "pp_send": (("pp_send_recv", "pp_send_impl", 4),),
+    "pp_recv": (("pp_send_recv", "pp_recv_impl", 4),),
+}
+INCLUDES = frozenset(h for forms in KERNELS.values() for h, _, _ in forms)  # the known set of impls headers
+_PARTS = re.compile(r"#include <deep_ep/impls/([a-z0-9_]+)\.cuh>.*&([a-z0-9_]+)<([^>]*)>", re.S)
 FOLDER = re.compile(r"kernel\.([a-z0-9_]{1,64})\.([0-9a-f]{32})")
 PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+@%=:,-]*")
 _PERSISTED = re.compile(r"^persistent_envs\['([A-Z0-9_]+)'\] = '([^'\n\\]*)'$", re.M)
@@ -279,8 +301,28 @@ def load_manifest(path: Path) -> Manifest:
             raise ManifestError(f"{path}: kernels/{i}/name: {k['name'][:80]!r} does not match {NAME.pattern}")
         if not CODE.fullmatch(k["code"]):
             raise ManifestError(f"{path}: kernels/{i}/code: not the shape of a DeepEP JIT kernel (kernels.jit.CODE)")
+        why = kernel_problem(k["name"], k["code"])
+        if why:
+            raise ManifestError(f"{path}: kernels/{i}: {why}")
         kernels.append((k["name"], k["code"]))
     return Manifest(path, data["deepep_tree"], data["arch"], data["profile"], tuple(kernels))
+
+
+def kernel_problem(name: str, code: str) -> str | None:
+    """Why (name, code) is not a kernel DeepEP builds (KERNELS: the name, the header it includes, the function it
+    instantiates and its number of template arguments), or None. `code` has CODE's shape already."""
+    forms = KERNELS.get(name)
+    if forms is None:
+        return f"name {name[:80]!r} is not a JIT kernel DeepEP builds (known: {', '.join(sorted(KERNELS))})"
+    m = _PARTS.search(code)
+    header, func, args = m.group(1), m.group(2), len(m.group(3).split(", "))
+    if header not in INCLUDES:
+        return f"code includes deep_ep/impls/{header}.cuh, not one of the known headers ({', '.join(sorted(INCLUDES))})"
+    for h, f, n in forms:
+        if (header, func) == (h, f):
+            return None if args == n else f"code instantiates {func} with {args} template argument(s), DeepEP's has {n}"
+    want = " or ".join(f"deep_ep/impls/{h}.cuh and {f}" for h, f, _ in forms)
+    return f"name {name!r} does not match its code ({header}.cuh, {func}): kernel {name!r} is {want}"
 
 
 def manifest_for(root: Path, profile: str) -> Manifest | None:
@@ -432,7 +474,7 @@ def record(ctx: Context, *, deepep_tree: str, profile: str, source: str) -> tupl
         except (OSError, UnicodeDecodeError):
             counts["unreadable"] += 1
             continue
-        if not CODE.fullmatch(code):
+        if not CODE.fullmatch(code) or kernel_problem(kname, code):
             counts["other_shape"] += 1
         elif ctx.folder(kname, code).name != name:
             counts["not_reproduced"] += 1

@@ -60,6 +60,15 @@ def release_of(pin: GitPin) -> str | None:
     return m.group(1) if m and f"refs/tags/{pin.original}" in pin.fetch_refs else None
 
 
+def pinned_version(lock: Lock, source_pin: str = "nccl") -> str | None:
+    """The NCCL version the lock's (stack's) `source_pin` pins: its wheel's version, or the release its git pin is
+    fetched from (None: an unreleased rev)."""
+    pin = lock.upstreams.get(source_pin)
+    if isinstance(pin, WheelPin):
+        return pin.version
+    return release_of(pin) if isinstance(pin, GitPin) else None
+
+
 def needs_source(lock: Lock, source_pin: str) -> bool:
     """False when the lock's (stack's) `source_pin` is a wheel pin: NCCL from that wheel alone, no git tree."""
     return not isinstance(lock.upstreams.get(source_pin), WheelPin)

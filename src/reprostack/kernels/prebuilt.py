@@ -24,7 +24,10 @@ Invariants:
   series, or the tree without one) and, for kernels, with this checkout's recipe digest and the NCCL the
   gate needs; a component whose lock pin is a wheel (the selected stack's NCCL) must be of kind "wheel" and name
   the same wheel pin, one of its files with the lock's sha256, and its version (and a git pin is never matched
-  by a wheel component); every listed file must be a regular file whose sha256 is the recorded one. Any difference is one
+  by a wheel component); every listed file must be a regular file whose sha256 is the recorded one, and every path a
+  gate trusts is one of those hashed files or the folder of one (nccl: exactly one hashed libnccl file, its `lib`
+  that file's folder; deepep: `extension` hashed, `package` its folder): the NCCL folder a gate uses is derived from
+  the hashed file, never taken from a free field. Any difference is one
   PrebuiltError line: `MANIFEST: components.C.FIELD: the image has X, <where> has Y` and what to do;
 - nothing here fetches, builds or falls back to a host build: a caller that gets PrebuiltError reports it and
   has built nothing. The manifest's whole-lock sha256 may differ from the current lock (an image whose pins
@@ -88,8 +91,10 @@ class Prebuilt:
             pin=pin, path=Path(c["paths"]["src"]), tree=c["patched_tree"], patched=bool(pin.patches), reused=True
         )
 
-    def path_of(self, name: str, what: str) -> Path:
-        return Path(self.components[name]["paths"][what])
+    def nccl_file(self) -> tuple[Path, str]:
+        """(path, sha256) of the one hashed libnccl file of component nccl (`check` made sure there is exactly one):
+        the NCCL the gate loads and the folder it trusts come from it, never from a free `paths` field."""
+        return _nccl_file(self.path, self.components["nccl"])
 
     def file_sha256(self, name: str, path: Path) -> str | None:
         return self.components[name].get("files", {}).get(str(path))
@@ -184,6 +189,7 @@ def check(
             _check_wheel(path, lock, name, c, pin, rebuild)
             if hash_files:
                 _hash_files(path, name, c, rebuild)
+            _check_paths(path, name, c)
             comps[name] = c
             continue
         if not isinstance(pin, GitPin):
@@ -232,6 +238,7 @@ def check(
                 )
             if hash_files:
                 _hash_files(path, name, c, rebuild)
+        _check_paths(path, name, c)
         comps[name] = c
     if "nccl" in comps and "deepep" in comps:
         n, e = comps["nccl"]["nccl_version"], comps["deepep"]["nccl_version"]
@@ -249,6 +256,57 @@ def check(
         if floor and preflight.parse_version(n) < preflight.parse_version(floor):
             raise _mismatch(path, "nccl", "nccl_version", n, "kernels/deepep.yaml (nccl-floor)", f">= {floor}", rebuild)
     return Prebuilt(path, digest, d["image"], d["lock_sha256"], comps)
+
+
+def _nccl_file(path: Path, c: dict) -> tuple[Path, str]:
+    """(path, sha256) of the one hashed file of an NCCL component named libnccl.so*; PrebuiltError otherwise."""
+    libs = sorted((f, sha) for f, sha in c.get("files", {}).items() if _is_libnccl(f))
+    if len(libs) != 1:
+        raise PrebuiltError(
+            path,
+            None,
+            "components.nccl.files",
+            f"{len(libs)} hashed libnccl file(s) ({', '.join(f for f, _ in libs) or 'none'}): the NCCL the gate loads "
+            f"must be exactly one of the hashed files (rebuild the image)",
+        )
+    return Path(libs[0][0]), libs[0][1]
+
+
+def _is_libnccl(f: str) -> bool:
+    name = Path(f).name
+    return name == "libnccl.so" or name.startswith("libnccl.so.")
+
+
+def _check_paths(path: Path, name: str, c: dict) -> None:
+    """Every path of the manifest a gate trusts is a hashed file or the folder of one: nccl's `lib` is the folder of
+    its one hashed libnccl file; deepep's `extension` is a hashed file and `package` its folder. PrebuiltError naming
+    the field otherwise (a free field could point the gate at files nobody hashed)."""
+    paths, files = c.get("paths", {}), c.get("files", {})
+    if name == "nccl" and c["kind"] in ("kernel", "wheel"):
+        lib, _ = _nccl_file(path, c)
+        if "lib" in paths and Path(paths["lib"]) != lib.parent:
+            raise PrebuiltError(
+                path,
+                None,
+                "components.nccl.paths.lib",
+                f"{paths['lib']} is not the folder of the hashed {lib}: the folder the gate trusts comes from a "
+                f"hashed file (rebuild the image)",
+            )
+    if c["kind"] == "kernel" and "extension" in paths:
+        if paths["extension"] not in files:
+            raise PrebuiltError(
+                path,
+                None,
+                f"components.{name}.paths.extension",
+                f"{paths['extension']} is not one of the hashed files ({', '.join(sorted(files)) or 'none'})",
+            )
+        if "package" in paths and Path(paths["package"]) != Path(paths["extension"]).parent:
+            raise PrebuiltError(
+                path,
+                None,
+                f"components.{name}.paths.package",
+                f"{paths['package']} is not the folder of the hashed extension {paths['extension']}",
+            )
 
 
 def _hash_files(path: Path, name: str, c: dict, rebuild: str) -> None:

@@ -42,6 +42,11 @@ class ServerProcess:
         """True while the leader process runs."""
         return self.proc.poll() is None
 
+    def pids(self) -> list[int]:
+        """The live processes of the server's run (its group, the leader's descendants, the cookie's carriers):
+        whose /proc/<pid>/maps a gate reads while it serves (launch.procmaps.sample)."""
+        return run_pids(self.proc.pid if self.alive() else None, self.pgid, self.cookie)
+
     @property
     def returncode(self) -> int | None:
         return self.proc.poll()

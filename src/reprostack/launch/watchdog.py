@@ -202,6 +202,19 @@ def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: flo
     return sorted(seen), sigkill
 
 
+def _watch(proc, pgid: int, cookie: str, watch, every_s: float, stop: threading.Event, what: str) -> None:
+    """run_with_watchdog's `watch` loop: the run's live pids to `watch`, now and every `every_s` s until `stop`."""
+    while not stop.is_set() and proc.poll() is None:
+        try:
+            watch(run_pids(proc.pid, pgid, cookie))
+        except Exception as e:  # a watcher's bug must never cost the run
+            from .. import ui
+
+            ui.warn(f"watching {what}'s processes stopped: {type(e).__name__}: {e}")
+            return
+        stop.wait(every_s)
+
+
 def run_with_watchdog(
     argv: list[str],
     *,
@@ -214,6 +227,8 @@ def run_with_watchdog(
     on_line: Callable[[str], None] | None = None,
     append: bool = False,
     stamp: bool = False,
+    watch: Callable[[list[int]], None] | None = None,
+    watch_every_s: float = 1.0,
 ) -> RunOutcome:
     """Run `argv` under a time limit of `timeout_s` seconds; returns a RunOutcome, never raises on timeout.
 
@@ -229,6 +244,10 @@ def run_with_watchdog(
 
     append: add to log_path instead of truncating it (a build log with its own header); stamp: each line starts with
     the seconds since the start (`   12.3 `: where a build's time went).
+
+    watch: called in its own thread with the run's live pids (`run_pids`: the group, the leader's descendants, the
+    cookie's carriers) right after the start and every `watch_every_s` seconds while the leader runs (e.g. reading
+    each rank's /proc/<pid>/maps: launch.procmaps.sample). A callback that raises is dropped with one warning.
     """
     if echo is None:
         from .. import ui
@@ -278,6 +297,12 @@ def run_with_watchdog(
 
         reader = threading.Thread(target=pump, name=f"watchdog-log-{pgid}", daemon=True)
         reader.start()
+        watcher, stop_watch = None, threading.Event()
+        if watch is not None:
+            watcher = threading.Thread(
+                target=_watch, args=(proc, pgid, cookie, watch, watch_every_s, stop_watch, argv[0]), daemon=True
+            )
+            watcher.start()
         timed_out, killed, sigkill, note = False, [], False, None
         try:
             proc.wait(timeout=timeout_s)
@@ -287,9 +312,13 @@ def run_with_watchdog(
             how = f"SIGKILL after {grace_s:g} s" if sigkill else f"group gone within {grace_s:g} s, no SIGKILL"
             note = f"{WATCHDOG_TAG} timeout after {timeout_s:g} s: SIGTERM to pgid {pgid}, {how}"
         except BaseException:
+            stop_watch.set()
             kill_run(proc, pgid, cookie, min(grace_s, 2.0))
             raise
         duration = time.monotonic() - start
+        if watcher is not None:
+            stop_watch.set()
+            watcher.join()
         if not timed_out and run_pids(None, pgid, cookie):  # the leader was reaped: its pid may be reused
             killed, sigkill = kill_run(proc, pgid, cookie, grace_s)
             note = f"{WATCHDOG_TAG} {len(killed)} process(es) left in pgid {pgid} after exit: SIGTERM" + (

@@ -17,6 +17,7 @@ Invariants (checked here, relied on by every later stage):
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -372,7 +373,7 @@ def load(
     _check_refs(data, path, lines)
 
     want = stack or lockstacks.selected()
-    shared = _type_pins(data["upstreams"], path, root, lines)
+    shared = _type_pins(data["upstreams"], path, root, lines, strict=not allow_unfilled)
     stacks: dict[str, lockstacks.Stack] = {}
     chosen = None
     for sname in lockstacks.names(data):  # every stack validates, whichever is selected
@@ -382,7 +383,7 @@ def load(
         try:
             if mine:
                 validate({"lockfile-version": 1, "upstreams": mine}, eff_lines, schema, str(path), LockError)
-            typed = {**shared, **_type_pins(mine, path, root, eff_lines, others=shared)}
+            typed = {**shared, **_type_pins(mine, path, root, eff_lines, others=shared, strict=not allow_unfilled)}
         except LockError as e:
             raise lockstacks.relocate(e, str(path), sname, st.overrides) from None
         if sname == want:
@@ -400,7 +401,7 @@ def load(
     )
 
 
-def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | None = None) -> dict:
+def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | None = None, strict: bool = True) -> dict:
     """Typed pins of a schema-valid `upstreams` mapping (`others`: typed pins it may refer to by `installed-on`);
     LockError naming FILE:LINE."""
     upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}
@@ -408,14 +409,14 @@ def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | No
         if u["kind"] == "git":
             upstreams[name] = _git_pin(name, u, path, root, lines)
         elif u["kind"] == "wheelset":
-            _check_wheel_filenames(name, u, path, lines)
+            _check_wheel_filenames(name, u, path, lines, strict)
             upstreams[name] = _wheelset_pin(name, u, path, lines)
         elif u["kind"] == "image":
             upstreams[name] = ImagePin(
                 name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"), id=u.get("id")
             )
         else:
-            _check_wheel_filenames(name, u, path, lines)
+            _check_wheel_filenames(name, u, path, lines, strict)
             upstreams[name] = WheelPin(
                 name=u["name"],
                 version=str(u["version"]),
@@ -441,7 +442,63 @@ def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | No
                     _dotted(at),
                     f"differs from the target of {pin.installed_on!r} (python-version and platform-tags must match)",
                 )
+    for name, pin in upstreams.items():
+        if isinstance(pin, WheelsetPin):
+            _check_skew(name, pin, {**(others or {}), **upstreams}, path, lines)
     return upstreams
+
+
+_CUDA_BUILD = re.compile(r"-cu(?:da)?\d+x?$")  # nvidia-nccl-cu12, cupy-cuda12x: one library built for one CUDA
+
+
+def library_family(dist: str) -> str:
+    """A distribution's native library without its CUDA build suffix: nvidia-nccl-cu12 and nvidia-nccl-cu13 are both
+    `nvidia-nccl`; nvidia-cuda-runtime-cu12 and nvidia-cuda-runtime are both `nvidia-cuda-runtime`."""
+    return _CUDA_BUILD.sub("", canonical_name(dist))
+
+
+def _check_skew(name: str, pin: WheelsetPin, pins: dict, path: Path, lines: dict) -> None:
+    """A wheelset's files against the sets it is installed on (`installed-on`, its whole chain): none re-pins a
+    distribution a base pins at another version (installed on top with --no-deps, it would replace the base's torch),
+    and none adds a second family of a native library (another CUDA build: nvidia-nccl-cu12 next to the base's cu13
+    NCCL, a second CUDA runtime), nor does one set hold two of one family. LockError at the file's line."""
+    below: list[tuple[str, WheelsetFile]] = []
+    seen, cur = {name}, pin
+    while cur.installed_on and cur.installed_on not in seen and isinstance(pins.get(cur.installed_on), WheelsetPin):
+        seen.add(cur.installed_on)
+        cur = pins[cur.installed_on]
+        below += [(cur.name, f) for f in cur.files]
+    by_name = {f.name: (b, f) for b, f in below}
+    for i, f in enumerate(pin.files):
+        if f.name in by_name and by_name[f.name][1].version != f.version:
+            b, g = by_name[f.name]
+            at = ("upstreams", name, "files", i, "version")
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                f"{f.name}=={f.version} re-pins {g.name}=={g.version} of {b} (installed-on): installed on top of it "
+                f"this set would replace what {b} pins; keep the base's version (resolve again: `reprostack lock "
+                f"wheels {name}`) or move the base",
+            )
+    theirs = [(b, f) for b, f in below] + [(name, f) for f in pin.files]
+    for i, f in enumerate(pin.files):
+        fam = library_family(f.name)
+        other = next(
+            ((b, g) for b, g in theirs if g.name != f.name and library_family(g.name) == fam and g is not f), None
+        )
+        if other is not None:
+            b, g = other
+            at = ("upstreams", name, "files", i, "name")
+            where = "this set" if b == name else f"{b} (installed-on)"
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                f"{f.name}=={f.version} adds a second {fam} next to {g.name}=={g.version} of {where}: two CUDA builds "
+                f"of one native library end in one process (a second NCCL or CUDA runtime); pin the base's "
+                f"build only",
+            )
 
 
 def ref_problem(ref: str) -> str | None:
@@ -482,12 +539,34 @@ def _check_refs(data, path: Path, lines: dict) -> None:
     walk(data, ())
 
 
-def _check_wheel_filenames(name: str, u: dict, path: Path, lines: dict) -> None:
+def _check_wheel_filenames(name: str, u: dict, path: Path, lines: dict, strict: bool = True) -> None:
+    """Each file is a bare wheel filename; `strict` (every load but `lock wheels`' own, which refills them): of the
+    distribution and version the pin says (a wheel pin's `name`/`version`, a wheelset file's own fields), so a
+    `version:` moved by hand (a bump's tied wheel) without `lock wheels` never passes with the old release's files."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
     for i, f in enumerate(u.get("files", ())):
+        at = ("upstreams", name, "files", i, "filename")
         problem = wheel_filename_problem(f["filename"])
         if problem:
-            at = ("upstreams", name, "files", i, "filename")
             raise LockError(str(path), _line(lines, at), _dotted(at), problem)
+        if not strict:
+            continue
+        dist, version = (u["name"], u["version"]) if u.get("kind") == "wheel" else (f["name"], f["version"])
+        got_name, got_version, _, _ = parse_wheel_filename(f["filename"])
+        try:
+            same = canonicalize_name(got_name) == canonicalize_name(str(dist)) and got_version == Version(str(version))
+        except InvalidVersion:
+            same = False
+        if not same:
+            raise LockError(
+                str(path),
+                _line(lines, at),
+                _dotted(at),
+                f"{f['filename']} is {got_name} {got_version}, the pin says {dist} {version}: run `reprostack lock "
+                f"wheels {name}` (it resolves the files of the pinned version)",
+            )
 
 
 def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
@@ -519,6 +598,8 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
                 _dotted(at + ("sha256",)),
                 "only a patch file (mbox/diff) has a sha256; a cherry-pick is named by its commit id",
             )
+        if kind == "cherry-pick":
+            _check_pick(name, p[kind], u["rev"], [e for e in patches if e.kind == "cherry-pick"], at, path, lines)
         sha_at = at + ("sha256",) if "sha256" in p else at
         entry = PatchEntry(
             kind=kind,
@@ -565,6 +646,21 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
         patched_tree=u.get("patched-tree"),
         policy=Policy(**u["policy"]) if "policy" in u else None,
     )
+
+
+def _check_pick(name: str, value: str, rev: str, earlier: list, at: tuple, path: Path, lines: dict) -> None:
+    """A cherry-pick of the pinned rev itself (empty: the base holds it) or of a commit an earlier entry picks is
+    refused naming the pin and the entry (git's own words were `multiple updates for ref`, naming neither)."""
+    where = (str(path), _line(lines, at + ("cherry-pick",)), _dotted(at + ("cherry-pick",)))
+    if value.lower() == str(rev).lower():
+        raise LockError(
+            *where,
+            f"{value} is the pinned rev of {name} itself: the base already holds it, so this cherry-pick would be empty; "
+            f"drop the entry, or pin `rev` at its parent to apply it as a patch",
+        )
+    for e in earlier:
+        if e.value.lower() == value.lower():
+            raise LockError(*where, f"{value} is also picked by entry {e.label} of {name}: a commit is picked once")
 
 
 def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:

@@ -8,6 +8,7 @@ stacks:
     description: ...
     extends: campaign             # optional: start from another stack's pins and env (default: the shared pins)
     env: {NCCL_GIN_TYPE: "5"}     # the stack's env, over its parent's (gates put it over the gate spec's env)
+    env-why: {LD_LIBRARY_PATH: ...}  # a loader variable (LD_*) in env needs the reason it is there
     overrides:                    # pins of `upstreams:` this stack pins differently
       aws-ofi-nccl: {original: v1.21.1, rev: <40 hex>, tree: <40 hex>, fetch-refs: [refs/tags/v1.21.1]}
       nccl: {wheel: nccl-wheel-2-32}   # this stack's `nccl` IS that shared wheel pin: no git source for it
@@ -22,7 +23,10 @@ Invariants:
   problem names the override's own line and field (`stacks.S.overrides.P.rev`);
 - `extends` names another stack, never one of its own descendants (a cycle is an error at the `extends` line);
 - no `stacks:` section, or no `campaign` entry in it: the default stack still exists, with the shared pins;
-- an unknown stack name is an error naming the known ones.
+- an unknown stack name is an error naming the known ones;
+- a stack's env never sets a loader variable (LOADER: `LD_PRELOAD`, `LD_LIBRARY_PATH`, any `LD_*`, which decide what
+  every process of a gate loads, its NCCL first) unless the same stack's `env-why` gives the reason; an `env-why`
+  entry names a variable that stack's env sets.
 The selected stack: `--stack NAME` (cli), which sets $REPROSTACK_STACK for this process and its children
 (nox sessions, in-gate launches), else DEFAULT.
 """
@@ -37,6 +41,7 @@ from ..yamlsrc import dotted, line_of
 
 DEFAULT = "campaign"
 ENV = "REPROSTACK_STACK"
+LOADER_PREFIX = "LD_"  # the dynamic loader's variables (ld.so(8)): LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...
 _GIT_REV_CARRIES = ("kind", "url", "policy")  # what a git override that moves `rev` keeps of the shared pin
 
 
@@ -48,6 +53,7 @@ class Stack:
     description: str
     extends: str | None = None
     env: dict = field(default_factory=dict)
+    env_why: dict = field(default_factory=dict)  # loader variable -> why the lock sets it (the chain's, merged)
     overrides: tuple[str, ...] = ()  # names of the pins that differ from the shared `upstreams:`
     line: int | None = None  # line of `stacks.<name>` (None: the implicit default)
     wheel_of: dict = field(default_factory=dict)  # pin -> the shared wheel pin an override `{wheel: W}` made it
@@ -120,9 +126,12 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
     env: dict = {}
     overridden: list[str] = []
     wheel_of: dict = {}
+    env_why: dict = {}
     for s in chain(data, lines, path, name):
         entry = stacks.get(s) or {}
+        _check_loader_env(path, lines, s, entry)
         env.update(entry.get("env") or {})
+        env_why.update(entry.get("env-why") or {})
         for pin, ov in (entry.get("overrides") or {}).items():
             at = ("stacks", s, "overrides", pin)
             if pin not in ups:
@@ -151,11 +160,39 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
         description=desc,
         extends=entry.get("extends"),
         env=env,
+        env_why={k: v for k, v in env_why.items() if k in env},
         overrides=tuple(overridden),
         line=line_of(lines, ("stacks", name)) if name in stacks else None,
         wheel_of=wheel_of,
     )
     return ups, eff_lines, st
+
+
+def is_loader_var(name: str) -> bool:
+    """A variable the dynamic loader reads (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...)."""
+    return name.upper().startswith(LOADER_PREFIX)
+
+
+def _check_loader_env(path: str, lines: dict, name: str, entry: dict) -> None:
+    """LockError at `stacks.NAME.env.VAR` for a loader variable without `env-why.VAR`, and at `stacks.NAME.env-why.VAR`
+    for a reason about a variable that stack's env does not set."""
+    env, why = entry.get("env") or {}, entry.get("env-why") or {}
+    for k in env:
+        if is_loader_var(k) and k not in why:
+            at = ("stacks", name, "env", k)
+            raise LockError(
+                path,
+                line_of(lines, at) or line_of(lines, at[:3]),
+                dotted(at),
+                f"{k} is a loader variable: it decides which libraries (which NCCL) every process of a gate loads; "
+                f"a stack sets it only with its reason under `stacks.{name}.env-why.{k}`",
+            )
+    for k in why:
+        if k not in env:
+            at = ("stacks", name, "env-why", k)
+            raise LockError(
+                path, line_of(lines, at) or line_of(lines, at[:3]), dotted(at), f"stack {name}'s env does not set {k}"
+            )
 
 
 def _wheel_override(path: str, lines: dict, at: tuple, ov: dict, ups: dict) -> dict:

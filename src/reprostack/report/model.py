@@ -319,7 +319,8 @@ def not_run(gate: str, blocker: GateReport, *, required: bool = True) -> GateRep
         why = f"not run: required gate {blocker.gate} was not run either (root cause: gate {root})"
     else:
         root = blocker.gate
-        why = f"not run: required gate {blocker.gate} did not pass ({blocker.label()}: {blocker.reason})"
+        # the blocker's label, never its reason again (it is in the blocker's own row: one reason, said once)
+        why = f"not run: required gate {blocker.gate} did not pass ({blocker.label()})"
     return GateReport(
         gate,
         blocker.profile,
