@@ -356,6 +356,36 @@ def deb_control(data: bytes, where: str) -> dict[str, str]:
     """The `control` stanza of a .deb (ar archive: debian-binary, control.tar[.xz|.gz], data.tar...). Raises
     DebianError for anything else (not an ar archive, no control member, a zstd control, a control over
     MAX_CONTROL_BYTES, a control that is not one stanza)."""
+    text = deb_control_text(data, where)
+    stanzas = parse_stanzas(text, f"{where}: control", max_stanzas=1)
+    if len(stanzas) != 1:
+        raise DebianError(f"{where}: control is not one stanza")
+    return stanzas[0]
+
+
+def deb_member_mtime(data: bytes, name_prefix: str, where: str) -> int:
+    """The ar header mtime of the first member whose name starts with `name_prefix` (dpkg-deb writes the package's
+    SOURCE_DATE_EPOCH there: the date of its changelog entry). Raises DebianError."""
+    if not data.startswith(b"!<arch>\n"):
+        raise DebianError(f"{where}: not a .deb (no ar magic)")
+    pos = 8
+    for _ in range(MAX_DEB_MEMBERS):
+        head = data[pos : pos + 60]
+        if len(head) < 60 or head[58:60] != b"`\n":
+            break
+        name = head[:16].decode("ascii", "replace").strip().rstrip("/")
+        try:
+            mtime, size = int(head[16:28].decode("ascii").strip()), int(head[48:58].decode("ascii").strip())
+        except ValueError:
+            raise DebianError(f"{where}: ar member {name[:16]!r} has no mtime or size") from None
+        if name.startswith(name_prefix):
+            return mtime
+        pos += 60 + size + (size & 1)
+    raise DebianError(f"{where}: no ar member {name_prefix}*")
+
+
+def deb_control_text(data: bytes, where: str) -> str:
+    """The `./control` file of a .deb as text (deb_control's checks on the container; the stanza is not parsed)."""
     if not data.startswith(b"!<arch>\n"):
         raise DebianError(f"{where}: not a .deb (no ar magic)")
     pos, members = 8, {}
@@ -388,7 +418,4 @@ def deb_control(data: bytes, where: str) -> dict[str, str]:
             text = t.extractfile(m).read().decode("utf-8")
     except (tarfile.TarError, UnicodeDecodeError, EOFError, OSError) as e:
         raise DebianError(f"{where}: {ctl}: {e}") from None
-    stanzas = parse_stanzas(text, f"{where}: control", max_stanzas=1)
-    if len(stanzas) != 1:
-        raise DebianError(f"{where}: control is not one stanza")
-    return stanzas[0]
+    return text
