@@ -137,3 +137,17 @@ def test_the_committed_record_says_two_builds_from_scratch_are_identical():
     a, b = rec["builds"]
     assert rec["comparison"]["identical"] and a["image_id"] == b["image_id"]
     assert a["layer_diff_id"] == b["layer_diff_id"] and a["files_sha256"] == b["files_sha256"]
+
+
+def test_a_pin_that_is_no_debs_pin_or_a_missing_deb_is_one_line_and_builds_nothing(
+    tmp_path, pinned, capsys, docker_client, monkeypatch
+):
+    lock = str(pinned.path)
+    assert debsbase.main(["nope", "--lock", lock]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    # offline with an empty cache: the fetch names what is missing, no debootstrap runs, nothing is loaded
+    monkeypatch.setenv("REPROSTACK_CACHE", str(tmp_path / "empty-cache"))
+    assert debsbase.main(["base", "--lock", lock, "--offline", "--tag", "reprostack-test/debsbase:no"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not in the cache or a debhouse" in err and "--offline forbids" in err
+    assert not docker_client.images.list(name="reprostack-test/debsbase")
