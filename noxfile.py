@@ -119,9 +119,21 @@ def lock(session: nox.Session) -> None:
     [--check]` resolves each image pin's repo:tag to the registry's manifest digest and fills (or verifies) it."""
     _install(session)
     args = list(session.posargs)
-    if not args or args[0] not in ("check", "wheels", "images"):
+    if not args or args[0] not in ("check", "wheels", "debs", "images"):
         args = ["check", *args]
     session.run("reprostack", "lock", *args)
+
+
+@nox.session(default=False)
+def images(session: nox.Session) -> None:
+    """The registry-free image chain on the Docker engine at $DOCKER_HOST (root and debootstrap): the .debs of pin
+    debian-12-build fetched and sha256-checked, the base made from them alone (reprostack.containers.debsbase), then
+    `reprostack build cuda-toolkit` (the CUDA 13.0.88 toolkit from its pinned wheels). `-- --twice`: the base is
+    built twice from scratch and compared, the record written to results/images/base-debian-12-build.json."""
+    _install(session)
+    extra = ["--twice", "--record", "results/images/base-debian-12-build.json"] if "--twice" in session.posargs else []
+    session.run("python", "-m", "reprostack.containers.debsbase", "debian-12-build", *extra)
+    session.run("reprostack", "build", "cuda-toolkit")
 
 
 @nox.session

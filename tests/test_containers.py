@@ -225,8 +225,13 @@ def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
 
 def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     recipes = load_all(REPO_ROOT)
-    assert set(GPU_RECIPES) | {"selftest", "selftest-child", "gate-selftest"} == set(recipes)
+    assert set(GPU_RECIPES) | {"selftest", "selftest-child", "gate-selftest", "cuda-toolkit"} == set(recipes)
     lock = lockmod.load(REPO_ROOT / "upstreams.lock")
+    # the registry-free toolkit image: the base made from the pinned .debs, the toolkit from its pinned wheels
+    assert recipes["cuda-toolkit"].base.text == "local:reprostack/debian-12-build:12"
+    text, _, _ = render_recipe(recipes["cuda-toolkit"], lock, from_ref="sha256:" + "cd" * 32)
+    assert "--require-hashes" in text and "check-toolkit.sh 13.0.88 90a" in text
+    assert {f.version for f in lock.get("cuda-13-0-toolkit").files} == {"13.0.88", "13.0.85"}
     fake_parent = "sha256:" + "ab" * 32
     gin = lockmod.load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")  # deepep-gin-gdaki takes that stack's wheel
     for name in GPU_RECIPES:

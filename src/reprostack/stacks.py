@@ -41,6 +41,12 @@ def _pin_fields(pin) -> dict:
             "overrides": list(pin.overrides) or None,
             "files": [f"{f.name}=={f.version}" for f in pin.files] or None,
         }
+    if isinstance(pin, lockmod.DebsPin):
+        return {
+            "archive": f"{pin.archive} {pin.suite}/{pin.component} {pin.architecture}",
+            "include": list(pin.include) or None,
+            "files": [f"{f.name}={f.version}" for f in pin.files] or None,
+        }
     return {"ref": pin.ref, "id": pin.id}
 
 

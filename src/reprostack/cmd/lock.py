@@ -1,14 +1,15 @@
-"""`reprostack lock check|wheels|images`: validate the lockfile; fill or check wheel files (lock.wheels) and image
-digests (lock.images)."""
+"""`reprostack lock check|wheels|debs|images`: validate the lockfile; fill or check wheel files (lock.wheels), Debian
+package sets (`lock debs`: cmd.lockdebs, lock.debs) and image digests (lock.images)."""
 
 from __future__ import annotations
 
 import argparse
 
-from . import load_lock, lock_path
+from . import load_lock, lock_path, lockdebs
 
 HELP = (
     "validate upstreams.lock; `lock wheels` fills/checks wheel files and sha256 with pip; "
+    "`lock debs` fills/checks Debian package sets from the archive's signed index; "
     "`lock images` fills/checks base image digests from the registry"
 )
 
@@ -16,6 +17,7 @@ HELP = (
 ACTIONS = {
     "check": "validate the lockfile (offline)",
     "wheels": "resolve each wheel pin's files with pip; fill (default) or --check their sha256",
+    "debs": "resolve each debs pin from its archive's signed Packages index; fill (default) or --check it",
     "images": "resolve each image pin's repo:tag to its manifest digest; fill (default) or --check it",
 }
 
@@ -26,13 +28,14 @@ def add_arguments(p) -> None:
         nargs="?",
         choices=list(ACTIONS),
         help="check: validate the lockfile; wheels: resolve each wheel pin's files with pip and write "
-        "their sha256 into the lock (only the `files:` blocks change); images: resolve each image "
+        "their sha256 into the lock (only the `files:` blocks change); debs: resolve each debs pin from its "
+        "archive's signed Packages index (only its `files:` block changes); images: resolve each image "
         "pin's repo:tag to its manifest digest (registry API v2) and write it (only `digest:` lines)",
     )
     p.add_argument(
         "rest",
         nargs=argparse.REMAINDER,
-        help="wheels/images: [PIN...] [--check] (see `lock wheels -h`, `lock images -h`)",
+        help="wheels/debs/images: [PIN...] [--check] (see `lock wheels -h`, `lock debs -h`, `lock images -h`)",
     )
     p.add_argument("--lock", default=None)
 
@@ -44,6 +47,10 @@ def run(args) -> int:
         raise ReprostackError(
             "lock: name an action: " + "; ".join(f"`lock {a}`: {what}" for a, what in ACTIONS.items())
         )
+    if args.action == "debs":
+        dargs = lockdebs.parser(args.lock).parse_intermixed_args(args.rest)
+        args.lock = dargs.lock
+        return lockdebs.run(lock_path(args), dargs.names, dargs.check)
     desc = {
         "wheels": "resolve wheel pins with pip; fill (default) or --check their files",
         "images": "resolve image pins' repo:tag to the registry's manifest digest; fill (default) or --check "

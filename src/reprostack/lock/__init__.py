@@ -14,6 +14,8 @@ from . import stacks
 from .model import (
     DOCKER_HUB,
     LOCKFILE,
+    DebFile,
+    DebsPin,
     GitPin,
     ImagePin,
     Lock,
@@ -38,6 +40,8 @@ from .model import (
 __all__ = [
     "DOCKER_HUB",
     "LOCKFILE",
+    "DebFile",
+    "DebsPin",
     "GitPin",
     "ImagePin",
     "Lock",

@@ -201,6 +201,50 @@ class ImagePin:
         return f"{self.repo}:{self.tag}" + (f"@{self.digest}" if self.digest else "")
 
 
+@dataclass(frozen=True)
+class DebFile:
+    """One binary package of a `kind: debs` pin: what the archive's signed Packages index says of it."""
+
+    name: str
+    version: str
+    arch: str
+    filename: str  # pool/... path under the archive (Debian's own layout, checked by lock.debian.POOL_PATH)
+    size: int
+    sha256: str
+
+    @property
+    def basename(self) -> str:
+        return self.filename.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class DebsPin:
+    """A closed set of Debian binary packages (.debs) of one suite, component and architecture: debootstrap's
+    `minbase` (every `Priority: required` package and apt) plus `include` with the dependencies debootstrap
+    resolves, each pinned by name, version, pool filename, size and sha256 as the archive's Packages index says,
+    whose InRelease is signed by a key of `signed_by` (primary key fingerprints, checked with gpgv against
+    `keyring`). Filled and checked by `reprostack lock debs` (lock.debs)."""
+
+    name: str
+    archive: str
+    suite: str
+    component: str
+    architecture: str
+    keyring: str
+    signed_by: tuple[str, ...]
+    variant: str
+    include: tuple[str, ...]
+    files: tuple[DebFile, ...]
+    kind: str = "debs"
+    unresolved: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.suite}/{self.component} {self.architecture} {self.variant} + {len(self.include)} included"
+
+    def file(self, name: str) -> DebFile | None:
+        return next((f for f in self.files if f.name == name), None)
+
+
 DOCKER_HUB = "registry-1.docker.io"  # the registry API host of Docker Hub's names (docker.io serves no API)
 
 
@@ -221,7 +265,7 @@ class Lock:
 
     path: Path
     sha256: str
-    upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = field(default_factory=dict)
+    upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin | DebsPin] = field(default_factory=dict)
     lines: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
     # the stack these `upstreams` are (lockstacks: the shared pins with its overrides merged in) and every stack
     stack: str = lockstacks.DEFAULT
@@ -342,8 +386,8 @@ def load(
     Returns a Lock. Raises LockError naming `FILE:LINE: field` for the first problem found: YAML syntax,
     duplicate keys, unknown keys, a non-immutable pin, a missing patch file, a submodule or patch
     series inconsistent with itself.
-    allow_unfilled: accept wheel and wheelset pins without `files` and image pins without `digest` (only `reprostack lock
-    wheels` / `lock images`, which fill them).
+    allow_unfilled: accept wheel, wheelset and debs pins without `files` and image pins without `digest` (only
+    `reprostack lock wheels` / `lock debs` / `lock images`, which fill them).
     stack: the stack whose pins `upstreams` holds (default: lockstacks.selected(), i.e. `--stack`, else "campaign");
     every stack's overrides are validated on every load, like the shared pins.
     """
@@ -359,6 +403,7 @@ def load(
         schema["$defs"]["wheel"]["else"] = {}
         schema["$defs"]["image"]["required"].remove("digest")
         schema["$defs"]["wheelset"]["else"] = {}
+        schema["$defs"]["debs"]["else"] = {}
     ups = data.get("upstreams") if isinstance(data, dict) else None
     for name, u in ups.items() if isinstance(ups, dict) else ():
         if isinstance(u, dict) and "unresolved" in u and "files" in u:
@@ -411,6 +456,8 @@ def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | No
         elif u["kind"] == "wheelset":
             _check_wheel_filenames(name, u, path, lines, strict)
             upstreams[name] = _wheelset_pin(name, u, path, lines)
+        elif u["kind"] == "debs":
+            upstreams[name] = _debs_pin(name, u, path, lines)
         elif u["kind"] == "image":
             upstreams[name] = ImagePin(
                 name=name, repo=u["repo"], tag=str(u["tag"]), digest=u.get("digest"), id=u.get("id")
@@ -661,6 +708,53 @@ def _check_pick(name: str, value: str, rev: str, earlier: list, at: tuple, path:
     for e in earlier:
         if e.value.lower() == value.lower():
             raise LockError(*where, f"{value} is also picked by entry {e.label} of {name}: a commit is picked once")
+
+
+def _debs_pin(name: str, u: dict, path: Path, lines: dict) -> DebsPin:
+    files = tuple(
+        DebFile(f["name"], str(f["version"]), f["arch"], f["filename"], int(f["size"]), f["sha256"])
+        for f in u.get("files", ())
+    )
+    seen: dict[str, int] = {}
+    for i, f in enumerate(files):
+        at = ("upstreams", name, "files", i)
+        if f.name in seen:
+            raise LockError(
+                str(path),
+                _line(lines, at + ("name",)),
+                _dotted(at + ("name",)),
+                f"{f.name} is pinned twice (also files[{seen[f.name]}]): a debs pin holds one version of a package",
+            )
+        seen[f.name] = i
+        # the pool filename says which package, version and arch it is (the version without its epoch)
+        want = f"{f.name}_{f.version.split(':', 1)[-1]}_{f.arch}.deb"
+        if f.basename != want or ".." in f.filename.split("/"):
+            raise LockError(
+                str(path),
+                _line(lines, at + ("filename",)),
+                _dotted(at + ("filename",)),
+                f"{f.filename!r} is not the pool file of {f.name} {f.version} ({f.arch}): its name would be {want}",
+            )
+        if f.arch not in (u["architecture"], "all"):
+            raise LockError(
+                str(path),
+                _line(lines, at + ("arch",)),
+                _dotted(at + ("arch",)),
+                f"{f.arch!r}: the pin is for {u['architecture']} (and `all`)",
+            )
+    return DebsPin(
+        name=name,
+        archive=u["archive"].rstrip("/"),
+        suite=u["suite"],
+        component=u["component"],
+        architecture=u["architecture"],
+        keyring=u["keyring"],
+        signed_by=tuple(u["signed-by"]),
+        variant=u["variant"],
+        include=tuple(u.get("include", ())),
+        files=files,
+        unresolved=u.get("unresolved"),
+    )
 
 
 def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:

@@ -1,0 +1,176 @@
+"""The device code (cubins) of a DeepEP build, by sha256, and the per-kernel comparison of two builds (issue 26 item 4).
+
+    python3 scripts/cubins.py record --label h200-host BUILD_DIR... > cubins.json
+    python3 scripts/cubins.py compare A.json B.json > table.md
+
+`record` walks each BUILD_DIR (a DeepEP build folder, a JIT cache, an image's file tree) for
+- every shared object with a `.nv_fatbin` section (DeepEP's `_C*.so`): its embedded cubins, extracted with
+  `cuobjdump -xelf all` (the CUDA toolkit's; `$CUOBJDUMP`, else `cuobjdump` on PATH, else `$CUDA_HOME/bin`), each
+  by its cuobjdump name (`<so>.<n>.sm_<arch>.cubin`) and sha256, and its PTX entries (`-lptx`) by name;
+- every JIT kernel folder `kernel.<name>.<digest>/kernel.cubin` (DeepEP's JIT cache: the digest is that of the
+  kernel's code, nvcc signature and flags, so two builds' folders of one name are the same kernel asked for), by
+  folder name and sha256 (with the sha256 of its kernel.cu).
+`compare` joins two records by key (shared object basename + cubin index + arch, or JIT folder name) and writes a
+markdown table: identical, differs (both sha256), or only in one build.
+
+Invariants: read-only on the build folders; cuobjdump runs with an argument vector in a temporary folder; a
+missing cuobjdump is one line on stderr naming it and exit 2 (the JIT cubins need no tool and are still recorded
+when `--no-so` is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _sha(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def _has_fatbin(p: Path) -> bool:
+    """Whether ELF file `p` has a section named .nv_fatbin (read from the section header string table)."""
+    import struct
+
+    try:
+        with open(p, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:
+                return False
+            shoff = struct.unpack_from("<Q", head, 0x28)[0]
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+            f.seek(shoff)
+            sh = f.read(shentsize * shnum)
+            str_off, str_size = struct.unpack_from("<QQ", sh, shstrndx * shentsize + 0x18)
+            f.seek(str_off)
+            names = f.read(str_size)
+    except (OSError, struct.error):
+        return False
+    return b"\0.nv_fatbin\0" in b"\0" + names
+
+
+def cuobjdump() -> str | None:
+    for c in (os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump")):
+        if c and Path(c).is_file():
+            return c
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and Path(home, "bin", "cuobjdump").is_file():
+        return str(Path(home, "bin", "cuobjdump"))
+    return None
+
+
+def so_cubins(so: Path, tool: str) -> tuple[list[dict], list[str]]:
+    """([{key, cubin, arch, sha256}], [ptx names]) of shared object `so`."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="cubins-") as tmp:
+        r = subprocess.run([tool, "-xelf", "all", str(so)], cwd=tmp, capture_output=True, text=True)
+        if r.returncode != 0 and "does not contain" not in r.stderr:
+            raise RuntimeError(f"{tool} -xelf all {so}: {r.stderr.strip()[-300:]}")
+        for f in sorted(Path(tmp).iterdir()):
+            parts = f.name.split(".")
+            arch = next((x for x in parts if x.startswith("sm_")), "")
+            out.append({"key": f"{so.name}:{f.name}", "cubin": f.name, "arch": arch, "sha256": _sha(f)})
+    r = subprocess.run([tool, "-lptx", str(so)], capture_output=True, text=True)
+    ptx = [ln.split(":", 1)[-1].strip() for ln in r.stdout.splitlines() if "PTX file" in ln]
+    return out, ptx
+
+
+def record(dirs: list[Path], label: str, with_so: bool) -> dict:
+    tool = cuobjdump() if with_so else None
+    if with_so and tool is None:
+        print(
+            "cuobjdump not found ($CUOBJDUMP, PATH, $CUDA_HOME/bin); --no-so records the JIT cubins only",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    rec = {"label": label, "cuobjdump": None, "shared_objects": [], "jit": []}
+    if tool:
+        v = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+        rec["cuobjdump"] = v[-1] if v else tool
+    for d in dirs:
+        for root, dirnames, files in os.walk(d):
+            dirnames.sort()
+            for fn in sorted(files):
+                p = Path(root, fn)
+                if p.is_symlink():
+                    continue
+                if fn == "kernel.cubin" and Path(root).name.startswith("kernel."):
+                    cu = Path(root, "kernel.cu")
+                    rec["jit"].append(
+                        {
+                            "key": Path(root).name,
+                            "sha256": _sha(p),
+                            "kernel_cu_sha256": _sha(cu) if cu.is_file() else None,
+                        }
+                    )
+                elif tool and ".so" in fn and _has_fatbin(p):
+                    cubins, ptx = so_cubins(p, tool)
+                    rec["shared_objects"].append(
+                        {"path": str(p.relative_to(d)), "sha256": _sha(p), "cubins": cubins, "ptx": ptx}
+                    )
+    return rec
+
+
+def _entries(rec: dict) -> dict:
+    out = {}
+    for so in rec["shared_objects"]:
+        for c in so["cubins"]:
+            out[c["key"]] = c["sha256"]
+    for j in rec["jit"]:
+        out[f"jit:{j['key']}"] = j["sha256"]
+    return out
+
+
+def compare(a: dict, b: dict) -> str:
+    ea, eb = _entries(a), _entries(b)
+    rows = [f"| kernel (cubin) | {a['label']} sha256 | {b['label']} sha256 | same |", "|---|---|---|---|"]
+    same = 0
+    for k in sorted(set(ea) | set(eb)):
+        x, y = ea.get(k), eb.get(k)
+        verdict = "identical" if x == y else ("differs" if x and y else f"only in {a['label'] if x else b['label']}")
+        same += x == y
+        rows.append(f"| `{k}` | {(x or '-')[:16]} | {(y or '-')[:16]} | {verdict} |")
+    head = f"{same} of {len(set(ea) | set(eb))} cubins identical ({a['label']} vs {b['label']})\n\n"
+    return head + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("--label", required=True)
+    r.add_argument("--no-so", action="store_true", help="JIT cubins only (no cuobjdump needed)")
+    r.add_argument("dirs", nargs="+", type=Path)
+    c = sub.add_parser("compare")
+    c.add_argument("a", type=Path)
+    c.add_argument("b", type=Path)
+    args = p.parse_args(argv)
+    if args.cmd == "record":
+        missing = [str(d) for d in args.dirs if not d.is_dir()]
+        if missing:
+            print(f"not a folder: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        print(json.dumps(record(args.dirs, args.label, not args.no_so), indent=1, sort_keys=True))
+        return 0
+    try:
+        a, b = (json.loads(x.read_text()) for x in (args.a, args.b))
+    except (OSError, ValueError) as e:
+        print(f"cannot read a record: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(compare(a, b))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

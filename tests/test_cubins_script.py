@@ -1,0 +1,58 @@
+"""scripts/cubins.py (issue 26 item 4): the device-code record of a build folder and the per-kernel comparison, on
+real files: a JIT cache laid out as DeepEP writes it, and a shared object given a `.nv_fatbin` section by objcopy
+(the cuobjdump extraction itself needs the CUDA toolkit and runs on the H200: scripts/device/cubins.sh)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("cubins", ROOT / "scripts" / "cubins.py")
+cubins = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cubins)
+
+
+def _cache(root: Path, kernels: dict) -> Path:
+    for name, (cu, cubin) in kernels.items():
+        d = root / "cache" / name
+        d.mkdir(parents=True)
+        (d / "kernel.cu").write_text(cu)
+        (d / "kernel.cubin").write_bytes(cubin)
+    return root
+
+
+def test_record_and_compare_jit_cubins_per_kernel(tmp_path, capsys):
+    a = _cache(tmp_path / "a", {"kernel.dispatch.1a": ("d", b"\x7fELF-d"), "kernel.combine.2b": ("c", b"\x7fELF-c")})
+    b = _cache(tmp_path / "b", {"kernel.dispatch.1a": ("d", b"\x7fELF-d"), "kernel.combine.2b": ("c", b"\x7fELF-X")})
+    (b / "cache" / "kernel.barrier.3c").mkdir()
+    (b / "cache" / "kernel.barrier.3c" / "kernel.cubin").write_bytes(b"b")
+    for d, label in ((a, "host"), (b, "image")):
+        assert cubins.main(["record", "--no-so", "--label", label, str(d)]) == 0
+        (tmp_path / f"{label}.json").write_text(capsys.readouterr().out)
+    rec = json.loads((tmp_path / "host.json").read_text())
+    assert [j["key"] for j in rec["jit"]] == ["kernel.combine.2b", "kernel.dispatch.1a"]
+    assert cubins.main(["compare", str(tmp_path / "host.json"), str(tmp_path / "image.json")]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("1 of 3 cubins identical (host vs image)")
+    assert "| `jit:kernel.dispatch.1a` |" in table and "| identical |" in table
+    assert "`jit:kernel.combine.2b`" in table and "| differs |" in table and "only in image" in table
+    assert cubins.main(["record", "--no-so", "--label", "x", str(tmp_path / "nope")]) == 2
+
+
+@pytest.mark.skipif(shutil.which("objcopy") is None or shutil.which("g++") is None, reason="needs binutils and g++")
+def test_a_shared_object_is_found_by_its_nv_fatbin_section(tmp_path):
+    src = tmp_path / "x.cpp"
+    src.write_text("int f() { return 1; }\n")
+    so = tmp_path / "_C.cpython-311-x86_64-linux-gnu.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    assert not cubins._has_fatbin(so)
+    (tmp_path / "blob").write_bytes(b"\x50\xed\x55\xba" + b"\0" * 12)
+    fat = tmp_path / "fat.so"
+    subprocess.run(["objcopy", "--add-section", f".nv_fatbin={tmp_path / 'blob'}", str(so), str(fat)], check=True)
+    assert cubins._has_fatbin(fat) and not cubins._has_fatbin(src)
