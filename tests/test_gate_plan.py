@@ -132,3 +132,13 @@ def test_a_one_node_torchrun_plan_is_the_launch_the_gate_makes(tmp_path):
         master_port=int(dict(cmd.env)["MASTER_PORT"]),
     )
     assert argv == gate.argv and "--nproc-per-node=1" in argv and argv[argv.index("--num-processes") + 1] == "2"
+
+
+def test_an_arm_the_profile_never_launches_says_so_in_the_plan(tmp_path, capsys):
+    """sglang h200-ep1 lists its deepep arm in `skip-arms` (no DeepEP V2 path in the pinned SGLang): the plan says
+    the arm is not launched and why, beside its command, as the run's SKIP does."""
+    assert cli.main(["gate", "sglang", "--plan", "--profile", "h200-ep1", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    assert "note: arm deepep: not launched on profile h200-ep1: SGLang 0.5.11 as pinned" in text
+    assert cli.main(["gate", "vllm", "--plan", "--profile", "h200-ep1", "--out", str(tmp_path / "o")]) == 0
+    assert "not launched" not in capsys.readouterr().out  # vLLM's deepep arm is launched (and judged by its log)

@@ -857,3 +857,12 @@ def test_a_deliberate_variation_or_a_stand_in_is_never_a_point_of_the_history(tm
     shutil.copytree(src, tmp_path / "r")
     rc, out, _ = run(capsys, "--db", tmp_path / "h.sqlite3", "--no-plots", tmp_path / "r")
     assert rc == 0 and out.startswith("history: 2 report(s)") and "0 flagged regression(s)" in out.splitlines()[0]
+
+
+def test_aiperf_rates_are_higher_is_better(tmp_path, capsys):
+    """AIPerf writes its rates as `tokens/sec` (the H200 vLLM and SGLang runs): higher is better, as GB/s is, so a
+    drop between two runs is a regression and never "changed"."""
+    db = tmp_path / "h.sqlite3"
+    rc, out, _ = run(capsys, "--db", db, "--no-plots")
+    assert rc == 0 and "vllm/h200-ep1 [campaign] allgather.c1.agg_tok_s (tokens/sec, higher is better)" in out
+    assert "sglang/h200-ep1 [campaign] dense.c8.agg_tok_s (tokens/sec, higher is better)" in out

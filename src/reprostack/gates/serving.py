@@ -222,6 +222,8 @@ class ServingGate(Gate):
                 argv, env = server_command(spec, profile, a, opts, paths, node, port)
                 cmds.append(lp.NodeCommand(node, "leader" if node == 0 else "worker", tuple(argv)))
             arms.append(lp.ArmPlan(a.name, a.role, tuple(cmds), env_tuple(env)))
+        for name, why in profile.skip_arms.items():  # listed, never launched (SKIP with this reason)
+            notes.append(f"arm {name}: not launched on profile {profile.name}: {' '.join(why.split())}")
         return PlanParts(arms[0].commands, arms[0].env, paths.work, tuple(notes), tuple(arms))
 
     # ------------------------------------------------------------------ the staged run

@@ -13,7 +13,7 @@ kept of it (everything else is ignored):
   the micro gate ({metric, unit, value}); one measurement per metric name, in that order. A measurement not from
   `data.statistics` is a single sample (n=1, no interval).
 - `better`: lower when a check of the metric is `<=`/`<`, higher for `>=`/`>`; else from the unit (a time:
-  lower; a rate `*/s`: higher); else unknown (a separation is then "changed", neither regression nor
+  lower; a rate `*/s` or `*/sec`: higher); else unknown (a separation is then "changed", neither regression nor
   improvement).
 
 - consistency: a `data.statistics` entry must agree with itself (`inconsistency`): n samples, the mean inside its
@@ -119,7 +119,7 @@ def _better(op, unit: str) -> str | None:
     u = unit.strip().lower()
     if u in TIME_UNITS:
         return "lower"
-    if u.endswith("/s"):
+    if u.endswith(("/s", "/sec")):  # GB/s; AIPerf's tokens/sec and requests/sec
         return "higher"
     return None
 
