@@ -413,7 +413,8 @@ def one_h200(tmp_path, monkeypatch, gpu_less):
         log = st.rank_log(plan.name)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(real(plan.name))
-        return SimpleNamespace(returncode=0, timed_out=False), SimpleNamespace(argv=("torchrun",)), {}
+        # (outcome, command, env, the maps seen while it ran, the one-NCCL preflight's failure or None)
+        return SimpleNamespace(returncode=0, timed_out=False), SimpleNamespace(argv=("torchrun",)), {}, {}, None
 
     monkeypatch.setattr(training.MegatronGate, "_kernels", kernels)
     monkeypatch.setattr(training.MegatronGate, "_launch_arm", launch_arm)

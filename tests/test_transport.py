@@ -350,6 +350,7 @@ def micro_logs(tmp_path: Path, **edit) -> tuple[str, Path]:
                 pid=pid,
                 runtime="2.30.4",
                 mapped=[os.path.realpath(lib)],
+                deleted=[],  # the driver's record since every mapping counts (issue 29 item 1)
                 torch_built_with="2.30.4",
                 deep_ep="/x/deep_ep",
             )

@@ -418,7 +418,8 @@ def replay(launch: Launch, *, root: Path, st: StandIn, nccl_lib: str, version: s
                     print("[dense_a2a] " + json.dumps({**rec, "rank": r, "world": n, "trial": k}, sort_keys=True))
     for r in launch.ranks:
         rec = {"event": "nccl", "rank": r, "host": host, "mapped": [str(Path(nccl_lib).resolve() / "libnccl.so.2")]}
-        rec.update(runtime=version, torch_built_with="2.28.9", deep_ep="/opt/reprostack/stand-in/deep_ep")
+        # the driver's record: every libnccl mapping, the deleted ones listed too (none here; issue 29 item 1)
+        rec.update(deleted=[], runtime=version, torch_built_with="2.28.9", deep_ep="/opt/reprostack/stand-in/deep_ep")
         print(marker + json.dumps(rec, sort_keys=True))
     if "dense" in launch.arms:
         for r in launch.ranks:

@@ -164,6 +164,19 @@ def reap_orphans(pids) -> None:
             pass
 
 
+def _exiting(pids) -> list[int]:
+    """The pids of `pids` that still run (not gone, not a zombie)."""
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :].split()[:1] not in (["Z"], ["X"]):
+            out.append(pid)
+    return out
+
+
 def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: float) -> tuple[list[int], bool]:
     """SIGTERM every process of the run (`run_pids`), wait up to grace_s for them to go, then SIGKILL whatever is
     left (found again: a process may have forked meanwhile). Returns (pids seen, SIGKILL sent)."""
@@ -182,7 +195,9 @@ def kill_run(proc: subprocess.Popen, pgid: int, cookie: str | None, grace_s: flo
         alive = live()
         seen.update(alive)
         reap_orphans(seen - {proc.pid})
-        if not alive and proc.returncode is not None:
+        # a process of the run that is exiting can no longer be told by its cookie (its environ is gone with its
+        # memory) yet still runs: wait for it too (never signalled on that ground alone: its pid could be reused)
+        if not alive and proc.returncode is not None and not _exiting(seen - {proc.pid}):
             break
         if time.monotonic() >= deadline:
             sigkill = True
