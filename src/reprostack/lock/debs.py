@@ -396,32 +396,12 @@ def _span(text: str, name: str) -> tuple[int, int, int, bool]:
     return key.start_mark.line, max(key.start_mark.line, last(val)), col, True
 
 
-def _drop_unresolved(text: str, name: str) -> str:
-    try:
-        key, val = lockfill.child(lockfill.pin_node(text, name), "unresolved")
-    except KeyError:
-        return text
-    if val.end_mark.line != key.start_mark.line:
-        raise ReprostackError(f"upstreams.{name}.unresolved: spans several lines; write it on one line")
-    lines = text.splitlines(keepends=True)
-    del lines[key.start_mark.line]
-    return "".join(lines)
-
-
 def fill_text(text: str, resolved: list[Resolved]) -> str:
     """`text` with each resolved pin's `files:` block replaced (or appended) and its `unresolved:` line dropped."""
     for r in resolved:
-        text = _drop_unresolved(text, r.pin)
-        lines = text.splitlines(keepends=True)
-        first, lastl, col, has = _span(text, r.pin)
-        new = render_files(r, col)
-        if has:
-            lines[first : lastl + 1] = new
-        else:
-            if lastl < len(lines) and not lines[lastl].endswith("\n"):
-                lines[lastl] += "\n"
-            lines[lastl + 1 : lastl + 1] = new
-        text = "".join(lines)
+        text = lockfill.drop_unresolved(text, r.pin)
+        span = _span(text, r.pin)
+        text = lockfill.put_block(text, span, render_files(r, span[2]))
     return text
 
 

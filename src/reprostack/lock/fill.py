@@ -87,3 +87,30 @@ def pin_node(text: str, name: str) -> yaml.Node:
     """The YAML node of `upstreams.<name>` in the lockfile text (lines and columns for in-place edits)."""
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     return child(child(root, "upstreams")[1], name)[1]
+
+
+def drop_unresolved(text: str, name: str) -> str:
+    """`text` without the pin's `unresolved:` line (a filled pin is resolved: the schema refuses both)."""
+    try:
+        key, val = child(pin_node(text, name), "unresolved")
+    except KeyError:
+        return text
+    if val.end_mark.line != key.start_mark.line:
+        raise ReprostackError(f"upstreams.{name}.unresolved: spans several lines; write it on one line")
+    lines = text.splitlines(keepends=True)
+    del lines[key.start_mark.line]
+    return "".join(lines)
+
+
+def put_block(text: str, span: tuple[int, int, int, bool], new: list[str]) -> str:
+    """`text` with the block at `span` (first line, last line, column, present: a pin's `_span`) replaced by the
+    lines `new`, or, when not present, `new` inserted after the span's last line."""
+    first, last, _, has = span
+    lines = text.splitlines(keepends=True)
+    if has:
+        lines[first : last + 1] = new
+    else:
+        if last < len(lines) and not lines[last].endswith("\n"):
+            lines[last] += "\n"
+        lines[last + 1 : last + 1] = new
+    return "".join(lines)

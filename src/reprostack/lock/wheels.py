@@ -175,34 +175,13 @@ def render_files(files, col: int) -> list[str]:
     return out
 
 
-def _drop_unresolved(text: str, name: str) -> str:
-    """`text` without the pin's `unresolved:` line (a filled pin is resolved: the schema refuses both)."""
-    try:
-        key, val = lockfill.child(lockfill.pin_node(text, name), "unresolved")
-    except KeyError:
-        return text
-    if val.end_mark.line != key.start_mark.line:
-        raise ReprostackError(f"upstreams.{name}.unresolved: spans several lines; write it on one line")
-    lines = text.splitlines(keepends=True)
-    del lines[key.start_mark.line]
-    return "".join(lines)
-
-
 def fill_text(text: str, resolved: list[Resolved]) -> str:
     """`text` with the `files:` block of each resolved pin replaced (or appended) and its `unresolved:` line
     dropped; nothing else changes."""
     for r in resolved:
-        text = _drop_unresolved(text, r.pin)
-        lines = text.splitlines(keepends=True)
-        first, last, col, has = _span(text, r.pin)
-        new = render_files(r.files, col)
-        if has:
-            lines[first : last + 1] = new
-        else:
-            if last < len(lines) and not lines[last].endswith("\n"):
-                lines[last] += "\n"
-            lines[last + 1 : last + 1] = new
-        text = "".join(lines)
+        text = lockfill.drop_unresolved(text, r.pin)
+        span = _span(text, r.pin)
+        text = lockfill.put_block(text, span, render_files(r.files, span[2]))
     return text
 
 
