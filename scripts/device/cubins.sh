@@ -19,6 +19,7 @@
 set -u
 R=$(pwd)
 export REPROSTACK_CACHE=/tmp/reprostack-cubins-cache PYTHONUNBUFFERED=1
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi   # reports name this commit
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the lender's rule
 PY=${REPROSTACK_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3)

@@ -16,7 +16,8 @@
 # Needs, carried (git-ignored), as for micro_trials.sh:
 #   .carry/sources.tar          `reprostack bundle -o .carry/sources.tar deepep nccl` (verified sources)
 #   .whl/*.whl                  reprostack's own dependencies for the device's python
-#   optional: .carry/nccl-build.tar.xz and/or .carry/builds/*.tar.xz (kernel cache entries: C then builds nothing)
+#   optional: .carry/nccl-build.tar.xz and/or .carry/builds/*.tar.xz (kernel cache entries: C then builds nothing);
+#   REPROSTACK_CACHE=<the cache of an earlier call on the same warm machine> (cubins.sh's) does the same
 # Into $OUT: shadow.txt (what A, B and C printed, their exit codes), a-cli.log, a-micro.json, b-record.json,
 # c-cli.log, c-micro.json, gpu.txt. Exit 0 when A is the preflight ERROR naming 2.28.9 and LD_PRELOAD, B's record
 # names the 2.28.9 file and LD_PRELOAD, and C is not a one-NCCL ERROR; else 1.
@@ -24,6 +25,7 @@ set -u
 R=$(pwd)
 K=${1:-1}
 export REPROSTACK_CACHE=${REPROSTACK_CACHE:-/tmp/reprostack-cache} PYTHONUNBUFFERED=1
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi   # reports name this commit
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the lender's rule
 PY=${REPROSTACK_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3)
@@ -38,6 +40,8 @@ for t in .carry/nccl-build.tar.xz .carry/builds/*.tar.xz; do
 done
 WHEELS=$(ls .whl/*.whl | grep -v '/reprostack-')
 "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS || exit 1
+# the NCCL 2.30.4 wheel, when seeded (scripts/device/seed_wheelhouse.sh): C then takes the wheel fast path, no NCCL build
+ls .cache/wheelhouse/nvidia_nccl_cu13-2.30.4-*.whl >/dev/null 2>&1 && export REPROSTACK_WHEELHOUSE=$R/.cache/wheelhouse
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUTD/gpu.txt"
 
 # torch's own NCCL: the nvidia-nccl wheel of the torch venv (2.28.9 on the lent H200)
