@@ -857,3 +857,37 @@ def test_stacks_diff_without_two_stacks_lists_them(tmp_path, capsys):
         assert cli.main([*args, "--lock", str(p)]) == 2
         err = capsys.readouterr().err.strip()
         assert err == f"reprostack: error: {' '.join(args)}: name two stacks, `stacks diff A B` (stacks: campaign, gin)"
+
+
+@pytest.mark.parametrize(
+    "gate,anchor,indent",
+    [
+        ("micro", "\nenv:\n", "  "),  # top level
+        ("micro", "  gin-gdaki:\n    description:", None),  # stacks.<name>.env (added)
+        ("vllm", "    server:\n      port: 0\n      env:\n", "        "),  # a profile's server env
+        ("megatron", "    needs-efa: true\n    env:\n", "      "),  # a profile's env
+        ("fabric", "    env:  # docs/campaign.md common env (never IBGDA/GDAKI on EFA)\n", "      "),
+    ],
+)
+def test_no_gate_spec_env_sets_a_loader_variable(tmp_path, gate, anchor, indent):
+    """Issue 29 item 6: the lock refuses LD_* in a stack's env without its reason, but a gate spec's env (which goes
+    over the lock stack's) could still set LD_PRELOAD anywhere: top level, a profile, a server, `stacks.<s>.env`.
+    Every spec kind (micro, serving, training, fabric) now refuses it at its line, saying where it belongs."""
+    from reprostack.gates.registry import gate as gate_of
+
+    (tmp_path / "gates").mkdir()
+    text = (REPO_ROOT / "gates" / f"{gate}.yaml").read_text()
+    assert text.count(anchor) == 1, anchor
+    if indent is None:  # a stack entry without env: give it one
+        add = anchor.replace("description:", "env: {LD_PRELOAD: /tmp/libnccl.so.2}\n    description:")
+    else:
+        add = anchor + f"{indent}LD_PRELOAD: /tmp/libnccl.so.2\n"
+    bad = text.replace(anchor, add)
+    (tmp_path / "gates" / f"{gate}.yaml").write_text(bad)
+    line = next(i for i, l in enumerate(bad.splitlines(), 1) if "LD_PRELOAD: /tmp" in l)
+    with pytest.raises(GateSpecError) as e:
+        gate_of(gate).load(tmp_path)  # the gate's own loader (micro, serving, training, fabric)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'gates' / gate}.yaml:{line}: "), msg
+    assert "env.LD_PRELOAD: LD_PRELOAD is a loader variable" in msg
+    assert "upstreams.lock stack's env with its reason under `env-why`" in msg

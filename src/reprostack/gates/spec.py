@@ -1,4 +1,13 @@
-"""Gate specs: `gates/<gate>.yaml`, validated by schemas/gate.schema.json with file:line errors."""
+"""Gate specs: `gates/<gate>.yaml`, validated by schemas/gate.schema.json with file:line errors.
+
+Invariants:
+- every kind of spec (micro, serving, training, fabric) is read by `read_gate_yaml`: bounded, schema-validated,
+  its `gate:` equal to its file name;
+- no `env` anywhere in a spec (top level, a profile, an arm, `stacks.<name>.env`, `stacks.<name>.profiles.<p>.env`)
+  sets a loader variable (`LD_PRELOAD`, `LD_LIBRARY_PATH`, any `LD_*`: they decide which NCCL every process loads):
+  a spec's env goes over the lock stack's, so one there would override what `upstreams.lock` pins with its reason
+  (`stacks.<name>.env-why`, lock.stacks); the error names the spec's line and says where such a variable belongs.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import GateError, LocatedError
-from ..yamlsrc import compose, read_bytes, validate
+from ..lock.stacks import is_loader_var
+from ..yamlsrc import compose, dotted, line_of, read_bytes, validate
 from .. import schemas
 from ..report.baseline import Baseline, BaselineError, BaselineSpec, accepted_among, accepted_runs, baseline
 
@@ -163,7 +173,33 @@ def read_gate_yaml(root: Path, gate: str, schema: str, file_stem: str | None = N
     )
     if data["gate"] != gate:
         raise GateSpecError(str(path), lines.get(("gate",)), "gate", f"is {data['gate']!r}, file name says {gate!r}")
+    _refuse_loader_env(str(path), lines, data, ())
     return path, raw, data, lines
+
+
+def _refuse_loader_env(path: str, lines: dict, node, at: tuple) -> None:
+    """GateSpecError at the first `...env.LD_*` of the spec (any depth): loader variables belong to a lock stack's
+    env, with their reason (lock.stacks)."""
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            _refuse_loader_env(path, lines, v, at + (i,))
+        return
+    if not isinstance(node, dict):
+        return
+    for k, v in node.items():
+        if k == "env" and isinstance(v, dict):
+            for var in v:
+                if is_loader_var(str(var)):
+                    where = at + ("env", var)
+                    raise GateSpecError(
+                        path,
+                        line_of(lines, where),
+                        dotted(where),
+                        f"{var} is a loader variable: it decides which libraries (which NCCL) every process of the "
+                        "gate loads, and a spec's env goes over the lock's; set it in an upstreams.lock stack's env "
+                        "with its reason under `env-why` (docs/stacks.md)",
+                    )
+        _refuse_loader_env(path, lines, v, at + (k,))
 
 
 def load_spec(root: Path, gate: str) -> GateSpec:
