@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""How long the test suite takes here: the README's test run (pytest over tests/) N times, every run recorded.
+
+    python3 scripts/bench_suite.py [--runs N] [--label L] [--results DIR] [--python PY] [-- PYTEST ARGS]
+
+Run it where `.ci/run` would run the tests (its Docker engine and Slurm started, their variables exported:
+DOCKER_HOST, SLURM_CONF, REPROSTACK_REQUIRE_DOCKER/SLURM), from a checkout with `.venv` made as the README says.
+Each run is `PY -m pytest -q -p no:cacheprovider --junitxml=...` (PY: .venv/bin/python) with the load average
+read before and after, so a busy machine is visible in the record, never hidden in a headline. The per-file seconds
+come from pytest's own JUnit XML (setup + call + teardown of each test, summed per file).
+
+Writes results/bench/suite-<label>-<UTC date time>.json: the project commit it ran on (and whether the tree was
+dirty), cpus, python, every run (wall seconds, counts, load averages, per-file seconds), the median wall time as the
+headline and the slowest files by their median. Prints one line per run and the slowest files.
+
+Invariants:
+- the record is written once, at the end, atomically (a temporary file renamed), and only when every run finished;
+  a run that failed tests is still recorded, with its failure count (the numbers are the suite's, not a verdict);
+- nothing is typed: every number comes from the clock, pytest's XML or /proc/loadavg.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def loadavg() -> list[float]:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except (OSError, ValueError):
+        return []
+
+
+def commit() -> dict:
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def per_file(junit: Path) -> tuple[dict, dict]:
+    """({test file: seconds}, counts) from pytest's JUnit XML: a testcase's `classname` is the dotted module path
+    (tests.test_x[.Class]), its `time` setup + call + teardown."""
+    root = ET.parse(junit).getroot()
+    files: dict[str, float] = {}
+    counts = {"tests": 0, "failed": 0, "errors": 0, "skipped": 0}
+    for case in root.iter("testcase"):
+        parts = (case.get("classname") or "").split(".")
+        mod = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
+        name = "/".join(parts[: mod + 1]) + ".py"
+        files[name] = files.get(name, 0.0) + float(case.get("time") or 0)
+        counts["tests"] += 1
+        for tag, key in (("failure", "failed"), ("error", "errors"), ("skipped", "skipped")):
+            if case.find(tag) is not None:
+                counts[key] += 1
+    return {k: round(v, 2) for k, v in sorted(files.items())}, counts
+
+
+def one_run(py: str, extra: list[str], i: int, n: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        before = loadavg()
+        t0 = time.monotonic()
+        rc = subprocess.run(
+            [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra], cwd=ROOT
+        ).returncode
+        wall = round(time.monotonic() - t0, 1)
+        after = loadavg()
+        if not junit.is_file():
+            sys.exit(f"bench_suite: run {i}/{n}: pytest exited {rc} and wrote no JUnit XML; nothing recorded")
+        files, counts = per_file(junit)
+    print(
+        f"bench_suite: run {i}/{n}: {wall:.0f} s, {counts['tests']} tests, {counts['failed']} failed, "
+        f"load {before} -> {after}",
+        flush=True,
+    )
+    return {
+        "wall_s": wall,
+        "pytest_rc": rc,
+        **counts,
+        "loadavg_before": before,
+        "loadavg_after": after,
+        "files_s": files,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--label", default=platform.node().split(".")[0] or "host")
+    ap.add_argument("--results", default=str(ROOT / "results" / "bench"))
+    ap.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
+    ap.add_argument("pytest_args", nargs="*")
+    a = ap.parse_args(argv)
+    if not 1 <= a.runs <= 20:
+        ap.error("--runs: 1..20")
+    if not Path(a.python).exists():
+        ap.error(f"--python {a.python}: no such file (make .venv as the README says)")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    env = {
+        k: os.environ.get(k)
+        for k in ("DOCKER_HOST", "SLURM_CONF", "REPROSTACK_REQUIRE_DOCKER", "REPROSTACK_REQUIRE_SLURM")
+    }
+    runs = [one_run(a.python, a.pytest_args, i + 1, a.runs) for i in range(a.runs)]
+    names = sorted({f for r in runs for f in r["files_s"]})
+    med = {f: round(statistics.median(r["files_s"].get(f, 0.0) for r in runs), 1) for f in names}
+    slowest = sorted(med.items(), key=lambda kv: -kv[1])[:15]
+    doc = {
+        "bench": "suite",
+        "started": started,
+        "project": commit(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "pytest_args": a.pytest_args,
+        "services": {k: v is not None for k, v in env.items()},
+        "runs": runs,
+        "headline": {
+            "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+            "runs": len(runs),
+            "every_wall_s": [r["wall_s"] for r in runs],
+        },
+        "slowest_files_median_s": dict(slowest),
+    }
+    out = Path(a.results) / f"suite-{a.label}-{started.replace(':', '')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, out)
+    print(
+        f"bench_suite: median {doc['headline']['median_wall_s']:.0f} s over {len(runs)} run(s) "
+        f"{doc['headline']['every_wall_s']}; {out}"
+    )
+    for f, s in slowest:
+        print(f"  {s:7.1f} s  {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
