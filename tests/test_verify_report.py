@@ -280,6 +280,27 @@ def test_a_new_micro_report_verifies_in_its_own_checkout(tmp_path, gpu_host):
     assert any(x.startswith("statistics dense_dc_p50_us: samples") for x in o.problems), o.problems
 
 
+def test_a_one_trial_micro_report_verifies_as_inconclusive(tmp_path, gpu_host):
+    """Found on the H200 (shadow_nccl.sh's control, --trials 1): the gate judges a one-trial bar inconclusive (no
+    interval), but verify-report recomputed it as `value op threshold`, a pass, and failed a faithful report
+    ("recorded inconclusive, recomputed pass"). A one-trial report now holds as it was recorded."""
+    import gaterun
+    from reprostack.report import write_reports
+    from test_gate_micro_flow import options, stand_in_python
+    from trialslog import real_ep1_texts, trials_log
+
+    run = options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(1))), profile="h200-ep1", trials=1)
+    commit_all(run.root)
+    rep = gaterun.run(run)
+    assert rep.result == "inconclusive", rep.reason
+    assert "one trial gives no interval" in rep.reason
+    write_reports([rep], run.out_dir)
+    o = verify(
+        run.out_dir / "micro.json", root=run.root, versions=Versions.read(run.root), corrections=[], rederive=rederive
+    )
+    assert o.ok, o.problems
+
+
 def test_a_new_serving_report_verifies_from_its_aiperf_exports(tmp_path):
     """The vllm gate's local-test profile through the pinned AIPerf against the test server: its report holds (cells
     re-read from the exports, the backend lines from the server log, the tok/s bar of the recorded spec); one export

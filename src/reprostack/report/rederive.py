@@ -453,6 +453,23 @@ def _short(v) -> str:
     return s if len(s) <= 80 else s[:77] + "..."
 
 
+def _one_trial(metric: str, got: Rederived, data: dict):
+    """The Summary of a metric judged on trials whose report keeps no `data.statistics` entry for it (one trial:
+    statistics hold n >= 2 only), from the logs' figures, else the report's own `data.trials.figures`; None when it
+    was not judged on trials. A one-trial bar is inconclusive (no interval), never a pass of `value op threshold`."""
+    figs = got.figures.get(metric)
+    if figs is None:
+        trials = data.get("trials") if isinstance(data.get("trials"), dict) else {}
+        tf = trials.get("figures") if isinstance(trials.get("figures"), dict) else {}
+        figs = tf.get(metric)
+    if not isinstance(figs, list) or len(figs) != 1:
+        return None
+    try:
+        return summarize(figs)
+    except (ValueError, TypeError):
+        return None
+
+
 def check_checks(out: Outcome, doc: dict, got: Rederived, summaries: dict, root: Path, stack: str) -> list[Check]:
     """Each check: its value against the logs' (when re-derived), its threshold against the recorded spec's bar, its
     pass recomputed. Returns the checks with their recomputed pass (for the verdict)."""
@@ -481,10 +498,11 @@ def check_checks(out: Outcome, doc: dict, got: Rederived, summaries: dict, root:
         if ck.op not in OPS:
             out.problems.append(f"check {m}: op {ck.op!r}")
             continue
+        trial = summaries.get(m) or _one_trial(m, got, data)
         if m in got.passes:
             passed, inconclusive = bool(got.passes[m]), False
-        elif m in summaries and ck.op != "==" and same(ck.value, round(summaries[m].mean, 6)):
-            re_ = evaluate_interval(m, summaries[m], ck.op, ck.threshold)
+        elif trial is not None and ck.op != "==" and same(ck.value, round(trial.mean, 6)):
+            re_ = evaluate_interval(m, trial, ck.op, ck.threshold)
             passed, inconclusive = re_.passed, re_.inconclusive
         else:
             re_ = evaluate(m, ck.unit, ck.value, ck.op, ck.threshold)
