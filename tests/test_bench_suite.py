@@ -17,7 +17,7 @@ def _mod():
     return m
 
 
-JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4" time="5.5">
 <testcase classname="tests.test_a" name="test_1" time="1.25"/>
 <testcase classname="tests.test_a.TestK" name="test_2" time="0.75"><failure message="x"/></testcase>
 <testcase classname="tests.test_b" name="test_3" time="3.0"><skipped message="no gpu"/></testcase>
@@ -30,7 +30,7 @@ def test_per_file_sums_each_test_file_and_counts_outcomes(tmp_path):
     j.write_text(JUNIT)
     files, counts = _mod().per_file(j)
     assert files == {"tests/test_a.py": 2.0, "tests/test_b.py": 3.5}
-    assert counts == {"tests": 4, "failed": 1, "errors": 1, "skipped": 1}
+    assert counts == {"tests": 4, "failed": 1, "errors": 1, "skipped": 1, "pytest_s": 5.5}
 
 
 def test_a_real_run_records_every_run_and_the_median(tmp_path):
@@ -49,7 +49,7 @@ def test_a_real_run_records_every_run_and_the_median(tmp_path):
                 "t",
                 "--results",
                 str(out),
-                "--python",
+                "--pytest",
                 sys.executable,
                 "--",
                 str(t),
@@ -65,4 +65,5 @@ def test_a_real_run_records_every_run_and_the_median(tmp_path):
     doc = json.loads(rec.read_text())
     assert len(doc["runs"]) == 2 and all(r["tests"] == 1 and r["failed"] == 0 for r in doc["runs"])
     assert doc["headline"]["runs"] == 2 and len(doc["headline"]["every_wall_s"]) == 2
+    assert doc["runs"][0]["command"].endswith("-m pytest") and doc["headline"]["median_pytest_s"] >= 0
     assert doc["project"]["commit"] and len(doc["runs"][0]["loadavg_before"]) == 3
