@@ -528,12 +528,12 @@ def _check_skew(name: str, pin: WheelsetPin, pins: dict, path: Path, lines: dict
                 f"this set would replace what {b} pins; keep the base's version (resolve again: `reprostack lock "
                 f"wheels {name}`) or move the base",
             )
-    theirs = [(b, f) for b, f in below] + [(name, f) for f in pin.files]
+    families: dict[str, list[tuple[str, WheelsetFile]]] = {}  # family -> its files, bases first (one pass: linear)
+    for b, g in [*below, *((name, g) for g in pin.files)]:
+        families.setdefault(library_family(g.name), []).append((b, g))
     for i, f in enumerate(pin.files):
         fam = library_family(f.name)
-        other = next(
-            ((b, g) for b, g in theirs if g.name != f.name and library_family(g.name) == fam and g is not f), None
-        )
+        other = next(((b, g) for b, g in families[fam] if g.name != f.name and g is not f), None)
         if other is not None:
             b, g = other
             at = ("upstreams", name, "files", i, "name")
