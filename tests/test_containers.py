@@ -838,3 +838,47 @@ def test_a_recipe_shares_a_sibling_recipes_file_and_its_digest_covers_it(tmp_pat
         )
         with pytest.raises(RecipeError, match=r"image.yaml:\d+: files\[0\]\.src|image.yaml:\d+:"):
             load_recipe(root, "b")
+
+
+# --------------------------------------------------------------------------- push: digests read back from the registry
+
+
+def test_built_images_are_pushed_and_their_digest_read_back_from_the_registry(
+    stack, tmp_path, docker_client, test_base, registry, ns, monkeypatch
+):
+    """Issue 26 item 5: `build --push REGISTRY` pushes each built image as REGISTRY/NAME:KEY and records the digest
+    the registry serves for it, only after the image id that digest pulls as equals the image built; a node then
+    pulls NAME@DIGEST. The record is out/build/pushed.json."""
+    from reprostack.containers.push import push_images, write_pushed
+    from reprostack.lock.images import registry_digest
+
+    root = make_project(tmp_path / "project", stack)
+    results = build_images(["selftest-child"], options(root, tmp_path, docker_client, ns))
+    target = f"{registry.host}/{ns}"
+    lines: list[str] = []
+    pushed = push_images(docker_client, [(r.name, r.tag, r.image_id) for r in results], target, log=lines.append)
+    assert [p.name for p in pushed] == ["selftest", "selftest-child"]
+    for p, r in zip(pushed, results):
+        key = r.tag.rsplit(":", 1)[1]
+        assert p.ref == f"{target}/{r.name}:{key}" and p.image_id == r.image_id
+        assert p.digest == registry_digest(f"{target}/{r.name}", key)  # what a node pulling the tag gets
+        assert f"{r.name}: pushed {p.ref}@{p.digest}" in "\n".join(lines)
+    # pulled back by digest on a clean engine state: the same image id
+    docker_client.images.remove(pushed[1].ref, force=True)
+    docker_client.images.remove(results[1].tag, force=True)
+    img = docker_client.images.pull(f"{target}/selftest-child@{pushed[1].digest}")
+    assert img.id == results[1].image_id
+    doc = json.loads(write_pushed(tmp_path / "out", pushed).read_text())
+    assert [d["digest"] for d in doc["pushed"]] == [p.digest for p in pushed]
+
+
+@pytest.mark.parametrize(
+    "value", ["http://127.0.0.1:5000", "reprostack", "127.0.0.1:5000/Upper", "127.0.0.1:5000/x:tag", "a b", ""]
+)
+def test_a_push_target_that_is_no_registry_is_one_line_before_any_build(tmp_path, capsys, value):
+    from reprostack import cli
+
+    assert cli.main(["build", "selftest", "--push", value, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("reprostack: error: --push") and "not a registry" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()

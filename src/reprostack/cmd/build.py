@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..containers.bundle import load_bundle, save_bundle
+from ..containers.push import check_registry, push_images, write_pushed
 from ..containers.engine import BuildOptions, build_images, connect, preflight, verify_wheels
 from ..containers.recipe import OVERRIDE_ENV, overrides_from_env, parse_overrides
 from ..containers.testbase import TEST_BASE, ensure_test_base
@@ -39,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "for nodes without registry access (`reprostack build --load FILE` there)",
     )
     p.add_argument(
+        "--push",
+        metavar="REGISTRY",
+        help="after the build, push the named images (default: all built) to REGISTRY (HOST[:PORT][/PATH]) as "
+        "REGISTRY/IMAGE:KEY and read each digest back from the registry; out/build/pushed.json lists them",
+    )
+    p.add_argument(
         "--load",
         metavar="FILE",
         help="first `docker load` an images archive made with --save (sha256 and image ids checked)",
@@ -66,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
 def build(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -> int:
     """Build `args.images`; print one line per image; 0 when all are built or reused (errors raise)."""
     console = Console(stderr=True)
+    registry = check_registry(args.push) if args.push is not None else None  # a bad target: before any build
     overrides = overrides_from_env()
     overrides.update(parse_overrides(",".join(args.base_override)))
     recipes, order = preflight(args.images or None, root, lock, overrides)  # recipe / pin errors: before the engine
@@ -97,8 +105,11 @@ def build(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions)
     for r in results:
         print(f"{r.name}: {r.status} {r.tag} {r.image_id} ({r.seconds:.1f} s, context {r.context_bytes} bytes)")
     print(f"summary: {(Path(args.out) / 'images.json').resolve()}")
+    wanted = set(args.images) if args.images else {r.name for r in results}
+    if registry:
+        pushed = push_images(client, [(r.name, r.tag, r.image_id) for r in results if r.name in wanted], registry)
+        print(f"pushed: {write_pushed(Path(args.out), pushed).resolve()}")
     if args.save:
-        wanted = set(args.images) if args.images else {r.name for r in results}
         saved = save_bundle(client, [(r.name, r.tag) for r in results if r.name in wanted], Path(args.save))
         print(
             f"{args.save}: {len(saved)} image(s), {sum(b.bytes for b in saved)} bytes "
