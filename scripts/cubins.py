@@ -10,7 +10,8 @@
 - every JIT kernel folder `kernel.<name>.<digest>/kernel.cubin` (DeepEP's JIT cache: the digest is that of the
   kernel's code, nvcc signature and flags, so two builds' folders of one name are the same kernel asked for), by
   folder name and sha256 (with the sha256 of its kernel.cu).
-`compare` joins two records by key (shared object basename + cubin index + arch, or JIT folder name) and writes a
+`compare` joins two records by key (shared object basename without its CPython ABI tag + cubin index + arch, or JIT
+folder name) and writes a
 markdown table: identical, differs (both sha256), or only in one build.
 
 Invariants: read-only on the build folders; cuobjdump runs with an argument vector in a temporary folder; a
@@ -24,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,11 +124,16 @@ def record(dirs: list[Path], label: str, with_so: bool) -> dict:
     return rec
 
 
+_ABI = re.compile(r"\.cpython-[0-9]+-[A-Za-z0-9_]+-linux-gnu")  # _C.cpython-312-x86_64-linux-gnu.so -> _C.cpython.so
+
+
 def _entries(rec: dict) -> dict:
+    """{key: sha256}; a shared object's CPython ABI tag is left out of its keys, so the `_C` built for CPython 3.12 on
+    the host and for 3.11 in the image are joined (the device code does not depend on the host Python)."""
     out = {}
     for so in rec["shared_objects"]:
         for c in so["cubins"]:
-            out[c["key"]] = c["sha256"]
+            out[_ABI.sub(".cpython", c["key"])] = c["sha256"]
     for j in rec["jit"]:
         out[f"jit:{j['key']}"] = j["sha256"]
     return out

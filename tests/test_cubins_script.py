@@ -56,3 +56,19 @@ def test_a_shared_object_is_found_by_its_nv_fatbin_section(tmp_path):
     fat = tmp_path / "fat.so"
     subprocess.run(["objcopy", "--add-section", f".nv_fatbin={tmp_path / 'blob'}", str(so), str(fat)], check=True)
     assert cubins._has_fatbin(fat) and not cubins._has_fatbin(src)
+
+
+def test_the_c_extension_of_two_cpythons_is_joined_by_kernel(tmp_path):
+    """The host build is `_C.cpython-312-...so` (the H200's Python 3.12), the image's `_C.cpython-311-...so`
+    (Debian 12's 3.11): the device code does not depend on the Python, so their cubins are joined by index and
+    arch, not left as `only in` one build."""
+
+    def rec(label, abi, sha):
+        so = f"_C.cpython-{abi}-x86_64-linux-gnu"
+        cub = {"arch": "sm_90", "cubin": f"{so}.1.sm_90.cubin", "key": f"{so}.so:{so}.1.sm_90.cubin", "sha256": sha}
+        return {"label": label, "jit": [], "shared_objects": [{"path": f"{so}.so", "cubins": [cub], "ptx": []}]}
+
+    table = cubins.compare(rec("h200-host", 312, "a" * 64), rec("image", 311, "a" * 64))
+    assert table.startswith("1 of 1 cubins identical (h200-host vs image)")
+    assert "`_C.cpython.so:_C.cpython.1.sm_90.cubin`" in table
+    assert cubins.compare(rec("h", 312, "a" * 64), rec("i", 311, "b" * 64)).startswith("0 of 1 cubins identical")
