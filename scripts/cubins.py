@@ -2,6 +2,7 @@
 
     python3 scripts/cubins.py record --label h200-host BUILD_DIR... > cubins.json
     python3 scripts/cubins.py compare A.json B.json > table.md
+    python3 scripts/cubins.py sass --labels A B A.cubin B.cubin > sass.json   (per function; nvdisasm on PATH)
 
 `record` walks each BUILD_DIR (a DeepEP build folder, a JIT cache, an image's file tree) for
 - every shared object with a `.nv_fatbin` section (DeepEP's `_C*.so`): its embedded cubins, extracted with
@@ -72,8 +73,8 @@ def cuobjdump() -> str | None:
     return None
 
 
-def so_cubins(so: Path, tool: str) -> tuple[list[dict], list[str]]:
-    """([{key, cubin, arch, sha256}], [ptx names]) of shared object `so`."""
+def so_cubins(so: Path, tool: str, keep: Path | None = None) -> tuple[list[dict], list[str]]:
+    """([{key, cubin, arch, sha256}], [ptx names]) of shared object `so`; `keep`: also copy each cubin there."""
     out = []
     with tempfile.TemporaryDirectory(prefix="cubins-") as tmp:
         r = subprocess.run([tool, "-xelf", "all", str(so)], cwd=tmp, capture_output=True, text=True)
@@ -83,12 +84,15 @@ def so_cubins(so: Path, tool: str) -> tuple[list[dict], list[str]]:
             parts = f.name.split(".")
             arch = next((x for x in parts if x.startswith("sm_")), "")
             out.append({"key": f"{so.name}:{f.name}", "cubin": f.name, "arch": arch, "sha256": _sha(f)})
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, keep / f.name)
     r = subprocess.run([tool, "-lptx", str(so)], capture_output=True, text=True)
     ptx = [ln.split(":", 1)[-1].strip() for ln in r.stdout.splitlines() if "PTX file" in ln]
     return out, ptx
 
 
-def record(dirs: list[Path], label: str, with_so: bool) -> dict:
+def record(dirs: list[Path], label: str, with_so: bool, keep: Path | None = None) -> dict:
     tool = cuobjdump() if with_so else None
     if with_so and tool is None:
         print(
@@ -117,7 +121,7 @@ def record(dirs: list[Path], label: str, with_so: bool) -> dict:
                         }
                     )
                 elif tool and ".so" in fn and _has_fatbin(p):
-                    cubins, ptx = so_cubins(p, tool)
+                    cubins, ptx = so_cubins(p, tool, keep if "_C" in fn else None)
                     rec["shared_objects"].append(
                         {"path": str(p.relative_to(d)), "sha256": _sha(p), "cubins": cubins, "ptx": ptx}
                     )
@@ -152,23 +156,74 @@ def compare(a: dict, b: dict) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+_INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_[0-9]+_([A-Za-z0-9_]+?)_[0-9a-f]{8}")  # a TU's internal-linkage tag
+
+
+def sass_functions(cubin: Path, tool: str) -> dict:
+    """{function: sha256 of its SASS} of `cubin` (`cuobjdump -sass`, which needs nvdisasm on PATH). A function's
+    internal-linkage tag (`_INTERNAL_<hash>_<n>_<file>_<hash>`: a hash of the translation unit's path and options)
+    is reduced to its file name, in names and in the instruction text, so two builds from different folders are
+    joined by function; everything else (every instruction, its encoding and offset) is hashed as printed."""
+    r = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{tool} -sass {cubin}: {r.stderr.strip()[-300:]}")
+    out, name, body = {}, None, []
+    for line in r.stdout.splitlines() + ["\t\tFunction : <end>"]:
+        if line.strip().startswith("Function : "):
+            if name is not None:
+                out[name] = hashlib.sha256("\n".join(body).encode()).hexdigest()
+            name, body = _INTERNAL.sub(r"_INTERNAL_\1", line.split("Function : ", 1)[1].strip()), []
+        elif name is not None:
+            body.append(_INTERNAL.sub(r"_INTERNAL_\1", line.strip()))
+    return out
+
+
+def compare_sass(a: Path, b: Path, la: str, lb: str, tool: str) -> dict:
+    """Per function, the SASS of cubin `a` against cubin `b` (sass_functions): counts and the names that differ."""
+    fa, fb = sass_functions(a, tool), sass_functions(b, tool)
+    both = sorted(set(fa) & set(fb))
+    differ = [f for f in both if fa[f] != fb[f]]
+    return {
+        "a": {"label": la, "cubin": a.name, "sha256": _sha(a), "functions": len(fa)},
+        "b": {"label": lb, "cubin": b.name, "sha256": _sha(b), "functions": len(fb)},
+        "cuobjdump": tool,
+        "functions_in_both": len(both),
+        "identical_sass": len(both) - len(differ),
+        "differ": differ,
+        f"only_in_{la}": sorted(set(fa) - set(fb)),
+        f"only_in_{lb}": sorted(set(fb) - set(fa)),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record")
     r.add_argument("--label", required=True)
     r.add_argument("--no-so", action="store_true", help="JIT cubins only (no cuobjdump needed)")
+    r.add_argument("--keep", type=Path, help="also copy the cubins of each _C*.so into this folder")
     r.add_argument("dirs", nargs="+", type=Path)
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
+    sa = sub.add_parser("sass", help="per-function SASS of two cubins (cuobjdump -sass; nvdisasm on PATH)")
+    sa.add_argument("a", type=Path)
+    sa.add_argument("b", type=Path)
+    sa.add_argument("--labels", nargs=2, default=["a", "b"])
     args = p.parse_args(argv)
     if args.cmd == "record":
         missing = [str(d) for d in args.dirs if not d.is_dir()]
         if missing:
             print(f"not a folder: {', '.join(missing)}", file=sys.stderr)
             return 2
-        print(json.dumps(record(args.dirs, args.label, not args.no_so), indent=1, sort_keys=True))
+        print(json.dumps(record(args.dirs, args.label, not args.no_so, args.keep), indent=1, sort_keys=True))
+        return 0
+    if args.cmd == "sass":
+        tool = cuobjdump()
+        if tool is None or not all(x.is_file() for x in (args.a, args.b)):
+            print("sass: needs two cubin files and cuobjdump ($CUOBJDUMP, PATH, $CUDA_HOME/bin)", file=sys.stderr)
+            return 2
+        print(json.dumps(compare_sass(args.a, args.b, *args.labels, tool), indent=1, sort_keys=True))
         return 0
     try:
         a, b = (json.loads(x.read_text()) for x in (args.a, args.b))

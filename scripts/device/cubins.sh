@@ -14,7 +14,8 @@
 # pins, sm_90a; its JIT kernels compiled in that build's own cache, kernels/jit/h200-ep1.json prewarmed), then
 # `scripts/cubins.py record` over the cache's builds/: every `_C*.so` cubin (cuobjdump -xelf all, the toolkit's
 # cuobjdump next to the nvcc the build used) and every JIT `kernel.<name>.<digest>/kernel.cubin`.
-# Into $OUT: cubins-h200-host.json (commit as results/images/cubins-h200-host.json), gpu.txt, micro.cli.log,
+# Into $OUT: cubins-h200-host.json (commit as results/images/cubins-h200-host.json), cubins/ (the _C cubins themselves,
+# for `scripts/cubins.py sass` against the image's), gpu.txt, micro.cli.log,
 # buildlogs.tar (the DeepEP build log with its nvcc flags). Exit: the gate's exit code when no record was made, else 0.
 set -u
 R=$(pwd)
@@ -44,7 +45,7 @@ tail -3 "$OUTD/micro.cli.log"
 NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
 export CUOBJDUMP=${CUOBJDUMP:-$(dirname "${NVCC:-/usr/local/cuda/bin/nvcc}")/cuobjdump}
 echo "nvcc: ${NVCC:-none} ($("${NVCC:-nvcc}" --version 2>/dev/null | tail -1)); cuobjdump: $CUOBJDUMP"
-"$PY" scripts/cubins.py record --label h200-host "$REPROSTACK_CACHE/builds" > "$OUTD/cubins-h200-host.json" || {
+"$PY" scripts/cubins.py record --label h200-host --keep "$OUTD/cubins" "$REPROSTACK_CACHE/builds" > "$OUTD/cubins-h200-host.json" || {
   echo "no cubin record made"; exit "$([ "$rc" -ne 0 ] && echo "$rc" || echo 1)"; }
 "$PY" - "$OUTD/cubins-h200-host.json" <<'EOF'
 import json, sys
