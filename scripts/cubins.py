@@ -156,13 +156,15 @@ def compare(a: dict, b: dict) -> str:
     return head + "\n".join(rows) + "\n"
 
 
-_INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]+_[0-9]+_([A-Za-z0-9_]+?)_[0-9a-f]{8}")  # a TU's internal-linkage tag
+# a translation unit's tag in internal-linkage names (`_INTERNAL_71702da8_12_internode_cu_b3b04a8e`,
+# `__nv_static_26__ebea7cf7_5_k2_cu_4536d6f1`, `_GLOBAL__N__ebea7cf7_...`): nvcc hashes the source file's path into it
+_INTERNAL = re.compile(r"_[0-9a-f]{8}_[0-9]+_([A-Za-z0-9_]+?_cu)_[0-9a-f]{8}")
 
 
 def sass_functions(cubin: Path, tool: str) -> dict:
     """{function: sha256 of its SASS} of `cubin` (`cuobjdump -sass`, which needs nvdisasm on PATH). A function's
-    internal-linkage tag (`_INTERNAL_<hash>_<n>_<file>_<hash>`: a hash of the translation unit's path and options)
-    is reduced to its file name, in names and in the instruction text, so two builds from different folders are
+    internal-linkage tag (`<hash>_<n>_<file>_cu_<hash>`: nvcc hashes the translation unit's path into it) is
+    reduced to its file name, in names and in the instruction text, so two builds from different folders are
     joined by function; everything else (every instruction, its encoding and offset) is hashed as printed."""
     r = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
     if r.returncode != 0:
@@ -172,9 +174,9 @@ def sass_functions(cubin: Path, tool: str) -> dict:
         if line.strip().startswith("Function : "):
             if name is not None:
                 out[name] = hashlib.sha256("\n".join(body).encode()).hexdigest()
-            name, body = _INTERNAL.sub(r"_INTERNAL_\1", line.split("Function : ", 1)[1].strip()), []
+            name, body = _INTERNAL.sub(r"_\1", line.split("Function : ", 1)[1].strip()), []
         elif name is not None:
-            body.append(_INTERNAL.sub(r"_INTERNAL_\1", line.strip()))
+            body.append(_INTERNAL.sub(r"_\1", line.strip()))
     return out
 
 

@@ -72,3 +72,18 @@ def test_the_c_extension_of_two_cpythons_is_joined_by_kernel(tmp_path):
     assert table.startswith("1 of 1 cubins identical (h200-host vs image)")
     assert "`_C.cpython.so:_C.cpython.1.sm_90.cubin`" in table
     assert cubins.compare(rec("h", 312, "a" * 64), rec("i", 311, "b" * 64)).startswith("0 of 1 cubins identical")
+
+
+def test_a_translation_units_path_hash_is_left_out_of_function_names():
+    """nvcc hashes the source file's path into internal-linkage names (seen: the same kernel compiled in two folders
+    gives `__nv_static_26__ebea7cf7_5_k2_cu_4536d6f1` and `__nv_static_26__0a694598_5_k2_cu_4536d6f1`), so the SASS
+    comparison joins functions by the name without it."""
+    a = "_ZN43_INTERNAL_71702da8_12_internode_cu_b3b04a8e16nvshmem_sync_allEv"
+    b = "_ZN43_INTERNAL_0f0f0f0f_12_internode_cu_b3b04a8e16nvshmem_sync_allEv"
+    assert (
+        cubins._INTERNAL.sub(r"_\1", a)
+        == cubins._INTERNAL.sub(r"_\1", b)
+        == "_ZN43_INTERNAL_internode_cu16nvshmem_sync_allEv"
+    )
+    s1, s2 = "__nv_static_26__ebea7cf7_5_k2_cu_4536d6f1__Z1hi", "__nv_static_26__0a694598_5_k2_cu_4536d6f1__Z1hi"
+    assert cubins._INTERNAL.sub(r"_\1", s1) == cubins._INTERNAL.sub(r"_\1", s2)

@@ -211,7 +211,8 @@ needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make n
 
 
 def build_dirs(cache: Path) -> list[str]:
-    return sorted(os.listdir(cache / "builds"))
+    """What a build left under builds/, less its per-key lock files (`.<component>-<key16>.lock`, kept: empty)."""
+    return sorted(n for n in os.listdir(cache / "builds") if not n.endswith(".lock"))
 
 
 @needs_make
@@ -703,3 +704,38 @@ def test_run_logged_stamps_lines_and_kills_the_whole_group_at_its_timeout(tmp_pa
         raise AssertionError("the step's child outlived its timeout")
     with pytest.raises(BuildError, match=r"^s: exit 3; log: "):
         build.run_logged(["sh", "-c", "exit 3"], cwd=tmp_path, env=dict(os.environ), log=log, step="s", timeout=30)
+
+
+def test_a_build_runs_in_a_folder_named_by_its_key_and_one_builder_per_key(tmp_path):
+    """nvcc writes the build folder's path into the device code (a hash of it in every internal-linkage name), and
+    the build folder was a random temp folder: two H200 builds of one key gave different DeepEP cubins
+    (results/images/cubins.md). Now a key always builds in `.<component>-<key16>.partial` of its cache, and two
+    builders of one key run one build: the second waits and reuses it."""
+    import threading
+
+    seen, calls = [], []
+
+    def make(tmp: Path, log: Path) -> dict:
+        seen.append(tmp)
+        calls.append(1)
+        time.sleep(0.3)
+        (tmp / "out.txt").write_text("x")
+        return {}
+
+    fields = {"component": "demo", "tree": "a" * 40}
+    b1 = build.reuse_or_build(tmp_path, "demo", fields, make)
+    shutil.rmtree(b1.out)  # gone: built again, in the same folder
+    b2 = build.reuse_or_build(tmp_path, "demo", fields, make)
+    assert seen[0] == seen[1] == tmp_path / "builds" / f".demo-{b1.key[:16]}.partial"
+    assert b2.out == b1.out and (b2.out / "out.txt").read_text() == "x" and not seen[0].exists()
+    shutil.rmtree(b2.out)
+    calls.clear()
+    got = []
+    ts = [
+        threading.Thread(target=lambda: got.append(build.reuse_or_build(tmp_path, "demo", fields, make))) for _ in "ab"
+    ]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(calls) == 1 and sorted(b.reused for b in got) == [False, True]

@@ -4,7 +4,8 @@ The container runs the in-image runner in host mode (`python3 -m reprostack gate
 ...` with the operator's options), this node's part of the gate's launch plan (reprostack.gates.plan): the out
 dir mounted read-write at /out, the lock's folder read-only at /workspace, reprostack's own package read-only at
 /opt/reprostack/code (on PYTHONPATH: the code that runs is this checkout's), GPUs as a device request when the
-profile needs them, every `/dev/infiniband/uverbs*` of this host when it needs EFA, the plan's ulimits, shm, host
+profile needs them (none when the engine has no NVIDIA runtime: the in-image runner then finds no GPU and the gate is
+a SKIP, `execution.no_gpus` saying why), every `/dev/infiniband/uverbs*` of this host when it needs EFA, the plan's ulimits, shm, host
 network and IPC. The image: `--image IMAGE`, else the recipe's id recorded by the last `reprostack build` here
 (out/build/images.json). reprostack.launch.docker streams the output into the output contract's node log (`<out>/logs/node-<N>.log`) with a
 `[node N]` prefix and stops the container at the timeout (the spec's watchdog per run, plus CONTAINER_SLACK_S).
@@ -93,6 +94,31 @@ def host_record() -> dict:
     }
 
 
+def _host_memlock(ulimits: tuple) -> tuple:
+    """`ulimits` with this host's memlock limit: a run with no GPU and no EFA pins no memory (an engine in a sandbox
+    may not raise memlock to the campaign's unlimited, which EFA and NCCL need)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return tuple((n, soft, hard) if n == "memlock" else (n, s, h) for n, s, h in ulimits)
+
+
+def _engine_gpu_runtime(client) -> str | None:
+    """None when the engine can give a container GPUs (an NVIDIA runtime registered: `docker info`'s Runtimes),
+    else why not. Without one the engine refuses any GPU request, so the container runs with no GPU and the
+    in-image runner finds none: the gate ends SKIP (never PASS) after checking the image's kernels against the
+    lock, and `execution.no_gpus` says why it had none."""
+    import docker.errors
+
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except (docker.errors.DockerException, AttributeError):
+        return None  # cannot tell: ask for the GPUs, and the engine's own refusal is the error
+    if "nvidia" in runtimes:
+        return None
+    return f"the engine has no NVIDIA runtime (runtimes: {', '.join(sorted(runtimes)) or 'none'}): no GPU to give"
+
+
 def _image(client, ref: str, recipe: str):
     import docker.errors
 
@@ -136,12 +162,7 @@ def container_plan(g: Gate, a: GateOptions, lock, root: Path, image_ref: str | N
         env["HF_HOME"] = "/models"
     ulimits = plan.ulimits
     if not prof.needs_gpu and not plan.efa_devices_per_node:
-        # a CPU profile pins no memory: it keeps this host's memlock limit (an engine in a sandbox may not raise
-        # it to the campaign's unlimited, which EFA and NCCL need)
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-        ulimits = tuple((n, soft, hard) if n == "memlock" else (n, s, h) for n, s, h in ulimits)
+        ulimits = _host_memlock(ulimits)
     timeout = (a.timeout or plan.timeout_s) * g.launches(spec, a) + CONTAINER_SLACK_S
     cmd = lp.NodeCommand(
         a.node_rank,
@@ -169,8 +190,11 @@ def run_in_container(g: Gate, a: GateOptions, ctx: RunContext, *, client=None) -
     plan, prof = container_plan(g, a, lock, Path(ctx.root), a.image)
     client = client or _client()
     image = _image(client, plan.image.tag, plan.image.recipe)
-    needs_gpu = prof.needs_gpu and plan.gpus_per_node > 0
+    engine_gpus = _engine_gpu_runtime(client)
+    needs_gpu = prof.needs_gpu and plan.gpus_per_node > 0 and engine_gpus is None
     efa = sorted(glob(f"{lp.EFA_DEVICE_DIR}/uverbs*")) if plan.efa_devices_per_node else []
+    if prof.needs_gpu and not needs_gpu and not efa:  # no GPU to give and no EFA: nothing pins memory
+        plan = dataclasses.replace(plan, ulimits=_host_memlock(plan.ulimits))
     out = a.out_dir
     out.mkdir(parents=True, exist_ok=True)
     report_path = out / f"{g.report_name}.json"
@@ -191,6 +215,7 @@ def run_in_container(g: Gate, a: GateOptions, ctx: RunContext, *, client=None) -
         "host": host_record(),
         "ulimits": {n: [s, h] for n, s, h in plan.ulimits},
         "gpus": needs_gpu,
+        **({"no_gpus": engine_gpus} if prof.needs_gpu and engine_gpus else {}),
         "efa_devices": efa,
     }
     written = report_path.is_file() and _stat(report_path) != stale

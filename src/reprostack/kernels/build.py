@@ -1,17 +1,19 @@
 """Build NCCL and DeepEP into `<cache>/builds/<component>-<key>`, where key = sha256 of everything the
 binary depends on (source tree, recipe content, toolchain versions, arch, flags, the keys of what it links).
 
-Invariants: an output dir exists only complete (built in a temp dir, `build.json` written, then
-renamed); an existing dir with the same key is reused without running a compiler; logs are kept.
+Invariants: an output dir exists only complete (built in `.<component>-<key16>.partial`, `build.json` written, then
+renamed); an existing dir with the same key is reused without running a compiler; one builder per key at a time
+(a lock file beside it); the build folder's path is a function of the cache root and the key, never random (nvcc
+puts it into the device code); logs are kept.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,18 +103,31 @@ def reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
     that key, else `make(tmp, log)` builds into a temp folder that replaces the old one whole (os.replace)."""
     key = build_key(fields)
     out = Path(cache) / "builds" / f"{component}-{key[:16]}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # one builder per key at a time (two gates on one shared cache): the second waits, then reuses the first's
+    with open(out.parent / f".{component}-{key[:16]}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        return _reuse_or_build_locked(component, key, fields, out, make)
+
+
+def _reuse_or_build_locked(component: str, key: str, fields: dict, out: Path, make) -> Built:
     manifest = out / "build.json"
     if manifest.is_file():
         info = json.loads(manifest.read_text())
         if info.get("key") == key:
             return Built(component, key, out, True, 0.0, info)
-    out.parent.mkdir(parents=True, exist_ok=True)
     logs = out.parent / "logs"
     logs.mkdir(exist_ok=True)
     # the log lives outside the temp dir, so an error message names a file that is still there
     log = logs / f"{component}-{key[:16]}.log"
     log.write_text("")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{component}-", dir=out.parent))
+    # the build folder's name is the key's, never a random one: nvcc writes the source path into the device code
+    # (device-assert file names, and a hash of it into every internal-linkage name), so two builds of one key in one
+    # cache give the same bytes only from the same folder (results/images/cubins.md: a random one made every DeepEP
+    # build on the H200 differ)
+    tmp = out.parent / f".{component}-{key[:16]}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)  # a build killed before it finished: started again from nothing
+    tmp.mkdir()
     t0 = time.monotonic()
     from .. import ui
 
