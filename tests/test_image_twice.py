@@ -134,3 +134,32 @@ def test_record_lists_every_file_and_the_key_files_sections(docker_client, test_
         r["project_commit"]
         == subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     )
+
+
+def test_chain_downloads_are_read_from_the_lock_and_the_verified_cache(tmp_path, monkeypatch):
+    """scripts/image_chain.py's downloads: the base's .debs by count and bytes from the lock, each wheel pin an image
+    copies by count from the lock and bytes from the cache's files (None while one is missing, never a guess)."""
+    import image_chain
+
+    from reprostack import lock as lockmod
+
+    lock = lockmod.load(REPO / "upstreams.lock")
+    monkeypatch.setenv("REPROSTACK_CACHE", str(tmp_path / "cache"))
+    pin = lock.get("substrate-wheels-cp311")
+    for i, f in enumerate(pin.files):
+        p = tmp_path / "cache" / "wheels" / f.sha256 / f.filename
+        p.parent.mkdir(parents=True)
+        p.write_bytes(b"x" * (i + 1))
+    out = image_chain.downloads(lock, ["cuda-toolkit", "substrate"], REPO)
+    debs = lock.get("debian-12-build").files
+    assert out["debs"] == {"pin": "debian-12-build", "files": len(debs), "bytes": sum(f.size for f in debs)}
+    n = len(pin.files)
+    assert out["wheels"] == [
+        {
+            "image": "cuda-toolkit",
+            "pin": "cuda-13-0-toolkit",
+            "files": len(lock.get("cuda-13-0-toolkit").files),
+            "bytes": None,
+        },
+        {"image": "substrate", "pin": "substrate-wheels-cp311", "files": n, "bytes": n * (n + 1) // 2},
+    ]
