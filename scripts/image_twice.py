@@ -156,7 +156,7 @@ def record(image: str, keys: list[str], build_json: Path | None) -> dict:
         "image_id": insp["Id"],
         "size_bytes": insp.get("Size"),
         "project_commit": _git("rev-parse", "HEAD"),
-        "project_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "project_dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results")),
         "lock_sha256": hashlib.sha256(Path("upstreams.lock").read_bytes()).hexdigest(),
         "layers": [{"step": s, "diff_id": d} for s, d in zip(steps, diff_ids)],
         "files": files,

@@ -263,7 +263,7 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     assert recipes["cuda-toolkit"].base.text == "local:reprostack/debian-12-build:12"
     text, _, _ = render_recipe(recipes["cuda-toolkit"], lock, from_ref="sha256:" + "cd" * 32)
     assert "--require-hashes" in text and "check-toolkit.sh 13.0.88 90a" in text
-    assert {f.version for f in lock.get("cuda-13-0-toolkit").files} == {"13.0.88", "13.0.85", "13.0.87"}
+    assert {f.version for f in lock.get("cuda-13-0-toolkit").files} == {"13.0.88", "13.0.96", "13.0.85", "13.0.87"}
     fake_parent = "sha256:" + "ab" * 32
     gin = lockmod.load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")  # deepep-gin-gdaki takes that stack's wheel
     for name in GPU_RECIPES:
