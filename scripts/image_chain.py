@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             b["builds"] = [i]
             how = (
                 f"`python3 scripts/image_chain.py --twice`: `reprostack build {' '.join(args.images)}` on the local "
-                "dockerd (classic builder), then every image of the chain above the base removed with its intermediate "
-                "images (no layer cache), built again from scratch (the base made again from the pinned .debs); files "
+                f"dockerd (classic builder), then {', '.join(args.images)} removed with their intermediate images (no "
+                "layer cache), built again from scratch (the base made again from the pinned .debs); files "
                 "compared by sha256 inside the image (`find / -xdev -type f`, less /proc, /sys, /dev and the files "
                 "the engine mounts per container), the files that matter also by ELF section"
             )
