@@ -126,14 +126,14 @@ def lock(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def images(session: nox.Session) -> None:
-    """The registry-free image chain on the Docker engine at $DOCKER_HOST (root and debootstrap): the .debs of pin
-    debian-12-build fetched and sha256-checked, the base made from them alone (reprostack.containers.debsbase), then
-    `reprostack build cuda-toolkit` (the CUDA 13.0.88 toolkit from its pinned wheels). `-- --twice`: the base is
-    built twice from scratch and compared, the record written to results/images/base-debian-12-build.json."""
+    """The registry-free image chain on the Docker engine at $DOCKER_HOST (root and debootstrap), each step timed
+    (scripts/image_chain.py): the .debs of pin debian-12-build fetched and sha256-checked, the base made from them
+    alone (reprostack.containers.debsbase), then `reprostack build cuda-toolkit substrate deepep` (CUDA 13.0.88 from
+    its pinned wheels; rdma-core, libfabric, gdrcopy, torch/NCCL/NVSHMEM wheels; DeepEP for sm_90 and aws-ofi-nccl);
+    results/images/chain.json. `-- --twice`: every image built twice from scratch and compared
+    (results/images/base-debian-12-build.json, results/images/<image>-twice.json)."""
     _install(session)
-    extra = ["--twice", "--record", "results/images/base-debian-12-build.json"] if "--twice" in session.posargs else []
-    session.run("python", "-m", "reprostack.containers.debsbase", "debian-12-build", *extra)
-    session.run("reprostack", "build", "cuda-toolkit")
+    session.run("python", "scripts/image_chain.py", *session.posargs)
 
 
 @nox.session

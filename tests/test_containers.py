@@ -39,6 +39,7 @@ from reprostack.containers import (
 )
 from reprostack.containers.context import Context
 from reprostack.containers.engine import rfc3339
+from reprostack.containers.render import instructions
 from reprostack.containers.recipe import load_recipe, parse_overrides, recipe_digest, resolve_lock_bases
 from reprostack.fetch import Cache
 from test_sources import SUB, lock_text, make_stack
@@ -48,7 +49,17 @@ docker_client, test_base = dockerd.docker_client, dockerd.test_base  # session f
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CUDA = "nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu22.04"
 IN_IMAGE = "/opt/reprostack/src/deepep"
-GPU_RECIPES = ("substrate", "deepep", "deepep-gin-gdaki", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
+GPU_RECIPES = (
+    "substrate",
+    "substrate-cuda-devel",
+    "deepep",
+    "deepep-gin-gdaki",
+    "vllm",
+    "sglang",
+    "trtllm",
+    "megatron",
+    "nemo-rl",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -202,6 +213,27 @@ def test_file_with_a_pinned_sha256_is_checked_as_it_goes_into_the_tar(tmp_path):
         c.tar()
 
 
+def test_a_submodule_the_lock_does_not_pin_is_left_out_any_other_unfetched_one_is_an_error(tmp_path):
+    """aws-ofi-nccl's 3rd-party/efa-dp-direct (GDAKI only) is not pinned, so not fetched: the context leaves it out
+    when told which submodules the lock pins; a pinned submodule that is not checked out stays an error."""
+    from reprostack.containers.errors import ContainerError
+    from reprostack.gitcmd import git
+
+    repo = gr.init_repo(tmp_path / "r")
+    (repo / "a.txt").write_text("a\n")
+    git("add", "a.txt", cwd=repo)
+    git("update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},3rd-party/sub", cwd=repo)
+    git("commit", "-q", "-m", "gitlink", cwd=repo)
+    (repo / "3rd-party" / "sub").mkdir(parents=True)  # what a checkout without the submodule leaves: an empty folder
+    with pytest.raises(ContainerError, match=r"r:3rd-party/sub: submodule not checked out"):
+        Context().add_git_tree("t", repo)
+    with pytest.raises(ContainerError, match=r"submodule not checked out"):
+        Context().add_git_tree("t", repo, pinned_submodules=frozenset({"3rd-party/sub"}))
+    c = Context()
+    assert c.add_git_tree("t", repo, pinned_submodules=frozenset()) == 1
+    assert c.paths() == ["t/a.txt"]
+
+
 def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
     from reprostack.gitcmd import git
 
@@ -231,7 +263,7 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     assert recipes["cuda-toolkit"].base.text == "local:reprostack/debian-12-build:12"
     text, _, _ = render_recipe(recipes["cuda-toolkit"], lock, from_ref="sha256:" + "cd" * 32)
     assert "--require-hashes" in text and "check-toolkit.sh 13.0.88 90a" in text
-    assert {f.version for f in lock.get("cuda-13-0-toolkit").files} == {"13.0.88", "13.0.85"}
+    assert {f.version for f in lock.get("cuda-13-0-toolkit").files} == {"13.0.88", "13.0.96", "13.0.85", "13.0.87"}
     fake_parent = "sha256:" + "ab" * 32
     gin = lockmod.load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")  # deepep-gin-gdaki takes that stack's wheel
     for name in GPU_RECIPES:
@@ -241,15 +273,19 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
         assert f"\nFROM {fake_parent}\n" in text
         assert "{{" not in text and "git clone" not in text
     text, args, labels = render_recipe(recipes["deepep"], lock, from_ref=fake_parent)
-    nccl, deepep = lock.git("nccl"), lock.git("deepep")
+    nccl, deepep, nccl_wheel = lock.git("nccl"), lock.git("deepep"), lock.get("nccl-wheel")
     assert args == {
         "CUDA_ARCH": "90",
-        "NCCL_REV": nccl.rev,
+        "NCCL_VERSION": nccl_wheel.version,
         "DEEPEP_PATCHED_TREE": deepep.patched_tree,
         "OFI_REV": lock.git("aws-ofi-nccl").rev,
     }
-    assert "COPY src/nccl /opt/reprostack/src/nccl" in text and "COPY src/deepep /opt/reprostack/src/deepep" in text
-    assert "COPY src/aws-ofi-nccl /opt/reprostack/src/aws-ofi-nccl" in text
+    # NCCL from the release wheel (the substrate's copy, re-checked against the nccl-wheel pin), no source build;
+    # every COPY puts one context folder onto / (stable folder mtimes)
+    assert f'{nccl_wheel.files[0].sha256}  {nccl_wheel.files[0].filename}" | sha256sum -c -' in text
+    assert "src/nccl" not in text and "nccl.wheel_pin=nccl-wheel" in text
+    assert "COPY root/deepep/ /" in text and "COPY root/aws-ofi-nccl/ /" in text
+    assert all(i.text.endswith(" /") for i in instructions(text) if i.keyword == "COPY")
     # the gate images install their wheel set on top and check every pin set of the image
     for name in ("vllm", "sglang"):
         text, _, _ = render_recipe(recipes[name], lock, from_ref=fake_parent)
@@ -257,24 +293,36 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
         assert recipes[name].parent == "deepep" and lock.get(f"{name}-wheels").installed_on == "substrate-wheels"
     _, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
     assert args == {"MEGATRON_PATCHED_TREE": lock.git("megatron-lm").patched_tree}
-    assert labels["org.opencontainers.image.title"] == f"reprostack deepep (DeepEP V2 over NCCL {nccl.original})"
+    assert labels["org.opencontainers.image.title"] == (
+        f"reprostack deepep (DeepEP V2 over NCCL {nccl_wheel.version}, the {nccl.original} release wheel)"
+    )
     assert recipes["deepep"].parent == "substrate"
     text, _, _ = render_recipe(recipes["deepep"], lock, from_ref=fake_parent)
     assert "--with-libfabric=/opt/reprostack/efa" in text and "/opt/amazon" not in text
     # the CUDA bases are image pins of the lock, by digest; the EFA userspace comes from git pins
+    # the substrate is on the registry-free chain; the CUDA devel base by digest is the documented alternative
+    assert recipes["substrate"].parent == "cuda-toolkit" and recipes["substrate"].base is None
     resolved = resolve_lock_bases(recipes, lock)
-    assert resolved["substrate"].base.text == (
+    assert resolved["substrate-cuda-devel"].base.text == (
         "docker.io/nvidia/cuda:13.0.0-devel-ubuntu22.04@sha256:1470d2d7904fac4e5cb3bdfd4993305c46d3ee76deb0213eaaf248e5cf9c7400"
     )
     assert resolved["trtllm"].base.text == (
         "docker.io/nvidia/cuda:12.9.0-devel-ubuntu24.04@sha256:632c7db01c6a392f1a4a51b575ee1c125d19e7656de83a285ac222fc35b80606"
     )
-    assert resolved["substrate"].base.pin == "cuda-13-0-devel"
+    assert resolved["substrate-cuda-devel"].base.pin == "cuda-13-0-devel"
     text, args, labels = render_recipe(recipes["substrate"], lock, from_ref=fake_parent)
+    assert [w.pin for w in recipes["substrate"].wheels] == ["substrate-wheels-cp311"]
+    assert lock.get("substrate-wheels-cp311").python_version == "3.11" and "/opt/venv/bin/pip install" in text
+    assert all(i.text.endswith(" /") for i in instructions(text) if i.keyword == "COPY")
+    assert all(
+        i.text.startswith("RUN /opt/reprostack/bin/epoch-mtimes.sh begin") and i.text.endswith("epoch-mtimes.sh end")
+        for i in instructions(text)
+        if i.keyword == "RUN"
+    )
     rdma, fab = lock.git("rdma-core"), lock.git("libfabric")
     assert (rdma.original, fab.original) == ("v64.0", "v2.6.0")
     assert args["RDMA_CORE_REV"] == rdma.rev and args["LIBFABRIC_TREE"] == fab.tree
-    assert "COPY src/rdma-core /opt/reprostack/src/rdma-core" in text and "--enable-efa=/opt/reprostack/efa" in text
+    assert "COPY root/rdma-core/ /" in text and "--enable-efa=/opt/reprostack/efa" in text
     assert "record-built.py /opt/reprostack/built.json" in text and lock.git("gdrcopy").tree in text
     assert [s.upstream for s in recipes["substrate"].sources] == ["rdma-core", "libfabric", "gdrcopy"]
     # nemo-rl builds the pinned tree; trtllm installs the wheel pinned by name and version
@@ -335,8 +383,8 @@ def test_unresolved_pin_and_recipe_stop_the_build_before_any_engine_work(tmp_pat
 def test_missing_base_digest_is_an_error_naming_the_recipe(tmp_path, stack):
     """A recipe naming the CUDA base by tag only (no digest): building it fails before any engine work, naming
     its image.yaml and `base` line."""
-    root = make_project(tmp_path / "project", stack, recipes=("substrate", "deepep"))
-    y = root / "containers/substrate/image.yaml"
+    root = make_project(tmp_path / "project", stack, recipes=("substrate-cuda-devel", "substrate"))
+    y = root / "containers/substrate-cuda-devel/image.yaml"
     y.write_text(y.read_text().replace("base: lock:cuda-13-0-devel", f"base: {CUDA}"))
     opts = BuildOptions(
         root=root,
@@ -346,14 +394,14 @@ def test_missing_base_digest_is_an_error_naming_the_recipe(tmp_path, stack):
         base_overrides={},
     )
     with pytest.raises(RecipeError) as ei:
-        build_images(["deepep"], opts)
+        build_images(["substrate-cuda-devel"], opts)
     msg = str(ei.value)
     base_line = next(
         i
-        for i, l in enumerate((root / "containers/substrate/image.yaml").read_text().splitlines(), 1)
+        for i, l in enumerate((root / "containers/substrate-cuda-devel/image.yaml").read_text().splitlines(), 1)
         if l.startswith("base:")
     )
-    assert msg.startswith(f"{root}/containers/substrate/image.yaml:{base_line}: base: ")
+    assert msg.startswith(f"{root}/containers/substrate-cuda-devel/image.yaml:{base_line}: base: ")
     assert f"'{CUDA}' has no digest" in msg and "REPROSTACK_BASE_OVERRIDE" in msg and "nox -s lock" in msg
     # the override (by repo:tag) lifts exactly that requirement
     assert parse_overrides(f"{CUDA}=reprostack-test/base:1") == {CUDA: "reprostack-test/base:1"}

@@ -85,7 +85,7 @@ def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path,
     [
         (
             OPEN.format("nonesuch", "nonesuch"),
-            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, history)",
+            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, history)",
         ),
         (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
         (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),
@@ -149,3 +149,45 @@ def test_a_machine_is_named_only_by_its_recorded_identity():
     old = {"hostname": "vm", "gpus": [{"pci_bus_id": "00000000:00:06.0"}]}
     assert machine(old) == "not recorded (host name vm, GPU bus 00000000:00:06.0)"
     assert machine("junk").startswith("not recorded")
+
+
+def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
+    """The images block: each step's seconds, image id, size and context from results/images/chain.json, the total,
+    the downloads, one line per `*-twice.json`; no record is a line saying so, never a crash."""
+    from reprostack.report.docsgen import gen_images
+
+    root = tmp_path / "p"
+    d = root / "results" / "images"
+    d.mkdir(parents=True)
+    assert gen_images(root, []).startswith("(no image chain record: results/images/chain.json: ")
+    chain = {
+        "kind": "image-chain",
+        "project_commit": "c" * 40,
+        "from_scratch": True,
+        "steps": [
+            {"step": "base debian-12-build (debsbase)", "seconds": 181.2},
+            {
+                "step": "build substrate",
+                "seconds": 1234.4,
+                "image_id": "sha256:" + "ab" * 32,
+                "size_bytes": 9_100_000_000,
+                "context_bytes": 2_800_000_000,
+            },
+        ],
+        "seconds_total": 1415.7,
+        "downloads": {
+            "debs": {"pin": "debian-12-build", "files": 217, "bytes": 164_259_320},
+            "wheels": [{"pin": "substrate-wheels-cp311", "files": 29, "bytes": 2_747_700_658}],
+        },
+    }
+    (d / "chain.json").write_text(json.dumps(chain))
+    (d / "substrate-twice.json").write_text(
+        json.dumps({"image": "substrate", "layers_identical": "9 of 10", "files_identical": True, "files": 5})
+    )
+    (d / "deepep-twice.json").write_text("{")
+    out = gen_images(root, [])
+    assert "commit cccccccccccc, from scratch" in out and "1416 s in all" in out
+    assert "| build substrate | 1234 | abababababab | 9,100 MB | 2,800 MB |" in out
+    assert "217 .debs of pin debian-12-build (164 MB); 29 wheels of pin substrate-wheels-cp311 (2,748 MB)" in out
+    assert "- substrate: built twice from scratch, layers identical 9 of 10, files identical True (5 files)" in out
+    assert "- results/images/deepep-twice.json: cannot be read" in out

@@ -30,8 +30,10 @@ def test_every_gate_plans_the_published_2x_p5en_run_in_its_image_by_digest(gate,
     p = gate_plan(registry.gate(gate), ROOT, LOCK, out_dir=tmp_path / "out", images_json=tmp_path / "none.json")
     assert p.mode == "container" and p.image.recipe == IMAGES[gate]
     assert (p.nodes, p.gpus_per_node, p.ep_size) == (2, 8, 16) and p.profile.startswith("p5en-efa")
-    base_pin = "cuda-12-9-devel" if gate == "trtllm" else "cuda-13-0-devel"
-    assert p.image.base == LOCK.get(base_pin).ref and "@sha256:" in p.image.base
+    if gate == "trtllm":  # its own CUDA base, by digest
+        assert p.image.base == LOCK.get("cuda-12-9-devel").ref and "@sha256:" in p.image.base
+    else:  # the registry-free chain: the Debian base made from the pinned .debs (containers/substrate)
+        assert p.image.base == "local:reprostack/debian-12-build:12"
     assert p.image.image_id is None and any("not built on this machine" in n for n in p.notes)
     assert [c.node for c in p.commands] == [0, 1] and p.commands[0].role == "leader"
     assert p.efa_devices_per_node == 16

@@ -537,3 +537,102 @@ def test_the_gate_trusts_only_the_hashed_nccl_file_not_its_folder(world, tmp_pat
     assert runtime.judge_one_nccl(ok, lib.parent, accept_sha256=sha) is ok
     with pytest.raises(BuildError, match="expected exactly one NCCL"):
         runtime.judge_one_nccl({"mapped": [str(stray)], "deleted": []}, lib.parent, accept_sha256=sha)
+
+
+def release_wheel_image(world, tmp_path, *, nccl_released: bool = True):
+    """The deepep image as its recipe builds it now: NCCL from the release wheel of the (unpatched, release) `nccl`
+    git pin (lock pin nccl-wheel), unpacked by the recipe's unpack-nccl-wheel.py, the manifest written by
+    record-kernels.py with the recipe's `nccl.wheel_pin=nccl-wheel ...` arguments. Returns (manifest, lock, wheel)."""
+    from test_ncclwheel import WHEEL, make_wheel, sha, wheel_pin
+
+    _, root, lock = world
+    w = make_wheel(tmp_path / "house" / WHEEL)
+    text = lock.path.read_text() + wheel_pin(sha(w))
+    if (
+        not nccl_released
+    ):  # the nccl git pin is fetched from a branch, not its release tag: no release wheel stands for it
+        text = text.replace("fetch-refs: [refs/tags/v2.30.4-1]", "fetch-refs: [refs/heads/master]")
+    lock.path.write_text(text)
+    lock = load(lock.path)
+    img = tmp_path / "img"
+    wdir = img / "wheels" / "substrate"
+    wdir.mkdir(parents=True)
+    shutil.copy(w, wdir / WHEEL)
+    unpack = REPO / "containers" / "deepep-gin-gdaki" / "unpack-nccl-wheel.py"
+    subprocess.run([sys.executable, str(unpack), str(wdir / WHEEL), str(img / "nccl"), "2.30.4"], check=True)
+    (img / "src" / "deepep").mkdir(parents=True)
+    pkg = img / "site" / "deep_ep"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_C.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF deep_ep _C")
+    nvcc = img / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IXUSR)
+    deepep, out = lock.get("deepep"), img / "kernels.json"
+    argv = [
+        sys.executable,
+        str(RECORD),
+        str(out),
+        f"lock_sha256={lock.sha256}",
+        "arch=90",
+        "image=deepep",
+        "nccl.wheel_pin=nccl-wheel",
+        f"nccl.wheel={WHEEL}",
+        f"nccl.wheel_sha256={sha(w)}",
+        "nccl.version=2.30.4",
+        f"nccl.wheel_path={wdir / WHEEL}",
+        f"nccl.include={img / 'nccl' / 'include'}",
+        f"nccl.lib={img / 'nccl' / 'lib' / 'libnccl.so.2'}",
+        f"deepep.rev={deepep.rev}",
+        f"deepep.patched_tree={deepep.patched_tree or deepep.tree}",
+        f"deepep.recipe={load_recipe(root, 'deepep').digest}",
+        f"deepep.src={img / 'src' / 'deepep'}",
+        "deepep.package=python",
+    ]
+    env = {**os.environ, "CUDA_HOME": str(img / "cuda"), "PYTHONPATH": str(img / "site")}
+    p = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return out, lock, w
+
+
+def test_the_release_wheel_of_an_unpatched_nccl_pin_is_accepted_as_the_images_nccl(world, tmp_path):
+    """The deepep recipe takes NCCL from the release wheel kernels/nccl.yaml names (as the host build does, when the
+    git pin is that release with no patch series): the gate accepts that manifest, trusting only the hashed lib."""
+    from test_ncclwheel import sha
+
+    m, lock, w = release_wheel_image(world, tmp_path)
+    n = json.loads(m.read_text())["components"]["nccl"]
+    assert (n["kind"], n["wheel_pin"], n["wheel_sha256"], n["nccl_version"]) == (
+        "wheel",
+        "nccl-wheel",
+        sha(w),
+        "2.30.4",
+    )
+    pre = prebuilt.check(m, lock, lock.path.parent, ("nccl", "deepep"), arch="90")
+    assert pre.nccl_file()[0] == tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2"
+
+
+@pytest.mark.parametrize("case", ["not_the_release", "other_pin", "other_sha256", "replaced_lib"])
+def test_a_wheel_nccl_that_is_not_the_pins_release_wheel_is_refused_in_one_line(world, tmp_path, case):
+    m, lock, w = release_wheel_image(world, tmp_path, nccl_released=case != "not_the_release")
+    d = json.loads(m.read_text())
+    if case == "other_pin":
+        d["components"]["nccl"]["wheel_pin"] = "nccl-wheel-2-32"
+    if case == "other_sha256":
+        d["components"]["nccl"]["wheel_sha256"] = "0" * 64
+    if case == "replaced_lib":
+        (tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2").write_bytes(b"another NCCL")
+    m.write_text(json.dumps(d))
+    with pytest.raises(PrebuiltError) as ei:
+        prebuilt.check(m, lock, lock.path.parent, ("nccl", "deepep"), arch="90")
+    msg = one_line(ei.value)
+    field = {
+        "not_the_release": "components.nccl.kind",
+        "other_pin": "components.nccl.kind",
+        "other_sha256": "components.nccl.wheel_sha256",
+        "replaced_lib": "components.nccl.files[",
+    }[case]
+    assert msg.startswith(f"{m}: {field}"), msg
+    if case == "other_pin":
+        assert "git pin" in msg and "its release wheel: pin nccl-wheel" in msg

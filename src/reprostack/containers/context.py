@@ -6,7 +6,9 @@ Invariants of `Context.tar()`:
 - modes are fixed by kind, not taken from disk: 0755 for folders and executables, 0644 for other files
   (a git tree knows only 100644 / 100755 / 120000, so that is all an image can be told);
 - a git tree contributes its tracked files only (`git ls-files --stage`, recursing into each submodule
-  checked out at its gitlink): never a `.git`, never an untracked or ignored file; symlinks stay symlinks;
+  checked out at its gitlink): never a `.git`, never an untracked or ignored file; symlinks stay symlinks; a
+  submodule the lock does not pin (the caller passes the pinned paths) is left out whole, any other submodule not
+  checked out is an error;
 - two entries for one path are an error (two recipe lines want the same destination).
 """
 
@@ -74,9 +76,13 @@ class Context:
         exe = os.access(src, os.X_OK) if executable is None else executable
         self._put(dest, _Entry("file", exe, path=src, origin=origin or str(src), sha256=sha256))
 
-    def add_git_tree(self, dest: str, tree: Path, *, origin: str | None = None) -> int:
+    def add_git_tree(
+        self, dest: str, tree: Path, *, origin: str | None = None, pinned_submodules: frozenset[str] | None = None
+    ) -> int:
         """Add the tracked files of the work tree `tree` (and of its checked-out submodules) under `dest`.
-        Returns the number of files. The tree is expected clean (sources.prepare verified it)."""
+        Returns the number of files. The tree is expected clean (sources.prepare verified it). `pinned_submodules`: when
+        given, the submodule paths the lock pins (`GitPin.submodules`); a gitlink outside it is left out (the lock
+        does not fetch it: nothing of it goes into the context) instead of being an error."""
         tree = Path(tree)
         out = git("ls-files", "-z", "--stage", cwd=tree)
         n = 0
@@ -94,6 +100,8 @@ class Context:
                     raise ContainerError(f"{where}: tracked file missing from the work tree (not a clean tree)")
                 self._put(f"{dest}/{rel}", _Entry("file", mode == "100755", path=src, origin=where))
             elif mode == "160000":
+                if pinned_submodules is not None and rel not in pinned_submodules:
+                    continue  # not pinned by the lock, so not fetched: not part of the build
                 if not (src / ".git").exists():
                     raise ContainerError(f"{where}: submodule not checked out (its files cannot go into the context)")
                 head = git("rev-parse", "HEAD", cwd=src)

@@ -388,7 +388,12 @@ class _Builder:
         ups = dict(self.ups.get(r.parent, {})) if r.parent else {}
         for s in r.sources:
             t = self._tree(s.upstream)
-            ctx.add_git_tree(s.dest, t.path, origin=f"{r.path}: sources {s.upstream}")
+            ctx.add_git_tree(
+                s.dest,
+                t.path,
+                origin=f"{r.path}: sources {s.upstream}",
+                pinned_submodules=frozenset(sm.path for sm in t.pin.submodules),
+            )
             ups[s.upstream] = {
                 "url": t.pin.url,
                 "rev": t.pin.rev,

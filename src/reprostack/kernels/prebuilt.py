@@ -12,8 +12,9 @@ megatron-lm source tree). Format (schemas/kernels-manifest.schema.json, version 
                            build key holds), "nccl_version" (nccl: its nccl.h; deepep: the NCCL it was built
                            against), "cuda_version" (nvcc release), "arch" (["90"]), "files" {path: sha256}}}}
 
-An NCCL taken from a pinned wheel alone (a stack whose `nccl` is a wheel pin, e.g. gin-gdaki; the
-deepep-gin-gdaki recipe passes record-kernels.py `nccl.wheel_pin=...`) is a component of kind "wheel": no rev, tree or recipe, but
+An NCCL taken from a pinned wheel (a stack whose `nccl` is a wheel pin, e.g. gin-gdaki, or the release wheel of an
+unpatched `nccl` git pin, kernels/nccl.yaml `wheel:`; the deepep and deepep-gin-gdaki recipes pass record-kernels.py
+`nccl.wheel_pin=...`) is a component of kind "wheel": no rev, tree or recipe, but
 "wheel_pin" (the lock's shared wheel pin), "wheel" (its filename), "wheel_sha256", "nccl_version" (its nccl.h),
 "paths" {include, lib, wheel} and "files" {libnccl.so.2: sha256}.
 
@@ -23,8 +24,10 @@ Invariants:
 - `check` compares each asked-for component with the lock's pin (rev; patched tree = the tree after the patch
   series, or the tree without one) and, for kernels, with this checkout's recipe digest and the NCCL the
   gate needs; a component whose lock pin is a wheel (the selected stack's NCCL) must be of kind "wheel" and name
-  the same wheel pin, one of its files with the lock's sha256, and its version (and a git pin is never matched
-  by a wheel component); every listed file must be a regular file whose sha256 is the recorded one, and every path a
+  the same wheel pin, one of its files with the lock's sha256, and its version; a git pin is matched by a wheel
+  component only when that wheel is the pin's release wheel, the one the host build takes for it
+  (`ncclwheel.choose`: an unpatched release whose kernels/<pin>.yaml names that `wheel:`; the deepep image's NCCL),
+  checked the same way; every listed file must be a regular file whose sha256 is the recorded one, and every path a
   gate trusts is one of those hashed files or the folder of one (nccl: exactly one hashed libnccl file, its `lib`
   that file's folder; deepep: `extension` hashed, `package` its folder): the NCCL folder a gate uses is derived from
   the hashed file, never taken from a free field. Any difference is one
@@ -195,15 +198,23 @@ def check(
         if not isinstance(pin, GitPin):
             raise PrebuiltError(path, None, f"components.{name}", f"the lock ({lock.path}) has no git pin {name!r}")
         if c["kind"] == "wheel":
-            raise _mismatch(
-                path,
-                name,
-                "kind",
-                f"{name} from wheel {c['wheel']} (pin {c['wheel_pin']})",
-                f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name})",
-                f"git pin {pin.rev}",
-                "this image was built for another stack; " + rebuild,
-            )
+            release = _release_wheel(root, lock, name, pin)
+            if release is None or c["wheel_pin"] != release:
+                raise _mismatch(
+                    path,
+                    name,
+                    "kind",
+                    f"{name} from wheel {c['wheel']} (pin {c['wheel_pin']})",
+                    f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name})",
+                    f"git pin {pin.rev}" + (f" (its release wheel: pin {release})" if release else ""),
+                    "this image was built for another stack; " + rebuild,
+                )
+            _check_wheel(path, lock, name, c, lock.get(release), rebuild, want_pin=release)
+            if hash_files:
+                _hash_files(path, name, c, rebuild)
+            _check_paths(path, name, c)
+            comps[name] = c
+            continue
         where = f"the lock ({lock.path}: upstreams.{name})"
         if c["rev"] != pin.rev:
             raise _mismatch(path, name, "rev", c["rev"], where, pin.rev, rebuild)
@@ -333,11 +344,29 @@ def _hash_files(path: Path, name: str, c: dict, rebuild: str) -> None:
             )
 
 
-def _check_wheel(path: Path, lock: Lock, name: str, c: dict, pin: WheelPin, rebuild: str) -> None:
-    """The component `name` of the image is the wheel the selected stack pins `name` as: kind "wheel", the same
-    shared wheel pin, one of its files with the lock's sha256, its version. Else one PrebuiltError line."""
-    want_pin = ncclwheel.wheel_alone(lock, name)
-    where = f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name} = wheel pin {want_pin})"
+def _release_wheel(root: Path, lock: Lock, name: str, pin: GitPin) -> str | None:
+    """The wheel pin that stands for the git pin `name` (the release wheel kernels/<name>.yaml names, used by the host
+    build too: reprostack.kernels.ncclwheel.choose, with the release the pin is fetched from as its version), else
+    None: a patched or unreleased pin, or a recipe without `wheel:`."""
+    try:
+        recipe = load_recipe(root, name)
+        choice = ncclwheel.choose(lock, name, recipe.wheel, ncclwheel.release_of(pin), recipe_path=str(recipe.path))
+    except (BuildError, LocatedError):
+        return None
+    return choice.wheel_pin if choice.kind == "wheel" else None
+
+
+def _check_wheel(
+    path: Path, lock: Lock, name: str, c: dict, pin: WheelPin, rebuild: str, want_pin: str | None = None
+) -> None:
+    """The component `name` of the image is the wheel the selected stack pins `name` as (or, for a git pin, its
+    release wheel `want_pin`): kind "wheel", the same shared wheel pin, one of its files with the lock's sha256, its
+    version. Else one PrebuiltError line."""
+    if want_pin is None:
+        want_pin = ncclwheel.wheel_alone(lock, name)
+        where = f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name} = wheel pin {want_pin})"
+    else:
+        where = f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name}'s release wheel, pin {want_pin})"
     if c["kind"] != "wheel":
         raise _mismatch(
             path,

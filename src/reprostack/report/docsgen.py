@@ -21,6 +21,8 @@ Generators:
   reports, ingest and page seconds as median [min, max] n;
 - `history` (added by the command, from the layer above: reprostack.cmd.docs): `reprostack history`'s summary of
   results/ (a fresh database in a temporary folder), in a code block;
+- `images`: the image chain's record (results/images/chain.json, scripts/image_chain.py): per step its seconds, image
+  id, size and build context, the total and the downloads; each `results/images/*-twice.json` in one line;
 - `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
   (mean [95% CI] n), the NCCL each mapped, the verdict against its bar, the run's seconds.
 
@@ -237,11 +239,71 @@ def gen_compare(root: Path, args: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _mb(v) -> str:
+    return f"{v / 1e6:,.0f} MB" if isinstance(v, (int, float)) and not isinstance(v, bool) else "?"
+
+
+def gen_images(root: Path, args: list[str]) -> str:
+    """results/images/chain.json (scripts/image_chain.py): per step its seconds, image size and build context, the
+    total, what the chain downloads; then each committed `<image>-twice.json`: layers and files identical or not."""
+    d = root / "results" / "images"
+    try:
+        chain = json.loads((d / "chain.json").read_text())
+        steps = chain["steps"]
+        total = chain["seconds_total"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        why = e.strerror if isinstance(e, OSError) else f"{type(e).__name__} {e}"
+        return f"(no image chain record: results/images/chain.json: {why})\n"
+    scratch = "from scratch" if chain.get("from_scratch") else "as recorded (layer cache as it was)"
+    rows = [
+        f"The chain at project commit {str(chain.get('project_commit'))[:12]}, {scratch}, on this project's 2-core "
+        f"CPU machine: {_num(total)} s in all (results/images/chain.json).",
+        "",
+        "| step | seconds | image | image size | build context |",
+        "|---|---|---|---|---|",
+    ]
+    for s in steps if isinstance(steps, list) else []:
+        if not isinstance(s, dict):
+            continue
+        img = str(s.get("image_id") or "")[7:19]
+        size = _mb(s.get("size_bytes")) if "size_bytes" in s else ""
+        ctx = _mb(s.get("context_bytes")) if "context_bytes" in s else ""
+        rows.append(f"| {s.get('step')} | {_num(s.get('seconds'))} | {img} | {size} | {ctx} |")
+    dl = chain.get("downloads") or {}
+    parts = []
+    debs = dl.get("debs") or {}
+    if debs:
+        parts.append(f"{debs.get('files')} .debs of pin {debs.get('pin')} ({_mb(debs.get('bytes'))})")
+    for w in dl.get("wheels") or []:
+        if isinstance(w, dict):
+            parts.append(f"{w.get('files')} wheels of pin {w.get('pin')} ({_mb(w.get('bytes'))})")
+    if parts:
+        rows += ["", "Downloaded once, each file checked by sha256 against the lock: " + "; ".join(parts) + "."]
+    twice = []
+    for p in sorted(d.glob("*-twice.json")):
+        try:
+            t = json.loads(p.read_text())
+            n_l = t.get("layers_identical")
+            if not isinstance(n_l, str):
+                same = sum(1 for x in t.get("layers", []) if isinstance(x, dict) and x.get("identical"))
+                n_l = f"{same} of {len(t.get('layers', []))}"
+            twice.append(
+                f"- {t.get('image')}: built twice from scratch, layers identical {n_l}, files identical "
+                f"{t.get('files_identical')} ({t.get('files')} files) ({p.relative_to(root)})"
+            )
+        except (OSError, ValueError, AttributeError, TypeError) as e:
+            twice.append(f"- {p.relative_to(root)}: cannot be read ({type(e).__name__})")
+    if twice:
+        rows += [""] + twice
+    return "\n".join(rows) + "\n"
+
+
 GENERATORS = {
     "results": gen_results,
     "bench": gen_bench,
     "history-bench": gen_history_bench,
     "compare": gen_compare,
+    "images": gen_images,
 }
 
 

@@ -1,0 +1,158 @@
+"""The registry-free image chain, built and recorded (`nox -s images [-- --twice]`, issue 26 items 2 and 3).
+
+    python3 scripts/image_chain.py [--twice] [--images cuda-toolkit substrate deepep] [--results results/images]
+
+Steps, each timed: the Debian base from the pinned .debs (`python -m reprostack.containers.debsbase debian-12-build`,
+with `--twice`: built twice from scratch, its record results/images/base-debian-12-build.json), then `reprostack build`
+of the images, parent first. With `--twice`, the images as built are recorded (scripts/image_twice.py record), every
+image of the chain above the base is removed with its intermediate images (`docker rmi`: no layer cache left), built
+again from scratch and recorded again; each image's comparison goes to results/images/<image>-twice.json. Last,
+results/images/chain.json: per step its seconds (of the last, from-scratch build), status, image id, image size and
+build-context bytes, and what the chain downloads (the pinned .debs and wheels, by count and bytes, read from the lock
+and the verified cache), with the project commit and lock sha256 it ran at. README's images block is generated from
+it (`reprostack docs`), never typed.
+
+Invariants: every number written is measured by this run or read from the lock / cache / engine; commands run with an
+argument vector; a step that fails stops the run with its exit code and writes no chain.json; writes are atomic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import image_twice  # noqa: E402
+
+BASE_PIN = "debian-12-build"
+DEFAULT_IMAGES = ("cuda-toolkit", "substrate", "deepep")
+
+
+def _run(argv: list[str]) -> float:
+    """Run `argv` (output to this terminal); its seconds. A failure exits with its code."""
+    print("+ " + " ".join(argv), flush=True)
+    t = time.monotonic()
+    rc = subprocess.run(argv).returncode
+    if rc != 0:
+        print(f"image_chain: `{' '.join(argv)}` exited {rc}", file=sys.stderr)
+        sys.exit(rc)
+    return round(time.monotonic() - t, 1)
+
+
+def _docker_json(*args: str):
+    return json.loads(subprocess.run(["docker", *args], capture_output=True, check=True).stdout)
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def downloads(lock, images: list[str], root: Path) -> dict:
+    """What the chain fetches: the base's .debs (count and bytes from the lock) and each wheel pin the images copy
+    (count from the lock, bytes from the verified cache files)."""
+    from reprostack import paths
+    from reprostack.containers.recipe import load_all
+
+    debs = lock.get(BASE_PIN)
+    out = {"debs": {"pin": BASE_PIN, "files": len(debs.files), "bytes": sum(f.size for f in debs.files)}, "wheels": []}
+    recipes = load_all(root, images)
+    cache = paths.cache_dir() / "wheels"
+    for name in images:
+        for w in recipes[name].wheels:
+            pin = lock.get(w.pin)
+            sizes = [(cache / f.sha256 / f.filename) for f in pin.files]
+            out["wheels"].append(
+                {
+                    "image": name,
+                    "pin": w.pin,
+                    "files": len(pin.files),
+                    "bytes": sum(p.stat().st_size for p in sizes) if all(p.is_file() for p in sizes) else None,
+                }
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--twice", action="store_true")
+    ap.add_argument("--images", nargs="+", default=list(DEFAULT_IMAGES))
+    ap.add_argument("--results", type=Path, default=Path("results/images"))
+    ap.add_argument("--out", type=Path, default=Path("out/images"))
+    args = ap.parse_args(argv)
+    from reprostack import lock as lockmod
+
+    root = Path.cwd()
+    lock = lockmod.load(root / "upstreams.lock")
+    base_argv = [sys.executable, "-m", "reprostack.containers.debsbase", BASE_PIN]
+    if args.twice:
+        base_argv += ["--twice", "--record", str(args.results / f"base-{BASE_PIN}.json")]
+    base_s = _run(base_argv)
+    build = ["reprostack", "build", *args.images]
+    records = {}
+    if args.twice:
+        _run([*build, "--out", str(args.out / "1")])
+        summary = json.loads((args.out / "1" / "images.json").read_text())
+        for i in summary["images"]:
+            if i["name"] in args.images:
+                records[i["name"]] = image_twice.record(i["tag"], list(image_twice.DEFAULT_KEYS), None)
+                records[i["name"]]["builds"] = [i]
+        tags = [i["tag"] for i in reversed(summary["images"]) if i["name"] in args.images]
+        _run(["docker", "rmi", *tags])
+    last = args.out / ("2" if args.twice else "1")
+    build_s = _run([*build, "--out", str(last)])
+    summary = json.loads((last / "images.json").read_text())
+    steps = [{"step": f"base {BASE_PIN} (debsbase" + (", built twice" if args.twice else "") + ")", "seconds": base_s}]
+    for i in summary["images"]:
+        size = _docker_json("image", "inspect", i["image_id"])[0]["Size"]
+        steps.append(
+            {
+                "step": f"build {i['name']}",
+                "status": i["status"],
+                "seconds": round(i["seconds"], 1),
+                "image_id": i["image_id"],
+                "tag": i["tag"],
+                "size_bytes": size,
+                "context_bytes": i["context_bytes"],
+            }
+        )
+        if args.twice and i["name"] in records:
+            b = image_twice.record(i["tag"], list(image_twice.DEFAULT_KEYS), None)
+            b["builds"] = [i]
+            how = (
+                f"`python3 scripts/image_chain.py --twice`: `reprostack build {' '.join(args.images)}` on the local "
+                f"dockerd (classic builder), then {', '.join(args.images)} removed with their intermediate images (no "
+                "layer cache), built again from scratch (the base made again from the pinned .debs); files "
+                "compared by sha256 inside the image (`find / -xdev -type f`, less /proc, /sys, /dev and the files "
+                "the engine mounts per container), the files that matter also by ELF section"
+            )
+            cmp_ = image_twice.compare(records[i["name"]], b, i["name"], how, ("build 1", "build 2"))
+            _write(args.results / f"{i['name']}-twice.json", cmp_)
+            print(
+                f"{i['name']}: layers identical {cmp_['layers_identical']}, files identical {cmp_['files_identical']}"
+            )
+    chain = {
+        "kind": "image-chain",
+        "project_commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "lock_sha256": hashlib.sha256((root / "upstreams.lock").read_bytes()).hexdigest(),
+        "from_scratch": args.twice,
+        "images": args.images,
+        "steps": steps,
+        "seconds_total": round(base_s + build_s, 1),
+        "downloads": downloads(lock, args.images, root),
+    }
+    _write(args.results / "chain.json", chain)
+    print(f"chain: {chain['seconds_total']} s -> {args.results / 'chain.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
