@@ -278,3 +278,33 @@ def test_debian_base_records_what_it_holds(docker_client, debian_base):
     assert info["request"] == request_key() and info["release"]["codename"] == "bookworm"
     assert labels[L_PACKAGES] == info["packages_sha256"] == hashlib.sha256(lines.encode()).hexdigest()
     assert labels[L_DATE] == info["release"]["date"] and "python3" in info["packages"]
+
+
+def test_an_engine_without_an_nvidia_runtime_gives_no_gpu_and_says_why():
+    """Issue 26 item 5: `gate micro --container --profile h200-ep1` with the built deepep image on the CPU machine
+    was refused by the engine (`could not select device driver "" with capabilities: [[gpu]]`), never reaching the
+    in-image runner. An engine with no NVIDIA runtime now runs the container with no GPU request: the runner checks
+    the image's kernels.json against the lock and ends SKIP (never PASS), `execution.no_gpus` saying why."""
+    from reprostack.gates.container import _engine_gpu_runtime
+
+    class Engine:
+        def __init__(self, runtimes):
+            self.runtimes = runtimes
+
+        def info(self):
+            return {"Runtimes": self.runtimes}
+
+    why = _engine_gpu_runtime(Engine({"runc": {}, "io.containerd.runc.v2": {}}))
+    assert why == "the engine has no NVIDIA runtime (runtimes: io.containerd.runc.v2, runc): no GPU to give"
+    assert _engine_gpu_runtime(Engine({"runc": {}, "nvidia": {}})) is None
+
+
+def test_an_images_nccl_from_the_release_wheel_is_named_in_the_skip_line(lock):
+    """The deepep image takes NCCL from the `nccl` git pin's release wheel (no tree): the SKIP line said nothing of
+    it and crashed on the git pin (`'GitPin' object has no attribute 'files'`); now it names where NCCL came from."""
+    from reprostack.gates.kernelprep import nccl_words
+
+    assert nccl_words(lock, {}) == (
+        "",
+        "; NCCL is the image's copy of the pin's release wheel, checked against the lock by sha256",
+    )

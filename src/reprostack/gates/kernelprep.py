@@ -108,6 +108,8 @@ def nccl_words(lock, trees: dict) -> tuple[str, str]:
     if "nccl" in trees:
         return f", nccl {trees['nccl'].tree[:12]}", ""
     w = ncclwheel.wheel_alone(lock, "nccl")
+    if not hasattr(lock.get(w), "files"):  # a git pin whose image took its release wheel (kernels.prebuilt checked it)
+        return "", "; NCCL is the image's copy of the pin's release wheel, checked against the lock by sha256"
     files = ", ".join(f.filename for f in lock.get(w).files)
     return (
         "",
@@ -125,7 +127,8 @@ def source_trees(opts: GateOptions, ctx: RunContext, names) -> tuple[dict, objec
     if opts.kernels_manifest:
         manifest = Path(opts.kernels_manifest)
         pre = kprebuilt.check(manifest, ctx.lock, ctx.root, asked, arch=opts.arch or toolchain.gpu_arch())
-        return {n: pre.tree(ctx.lock, n) for n in names}, pre
+        # an image's NCCL from the pin's release wheel (kind "wheel", checked against the lock above) has no tree
+        return {n: pre.tree(ctx.lock, n) for n in names if pre.components[n]["kind"] != "wheel"}, pre
     return {n: sources.prepare(ctx.lock, n, ctx.fetch, ctx.root) for n in names}, None
 
 
