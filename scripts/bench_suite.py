@@ -18,7 +18,7 @@ headline and the slowest files by their median. Prints one line per run and the 
 Invariants:
 - the record is written once, at the end, atomically (a temporary file renamed), and only when every run finished;
   a run that failed tests is still recorded, with its failure count (the numbers are the suite's, not a verdict);
-- nothing is typed: every number comes from the clock, pytest's XML or /proc/loadavg.
+- nothing is typed: every number comes from the clock, pytest's XML or os.getloadavg().
 """
 
 from __future__ import annotations
@@ -39,10 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def loadavg() -> list[float]:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except (OSError, ValueError):
-        return []
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def commit() -> dict:

@@ -33,13 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-
-def _sha(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # run from a checkout
+from reprostack.digest import sha256_file as _sha  # noqa: E402
 
 
 def _has_fatbin(p: Path) -> bool:

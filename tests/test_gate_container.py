@@ -302,9 +302,12 @@ def test_an_engine_without_an_nvidia_runtime_gives_no_gpu_and_says_why():
 def test_an_images_nccl_from_the_release_wheel_is_named_in_the_skip_line(lock):
     """The deepep image takes NCCL from the `nccl` git pin's release wheel (no tree): the SKIP line said nothing of
     it and crashed on the git pin (`'GitPin' object has no attribute 'files'`); now it names where NCCL came from."""
+    from types import SimpleNamespace
+
     from reprostack.gates.kernelprep import nccl_words
 
-    assert nccl_words(lock, {}) == (
+    pre = SimpleNamespace(components={"nccl": {"kind": "wheel"}})  # what kernels.prebuilt.check returned
+    assert nccl_words(lock, {}, pre) == (
         "",
         "; NCCL is the image's copy of the pin's release wheel, checked against the lock by sha256",
     )

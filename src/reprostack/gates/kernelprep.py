@@ -101,15 +101,16 @@ class Kernels:
     arch: str | None = None
 
 
-def nccl_words(lock, trees: dict) -> tuple[str, str]:
+def nccl_words(lock, trees: dict, pre=None) -> tuple[str, str]:
     """(`, nccl <tree12>`, "") for an NCCL tree among the verified sources; ("", `; NCCL is the wheel F of pin W, not
     fetched here (it is fetched and sha256-checked only when kernels are built)`) for a stack whose NCCL is a wheel
-    alone: a SKIP never counts it among what was verified."""
+    alone; with `pre` (a checked Prebuilt) whose NCCL is the pin's release wheel, that it is the image's copy: a SKIP
+    never counts it among what was verified."""
     if "nccl" in trees:
         return f", nccl {trees['nccl'].tree[:12]}", ""
-    w = ncclwheel.wheel_alone(lock, "nccl")
-    if not hasattr(lock.get(w), "files"):  # a git pin whose image took its release wheel (kernels.prebuilt checked it)
+    if pre is not None and pre.components.get("nccl", {}).get("kind") == "wheel":  # checked by kernels.prebuilt
         return "", "; NCCL is the image's copy of the pin's release wheel, checked against the lock by sha256"
+    w = ncclwheel.wheel_alone(lock, "nccl")
     files = ", ".join(f.filename for f in lock.get(w).files)
     return (
         "",

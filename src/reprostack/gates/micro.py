@@ -254,7 +254,7 @@ class MicroGate(Gate):
                 "no GPU on this host (nvidia-smi lists none): "
                 + ("the image's kernels manifest matched the lock " if pre else "sources were verified and patched ")
                 + "(deepep {}{}){}; kernels and test_ep not run".format(
-                    trees["deepep"].tree[:12], *nccl_words(st.ctx.lock, trees)
+                    trees["deepep"].tree[:12], *nccl_words(st.ctx.lock, trees, pre)
                 )
             )
             return st.skip(why)
