@@ -287,3 +287,23 @@ def test_every_test_docs_reliability_names_exists():
     section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
     rows = [l for l in section.splitlines() if l.startswith("| ") and not l.startswith("| input")]
     assert len(rows) >= 20 and all(_reliability_tests(r) for r in rows)
+
+
+def test_nox_tests_spreads_the_files_over_two_workers_unless_told():
+    """Issue 29 item 11: the README's `nox -s tests` runs the test files on 2 pytest-xdist workers, one file per worker
+    at a time; $REPROSTACK_TEST_WORKERS picks another count (0: in one process), and posargs that pick their own
+    (`-n 4`, `-p no:xdist`) are left alone; a bad count is one line, never a pytest run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("noxfile_xdist", REPO / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    assert noxfile.xdist_args([], {}) == ["-n", "2", "--dist", "loadfile"]
+    assert noxfile.xdist_args(["-q", "tests/test_ui.py"], {"REPROSTACK_TEST_WORKERS": "3"})[:2] == ["-n", "3"]
+    assert noxfile.xdist_args([], {"REPROSTACK_TEST_WORKERS": "0"}) == []
+    for own in (["-n", "4"], ["-n4"], ["--numprocesses=4"], ["-p", "no:xdist"]):
+        assert noxfile.xdist_args(own, {}) == [], own
+    for bad in ("two", "-1", "999"):
+        with pytest.raises(SystemExit, match=rf"REPROSTACK_TEST_WORKERS='{bad}': not a number"):
+            noxfile.xdist_args([], {"REPROSTACK_TEST_WORKERS": bad})
+    assert "pytest-xdist==" in (REPO / "pyproject.toml").read_text()  # in the test extra: the session installs it

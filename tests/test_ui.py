@@ -445,3 +445,45 @@ def test_a_long_test_file_shows_progress_under_q(tmp_path):
     assert lines and all(
         re.match(r"\[progress\] test_slow_here\.py: [1-4] of 4 tests, \d+ s in this file, ", l) for l in lines
     )
+
+
+def test_progress_under_xdist_keeps_each_files_count_and_time(tmp_path):
+    """`nox -s tests` runs files on 2 pytest-xdist workers: the controller gets the reports of two files interleaved.
+    The old plugin kept one "current file" (its time reset on every switch) and knew no counts there (`1 of ?`): each
+    line now names its file's own count (from the workers' collection) and the time since that file's first test."""
+    import subprocess
+    import sys
+
+    for name in ("test_slow_a.py", "test_slow_b.py"):
+        (tmp_path / name).write_text(
+            "import time\n" + "".join(f"def test_{i}():\n    time.sleep(0.4)\n" for i in range(5))
+        )
+    env = {**os.environ, "REPROSTACK_TEST_PROGRESS_S": "0.3", "PYTHONPATH": str(Path(__file__).parent)}
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "progress",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadfile",
+            "test_slow_a.py",
+            "test_slow_b.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("[progress] ")]
+    got = [re.match(r"\[progress\] (test_slow_[ab]\.py): ([1-5]) of 5 tests, (\d+) s in this file, ", l) for l in lines]
+    assert len(lines) >= 2 and all(got), r.stdout  # `of 5`: the old plugin said `of ?` under xdist
+    assert max(int(m.group(3)) for m in got) >= 1, r.stdout  # a file's time runs on across the other's reports

@@ -177,11 +177,12 @@ class WheelsetPin:
         return next((f for f in self.files if f.name == want), None)
 
 
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
 def canonical_name(name: str) -> str:
     """PEP 503 normalized project name: runs of `-_.` become `-`, lower case."""
-    import re
-
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return _SEPARATORS.sub("-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -770,10 +771,11 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
                 f"{f.name} is pinned twice (also files[{seen[f.name]}]): a wheelset has one wheel per distribution",
             )
         seen[f.name] = i
+    by_name = {f.name: f for f in files}  # one lookup per requirement (a wheelset pins ~200 of each)
     for key in ("requirements", "overrides"):
         for i, req in enumerate(u.get(key, ())):
             dist, version = req.split("==", 1)
-            f = next((x for x in files if x.name == canonical_name(dist)), None)
+            f = by_name.get(canonical_name(dist))
             if files and (f is None or f.version != version):
                 at = ("upstreams", name, key, i)
                 got = f"{f.name}=={f.version}" if f else "nothing"
