@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """How long the test suite takes here: the README's test command N times, every run recorded.
 
-    python3 scripts/bench_suite.py [--runs N] [--label L] [--results DIR] [--pytest PY] [-- PYTEST ARGS]
+    python3 scripts/bench_suite.py [--runs N] [--label L] [--results DIR] [--pytest PY | --ci] [-- PYTEST ARGS]
 
 Run it where `.ci/run` would run the tests (its Docker engine and Slurm started, their variables exported:
 DOCKER_HOST, SLURM_CONF, REPROSTACK_REQUIRE_DOCKER/SLURM), from a checkout with `.venv` made as the README says.
 Each run is the README's `.venv/bin/nox -s tests -- -q -p no:cacheprovider --junitxml=...` (its install phase
 included: the first run on a fresh machine builds the AIPerf venv and the Debian test base, later runs reuse them),
-or with `--pytest PY` only `PY -m pytest ...` (no install phase), with the load average read before and after, so
+or with `--pytest PY` only `PY -m pytest ...` (no install phase), or with `--ci` the whole `.ci/run` (the pytest
+arguments through PYTEST_ADDOPTS: what CI costs, lint, docs check and verify-report included), with the load average read before and after, so
 a busy machine is visible in the record, never hidden in a headline. The pytest seconds and the per-file seconds
 come from pytest's own JUnit XML (setup + call + teardown of each test, summed per file).
 
@@ -70,17 +71,21 @@ def per_file(junit: Path) -> tuple[dict, dict]:
     return {k: round(v, 2) for k, v in sorted(files.items())}, counts
 
 
-def one_run(pytest_py: str | None, extra: list[str], i: int, n: int) -> dict:
+def one_run(pytest_py: str | None, extra: list[str], i: int, n: int, ci: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
         junit = Path(tmp) / "junit.xml"
         args = ["-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
-        if pytest_py:
+        env = dict(os.environ)
+        if ci:  # the whole of .ci/run (installs, services, lint, docs, verify-report, tests): pytest args by env
+            cmd = [str(ROOT / ".ci" / "run")]
+            env["PYTEST_ADDOPTS"] = " ".join([env.get("PYTEST_ADDOPTS", ""), *args]).strip()
+        elif pytest_py:
             cmd = [pytest_py, "-m", "pytest", *args]
         else:
             cmd = [str(ROOT / ".venv" / "bin" / "nox"), "-s", "tests", "--", *args]
         before = loadavg()
         t0 = time.monotonic()
-        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        rc = subprocess.run(cmd, cwd=ROOT, env=env).returncode
         wall = round(time.monotonic() - t0, 1)
         after = loadavg()
         if not junit.is_file():
@@ -108,11 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default=platform.node().split(".")[0] or "host")
     ap.add_argument("--results", default=str(ROOT / "results" / "bench"))
     ap.add_argument("--pytest", metavar="PY", default=None, help="run only `PY -m pytest` (default: nox -s tests)")
+    ap.add_argument("--ci", action="store_true", help="time the whole `.ci/run` (as root; it starts its own services)")
     ap.add_argument("pytest_args", nargs="*")
     a = ap.parse_args(argv)
     if not 1 <= a.runs <= 20:
         ap.error("--runs: 1..20")
-    need = a.pytest or str(ROOT / ".venv" / "bin" / "nox")
+    if a.ci and a.pytest:
+        ap.error("--ci and --pytest: pick one")
+    need = str(ROOT / ".ci" / "run") if a.ci else a.pytest or str(ROOT / ".venv" / "bin" / "nox")
     if not Path(need).exists():
         ap.error(f"{need}: no such file (make .venv as the README says)")
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         k: os.environ.get(k)
         for k in ("DOCKER_HOST", "SLURM_CONF", "REPROSTACK_REQUIRE_DOCKER", "REPROSTACK_REQUIRE_SLURM")
     }
-    runs = [one_run(a.pytest, a.pytest_args, i + 1, a.runs) for i in range(a.runs)]
+    runs = [one_run(a.pytest, a.pytest_args, i + 1, a.runs, a.ci) for i in range(a.runs)]
     names = sorted({f for r in runs for f in r["files_s"]})
     med = {f: round(statistics.median(r["files_s"].get(f, 0.0) for r in runs), 1) for f in names}
     slowest = sorted(med.items(), key=lambda kv: -kv[1])[:15]
@@ -131,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "pytest_args": a.pytest_args,
+        "what": ".ci/run" if a.ci else "pytest" if a.pytest else "nox -s tests",
+        # nox -s tests spreads the files over $REPROSTACK_TEST_WORKERS pytest-xdist workers (noxfile.xdist_args)
+        "test_workers": None if a.pytest else os.environ.get("REPROSTACK_TEST_WORKERS") or "2",
         "services": {k: v is not None for k, v in env.items()},
         "runs": runs,
         "headline": {

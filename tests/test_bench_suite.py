@@ -67,3 +67,23 @@ def test_a_real_run_records_every_run_and_the_median(tmp_path):
     assert doc["headline"]["runs"] == 2 and len(doc["headline"]["every_wall_s"]) == 2
     assert doc["runs"][0]["command"].endswith("-m pytest") and doc["headline"]["median_pytest_s"] >= 0
     assert doc["project"]["commit"] and len(doc["runs"][0]["loadavg_before"]) == 3
+
+
+def test_ci_mode_times_the_whole_ci_run_and_reads_pytest_through_its_addopts(tmp_path, monkeypatch):
+    """`--ci` times `.ci/run` itself (what the README's 15-minute budget is about), the pytest arguments (JUnit XML)
+    reaching its `nox -s tests` through PYTEST_ADDOPTS. A stand-in `.ci/run` in a scratch root runs a real pytest."""
+    m = _mod()
+    root = tmp_path / "root"
+    (root / ".ci").mkdir(parents=True)
+    (root / "t").mkdir()
+    (root / "t" / "test_y.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    run = root / ".ci" / "run"
+    run.write_text(f"#!/bin/sh\nexec {sys.executable} -m pytest -o addopts= -p no:progress t\n")
+    run.chmod(0o755)
+    monkeypatch.setattr(m, "ROOT", root)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    assert m.main(["--ci", "--runs", "1", "--label", "c", "--results", str(tmp_path / "res")]) == 0
+    (rec,) = (tmp_path / "res").glob("suite-c-*.json")
+    doc = json.loads(rec.read_text())
+    assert doc["what"] == ".ci/run" and doc["runs"][0]["command"].endswith("/.ci/run")
+    assert doc["runs"][0]["tests"] == 2 and doc["runs"][0]["files_s"].keys() == {"t/test_y.py"}

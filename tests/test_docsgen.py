@@ -191,3 +191,31 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
     assert "217 .debs of pin debian-12-build (164 MB); 29 wheels of pin substrate-wheels-cp311 (2,748 MB)" in out
     assert "- substrate: built twice from scratch, layers identical 9 of 10, files identical True (5 files)" in out
     assert "- results/images/deepep-twice.json: cannot be read" in out
+
+
+def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_path):
+    """Issue 29 item 11: the README said the suite was "kept under 15 minutes", typed. The `suite` block is made from
+    results/bench/suite-*.json (scripts/bench_suite.py): what was timed, the commit, workers, every run with its load
+    average before it, and the median; a record that is not one is one line naming it."""
+    from reprostack.report.docsgen import DocsError, gen_suite
+
+    b = tmp_path / "results" / "bench"
+    b.mkdir(parents=True)
+    run = {"wall_s": 600.5, "tests": 1600, "failed": 0, "errors": 0, "loadavg_before": [0.12, 0.3, 0.2]}
+    doc = {
+        "bench": "suite",
+        "what": ".ci/run",
+        "project": {"commit": "abcdef0123456789", "dirty": False},
+        "cpus": 2,
+        "test_workers": "2",
+        "runs": [run, {**run, "wall_s": 660.0, "failed": 1}],
+        "headline": {"median_wall_s": 630.25},
+    }
+    (b / "suite-vm-2026-12-03T180000Z.json").write_text(json.dumps(doc))
+    out = gen_suite(tmp_path, [])
+    row = out.splitlines()[2]
+    assert row.startswith("| `results/bench/suite-vm-2026-12-03T180000Z.json` | .ci/run | abcdef01 | 2 | 2 |"), row
+    assert "600.5 (0.12), 660 (0.12)" in row and "1600 0, 1600 1" in row and "630.2 s (10.5 min)" in row, row
+    (b / "suite-bad.json").write_text('{"bench": "suite"}')
+    with pytest.raises(DocsError, match=r"block `suite`: results/bench/suite-bad\.json: not a suite record"):
+        gen_suite(tmp_path, [])

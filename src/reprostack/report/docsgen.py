@@ -193,6 +193,33 @@ def gen_history_bench(root: Path, args: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def gen_suite(root: Path, args: list[str]) -> str:
+    """Every committed timing of the test suite (results/bench/suite-*.json, scripts/bench_suite.py): what was timed
+    (`.ci/run` whole, `nox -s tests`, pytest alone), the code (commit), workers, every run's wall seconds with its load
+    average before, tests and failures, and the median of the runs."""
+    rows = [
+        "| suite timing | what | code (commit) | cpus | workers | every run: wall s (load before) | tests, failed | "
+        "median wall |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in sorted((root / "results" / "bench").glob("suite-*.json")):
+        try:
+            doc = json.loads(p.read_text())
+            runs = doc["runs"]
+            every = ", ".join(f"{_num(r['wall_s'])} ({_num(r['loadavg_before'][0])})" for r in runs)
+            tests = ", ".join(f"{r['tests']} {r['failed'] + r['errors']}" for r in runs)
+            proj = doc.get("project") or {}
+            med = doc["headline"]["median_wall_s"]
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            raise DocsError(f"block `suite`: {p.relative_to(root)}: not a suite record ({type(e).__name__})") from None
+        commit = str(proj.get("commit") or "?")[:8] + (" (dirty)" if proj.get("dirty") else "")
+        rows.append(
+            f"| `{p.relative_to(root).as_posix()}` | {doc.get('what', 'nox -s tests')} | {commit} | {doc.get('cpus')} "
+            f"| {doc.get('test_workers') or 1} | {every} | {tests} | {_num(med)} s ({_num(med / 60)} min) |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 _COMPARE = (
     ("D+C p50 (us)", "dc_p50_us"),
     ("dispatch p50 (us)", "dispatch_p50_us"),
@@ -304,6 +331,7 @@ GENERATORS = {
     "history-bench": gen_history_bench,
     "compare": gen_compare,
     "images": gen_images,
+    "suite": gen_suite,
 }
 
 
