@@ -85,7 +85,7 @@ def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path,
     [
         (
             OPEN.format("nonesuch", "nonesuch"),
-            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, history)",
+            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, suite, history)",
         ),
         (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
         (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),
