@@ -1,6 +1,7 @@
 """The registry-free image chain, built and recorded (`nox -s images [-- --twice]`, issue 26 items 2 and 3).
 
     python3 scripts/image_chain.py [--twice] [--images cuda-toolkit substrate deepep] [--results results/images]
+    python3 scripts/image_chain.py --check     # is results/images/chain.json the current recipes' and pins'? (CI)
 
 Steps, each timed: the Debian base from the pinned .debs (`python -m reprostack.containers.debsbase debian-12-build`,
 with `--twice`: built twice from scratch, its record results/images/base-debian-12-build.json), then `reprostack build`
@@ -22,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -81,9 +83,67 @@ def downloads(lock, images: list[str], root: Path) -> dict:
     return out
 
 
+_PIN_REF = re.compile(r"upstreams\.([A-Za-z0-9_-]+)\.")
+_KERNEL_REF = re.compile(r"kernels\.([A-Za-z0-9_-]+)\.")
+
+
+def inputs(root: Path, images: list[str]) -> tuple[list[str], list[str]]:
+    """(paths, pins) an image chain is made from, parents included: each recipe folder, the sibling recipes' files it
+    names (`../x/f`), the kernel recipes its templates name (`{{ kernels.C.* }}`: kernels/C.yaml) and the JIT
+    manifests (kernels/jit/); the lock pins its templates name (`{{ upstreams.P.* }}`), its sources' and wheels' pins,
+    a `lock:` base's pin and the Debian base's .debs pin."""
+    from reprostack.containers.recipe import load_all
+
+    recipes = load_all(root, images)
+    paths, pins = set(), {BASE_PIN}
+    for name, r in recipes.items():
+        rdir = f"containers/{name}"
+        paths.add(rdir)
+        text = "\n".join(p.read_text() for p in sorted((root / rdir).iterdir()) if p.is_file())
+        for f in r.files:
+            if f.src.startswith("../"):
+                paths.add(os.path.normpath(f"{rdir}/{f.src}"))
+        paths.update(f"kernels/{c}.yaml" for c in _KERNEL_REF.findall(text))
+        pins.update(_PIN_REF.findall(text))
+        pins.update(s.upstream for s in r.sources)
+        pins.update(w.pin for w in r.wheels)
+        if r.base is not None and r.base.pin:
+            pins.add(r.base.pin)
+    if (root / "kernels" / "jit").is_dir():
+        paths.add("kernels/jit")
+    return sorted(paths), sorted(pins)
+
+
+def stale(root: Path, record: dict) -> list[str]:
+    """What changed, in the checkout (working tree included), since the chain record's project commit among the inputs
+    of its images: one line per changed file or lock pin; [] when the record is the current recipes' (a CI test)."""
+    import yaml
+
+    commit = record["project_commit"]
+    paths, pins = inputs(root, list(record["images"]))
+
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"image_chain: git {' '.join(a)}: {r.stderr.strip()}")
+        return r.stdout
+
+    lines = [f"{f}: changed since {commit[:12]}" for f in git("diff", "--name-only", commit, "--", *paths).split()]
+    then = (yaml.safe_load(git("show", f"{commit}:upstreams.lock")) or {}).get("upstreams") or {}
+    now = (yaml.safe_load((root / "upstreams.lock").read_text()) or {}).get("upstreams") or {}
+    lines += [f"upstreams.lock: pin {p} changed since {commit[:12]}" for p in pins if then.get(p) != now.get(p)]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--twice", action="store_true")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="build nothing: exit 1 naming each input of the recorded chain (results/images/chain.json) changed since "
+        "the commit it was built at (recipe files, kernel recipes, JIT manifests, lock pins)",
+    )
     ap.add_argument("--images", nargs="+", default=list(DEFAULT_IMAGES))
     ap.add_argument("--results", type=Path, default=Path("results/images"))
     ap.add_argument("--out", type=Path, default=Path("out/images"))
@@ -91,6 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     from reprostack import lock as lockmod
 
     root = Path.cwd()
+    if args.check:
+        rec = json.loads((args.results / "chain.json").read_text())
+        lines = stale(root, rec)
+        for ln in lines:
+            print(f"{args.results / 'chain.json'}: {ln}: run `nox -s images` and commit its results")
+        print(
+            f"image_chain: {', '.join(rec['images'])} recorded at {rec['project_commit'][:12]}: "
+            + ("stale" if lines else "the current recipes and pins")
+        )
+        return 1 if lines else 0
     lock = lockmod.load(root / "upstreams.lock")
     base_argv = [sys.executable, "-m", "reprostack.containers.debsbase", BASE_PIN]
     if args.twice:

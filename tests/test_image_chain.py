@@ -1,0 +1,61 @@
+"""scripts/image_chain.py --check: the committed image-chain record (results/images/chain.json, the README's build
+times, sizes and downloads) is the current recipes' and pins' (issue 26 item 5: the CI's test on the substrate and
+deepep images, whose build does not fit CI)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _mod():
+    spec = importlib.util.spec_from_file_location("image_chain", REPO / "scripts" / "image_chain.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def _git(root: Path, *a: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *a],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_a_changed_recipe_file_shared_file_or_pin_is_named(tmp_path):
+    """In a real git repository holding the project's recipes and lock: after the record's commit, an edit to the
+    substrate's Dockerfile, to a sibling recipe's file deepep copies (`../deepep-gin-gdaki/...`) and to a pin the
+    substrate builds from (libfabric) are each one line; an edit elsewhere (another recipe, another pin) is none."""
+    root = tmp_path / "r"
+    root.mkdir()
+    shutil.copytree(REPO / "containers", root / "containers")
+    shutil.copytree(REPO / "kernels", root / "kernels")
+    shutil.copy(REPO / "upstreams.lock", root / "upstreams.lock")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "chain built here")
+    rec = {"project_commit": _git(root, "rev-parse", "HEAD"), "images": ["cuda-toolkit", "substrate", "deepep"]}
+    m = _mod()
+    assert m.stale(root, rec) == []
+    (root / "containers" / "vllm" / "Dockerfile").write_text("# not an input of the chain\n")
+    lock = (root / "upstreams.lock").read_text()
+    assert "  megatron-lm:\n" in lock and "  libfabric:\n" in lock
+    assert m.stale(root, rec) == []
+    with (root / "containers" / "substrate" / "Dockerfile").open("a") as f:
+        f.write("# edited\n")
+    with (root / "containers" / "deepep-gin-gdaki" / "unpack-nccl-wheel.py").open("a") as f:
+        f.write("# edited\n")
+    rev = lock.split("  libfabric:\n", 1)[1].split("rev: ", 1)[1].split("\n", 1)[0]
+    (root / "upstreams.lock").write_text(lock.replace(f"rev: {rev}", f"rev: {'0' * 40}", 1))
+    c = rec["project_commit"][:12]
+    got = m.stale(root, rec)
+    assert f"containers/substrate/Dockerfile: changed since {c}" in got
+    assert f"containers/deepep-gin-gdaki/unpack-nccl-wheel.py: changed since {c}" in got
+    assert f"upstreams.lock: pin libfabric changed since {c}" in got
+    assert len(got) == 3, got
