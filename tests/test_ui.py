@@ -421,27 +421,28 @@ def test_project_license_is_an_spdx_expression():
     assert isinstance(lic, str) and canonicalize_license_expression(lic) == lic == "Apache-2.0"
 
 
+def _progress_lines(tmp_path, every_s: str, files: dict, *args: str) -> list[str]:
+    """The `[progress]` lines of a real `pytest -q` run (plugin tests/progress.py) over `files` (name: sleeping tests)
+    in tmp_path, with `args` (xdist's)."""
+    import subprocess
+    import sys
+
+    for name, (n, sleep_s) in files.items():
+        (tmp_path / name).write_text(
+            "import time\n" + "".join(f"def test_{i}():\n    time.sleep({sleep_s})\n" for i in range(n))
+        )
+    env = {**os.environ, "REPROSTACK_TEST_PROGRESS_S": every_s, "PYTHONPATH": str(Path(__file__).parent)}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "progress", "-p", "no:cacheprovider", *args, *files]
+    r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [l for l in r.stdout.splitlines() if l.startswith("[progress] ")]
+
+
 def test_a_long_test_file_shows_progress_under_q(tmp_path):
     """Issue 29 item 11: under `pytest -q` a file of slow tests printed one dot per test, minutes apart, nothing else.
     The plugin tests/progress.py (conftest loads it) prints one line every $REPROSTACK_TEST_PROGRESS_S seconds in a
     file: which file, how many of its tests, time in it and in all. A real pytest run of slow real tests."""
-    import subprocess
-    import sys
-
-    (tmp_path / "test_slow_here.py").write_text(
-        "import time\n" + "".join(f"def test_{i}():\n    time.sleep(0.3)\n" for i in range(4))
-    )
-    env = {**os.environ, "REPROSTACK_TEST_PROGRESS_S": "0.5", "PYTHONPATH": str(Path(__file__).parent)}
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "progress", "-p", "no:cacheprovider", "test_slow_here.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    lines = [l for l in r.stdout.splitlines() if l.startswith("[progress] ")]
+    lines = _progress_lines(tmp_path, "0.5", {"test_slow_here.py": (4, 0.3)})
     assert lines and all(
         re.match(r"\[progress\] test_slow_here\.py: [1-4] of 4 tests, \d+ s in this file, ", l) for l in lines
     )
@@ -451,39 +452,8 @@ def test_progress_under_xdist_keeps_each_files_count_and_time(tmp_path):
     """`nox -s tests` runs files on 2 pytest-xdist workers: the controller gets the reports of two files interleaved.
     The old plugin kept one "current file" (its time reset on every switch) and knew no counts there (`1 of ?`): each
     line now names its file's own count (from the workers' collection) and the time since that file's first test."""
-    import subprocess
-    import sys
-
-    for name in ("test_slow_a.py", "test_slow_b.py"):
-        (tmp_path / name).write_text(
-            "import time\n" + "".join(f"def test_{i}():\n    time.sleep(0.4)\n" for i in range(5))
-        )
-    env = {**os.environ, "REPROSTACK_TEST_PROGRESS_S": "0.3", "PYTHONPATH": str(Path(__file__).parent)}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "progress",
-            "-p",
-            "no:cacheprovider",
-            "-n",
-            "2",
-            "--dist",
-            "loadfile",
-            "test_slow_a.py",
-            "test_slow_b.py",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    lines = [l for l in r.stdout.splitlines() if l.startswith("[progress] ")]
+    files = {"test_slow_a.py": (5, 0.4), "test_slow_b.py": (5, 0.4)}
+    lines = _progress_lines(tmp_path, "0.3", files, "-n", "2", "--dist", "loadfile")
     got = [re.match(r"\[progress\] (test_slow_[ab]\.py): ([1-5]) of 5 tests, (\d+) s in this file, ", l) for l in lines]
-    assert len(lines) >= 2 and all(got), r.stdout  # `of 5`: the old plugin said `of ?` under xdist
-    assert max(int(m.group(3)) for m in got) >= 1, r.stdout  # a file's time runs on across the other's reports
+    assert len(lines) >= 2 and all(got), lines  # `of 5`: the old plugin said `of ?` under xdist
+    assert max(int(m.group(3)) for m in got) >= 1, lines  # a file's time runs on across the other's reports
