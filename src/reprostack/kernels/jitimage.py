@@ -13,8 +13,10 @@ compiled (each manifest's sha256) and those the engine left out (`<folder>/selec
 folder, sha256 of kernel.cu and of kernel.cubin. record-kernels.py copies it into kernels.json (`jit`).
 
 Invariants:
-- the build fails (exit 1, one line naming the manifest or kernel; nothing written) when a manifest is not one,
-  when it was recorded for another arch or DeepEP tree than the image's, when the context cannot be known (a flag
+- a recorded manifest of another DeepEP tree or arch is left out by the engine (selection.json, copied into OUT's
+  `left_out`: the image then holds no prebuilt kernels of that profile, and says why); the build fails (exit 1, one
+  line naming the manifest or kernel; nothing written) when a manifest in the folder is not one, when it was
+  recorded for another arch or DeepEP tree than the image's, when the context cannot be known (a flag
   variable set, a path not plain, no nvcc), when a kernel does not compile, or when a kernel's folder is not the one
   the context names for (name, code) or does not hold that exact kernel.cu and a kernel.cubin;
 - one kernel at a time (`--jobs 1`, the default), like the image's other compiles (MAX_JOBS=1); each kernel is
@@ -88,9 +90,7 @@ def compile_into_image(folder: Path, *, arch: str, tree: str, site: Path, env: d
     sel = Path(folder) / "selection.json"
     if sel.is_file():
         selection = json.loads(sel.read_text())
-    paths = sorted((Path(folder) / "manifests").glob("*.json"))
-    if not paths:
-        raise JitImageError(f"{folder}/manifests: no manifest (the recipe's `jit:` picked none)")
+    paths = sorted((Path(folder) / "manifests").glob("*.json"))  # none: the record says which were left out, and why
     profiles, wanted = {}, {}  # wanted: folder name -> (name, code, [profiles])
     for p in paths:
         m = jit.load_manifest(p)
@@ -103,7 +103,11 @@ def compile_into_image(folder: Path, *, arch: str, tree: str, site: Path, env: d
             entry = wanted.setdefault(ctx.folder(name, code).name, (name, code, []))
             entry[2].append(m.profile)
     kernels = [(n, c) for n, c, _ in wanted.values()]
-    log(f"jitimage: {len(kernels)} kernel(s) of {', '.join(sorted(profiles))} into {ctx.cache_dir} (sm_{ctx.arch})")
+    for prof, why in sorted(selection.get("left_out", {}).items()):
+        log(f"jitimage: manifest {prof} left out: {why}")
+    log(
+        f"jitimage: {len(kernels)} kernel(s) of {', '.join(sorted(profiles)) or 'no manifest'} into {ctx.cache_dir} (sm_{ctx.arch})"
+    )
     res = jit.prewarm(ctx, kernels, env, jobs=jobs)
     if res["failed"]:
         raise JitImageError(f"{len(res['failed'])} kernel(s) did not compile: {res['failed'][0]}")
