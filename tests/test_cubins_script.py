@@ -5,6 +5,7 @@ real files: a JIT cache laid out as DeepEP writes it, and a shared object given 
 from __future__ import annotations
 
 import importlib.util
+import hashlib
 import json
 import shutil
 import subprocess
@@ -29,7 +30,8 @@ def _cache(root: Path, kernels: dict) -> Path:
 
 def test_record_and_compare_jit_cubins_per_kernel(tmp_path, capsys):
     a = _cache(tmp_path / "a", {"kernel.dispatch.1a": ("d", b"\x7fELF-d"), "kernel.combine.2b": ("c", b"\x7fELF-c")})
-    b = _cache(tmp_path / "b", {"kernel.dispatch.1a": ("d", b"\x7fELF-d"), "kernel.combine.2b": ("c", b"\x7fELF-X")})
+    # the same kernels in another folder (the digest hashes the flags, whose include paths differ): joined by code
+    b = _cache(tmp_path / "b", {"kernel.dispatch.9f": ("d", b"\x7fELF-d"), "kernel.combine.8e": ("c", b"\x7fELF-X")})
     (b / "cache" / "kernel.barrier.3c").mkdir()
     (b / "cache" / "kernel.barrier.3c" / "kernel.cubin").write_bytes(b"b")
     for d, label in ((a, "host"), (b, "image")):
@@ -40,8 +42,9 @@ def test_record_and_compare_jit_cubins_per_kernel(tmp_path, capsys):
     assert cubins.main(["compare", str(tmp_path / "host.json"), str(tmp_path / "image.json")]) == 0
     table = capsys.readouterr().out
     assert table.startswith("1 of 3 cubins identical (host vs image)")
-    assert "| `jit:kernel.dispatch.1a` |" in table and "| identical |" in table
-    assert "`jit:kernel.combine.2b`" in table and "| differs |" in table and "only in image" in table
+    d, c = hashlib.sha256(b"d").hexdigest()[:16], hashlib.sha256(b"c").hexdigest()[:16]
+    assert f"| `jit:dispatch:{d}` |" in table and "| identical |" in table
+    assert f"`jit:combine:{c}`" in table and "| differs |" in table and "only in image" in table
     assert cubins.main(["record", "--no-so", "--label", "x", str(tmp_path / "nope")]) == 2
 
 
