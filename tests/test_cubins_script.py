@@ -9,6 +9,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,30 @@ def test_a_translation_units_path_hash_is_left_out_of_function_names():
     )
     s1, s2 = "__nv_static_26__ebea7cf7_5_k2_cu_4536d6f1__Z1hi", "__nv_static_26__0a694598_5_k2_cu_4536d6f1__Z1hi"
     assert cubins._INTERNAL.sub(r"_\1", s1) == cubins._INTERNAL.sub(r"_\1", s2)
+
+
+def test_the_host_jit_reproduction_takes_the_h200_runs_paths_from_its_build_log(tmp_path):
+    """scripts/jit_host_repro.py: the deep_ep site and NCCL root of the committed H200 build log, whose JIT folder
+    names they reproduce (kernels.jit's digest of the recorded barrier kernel, as cubins-h200-host.json has it)."""
+    spec = importlib.util.spec_from_file_location("jit_host_repro", ROOT / "scripts" / "jit_host_repro.py")
+    repro = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(repro)
+    site, nccl = repro.host_paths(repro.BUILDLOGS)
+    builds = "/tmp/reprostack-cubins-cache/builds"
+    assert (site, nccl) == (f"{builds}/deepep-ce2e9948c096ef45/site", f"{builds}/nccl-4ac83166acf459e2/build")
+    from reprostack.kernels import jit
+
+    flags = (
+        "-std=c++20 --diag-suppress=39,161,174,177,186,940,3012 --ptxas-options=--register-usage-level=10"
+        f" -I {nccl}/include -I{site}/deep_ep/include --gpu-architecture=sm_90a "
+        "--compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,-Wno-abi "
+        "-O3 --expt-relaxed-constexpr --expt-extended-lambda"
+    )  # what jit.Context.of builds for that site (tests/test_jit.py checks Context.of itself)
+    name, code = jit.load_manifest(ROOT / "kernels" / "jit" / "h200-ep1.json").kernels[0]
+    folder = jit.Context("nvcc", "NVCC13.0", flags, tmp_path, "90a").folder(name, code).name
+    host = json.loads((ROOT / "results" / "images" / "cubins-h200-host.json").read_text())["jit"]
+    assert folder in {j["key"] for j in host} and folder == "kernel.barrier.a8fe8c00385b24b5bdd26db1c31e88ff"
+    with tarfile.open(tmp_path / "bad.tar", "w") as t:
+        t.add(ROOT / "README.md", "buildlogs/deepep-0123456789abcdef.build.log")
+    with pytest.raises(SystemExit, match="no EP_NCCL_ROOT_DIR line"):
+        repro.host_paths(tmp_path / "bad.tar")
