@@ -216,10 +216,7 @@ def prebuilt_hits(rec: dict, ctx, why: str = "") -> dict:
     misses = []
     for k in rec["kernels"]:
         d = Path(rec["cache_dir"]) / "cache" / k["folder"]
-        try:
-            code = jit._read_regular(d / "kernel.cu", jit.MAX_CODE_BYTES).decode()
-        except (OSError, UnicodeDecodeError):
-            code = None
+        code = jit.kernel_code(d)
         if code is None or ctx.folder(k["name"], code) != d:
             misses.append(k["folder"])
     out["found"] = len(rec["kernels"]) - len(misses)

@@ -117,20 +117,19 @@ def compile_into_image(folder: Path, *, arch: str, tree: str, site: Path, env: d
         d = ctx.cache_dir / "cache" / fname
         if d.is_symlink() or not d.is_dir():
             raise JitImageError(f"{name}: no folder {d} after compiling (not the one DeepEP will ask for)")
+        if jit.kernel_code(d) != code:
+            raise JitImageError(f"{name}: {d}/kernel.cu is not the manifest's code")
         try:
-            cu = jit._read_regular(d / "kernel.cu", jit.MAX_CODE_BYTES)
             cubin = (d / "kernel.cubin").read_bytes() if not (d / "kernel.cubin").is_symlink() else b""
         except OSError as e:
             raise JitImageError(f"{name}: {d}: {e.strerror or e}") from None
-        if cu != code.encode():
-            raise JitImageError(f"{name}: {d}/kernel.cu is not the manifest's code")
         if not cubin:
             raise JitImageError(f"{name}: {d}/kernel.cubin is missing or empty")
         rows.append(
             {
                 "name": name,
                 "folder": fname,
-                "code_sha256": _sha256(cu),
+                "code_sha256": _sha256(code.encode()),
                 "cubin_sha256": _sha256(cubin),
                 "profiles": sorted(set(profs)),
             }
