@@ -156,8 +156,8 @@ def test_profile_is_defined_once_for_every_command():
                 first = node.args[0]
                 flags = {f"--{k.replace('_', '-')}" for k in gate_options.OPTIONS} | {"--arm", "--var", "--server-arg"}
                 # kernels/jitimage.py runs inside an image build from a copy of a few modules (jitimage.MODULES,
-                # no gates/): its `--jobs` (nvcc at once) cannot come from gates.options
-                own = path.name == "options.py" or (path.name == "jitimage.py" and first.value == "--jobs")
+                # no gates/): its `--arch` and `--jobs` cannot come from gates.options
+                own = path.name == "options.py" or (path.name == "jitimage.py" and first.value in ("--arch", "--jobs"))
                 if isinstance(first, ast.Constant) and first.value in flags and not own:
                     bad.append(f"{path.relative_to(SRC)}:{node.lineno}: {first.value}")
     allowed = {"--out", "--image", "--timeout", "--json"}  # meanings that differ per command (manifests, waits)
