@@ -11,9 +11,10 @@
 - every JIT kernel folder `kernel.<name>.<digest>/kernel.cubin` (DeepEP's JIT cache: the digest is that of the
   kernel's code, nvcc signature and flags, so two builds' folders of one name are the same kernel asked for), by
   folder name and sha256 (with the sha256 of its kernel.cu).
-`compare` joins two records by key (shared object basename without its CPython ABI tag + cubin index + arch, or JIT
-folder name) and writes a
-markdown table: identical, differs (both sha256), or only in one build.
+`compare` joins two records by key (shared object basename without its CPython ABI tag + cubin index + arch; a JIT
+kernel by its name and the sha256 of its kernel.cu, `jit:<name>:<cu sha256, 16 hex>`, since the folder's digest also
+hashes the nvcc flags, which hold the build's include paths: one kernel has another folder on another machine) and
+writes a markdown table: identical, differs (both sha256), or only in one build.
 
 Invariants: read-only on the build folders; cuobjdump runs with an argument vector in a temporary folder; a
 missing cuobjdump is one line on stderr naming it and exit 2 (the JIT cubins need no tool and are still recorded
@@ -133,8 +134,9 @@ def _entries(rec: dict) -> dict:
     for so in rec["shared_objects"]:
         for c in so["cubins"]:
             out[_ABI.sub(".cpython", c["key"])] = c["sha256"]
-    for j in rec["jit"]:
-        out[f"jit:{j['key']}"] = j["sha256"]
+    for j in rec["jit"]:  # by (name, code): the folder digest differs with the include paths in the flags
+        cu = j.get("kernel_cu_sha256")
+        out[f"jit:{j['key'].split('.')[1]}:{cu[:16]}" if cu else f"jit:{j['key']}"] = j["sha256"]
     return out
 
 

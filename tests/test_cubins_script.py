@@ -5,9 +5,11 @@ real files: a JIT cache laid out as DeepEP writes it, and a shared object given 
 from __future__ import annotations
 
 import importlib.util
+import hashlib
 import json
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,8 @@ def _cache(root: Path, kernels: dict) -> Path:
 
 def test_record_and_compare_jit_cubins_per_kernel(tmp_path, capsys):
     a = _cache(tmp_path / "a", {"kernel.dispatch.1a": ("d", b"\x7fELF-d"), "kernel.combine.2b": ("c", b"\x7fELF-c")})
-    b = _cache(tmp_path / "b", {"kernel.dispatch.1a": ("d", b"\x7fELF-d"), "kernel.combine.2b": ("c", b"\x7fELF-X")})
+    # the same kernels in another folder (the digest hashes the flags, whose include paths differ): joined by code
+    b = _cache(tmp_path / "b", {"kernel.dispatch.9f": ("d", b"\x7fELF-d"), "kernel.combine.8e": ("c", b"\x7fELF-X")})
     (b / "cache" / "kernel.barrier.3c").mkdir()
     (b / "cache" / "kernel.barrier.3c" / "kernel.cubin").write_bytes(b"b")
     for d, label in ((a, "host"), (b, "image")):
@@ -40,8 +43,9 @@ def test_record_and_compare_jit_cubins_per_kernel(tmp_path, capsys):
     assert cubins.main(["compare", str(tmp_path / "host.json"), str(tmp_path / "image.json")]) == 0
     table = capsys.readouterr().out
     assert table.startswith("1 of 3 cubins identical (host vs image)")
-    assert "| `jit:kernel.dispatch.1a` |" in table and "| identical |" in table
-    assert "`jit:kernel.combine.2b`" in table and "| differs |" in table and "only in image" in table
+    d, c = hashlib.sha256(b"d").hexdigest()[:16], hashlib.sha256(b"c").hexdigest()[:16]
+    assert f"| `jit:dispatch:{d}` |" in table and "| identical |" in table
+    assert f"`jit:combine:{c}`" in table and "| differs |" in table and "only in image" in table
     assert cubins.main(["record", "--no-so", "--label", "x", str(tmp_path / "nope")]) == 2
 
 
@@ -87,3 +91,30 @@ def test_a_translation_units_path_hash_is_left_out_of_function_names():
     )
     s1, s2 = "__nv_static_26__ebea7cf7_5_k2_cu_4536d6f1__Z1hi", "__nv_static_26__0a694598_5_k2_cu_4536d6f1__Z1hi"
     assert cubins._INTERNAL.sub(r"_\1", s1) == cubins._INTERNAL.sub(r"_\1", s2)
+
+
+def test_the_host_jit_reproduction_takes_the_h200_runs_paths_from_its_build_log(tmp_path):
+    """scripts/jit_host_repro.py: the deep_ep site and NCCL root of the committed H200 build log, whose JIT folder
+    names they reproduce (kernels.jit's digest of the recorded barrier kernel, as cubins-h200-host.json has it)."""
+    spec = importlib.util.spec_from_file_location("jit_host_repro", ROOT / "scripts" / "jit_host_repro.py")
+    repro = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(repro)
+    site, nccl = repro.host_paths(repro.BUILDLOGS)
+    builds = "/tmp/reprostack-cubins-cache/builds"
+    assert (site, nccl) == (f"{builds}/deepep-ce2e9948c096ef45/site", f"{builds}/nccl-4ac83166acf459e2/build")
+    from reprostack.kernels import jit
+
+    flags = (
+        "-std=c++20 --diag-suppress=39,161,174,177,186,940,3012 --ptxas-options=--register-usage-level=10"
+        f" -I {nccl}/include -I{site}/deep_ep/include --gpu-architecture=sm_90a "
+        "--compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,-Wno-abi "
+        "-O3 --expt-relaxed-constexpr --expt-extended-lambda"
+    )  # what jit.Context.of builds for that site (tests/test_jit.py checks Context.of itself)
+    name, code = jit.load_manifest(ROOT / "kernels" / "jit" / "h200-ep1.json").kernels[0]
+    folder = jit.Context("nvcc", "NVCC13.0", flags, tmp_path, "90a").folder(name, code).name
+    host = json.loads((ROOT / "results" / "images" / "cubins-h200-host.json").read_text())["jit"]
+    assert folder in {j["key"] for j in host} and folder == "kernel.barrier.a8fe8c00385b24b5bdd26db1c31e88ff"
+    with tarfile.open(tmp_path / "bad.tar", "w") as t:
+        t.add(ROOT / "README.md", "buildlogs/deepep-0123456789abcdef.build.log")
+    with pytest.raises(SystemExit, match="no EP_NCCL_ROOT_DIR line"):
+        repro.host_paths(tmp_path / "bad.tar")

@@ -42,10 +42,18 @@ RECORD = REPO / "containers" / "deepep" / "record-kernels.py"
 
 
 def fake_image(
-    img: Path, lock, *, nccl=(2, 30, 4), deepep_tree: str | None = None, arch: str = "90", root: Path = REPO
+    img: Path,
+    lock,
+    *,
+    nccl=(2, 30, 4),
+    deepep_tree: str | None = None,
+    arch: str = "90",
+    root: Path = REPO,
+    before_record=None,
 ) -> Path:
     """A folder laid out like the deepep image (trees, built NCCL, an installed deep_ep with _C, nvcc), then the
-    real record-kernels.py writes kernels.json there as the Dockerfile does. Returns the manifest's path."""
+    real record-kernels.py writes kernels.json there as the Dockerfile does. Returns the manifest's path.
+    `before_record(img)`: a step of the image before the manifest (the JIT kernels); it returns more arguments."""
     deepep, ncclpin = lock.get("deepep"), lock.get("nccl")
     (img / "src" / "nccl").mkdir(parents=True)
     (img / "src" / "deepep" / "tests" / "elastic").mkdir(parents=True)
@@ -83,6 +91,8 @@ def fake_image(
         f"deepep.src={img / 'src' / 'deepep'}",
         "deepep.package=python",
     ]
+    if before_record is not None:
+        argv += before_record(img)
     env = {**os.environ, "CUDA_HOME": str(img / "cuda"), "PYTHONPATH": str(img / "site")}
     p = subprocess.run(argv, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

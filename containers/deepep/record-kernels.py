@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record in the image which kernels were built from which pin: /opt/reprostack/kernels.json.
 
-Usage: record-kernels.py OUT lock_sha256=HEX64 [arch=90] [image=deepep] C.FIELD=VALUE ...
+Usage: record-kernels.py OUT lock_sha256=HEX64 [arch=90] [image=deepep] [jit=PATH] C.FIELD=VALUE ...
   C.pin, C.rev, C.patched_tree and C.src for every component C; a kernel also names C.recipe (the Recipe.digest
   of kernels/C.yaml, rendered by reprostack) and, for nccl, C.include (holding the built nccl.h) and C.lib (the
   built libnccl.so.2); for deepep, C.package=python names the deep_ep package the image's python3 finds.
@@ -9,6 +9,9 @@ Usage: record-kernels.py OUT lock_sha256=HEX64 [arch=90] [image=deepep] C.FIELD=
   of rev/patched_tree/src/recipe: C.wheel_pin (the lock's wheel pin), C.wheel (its filename), C.wheel_sha256 (the
   lock's sha256 of it), C.wheel_path (the image's copy, hashed again here: it must have that sha256), C.version (the
   pin's version, which the unpacked nccl.h must say), C.include and C.lib: a component of kind "wheel".
+  jit=PATH (the record reprostack.kernels.jitimage wrote when it compiled DeepEP's JIT kernels into the image) adds
+  `jit`: its cache folder, arch, nvcc signature, DeepEP tree, profiles and per kernel name, folder, sha256 of kernel.cu
+  and kernel.cubin, each file hashed again here (a kernel whose folder or bytes differ: exit 1).
 Derived here, from what was built: NCCL versions (nccl.h), the CUDA version (nvcc --version), paths and the
 sha256 of each built file. OUT is merged with what it holds (a child image adds its own component).
 The format is reprostack's schemas/kernels-manifest.schema.json; reprostack.kernels.prebuilt reads and checks it.
@@ -82,6 +85,30 @@ def wheel_component(name, f, lock_sha256):
             "files": {f["lib"]: sha256(f["lib"])}}
 
 
+def jit_record(path, tree):
+    """The `jit` entry: the record at `path`, every kernel's files hashed again (see the module doc)."""
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"jit={path}: {e}")
+    keep = ("cache_dir", "arch", "signature", "deepep_patched_tree", "profiles", "left_out", "kernels")
+    if rec.get("schema") != "reprostack.deepep-jit-prebuilt/1" or not all(k in rec for k in keep):
+        fail(f"jit={path}: not a reprostack.deepep-jit-prebuilt/1 record")
+    if tree and rec["deepep_patched_tree"] != tree:
+        fail(f"jit={path}: compiled for deepep tree {rec['deepep_patched_tree']}, deepep.patched_tree is {tree}")
+    for k in rec["kernels"]:
+        if not re.fullmatch(r"kernel\.[a-z0-9_]{1,64}\.[0-9a-f]{32}", k["folder"]) or \
+                not k["folder"].startswith(f"kernel.{k['name']}."):
+            fail(f"jit={path}: kernel folder {k['folder']!r} is not DeepEP's kernel.<name>.<digest> of {k['name']!r}")
+        d = os.path.join(rec["cache_dir"], "cache", k["folder"])
+        for f, field in (("kernel.cu", "code_sha256"), ("kernel.cubin", "cubin_sha256")):
+            fp = os.path.join(d, f)
+            if os.path.islink(fp) or not os.path.isfile(fp) or sha256(fp) != k[field]:
+                fail(f"{fp}: not the file {path} records ({field} {k[field]})")
+    return {k: rec[k] for k in keep}
+
+
 def main(argv):
     if not argv:
         fail("usage: record-kernels.py OUT lock_sha256=HEX [arch=90] C.FIELD=VALUE ...")
@@ -99,6 +126,8 @@ def main(argv):
     if os.path.exists(out):   # a child image adds its component; the image that built the kernels stays named
         with open(out) as f:
             data = json.load(f)
+    if "jit" in top:
+        data["jit"] = jit_record(top["jit"], comps.get("deepep", {}).get("patched_tree"))
     nccl_version = data["components"].get("nccl", {}).get("nccl_version")
     for name, f in comps.items():
         if "wheel_pin" in f:
@@ -140,6 +169,9 @@ def main(argv):
         json.dump(data, fh, indent=1, sort_keys=True)
         fh.write("\n")
     os.replace(out + ".tmp", out)
+    if "jit" in data:
+        print(f"kernels.json: {len(data['jit']['kernels'])} prebuilt DeepEP JIT kernel(s) of "
+              f"{', '.join(sorted(data['jit']['profiles']))} (sm_{data['jit']['arch']}) -> {data['jit']['cache_dir']}")
     for name, c in sorted(data["components"].items()):
         if c["kind"] == "wheel":
             print(f"kernels.json: {name} wheel {c['wheel']} (pin {c['wheel_pin']}, sha256 {c['wheel_sha256']}), "

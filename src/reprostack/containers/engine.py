@@ -213,6 +213,8 @@ def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) 
                     f"`reprostack --stack {stacks[0]} build {recipe.name}`)"
                 )
             raise RecipeError(recipe.path, w.line, f"wheels[{i}].pin", f"{w.pin!r} is {what}")
+    if recipe.jit is not None and not isinstance(lock.upstreams.get(recipe.jit.upstream), GitPin):
+        raise RecipeError(recipe.path, recipe.jit.line, "jit.upstream", f"{recipe.jit.upstream!r} is not a git pin")
     if recipe.source and recipe.source not in lock.upstreams:
         raise RecipeError(recipe.path, recipe.line("source"), "source", f"{recipe.source!r} is not in the lock")
     values = R.template_values(
@@ -235,6 +237,40 @@ def render_recipe(recipe: Recipe, lock: Lock, *, from_ref: str, epoch: int = 0) 
         for k, v in recipe.labels.items()
     }
     return text, args, labels
+
+
+def add_jit(ctx: Context, r: Recipe, tree: str, root: Path) -> dict:
+    """Put the recipe's `jit:` into the context (kernels.jitimage compiles it in the image): under `dest`, the
+    reprostack modules of `jitimage.MODULES` (this checkout's bytes, so the image key follows them and nothing else
+    of reprostack), `manifests/<profile>.json` for every recorded manifest of `root`'s kernels/jit/ whose DeepEP tree
+    is `tree` (the image's patched tree) and whose arch is the recipe's (`90` -> sm_90a), and `selection.json`
+    naming the manifests left out and why. Each manifest is checked (jit.load_manifest) before it goes in: a bad
+    one is one line before any engine work. Returns the selection."""
+    import reprostack
+
+    from ..kernels import jit, jitimage
+
+    j = r.jit
+    pkg = Path(reprostack.__file__).parent
+    for mod in jitimage.MODULES:
+        ctx.add_file(f"{j.dest}/reprostack/{mod}", pkg / mod, executable=False, origin=f"{r.path}: jit (reprostack)")
+    picked, left_out = [], {}
+    for p in sorted((Path(root) / "kernels" / "jit").glob("*.json")):
+        m = jit.load_manifest(p)
+        if m.deepep_tree != tree:
+            left_out[m.profile] = f"recorded for deepep tree {m.deepep_tree}, the image's is {tree}"
+        elif m.arch[:-1] != j.arch:
+            left_out[m.profile] = f"recorded for sm_{m.arch}, the image is for compute capability {j.arch}"
+        else:
+            ctx.add_file(f"{j.dest}/manifests/{m.profile}.json", p, executable=False, origin=f"{r.path}: jit {p}")
+            picked.append(m.profile)
+    sel = {"arch": j.arch, "deepep_patched_tree": tree, "picked": picked, "left_out": left_out}
+    ctx.add_bytes(
+        f"{j.dest}/selection.json",
+        (json.dumps(sel, indent=1, sort_keys=True) + "\n").encode(),
+        origin=f"{r.path}: jit",
+    )
+    return sel
 
 
 class _Builder:
@@ -406,6 +442,8 @@ class _Builder:
             ups[w.pin] = self._add_wheels(ctx, r, w)
         for f in r.files:
             ctx.add_file(f.dest, r.dir / f.src, executable=f.executable or None, origin=f"{r.path}: files {f.src}")
+        if r.jit is not None:
+            add_jit(ctx, r, self._tree(r.jit.upstream).tree, self.o.root)
         labels = dict(extra_labels)
         labels.update(
             {

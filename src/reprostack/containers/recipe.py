@@ -14,6 +14,9 @@ image.yaml (schema: schemas/container.schema.json; errors name `FILE:LINE: field
     wheels: [{pin: substrate-wheels, dest: wheels}]    # pinned wheels + requirements.txt (--hash) + pins.json
     files: [{src: check.sh, dest: files/check.sh}]     # files of this folder into the context; `../deepep/x.py`:
                                                        # a sibling recipe's file, shared instead of copied
+    jit: {upstream: deepep, arch: "90", dest: root/jit/opt/reprostack/jit-build}   # DeepEP's recorded JIT
+                                                       # manifests for this arch + the reprostack modules that
+                                                       # compile them (kernels.jitimage), into the context
     labels: {org.opencontainers.image.title: DeepEP}   # extra labels (templates too)
 
 Invariants:
@@ -98,6 +101,14 @@ class FileSpec:
 
 
 @dataclass(frozen=True)
+class JitSpec:
+    upstream: str  # the git pin whose patched tree the manifests must be recorded for (deepep)
+    arch: str  # compute capability ("90"): a manifest's DeepEP arch ("90a") must be this one
+    dest: str
+    line: int | None
+
+
+@dataclass(frozen=True)
 class Recipe:
     """One image recipe, loaded and validated (nothing about the lock or the engine is checked here)."""
 
@@ -116,6 +127,7 @@ class Recipe:
     wheels: tuple[WheelsSpec, ...] = ()
     description: str = ""
     unresolved: str | None = None  # why this image cannot be built yet (`build` stops naming it)
+    jit: JitSpec | None = None  # DeepEP's JIT kernels compiled into the image (containers.engine, kernels.jitimage)
     recipe_sha256: str = ""
     lines: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -215,6 +227,11 @@ def load_recipe(root: Path, name: str) -> Recipe:
         wheels=wheels,
         description=data.get("description", ""),
         unresolved=data.get("unresolved"),
+        jit=(
+            JitSpec(data["jit"]["upstream"], data["jit"]["arch"], data["jit"]["dest"], line_of(lines, ("jit",)))
+            if "jit" in data
+            else None
+        ),
         recipe_sha256=recipe_digest(rdir, [f.src for f in files if f.src.startswith("../")]),
         lines=lines,
     )

@@ -97,8 +97,9 @@ class Kernels:
     jit_dir: Path
     logs: list = field(default_factory=list)
     accept_sha256: str | None = None
-    site: Path | None = None  # deep_ep built here (None: the image's); its JIT kernels can be compiled ahead
+    site: Path | None = None  # deep_ep built here, or the image's when it holds prebuilt JIT kernels (None: neither)
     arch: str | None = None
+    prebuilt_jit: dict | None = None  # the image's prebuilt JIT kernels (kernels.json `jit`, checked by prebuilt.check)
 
 
 def nccl_words(lock, trees: dict, pre=None) -> tuple[str, str]:
@@ -139,12 +140,18 @@ def setup_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
     if pre is not None:
         prov["kernels"], prov["kernels_from"] = pre.kernels_provenance(), pre.provenance()
         lib, sha = pre.nccl_file()  # the folder and bytes the gate trusts come from the hashed file
+        # an image with prebuilt JIT kernels: DeepEP's cache is the image's folder (the test uses them, the prewarm
+        # compiles only what is missing); the package deep_ep is the hashed extension's folder
+        ext = pre.components["deepep"].get("paths", {}).get("extension") if pre.jit else None
         return Kernels(
             runtime.prebuilt_env(),
             lib.parent,
             pre.components["nccl"]["nccl_version"],
-            ctx.cache_root / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
+            Path(pre.jit["cache_dir"]) if ext else ctx.cache_root / "jit" / f"deepep-{trees['deepep'].tree[:16]}",
             accept_sha256=sha,
+            site=Path(ext).parent.parent if ext else None,
+            arch=(opts.arch or toolchain.gpu_arch()) if ext else None,
+            prebuilt_jit=pre.jit if ext else None,
         )
     tc, nccl, deepep = build_kernels(opts, ctx, trees, prov, timings)
     return Kernels(
@@ -171,13 +178,17 @@ def stand_in_kernels(lock, run_dir: Path) -> Kernels:
 
 
 def jit_prewarm(manifest, kern: Kernels, env: dict, tree: str, timings: dict, jobs: int | None):
-    """Compile the manifest's DeepEP JIT kernels before the test (kernels.jit), when deep_ep was built here.
-    Returns (context or None, the report's `jit` block)."""
+    """Compile the manifest's DeepEP JIT kernels before the test (kernels.jit), when deep_ep was built here or the
+    image holds prebuilt ones (those already in the cache are `present`, never compiled again; `prebuilt` says how
+    many of the image's kernels this run's context names, i.e. DeepEP will find). Returns (context or None, the
+    report's `jit` block)."""
     block: dict = {"manifest": str(manifest.path) if manifest else None}
     if kern.site is None:
-        block["prewarm"] = "none: the image's deep_ep"
+        block["prewarm"] = "none: the image's deep_ep (no prebuilt JIT kernels in the image)"
         return None, block
     ctx, why = jit.Context.of(kern.site, env, kern.arch)
+    if kern.prebuilt_jit is not None:
+        block["prebuilt"] = prebuilt_hits(kern.prebuilt_jit, ctx, why)
     if ctx is None:
         block["prewarm"] = f"none: {why}"
         return None, block
@@ -194,6 +205,28 @@ def jit_prewarm(manifest, kern: Kernels, env: dict, tree: str, timings: dict, jo
         timings["jit_prewarm_s"] = block["prewarm"]["seconds"]
     block["before_test"] = len(jit.present(ctx))
     return ctx, block
+
+
+def prebuilt_hits(rec: dict, ctx, why: str = "") -> dict:
+    """How many of the image's prebuilt JIT kernels (`rec`, kernels.json `jit`, files checked by prebuilt.check) this
+    run's DeepEP will find: those whose folder is the one `ctx` names for the kernel's own kernel.cu."""
+    out: dict = {"kernels": len(rec["kernels"]), "cache_dir": rec["cache_dir"], "profiles": sorted(rec["profiles"])}
+    if ctx is None:
+        return {**out, "found": 0, "why": why}
+    misses = []
+    for k in rec["kernels"]:
+        d = Path(rec["cache_dir"]) / "cache" / k["folder"]
+        code = jit.kernel_code(d)
+        if code is None or ctx.folder(k["name"], code) != d:
+            misses.append(k["folder"])
+    out["found"] = len(rec["kernels"]) - len(misses)
+    if misses:
+        out["not_found"] = misses[:20]
+        out["why"] = (
+            f"this run's DeepEP context (cache {ctx.cache_dir}, {ctx.signature}, sm_{ctx.arch}) names other "
+            "folders: the test's environment or flags differ from the image's"
+        )
+    return out
 
 
 def jit_record(ctx, block: dict, run_dir: Path, tree: str, profile: str) -> Path | None:

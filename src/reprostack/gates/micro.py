@@ -250,12 +250,13 @@ class MicroGate(Gate):
     def skip(self, st: RunState) -> GateReport | None:
         trees, pre = st.scratch["trees"], st.scratch["pre"]
         if st.host["gpu_count"] == 0:
+            jit_words = pre.jit_words() if pre is not None else ""
             why = (
                 "no GPU on this host (nvidia-smi lists none): "
                 + ("the image's kernels manifest matched the lock " if pre else "sources were verified and patched ")
-                + "(deepep {}{}){}; kernels and test_ep not run".format(
-                    trees["deepep"].tree[:12], *nccl_words(st.ctx.lock, trees, pre)
-                )
+                + "(deepep {}{}){}".format(trees["deepep"].tree[:12], *nccl_words(st.ctx.lock, trees, pre))
+                + (f"; the image holds {jit_words}" if jit_words else "")
+                + "; kernels and test_ep not run"
             )
             return st.skip(why)
         early = super().skip(st)

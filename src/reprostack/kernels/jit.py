@@ -341,6 +341,17 @@ def manifest_for(root: Path, profile: str) -> Manifest | None:
     return m
 
 
+def kernel_code(folder: Path) -> str | None:
+    """The kernel.cu of the kernel folder `folder` (a regular file of at most MAX_CODE_BYTES, UTF-8, read without
+    blocking and never through a symlinked folder), or None."""
+    try:
+        if Path(folder).is_symlink():
+            return None
+        return _read_regular(Path(folder) / "kernel.cu", MAX_CODE_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def present(ctx: Context) -> set[str]:
     """The kernel folders in the context's cache (names only); none when `cache` is a symlink or not a folder."""
     try:
@@ -466,12 +477,8 @@ def record(ctx: Context, *, deepep_tree: str, profile: str, source: str) -> tupl
     for name in sorted(present(ctx)):
         counts["folders"] += 1
         kname = FOLDER.fullmatch(name).group(1)
-        cu = ctx.cache_dir / "cache" / name / "kernel.cu"
-        try:
-            if cu.parent.is_symlink():
-                raise OSError("a symlinked kernel folder")
-            code = _read_regular(cu, MAX_CODE_BYTES).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
+        code = kernel_code(ctx.cache_dir / "cache" / name)
+        if code is None:
             counts["unreadable"] += 1
             continue
         if not CODE.fullmatch(code) or kernel_problem(kname, code):

@@ -12,6 +12,11 @@ megatron-lm source tree). Format (schemas/kernels-manifest.schema.json, version 
                            build key holds), "nccl_version" (nccl: its nccl.h; deepep: the NCCL it was built
                            against), "cuda_version" (nvcc release), "arch" (["90"]), "files" {path: sha256}}}}
 
+DeepEP's JIT kernels compiled into the image (reprostack.kernels.jitimage, the recipe's `jit:`) are the top-level
+`jit`: {"cache_dir" (the image's EP_JIT_CACHE_DIR), "arch" ("90a"), "signature" ("NVCC13.0"), "deepep_patched_tree",
+"profiles" {profile: {manifest_sha256, kernels}}, "left_out" {profile: why}, "kernels" [{name, folder
+(kernel.<name>.<digest>), code_sha256, cubin_sha256 (of the folder's kernel.cu and kernel.cubin), profiles}]}.
+
 An NCCL taken from a pinned wheel (a stack whose `nccl` is a wheel pin, e.g. gin-gdaki, or the release wheel of an
 unpatched `nccl` git pin, kernels/nccl.yaml `wheel:`; the deepep and deepep-gin-gdaki recipes pass record-kernels.py
 `nccl.wheel_pin=...`) is a component of kind "wheel": no rev, tree or recipe, but
@@ -30,7 +35,9 @@ Invariants:
   checked the same way; every listed file must be a regular file whose sha256 is the recorded one, and every path a
   gate trusts is one of those hashed files or the folder of one (nccl: exactly one hashed libnccl file, its `lib`
   that file's folder; deepep: `extension` hashed, `package` its folder): the NCCL folder a gate uses is derived from
-  the hashed file, never taken from a free field. Any difference is one
+  the hashed file, never taken from a free field; the prebuilt JIT kernels (`jit`) must be for the deepep
+  component's patched tree, each folder DeepEP's `kernel.<name>.<32 hex>` of its own name, its kernel.cu and
+  kernel.cubin regular files with the recorded sha256. Any difference is one
   PrebuiltError line: `MANIFEST: components.C.FIELD: the image has X, <where> has Y` and what to do;
 - nothing here fetches, builds or falls back to a host build: a caller that gets PrebuiltError reports it and
   has built nothing. The manifest's whole-lock sha256 may differ from the current lock (an image whose pins
@@ -81,6 +88,17 @@ class Prebuilt:
     image: str
     lock_sha256: str
     components: dict
+    jit: dict | None = None  # the image's prebuilt DeepEP JIT kernels (checked), None when it has none
+
+    def jit_words(self) -> str:
+        """`N prebuilt DeepEP JIT kernel(s) of P (sm_A) in DIR, checked by sha256` or "" (none in the image)."""
+        if not self.jit:
+            return ""
+        j = self.jit
+        return (
+            f"{len(j['kernels'])} prebuilt DeepEP JIT kernel(s) of {', '.join(sorted(j['profiles'])) or 'no profile'} "
+            f"(sm_{j['arch']}, {j['signature']}) in {j['cache_dir']}, checked by sha256"
+        )
 
     def tree(self, lock: Lock, name: str) -> SourceTree:
         """The image's copy of pin `name`'s patched tree, as the gates use a fetched one."""
@@ -110,6 +128,16 @@ class Prebuilt:
             "manifest_sha256": self.sha256,
             "image": self.image,
             "image_lock_sha256": self.lock_sha256,
+            **(
+                {
+                    "jit": {
+                        **{k: self.jit[k] for k in ("cache_dir", "arch", "signature", "profiles", "left_out")},
+                        "kernels": {k["folder"]: k["cubin_sha256"] for k in self.jit["kernels"]},
+                    }
+                }
+                if self.jit
+                else {}
+            ),
         }
 
     def kernels_provenance(self) -> dict:
@@ -266,7 +294,42 @@ def check(
         floor = load_recipe(root, "deepep").nccl_floor
         if floor and preflight.parse_version(n) < preflight.parse_version(floor):
             raise _mismatch(path, "nccl", "nccl_version", n, "kernels/deepep.yaml (nccl-floor)", f">= {floor}", rebuild)
-    return Prebuilt(path, digest, d["image"], d["lock_sha256"], comps)
+    jit_rec = d.get("jit")
+    if jit_rec is not None and "deepep" in comps:
+        _check_jit(path, jit_rec, comps["deepep"], rebuild, hash_files)
+    return Prebuilt(path, digest, d["image"], d["lock_sha256"], comps, jit_rec if "deepep" in comps else None)
+
+
+def _check_jit(path: Path, j: dict, deepep: dict, rebuild: str, hash_files: bool) -> None:
+    """The image's prebuilt JIT kernels are for its DeepEP and are the recorded bytes (see the module doc)."""
+    if j["deepep_patched_tree"] != deepep.get("patched_tree"):
+        raise PrebuiltError(
+            path,
+            None,
+            "jit.deepep_patched_tree",
+            f"the JIT kernels were compiled for deepep tree {j['deepep_patched_tree']}, the image's deepep is "
+            f"{deepep.get('patched_tree')}: {rebuild}",
+        )
+    for i, k in enumerate(j["kernels"]):
+        if not k["folder"].startswith(f"kernel.{k['name']}."):
+            raise PrebuiltError(path, None, f"jit.kernels[{i}].folder", f"{k['folder']} is not a folder of {k['name']}")
+        if not hash_files:
+            continue
+        d = Path(j["cache_dir"]) / "cache" / k["folder"]
+        for f, field in (("kernel.cu", "code_sha256"), ("kernel.cubin", "cubin_sha256")):
+            fp = d / f
+            try:
+                got = sha256_file(fp) if fp.is_file() and not fp.is_symlink() and not d.is_symlink() else None
+            except OSError:
+                got = None
+            if got != k[field]:
+                raise PrebuiltError(
+                    path,
+                    None,
+                    f"jit.kernels[{i}].{field}",
+                    f"{fp} is {'not a regular file' if got is None else f'sha256 {got}'}, the manifest has "
+                    f"{k[field]}: {rebuild}",
+                )
 
 
 def _nccl_file(path: Path, c: dict) -> tuple[Path, str]:
