@@ -89,8 +89,9 @@ _KERNEL_REF = re.compile(r"kernels\.([A-Za-z0-9_-]+)\.")
 
 def inputs(root: Path, images: list[str]) -> tuple[list[str], list[str]]:
     """(paths, pins) an image chain is made from, parents included: each recipe folder, the sibling recipes' files it
-    names (`../x/f`), the kernel recipes its templates name (`{{ kernels.C.* }}`: kernels/C.yaml) and the JIT
-    manifests (kernels/jit/); the lock pins its templates name (`{{ upstreams.P.* }}`), its sources' and wheels' pins,
+    names (`../x/f`), the kernel recipes its templates name (`{{ kernels.C.* }}`: kernels/C.yaml), and for a recipe
+    with `jit:` the JIT manifests (kernels/jit/) and the reprostack modules that compile them in the image
+    (kernels.jitimage.MODULES); the lock pins its templates name (`{{ upstreams.P.* }}`), its sources' and wheels' pins,
     a `lock:` base's pin and the Debian base's .debs pin."""
     from reprostack.containers.recipe import load_all
 
@@ -109,8 +110,12 @@ def inputs(root: Path, images: list[str]) -> tuple[list[str], list[str]]:
         pins.update(w.pin for w in r.wheels)
         if r.base is not None and r.base.pin:
             pins.add(r.base.pin)
-    if (root / "kernels" / "jit").is_dir():
-        paths.add("kernels/jit")
+        if r.jit is not None:  # the recorded manifests and the reprostack modules that compile them in the image
+            from reprostack.kernels.jitimage import MODULES
+
+            paths.add("kernels/jit")
+            paths.update(f"src/reprostack/{m}" for m in MODULES)
+            pins.add(r.jit.upstream)
     return sorted(paths), sorted(pins)
 
 
