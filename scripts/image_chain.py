@@ -1,6 +1,6 @@
 """The registry-free image chain, built and recorded (`nox -s images [-- --twice]`, issue 26 items 2 and 3).
 
-    python3 scripts/image_chain.py [--twice] [--images cuda-toolkit substrate deepep] [--results results/images]
+    python3 scripts/image_chain.py [--twice] [--images cuda-toolkit substrate deepep vllm sglang] [--results results/images]
 
 Steps, each timed: the Debian base from the pinned .debs (`python -m reprostack.containers.debsbase debian-12-build`,
 with `--twice`: built twice from scratch, its record results/images/base-debian-12-build.json), then `reprostack build`
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import image_twice  # noqa: E402
 
 BASE_PIN = "debian-12-build"
-DEFAULT_IMAGES = ("cuda-toolkit", "substrate", "deepep")
+DEFAULT_IMAGES = ("cuda-toolkit", "substrate", "deepep", "vllm", "sglang")
 
 
 def _run(argv: list[str]) -> float:
