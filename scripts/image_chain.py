@@ -16,7 +16,9 @@ it (`reprostack docs`), never typed.
 Invariants: every number written is measured by this run or read from the lock / cache / engine; commands run with an
 argument vector; a step of the chain (base, cuda-toolkit, substrate, deepep) that fails stops the run with its exit code
 and writes no chain.json; a gate image that fails is a step with status `failed`, its seconds and the build's error line
-(what stops it), the others still build, and the run exits 1 after writing chain.json; writes are atomic.
+(what stops it), the others still build, and the run exits 1 after writing chain.json; a gate image is not built
+while the engine's disk has less than --min-free-gb free (a step with status `skipped` and the free space read: the
+machine and its engine are shared); writes are atomic.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -73,9 +76,25 @@ def _step(i: dict) -> dict:
     }
 
 
-def build_gate(name: str, out: Path) -> dict:
+def engine_free_bytes() -> tuple[str, int] | None:
+    """(the engine's data root, free bytes on its file system) when that folder is on this machine, else None."""
+    cp = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True)
+    root = cp.stdout.strip()
+    if cp.returncode != 0 or not root or not Path(root).is_dir():
+        return None
+    return root, shutil.disk_usage(root).free
+
+
+def build_gate(name: str, out: Path, min_free_gb: float = 0.0) -> dict:
     """`reprostack build NAME --out OUT` (its parents are built already: reused); the image's step, or on failure
-    {step, status: failed, seconds, error: the build's last `reprostack: error:` line, else its last stderr line}."""
+    {step, status: failed, seconds, error: the build's last `reprostack: error:` line, else its last stderr line}.
+    With `min_free_gb`, an engine whose disk has less free space is not asked to build (the machine is shared):
+    {step, status: skipped, reason} with the free bytes read."""
+    free = engine_free_bytes() if min_free_gb else None
+    if free is not None and free[1] < min_free_gb * 1e9:
+        reason = f"{free[1] / 1e9:.1f} GB free on the engine's disk ({free[0]}), under --min-free-gb {min_free_gb:g}"
+        print(f"image_chain: {name} not built: {reason}")
+        return {"step": f"build {name}", "status": "skipped", "seconds": 0.0, "reason": reason}
     argv = ["reprostack", "build", name, "--out", str(out)]
     print("+ " + " ".join(argv), flush=True)
     t = time.monotonic()
@@ -122,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", nargs="+", default=list(DEFAULT_IMAGES))
     ap.add_argument("--results", type=Path, default=Path("results/images"))
     ap.add_argument("--out", type=Path, default=Path("out/images"))
+    ap.add_argument(
+        "--min-free-gb",
+        type=float,
+        default=20.0,
+        help="build a gate image only with this much free space on the engine's disk (default 20; 0: always)",
+    )
     args = ap.parse_args(argv)
     from reprostack import lock as lockmod
 
@@ -130,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     base_argv = [sys.executable, "-m", "reprostack.containers.debsbase", BASE_PIN]
     if args.twice:
         base_argv += ["--twice", "--record", str(args.results / f"base-{BASE_PIN}.json")]
-    base_s = _run(base_argv)
     chain_images = [i for i in args.images if i not in GATE_IMAGES]
     gates = [i for i in args.images if i in GATE_IMAGES]
     if not chain_images:  # `reprostack build` with no image builds every recipe
         ap.error(f"--images: name the chain's images too (gate images {', '.join(GATE_IMAGES)} build on them)")
+    base_s = _run(base_argv)
     build = ["reprostack", "build", *chain_images]
     records = {}
     if args.twice:
@@ -169,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     gate_s = 0.0
     for g in gates:
-        steps.append(build_gate(g, last / g))
+        steps.append(build_gate(g, last / g, args.min_free_gb))
         gate_s += steps[-1]["seconds"]
     failed = [s["step"] for s in steps if s.get("status") == "failed"]
     chain = {

@@ -291,7 +291,9 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     for name in ("vllm", "sglang"):
         text, _, _ = render_recipe(recipes[name], lock, from_ref=fake_parent)
         assert "/opt/venv/bin/pip install" in text and "--require-hashes" in text and "--no-deps" in text
-        assert "check-pins.py /opt/reprostack/pins/*.json" in text and "/opt/venv/bin/pip check" in text
+        # the venv's three sets by name: the toolkit's pins.json is another venv's (/opt/cuda-wheels)
+        assert f"/opt/reprostack/pins/{name}-wheels-cp311.json" in text and "pins/*.json" not in text
+        assert "/opt/reprostack/pins/substrate-wheels-cp311.json" in text and "pins/reprostack-wheels.json" in text
         assert [w.pin for w in recipes[name].wheels] == [f"{name}-wheels-cp311"]
         pin = lock.get(f"{name}-wheels-cp311")
         assert recipes[name].parent == "deepep" and pin.installed_on == "substrate-wheels-cp311"
@@ -303,8 +305,14 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
             for i in instructions(text)
             if i.keyword == "RUN"
         )
-    _, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
+    text, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
     assert args == {"MEGATRON_PATCHED_TREE": lock.git("megatron-lm").patched_tree}
+    # megatron.core imports numpy at module level, which neither the substrate's nor reprostack's set holds
+    assert [w.pin for w in recipes["megatron"].wheels] == ["megatron-wheels-cp311"]
+    assert lock.get("megatron-wheels-cp311").installed_on == "substrate-wheels-cp311"
+    assert [f.name for f in lock.get("megatron-wheels-cp311").files] == ["numpy"]
+    assert "/opt/venv/bin/pip install" in text and "/opt/reprostack/pins/megatron-wheels-cp311.json" in text
+    assert "pins/*.json" not in text
     assert labels["org.opencontainers.image.title"] == (
         f"reprostack deepep (DeepEP V2 over NCCL {nccl_wheel.version}, the {nccl.original} release wheel)"
     )
