@@ -142,7 +142,8 @@ def images(session: nox.Session) -> None:
     """The registry-free image chain on the Docker engine at $DOCKER_HOST (root and debootstrap), each step timed
     (scripts/image_chain.py): the .debs of pin debian-12-build fetched and sha256-checked, the base made from them
     alone (reprostack.containers.debsbase), then `reprostack build cuda-toolkit substrate deepep` (CUDA 13.0.88 from
-    its pinned wheels; rdma-core, libfabric, gdrcopy, torch/NCCL/NVSHMEM wheels; DeepEP for sm_90 and aws-ofi-nccl);
+    its pinned wheels; rdma-core, libfabric, gdrcopy, torch/NCCL/NVSHMEM wheels; DeepEP for sm_90 and aws-ofi-nccl),
+    then the gate images vllm, sglang and megatron on it, one build each (a failure is recorded with its error line);
     results/images/chain.json. `-- --twice`: every image built twice from scratch and compared
     (results/images/base-debian-12-build.json, results/images/<image>-twice.json)."""
     _install(session)

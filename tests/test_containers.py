@@ -286,13 +286,33 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     assert "src/nccl" not in text and "nccl.wheel_pin=nccl-wheel" in text
     assert "COPY root/deepep/ /" in text and "COPY root/aws-ofi-nccl/ /" in text
     assert all(i.text.endswith(" /") for i in instructions(text) if i.keyword == "COPY")
-    # the gate images install their wheel set on top and check every pin set of the image
+    # the gate images install their cp311 wheel set into the chain's /opt/venv, on top of the substrate's set, and
+    # check every pin set of the image; their steps keep the chain's same-bytes rules
     for name in ("vllm", "sglang"):
         text, _, _ = render_recipe(recipes[name], lock, from_ref=fake_parent)
-        assert f"COPY wheels/{name} /tmp/wheels" in text and "--require-hashes" in text and "--no-deps" in text
-        assert recipes[name].parent == "deepep" and lock.get(f"{name}-wheels").installed_on == "substrate-wheels"
-    _, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
+        assert "/opt/venv/bin/pip install" in text and "--require-hashes" in text and "--no-deps" in text
+        # the venv's three sets by name: the toolkit's pins.json is another venv's (/opt/cuda-wheels)
+        assert f"/opt/reprostack/pins/{name}-wheels-cp311.json" in text and "pins/*.json" not in text
+        assert "/opt/reprostack/pins/substrate-wheels-cp311.json" in text and "pins/reprostack-wheels.json" in text
+        assert [w.pin for w in recipes[name].wheels] == [f"{name}-wheels-cp311"]
+        pin = lock.get(f"{name}-wheels-cp311")
+        assert recipes[name].parent == "deepep" and pin.installed_on == "substrate-wheels-cp311"
+        assert pin.python_version == lock.get("substrate-wheels-cp311").python_version == "3.11"
+        assert all(i.text.endswith(" /") for i in instructions(text) if i.keyword == "COPY")
+        assert all(
+            i.text.startswith("RUN /opt/reprostack/bin/epoch-mtimes.sh begin")
+            and i.text.endswith("epoch-mtimes.sh end")
+            for i in instructions(text)
+            if i.keyword == "RUN"
+        )
+    text, args, _ = render_recipe(recipes["megatron"], lock, from_ref=fake_parent)
     assert args == {"MEGATRON_PATCHED_TREE": lock.git("megatron-lm").patched_tree}
+    # megatron.core imports numpy at module level, which neither the substrate's nor reprostack's set holds
+    assert [w.pin for w in recipes["megatron"].wheels] == ["megatron-wheels-cp311"]
+    assert lock.get("megatron-wheels-cp311").installed_on == "substrate-wheels-cp311"
+    assert [f.name for f in lock.get("megatron-wheels-cp311").files] == ["numpy"]
+    assert "/opt/venv/bin/pip install" in text and "/opt/reprostack/pins/megatron-wheels-cp311.json" in text
+    assert "pins/*.json" not in text
     assert labels["org.opencontainers.image.title"] == (
         f"reprostack deepep (DeepEP V2 over NCCL {nccl_wheel.version}, the {nccl.original} release wheel)"
     )

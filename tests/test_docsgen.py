@@ -173,6 +173,9 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
                 "size_bytes": 9_100_000_000,
                 "context_bytes": 2_800_000_000,
             },
+            {"step": "build deepep", "status": "reused", "seconds": 0.4, "image_id": "sha256:" + "cd" * 32},
+            {"step": "build megatron", "status": "failed", "seconds": 2.5, "error": "reprostack: error: x.yaml:3: `y`"},
+            {"step": "build sglang", "status": "skipped", "seconds": 0.0, "reason": "3.2 GB free on the engine's disk"},
         ],
         "seconds_total": 1415.7,
         "downloads": {
@@ -184,10 +187,23 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
     (d / "substrate-twice.json").write_text(
         json.dumps({"image": "substrate", "layers_identical": "9 of 10", "files_identical": True, "files": 5})
     )
+    (d / "cuda-toolkit-twice.json").write_text(
+        json.dumps({"image": "cuda-toolkit", "project_commit": "e" * 40, "layers_identical": "4 of 4", "files": 2})
+    )
     (d / "deepep-twice.json").write_text("{")
     out = gen_images(root, [])
     assert "commit cccccccccccc, from scratch" in out and "1416 s in all" in out
     assert "| build substrate | 1234 | abababababab | 9,100 MB | 2,800 MB |" in out
+    # a reused or failed step says so; a failed one's error line follows the table (a gate image the chain stops)
+    assert (
+        "| build deepep (reused) | 0.4 | cdcdcdcdcdcd |  |  |" in out
+        and "| build megatron (failed) | 2.5 |  |  |  |" in out
+    )
+    assert "- build megatron: stopped by `reprostack: error: x.yaml:3: 'y'`" in out
+    assert (
+        "| build sglang (skipped) | 0 |" in out
+        and "- build sglang: not built here: 3.2 GB free on the engine's disk" in out
+    )
     assert "217 .debs of pin debian-12-build (164 MB); 29 wheels of pin substrate-wheels-cp311 (2,748 MB)" in out
     assert "- substrate: built twice from scratch, layers identical 9 of 10, files identical True (5 files)" in out
     assert "- results/images/deepep-twice.json: cannot be read" in out
@@ -219,3 +235,5 @@ def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_pat
     (b / "suite-bad.json").write_text('{"bench": "suite"}')
     with pytest.raises(DocsError, match=r"block `suite`: results/bench/suite-bad\.json: not a suite record"):
         gen_suite(tmp_path, [])
+    # a twice record names the commit it was built at (the chain's table may be of a later one)
+    assert "- cuda-toolkit: built twice from scratch at project commit eeeeeeeeeeee, layers identical 4 of 4" in out

@@ -196,7 +196,7 @@ def _stage(tmp: Path) -> Path:
     shutil.copy(ROOT / "upstreams.lock", root / "upstreams.lock")
     text = (ROOT / "upstreams.lock").read_text()
     (root / "trimmed").mkdir()
-    (root / "trimmed" / "upstreams.lock").write_text(text[: text.index("\n  vllm-wheels:\n") + 1])
+    (root / "trimmed" / "upstreams.lock").write_text(text[: text.index("\n  vllm-wheels-cp311:\n") + 1])
     for cell in sorted(PUB.glob("*/c*")):
         shutil.copytree(cell, root / "aiperf" / cell.parent.name / cell.name)
     return root

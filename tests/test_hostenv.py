@@ -44,9 +44,10 @@ def test_a_missing_interpreter_gives_an_error_and_no_drift(tmp_path):
 def test_drift_against_the_locked_wheelsets_layers():
     lock = load(ROOT / "upstreams.lock")
     sub = hostenv.locked_wheelset(lock, "substrate-wheels")
-    vllm = hostenv.locked_wheelset(lock, "vllm-wheels")
+    vllm = hostenv.locked_wheelset(lock, "vllm-wheels-cp311")
     assert sub["torch"] == "2.11.0" and sub["nvidia-nccl-cu13"] == "2.30.4"
     assert vllm["torch"] == "2.11.0" and "vllm" in vllm and len(vllm) > len(sub)  # installed-on layer included
+    assert vllm["cuda-bindings"] == hostenv.locked_wheelset(lock, "substrate-wheels-cp311")["cuda-bindings"]
     host = {"installed": {**sub, "nvidia-nccl-cu13": "2.28.9"}}
     del host["installed"]["triton"]
     d = hostenv.drift(host, sub)

@@ -4,6 +4,7 @@ small fabricated records, on real ELF files of this machine, and `record` on the
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -163,3 +164,35 @@ def test_chain_downloads_are_read_from_the_lock_and_the_verified_cache(tmp_path,
         },
         {"image": "substrate", "pin": "substrate-wheels-cp311", "files": n, "bytes": n * (n + 1) // 2},
     ]
+
+
+def test_a_gate_image_that_cannot_build_is_a_failed_step_naming_what_stops_it(tmp_path, monkeypatch):
+    """scripts/image_chain.py's gate images: one that `reprostack build` refuses (nemo-rl, `unresolved` in its recipe)
+    is a step with status failed, its seconds and the build's own error line, never a crash or a missing record;
+    naming only gate images is refused (an empty `reprostack build` would build every recipe)."""
+    import image_chain
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    step = image_chain.build_gate("nemo-rl", tmp_path / "out")
+    assert step["step"] == "build nemo-rl" and step["status"] == "failed" and step["exit"] == 2
+    assert step["error"].startswith(f"reprostack: error: {REPO}/containers/nemo-rl/image.yaml:")
+    assert "unresolved: image nemo-rl cannot be built yet" in step["error"] and step["seconds"] >= 0
+    assert not (tmp_path / "out" / "images.json").exists()
+    with pytest.raises(SystemExit) as e:
+        image_chain.main(["--images", "vllm", "megatron"])
+    assert e.value.code == 2
+
+
+def test_a_gate_image_is_not_built_on_an_engine_short_of_disk(tmp_path, monkeypatch, docker_client):
+    """The machine and its engine are shared: under --min-free-gb free on the engine's data root (read from the real
+    engine and its file system), a gate image is a `skipped` step saying how much was free, and no build is asked."""
+    import image_chain
+
+    root, free = image_chain.engine_free_bytes()
+    assert Path(root).is_dir() and free > 0
+    monkeypatch.setenv("PATH", str(Path(shutil.which("docker")).parent))  # docker, but no `reprostack` to call
+    step = image_chain.build_gate("vllm", tmp_path / "out", min_free_gb=1e9)
+    assert step["step"] == "build vllm" and step["status"] == "skipped" and step["seconds"] == 0.0
+    assert step["reason"].endswith(f"GB free on the engine's disk ({root}), under --min-free-gb 1e+09")
+    assert not (tmp_path / "out").exists()

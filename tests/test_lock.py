@@ -83,8 +83,8 @@ def test_real_lock():
         "nccl",
         "aiperf",
         "substrate-wheels",
-        "vllm-wheels",
-        "sglang-wheels",
+        "vllm-wheels-cp311",
+        "sglang-wheels-cp311",
         "megatron-lm",
         "nemo-rl",
     } <= set(lock.upstreams)

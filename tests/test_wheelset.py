@@ -294,3 +294,24 @@ def test_lock_check_offline_refuses_an_engine_set_that_skews_its_base(tmp_path, 
 def test_an_engine_set_that_only_adds_is_accepted(tmp_path):
     p = _skew_lock(tmp_path, [("vllm", "0.24.0"), ("torchvision", "0.26.0"), ("nvidia-cutlass-dsl-libs-cu13", "4.3")])
     assert [f.name for f in load(p).get("vllm-wheels").files] == ["vllm", "torchvision", "nvidia-cutlass-dsl-libs-cu13"]
+
+
+def test_a_requirement_edited_by_hand_is_refilled_by_lock_wheels(tmp_path, index, capsys):
+    """`lock wheels PIN` after a requirement is added or moved by hand: its own load takes the stale `files`
+    (the strict load names the requirement's line and this command), the fill pins what the requirement says."""
+    idx, w = index
+    p = _lock(tmp_path, idx.url)
+    assert cli.main(["lock", "wheels", "--lock", str(p), "base-set"]) == 0
+    assert cli.main(["lock", "wheels", "--lock", str(p), "top-set"]) == 0
+    assert [(f.name, f.version) for f in load(p).get("base-set").files] == [("app", "1.0"), ("lib", "2.0")]
+    p.write_text(p.read_text().replace("requirements: [app==1.0]", "requirements: [app==1.0, tool==1.0]"))
+    with pytest.raises(LockError, match=r"upstreams\.base-set\.requirements\[1\]: tool==1\.0 but `files` pins nothing"):
+        load(p)
+    capsys.readouterr()
+    assert cli.main(["lock", "wheels", "--lock", str(p), "base-set"]) == 0, capsys.readouterr().err
+    assert [(f.name, f.version, f.sha256) for f in load(p).get("base-set").files] == [
+        ("app", "1.0", sha256(w["app"])),
+        ("helper", "1.0", sha256(w["helper"])),
+        ("lib", "2.0", sha256(w["lib2"])),
+        ("tool", "1.0", sha256(w["tool"])),
+    ]

@@ -456,7 +456,7 @@ def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | No
             upstreams[name] = _git_pin(name, u, path, root, lines)
         elif u["kind"] == "wheelset":
             _check_wheel_filenames(name, u, path, lines, strict)
-            upstreams[name] = _wheelset_pin(name, u, path, lines)
+            upstreams[name] = _wheelset_pin(name, u, path, lines, strict)
         elif u["kind"] == "debs":
             upstreams[name] = _debs_pin(name, u, path, lines)
         elif u["kind"] == "image":
@@ -758,7 +758,10 @@ def _debs_pin(name: str, u: dict, path: Path, lines: dict) -> DebsPin:
     )
 
 
-def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
+def _wheelset_pin(name: str, u: dict, path: Path, lines: dict, strict: bool = True) -> WheelsetPin:
+    """The typed pin; LockError at the line of a distribution pinned twice and, when `strict` (every load but `lock
+    wheels`' own, which refills `files` from the requirements), of a requirement or override `files` disagrees with:
+    a requirement edited by hand is refilled by `lock wheels PIN`, never refused by the load that command needs."""
     files = tuple(WheelsetFile(f["name"], str(f["version"]), f["filename"], f["sha256"]) for f in u.get("files", ()))
     seen: dict[str, int] = {}
     for i, f in enumerate(files):
@@ -776,7 +779,7 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict) -> WheelsetPin:
         for i, req in enumerate(u.get(key, ())):
             dist, version = req.split("==", 1)
             f = by_name.get(canonical_name(dist))
-            if files and (f is None or f.version != version):
+            if strict and files and (f is None or f.version != version):
                 at = ("upstreams", name, key, i)
                 got = f"{f.name}=={f.version}" if f else "nothing"
                 raise LockError(

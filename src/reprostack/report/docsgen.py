@@ -289,13 +289,22 @@ def gen_images(root: Path, args: list[str]) -> str:
         "| step | seconds | image | image size | build context |",
         "|---|---|---|---|---|",
     ]
+    stopped = []
     for s in steps if isinstance(steps, list) else []:
         if not isinstance(s, dict):
             continue
         img = str(s.get("image_id") or "")[7:19]
         size = _mb(s.get("size_bytes")) if "size_bytes" in s else ""
         ctx = _mb(s.get("context_bytes")) if "context_bytes" in s else ""
-        rows.append(f"| {s.get('step')} | {_num(s.get('seconds'))} | {img} | {size} | {ctx} |")
+        status = s.get("status")
+        label = f"{s.get('step')} ({status})" if status in ("reused", "failed", "skipped") else s.get("step")
+        rows.append(f"| {label} | {_num(s.get('seconds'))} | {img} | {size} | {ctx} |")
+        if status == "failed":
+            stopped.append(f"- {s.get('step')}: stopped by `{str(s.get('error') or '?').replace('`', chr(39))}`")
+        elif status == "skipped":
+            stopped.append(f"- {s.get('step')}: not built here: {s.get('reason')}")
+    if stopped:
+        rows += ["", "What stops an image (the build's own error line) or kept it from being built here:", *stopped]
     dl = chain.get("downloads") or {}
     parts = []
     debs = dl.get("debs") or {}
@@ -314,8 +323,9 @@ def gen_images(root: Path, args: list[str]) -> str:
             if not isinstance(n_l, str):
                 same = sum(1 for x in t.get("layers", []) if isinstance(x, dict) and x.get("identical"))
                 n_l = f"{same} of {len(t.get('layers', []))}"
+            at = f" at project commit {str(t['project_commit'])[:12]}" if t.get("project_commit") else ""
             twice.append(
-                f"- {t.get('image')}: built twice from scratch, layers identical {n_l}, files identical "
+                f"- {t.get('image')}: built twice from scratch{at}, layers identical {n_l}, files identical "
                 f"{t.get('files_identical')} ({t.get('files')} files) ({p.relative_to(root)})"
             )
         except (OSError, ValueError, AttributeError, TypeError) as e:
