@@ -207,6 +207,8 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
     assert "217 .debs of pin debian-12-build (164 MB); 29 wheels of pin substrate-wheels-cp311 (2,748 MB)" in out
     assert "- substrate: built twice from scratch, layers identical 9 of 10, files identical True (5 files)" in out
     assert "- results/images/deepep-twice.json: cannot be read" in out
+    # a twice record names the commit it was built at (the chain's table may be of a later one)
+    assert "- cuda-toolkit: built twice from scratch at project commit eeeeeeeeeeee, layers identical 4 of 4" in out
 
 
 def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_path):
@@ -235,5 +237,3 @@ def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_pat
     (b / "suite-bad.json").write_text('{"bench": "suite"}')
     with pytest.raises(DocsError, match=r"block `suite`: results/bench/suite-bad\.json: not a suite record"):
         gen_suite(tmp_path, [])
-    # a twice record names the commit it was built at (the chain's table may be of a later one)
-    assert "- cuda-toolkit: built twice from scratch at project commit eeeeeeeeeeee, layers identical 4 of 4" in out

@@ -5,6 +5,7 @@ deepep images, whose build does not fit CI)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,14 @@ def _mod():
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     return m
+
+
+def test_the_committed_chain_record_is_the_current_recipes_and_pins():
+    """Fails when a recipe, kernel recipe, JIT manifest or lock pin of cuda-toolkit / substrate / deepep changed
+    after results/images/chain.json was made: its times, sizes and image ids would describe other images."""
+    rec = json.loads((REPO / "results" / "images" / "chain.json").read_text())
+    assert {"cuda-toolkit", "substrate", "deepep"} <= set(rec["images"])
+    assert _mod().stale(REPO, rec) == [], "run `nox -s images` and commit results/images"
 
 
 def _git(root: Path, *a: str) -> str:
