@@ -176,7 +176,7 @@ def inputs(root: Path, images: list[str]) -> tuple[list[str], list[str]]:
 def stale(root: Path, record: dict) -> list[str]:
     """What changed, in the checkout (working tree included), since the chain record's project commit among the inputs
     of its images: one line per changed file or lock pin; [] when the record is the current recipes' (a CI test)."""
-    import yaml
+    from reprostack import yamlsrc
 
     commit = record["project_commit"]
     paths, pins = inputs(root, list(record["images"]))
@@ -188,8 +188,13 @@ def stale(root: Path, record: dict) -> list[str]:
         return r.stdout
 
     lines = [f"{f}: changed since {commit[:12]}" for f in git("diff", "--name-only", commit, "--", *paths).split()]
-    then = (yaml.safe_load(git("show", f"{commit}:upstreams.lock")) or {}).get("upstreams") or {}
-    now = (yaml.safe_load((root / "upstreams.lock").read_text()) or {}).get("upstreams") or {}
+
+    def upstreams(text: str, where: str) -> dict:  # reprostack's YAML reader: aliases, depth and size bounded
+        data, _ = yamlsrc.compose(text, where)
+        return (data.get("upstreams") if isinstance(data, dict) else None) or {}
+
+    then = upstreams(git("show", f"{commit}:upstreams.lock"), f"upstreams.lock at {commit[:12]}")
+    now = upstreams((root / "upstreams.lock").read_text(), str(root / "upstreams.lock"))
     lines += [f"upstreams.lock: pin {p} changed since {commit[:12]}" for p in pins if then.get(p) != now.get(p)]
     return lines
 

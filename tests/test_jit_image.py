@@ -18,21 +18,18 @@ from pathlib import Path
 
 import pytest
 
-import gaterun
 from gaterun import run as run_gate_here
 from reprostack import lock as lockmod
-from reprostack import sources
 from reprostack.containers.context import Context
 from reprostack.containers.engine import add_jit, render_recipe
 from reprostack.containers.recipe import load_recipe
 from reprostack.containers.render import instructions
-from reprostack.fetch import Cache
 from reprostack.gates import kernelprep
 from reprostack.kernels import jit, jitimage, prebuilt
 from reprostack.kernels.prebuilt import PrebuiltError
 from test_gate_micro_flow import gpu_host, stand_in_python  # noqa: F401 (fixture)
 from test_jit import FAKE_NVCC
-from test_prebuilt_kernels import fake_image, world  # noqa: F401 (fixture)
+from test_prebuilt_kernels import fake_image, prebuilt_micro_options, world  # noqa: F401 (fixture)
 from test_sources import take_servers_away
 from trialslog import real_ep1_texts, trials_log
 
@@ -285,17 +282,7 @@ def test_micro_in_the_image_uses_the_prebuilt_jit_kernels_and_compiles_none(worl
         trials_log(real_ep1_texts(3)),
         mapped=[os.path.realpath(img / "nccl" / "lib" / "libnccl.so.2")],
     )
-    opts = gaterun.options(
-        "micro",
-        root=root,
-        lock=lock,
-        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-        out_dir=tmp_path / "out",
-        python=py,
-        profile="h200-ep1",
-        prebuilt=m,
-        trials=3,
-    )
+    opts = prebuilt_micro_options(root, lock, tmp_path, m, python=py, trials=3)
     rep = run_gate_here(opts)
     assert rep.result == "pass", rep.reason
     block = rep.data["jit"]
@@ -313,15 +300,7 @@ def test_a_skip_with_no_gpu_names_the_images_jit_kernels(world, tmp_path, gpu_ho
     take_servers_away(stack)
     gpu_host["gpu_count"] = 0
     monkeypatch.setenv("REPROSTACK_CUDA_ARCH", "90")
-    opts = gaterun.options(
-        "micro",
-        root=root,
-        lock=lock,
-        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-        out_dir=tmp_path / "out",
-        profile="h200-ep1",
-        prebuilt=m,
-    )
+    opts = prebuilt_micro_options(root, lock, tmp_path, m)
     rep = run_gate_here(opts)
     assert rep.result == "skip"
     assert "the image holds 2 prebuilt DeepEP JIT kernel(s) of h200-ep1 (sm_90a, NVCC13.0)" in rep.reason

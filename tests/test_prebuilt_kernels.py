@@ -41,6 +41,21 @@ REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "containers" / "deepep" / "record-kernels.py"
 
 
+def prebuilt_micro_options(root, lock, tmp_path, manifest, **kw):
+    """gate micro's options for profile h200-ep1 with the kernels of an image's manifest (container mode's
+    `prebuilt`), the cache and out folder under tmp_path."""
+    return gaterun.options(
+        "micro",
+        root=root,
+        lock=lock,
+        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
+        out_dir=tmp_path / "out",
+        profile="h200-ep1",
+        prebuilt=manifest,
+        **kw,
+    )
+
+
 def fake_image(
     img: Path,
     lock,
@@ -300,17 +315,7 @@ def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_p
         mapped=[os.path.realpath(tmp_path / "img" / "nccl" / "lib" / "libnccl.so.2")],
     )
     cache = tmp_path / "cache"
-    opts = gaterun.options(
-        "micro",
-        root=root,
-        lock=lock,
-        fetch=sources.FetchOptions(cache=Cache(cache)),
-        out_dir=tmp_path / "out",
-        python=py,
-        profile="h200-ep1",
-        prebuilt=m,
-        trials=3,
-    )
+    opts = prebuilt_micro_options(root, lock, tmp_path, m, python=py, trials=3)
     rep = run_gate_here(opts)
     assert rep.result == "pass", rep.reason
     kf = rep.provenance["kernels_from"]
