@@ -255,6 +255,24 @@ def test_executable_bit_and_symlinks_follow_git_not_disk(tmp_path):
 # --------------------------------------------------------------------------- recipes (no engine)
 
 
+def test_a_lock_edit_elsewhere_leaves_every_committed_recipe_rendering_the_same(tmp_path):
+    """An image depends on the pins it names: an edit of the lock that none of its pins sees (here a comment, which
+    changes the lock's sha256) renders every committed Dockerfile byte for byte as before, so nothing rebuilds. The
+    deepep and megatron recipes wrote the lock's sha256 into kernels.json, and so rebuilt on every lock edit."""
+    recipes = load_all(REPO_ROOT)
+    text = (REPO_ROOT / "upstreams.lock").read_text()
+    (tmp_path / "upstreams.lock").write_text(text + "# an edit no image's pin sees\n")
+    (tmp_path / "patches").symlink_to(REPO_ROOT / "patches")  # the lock's patch series, as committed
+    a, b = lockmod.load(REPO_ROOT / "upstreams.lock"), lockmod.load(tmp_path / "upstreams.lock")
+    assert a.sha256 != b.sha256
+    ga = lockmod.load(REPO_ROOT / "upstreams.lock", stack="gin-gdaki")
+    gb = lockmod.load(tmp_path / "upstreams.lock", stack="gin-gdaki")
+    parent = "sha256:" + "ab" * 32
+    for name in sorted(set(GPU_RECIPES) | {"cuda-toolkit"}):
+        la, lb = (ga, gb) if name == "deepep-gin-gdaki" else (a, b)
+        assert render_recipe(recipes[name], la, from_ref=parent) == render_recipe(recipes[name], lb, from_ref=parent)
+
+
 def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     recipes = load_all(REPO_ROOT)
     assert set(GPU_RECIPES) | {"selftest", "selftest-child", "gate-selftest", "cuda-toolkit"} == set(recipes)
@@ -434,6 +452,8 @@ def test_missing_base_digest_is_an_error_naming_the_recipe(tmp_path, stack):
         ("FROM {{ from }}\nRUN git clone https://github.com/x/y\n", 2, "no `git clone`"),
         ("FROM {{ from }}\nADD https://example.invalid/x.tar.gz /x\n", 2, "ADD of a URL"),
         ("FROM {{ from }}\n\nRUN echo {{ upstreams.nope.rev }}\n", 3, "unknown template field"),
+        # the whole lock's sha256 is no template value: it rebuilt every image that named it on any lock edit
+        ("FROM {{ from }}\nRUN echo {{ lock.sha256 }}\n", 2, "unknown template field"),
         ("# a comment\nRUN true\n", 2, "the first instruction must be FROM"),
     ],
 )
@@ -740,6 +760,20 @@ def test_wheel_set_goes_into_the_image_verified(stack, tmp_path, docker_client, 
     assert pins["packages"] == {"app": "1.0", "lib": "2.0"} and pins["overrides"] == ["lib"]
     ups = json.loads(docker_client.images.get(tag).labels["dev.reprostack.upstreams"])
     assert ups["demo-set"]["wheels"] == 2
+    assert "lock-sha256" not in pins  # the set's own pins, never the whole lock's sha256 (next lines)
+    # another pin of the lock changes (and so the lock's sha256): this image's inputs did not, so it is reused with
+    # the same image id. It was rebuilt, with every image holding wheels, while pins.json recorded the lock's sha256
+    with open(root / "upstreams.lock", "a") as f:
+        f.write(
+            '  unrelated:\n    kind: wheel\n    name: other\n    version: "1.0"\n    files:\n'
+            f"      - {{filename: other-1.0-py3-none-any.whl, sha256: {'d' * 64}}}\n"
+        )
+    again = by_name(
+        build_images(
+            ["wheeled"], options(root, tmp_path / "relock", docker_client, ns, wheelhouses=[built], offline=True)
+        )
+    )
+    assert again["wheeled"].status == "reused" and again["wheeled"].image_id == results["wheeled"].image_id
     # a wheel whose bytes differ from the lock never reaches a context
     (built / a.name).write_bytes(b.read_bytes())
     import reprostack.errors as rerr
@@ -912,7 +946,7 @@ def test_a_recipe_shares_a_sibling_recipes_file_and_its_digest_covers_it(tmp_pat
 
 
 def test_built_images_are_pushed_and_their_digest_read_back_from_the_registry(
-    stack, tmp_path, docker_client, test_base, registry, ns, monkeypatch
+    stack, tmp_path, docker_client, test_base, registry, ns, monkeypatch, capsys
 ):
     """Issue 26 item 5: `build --push REGISTRY` pushes each built image as REGISTRY/NAME:KEY and records the digest
     the registry serves for it, only after the image id that digest pulls as equals the image built; a node then
@@ -938,6 +972,29 @@ def test_built_images_are_pushed_and_their_digest_read_back_from_the_registry(
     assert img.id == results[1].image_id
     doc = json.loads(write_pushed(tmp_path / "out", pushed).read_text())
     assert [d["digest"] for d in doc["pushed"]] == [p.digest for p in pushed]
+    # the digest read back once more as an operator pins a pushed image: `lock images --check` on a lock whose
+    # image pin is pushed.json's entry passes; the same pin with another image's digest or id fails, naming it
+    from reprostack import cli
+    from lockfiles import lock_head
+
+    entry = doc["pushed"][1]
+    repo, key = entry["ref"].rsplit(":", 1)
+
+    def check(digest: str, image_id: str) -> int:
+        lock = tmp_path / "pinned.lock"
+        lock.write_text(
+            lock_head()
+            + f'  pushed:\n    kind: image\n    repo: {repo}\n    tag: "{key}"\n'
+            + f"    digest: {digest}   # read back by build --push (out/build/pushed.json)\n    id: {image_id}\n"
+        )
+        return cli.main(["lock", "images", "--check", "--lock", str(lock)])
+
+    capsys.readouterr()
+    assert check(entry["digest"], entry["image_id"]) == 0
+    assert check(doc["pushed"][0]["digest"], entry["image_id"]) == 2
+    assert "pinned.lock:13: upstreams.pushed.digest" in capsys.readouterr().err
+    assert check(entry["digest"], doc["pushed"][0]["image_id"]) == 2
+    assert "pinned.lock:14: upstreams.pushed.id" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

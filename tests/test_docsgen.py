@@ -233,7 +233,7 @@ def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_pat
     out = gen_suite(tmp_path, [])
     row = out.splitlines()[2]
     assert row.startswith("| `results/bench/suite-vm-2026-12-03T180000Z.json` | .ci/run | abcdef01 | 2 | 2 |"), row
-    assert "600.5 (0.12), 660 (0.12)" in row and "1600 0, 1600 1" in row and "630.2 s (10.5 min)" in row, row
+    assert "600.5 (0.12), 660 (0.12)" in row and "1600 (0), 1600 (1)" in row and "630.2 s (10.5 min)" in row, row
     (b / "suite-bad.json").write_text('{"bench": "suite"}')
     with pytest.raises(DocsError, match=r"block `suite`: results/bench/suite-bad\.json: not a suite record"):
         gen_suite(tmp_path, [])

@@ -91,7 +91,6 @@ def fake_image(
         sys.executable,
         str(RECORD),
         str(out),
-        f"lock_sha256={lock.sha256}",
         f"arch={arch}",
         "image=deepep",
         f"nccl.rev={ncclpin.rev}",
@@ -132,7 +131,9 @@ def test_manifest_from_the_recipe_script_matches_the_lock(world, tmp_path):
     _, root, lock = world
     m = fake_image(tmp_path / "img", lock, root=root)
     d = json.loads(m.read_text())
-    assert d["image"] == "deepep" and d["lock_sha256"] == lock.sha256
+    # no whole-lock sha256 (it rebuilt the image on any lock edit): each component is its own pin's identity
+    assert d["image"] == "deepep" and "lock_sha256" not in d
+    assert not any("lock_sha256" in c for c in d["components"].values())
     n, e = d["components"]["nccl"], d["components"]["deepep"]
     assert (n["nccl_version"], n["cuda_version"], n["arch"]) == ("2.30.4", "13.0", ["90"])
     assert e["nccl_version"] == "2.30.4" and e["paths"]["extension"].endswith("_C.cpython-310-x86_64-linux-gnu.so")
@@ -141,6 +142,18 @@ def test_manifest_from_the_recipe_script_matches_the_lock(world, tmp_path):
     t = pre.tree(lock, "deepep")
     assert t.path == tmp_path / "img" / "src" / "deepep" and t.tree == lock.get("deepep").patched_tree and t.patched
     assert pre.provenance()["mode"] == "prebuilt" and pre.kernels_provenance()["deepep"]["prebuilt"] is True
+    assert "image_lock_sha256" not in pre.provenance()
+    # a manifest of an image built before (with the lock's sha256, top and per component) is still read, the sha256
+    # reported and never compared: another lock than this one is no reason to refuse the image
+    old = tmp_path / "old-kernels.json"
+    d_old = {**d, "lock_sha256": "a" * 64}
+    d_old["components"] = {k: {**c, "lock_sha256": "a" * 64} for k, c in d["components"].items()}
+    old.write_text(json.dumps(d_old))
+    assert prebuilt.check(old, lock, root, ("nccl", "deepep"), arch="90").provenance()["image_lock_sha256"] == "a" * 64
+    r = subprocess.run([sys.executable, str(RECORD), str(tmp_path / "k.json"), "lock_sha256=" + "a" * 64],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 1 and "lock_sha256=: a manifest names each component's own pin" in r.stderr
+    assert not (tmp_path / "k.json").exists()
     # a child image (megatron) adds its source tree; the image that built the kernels stays named
     src = tmp_path / "img" / "src" / "megatron-lm"
     src.mkdir()
@@ -150,7 +163,6 @@ def test_manifest_from_the_recipe_script_matches_the_lock(world, tmp_path):
             sys.executable,
             str(RECORD),
             str(m),
-            f"lock_sha256={lock.sha256}",
             f"megatron-lm.rev={pin.rev}",
             f"megatron-lm.patched_tree={pin.patched_tree}",
             f"megatron-lm.src={src}",
@@ -589,7 +601,6 @@ def release_wheel_image(world, tmp_path, *, nccl_released: bool = True):
         sys.executable,
         str(RECORD),
         str(out),
-        f"lock_sha256={lock.sha256}",
         "arch=90",
         "image=deepep",
         "nccl.wheel_pin=nccl-wheel",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record in the image which kernels were built from which pin: /opt/reprostack/kernels.json.
 
-Usage: record-kernels.py OUT lock_sha256=HEX64 [arch=90] [image=deepep] [jit=PATH] C.FIELD=VALUE ...
+Usage: record-kernels.py OUT [arch=90] [image=deepep] [jit=PATH] C.FIELD=VALUE ...
   C.pin, C.rev, C.patched_tree and C.src for every component C; a kernel also names C.recipe (the Recipe.digest
   of kernels/C.yaml, rendered by reprostack) and, for nccl, C.include (holding the built nccl.h) and C.lib (the
   built libnccl.so.2); for deepep, C.package=python names the deep_ep package the image's python3 finds.
@@ -15,8 +15,11 @@ Usage: record-kernels.py OUT lock_sha256=HEX64 [arch=90] [image=deepep] [jit=PAT
 Derived here, from what was built: NCCL versions (nccl.h), the CUDA version (nvcc --version), paths and the
 sha256 of each built file. OUT is merged with what it holds (a child image adds its own component).
 The format is reprostack's schemas/kernels-manifest.schema.json; reprostack.kernels.prebuilt reads and checks it.
+Each component is identified by its own pin (rev and patched tree, or wheel and sha256), never by the whole lock's
+sha256: that would change the image's bytes, and so rebuild it, on an edit of any other pin (`lock_sha256=` is refused).
 Stdlib only (reprostack itself is not installed in the image). Any problem: exit 1 naming it, nothing written.
 """
+
 import glob
 import hashlib
 import importlib.util
@@ -62,7 +65,7 @@ def cuda_version():
     return m.group(1)
 
 
-def wheel_component(name, f, lock_sha256):
+def wheel_component(name, f):
     """The manifest entry of an NCCL taken from a pinned wheel alone (no tree, no recipe): see the module doc."""
     for req in ("wheel", "wheel_sha256", "wheel_path", "version", "include", "lib"):
         if req not in f:
@@ -79,10 +82,16 @@ def wheel_component(name, f, lock_sha256):
         fail(f"{f['include']}/nccl.h says {version}, the wheel pin {f['wheel_pin']} is {f['version']}")
     if not os.path.isfile(f["lib"]):
         fail(f"{name}.lib {f['lib']} is not a file")
-    return {"pin": f.get("pin", name), "kind": "wheel", "wheel_pin": f["wheel_pin"], "wheel": f["wheel"],
-            "wheel_sha256": f["wheel_sha256"], "nccl_version": version, "lock_sha256": lock_sha256,
-            "paths": {"include": f["include"], "lib": os.path.dirname(f["lib"]), "wheel": f["wheel_path"]},
-            "files": {f["lib"]: sha256(f["lib"])}}
+    return {
+        "pin": f.get("pin", name),
+        "kind": "wheel",
+        "wheel_pin": f["wheel_pin"],
+        "wheel": f["wheel"],
+        "wheel_sha256": f["wheel_sha256"],
+        "nccl_version": version,
+        "paths": {"include": f["include"], "lib": os.path.dirname(f["lib"]), "wheel": f["wheel_path"]},
+        "files": {f["lib"]: sha256(f["lib"])},
+    }
 
 
 def jit_record(path, tree):
@@ -98,8 +107,9 @@ def jit_record(path, tree):
     if tree and rec["deepep_patched_tree"] != tree:
         fail(f"jit={path}: compiled for deepep tree {rec['deepep_patched_tree']}, deepep.patched_tree is {tree}")
     for k in rec["kernels"]:
-        if not re.fullmatch(r"kernel\.[a-z0-9_]{1,64}\.[0-9a-f]{32}", k["folder"]) or \
-                not k["folder"].startswith(f"kernel.{k['name']}."):
+        if not re.fullmatch(r"kernel\.[a-z0-9_]{1,64}\.[0-9a-f]{32}", k["folder"]) or not k["folder"].startswith(
+            f"kernel.{k['name']}."
+        ):
             fail(f"jit={path}: kernel folder {k['folder']!r} is not DeepEP's kernel.<name>.<digest> of {k['name']!r}")
         d = os.path.join(rec["cache_dir"], "cache", k["folder"])
         for f, field in (("kernel.cu", "code_sha256"), ("kernel.cubin", "cubin_sha256")):
@@ -111,7 +121,7 @@ def jit_record(path, tree):
 
 def main(argv):
     if not argv:
-        fail("usage: record-kernels.py OUT lock_sha256=HEX [arch=90] C.FIELD=VALUE ...")
+        fail("usage: record-kernels.py OUT [arch=90] [image=deepep] [jit=PATH] C.FIELD=VALUE ...")
     out, top, comps = argv[0], {}, {}
     for a in argv[1:]:
         k, eq, v = a.partition("=")
@@ -119,11 +129,10 @@ def main(argv):
             fail(f"{a!r}: expected KEY=VALUE with a value")
         c, dot, f = k.partition(".")
         (comps.setdefault(c, {}).__setitem__(f, v) if dot else top.__setitem__(k, v))
-    if not re.fullmatch(r"[0-9a-f]{64}", top.get("lock_sha256", "")):
-        fail("lock_sha256=HEX64 is required")
-    data = {"manifest_version": 1, "image": top.get("image", "deepep"), "lock_sha256": top["lock_sha256"],
-            "components": {}}
-    if os.path.exists(out):   # a child image adds its component; the image that built the kernels stays named
+    if "lock_sha256" in top:
+        fail("lock_sha256=: a manifest names each component's own pin, not the whole lock (see the module doc)")
+    data = {"manifest_version": 1, "image": top.get("image", "deepep"), "components": {}}
+    if os.path.exists(out):  # a child image adds its component; the image that built the kernels stays named
         with open(out) as f:
             data = json.load(f)
     if "jit" in top:
@@ -131,7 +140,7 @@ def main(argv):
     nccl_version = data["components"].get("nccl", {}).get("nccl_version")
     for name, f in comps.items():
         if "wheel_pin" in f:
-            data["components"][name] = c = wheel_component(name, f, top["lock_sha256"])
+            data["components"][name] = c = wheel_component(name, f)
             nccl_version = c["nccl_version"]
             continue
         for req in ("rev", "patched_tree", "src"):
@@ -141,17 +150,22 @@ def main(argv):
             fail(f"{name}: rev/patched_tree must be 40 hex (got {f['rev']!r}, {f['patched_tree']!r})")
         if not os.path.isdir(f["src"]):
             fail(f"{name}.src {f['src']} is not a folder")
-        c = {"pin": f.get("pin", name), "kind": "kernel" if "recipe" in f else "source", "rev": f["rev"],
-             "patched_tree": f["patched_tree"], "lock_sha256": top["lock_sha256"], "paths": {"src": f["src"]}}
+        c = {
+            "pin": f.get("pin", name),
+            "kind": "kernel" if "recipe" in f else "source",
+            "rev": f["rev"],
+            "patched_tree": f["patched_tree"],
+            "paths": {"src": f["src"]},
+        }
         if "recipe" in f:
             arch = top.get("arch") or fail("arch=NN is required for a kernel")
             c.update(recipe=f["recipe"], cuda_version=cuda_version(), arch=arch.split(","), files={})
-            if "include" in f:      # nccl
+            if "include" in f:  # nccl
                 nccl_version = nccl_h_version(f["include"])
                 lib = f.get("lib") or fail(f"{name}.lib is required with {name}.include")
                 c["paths"].update(include=f["include"], lib=os.path.dirname(lib))
                 c["files"][lib] = sha256(lib)
-            if f.get("package") == "python":    # deepep, built against the nccl recorded before it
+            if f.get("package") == "python":  # deepep, built against the nccl recorded before it
                 spec = importlib.util.find_spec("deep_ep")
                 if spec is None or not spec.submodule_search_locations:
                     fail("python3 finds no deep_ep package")
@@ -170,16 +184,26 @@ def main(argv):
         fh.write("\n")
     os.replace(out + ".tmp", out)
     if "jit" in data:
-        print(f"kernels.json: {len(data['jit']['kernels'])} prebuilt DeepEP JIT kernel(s) of "
-              f"{', '.join(sorted(data['jit']['profiles']))} (sm_{data['jit']['arch']}) -> {data['jit']['cache_dir']}")
+        print(
+            f"kernels.json: {len(data['jit']['kernels'])} prebuilt DeepEP JIT kernel(s) of "
+            f"{', '.join(sorted(data['jit']['profiles']))} (sm_{data['jit']['arch']}) -> {data['jit']['cache_dir']}"
+        )
     for name, c in sorted(data["components"].items()):
         if c["kind"] == "wheel":
-            print(f"kernels.json: {name} wheel {c['wheel']} (pin {c['wheel_pin']}, sha256 {c['wheel_sha256']}), "
-                  f"NCCL {c['nccl_version']} -> {c['paths']['lib']}")
+            print(
+                f"kernels.json: {name} wheel {c['wheel']} (pin {c['wheel_pin']}, sha256 {c['wheel_sha256']}), "
+                f"NCCL {c['nccl_version']} -> {c['paths']['lib']}"
+            )
             continue
-        print(f"kernels.json: {name} {c['rev']} (patched tree {c['patched_tree']}) {c['kind']}"
-              + (f", NCCL {c['nccl_version']}, CUDA {c['cuda_version']}, arch {','.join(c['arch'])}"
-                 if c["kind"] == "kernel" else "") + f" -> {c['paths']['src']}")
+        print(
+            f"kernels.json: {name} {c['rev']} (patched tree {c['patched_tree']}) {c['kind']}"
+            + (
+                f", NCCL {c['nccl_version']}, CUDA {c['cuda_version']}, arch {','.join(c['arch'])}"
+                if c["kind"] == "kernel"
+                else ""
+            )
+            + f" -> {c['paths']['src']}"
+        )
 
 
 if __name__ == "__main__":

@@ -499,9 +499,8 @@ class _Builder:
             origin=where,
         )
         overrides = sorted(canonical_name(o.split("==")[0]) for o in getattr(pin, "overrides", ()))
-        pins = {
+        pins = {  # the set's own identity only: the whole lock's sha256 here would rebuild the image on any lock edit
             "pin": w.pin,
-            "lock-sha256": self.o.lock.sha256,
             "packages": {lw.name: lw.version for lw in wheels},
             "overrides": overrides,
         }

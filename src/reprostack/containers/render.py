@@ -7,7 +7,10 @@ recipe's own line).
 
 Values (see `template_values`):
   from                                  the FROM image (parent image id, pinned base, or override's id)
-  image.name, lock.sha256, source_date_epoch
+  image.name, source_date_epoch
+  (no value describes the whole lock, such as its sha256: an image's bytes depend only on the pins it names, so an
+  edit of another pin, or of a comment, in the lock rebuilds nothing; the lock of the build is an API label,
+  `dev.reprostack.lock-sha256`, outside the image key: containers/engine.py)
   upstreams.<pin>.{url,rev,tree,patched_tree,original}   git pins (patched_tree = tree without a series)
   upstreams.<pin>.{name,version,wheel_pin}                wheel pins (wheel_pin: the shared pin a stack override
                                         `{wheel: W}` made <pin> of, else <pin>: what a kernels manifest names)
@@ -48,7 +51,7 @@ def template_values(
     wheel_dests: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The flat {dotted name: value} map a recipe template may use."""
-    v = {"from": from_ref, "image.name": image, "lock.sha256": lock.sha256, "source_date_epoch": str(epoch)}
+    v = {"from": from_ref, "image.name": image, "source_date_epoch": str(epoch)}
     st = lock.stacks.get(lock.stack)
     wheel_of = st.wheel_of if st else {}
     for name, pin in lock.upstreams.items():

@@ -5,9 +5,9 @@ The manifest (`/opt/reprostack/kernels.json`, MANIFEST) is written at image buil
 containers/deepep/record-kernels.py (the deepep recipe records nccl and deepep, the megatron recipe adds its
 megatron-lm source tree). Format (schemas/kernels-manifest.schema.json, version 1):
 
-    {"manifest_version": 1, "image": "deepep", "lock_sha256": <the lock the image was built from>,
+    {"manifest_version": 1, "image": "deepep",
      "components": {NAME: {"pin": NAME, "kind": "kernel"|"source", "rev": hex40, "patched_tree": hex40,
-                           "lock_sha256": hex64, "paths": {"src": ..., ...},
+                           "paths": {"src": ..., ...},
                            kernel only: "recipe" (Recipe.digest of kernels/NAME.yaml, the same value the host
                            build key holds), "nccl_version" (nccl: its nccl.h; deepep: the NCCL it was built
                            against), "cuda_version" (nvcc release), "arch" (["90"]), "files" {path: sha256}}}}
@@ -40,8 +40,9 @@ Invariants:
   kernel.cubin regular files with the recorded sha256. Any difference is one
   PrebuiltError line: `MANIFEST: components.C.FIELD: the image has X, <where> has Y` and what to do;
 - nothing here fetches, builds or falls back to a host build: a caller that gets PrebuiltError reports it and
-  has built nothing. The manifest's whole-lock sha256 may differ from the current lock (an image whose pins
-  did not change is reused under a newer lock); it is reported, never a reason to use another build.
+  has built nothing. A manifest names no whole lock (each component is its own pin's identity; manifests written
+  before 2026-12-03 carry a `lock_sha256`, the lock of their first build, reported and never compared): an image
+  whose pins did not change is reused under a newer lock.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class Prebuilt:
     path: Path
     sha256: str
     image: str
-    lock_sha256: str
+    lock_sha256: str | None  # an older manifest's whole-lock sha256 (module doc); None in current ones
     components: dict
     jit: dict | None = None  # the image's prebuilt DeepEP JIT kernels (checked), None when it has none
 
@@ -127,7 +128,7 @@ class Prebuilt:
             "manifest": str(self.path),
             "manifest_sha256": self.sha256,
             "image": self.image,
-            "image_lock_sha256": self.lock_sha256,
+            **({"image_lock_sha256": self.lock_sha256} if self.lock_sha256 else {}),
             **(
                 {
                     "jit": {
@@ -297,7 +298,7 @@ def check(
     jit_rec = d.get("jit")
     if jit_rec is not None and "deepep" in comps:
         _check_jit(path, jit_rec, comps["deepep"], rebuild, hash_files)
-    return Prebuilt(path, digest, d["image"], d["lock_sha256"], comps, jit_rec if "deepep" in comps else None)
+    return Prebuilt(path, digest, d["image"], d.get("lock_sha256"), comps, jit_rec if "deepep" in comps else None)
 
 
 def _check_jit(path: Path, j: dict, deepep: dict, rebuild: str, hash_files: bool) -> None:

@@ -198,7 +198,7 @@ def gen_suite(root: Path, args: list[str]) -> str:
     (`.ci/run` whole, `nox -s tests`, pytest alone), the code (commit), workers, every run's wall seconds with its load
     average before, tests and failures, and the median of the runs."""
     rows = [
-        "| suite timing | what | code (commit) | cpus | workers | every run: wall s (load before) | tests, failed | "
+        "| suite timing | what | code (commit) | cpus | workers | every run: wall s (load before) | every run: tests (failed) | "
         "median wall |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -207,7 +207,7 @@ def gen_suite(root: Path, args: list[str]) -> str:
             doc = json.loads(p.read_text())
             runs = doc["runs"]
             every = ", ".join(f"{_num(r['wall_s'])} ({_num(r['loadavg_before'][0])})" for r in runs)
-            tests = ", ".join(f"{r['tests']} {r['failed'] + r['errors']}" for r in runs)
+            tests = ", ".join(f"{r['tests']} ({r['failed'] + r['errors']})" for r in runs)
             proj = doc.get("project") or {}
             med = doc["headline"]["median_wall_s"]
         except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
@@ -312,7 +312,8 @@ def gen_images(root: Path, args: list[str]) -> str:
         parts.append(f"{debs.get('files')} .debs of pin {debs.get('pin')} ({_mb(debs.get('bytes'))})")
     for w in dl.get("wheels") or []:
         if isinstance(w, dict):
-            parts.append(f"{w.get('files')} wheels of pin {w.get('pin')} ({_mb(w.get('bytes'))})")
+            n = w.get("files")
+            parts.append(f"{n} wheel{'' if n == 1 else 's'} of pin {w.get('pin')} ({_mb(w.get('bytes'))})")
     if parts:
         rows += ["", "Downloaded once, each file checked by sha256 against the lock: " + "; ".join(parts) + "."]
     twice = []
