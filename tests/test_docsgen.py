@@ -209,6 +209,17 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
     assert "- results/images/deepep-twice.json: cannot be read" in out
     # a twice record names the commit it was built at (the chain's table may be of a later one)
     assert "- cuda-toolkit: built twice from scratch at project commit eeeeeeeeeeee, layers identical 4 of 4" in out
+    # files that differ are named, with the ELF sections where they differ (never a bare "files identical False")
+    so = "/opt/venv/x/_C.so"
+    (d / "deepep-twice.json").write_text(json.dumps({
+        "image": "deepep", "layers_identical": "24 of 26", "files_identical": False, "files": 9,
+        "files_differ": ["/opt/reprostack/kernels.json", so],
+        "key_files": [{"path": so, "sections_differ": [".strtab"]}, {"path": "/x", "sections_differ": []}],
+    }))  # fmt: skip
+    assert (
+        "- deepep: built twice from scratch, layers identical 24 of 26, files identical False (9 files; differ: "
+        f"`/opt/reprostack/kernels.json`, `{so}` (sections .strtab))" in gen_images(root, [])
+    )
 
 
 def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_path):

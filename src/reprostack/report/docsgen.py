@@ -325,9 +325,16 @@ def gen_images(root: Path, args: list[str]) -> str:
                 same = sum(1 for x in t.get("layers", []) if isinstance(x, dict) and x.get("identical"))
                 n_l = f"{same} of {len(t.get('layers', []))}"
             at = f" at project commit {str(t['project_commit'])[:12]}" if t.get("project_commit") else ""
+            differ = ""
+            if t.get("files_identical") is False:  # name what differs, and where in an ELF file
+                secs = {k.get("path"): k.get("sections_differ") for k in t.get("key_files", []) if isinstance(k, dict)}
+                differ = "; differ: " + ", ".join(
+                    f"`{f}`" + (f" (sections {', '.join(secs[f])})" if secs.get(f) else "")
+                    for f in list(t.get("files_differ") or [])[:5]
+                )
             twice.append(
                 f"- {t.get('image')}: built twice from scratch{at}, layers identical {n_l}, files identical "
-                f"{t.get('files_identical')} ({t.get('files')} files) ({p.relative_to(root)})"
+                f"{t.get('files_identical')} ({t.get('files')} files{differ}) ({p.relative_to(root)})"
             )
         except (OSError, ValueError, AttributeError, TypeError) as e:
             twice.append(f"- {p.relative_to(root)}: cannot be read ({type(e).__name__})")
