@@ -69,6 +69,8 @@ def test_real_recipes():
     assert dp.env["TORCH_CUDA_ARCH_LIST"] == "{arch_dotted}"
     # the fix the elfcheck error message points operators at
     assert "-Wl,--exclude-libs,ALL" in dp.env["LDFLAGS"].split()
+    # nvcc's temporary file names (with its process id) stay out of _C's symbols: two builds, the same bytes
+    assert dp.env["NVCC_APPEND_FLAGS"].split() == ["--objdir-as-tempdir"]
 
 
 def write_recipe(root: Path, component: str, text: str) -> Path:
