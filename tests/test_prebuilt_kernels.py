@@ -447,7 +447,10 @@ def test_the_deepep_image_builds_with_the_kernel_recipes_values_and_refuses_shel
 
     vals = render.kernel_values(REPO)
     assert vals["kernels.nccl.make"] == 'NVCC_GENCODE="-gencode=arch=compute_${CUDA_ARCH},code=sm_${CUDA_ARCH}"'
-    assert vals["kernels.deepep.env"] == 'TORCH_CUDA_ARCH_LIST="${CUDA_ARCH_DOTTED}" LDFLAGS="-Wl,--exclude-libs,ALL"'
+    assert vals["kernels.deepep.env"] == (
+        'TORCH_CUDA_ARCH_LIST="${CUDA_ARCH_DOTTED}" LDFLAGS="-Wl,--exclude-libs,ALL" '
+        'NVCC_APPEND_FLAGS="--objdir-as-tempdir"'
+    )
     assert vals["kernels.deepep.recipe"] == load_recipe(REPO, "deepep").digest
     shutil.copytree(REPO / "kernels", tmp_path / "kernels")
     p = tmp_path / "kernels" / "deepep.yaml"
