@@ -65,8 +65,18 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def cached_steps(log) -> int:
+    """How many steps of a build the engine took from its layer cache (the classic builder's `---> Using cache`
+    lines in the build's full log): a step from the cache was not built, so its seconds are no build time."""
+    if not log or not Path(log).is_file():
+        return 0
+    with open(log, errors="replace") as f:
+        return sum(1 for line in f if line.strip() == "---> Using cache")
+
+
 def _step(i: dict) -> dict:
-    """The chain.json step of one image of a build's images.json, with its size read from the engine."""
+    """The chain.json step of one image of a build's images.json, with its size read from the engine and the number
+    of its steps the engine took from the layer cache."""
     return {
         "step": f"build {i['name']}",
         "status": i["status"],
@@ -75,7 +85,16 @@ def _step(i: dict) -> dict:
         "tag": i["tag"],
         "size_bytes": _docker_json("image", "inspect", i["image_id"])[0]["Size"],
         "context_bytes": i["context_bytes"],
+        "cached_steps": cached_steps(i.get("log")) if i["status"] == "built" else 0,
     }
+
+
+def still_present(ids: list[str], inspect=None) -> list[str]:
+    """Of `ids` (image ids just given to `docker rmi`), those the engine still has: `docker rmi` only untags an image
+    that another image is built on (a gate image of an earlier run), and the next build then takes its layers from
+    the cache: no build from scratch."""
+    inspect = inspect or (lambda i: subprocess.run(["docker", "image", "inspect", i], capture_output=True).returncode)
+    return [i for i in ids if inspect(i) == 0]
 
 
 def engine_free_bytes() -> tuple[str, int] | None:
@@ -251,9 +270,25 @@ def main(argv: list[str] | None = None) -> int:
                 records[i["name"]]["builds"] = [i]
         tags = [i["tag"] for i in reversed(summary["images"]) if i["name"] in chain_images]
         _run(["docker", "rmi", *tags])
+        kept = still_present([i["image_id"] for i in summary["images"] if i["name"] in chain_images])
+        if kept:
+            print(
+                f"image_chain: --twice: {', '.join(k[:19] for k in kept)} still on the engine after `docker rmi` "
+                "(another image is built on it), so a second build would come from the layer cache, not from "
+                "scratch: run --twice on an engine that holds no other image built on the chain (a new DOCKER_HOST)",
+                file=sys.stderr,
+            )
+            return 2
     last = args.out / ("2" if args.twice else "1")
     build_s = _run([*build, "--out", str(last)])
     summary = json.loads((last / "images.json").read_text())
+    if args.twice:
+        cached = {i["name"]: cached_steps(i.get("log")) for i in summary["images"] if i["status"] == "built"}
+        if any(cached.values()) or any(i["status"] != "built" for i in summary["images"]):
+            print(f"image_chain: --twice: the second build was not from scratch (steps from the layer cache: "
+                  f"{cached}; statuses: {[(i['name'], i['status']) for i in summary['images']]}): no record written",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     steps = [{"step": f"base {BASE_PIN} (debsbase" + (", built twice" if args.twice else "") + ")", "seconds": base_s}]
     for i in summary["images"]:
         steps.append(_step(i))

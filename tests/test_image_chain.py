@@ -68,3 +68,19 @@ def test_a_changed_recipe_file_shared_file_or_pin_is_named(tmp_path):
     assert f"containers/deepep-gin-gdaki/unpack-nccl-wheel.py: changed since {c}" in got
     assert f"upstreams.lock: pin libfabric changed since {c}" in got
     assert len(got) == 3, got
+
+
+def test_twice_refuses_an_engine_that_keeps_the_first_build_and_counts_cached_steps(tmp_path):
+    """`--twice` removes the first build's images and builds again: `docker rmi` only untags an image that another
+    image is built on (a gate image of an earlier run), and the second build then comes from the layer cache, not
+    from scratch (seen: substrate "built" again in 25 s). The ids still present are named (the run exits 2), and
+    every step's `cached_steps` counts the build log's `---> Using cache` lines."""
+    ic = _mod()
+    present = {"sha256:aa", "sha256:cc"}
+    assert ic.still_present(["sha256:aa", "sha256:bb", "sha256:cc"], lambda i: 0 if i in present else 1) == [
+        "sha256:aa",
+        "sha256:cc",
+    ]
+    log = tmp_path / "b.log"
+    log.write_text("Step 1/3 : FROM x\n ---> Using cache\n ---> 1234\nStep 2/3 : RUN y\n ---> Running in z\n")
+    assert ic.cached_steps(log) == 1 and ic.cached_steps(tmp_path / "none.log") == 0 and ic.cached_steps(None) == 0
