@@ -316,7 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         "kind": "image-chain",
         "project_commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "lock_sha256": hashlib.sha256((root / "upstreams.lock").read_bytes()).hexdigest(),
-        "from_scratch": args.twice,
+        # measured, not assumed: every image step ran a build and took no step from the engine's layer cache
+        "from_scratch": all(
+            st.get("status") in ("built", "failed", "skipped") and not st.get("cached_steps")
+            for st in steps
+            if st["step"].startswith("build ")
+        ),
         "images": args.images,
         "steps": steps,
         "seconds_total": round(base_s + build_s + gate_s, 1),

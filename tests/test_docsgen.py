@@ -174,6 +174,7 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
                 "context_bytes": 2_800_000_000,
             },
             {"step": "build deepep", "status": "reused", "seconds": 0.4, "image_id": "sha256:" + "cd" * 32},
+            {"step": "build vllm", "status": "built", "seconds": 25.0, "cached_steps": 21},
             {"step": "build megatron", "status": "failed", "seconds": 2.5, "error": "reprostack: error: x.yaml:3: `y`"},
             {"step": "build sglang", "status": "skipped", "seconds": 0.0, "reason": "3.2 GB free on the engine's disk"},
         ],
@@ -197,6 +198,7 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
     # a reused or failed step says so; a failed one's error line follows the table (a gate image the chain stops)
     assert (
         "| build deepep (reused) | 0.4 | cdcdcdcdcdcd |  |  |" in out
+        and "| build vllm (21 steps from the layer cache) | 25 |" in out
         and "| build megatron (failed) | 2.5 |  |  |  |" in out
     )
     assert "- build megatron: stopped by `reprostack: error: x.yaml:3: 'y'`" in out

@@ -298,6 +298,8 @@ def gen_images(root: Path, args: list[str]) -> str:
         ctx = _mb(s.get("context_bytes")) if "context_bytes" in s else ""
         status = s.get("status")
         label = f"{s.get('step')} ({status})" if status in ("reused", "failed", "skipped") else s.get("step")
+        if s.get("cached_steps"):  # a build whose steps came from the layer cache: its seconds are no build time
+            label += f" ({s['cached_steps']} steps from the layer cache)"
         rows.append(f"| {label} | {_num(s.get('seconds'))} | {img} | {size} | {ctx} |")
         if status == "failed":
             stopped.append(f"- {s.get('step')}: stopped by `{str(s.get('error') or '?').replace('`', chr(39))}`")
