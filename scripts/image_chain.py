@@ -19,7 +19,10 @@ argument vector; a step of the chain (base, cuda-toolkit, substrate, deepep) tha
 and writes no chain.json; a gate image that fails is a step with status `failed`, its seconds and the build's error line
 (what stops it), the others still build, and the run exits 1 after writing chain.json; a gate image is not built
 while the engine's disk has less than --min-free-gb free (a step with status `skipped` and the free space read: the
-machine and its engine are shared); writes are atomic.
+machine and its engine are shared); writes are atomic. `--twice` writes no record unless the second build was from
+scratch: every first-build image gone from the engine after `docker rmi` (else exit 2 naming the ids another image
+still holds) and no second-build step from the layer cache (each step's `cached_steps`, counted in its build log);
+`from_scratch` in chain.json is that measurement, never the flag.
 """
 
 from __future__ import annotations
