@@ -26,8 +26,17 @@ class GateRun:
     out_dir = property(lambda self: self.opts.out)
 
 
-def options(gate: str = "micro", *, root, lock, fetch=None, out_dir, prebuilt=None, timeout_s=None, **kw) -> GateRun:
-    """A run of gate `gate` on the project at `root` (prebuilt: the image's kernels manifest; timeout_s: --timeout)."""
+def options(
+    gate: str = "micro", *, root, lock, fetch=None, out_dir=None, tmp=None, prebuilt=None, timeout_s=None, **kw
+) -> GateRun:
+    """A run of gate `gate` on the project at `root` (prebuilt: the image's kernels manifest; timeout_s: --timeout;
+    tmp: a test's folder, giving the source cache `tmp/cache` and the out folder `tmp/out` unless named)."""
+    if tmp is not None:
+        from reprostack import sources
+        from reprostack.fetch import Cache
+
+        fetch = fetch or sources.FetchOptions(cache=Cache(Path(tmp) / "cache"))
+        out_dir = out_dir or Path(tmp) / "out"
     if prebuilt is not None:
         kw["kernels_manifest"] = str(prebuilt)
     if timeout_s is not None:

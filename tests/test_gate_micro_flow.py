@@ -21,8 +21,7 @@ from gaterun import GateRun, run as run_gate_here
 
 from reprostack.gates import kernelprep
 from reprostack import hostinfo as kernelprep_hostinfo
-from reprostack import sources, ui
-from reprostack.fetch import Cache
+from reprostack import ui
 from reprostack.kernels import jit
 from reprostack.lock import load
 from reprostack.report import exit_code, validate_report, write_reports
@@ -169,8 +168,7 @@ def options(tmp_path: Path, python: str, *, threshold: str | None = None, **kw) 
         "micro",
         root=root,
         lock=lock,
-        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-        out_dir=tmp_path / "out",
+        tmp=tmp_path,
         python=python,
         **kw,
     )

@@ -21,9 +21,7 @@ from gaterun import run as run_gate_here
 
 from conftest import without_progress
 from reprostack.gates import kernelprep
-from reprostack import sources
 from reprostack.cli import main
-from reprostack.fetch import Cache
 from reprostack.gates import registry
 from reprostack.gates.container import container_plan, inner_argv
 from reprostack.gates.plan import gate_plan
@@ -48,8 +46,7 @@ def prebuilt_micro_options(root, lock, tmp_path, manifest, **kw):
         "micro",
         root=root,
         lock=lock,
-        fetch=sources.FetchOptions(cache=Cache(tmp_path / "cache")),
-        out_dir=tmp_path / "out",
+        tmp=tmp_path,
         profile="h200-ep1",
         prebuilt=manifest,
         **kw,
