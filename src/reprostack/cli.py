@@ -23,6 +23,7 @@ from .cmd import (
     fetch,
     gate,
     history,
+    keys,
     launch,
     lock,
     outdated,
@@ -56,6 +57,7 @@ COMMANDS = {
     "verify-report": verify_report,
     "docs": docs,
     "history": history,
+    "keys": keys,
 }
 
 
