@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from reprostack import cli, evidence
+from test_gate_micro import gpu_less  # noqa: F401  (fixture: PATH without nvidia-smi)
 from reprostack.evidence import keys as keysmod
 from reprostack.evidence.keys import KeyError_
 from reprostack.evidence.statement import StatementError
@@ -208,3 +209,51 @@ def test_a_private_key_refused_inside_the_keyring(tmp_path, capsys):
     k = tmp_path / "k"
     assert cli.main(["keys", "new", "--who", "x", "--key", str(k / "a.pem"), "--keyring", str(k)]) == 2
     assert "a private key never goes there" in capsys.readouterr().err and not (k / "a.pem").exists()
+
+
+# --------------------------------------------------------------------------- a gate run ends with its attestation
+
+
+def test_a_gate_run_is_signed_when_a_key_is_configured_and_says_unsigned_otherwise(
+    tmp_path, gpu_less, capsys, monkeypatch
+):
+    from test_gate_training import training_project
+
+    root, _ = training_project(tmp_path)
+    monkeypatch.chdir(root)
+    args = ["--lock", str(root / "upstreams.lock"), "--cache", str(tmp_path / "cache")]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nocfg"))
+    monkeypatch.delenv("REPROSTACK_SIGNING_KEY", raising=False)
+    assert cli.main(["gate", "megatron", *args, "--out", str(tmp_path / "a")]) == 3
+    assert capsys.readouterr().out.splitlines()[-1].startswith("unsigned: no key at ")
+    assert not list((tmp_path / "a").glob("*.intoto.jsonl"))
+    signer, ring = make_key(tmp_path, "gate runner")
+    monkeypatch.setenv("REPROSTACK_SIGNING_KEY", str(tmp_path / "key.pem"))
+    assert cli.main(["gate", "megatron", *args, "--out", str(tmp_path / "b"), "--purpose", "baseline"]) == 3
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"attested: {tmp_path / 'b' / 'run.intoto.jsonl'} (key {signer.public_key.keyid[:12]})")
+    c = evidence.check_folder(tmp_path / "b", evidence.Keyring.read(ring))
+    assert c.ok and c.signed, c.problems
+    p = c.predicate
+    assert p["kind"] == "gate" and p["verdict"] == "skip" and p["exit_code"] == 3
+    assert p["purpose"] == {"kind": "baseline"}
+    assert [g["gate"] for g in p["gates"]] == ["megatron"] and p["gates"][0]["spec_sha256"]
+    assert "commit" in p["project"] and p["lock_sha256"] and p["stack"] == "campaign"
+    assert {"megatron.json", "summary.json", "summary.md", "junit.xml"} <= {
+        s["name"] for s in c.opened.statement["subject"]
+    }
+    monkeypatch.setenv("REPROSTACK_SIGNING_KEY", str(tmp_path / "typo.pem"))  # a named key that is not there
+    assert cli.main(["gate", "megatron", *args, "--out", str(tmp_path / "c")]) == 2
+    assert "REPROSTACK_SIGNING_KEY names no file" in capsys.readouterr().err
+
+
+def test_a_deliberate_variation_is_signed_as_one_whatever_was_asked():
+    from reprostack.evidence.runs import purpose_of
+
+    rep = {"data": {"deliberate": {"num_sms": 16, "why": "--num-sms: DeepEP given this many SMs"}}}
+    assert purpose_of([rep], "baseline") == {
+        "kind": "deliberate",
+        "how": {"num_sms": 16},
+        "why": "--num-sms: DeepEP given this many SMs",
+    }
+    assert purpose_of([{"data": {}}], "baseline") == {"kind": "baseline"}

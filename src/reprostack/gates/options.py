@@ -190,6 +190,16 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "the report names (e.g. a slowed run that must not pass its bar)",
         ),
     ),
+    "purpose": (
+        ("--purpose",),
+        dict(
+            choices=("ordinary", "baseline"),
+            default="ordinary",
+            help="what this run is, signed into its attestation (reprostack.evidence): `baseline`, a run made to be "
+            "an accepted baseline run (only signed baseline runs make a baseline bar); a deliberate variation "
+            "(--num-sms) says so by itself",
+        ),
+    ),
     "legacy": (
         ("--legacy",),
         dict(
@@ -224,6 +234,7 @@ RUN_OPTIONS = (
     "baseline",
     "baseline_runs",
     "num_sms",
+    "purpose",
     "legacy",
 )
 
@@ -298,6 +309,7 @@ class GateOptions:
     baseline: str | None = None
     baseline_runs: tuple[str, ...] = ()
     num_sms: int | None = None
+    purpose: str = "ordinary"
     legacy: bool = False
     container: bool = False
     image: str | None = None
@@ -376,4 +388,5 @@ class GateOptions:
         argv += ["--baseline", self.baseline] if self.baseline else []
         argv += [x for r in self.baseline_runs for x in ("--baseline-run", r)]
         argv += ["--num-sms", str(self.num_sms)] if self.num_sms is not None else []
+        argv += ["--purpose", self.purpose] if self.purpose != "ordinary" else []
         return argv + (["--legacy"] if self.legacy else [])
