@@ -257,3 +257,39 @@ def test_a_deliberate_variation_is_signed_as_one_whatever_was_asked():
         "why": "--num-sms: DeepEP given this many SMs",
     }
     assert purpose_of([{"data": {}}], "baseline") == {"kind": "baseline"}
+
+
+def test_a_transcript_written_while_the_run_signs_is_left_out_then_bound_by_attest(tmp_path, gpu_less, monkeypatch):
+    """`gate ... --out D > D/cli.log`: the gate signs before its transcript is complete, so it leaves cli.log out and
+    says so; verify flags it until `reprostack attest D` signs it, every other subject checked first."""
+    import os
+    import subprocess
+    import sys
+
+    from test_gate_training import training_project
+
+    root, _ = training_project(tmp_path)
+    signer, ring = make_key(tmp_path, "transcript test")
+    out = tmp_path / "run"
+    out.mkdir()
+    env = {**os.environ, "REPROSTACK_SIGNING_KEY": str(tmp_path / "key.pem")}
+    argv = [sys.executable, "-m", "reprostack", "gate", "megatron", "--lock", str(root / "upstreams.lock")]
+    argv += ["--cache", str(tmp_path / "cache"), "--out", str(out)]
+    with open(out / "cli.log", "w") as log:
+        rc = subprocess.run(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    text = (out / "cli.log").read_text()
+    assert rc == 3 and "this output (cli.log) is not signed yet" in text, text
+    c = evidence.check_folder(out, evidence.Keyring.read(ring))
+    assert c.uncovered == ["cli.log"] and c.predicate["unsigned_transcript"] == "cli.log"
+    (root / "keys").mkdir()
+    for p in ring.glob("*.pub.json"):
+        (root / "keys" / p.name).write_text(p.read_text())
+    (out / "megatron.json").write_text((out / "megatron.json").read_text() + " ")  # a subject changed: refused
+    r = subprocess.run([*argv[:3], "attest", str(out)], cwd=root, env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "megatron.json: its sha256 is not the attested one" in r.stderr, r.stderr
+    (out / "megatron.json").write_text((out / "megatron.json").read_text()[:-1])
+    r = subprocess.run([*argv[:3], "attest", str(out)], cwd=root, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "added cli.log" in r.stdout, r.stderr
+    c = evidence.check_folder(out, evidence.Keyring.read(ring))
+    assert c.ok and [a["name"] for a in c.predicate["added_after"]] == ["cli.log"]
+    assert "unsigned_transcript" not in c.predicate

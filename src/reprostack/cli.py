@@ -15,6 +15,7 @@ import traceback
 
 from .cmd import (
     all_gates,
+    attest,
     bench,
     docs,
     build,
@@ -58,6 +59,7 @@ COMMANDS = {
     "docs": docs,
     "history": history,
     "keys": keys,
+    "attest": attest,
 }
 
 

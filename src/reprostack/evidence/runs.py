@@ -126,5 +126,58 @@ def finish_run(
     )
     from .envelope import sign, write
 
+    own = transcript_in(folder)
+    if own:
+        pred["unsigned_transcript"] = own
+    path = write(Path(folder) / NAME, [sign(statement(subjects(folder, exclude=(own,) if own else ()), pred), signer)])
+    line = f"attested: {path} (key {signer.public_key.keyid[:12]})"
+    if own:
+        line += f"; this output ({own}) is not signed yet: once it is complete, `reprostack attest {folder}`"
+    return line
+
+
+def transcript_in(folder: Path, streams=None) -> str | None:
+    """The path (relative to `folder`) of the file of the run folder that this process's stdout or stderr writes
+    to (`gate ... --out D > D/cli.log`): still being written while the command signs. None when neither is."""
+    import os
+
+    folder = Path(folder)
+    for fd in streams if streams is not None else (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        for p in folder.rglob("*"):
+            try:
+                q = p.stat()
+            except OSError:
+                continue
+            if p.is_file() and not p.is_symlink() and (q.st_dev, q.st_ino) == (st.st_dev, st.st_ino):
+                return p.relative_to(folder).as_posix()
+    return None
+
+
+def add_after(folder: Path, signer, keyring) -> tuple[Path, list[str]]:
+    """`reprostack attest DIR`: sign the files added to a signed run folder after its command signed it (its console
+    transcript). The folder's attestation must verify (with `keyring`) and every one of its subjects still hash to
+    its record; then the same predicate, `added_after` naming the new files and when, is signed over every file.
+    Returns (attestation path, the files added). Raises EvidenceError (one line) when the folder does not hold."""
+    from .check import check_folder
+    from .envelope import EvidenceError, sign, write
+    from .statement import utc_now
+
+    c = check_folder(folder, keyring)
+    if not c.signed:
+        raise EvidenceError(f"{folder}: " + (c.problems[0] if c.problems else "no attestation to add files to"))
+    broken = [p for p in c.problems if "no subject of the attestation covers it" not in p]
+    if broken:
+        raise EvidenceError(broken[0])
+    if not c.uncovered:
+        raise EvidenceError(f"{folder}: every file is already a subject; nothing to add")
+    pred = dict(c.predicate)
+    when = utc_now()
+    pred["added_after"] = [*pred.get("added_after", []), *({"name": r, "when": when} for r in c.uncovered)]
+    if pred.get("unsigned_transcript") in c.uncovered:
+        pred.pop("unsigned_transcript")
     path = write(Path(folder) / NAME, [sign(statement(subjects(folder), pred), signer)])
-    return f"attested: {path} (key {signer.public_key.keyid[:12]})"
+    return path, list(c.uncovered)
