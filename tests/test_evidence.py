@@ -293,3 +293,24 @@ def test_a_transcript_written_while_the_run_signs_is_left_out_then_bound_by_atte
     c = evidence.check_folder(out, evidence.Keyring.read(ring))
     assert c.ok and [a["name"] for a in c.predicate["added_after"]] == ["cli.log"]
     assert "unsigned_transcript" not in c.predicate
+
+
+def test_an_image_build_folder_is_signed_with_its_images(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from reprostack.cmd.build import _attest
+    from reprostack.lock import load
+
+    signer, ring = make_key(tmp_path, "builder")
+    monkeypatch.setenv("REPROSTACK_SIGNING_KEY", str(tmp_path / "key.pem"))
+    out = tmp_path / "build"
+    out.mkdir()
+    (out / "images.json").write_text("{}")
+    (out / "deepep.log").write_text("step 1/26\n")
+    built = [SimpleNamespace(name="deepep", image_id="sha256:" + "c" * 64)]
+    line = _attest(out, built, ROOT, load(ROOT / "upstreams.lock"), "2026-12-06T01:00:00Z")
+    assert line.startswith(f"attested: {out / 'run.intoto.jsonl'}")
+    c = evidence.check_folder(out, evidence.Keyring.read(ring))
+    assert c.ok and c.predicate["kind"] == "image-build" and c.predicate["verdict"] == "ok"
+    assert c.predicate["images"] == [{"name": "deepep", "id": "sha256:" + "c" * 64, "digest": None}]
+    assert c.predicate["lock_sha256"] and c.predicate["project"]["commit"]
