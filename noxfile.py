@@ -227,20 +227,24 @@ def gate_lines(gates: list[dict]) -> list[str]:
 
 @nox.session(default=False, tags=["gpu"])
 def gate_micro(session: nox.Session) -> None:
-    """Gate 1: sources -> NCCL + DeepEP kernels -> test_ep.py -> report. Without a GPU the gate is
-    reported as SKIP and the session is marked skipped with the gate's reason (nox then exits 0: read
-    out/gate_micro/latest/summary.json or use `reprostack gate micro`, which exits 3); never reported as passed."""
+    """Gate 1: sources -> NCCL + DeepEP kernels -> test_ep.py -> report. Without a GPU (or no profile for this
+    host) the gate is reported as SKIP and nox exits 3 with the gate's reason (a failure: 1); never a pass."""
     _one_gate(session, "micro")
 
 
+SKIP_EXIT = 3  # reprostack's exit code of a gate skipped or not run (report.exit_code): never a pass
+
+
 def _one_gate(session: nox.Session, gate: str) -> None:
-    """Run `reprostack gate GATE`: exit 3 (skip, not run) marks the session skipped with the gate's reason,
-    anything else but a pass fails it."""
+    """Run `reprostack gate GATE`: nox exits non-zero unless the gate passed. A SKIP (or not run: the summary's exit
+    code 3) ends nox with exit 3, as `reprostack gate` does, so a script tells it from a failure (nox's exit 1); a
+    session marked skipped would have made nox exit 0."""
     _install(session)
     rc, lines = _gate(session, "gate", gate)
     reason = "; ".join(lines)
-    if rc == 3:
-        session.skip(f"not a pass: {reason}")
+    if rc == SKIP_EXIT:
+        session.warn(f"not a pass (SKIP, exit {SKIP_EXIT}): {reason}")
+        raise SystemExit(SKIP_EXIT)  # nox catches a session's errors as exit 1; this one keeps the gate's code
     if rc != 0:
         session.error(f"gate failed: {reason}")
 
@@ -248,7 +252,7 @@ def _one_gate(session: nox.Session, gate: str) -> None:
 @nox.session(default=False, tags=["gpu"])
 def gate_vllm(session: nox.Session) -> None:
     """Gate 2: vLLM 0.24.0 over DeepEP V2 + AIPerf sweep (`-- [--profile p5en-efa-ep16|local-test] [--arm A]
-    [--var K=V] [--node-rank R --master-addr A]`); SKIP (session skipped, never passed) without the hardware."""
+    [--var K=V] [--node-rank R --master-addr A]`); SKIP (nox exits 3, never 0) without the hardware."""
     _one_gate(session, "vllm")
 
 
@@ -268,14 +272,14 @@ def gate_trtllm(session: nox.Session) -> None:
 @nox.session(default=False, tags=["gpu"])
 def gate_megatron(session: nox.Session) -> None:
     """Gate 5: Megatron-core MoE training steps, DeepEP (flex dispatcher) vs Megatron all-to-all, same seed
-    (`-- [--arm deepep|alltoall] [--profile P] ...`). No GPU -> SKIP (session skipped), never a pass."""
+    (`-- [--arm deepep|alltoall] [--profile P] ...`). No GPU -> SKIP (nox exits 3), never a pass."""
     _one_gate(session, "megatron")
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate_nemo_rl(session: nox.Session) -> None:
     """Gate 6: NeMo-RL GRPO rollout smoke + 3 training steps (head node of a 2x8 Ray cluster). Without that
-    hardware -> SKIP (session skipped), never a pass."""
+    hardware -> SKIP (nox exits 3), never a pass."""
     _one_gate(session, "nemo-rl")
 
 
