@@ -52,7 +52,7 @@ def report(mean=14.5, n=5, **kw) -> dict:
         "gate": "micro",
         "profile": "h200-ep1",
         "result": "pass",
-        "provenance": {"stack": "campaign"},
+        "provenance": {"stack": "campaign", "host": {"gpus": [{"name": "NVIDIA H200"}]}},
         "data": {"statistics": {"dc_p50_us": {"mean": mean, "n": n}}},
     }
     for k, v in kw.items():
@@ -194,3 +194,24 @@ def test_baseline_runs_given_take_the_accepted_ones_among_them(tmp_path):
     with pytest.raises(ReprostackError, match="^--baseline DIR and --baseline-run: give one of them"):
         g.check_options(GateOptions(baseline=str(tmp_path), baseline_runs=tuple(runs)))
     assert g.check_options(GateOptions(baseline="history", baseline_runs=tuple(runs))).baseline_runs == tuple(runs)
+
+
+def test_a_baseline_checks_the_gpu_model_of_each_run(tmp_path):
+    """Issue 39: report/baseline.py would accept an H100 run as an H200 baseline run. With the profile's model, a run
+    whose recorded GPUs are another model (or none) is refused by name; the committed H200 runs still count."""
+    import json
+    import shutil
+
+    from reprostack.report.baseline import BaselineError, read_run
+
+    repo = Path(__file__).resolve().parents[1]
+    src = repo / "results" / "gate_micro" / "2026-12-02-h200-ep1-k5" / "micro.json"
+    (tmp_path / "upstreams.lock").write_text("")
+    shutil.copy(src, tmp_path / "h200.json")
+    doc = json.loads(src.read_text())
+    doc["provenance"]["host"]["gpus"] = [{"name": "NVIDIA H100 80GB HBM3"}]
+    (tmp_path / "h100.json").write_text(json.dumps(doc))
+    key = dict(gate="micro", profile="h200-ep1", metric="dc_p50_us", stack="campaign", model="H200")
+    assert read_run(tmp_path, "h200.json", **key)[1] > 14
+    with pytest.raises(BaselineError, match="h100.json: ran on NVIDIA H100 80GB HBM3, not the profile's H200"):
+        read_run(tmp_path, "h100.json", **key)

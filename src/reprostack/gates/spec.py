@@ -299,10 +299,11 @@ def resolve_bars(
         own = b.baseline if isinstance(b.baseline, BaselineSpec) else None
         tol = b.baseline.tolerance
         where = f"{spec.path.name}: profiles.{profile.name} bar {b.metric}"
-        key = dict(gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack)
+        model = getattr(profile, "gpu_model", None)
+        key = dict(gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack, model=model)
         try:
             if not given:
-                got = own.resolve(root, gate=spec.gate, profile=profile.name, metric=b.metric)
+                got = own.resolve(root, gate=spec.gate, profile=profile.name, metric=b.metric, model=model)
             else:
                 if folder is not None:
                     chosen = accepted_runs(root, folder, **key)
@@ -328,6 +329,7 @@ def resolve_bars(
                     profile=profile.name,
                     metric=b.metric,
                     stack=stack,
+                    model=model,
                 )
         except BaselineError as e:
             raise BaselineError(f"{where}: {e}") from None

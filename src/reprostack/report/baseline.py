@@ -43,7 +43,7 @@ class BaselineSpec:
     why: str
     stack: str = DEFAULT_STACK
 
-    def resolve(self, root: Path, *, gate: str, profile: str, metric: str) -> Baseline:
+    def resolve(self, root: Path, *, gate: str, profile: str, metric: str, model: str | None = None) -> Baseline:
         """The Baseline of these runs. Raises BaselineError naming the run that cannot be used."""
         return baseline(
             root,
@@ -54,6 +54,7 @@ class BaselineSpec:
             profile=profile,
             metric=metric,
             stack=self.stack,
+            model=model,
         )
 
 
@@ -94,7 +95,9 @@ class Baseline:
         }
 
 
-def read_run(root: Path, rel: str, *, gate: str, profile: str, metric: str, stack: str) -> tuple[str, float]:
+def read_run(
+    root: Path, rel: str, *, gate: str, profile: str, metric: str, stack: str, model: str | None = None
+) -> tuple[str, float]:
     """(sha256, mean of `metric`) of the accepted run at project path `rel`. Raises BaselineError naming it."""
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not rel.strip():
@@ -110,10 +113,10 @@ def read_run(root: Path, rel: str, *, gate: str, profile: str, metric: str, stac
     if not real.is_file():
         raise BaselineError(f"baseline run {rel}: not a file")
     doc = jsonsrc.load(real, BaselineError, max_bytes=MAX_BYTES)
-    return sha256_file(real), _mean(doc, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+    return sha256_file(real), _mean(doc, rel, gate=gate, profile=profile, metric=metric, stack=stack, model=model)
 
 
-def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) -> float:
+def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str, model: str | None = None) -> float:
     def bad(why: str) -> BaselineError:
         return BaselineError(f"baseline run {rel}: {why}")
 
@@ -129,6 +132,11 @@ def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) ->
     data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
     if doc.get("evidence") is False or data.get("deliberate") is not None:
         raise bad("is a deliberate variation or a stand-in (not evidence), never an accepted run")
+    if model:  # a run on other hardware than the profile's is never its baseline, whoever chose the profile
+        host = prov.get("host") if isinstance(prov.get("host"), dict) else {}
+        names = [str(g.get("name", "")) for g in host.get("gpus") or [] if isinstance(g, dict)]
+        if not names or not all(model in n for n in names):
+            raise bad(f"ran on {', '.join(names) or 'no GPU it recorded'}, not the profile's {model}")
     st = (data.get("statistics") or {}).get(metric) if isinstance(data.get("statistics"), dict) else None
     if not isinstance(st, dict):
         raise bad(f"has no data.statistics.{metric} (a run of one trial, or older than trials)")
@@ -141,7 +149,16 @@ def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) ->
 
 
 def baseline(
-    root: Path, runs, *, tolerance: float, why: str = "", gate: str, profile: str, metric: str, stack: str
+    root: Path,
+    runs,
+    *,
+    tolerance: float,
+    why: str = "",
+    gate: str,
+    profile: str,
+    metric: str,
+    stack: str,
+    model: str | None = None,
 ) -> Baseline:
     """The Baseline of `runs` (project-relative report paths). Raises BaselineError for a run that cannot be used,
     none at all, or a tolerance outside [0, 1)."""
@@ -149,11 +166,13 @@ def baseline(
         raise BaselineError(f"baseline of {metric}: no accepted run")
     if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         raise BaselineError(f"baseline of {metric}: tolerance {tolerance!r} is not in [0, 1)")
-    got = [read_run(root, r, gate=gate, profile=profile, metric=metric, stack=stack) for r in runs]
+    got = [read_run(root, r, gate=gate, profile=profile, metric=metric, stack=stack, model=model) for r in runs]
     return Baseline(tuple(runs), tuple(s for s, _ in got), tuple(m for _, m in got), float(tolerance), why)
 
 
-def accepted_runs(root: Path, folder: Path, *, gate: str, profile: str, metric: str, stack: str) -> list[str]:
+def accepted_runs(
+    root: Path, folder: Path, *, gate: str, profile: str, metric: str, stack: str, model: str | None = None
+) -> list[str]:
     """Project-relative paths of every `<gate>.json` under `folder` that is an accepted run of this gate, profile and
     stack with the metric's statistics (the others are passed over: a folder of results holds every kind of run)."""
     base = Path(root).resolve()
@@ -162,16 +181,18 @@ def accepted_runs(root: Path, folder: Path, *, gate: str, profile: str, metric: 
         if p.is_symlink() or not p.is_file() or not p.resolve().is_relative_to(base):
             continue
         rels.append(p.resolve().relative_to(base).as_posix())
-    return accepted_among(base, rels, gate=gate, profile=profile, metric=metric, stack=stack)
+    return accepted_among(base, rels, gate=gate, profile=profile, metric=metric, stack=stack, model=model)
 
 
-def accepted_among(root: Path, runs, *, gate: str, profile: str, metric: str, stack: str) -> list[str]:
+def accepted_among(
+    root: Path, runs, *, gate: str, profile: str, metric: str, stack: str, model: str | None = None
+) -> list[str]:
     """The project-relative paths among `runs` that are accepted runs of this gate, profile and stack with the
     metric's statistics, in the order given (the others are passed over: a history holds every kind of run)."""
     out = []
     for rel in runs:
         try:
-            read_run(root, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+            read_run(root, rel, gate=gate, profile=profile, metric=metric, stack=stack, model=model)
         except BaselineError:
             continue
         if rel not in out:
