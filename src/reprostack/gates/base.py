@@ -333,13 +333,13 @@ class Gate:
         """Why this host is other hardware than `profile`'s (its GPU model, GPU count per node, EFA), or None. A run
         here is never evidence for that profile (RunState.finish), however the profile was chosen."""
         names = [str(g.get("name", "")) for g in host.get("gpus") or [] if isinstance(g, dict)]
-        model = getattr(profile, "gpu_model", None)
+        model = profile.gpu_model
         if model and names and not all(model in n for n in names):
             return f"this host's GPUs are {', '.join(sorted(set(names)))}, the profile's {model}"
         gpus, efa = int(host.get("gpu_count") or 0), bool(host.get("efa_devices"))
-        if getattr(profile, "needs_gpu", True) and gpus and gpus != profile.gpus_per_node:
+        if profile.needs_gpu and gpus and gpus != profile.gpus_per_node:
             return f"this host has {gpus} GPU(s), the profile {profile.gpus_per_node} per node"
-        if efa != bool(getattr(profile, "needs_efa", False)):
+        if efa != bool(profile.needs_efa):
             return "this host has EFA devices, the profile none" if efa else "the profile needs EFA, this host has none"
         return None
 

@@ -299,7 +299,7 @@ def resolve_bars(
         own = b.baseline if isinstance(b.baseline, BaselineSpec) else None
         tol = b.baseline.tolerance
         where = f"{spec.path.name}: profiles.{profile.name} bar {b.metric}"
-        model = getattr(profile, "gpu_model", None)
+        model = profile.gpu_model
         key = dict(gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack, model=model)
         try:
             if not given:
