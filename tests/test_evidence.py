@@ -314,3 +314,30 @@ def test_an_image_build_folder_is_signed_with_its_images(tmp_path, monkeypatch):
     assert c.ok and c.predicate["kind"] == "image-build" and c.predicate["verdict"] == "ok"
     assert c.predicate["images"] == [{"name": "deepep", "id": "sha256:" + "c" * 64, "digest": None}]
     assert c.predicate["lock_sha256"] and c.predicate["project"]["commit"]
+
+
+def test_a_stranger_with_only_the_keyring_and_a_run_folder_verifies_it(tmp_path):
+    """README: `reprostack verify-run RUN --keyring keys` where there is no checkout (no git, no upstreams.lock): the
+    signature, every subject and what the run was; a changed byte is one FAIL line, exit 1."""
+    import shutil
+    import subprocess
+    import sys
+
+    signer, ring = make_key(tmp_path, "the integrator")
+    f = run_folder(tmp_path)
+    evidence.attest_folder(f, predicate(purpose_=evidence.purpose("deliberate", {"num_sms": 8})), signer)
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    shutil.copytree(f, stranger / "run")
+    shutil.copytree(ring, stranger / "keys")
+    argv = [sys.executable, "-m", "reprostack", "verify-run", "run", "--keyring", "keys"]
+    r = subprocess.run(argv, cwd=stranger, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("OK run: signed by the integrator (")
+    assert "gate micro [h200-ep1] PASS; deliberate {'num_sms': 8}; commit 8bb97a900000 (clean)" in r.stdout
+    assert "NVIDIA H200 GPU-0b5e3c1a-1111-2222-3333-444455556666, driver 580.159.04, CUDA 13.0" in r.stdout
+    (stranger / "run" / "micro.json").write_text('{"gate": "micro", "result": "pass"}\n')
+    r = subprocess.run(argv, cwd=stranger, capture_output=True, text=True)
+    assert r.returncode == 1 and "micro.json: its sha256 is not the attested one" in r.stdout
+    r = subprocess.run([*argv[:-1], "nope"], cwd=stranger, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--keyring nope: no such folder" in r.stderr

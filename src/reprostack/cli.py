@@ -33,6 +33,7 @@ from .cmd import (
     stacks,
     verify,
     verify_report,
+    verify_run,
 )
 from .errors import FetchError, ReprostackError, SourceUnreachable
 from .gitcmd import GitFailed
@@ -56,6 +57,7 @@ COMMANDS = {
     "bench": bench,
     "verify": verify,
     "verify-report": verify_report,
+    "verify-run": verify_run,
     "docs": docs,
     "history": history,
     "keys": keys,
