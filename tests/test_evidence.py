@@ -341,3 +341,64 @@ def test_a_stranger_with_only_the_keyring_and_a_run_folder_verifies_it(tmp_path)
     assert r.returncode == 1 and "micro.json: its sha256 is not the attested one" in r.stdout
     r = subprocess.run([*argv[:-1], "nope"], cwd=stranger, capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--keyring nope: no such folder" in r.stderr
+
+
+# --------------------------------------------------------------------------- the hash-chained log (results/)
+
+
+def _logged_project(tmp_path):
+    from reprostack.evidence import log
+
+    signer, ring = make_key(tmp_path, "logger")
+    root = tmp_path / "proj"
+    for name in ("a", "b"):
+        f = root / "results" / name
+        f.mkdir(parents=True)
+        (f / "micro.json").write_text(f'{{"run": "{name}"}}\n')
+        evidence.attest_folder(f, predicate(), signer)
+        log.append(root, f, evidence.Keyring.read(ring))
+    return root, signer, ring, log
+
+
+def test_the_log_chains_every_signed_run_and_says_what_was_removed_reordered_or_re_signed(tmp_path):
+    root, signer, ring, log = _logged_project(tmp_path)
+    path = root / log.LOG
+    seen = log.signed_folders(root, root / "results")
+    assert log.check(root, path, folders_seen=seen)[0] == [] and seen == ["results/a", "results/b"]
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[1])  # the first run's entry removed
+    assert "the chain is broken" in log.check(root, path)[0][0]
+    path.write_bytes(lines[1] + lines[0])  # reordered
+    assert "the chain is broken" in log.check(root, path)[0][0]
+    path.write_bytes(b"".join(lines))
+    evidence.attest_folder(root / "results" / "a", predicate(verdict="fail"), signer)  # re-signed after logging
+    assert log.check(root, path)[0] == [
+        f"{log.LOG}:1: run results/a's attestation is not the one logged (re-signed or replaced)"
+    ]
+    import shutil
+
+    shutil.rmtree(root / "results" / "b")  # a run removed from results/
+    assert f"{log.LOG}:2: run results/b is logged but gone (removed from results/)" in log.check(root, path)[0]
+    (root / "results" / "c").mkdir()
+    (root / "results" / "c" / "micro.json").write_text("{}")
+    evidence.attest_folder(root / "results" / "c", predicate(), signer)  # signed, never logged
+    probs, _ = log.check(root, path, folders_seen=log.signed_folders(root, root / "results"))
+    assert f"results/c: a signed run not in {log.LOG} (reprostack log add results/c)" in probs
+
+
+def test_log_add_refuses_unsigned_twice_and_a_broken_chain(tmp_path):
+    from reprostack.evidence.log import LogError
+
+    root, signer, ring, log = _logged_project(tmp_path)
+    keyring = evidence.Keyring.read(ring)
+    with pytest.raises(LogError, match="already in results/attestations.jsonl"):
+        log.append(root, root / "results" / "a", keyring)
+    (root / "results" / "u").mkdir()
+    (root / "results" / "u" / "x.json").write_text("{}")
+    with pytest.raises(LogError, match="results/u: unsigned: only a signed run folder is logged"):
+        log.append(root, root / "results" / "u", keyring)
+    path = root / log.LOG
+    path.write_bytes(path.read_bytes().splitlines(keepends=True)[1])
+    evidence.attest_folder(root / "results" / "u", predicate(), signer)
+    with pytest.raises(LogError, match="the chain must hold before anything is added"):
+        log.append(root, root / "results" / "u", keyring)

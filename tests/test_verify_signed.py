@@ -27,14 +27,14 @@ def git(root: Path, *argv: str) -> str:
     ).stdout.strip()
 
 
-def signed_run(tmp_path: Path, purpose_=None):
+def signed_run(tmp_path: Path, purpose_=None, **kw):
     """A passing micro run at a clean commit, its folder signed with a key of the project's keys/."""
     import gaterun
     from reprostack.report import write_reports, utc_now
     from test_gate_micro_flow import options, stand_in_python
     from trialslog import real_ep1_texts, trials_log
 
-    run = options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3))), threshold="30", trials=3)
+    run = options(tmp_path, stand_in_python(tmp_path, trials_log(real_ep1_texts(3))), threshold="30", trials=3, **kw)
     run = run.with_(profile="h200-ep1")
     signer = evidence.new_key(tmp_path / "op.pem")
     entry = evidence.public_entry(signer, "an operator")
@@ -144,3 +144,23 @@ def test_a_commit_not_in_the_repository_and_a_key_not_in_the_keyring_fail(tmp_pa
     resign(run, stranger)
     rc, out = vr(run, capsys)
     assert rc == 1 and "which is not in the keyring" in out, out
+
+
+def test_verify_report_holds_the_log_of_signed_runs_under_results(tmp_path, gpu_host, capsys, monkeypatch):
+    """A signed run committed under results/ must be in results/attestations.jsonl (reprostack log add); removing
+    its entry (or the run) is one FAIL line of verify-report."""
+    run, _ = signed_run(tmp_path, out_dir=tmp_path / "project" / "results" / "run1")
+    monkeypatch.chdir(run.root)
+    rc = cli.main(["verify-report", "results/run1"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "FAIL results/run1: a signed run not in results/attestations.jsonl" in out, out
+    assert cli.main(["log", "add", "results/run1"]) == 0
+    git(run.root, "add", "-A")
+    git(run.root, "commit", "-qm", "the signed run and its log entry")
+    capsys.readouterr()
+    rc = cli.main(["verify-report", "results/run1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.strip().endswith("1 of 1 report(s) hold (1 signed, 0 UNSIGNED)"), out
+    (run.root / "results" / "attestations.jsonl").write_text("")  # the entry removed
+    rc = cli.main(["verify-report", "results/run1"])
+    assert rc == 1 and "FAIL results/run1: a signed run not in results/attestations.jsonl" in capsys.readouterr().out

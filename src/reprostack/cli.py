@@ -27,6 +27,7 @@ from .cmd import (
     keys,
     launch,
     lock,
+    log,
     outdated,
     patch,
     preflight,
@@ -62,6 +63,7 @@ COMMANDS = {
     "history": history,
     "keys": keys,
     "attest": attest,
+    "log": log,
 }
 
 

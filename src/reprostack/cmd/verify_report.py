@@ -79,6 +79,7 @@ def run(args) -> int:
             st.advance(1)
     bad = [o for o in outcomes if not o.ok]
     unsigned = [o for o in outcomes if o.ok and o.tag == "UNSIGNED"]
+    chain = _log_problems(root, folders)
     for o in outcomes:
         if o.ok and args.quiet:
             continue
@@ -91,11 +92,30 @@ def run(args) -> int:
         + (f" ({len(outcomes) - len(bad) - len(unsigned)} signed, {len(unsigned)} UNSIGNED)" if outcomes else "")
         + (f", {len(bad)} do not" if bad else "")
     )
+    for p in chain:  # the log of signed runs: a run removed, reordered or re-signed, a signed run not logged
+        print(f"FAIL {p}")
     if args.json:
         from ..atomicfile import write_text_atomic
 
         write_text_atomic(Path(args.json), json.dumps([o.to_dict() for o in outcomes], indent=1) + "\n")
-    return 1 if bad else 0
+    return 1 if bad or chain else 0
+
+
+def _log_problems(root: Path, folders: list[Path]) -> list[str]:
+    """The hash-chained log's problems (reprostack.evidence.log): its chain and every entry's run, and every signed
+    run folder under the verified folders that lies in results/ is logged."""
+    from ..evidence import log
+
+    results = (root / "results").resolve()
+    seen = []
+    for f in folders:
+        f = f.resolve()
+        if f.is_dir() and (f == results or results in f.parents):
+            seen += log.signed_folders(root, f)
+    if not seen and not (root / log.LOG).is_file():
+        return []
+    problems, _ = log.check(root, root / log.LOG, folders_seen=seen)
+    return problems
 
 
 def _one(p: Path, root: Path, versions, corrections, rederive, signed):
