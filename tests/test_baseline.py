@@ -215,3 +215,15 @@ def test_a_baseline_checks_the_gpu_model_of_each_run(tmp_path):
     assert read_run(tmp_path, "h200.json", **key)[1] > 14
     with pytest.raises(BaselineError, match="h100.json: ran on NVIDIA H100 80GB HBM3, not the profile's H200"):
         read_run(tmp_path, "h100.json", **key)
+
+
+def test_the_baseline_says_where_and_when_its_runs_ran_from_their_reports():
+    """Issue 39: the spec described the baseline as "three lent machines and two days"; its 15 runs started on one
+    day, host name vm, no machine id recorded. The origin is now generated from the runs' reports, never typed."""
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root, "micro")
+    ep1 = resolve_bars(spec, spec.profile("h200-ep1"), root=root, stack="campaign")
+    note = ep1.bars[0].baseline.describe("<=", "us")
+    assert "three lent machines" not in note and "two days" not in note
+    assert "origin (from the runs' reports): started 2026-12-02T03:47:29Z .. 2026-12-02T07:57:22Z, 1 day(s)" in note
+    assert "host name(s) vm, no machine id recorded" in note

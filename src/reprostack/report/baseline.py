@@ -67,6 +67,7 @@ class Baseline:
     means: tuple[float, ...]
     tolerance: float
     why: str = ""
+    origin: str = ""  # where and when the runs ran, generated from their reports (origin_of), never typed
 
     @property
     def reference(self) -> float:
@@ -83,6 +84,7 @@ class Baseline:
             f"baseline: median {self.reference:.4g} {unit} of {len(self.runs)} accepted run(s) "
             f"({', '.join(f'{m:.4g}' for m in self.means)}) x (1 {sign} {self.tolerance:g})"
             + (f"; {self.why}" if self.why else "")
+            + (f"; {self.origin}" if self.origin else "")
             + f"; runs: {', '.join(self.runs)}"
         )
 
@@ -167,7 +169,39 @@ def baseline(
     if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         raise BaselineError(f"baseline of {metric}: tolerance {tolerance!r} is not in [0, 1)")
     got = [read_run(root, r, gate=gate, profile=profile, metric=metric, stack=stack, model=model) for r in runs]
-    return Baseline(tuple(runs), tuple(s for s, _ in got), tuple(m for _, m in got), float(tolerance), why)
+    return Baseline(
+        tuple(runs), tuple(s for s, _ in got), tuple(m for _, m in got), float(tolerance), why, origin_of(root, runs)
+    )
+
+
+def origin_of(root: Path, runs) -> str:
+    """Where and when the runs ran, from what their reports recorded (each was read and checked by read_run): the
+    span of their start times, the UTC days, the host names and machine ids (a machine id not recorded is said so)."""
+    starts, hosts, machines, unknown = [], set(), set(), 0
+    for rel in runs:
+        try:
+            doc = jsonsrc.load(Path(root) / rel, BaselineError, max_bytes=MAX_BYTES)
+        except BaselineError:
+            continue
+        if isinstance(doc.get("started"), str):
+            starts.append(doc["started"][:19])
+        host = (doc.get("provenance") or {}).get("host") if isinstance(doc.get("provenance"), dict) else None
+        host = host if isinstance(host, dict) else {}
+        hosts.add(str(host.get("hostname")))
+        mid = (host.get("identity") or {}).get("machine_id") if isinstance(host.get("identity"), dict) else None
+        if mid:
+            machines.add(str(mid)[:12])
+        else:
+            unknown += 1
+    if not starts:
+        return ""
+    days = sorted({s[:10] for s in starts})
+    return (
+        f"origin (from the runs' reports): started {min(starts)}Z .. {max(starts)}Z, {len(days)} day(s) "
+        f"({', '.join(days)}), host name(s) {', '.join(sorted(hosts))}, "
+        + (f"{len(machines)} machine id(s)" if machines else "no machine id recorded")
+        + (f" ({unknown} run(s) without one)" if machines and unknown else "")
+    )
 
 
 def accepted_runs(
