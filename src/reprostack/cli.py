@@ -24,6 +24,7 @@ from .cmd import (
     gate,
     history,
     kernels,
+    keys,
     launch,
     lock,
     outdated,
@@ -58,6 +59,7 @@ COMMANDS = {
     "verify-report": verify_report,
     "docs": docs,
     "history": history,
+    "keys": keys,
 }
 
 
