@@ -19,30 +19,36 @@ HELP = "push kernel builds to a signed binary cache (OCI registry or folder), or
 
 
 def add_arguments(p) -> None:
-    p.add_argument("action", choices=["push", "pull"])
-    p.add_argument("items", nargs="*", metavar="BUILD|KEY", help="push: build folders; pull: build keys (64 hex)")
-    p.add_argument("--to", default=None, metavar="URL", help="the store written (push: required; pull: required)")
-    p.add_argument("--from", dest="source", default=None, metavar="URL", help="pull: the store read")
-    p.add_argument("--key", default=None, metavar="FILE", help="push: the private key that signs each entry")
-    p.add_argument("--all", action="store_true", help="pull: every entry the store lists")
-    p.add_argument("--cache", default=None, help=f"push: cache root (default: ${paths.CACHE_ENV} or the user cache)")
-    gate_options.add_arguments(p, ("arch", "kernel_keyring"), help={"arch": "pull: refuse entries for another arch"})
+    sub = p.add_subparsers(dest="action", required=True)
+    push = sub.add_parser("push", help="sign builds of this cache and put them into a store")
+    push.add_argument("items", nargs="*", metavar="BUILD", help="build folders (default: every complete build)")
+    push.add_argument("--to", required=True, metavar="URL", help="the store (oci://HOST/NAME, file://PATH, a folder)")
+    push.add_argument(
+        "--key",
+        default=None,
+        metavar="FILE",
+        help="the ed25519 key that signs each entry (default: the operator's key, as `reprostack keys` shows it: "
+        "$REPROSTACK_SIGNING_KEY, else the user config dir's signing-key.pem)",
+    )
+    push.add_argument("--cache", default=None, help=f"cache root (default: ${paths.CACHE_ENV} or the user cache)")
+    pull = sub.add_parser("pull", help="check entries of a store and copy them into another (e.g. a folder)")
+    pull.add_argument("items", nargs="*", metavar="KEY", help="build keys (64 hex)")
+    pull.add_argument("--from", dest="source", required=True, metavar="URL", help="the store read")
+    pull.add_argument("--to", required=True, metavar="URL", help="the store written (a folder for offline nodes)")
+    pull.add_argument("--all", action="store_true", help="every entry the store lists")
+    gate_options.add_arguments(pull, ("arch", "kernel_keyring"), help={"arch": "refuse entries for another arch"})
 
 
 def run(args) -> int:
     from ..kernels import cache as kcache
 
-    if not args.to:
-        raise ReprostackError(f"kernels {args.action}: --to URL is required")
     if args.action == "push":
-        if not args.key:
-            raise ReprostackError("kernels push: --key FILE (the signing key) is required")
         root = Path(args.cache) if args.cache else paths.cache_dir()
         builds = [Path(b) for b in args.items] or kcache.builds(root)
         if not builds:
             raise ReprostackError(f"kernels push: no complete kernel build under {root}/builds")
         for b in builds:
-            where, m = kcache.push(b, args.to, Path(args.key))
+            where, m = kcache.push(b, args.to, Path(args.key) if args.key else None)
             cub = m["cubins"]
             n = sum(len(v) for v in cub["objects"].values())
             print(
@@ -56,8 +62,6 @@ def run(args) -> int:
 def _pull(args, kcache) -> int:
     from ..kernels.cachestore import open_store
 
-    if not args.source:
-        raise ReprostackError("kernels pull: --from URL is required")
     keys = list(args.items) or (open_store(args.source).keys() if args.all else [])
     if not keys:
         raise ReprostackError("kernels pull: name the build keys to pull, or --all")
