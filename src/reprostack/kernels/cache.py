@@ -132,8 +132,8 @@ def push(build: Path, url: str, key_file: Path | None) -> tuple[str, dict]:
 
 
 def _safe_path(rel) -> PurePosixPath:
-    p = PurePosixPath(rel) if isinstance(rel, str) else None
-    if p is None or p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] not in TOP or "\\" in rel:
+    p = PurePosixPath(rel) if isinstance(rel, str) and rel.isprintable() and "\\" not in rel else None
+    if p is None or p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] not in TOP:
         raise Refused(f"file path {rel!r} leaves the entry or is not one of {', '.join(TOP)}")
     if p.parts[0] in ("build.json", "build.log") and len(p.parts) != 1:
         raise Refused(f"file path {rel!r} is not an entry file")
@@ -186,14 +186,7 @@ def _pull_checked(store, envelope: bytes, key: str, component, dest: Path, *, ke
         m, signer = cachesign.verify(envelope, Path(keyring))
         m = check_manifest(m, key=key, component=component, arch=arch)
         for f in m["files"]:
-            target = Path(dest) / _safe_path(f["path"])
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "xb") as out:
-                try:
-                    store.blob(key, f["sha256"], f["bytes"], out)
-                except StoreError as e:
-                    raise Refused(f"{f['path']}: {e}") from None
-            os.chmod(target, 0o755 if f["mode"] == "755" else 0o644)
+            _write_file(store, key, f, Path(dest))
         _check_build_json(Path(dest), m)
     except (cachesign.Unverified, Refused) as e:
         _empty(Path(dest))
@@ -220,6 +213,20 @@ def mirror(src: str, key: str, dest: str, *, keyring: Path, arch: str | None) ->
         m, signer = _pull_checked(store, envelope, key, None, Path(tmp), keyring=keyring, arch=arch)
         files = [(Path(tmp) / f["path"], f["path"], f["sha256"], f["bytes"]) for f in m["files"]]
         return m, signer, open_store(dest).put(key, envelope, files)
+
+
+def _write_file(store, key: str, f: dict, dest: Path) -> None:
+    """File `f` of the manifest from the store into `dest` (its bytes hashed on the way). Raises Refused."""
+    target = dest / _safe_path(f["path"])
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "xb") as out:
+            store.blob(key, f["sha256"], f["bytes"], out)
+        os.chmod(target, 0o755 if f["mode"] == "755" else 0o644)
+    except StoreError as e:
+        raise Refused(f"{f['path']}: {e}") from None
+    except OSError as e:  # a path that is also a folder of another path, ...: not an entry a build wrote
+        raise Refused(f"{f['path']}: cannot be written ({e.strerror or e})") from None
 
 
 def _check_build_json(dest: Path, m: dict) -> None:

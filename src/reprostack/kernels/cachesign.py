@@ -56,6 +56,8 @@ def verify(envelope: bytes, keyring: Path) -> tuple[dict, str]:
         opened = evidence.open_envelope(env, ring, "envelope")
     except ReprostackError as e:
         raise Unverified(str(e)) from None
+    except RecursionError:  # evidence.open_envelope's json.loads of a payload nested too deep (tests/test_fuzz_readers)
+        raise Unverified("envelope: its payload is nested too deep to be a statement") from None
     st = opened.statement
     if st.get("predicateType") != PREDICATE_TYPE or not isinstance(st.get("predicate"), dict):
         raise Unverified(f"signed statement is a {str(st.get('predicateType'))[:80]!r}, not a kernel cache entry")

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from ..digest import CHUNK
-from ..lock.images import RegistryError, _bearer_token, _error_text, _is_loopback
+from ..lock.images import RegistryError, bearer_token, error_text, is_loopback
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 MAX_MANIFEST_BYTES = 4 << 20  # the spec's suggested limit for a manifest a registry accepts
@@ -53,7 +53,7 @@ class Repo:
         host, _, name = rest.partition("/")
         if not host or not _NAME.match(name):
             raise RegistryError(f"{url}: not an OCI repository (oci://HOST[:PORT]/NAME, NAME lowercase)")
-        scheme = "http" if _is_loopback(host) else "https"
+        scheme = "http" if is_loopback(host) else "https"
         self.url, self.base, self.timeout = url, f"{scheme}://{host}/v2/{name}", timeout
         self._auth: str | None = None
 
@@ -72,7 +72,7 @@ class Repo:
                     if hasattr(data, "seek"):
                         data.seek(0)
                     continue
-                err = RegistryError(f"{method} {url}: {_error_text(e) if method != 'HEAD' else f'HTTP {e.code}'}")
+                err = RegistryError(f"{method} {url}: {error_text(e) if method != 'HEAD' else f'HTTP {e.code}'}")
                 err.status = e.code
                 raise err from None
             except (OSError, ValueError) as e:
@@ -100,7 +100,7 @@ class Repo:
                 except (OSError, ValueError):
                     return False
         try:
-            tok = _bearer_token(challenge, self.timeout)
+            tok = bearer_token(challenge, self.timeout)
         except (OSError, ValueError):
             return False
         self._auth = f"Bearer {tok}" if tok else None
