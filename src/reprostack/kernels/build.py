@@ -339,27 +339,34 @@ def build_deepep(
             "bytecode_prewarm": prewarm,
         }
 
+    pulled = _deepep_puller(substitute, fields, tc, cache, nccl_root, jobs) if substitute else None
+    return reuse_or_build(cache, "deepep", fields, make, pulled)
+
+
+def _deepep_puller(substitute, fields: dict, tc: Toolchain, cache: Path, nccl_root: Path, jobs: int | None):
+    """`pulled(tmp) -> info | None`: DeepEP's cache entry pulled into `tmp` by `substitute` (kernels.cache), its
+    overlay made here (it links this node's torch and NCCL), the test's bytecode compiled meanwhile as during a
+    build (kernels.bytecode)."""
+    key = build_key(fields)
+
     def pulled(tmp: Path) -> dict | None:
-        """The entry pulled into `tmp` (its overlay made here: it links this node's torch and NCCL), the test's
-        bytecode compiled meanwhile as during a build (kernels.bytecode)."""
         from . import bytecode
         from .runtime import make_overlay
 
-        final = Path(cache) / "builds" / f"deepep-{build_key(fields)[:16]}"
         warm = bytecode.start(
             tc.python,
             pycache_dir(cache),
             Path(tc.torch_site) if tc.torch_site else None,
-            final / "overlay",
+            Path(cache) / "builds" / f"deepep-{key[:16]}" / "overlay",
             jobs=job_count(jobs),
             stdlib_dirs=[tc.stdlib] if tc.stdlib else None,
         )
         try:
-            info = substitute("deepep", build_key(fields), tmp)
+            info = substitute("deepep", key, tmp)
             if info is not None:
                 make_overlay(Path(tc.torch_site), nccl_root / "lib", tmp / "overlay")
         finally:
             prewarm = warm.finish(bound_s=PREWARM_GRACE_S)
         return None if info is None else {**info, "bytecode_prewarm": prewarm}
 
-    return reuse_or_build(cache, "deepep", fields, make, pulled if substitute else None)
+    return pulled
