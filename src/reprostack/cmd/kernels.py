@@ -65,7 +65,9 @@ def _pull(args, kcache) -> int:
     keys = list(args.items) or (open_store(args.source).keys() if args.all else [])
     if not keys:
         raise ReprostackError("kernels pull: name the build keys to pull, or --all")
-    keyring = Path(args.kernel_keyring) if args.kernel_keyring else paths.project_root() / "keys"
+    from ..evidence import KEYRING_DIR
+
+    keyring = Path(args.kernel_keyring) if args.kernel_keyring else paths.project_root() / KEYRING_DIR
     bad = 0
     for key in keys:
         try:

@@ -61,7 +61,9 @@ def kernel_cache_url(opts: GateOptions) -> str | None:
 
 def kernel_keyring(opts: GateOptions, ctx: RunContext) -> Path:
     """The keys a cache entry must be signed by: --kernel-keyring, else the project's keys/."""
-    return Path(opts.kernel_keyring) if opts.kernel_keyring else Path(ctx.root) / "keys"
+    from ..evidence import KEYRING_DIR
+
+    return Path(opts.kernel_keyring) if opts.kernel_keyring else Path(ctx.root) / KEYRING_DIR
 
 
 def prepare_nccl(opts: GateOptions, ctx: RunContext, trees: dict, tc, prov: dict, timings: dict):
