@@ -251,7 +251,26 @@ def _component(w, url):
     return "is for component nccl, not deepep"
 
 
+def _other_artifact(w, url):
+    """An OCI artifact of another type (a plain image manifest, config `{}`) under this build key's tag."""
+    import hashlib
+
+    repo = oci.Repo(url)
+    cfg = b"{}"
+    digest = "sha256:" + hashlib.sha256(cfg).hexdigest()
+    repo.push_blob(cfg, digest, len(cfg))
+    body = {
+        "schemaVersion": 2,
+        "mediaType": oci.MANIFEST_TYPE,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(cfg)},
+        "layers": [],
+    }
+    repo.put_manifest(w["built"].key, json.dumps(body).encode())
+    return "not a kernel cache artifact"
+
+
 REFUSALS = {
+    "another-artifact": _other_artifact,
     "unsigned": _unsigned,
     "not-json": _not_json,
     "foreign-signed": _foreign,

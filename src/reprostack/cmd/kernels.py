@@ -60,7 +60,7 @@ def run(args) -> int:
 
 
 def _pull(args, kcache) -> int:
-    from ..kernels.cachestore import open_store
+    from ..kernels.cachestore import StoreRefused, open_store
 
     keys = list(args.items) or (open_store(args.source).keys() if args.all else [])
     if not keys:
@@ -72,7 +72,7 @@ def _pull(args, kcache) -> int:
     for key in keys:
         try:
             got = kcache.mirror(args.source, key, args.to, keyring=keyring, arch=args.arch)
-        except kcache.Refused as e:
+        except (kcache.Refused, StoreRefused) as e:
             print(f"{args.source}: {key[:16]}: refused: {e}")
             bad += 1
             continue

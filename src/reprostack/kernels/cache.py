@@ -33,7 +33,7 @@ from .. import schemas
 from ..digest import sha256_file
 from ..errors import ReprostackError
 from . import cachesign
-from .cachestore import KEY, StoreError, open_store
+from .cachestore import KEY, StoreError, StoreRefused, open_store
 
 ENTRY_VERSION = 1
 TOP = ("site", "jit", "build.json", "build.log")  # what an entry carries of a build folder
@@ -254,7 +254,7 @@ def substituter(url: str, keyring: Path, record: dict, *, arch: str | None):
         rec = record.setdefault(component, {"url": url, "key": key})
         try:
             got = pull_into(url, key, component, tmp, keyring=keyring, arch=arch)
-        except Refused as e:
+        except (Refused, StoreRefused) as e:
             rec.update(result="refused", why=str(e))
             ui.warn(f"kernel cache {url}: {component} {key[:16]} refused: {e}; building from source")
             return None

@@ -42,6 +42,11 @@ class StoreError(ReprostackError):
     """A store could not be read or written (unreachable, refused, broken): names the store and why."""
 
 
+class StoreRefused(StoreError):
+    """What a store holds under a key is not a kernel cache entry (an envelope over the bound, an OCI manifest of
+    another artifact type or config): the entry is refused, as a bad signature is."""
+
+
 def _copy_hashed(src, dest, size: int, sha256: str, where: str) -> None:
     h, n = hashlib.sha256(), 0
     while chunk := src.read(min(CHUNK, size - n + 1)):
@@ -70,7 +75,7 @@ class FolderStore:
         except OSError as e:
             raise StoreError(f"{p}: {e.strerror or e}") from None
         if len(body) > MAX_ENVELOPE_BYTES:
-            raise StoreError(f"{p}: over {MAX_ENVELOPE_BYTES} bytes")
+            raise StoreRefused(f"{p}: over {MAX_ENVELOPE_BYTES} bytes")
         return body
 
     def blob(self, key: str, sha256: str, size: int, dest) -> None:
@@ -131,7 +136,7 @@ class WebStore:
         with r:
             body = r.read(MAX_ENVELOPE_BYTES + 1)
         if len(body) > MAX_ENVELOPE_BYTES:
-            raise StoreError(f"{self.url}/{key}/envelope.json: over {MAX_ENVELOPE_BYTES} bytes")
+            raise StoreRefused(f"{self.url}/{key}/envelope.json: over {MAX_ENVELOPE_BYTES} bytes")
         return body
 
     def blob(self, key: str, sha256: str, size: int, dest) -> None:
@@ -168,11 +173,11 @@ class OciStore:
             return None
         try:
             m = json.loads(body.decode("utf-8"))
-        except ValueError as e:
-            raise StoreError(f"{self.url}:{key}: the OCI manifest is not JSON ({e})") from None
+        except (ValueError, RecursionError) as e:
+            raise StoreRefused(f"{self.url}:{key}: the OCI manifest is not JSON ({type(e).__name__})") from None
         cfg = m.get("config") if isinstance(m, dict) else None
         if not isinstance(cfg, dict) or m.get("artifactType") != ARTIFACT_TYPE:
-            raise StoreError(f"{self.url}:{key}: not a kernel cache artifact (artifactType is not {ARTIFACT_TYPE})")
+            raise StoreRefused(f"{self.url}:{key}: not a kernel cache artifact (artifactType is not {ARTIFACT_TYPE})")
         return m
 
     def envelope(self, key: str) -> bytes | None:
@@ -183,7 +188,7 @@ class OciStore:
             cfg = m["config"]
             size = cfg.get("size")
             if cfg.get("mediaType") != ENVELOPE_TYPE or not isinstance(size, int) or not 0 < size <= MAX_ENVELOPE_BYTES:
-                raise StoreError(f"{self.url}:{key}: its config is not a signed envelope ({ENVELOPE_TYPE})")
+                raise StoreRefused(f"{self.url}:{key}: its config is not a signed envelope ({ENVELOPE_TYPE})")
             import io
 
             buf = io.BytesIO()
