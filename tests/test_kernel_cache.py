@@ -381,3 +381,22 @@ def test_the_gate_stage_says_where_its_kernels_came_from(world, tmp_path, monkey
     jsonschema.validate(kf, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"mode": "prebuilt"}, schema)
+
+
+def test_the_manifest_lists_cubins_by_cuobjdump_where_the_toolkit_has_it(world, tmp_path, monkeypatch):
+    """With cuobjdump ($CUOBJDUMP here: a stand-in printing `--list-elf`'s lines) each shared object's ELF cubins are
+    listed; without it the manifest says so (tool null, why), never a guessed list."""
+    tool = tmp_path / "cuobjdump"
+    tool.write_text(
+        '#!/bin/sh\n[ "$1" = --list-elf ] && printf "ELF file    1: _C.1.sm_90a.cubin\\nELF file    2: _C.2.sm_90a.cubin\\n"\n'
+    )
+    tool.chmod(0o755)
+    monkeypatch.setenv("CUOBJDUMP", str(tool))
+    m = kcache.entry_manifest(world["built"].out)
+    assert m["cubins"]["tool"] == str(tool)
+    assert m["cubins"]["objects"] == {world["built"].info["extension"]: ["_C.1.sm_90a.cubin", "_C.2.sm_90a.cubin"]}
+    monkeypatch.setenv("CUOBJDUMP", str(tmp_path / "absent"))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    m = kcache.entry_manifest(world["built"].out)
+    assert m["cubins"] == {"tool": None, "why": "cuobjdump not found ($CUOBJDUMP, PATH, $CUDA_HOME/bin)", "objects": {}}
