@@ -178,6 +178,11 @@ def test_bench_kernel_cache_lists_every_run_per_kind_and_merges_calls(project, t
     res = json.loads((root / "res" / "kcache-h.json").read_text())
     assert len(res["warm"]) == 3 and len(res["cold_miss"]) == 3 and len(res["cold_hit"]) == 2
     assert len(res["calls"]) == 2 and len(res["invalid"]) == 5
+    # a run that writes no report stops the call: one line, and what ran before it is written with the error
+    p = cli(root, *args, "--runs", "cold_miss", "--results", "res3", "--", "--profile", "nope", PATH="/usr/bin:/bin")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "wrote no readable report" in p.stderr
+    res = json.loads((root / "res3" / "kcache-h.json").read_text())
+    assert res["calls"][0]["rounds_done"] == 0 and "wrote no readable report" in res["calls"][0]["error"]
     p = cli(root, *args, "--runs", "warm", "--results", "res2", PATH="/usr/bin:/bin")
     assert p.returncode == 2 and "needs cold_miss or cold_hit in the same call" in p.stderr
     p = cli(root, *args, "--runs", "cold_hit", "--results", "res2", PATH="/usr/bin:/bin")

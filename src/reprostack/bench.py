@@ -368,11 +368,20 @@ def _kcache_timeline(run: dict) -> dict:
 
 
 def _kcache_runs(kinds, gate, gate_args, *, base: Path, env: dict, store: Path, ring: Path, key: Path) -> dict:
-    """One round: each kind once, in KCACHE_KINDS order, each on its own fresh cache (warm on its round's cold
-    cache); the first cold miss pushes its build into `store`. Returns {kind: run record}."""
+    """One round: each kind once, each on its own fresh cache (warm on its round's cold cache); the first cold miss
+    pushes its build into `store`. Returns {kind: run record}; a step that could not run (no report, a venv or
+    install that failed, a push that failed) ends the round with `error` beside the runs already done."""
+    out: dict = {}
+    try:
+        _kcache_round(out, kinds, gate, gate_args, base=base, env=env, store=store, ring=ring, key=key)
+    except ReprostackError as e:
+        out["error"] = str(e)
+    return out
+
+
+def _kcache_round(out: dict, kinds, gate, gate_args, *, base: Path, env: dict, store: Path, ring: Path, key: Path):
     empty = base / "empty-kcache"
     empty.mkdir(parents=True)
-    out: dict = {}
     warm_cache = None
     for kind in ("cold_miss", "cold_hit", "warm", "from_nothing_hit"):  # warm: on this round's first cold cache
         if kind not in kinds:
@@ -395,7 +404,6 @@ def _kcache_runs(kinds, gate, gate_args, *, base: Path, env: dict, store: Path, 
             out["push_s"], rc = _timed(push, env, base / "push.log")
             if rc != 0:
                 raise ReprostackError(f"bench: kernels push exit {rc}; log {base}/push.log")
-    return out
 
 
 def bench_kernel_cache(
@@ -441,7 +449,7 @@ def bench_kernel_cache(
     for i in range(repeat):
         print(f"bench kcache: round {i + 1} of {repeat}: {', '.join(kinds)}", flush=True)
         got = _kcache_runs(kinds, gate, gate_args, base=work / f"r{i + 1}", env=env, store=store, ring=ring, key=key)
-        for kind in kinds:
+        for kind in [k for k in kinds if k in got]:
             run = got[kind]
             why = _kcache_check(kind, run)
             res["runs"].setdefault(kind, []).append({**run, "round": i + 1, **({"invalid": why} if why else {})})
@@ -450,12 +458,16 @@ def bench_kernel_cache(
         res.update({k: got[k] for k in ("push_s", "host_inventory") if got.get(k)})
         if i == 0:
             res["calls"].append({"kinds": list(kinds), "repeat": repeat, "gate_args": gate_args, "rounds_done": 0})
-        res["calls"][-1]["rounds_done"] = i + 1
+        res["calls"][-1]["rounds_done"] = i + (0 if got.get("error") else 1)
+        if got.get("error"):
+            res["calls"][-1]["error"] = got["error"]
         # written after every round: a call cut at its time limit keeps the rounds it finished
         _kcache_summarise(res)
         res.update(host=label, signing=signing, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(res, indent=1, sort_keys=True) + "\n")
+        if got.get("error"):  # the runs done so far are written; the call says what stopped it
+            raise ReprostackError(f"{got['error']} (the runs before it are in {path})")
     print(
         "bench kcache: "
         + ", ".join(f"{k} {res[f'{k}_s']} s {res[k]}" for k in KCACHE_KINDS if res.get(f"{k}_s") is not None)
