@@ -402,3 +402,15 @@ def test_log_add_refuses_unsigned_twice_and_a_broken_chain(tmp_path):
     evidence.attest_folder(root / "results" / "u", predicate(), signer)
     with pytest.raises(LogError, match="the chain must hold before anything is added"):
         log.append(root, root / "results" / "u", keyring)
+
+
+def test_a_signed_payload_nested_past_the_bound_is_one_line(tmp_path):
+    """Found by the kernel cache's fuzz (issue 41): a payload nested thousands deep, signed by a keyring key, was a
+    RecursionError out of open_envelope; now one line."""
+    from securesystemslib.dsse import Envelope
+
+    signer, ring = make_key(tmp_path)
+    env = Envelope(b"[" * 5000 + b"]" * 5000, evidence.PAYLOAD_TYPE, {})
+    env.sign(signer)
+    with pytest.raises(evidence.EvidenceError, match="nested deeper than"):
+        evidence.open_envelope(env.to_dict(), evidence.Keyring.read(ring), "x")
