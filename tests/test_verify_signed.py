@@ -164,3 +164,37 @@ def test_verify_report_holds_the_log_of_signed_runs_under_results(tmp_path, gpu_
     (run.root / "results" / "attestations.jsonl").write_text("")  # the entry removed
     rc = cli.main(["verify-report", "results/run1"])
     assert rc == 1 and "FAIL results/run1: a signed run not in results/attestations.jsonl" in capsys.readouterr().out
+
+
+def test_a_committed_run_re_attested_now_says_so_and_is_judged_at_the_commit_that_added_it(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 39 item 8, in a clone: the slowed sms8 run (its spec and lock those of the commit that first added it) is
+    re-attested now from what its report recorded, logged, and holds, signed and marked re-attested with the date; the
+    K=5 run of 2026-12-02 (its recorded spec is not the one of the commit that added it) cannot be re-attested into
+    holding: it FAILs on that line, so it stays unsigned."""
+    from test_forgeries import ROOT, RUN, sh
+
+    c = tmp_path / "clone"
+    sh(tmp_path, "git", "clone", "-q", "-s", str(ROOT), str(c))
+    signer = evidence.new_key(tmp_path / "k.pem")
+    entry = evidence.public_entry(signer, "re-attester")
+    (c / "keys" / entry_name(entry)).write_text(json.dumps(entry))
+    monkeypatch.chdir(c)
+    monkeypatch.setenv("REPROSTACK_SIGNING_KEY", str(tmp_path / "k.pem"))
+    why = "re-derived now: verify-report holds its figures to its raw logs"
+    assert cli.main(["attest", f"{RUN}/sms8", "--re-attest", why]) == 0
+    assert cli.main(["log", "add", f"{RUN}/sms8"]) == 0
+    capsys.readouterr()
+    rc = cli.main(["verify-report", f"{RUN}/sms8"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "(signed by re-attester (" in out, out
+    ck = evidence.check_folder(c / RUN / "sms8", evidence.Keyring.read(c / "keys"))
+    assert ck.predicate["re_attested"]["why"] == why and ck.predicate["purpose"]["kind"] == "deliberate"
+    assert ck.predicate["project"]["source"] == "re-attested: the commit that first added it"
+    k5 = "results/gate_micro/2026-12-02-h200-ep1-k5"
+    assert cli.main(["attest", k5, "--re-attest", why]) == 0
+    capsys.readouterr()
+    rc = cli.main(["verify-report", k5])
+    out = capsys.readouterr().out
+    assert rc == 1 and "gates/micro.yaml" in out and "is not the one of its run's commit" in out, out

@@ -181,3 +181,53 @@ def add_after(folder: Path, signer, keyring) -> tuple[Path, list[str]]:
         pred.pop("unsigned_transcript")
     path = write(Path(folder) / NAME, [sign(statement(subjects(folder), pred), signer)])
     return path, list(c.uncovered)
+
+
+def re_attest(folder: Path, signer, why: str, recorded_commit: str | None = None) -> Path:
+    """Sign an unsigned run folder now, saying so (`re_attested`: today's date and `why`): the predicate is made from
+    what its reports recorded, never from this machine (their host, project, lock, spec, times, verdicts); a report
+    that recorded no project commit takes `recorded_commit` (the commit that first added it, given by the caller),
+    marked `source: re-attested`. Raises EvidenceError when the folder is signed already or holds no gate report."""
+
+    from .. import jsonsrc
+    from .envelope import EvidenceError, sign, write
+    from .statement import utc_now
+
+    folder = Path(folder)
+    if (folder / NAME).exists():
+        raise EvidenceError(f"{folder}: already signed ({NAME}); re-attestation is for unsigned runs")
+    reports = []
+    for p in sorted(folder.glob("*.json")):
+        try:
+            d = jsonsrc.load(p, EvidenceError)
+        except EvidenceError:
+            continue
+        if {"gate", "result", "checks"} <= set(d):
+            reports.append(d)
+    if not reports:
+        raise EvidenceError(f"{folder}: no gate report (<gate>.json) to re-attest")
+    first = reports[0]
+    prov = first.get("provenance") if isinstance(first.get("provenance"), dict) else {}
+    proj = prov.get("project") if isinstance(prov.get("project"), dict) else None
+    if not proj or not proj.get("commit"):
+        proj = {"commit": recorded_commit, "dirty": None, "source": "re-attested: the commit that first added it"}
+    host = prov.get("host") if isinstance(prov.get("host"), dict) else {}
+    data = first.get("data") if isinstance(first.get("data"), dict) else {}
+    argv = data.get("command") if isinstance(data.get("command"), list) else ["(the command line was not recorded)"]
+    results = {str(r.get("result")) for r in reports}
+    pred = run_predicate(
+        kind="gate",
+        argv=[str(a) for a in argv],
+        verdict=results.pop() if len(results) == 1 else "mixed",
+        project=proj,
+        host=host,
+        started=str(first.get("started") or utc_now()),
+        ended=str(first.get("ended") or utc_now()),
+        purpose_=purpose_of(reports),
+        gates=gate_entries(reports),
+        lock_sha256=prov.get("lock_sha256"),
+        stack=prov.get("stack"),
+        images=images_of(reports),
+        re_attested={"date": utc_now()[:10], "why": why},
+    )
+    return write(folder / NAME, [sign(statement(subjects(folder), pred), signer)])
