@@ -5,7 +5,8 @@ would, and a damaged report: `reprostack verify-report` rejects each with one FA
 The slowed run is results/gate_micro/2026-12-03-h200-ep1-baseline/call-b/sms8 (--num-sms 8: 17.07 us, FAIL against
 the 15.61 us baseline bar). Every forgery is tried twice where it can be: edited in the working tree, and committed
 by a forger with commit rights (then only history can tell: a judged unsigned report is the bytes first committed
-at its path, and no unsigned run is committed after signing began)."""
+at its path, and no unsigned run is committed after signing began). Should sms8 be re-attested (scripts/reattest.py),
+the same forgeries fail on its signature instead: SIGNED_WHY."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = "results/gate_micro/2026-12-03-h200-ep1-baseline/call-b"
 SMS8 = f"{RUN}/sms8/micro.json"
 SMS4 = f"{RUN}/sms4/micro.json"
+SIGNED_WHY = ("its sha256 is not the attested one", "no subject of the attestation covers it", "transcript beside")
 OLD_SPEC_COMMIT = "c9cc10e"  # gates/micro.yaml before the baseline bar: dc_p50_us <= 30 us, a typed figure
 
 
@@ -43,6 +45,15 @@ def clone(tmp_path, monkeypatch) -> Path:
 def verify(c: Path, capsys, *folders: str) -> tuple[int, str]:
     rc = cli.main(["verify-report", *(folders or (str(c / RUN),))])
     return rc, capsys.readouterr().out
+
+
+def rejected(out: str, rel: str, *unsigned_why: str) -> bool:
+    """The report's line is a FAIL: as an unsigned run (`unsigned, and` one of `unsigned_why`), or, should the run
+    have been re-attested since, on its signature (SIGNED_WHY)."""
+    line = line_of(out, rel)
+    if not line.startswith(f"FAIL {rel}: "):
+        return False
+    return ("unsigned, and " in line and all(w in line for w in unsigned_why)) or any(w in line for w in SIGNED_WHY)
 
 
 def line_of(out: str, rel: str) -> str:
@@ -79,9 +90,7 @@ def test_a_spec_downgrade_is_rejected(clone, capsys, committed):
     if committed:
         commit(clone, "re-judge sms8 against the old spec")
     rc, out = verify(clone, capsys)
-    line = line_of(out, SMS8)
-    assert rc == 1 and line.startswith(f"FAIL {SMS8}: micro [h200-ep1] PASS: unsigned, and "), out
-    assert ("changed by commit" if committed else "is not the committed bytes") in line
+    assert rc == 1 and rejected(out, SMS8, "changed by commit" if committed else "is not the committed bytes"), out
 
 
 @pytest.mark.parametrize("committed", [False, True])
@@ -108,7 +117,8 @@ def test_a_free_text_baseline_exemption_is_rejected(clone, capsys, committed):
     rc, out = verify(clone, capsys)
     line = line_of(out, SMS8)
     assert rc == 1 and line.startswith(f"FAIL {SMS8}: micro [h200-ep1] PASS: "), out
-    assert "its runs are not the recorded spec's (and no signed --baseline/--baseline-run chose them)" in line
+    exempt = "its runs are not the recorded spec's (and no signed --baseline/--baseline-run chose them)"
+    assert exempt in line or any(w in line for w in SIGNED_WHY), line
 
 
 @pytest.mark.parametrize("committed", [False, True])
@@ -122,9 +132,9 @@ def test_a_self_consistent_copy_of_a_run_is_rejected(clone, capsys, committed):
         commit(clone, "another baseline run")
     rel = "results/gate_micro/2026-12-06-h200-ep1-again/normal/micro.json"
     rc, out = verify(clone, capsys, str(dst.parent))
-    line = line_of(out, rel)
-    assert rc == 1 and line.startswith(f"FAIL {rel}: micro [h200-ep1] PASS: unsigned, and "), out
-    assert ("after signing began" if committed else "is not the committed bytes") in line
+    replay = f"FAIL {Path(rel).parent.as_posix()}: a signed run not in results/attestations.jsonl"  # a signed copy
+    why = "after signing began" if committed else "is not the committed bytes"
+    assert rc == 1 and (rejected(out, rel, why) or replay in out), out
 
 
 @pytest.mark.parametrize("committed", [False, True])
@@ -133,8 +143,7 @@ def test_a_deliberate_run_made_ordinary_is_rejected(clone, capsys, committed):
     if committed:
         commit(clone, "sms8 is an ordinary run")
     rc, out = verify(clone, capsys)
-    line = line_of(out, SMS8)
-    assert rc == 1 and line.startswith(f"FAIL {SMS8}: micro [h200-ep1] FAIL: unsigned, and "), out
+    assert rc == 1 and rejected(out, SMS8), out
 
 
 def test_a_correction_attaching_a_sha_is_rejected(clone, capsys):
@@ -149,8 +158,7 @@ def test_a_correction_attaching_a_sha_is_rejected(clone, capsys):
         )
     commit(clone, "a correction")
     rc, out = verify(clone, capsys)
-    line = line_of(out, SMS8)
-    assert rc == 1 and line.startswith(f"FAIL {SMS8}: micro [h200-ep1] FAIL: unsigned, and "), out
+    assert rc == 1 and rejected(out, SMS8), out
 
 
 @pytest.mark.parametrize("committed", [False, True])
@@ -162,9 +170,7 @@ def test_a_console_transcript_with_other_numbers_is_rejected(clone, capsys, comm
     if committed:
         commit(clone, "the transcript")
     rc, out = verify(clone, capsys)
-    line = line_of(out, SMS8)
-    assert rc == 1 and line.startswith(f"FAIL {SMS8}: micro [h200-ep1] FAIL: unsigned, and "), out
-    assert "sms8.cli.log" in line
+    assert rc == 1 and rejected(out, SMS8, "sms8.cli.log"), out
 
 
 @pytest.mark.parametrize("damage, why", [(b"NaN", "NaN is not a number"), (b"\xff", "not UTF-8")])

@@ -59,12 +59,15 @@ def append(root: Path, folder: Path, keyring) -> dict:
         raise LogError(f"{LOG}: {problems[0]} (the chain must hold before anything is added)")
     if any(e["folder"] == rel for e in entries):
         raise LogError(f"{rel}: already in {LOG}")
+    sha = sha256_file(folder / NAME)
+    if any(e["attestation_sha256"] == sha for e in entries):
+        raise LogError(f"{rel}: its attestation is logged already for another folder (a copy of a signed run)")
     lines = _lines(path)
     entry = {
         "seq": len(lines),
         "prev": hashlib.sha256(lines[-1]).hexdigest() if lines else ZERO,
         "folder": rel,
-        "attestation_sha256": sha256_file(folder / NAME),
+        "attestation_sha256": sha,
         "keyid": c.opened.keyid,
         "kind": c.predicate["kind"],
         "verdict": c.predicate.get("verdict"),
@@ -107,6 +110,11 @@ def check(root: Path, path: Path, keyring=None, folders_seen=None) -> tuple[list
             problems.append(f"{where}: run {e['folder']} is logged but gone (removed from results/)")
         elif not _SHA.match(e["attestation_sha256"]) or sha256_file(att) != e["attestation_sha256"]:
             problems.append(f"{where}: run {e['folder']}'s attestation is not the one logged (re-signed or replaced)")
+    seen_sha: dict[str, str] = {}
+    for e in entries:  # one attestation, one run: a signed folder copied elsewhere is a replay
+        other = seen_sha.setdefault(e["attestation_sha256"], e["folder"])
+        if other != e["folder"]:
+            problems.append(f"{LOG}: run {e['folder']} has the attestation of {other} (a copy of a signed run)")
     logged = {e["folder"] for e in entries}
     for rel in sorted(folders_seen or ()):
         if rel not in logged:

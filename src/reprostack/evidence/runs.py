@@ -37,18 +37,18 @@ def purpose_of(reports: list[dict], asked: str = "ordinary") -> dict:
     return purpose(asked)
 
 
-def gate_entries(reports: list[dict]) -> list[dict]:
-    """The predicate's `gates` of a run's report dicts (each written as `<gate>.json` in the folder)."""
+def gate_entries(reports: list[dict], names: list[str] | None = None) -> list[dict]:
+    """The predicate's `gates` of a run's report dicts: each at `names[i]` in the folder (default `<gate>.json`)."""
     return [
         {
             "gate": str(r.get("gate")),
             "profile": str(r.get("profile")),
             "result": str(r.get("result")),
-            "report": f"{r.get('gate')}.json",
+            "report": names[i] if names else f"{r.get('gate')}.json",
             "spec_sha256": (r.get("provenance") or {}).get("gate_spec_sha256"),
             "evidence": r.get("evidence") is not False,
         }
-        for r in reports
+        for i, r in enumerate(reports)
     ]
 
 
@@ -196,14 +196,19 @@ def re_attest(folder: Path, signer, why: str, recorded_commit: str | None = None
     folder = Path(folder)
     if (folder / NAME).exists():
         raise EvidenceError(f"{folder}: already signed ({NAME}); re-attestation is for unsigned runs")
-    reports = []
-    for p in sorted(folder.glob("*.json")):
+    from .check import attested_folder
+
+    reports, names = [], []
+    for p in sorted(folder.rglob("*.json")):  # a report in a subfolder signed on its own is that folder's
+        if p.is_symlink() or attested_folder(p.parent, folder) is not None:
+            continue
         try:
             d = jsonsrc.load(p, EvidenceError)
         except EvidenceError:
             continue
         if {"gate", "result", "checks"} <= set(d):
             reports.append(d)
+            names.append(p.relative_to(folder).as_posix())
     if not reports:
         raise EvidenceError(f"{folder}: no gate report (<gate>.json) to re-attest")
     first = reports[0]
@@ -224,7 +229,7 @@ def re_attest(folder: Path, signer, why: str, recorded_commit: str | None = None
         started=str(first.get("started") or utc_now()),
         ended=str(first.get("ended") or utc_now()),
         purpose_=purpose_of(reports),
-        gates=gate_entries(reports),
+        gates=gate_entries(reports, names),
         lock_sha256=prov.get("lock_sha256"),
         stack=prov.get("stack"),
         images=images_of(reports),

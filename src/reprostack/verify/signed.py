@@ -95,7 +95,27 @@ class Evidence:
         f.who, f.keyid, f.predicate = c.opened.who, c.opened.keyid, c.predicate
         if isinstance(doc, dict):
             self._pinned(f, path, doc)
+        self._beside(f, folder)
         return f
+
+    def _beside(self, f: Facts, folder: Path) -> None:
+        """A transcript beside a signed folder (`<folder>.cli.log`, no subject of it) is held as git holds it: the
+        committed bytes, never changed since first committed (a re-attested run's transcript lies outside it)."""
+        log = folder.parent / f"{folder.name}.cli.log"
+        if not log.is_file():
+            return
+        try:
+            rel = log.resolve().relative_to(self.root).as_posix()
+            raw = git(
+                "status", "--porcelain=v1", "--ignored=matching", "--untracked-files=all", "--", rel, cwd=self.root
+            )
+        except (ValueError, GitFailed, OSError):
+            f.problems.append(f"{log}: a transcript beside the signed run, outside this repository's history")
+            return
+        if raw.strip():
+            f.problems.append(f"{rel}: the transcript beside the signed run is not the committed bytes")
+        elif rel in self.changed_after_added():
+            f.problems.append(f"{rel}: the transcript beside the signed run was changed after it was first committed")
 
     def _unsigned(self, path: Path, doc) -> Facts:
         """An unsigned report is what git holds: its folder and the console transcripts beside it as committed, and
