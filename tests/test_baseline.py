@@ -227,3 +227,35 @@ def test_the_baseline_says_where_and_when_its_runs_ran_from_their_reports():
     assert "three lent machines" not in note and "two days" not in note
     assert "origin (from the runs' reports): started 2026-12-02T03:47:29Z .. 2026-12-02T07:57:22Z, 1 day(s)" in note
     assert "host name(s) vm, no machine id recorded" in note
+
+
+def test_a_signed_only_baseline_takes_signed_baseline_runs_only(tmp_path):
+    """Issue 39: a baseline made of signed baseline runs (`signed-only: true`): an unsigned run, a run signed as an
+    ordinary one, and a run whose folder changed after signing are each refused by name."""
+    from reprostack import evidence
+    from reprostack.evidence.keys import entry_name
+    from reprostack.report.baseline import BaselineSpec, signed_baseline_run
+    from test_evidence import predicate
+
+    signer = evidence.new_key(tmp_path / "k.pem")
+    entry = evidence.public_entry(signer, "baseliner")
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / entry_name(entry)).write_text(json.dumps(entry))
+    for name, purpose in (("a", "baseline"), ("b", "ordinary"), ("u", None)):
+        f = tmp_path / "runs" / name
+        write(tmp_path, f"runs/{name}/micro.json", report())
+        if purpose:
+            pred = predicate(purpose_=evidence.purpose(purpose))
+            pred["gates"][0]["report"] = "micro.json"
+            evidence.attest_folder(f, pred, signer)
+    assert signed_baseline_run(tmp_path, "runs/a/micro.json") == "baseliner"
+    with pytest.raises(BaselineError, match="runs/b/micro.json: signed as a ordinary run, not a baseline run"):
+        signed_baseline_run(tmp_path, "runs/b/micro.json")
+    with pytest.raises(BaselineError, match="runs/u/micro.json: unsigned; this bar takes signed baseline runs only"):
+        signed_baseline_run(tmp_path, "runs/u/micro.json")
+    spec = BaselineSpec(("runs/a/micro.json", "runs/u/micro.json"), 0.07, "why it is so", signed_only=True)
+    with pytest.raises(BaselineError, match="unsigned"):
+        spec.resolve(tmp_path, gate="micro", profile="h200-ep1", metric="dc_p50_us")
+    (tmp_path / "runs" / "a" / "micro.json").write_text(json.dumps(report(mean=9.0)))
+    with pytest.raises(BaselineError, match="its sha256 is not the attested one"):
+        signed_baseline_run(tmp_path, "runs/a/micro.json")

@@ -264,7 +264,9 @@ def _bars(bars: list) -> tuple[Bar, ...]:
             out.append(Bar(**b))
             continue
         e = b["baseline"]
-        spec = BaselineSpec(tuple(e["runs"]), float(e["tolerance"]), e["why"], e.get("stack", "campaign"))
+        spec = BaselineSpec(
+            tuple(e["runs"]), float(e["tolerance"]), e["why"], e.get("stack", "campaign"), e.get("signed-only", False)
+        )
         out.append(Bar(**{k: v for k, v in b.items() if k != "baseline"}, threshold=None, baseline=spec))
     return tuple(out)
 

@@ -42,9 +42,13 @@ class BaselineSpec:
     tolerance: float
     why: str
     stack: str = DEFAULT_STACK
+    signed_only: bool = False  # `signed-only: true`: every run a signed baseline run (signed_baseline_run)
 
     def resolve(self, root: Path, *, gate: str, profile: str, metric: str, model: str | None = None) -> Baseline:
         """The Baseline of these runs. Raises BaselineError naming the run that cannot be used."""
+        if self.signed_only:
+            for rel in self.runs:
+                signed_baseline_run(root, rel)
         return baseline(
             root,
             self.runs,
@@ -232,3 +236,24 @@ def accepted_among(
         if rel not in out:
             out.append(rel)
     return out
+
+
+def signed_baseline_run(root: Path, rel: str) -> str:
+    """Who signed the baseline run `rel` (a project path). Raises BaselineError unless its run folder's attestation
+    verifies with the project's keyring (reprostack.evidence), every file a subject, the report one of its gates,
+    and the signed purpose is `baseline` (a run made to be one: gate --purpose baseline)."""
+    from .. import evidence
+
+    path = (Path(root) / rel).resolve()
+    folder = evidence.attested_folder(path.parent, Path(root))
+    if folder is None:
+        raise BaselineError(f"baseline run {rel}: unsigned; this bar takes signed baseline runs only")
+    c = evidence.check_folder(folder, evidence.Keyring.read(Path(root) / evidence.KEYRING_DIR))
+    if not c.ok:
+        raise BaselineError(f"baseline run {rel}: {c.problems[0]}")
+    name = path.relative_to(folder.resolve()).as_posix()
+    if not any(g.get("report") == name for g in c.predicate.get("gates") or []):
+        raise BaselineError(f"baseline run {rel}: not a report of its signed run")
+    if c.predicate["purpose"]["kind"] != "baseline":
+        raise BaselineError(f"baseline run {rel}: signed as a {c.predicate['purpose']['kind']} run, not a baseline run")
+    return c.opened.who
