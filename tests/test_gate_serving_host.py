@@ -135,3 +135,28 @@ def test_the_dispatch_line_proves_each_rank_of_one_host_and_names_a_silent_rank(
     rep = check(_log(16, range(8)), num_ranks=16, gpus=8)
     d = next(r for r in rep.required if r.name == "ElasticBuffer dispatch")
     assert d.per_rank == {None: 16} and d.missing_ranks == list(range(16))
+
+
+def test_the_deepep_over_alternative_ratio_has_a_95_interval_from_both_arms_runs():
+    from types import SimpleNamespace as NS
+
+    from reprostack.gates.servingratio import ratio_interval, ratio_intervals
+
+    d, a = [100.0, 104.0, 96.0], [50.0, 51.0, 49.0, 50.0]
+    got = ratio_interval(d, a)
+    # by hand: r = 100 / 50; v_d = 16 / (3 * 100^2), v_a = (2/3) / (4 * 50^2); Welch df = 2.2... -> t(0.975, 2)
+    vd, va = 16 / 3 / 100**2, (2 / 3) / 4 / 50**2
+    half = 4.3027 * 2.0 * (vd + va) ** 0.5
+    assert got["ratio"] == 2.0 and got["n"] == [3, 4]
+    assert got["ci95"] == [round(2.0 - half, 6), round(2.0 + half, 6)]
+    assert ratio_interval([10.0, 10.0], [5.0, 5.0])["ci95"] == [2.0, 2.0]
+    assert ratio_interval([10.0], [5.0, 5.0]) is None and ratio_interval([0.0, 0.0], [5.0, 5.0]) is None
+
+    def arm(name, role, cells):
+        return NS(arm=NS(name=name, role=role), cells=[NS(cell=NS(name=c), samples=s) for c, s in cells.items()])
+
+    runs = [
+        arm("deepep", "deepep", {"c1": d, "c4": [1.0]}),
+        arm("allgather", "alternative", {"c1": a, "c4": [1.0, 2.0]}),
+    ]
+    assert ratio_intervals(runs) == {"allgather": {"c1": got}}  # c4: one DeepEP run, no interval

@@ -59,6 +59,7 @@ from ..report import (
     require_deepep_arm,
 )
 from ..report.stats import statistics_block, summarize
+from .servingratio import ratio_intervals
 from .aiperfrun import CellResult, profile_run_started, run_cell
 from .aiperftool import ensure_aiperf, make_test_tokenizer
 from . import transport
@@ -459,6 +460,7 @@ class ServingGate(Gate):
                 for r in runs
             },
             "ratios_deepep_over_alternative": _ratios(runs),
+            "ratio_intervals_deepep_over_alternative": ratio_intervals(runs),
             "profile": profile.description,
             "statistics": _statistics(runs),
             "trials": st.opts.trials,
