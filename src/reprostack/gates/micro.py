@@ -433,7 +433,7 @@ class MicroGate(Gate):
             modes=st.opts.modes,
         )
         st.data["failure"] = fc.to_dict()
-        why = f"{fc.kind}: {fc.detail} ({fc.first_line})"
+        why = fc.line()
         kern = st.scratch["kern"]
         hint = runtime.older_nccl_hint(text, kern.nccl_version)
         if hint:  # an ImportError on an nccl symbol: say which NCCL the environment loads first

@@ -369,7 +369,7 @@ class ServingGate(Gate):
             run.transport, run.transport_check = arm_transport(profile, dict(plan.env), arm.name, text)
         if run.error and run.server_exit is not None:
             fc = classify_failure(text, run.server_exit, False)
-            run.error += f" ({fc.kind}: {fc.detail}" + (f"; {fc.first_line}" if fc.first_line else "") + ")"
+            run.error += f" ({fc.line()})"
         if run.error and run.backend.first_dead_rank is not None:
             run.error += f"; first rank that died: {run.backend.first_dead_rank} ({run.backend.death})"
         return run
