@@ -68,8 +68,8 @@ def _gates(args, lock, root, opts) -> int:
             "a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
             "every node's log there)"
         )
-    # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
-    # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
+    # a new folder per run; `latest` moves to it only once its summary is written (runs.RunDir.finish): a run that
+    # died leaves `latest` on the last run that finished, and says so; --out DIR is used as given
     if ga.baseline == BASELINE_HISTORY and not ga.baseline_runs:  # the gates never read the history: paths here
         stem = registry.gate(args.gate).stem if args.cmd == "gate" else None
         ga = ga.with_(baseline_runs=history_runs(root, opts.cache.root, lock.stack, stem, ga.profile))
@@ -93,7 +93,7 @@ def _gates(args, lock, root, opts) -> int:
             reports = [node.stopped(g, e)] if g is not None else []
             required = {r.gate for r in reports} if g is not None else runner.required()
         except ReprostackError:
-            folder.abandon()  # bad input, nothing ran: no trace of this run, latest as it was
+            folder.abandon()  # bad input, nothing ran: no trace of this run; latest never moved
             raise
         sigterm.hold()  # the run is over: the reports and the rc are written whole
         if not node.reporter:  # a worker: no report (only node 0 writes them); its rc says how its part went
@@ -101,6 +101,7 @@ def _gates(args, lock, root, opts) -> int:
         for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
             r.provenance.setdefault("stack", lock.stack)
         written = write_reports(reports, out, required=required)
+        folder.finish()
         for line in result_lines(reports):
             print(line)
         print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
