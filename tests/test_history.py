@@ -866,3 +866,120 @@ def test_aiperf_rates_are_higher_is_better(tmp_path, capsys):
     rc, out, _ = run(capsys, "--db", db, "--no-plots")
     assert rc == 0 and "vllm/h200-ep1 [campaign] allgather.c1.agg_tok_s (tokens/sec, higher is better)" in out
     assert "sglang/h200-ep1 [campaign] dense.c8.agg_tok_s (tokens/sec, higher is better)" in out
+
+
+# ------------------------------------------------- issue 40 items 3 and 11: where history writes, its db errors
+
+
+def _status(path: Path) -> str:
+    return git("status", "--porcelain", "--ignored", "--", str(path), cwd=ROOT)
+
+
+def test_history_writes_to_the_cache_by_default_never_into_the_clone(tmp_path, capsys, monkeypatch):
+    """Issue 40 item 3: a plain `reprostack history` wrote its page into the committed results/history/ (and,
+    without matplotlib, stripped its plots), so the next report recorded a dirty tree. Now the database and the page
+    go to the cache; the clone's results/history/ is written only with --out."""
+    monkeypatch.setenv("REPROSTACK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(ROOT)
+    res = tmp_path / "results"
+    report(res, "a", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    before = _status(ROOT / "results" / "history")
+    rc, out, _ = run(capsys, res)
+    assert rc == 0, out
+    page = tmp_path / "cache" / "history" / "page" / "index.html"
+    assert page.is_file() and f"page: {page}" in out and f"database {tmp_path / 'cache'}" in out
+    assert _status(ROOT / "results" / "history") == before
+    assert "the committed page: --out results/history" in " ".join(_help("history").split())
+
+
+def _help(cmd: str) -> str:
+    p = subprocess.run([sys.executable, "-m", "reprostack", cmd, "--help"], capture_output=True, text=True, cwd=ROOT)
+    return p.stdout
+
+
+def test_a_page_with_plots_is_never_replaced_by_one_without(tmp_path, db):
+    """Issue 40 item 3: without matplotlib, --out on a page whose index.html holds plots would strip them: one
+    line, exit 2, nothing written."""
+    res = tmp_path / "results"
+    report(res, "a", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    out = tmp_path / "page"
+    out.mkdir()
+    (out / "index.html").write_text('<img src="data:image/png;base64,AAAA">')
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; from reprostack.cli import main; "
+        f"sys.exit(main(['history', {str(res)!r}, '--db', {str(db)!r}, '--out', {str(out)!r}]))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert p.stderr.splitlines()[-1] == (
+        f"reprostack: error: --out {out}: its index.html has plots and matplotlib is not installed: a tables-only "
+        "page would strip them; pip install -e '.[plots]' in this checkout, or --no-plots, or another --out"
+    )
+    assert (out / "index.html").read_text() == '<img src="data:image/png;base64,AAAA">' and not db.exists()
+
+
+def test_a_folder_where_index_html_goes_is_one_line_naming_it(tmp_path, db, capsys):
+    """Issue 40 item 11: a folder in the way of index.html was named by its temp file (`.index.html.xyz.tmp`)."""
+    res = tmp_path / "results"
+    report(res, "a", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    (tmp_path / "page" / "index.html").mkdir(parents=True)
+    rc, out, err = run(capsys, res, "--db", db, "--out", tmp_path / "page")
+    assert (rc, out) == (2, "") and err.count("\n") == 1
+    assert (
+        err
+        == f"reprostack: error: --out {tmp_path / 'page'}: {tmp_path / 'page' / 'index.html'} is a folder (or not a file); move it away\n"
+    )
+    assert not db.exists() and os.listdir(tmp_path / "page") == ["index.html"]
+
+
+def test_a_locked_database_is_called_locked(tmp_path, db, capsys):
+    """Issue 40 item 11: a database another process holds locked was called `not a history database`."""
+    res = tmp_path / "results"
+    report(res, "a", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+    assert run(capsys, res, "--db", db, "--no-plots")[0] == 0
+    report(res, "b", lock=LOCK_A, date="2026-12-02T00:00:00Z")
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        rc, out, err = run(capsys, res, "--db", db, "--no-plots")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert (rc, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"reprostack: error: {db}: locked by another process (SQLite: database is locked); ")
+    assert "not a history database" not in err
+
+
+def test_a_read_only_database_with_new_reports_is_one_line_never_a_traceback(db, capsys):
+    """Issue 40 item 11: a database the user cannot write, with new reports to store, gave a traceback
+    (`internal error`). Run as an unprivileged user (root writes any file), the database root's and 0644."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run the command as a user who cannot write the database")
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="rs-ro-"))  # pytest's tmp_path is 0700: the other user cannot enter it
+    try:
+        top.chmod(0o755)
+        res, db = top / "results", top / "h.sqlite3"
+        report(res, "a", lock=LOCK_A, date="2026-12-01T00:00:00Z")
+        assert run(capsys, res, "--db", db, "--no-plots")[0] == 0
+        report(res, "b", lock=LOCK_A, date="2026-12-02T00:00:00Z")
+        before = db.read_bytes()
+        code = (
+            "import sys; from reprostack.cli import main; "
+            f"sys.exit(main(['history', {str(res)!r}, '--db', {str(db)!r}, '--no-plots']))"
+        )
+        env = {**os.environ, "HOME": str(top), "REPROSTACK_CACHE": str(top / "nobody-cache")}
+        p = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+            capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+        )  # fmt: skip
+        err = [x for x in p.stderr.splitlines() if not UI_LINE.match(x)]
+        assert p.returncode == 2 and "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+        assert err == [
+            f"reprostack: error: {db}: read-only (SQLite: attempt to write a readonly database); make it writable, "
+            "or use another --db"
+        ], p.stderr
+        assert db.read_bytes() == before
+    finally:
+        shutil.rmtree(top)

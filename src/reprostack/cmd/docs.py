@@ -55,10 +55,11 @@ def history_block(root: Path, args: list[str]) -> str:
 def write_page(root: Path) -> str:
     """The committed history page (results/history/index.html and its PNGs) from results/; a line saying what."""
     from ..history import compare, render
-    from ..history.command import ingest, scan
+    from ..history.command import check_page, ingest, scan
     from ..history.store import Store
 
     out = root / "results" / "history"
+    check_page(out)  # never a tables-only page over the committed plots
     with tempfile.TemporaryDirectory(prefix="reprostack-docs-") as d:
         with Store.open(Path(d) / "history.sqlite3") as store:
             ingest(store, scan([root / "results"], exclude=out))
