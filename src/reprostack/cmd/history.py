@@ -6,7 +6,7 @@ from __future__ import annotations
 HELP = "ingest gate reports into a SQLite history; tables, regressions, plots"
 DESCRIPTION = (
     "Ingest every gate report (*.json) under FOLDER (default: results/) into the "
-    "history database, flag a regression where two runs' or two lock versions' 95%% intervals "
+    "history database, flag a regression where two runs' or two lock versions' 95% intervals "
     "separate (naming the pins that changed), print the flagged ones first and one line per "
     "metric (--all: every run of every metric), write index.html and one PNG per metric "
     "(matplotlib, the `plots` extra) into --out (default: the cache, never the clone). Exit 0; 2 when a report or a stored row was "

@@ -63,7 +63,7 @@ from .aiperfrun import CellResult, profile_run_started, run_cell
 from .aiperftool import ensure_aiperf, make_test_tokenizer
 from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .options import GateOptions
+from .options import SERVING_TRIALS, GateOptions
 from .parsers.failure import classify_failure
 from .parsers.servelog import ServeLogReport, assert_backend
 from .parsers.transport import parse_transport
@@ -71,7 +71,7 @@ from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 from .spec import NoProfileForHost
 
-DEFAULT_TRIALS = 3  # AIPerf profile runs per cell on a GPU profile when --trials is not given
+DEFAULT_TRIALS = SERVING_TRIALS  # AIPerf runs per cell on a GPU profile without --trials (gates.options holds it)
 
 
 @dataclass
