@@ -235,6 +235,35 @@ def _python_exception(lines) -> tuple[int, str] | None:
     return found
 
 
+def _first_hit(lines, limit: int):
+    """(index, kind, extra detail) of the earliest line of lines[:limit] that is evidence of a kind, None when none:
+    a C++ `terminate` line by its `what():` text, a `Fatal Python error` with its innermost frame."""
+    for i, (no, pre, body) in enumerate(lines[:limit]):
+        kind = evidence_kind(body)
+        if kind is None:
+            continue
+        extra = ""
+        if _TERMINATE.search(body):
+            what = next(
+                (
+                    _WHAT.search(b)
+                    for _n, p, b in lines[i + 1 : i + 4]
+                    if prefix_rank(p) == prefix_rank(pre) and _WHAT.search(b)
+                ),
+                None,
+            )
+            if what:
+                kind, extra = (
+                    evidence_kind(what.group(1)) or "sigabrt",
+                    f"uncaught C++ exception: {what.group(1)[:200]}",
+                )
+        if kind in ("sigsegv", "sigabrt", "sigbus") and body.lstrip().startswith("Fatal Python error"):
+            frame = _innermost_frame(lines, i)
+            extra = f"innermost Python frame: {frame}" if frame else "no Python frame in the faulthandler output"
+        return (i, kind, extra)
+    return None
+
+
 def _oom_over(lines, hit, timed_out: bool):
     """The hit, or an out-of-memory line when the hit is a consequence of one (_NOT_ROOT); its detail names the
     hit's line."""
@@ -264,32 +293,7 @@ def classify_failure(text: str, returncode: int | None, timed_out: bool, *, pars
     limit = len(lines) if parse is None or parse.completed_line is None else parse.completed_line
     rc_text = "no exit code" if returncode is None else f"exit code {returncode}"
 
-    hit = None  # (index, kind, extra detail)
-    for i, (no, pre, body) in enumerate(lines[:limit]):
-        kind = evidence_kind(body)
-        if kind is None:
-            continue
-        extra = ""
-        if _TERMINATE.search(body):
-            what = next(
-                (
-                    _WHAT.search(b)
-                    for _n, p, b in lines[i + 1 : i + 4]
-                    if prefix_rank(p) == prefix_rank(pre) and _WHAT.search(b)
-                ),
-                None,
-            )
-            if what:
-                kind, extra = (
-                    evidence_kind(what.group(1)) or "sigabrt",
-                    f"uncaught C++ exception: {what.group(1)[:200]}",
-                )
-        if kind in ("sigsegv", "sigabrt", "sigbus") and body.lstrip().startswith("Fatal Python error"):
-            frame = _innermost_frame(lines, i)
-            extra = f"innermost Python frame: {frame}" if frame else "no Python frame in the faulthandler output"
-        hit = (i, kind, extra)
-        break
-    hit = _oom_over(lines[:limit], hit, timed_out)
+    hit = _oom_over(lines[:limit], _first_hit(lines, limit), timed_out)  # (index, kind, extra detail)
 
     def where(i: int) -> tuple[str, int]:
         no, pre, body = lines[i]
