@@ -24,6 +24,8 @@ from .cmd import (
     fetch,
     gate,
     history,
+    kernels,
+    keys,
     launch,
     lock,
     outdated,
@@ -48,6 +50,7 @@ COMMANDS = {
     "bump": bump,
     "outdated": outdated,
     "build": build,
+    "kernels": kernels,
     "gate": gate,
     "all-gates": all_gates,
     "launch": launch,
@@ -57,6 +60,7 @@ COMMANDS = {
     "verify-report": verify_report,
     "docs": docs,
     "history": history,
+    "keys": keys,
 }
 
 
