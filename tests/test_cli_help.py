@@ -60,6 +60,16 @@ def test_every_help_has_no_stray_percent_no_raw_json_and_no_stale_default():
     assert seen >= 18 and not bad, "\n".join(bad)
 
 
+def test_every_subcommand_help_exits_0_and_prints_its_usage(capsys):
+    import pytest
+
+    for path, _p in _parsers(cli.parser()):
+        with pytest.raises(SystemExit) as e:
+            cli.main([*path[1:], "--help"])
+        out = capsys.readouterr().out
+        assert e.value.code == 0 and out.startswith(f"usage: {' '.join(path)}"), path
+
+
 def test_trials_help_states_the_defaults_the_gates_use():
     from reprostack.gates import micro, serving
 
