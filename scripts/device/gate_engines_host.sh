@@ -25,6 +25,9 @@
 # micro.json, summary.md, cli.log, micro-cli.log, steps.log, install.log, seam.log.
 # Commit from it: results/gate_ENGINE/<date>-<card>x<N>-epN/ (the run folder as gate_vllm_h200.sh's were committed),
 # results/gate_micro/<date>-<card>x<N>-nvl-epN/, then attest once signing exists.
+# SGLang: its DeepEP arm is SKIP on host-epN (gates/sglang.yaml skip-arms): SGLang 0.5.11 serves DeepEP normal mode
+# only for an FP8 model (through DeepGEMM) and the tiny model is BF16; an FP8 block-quantized variant of
+# models/tiny-qwen3-moe is the missing piece; then drop that skip-arms entry. ENGINE=sglang alone gives the dense arm.
 # Exit: the gate's (1 for an unmeasured profile that ran; 2 a step before it failed; 3 SKIP).
 set -u
 R=$(pwd)
