@@ -307,3 +307,17 @@ def test_generated_tables_show_no_absolute_developer_path():
         text = (ROOT / rel).read_text()
         for block in re.findall(r"<!-- generated: .*?<!-- end generated", text, re.S):
             assert not re.search(r"\| [^|]*(/work/|/home/|/root/|/tmp/reprostack-cache)", block), rel
+
+
+def test_a_headline_from_statistics_shows_a_check_value_that_says_otherwise():
+    """Issue 39: the results block's headline of a check judged on an interval is made from data.statistics, so an
+    edited check value (the verdict's input) left the block, and `docs --check`, unchanged. Now it shows."""
+    from reprostack.report.docsgen import headline
+
+    src = Path(__file__).resolve().parents[1] / "results" / "gate_micro" / "2026-12-02-h200-ep1-k5" / "micro.json"
+    doc = json.loads(src.read_text())
+    before = headline(doc)
+    assert "check value" not in before
+    next(c for c in doc["checks"] if c["metric"] == "dc_p50_us")["value"] = 9.5
+    after = headline(doc)
+    assert after != before and "[check value 9.5, not the mean]" in after

@@ -107,6 +107,7 @@ def headline(doc: dict) -> str:
     checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
     out = [
         f"{c['metric']} {_stat(st[c['metric']])} {c.get('unit') or ''} ({c.get('op')} {_num(c.get('threshold'))})"
+        + _other_value(c, st[c["metric"]])
         for c in checks
         if c.get("metric") in st and isinstance(st[c["metric"]], dict)
     ]
@@ -124,6 +125,15 @@ def headline(doc: dict) -> str:
     if isinstance(delib, dict):
         text = f"deliberate variation ({delib.get('why', '?')}): " + text
     return text.replace("|", "\\|")
+
+
+def _other_value(check: dict, stat: dict) -> str:
+    """The check's own value when it is not its statistic's mean (to 1e-4): a headline made from the statistics must
+    not hide a check value that says otherwise (docs --check then sees it change)."""
+    v, m = check.get("value"), stat.get("mean")
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not isinstance(m, (int, float)):
+        return f" [check value {v!r}]" if v is not None and not isinstance(m, (int, float)) else ""
+    return "" if abs(v - m) <= 1e-4 * max(1.0, abs(m)) else f" [check value {_num(v)}, not the mean]"
 
 
 def gen_results(root: Path, args: list[str]) -> str:
