@@ -202,7 +202,20 @@ def _stage(tmp: Path) -> Path:
         shutil.copytree(cell, root / "aiperf" / cell.parent.name / cell.name)
     shutil.copytree(ROOT / "keys", root / "keys")
     _signed_run(root / "signed", root / "keys")
+    from reprostack import evidence
+    from reprostack.evidence import log
+
+    log.append(root, root / "signed", evidence.Keyring.read(root / "keys"))
     return root
+
+
+def _attestation_log(root: Path) -> None:
+    """What verify-report does with results/attestations.jsonl: log.check, whose problems are lines."""
+    from reprostack.evidence import log
+
+    problems, _ = log.check(root, root / log.LOG)
+    if problems:
+        raise ReprostackError(problems[0])
 
 
 def _signed_run(folder: Path, ring: Path) -> None:
@@ -283,6 +296,7 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
         ],
         "aiperf export": [(c / EXPORT_JSON, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSON)) for c in cells],
         "attestation": [(root / "signed" / "run.intoto.jsonl", lambda: _attestation(root))],
+        "attestation log": [(root / "results" / "attestations.jsonl", lambda: _attestation_log(root))],
         "keyring entry": [
             (p, (lambda f: lambda: read_key_entry(f))(p)) for p in sorted((root / "keys").glob("*.pub.json"))
         ],
@@ -335,6 +349,7 @@ def staged(tmp_path_factory):
         "aiperf export",
         "aiperf records",
         "attestation",
+        "attestation log",
         "keyring entry",
     ],
 )
