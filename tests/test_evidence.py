@@ -414,3 +414,20 @@ def test_a_signed_payload_nested_past_the_bound_is_one_line(tmp_path):
     env.sign(signer)
     with pytest.raises(evidence.EvidenceError, match="nested deeper than"):
         evidence.open_envelope(env.to_dict(), evidence.Keyring.read(ring), "x")
+
+
+def test_a_gate_run_that_died_at_a_stage_is_signed_as_one(tmp_path, capsys, monkeypatch):
+    """A run that died at its fetch (offline, empty cache) writes its ERROR report (issue 40) and is signed too: the
+    predicate says error, exit 2."""
+    from test_cli import run, world  # noqa: F401  (world: a fixture)
+
+    args = world.__wrapped__(tmp_path)[2] if hasattr(world, "__wrapped__") else None
+    if args is None:
+        pytest.skip("the world fixture of test_cli cannot be called directly here")
+    signer, ring = make_key(tmp_path, "died")
+    monkeypatch.setenv("REPROSTACK_SIGNING_KEY", str(tmp_path / "key.pem"))
+    out = tmp_path / "reports"
+    code, stdout, err = run(capsys, "gate", "micro", *args, "--offline", "--out", str(out))
+    assert code == 2 and "is not in the cache" in err
+    c = evidence.check_folder(out, evidence.Keyring.read(ring))
+    assert c.ok and c.signed and c.predicate["verdict"] == "error" and c.predicate["exit_code"] == 2, c.problems

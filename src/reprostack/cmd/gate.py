@@ -102,6 +102,7 @@ def _gates(args, lock, root, opts) -> int:
             rep = node.died(registry.gate(args.gate), e)
             write_reports([rep], out, required={rep.gate})
             folder.finish()  # `latest` names this run: its summary says it died, never an earlier verdict
+            print(_attest(out, [rep], 2, state, ga, lock, started))  # a run that died is signed as one too
             raise
         except ReprostackError:
             folder.abandon()  # bad input, nothing ran: no trace of this run; latest never moved
