@@ -57,11 +57,10 @@ from ..lock import GitPin, Lock, WheelPin
 from ..sources import SourceTree
 from ..yamlsrc import validate
 from . import ncclwheel, preflight
-from .recipe import load_recipe
+from .recipe import has_recipe, load_recipe
 
 MANIFEST = "/opt/reprostack/kernels.json"
 MAX_MANIFEST_BYTES = 1 << 20
-KERNELS = ("nccl", "deepep")
 
 
 class PrebuiltError(LocatedError, BuildError):
@@ -252,7 +251,7 @@ def check(
             raise _mismatch(
                 path, name, "patched_tree", c["patched_tree"], where + " after its patch series", want_tree, rebuild
             )
-        if name in KERNELS and c["kind"] != "kernel":
+        if has_recipe(root, name) and c["kind"] != "kernel":  # a component with a recipe is a kernel
             raise _mismatch(path, name, "kind", c["kind"], "the gate", "kernel", rebuild)
         if c["kind"] == "kernel":
             recipe = load_recipe(root, name)

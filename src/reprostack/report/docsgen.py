@@ -23,6 +23,8 @@ Generators:
   results/ (a fresh database in a temporary folder), in a code block;
 - `images`: the image chain's record (results/images/chain.json, scripts/image_chain.py): per step its seconds, image
   id, size and build context, the total and the downloads; each `results/images/*-twice.json` in one line;
+- `gates` (added by the command, from the layer above: reprostack.cmd.docs; its marker says `from the gate
+  registry`): one row per gate of gates.registry, docs/architecture.md;
 - `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
   (mean [95% CI] n), the NCCL each mapped, the verdict against its bar, the run's seconds.
 
@@ -42,10 +44,10 @@ from ..errors import ReprostackError
 from .benchstats import bench_runs, spread
 from .rederive import RederiveError, load, reports_under
 
-DOCS = ("README.md", "docs/stacks.md")
+DOCS = ("README.md", "docs/stacks.md", "docs/architecture.md")
 _BLOCK = re.compile(
-    r"(?P<open><!-- generated: (?P<name>[a-z-]+)(?P<args>(?: [^ ()]+)*) \(reprostack docs; from results/, never "
-    r"typed\) -->\n)(?P<body>.*?)(?P<close><!-- end generated: (?P=name) -->)",
+    r"(?P<open><!-- generated: (?P<name>[a-z-]+)(?P<args>(?: [^ ()]+)*) \(reprostack docs; from (?:results/|the gate "
+    r"registry), never typed\) -->\n)(?P<body>.*?)(?P<close><!-- end generated: (?P=name) -->)",
     re.S,
 )
 
