@@ -93,9 +93,19 @@ def _install(session: nox.Session, extra: str = "") -> None:
         stamp.write_text(key)
 
 
-@nox.session(tags=["ci"])
+@nox.session
 def tests(session: nox.Session) -> None:
-    """CPU test suite (no GPU, no network)."""
+    """The fast tier: the unit tests (`-m unit`, tests/tiers.py: no process, Docker engine, Slurm or git repository;
+    a unit test that starts one fails), on the test workers; what to run before a small change. `nox -s tests_all`
+    runs every tier (what .ci/run runs)."""
+    _install(session, "[test]")
+    session.run("pytest", "-m", "unit", *xdist_args(session.posargs), *session.posargs)
+
+
+@nox.session(tags=["ci"])
+def tests_all(session: nox.Session) -> None:
+    """The CPU test suite, every tier (unit, integration: docker, slurm, git; e2e), no GPU, no network: what .ci/run
+    runs (the README's test command)."""
     _install(session, "[test]")
     # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv, which
     # the serving-gate tests drive against the test server. One venv for tests and gates: built once under the
@@ -116,7 +126,7 @@ def tests(session: nox.Session) -> None:
 
 
 def xdist_args(posargs, environ=os.environ) -> list[str]:
-    """pytest-xdist's arguments for `nox -s tests`: the test files spread over $REPROSTACK_TEST_WORKERS processes
+    """pytest-xdist's arguments for `nox -s tests` and `nox -s tests_all`: the test files spread over $REPROSTACK_TEST_WORKERS processes
     (default 2: on the 2-core CI machine a file that waits on a server, a Slurm job or a container overlaps one that
     computes), one file per worker at a time (`--dist loadfile`: a file's tests share their module fixtures and run
     in order). `0` runs them in this process (no xdist); so do posargs that pick their own (`-n`, `-p no:xdist`)."""
