@@ -142,11 +142,21 @@ def xdist_args(posargs, environ=os.environ) -> list[str]:
 def lint(session: nox.Session) -> None:
     """ruff (pinned in the `lint` extra) over src/, tests/, gates/, scripts/, noxfile.py: the format is ruff's
     (`ruff format --check`; `nox -s lint -- --fix` is not it: run `ruff format` to reformat), then pyflakes and
-    syntax checks (`ruff check`)."""
+    syntax checks (`ruff check`); then mypy over gates, launch, lock and cluster and vulture's dead code in src/
+    (both pinned in the `lint` extra)."""
     _install(session, "[lint]")
     paths = ("src", "tests", "gates", "scripts", "noxfile.py")
     session.run("ruff", "format", "--check", *paths)
     session.run("ruff", "check", *paths, *session.posargs)
+    session.run("mypy")  # the packages and the reviewed settings: pyproject.toml [tool.mypy]
+    # dead code in src/: a name nothing in src/, tests/, scripts/ or noxfile.py uses, unless the reviewed whitelist
+    # says where it is used (tests/vulture_whitelist.py)
+    out = session.run(
+        "vulture", *paths, "tests/vulture_whitelist.py", "--min-confidence", "60", silent=True, success_codes=[0, 3]
+    )
+    dead = [ln for ln in (out or "").splitlines() if ln.startswith("src/")]
+    if dead:
+        session.error("vulture: unused code in src/ (remove it, or whitelist it with why):\n" + "\n".join(dead))
 
 
 @nox.session

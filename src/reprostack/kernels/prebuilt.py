@@ -117,9 +117,6 @@ class Prebuilt:
         the NCCL the gate loads and the folder it trusts come from it, never from a free `paths` field."""
         return _nccl_file(self.path, self.components["nccl"])
 
-    def file_sha256(self, name: str, path: Path) -> str | None:
-        return self.components[name].get("files", {}).get(str(path))
-
     def provenance(self) -> dict:
         """`provenance.kernels_from` of a report: where the kernels came from (container.py adds the image id)."""
         return {
