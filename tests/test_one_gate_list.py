@@ -194,3 +194,20 @@ def test_the_pr_body_names_each_gates_real_nox_session(g):
     lines = rerun_lines(Impact(kernels=(), gates=(g.name,), images=()), "deepep")
     assert lines[0] == f"- gate `{g.name}`: `nox -s {runs.session(g.name)}` (GPU)"
     assert runs.session(g.name) in noxmod.sessions()
+
+
+def test_every_nox_install_installs_the_project_too():
+    """noxfile.py makes its gate sessions from the registry, so the Python that runs nox imports reprostack: every
+    install of nox in the project (README, .ci/run, the bump workflow, the device scripts) installs the project
+    with it (`-e .` or `.`), never nox alone (`nox -l` would stop at the noxfile's first line)."""
+    places = [REPO / "README.md", REPO / ".ci" / "run", *sorted((REPO / ".github" / "workflows").glob("*.yml"))]
+    places += sorted((REPO / "scripts" / "device").glob("*.sh"))
+    found = []
+    for path in places:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split(" #", 1)[0]
+            if "pip install" in code and "nox==" in code:
+                words = code.replace("&&", " ").split()
+                after = words[words.index("install") + 1 :]
+                found.append((f"{path.relative_to(REPO)}:{n}", "." in after))
+    assert found and all(ok for _, ok in found), [w for w, ok in found if not ok]
