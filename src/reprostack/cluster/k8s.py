@@ -58,6 +58,11 @@ GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 HUGEPAGES = ("hugepages-2Mi", "5120Mi")
 EFA_MEMORY_REQUEST = "32000Mi"
 PVC = "reprostack-out"
+# every Kubernetes minor the manifests are validated against (tests/test_launch_k8s.py, kubernetes-validate's bundled
+# schemas, offline): the minors Amazon EKS supports, standard and extended support (docs.aws.amazon.com/eks/latest/
+# userguide/kubernetes-versions.html; 1.31's extended support ended 2026-11-26, kept while a cluster may still run it),
+# up to the newest the pinned kubernetes-validate ships
+KUBERNETES_MINORS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 MAX_NAME = 40  # the pod hostname `<name>-node-0-0` stays a DNS-1123 label (<= 63)
 LABEL = "reprostack.dev"
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -70,6 +75,7 @@ HOST_PATH_KINDS = ("project", "models", "cache", "wheelhouse", "sources")  # lau
 KILL_AFTER_S = 60  # `timeout -k`: SIGKILL this long after the time limit's SIGTERM
 GRACE_S = 120  # terminationGracePeriodSeconds: node 0 stops its run and writes its report after a SIGTERM
 PULL_S = 1800  # the Job's activeDeadlineSeconds backstop: the pod's own time limit + this for the image pull
+RESOLVE_TRIES, RESOLVE_WAIT_S = 60, 5  # the leader's DNS name: 60 lookups 5 s apart (5 min), then one line, exit 2
 TTL_S = 86400  # ttlSecondsAfterFinished: the finished Job and its pods (kubectl logs) kept a day
 # a pod's label the downward API gives as this run's id: the Job's uid (Job, JobSet) or the group's (LWS)
 RUN_ID_LABEL = {
@@ -108,6 +114,24 @@ def _sh(token: str) -> str:
     return "".join(f'"{p}"' if _VARS.fullmatch(p) else shlex.quote(p) for p in parts) or "''"
 
 
+def _resolve_leader() -> list[str]:
+    """The leader's stable DNS name (the headless Service's `<job>-0.<service>`, LWS's leader address) resolved to its
+    IPv4 address before anything starts: vLLM's `--data-parallel-address` takes an IP, not a name (vllm-project/vllm
+    issue 7118); the rendezvous and the preflight's EFA smoke get the same address. The name exists once the leader
+    pod has an IP (publishNotReadyAddresses), so the lookup is retried RESOLVE_TRIES times RESOLVE_WAIT_S apart, then
+    one line and exit 2 (`getent ahostsv4`: glibc's, in every image; IPv4 only, as EFA's NCCL bootstrap)."""
+    return [
+        "# the leader's address as an IP (vLLM's --data-parallel-address takes no DNS name: vllm issue 7118)",
+        'i=0; while ip=$(getent ahostsv4 "$MASTER_ADDR" 2>/dev/null); ip=${ip%%[[:space:]]*}; [ -z "$ip" ]; do',
+        f'  i=$((i + 1)); if [ "$i" -ge {RESOLVE_TRIES} ]; then echo "reprostack: the leader\'s name $MASTER_ADDR did '
+        f"not resolve to an IPv4 address within {RESOLVE_TRIES * RESOLVE_WAIT_S} s (getent ahostsv4; the headless "
+        'Service and its DNS): nothing was run" >&2; exit 2; fi',
+        f"  sleep {RESOLVE_WAIT_S}",
+        "done",
+        'echo "reprostack: leader $MASTER_ADDR is $ip"; MASTER_ADDR="$ip"; export MASTER_ADDR',
+    ]
+
+
 def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> str:
     """The pod's /bin/sh script: rank and master, soft limits, the preflight, then the agent under the pod's own time
     limit (`timeout`: the clock starts in the container, after the image pull), its output to the container log and
@@ -120,6 +144,7 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
     if variant == "lws":
         lines.append('MASTER_ADDR="${LWS_LEADER_ADDRESS}"')
     lines.append("export NODE_RANK MASTER_ADDR")
+    lines += _resolve_leader()
     flags = {"memlock": "-l", "stack": "-s"}
     for name, soft, _ in plan.ulimits:  # soft limits up to the node's hard ones (IPC_LOCK covers memlock)
         if name in flags:
@@ -309,7 +334,8 @@ def render(
         # naming it (a lone replacement pod could never rejoin the run's rendezvous)
         "podFailurePolicy": {
             "rules": [
-                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                # `status` is optional from Kubernetes 1.35 on and required before (1.31-1.34 refuse the Job)
+                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 {"action": "FailJob", "onExitCodes": {"containerName": "gate", "operator": "NotIn", "values": [0]}},
             ]
         },
