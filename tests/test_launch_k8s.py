@@ -135,6 +135,31 @@ def test_jobset_and_leaderworkerset_embed_valid_builtin_templates(tmp_path):
     assert cli.main(["launch", "k8s", "micro", "--variant", "lws", "--image", IMAGE, "--out", str(tmp_path / "x")]) == 2
 
 
+@pytest.mark.parametrize("variant", ["job", "jobset", "lws"])
+def test_a_pod_with_efa_gets_the_gdrcopy_device(variant, tmp_path):
+    """issue 37 item 5: GIN on EFA opens /dev/gdrdrv in the container; the pods had none. A p5en (EFA) pod mounts the
+    node's /dev/gdrdrv (hostPath CharDevice, as EKS GPU recipes do) and is privileged on the host network (a device
+    outside the device plugins' is EPERM to an unprivileged container); with --pod-network it is not privileged (the
+    preflight names the EPERM); a CPU profile maps nothing."""
+    docs = render(tmp_path, "vllm", "--variant", variant, name=variant)
+    doc = next(iter(docs.values()))
+    pod = {
+        "job": lambda d: d["spec"]["template"]["spec"],
+        "jobset": lambda d: d["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"],
+        "lws": lambda d: d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"],
+    }[variant](docs["job.yaml"] if variant == "job" else doc)
+    validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": pod})
+    assert {"name": "gdrdrv", "hostPath": {"path": "/dev/gdrdrv", "type": "CharDevice"}} in pod["volumes"]
+    c = pod["containers"][0]
+    assert {"name": "gdrdrv", "mountPath": "/dev/gdrdrv"} in c["volumeMounts"]
+    assert c["securityContext"]["privileged"] is True
+    podnet = render(tmp_path, "vllm", "--pod-network", name="podnet")["job.yaml"]["spec"]["template"]["spec"]
+    assert "privileged" not in podnet["containers"][0]["securityContext"]
+    assert {"name": "gdrdrv", "mountPath": "/dev/gdrdrv"} in podnet["containers"][0]["volumeMounts"]
+    cpu = render(tmp_path, "vllm", "--profile", "local-test", name="cpu")["job.yaml"]["spec"]["template"]["spec"]
+    assert "gdrdrv" not in str(cpu) and "privileged" not in cpu["containers"][0]["securityContext"]
+
+
 def test_cpu_profile_asks_for_no_gpu_efa_or_hugepages(tmp_path):
     job = render(tmp_path, "vllm", "--profile", "local-test", "--out-hostpath", "/data/out")["job.yaml"]
     validate(job)

@@ -82,6 +82,30 @@ def test_every_runtime_renders_a_script_bash_parses(runtime, lock, tmp_path):
         assert "docker run --rm" in text and "--ulimit memlock=-1:-1" in text and "--gpus all" in text
 
 
+@pytest.mark.parametrize("runtime", ["pyxis", "enroot", "docker"])
+def test_a_plan_with_efa_maps_the_gdrcopy_device_in_every_runtime(runtime, lock, tmp_path):
+    """issue 37 item 5: GIN on EFA opens /dev/gdrdrv inside the container; no runtime maps it by itself. Each
+    container runtime's task maps it for the p5en (EFA) profile, in both steps (the preflight opens it); a CPU profile
+    without EFA maps nothing."""
+    image = "reprostack/deepep:0123456789abcdef" if runtime == "docker" else None
+    text = render("micro", lock, runtime=runtime, image=image)
+    bash_n(text, tmp_path)
+    tasks = [x for x in text.splitlines() if x.startswith("  --container-image") or x.startswith("  bash -c ")]
+    assert len(tasks) == 2  # the preflight's task and the gate's
+    for task in tasks:
+        words = shlex.split(task)
+        if runtime == "pyxis":
+            mounts = next(w for w in words if w.startswith("--container-mounts=")).split("=", 1)[1].split(",")
+            assert "/dev/gdrdrv:/dev/gdrdrv" in mounts
+        else:
+            inner = shlex.split(words[2])  # `bash -c RUN`: the runtime's command line as bash reads it
+            run = " ".join(inner)
+            want = "--mount /dev/gdrdrv:/dev/gdrdrv" if runtime == "enroot" else "efa+=(--device=/dev/gdrdrv)"
+            assert want in run, run
+    cpu = render("vllm", lock, nodes=1, profile="local-test", runtime=runtime, image=image)
+    assert "gdrdrv" not in cpu
+
+
 def test_no_preflight_omits_the_step(lock):
     text = render("micro", lock, preflight=False)
     assert "preflight" not in text.split("set -euo pipefail")[1] and text.count("srun ") == 1

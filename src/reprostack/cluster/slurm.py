@@ -18,7 +18,7 @@ The script (`render(plan, options)`):
   waits for them and alone writes the gate's report; `srun --kill-on-bad-exit=1` with workers' tasks ending 0 (their
   status is in their rc file), so the step ends when node 0 ended badly, after its report, and not before;
 - runtimes: `pyxis` (srun --container-image = the image by digest, else its enroot squashfs; --container-mounts
-  from the plan's mounts), `enroot` (create + start a squashfs made from `reprostack build --save`), `docker`
+  from the plan's mounts, and GDRCopy's /dev/gdrdrv for a plan with EFA: launch.plan.host_devices), `enroot` (create + start a squashfs made from `reprostack build --save`), `docker`
   (docker run per node with the plan's devices, ulimits, shm, host network/IPC), `host` (no runtime: this
   checkout on each node's own packages; labelled host mode in the script and, by the runner, in the report);
 - per-node logs `<out>/logs/node-R.log` (srun --output with %n); the job's exit status = node 0's rc, else the
@@ -472,14 +472,17 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     if o.runtime == "host":
         return f"bash -c {inner_q}"
     env_names = ["SLURM_NODEID", "MASTER_ADDR", "MASTER_PORT", *(k for k, _ in plan.env)]
+    devs = lp.host_devices(plan)  # GDRCopy's /dev/gdrdrv for a plan with EFA (GIN opens it in the container)
     if o.runtime == "pyxis":
-        spec = ",".join(f"{s}:{t}{':ro' if ro else ''}" for s, t, ro in mounts)
+        spec = ",".join([*(f"{s}:{t}{':ro' if ro else ''}" for s, t, ro in mounts), *(f"{d}:{d}" for d in devs)])
         return (
             f'--container-image="${{IMAGE}}" --container-mounts={spec} --container-workdir={word(plan.workdir)} '
             f"--no-container-mount-home --export=ALL,PYTHONPATH={CODE},PYTHONUNBUFFERED=1 bash -c {inner_q}"
         )
     if o.runtime == "enroot":
-        ms = " ".join(f"--mount {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts)
+        ms = " ".join(
+            [*(f"--mount {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts), *(f"--mount {d}:{d}" for d in devs)]
+        )
         es = " ".join(f"--env {n}" for n in env_names)
         run = (
             # this shell waits through the time limit's SIGTERM too (the runtime inside writes its report)
@@ -498,7 +501,8 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     gpus = "--gpus all " if o.needs_gpu and plan.gpus_per_node else ""
     run = (
         'efa=(); for d in /dev/infiniband/uverbs*; do [ -e "$d" ] && efa+=(--device="$d"); done; '
-        f'exec docker run --rm --name rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}} {gpus}"${{efa[@]}}" '
+        + "".join(f"efa+=(--device={d}); " for d in devs)
+        + f'exec docker run --rm --name rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}} {gpus}"${{efa[@]}}" '
         f"--network {'host' if plan.host_network else 'none'} {'--ipc host ' if plan.host_ipc else ''}"
         f"--cap-add IPC_LOCK --shm-size {word(plan.shm_size)} {uls} {ms} -w {word(plan.workdir)} {es} "
         f'-e PYTHONPATH={CODE} -e PYTHONUNBUFFERED=1 "${{IMAGE}}" bash -c {inner_q}'

@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
 
     # issue 15: `launch k8s` renders Kubernetes manifests (cluster/k8s.py); `preflight` (cluster/preflight.py)
     engines = p.add_subparsers(dest="engine", required=True)
-    from ..cluster import k8s as launch_k8s
+    from ..cluster import k8s_cli as launch_k8s
 
     launch_k8s.add_arguments(engines.add_parser("k8s", help=launch_k8s.HELP, description=launch_k8s.HELP))
     # --- launch slurm (reprostack.cluster.slurm): one sbatch script from the gate's launch plan
@@ -65,7 +65,7 @@ def run(args) -> int:
     lock, root = load_lock(args)
     if args.engine == "slurm":  # issue 15: cluster/slurm.py
         return _launch_slurm(args, lock, root, fetch_options(args))
-    from ..cluster import k8s as launch_k8s
+    from ..cluster import k8s_cli as launch_k8s
     from ..gates import registry
 
     return launch_k8s.main(args, registry.gate(args.gate), lock, root)
