@@ -17,7 +17,8 @@ The script (`render(plan, options)`):
   contract (LaunchPlan.outputs): every node writes its rank logs and its rc (`RC JOB_ID`) into the one out dir, node 0
   waits for them and alone writes the gate's report; `srun --kill-on-bad-exit=1` with workers' tasks ending 0 (their
   status is in their rc file), so the step ends when node 0 ended badly, after its report, and not before;
-- runtimes: `pyxis` (srun --container-image = the image by digest, else its enroot squashfs; --container-mounts
+- runtimes: `pyxis` (srun --container-image = the image by digest, else its enroot squashfs, or with --enroot-import
+  DIR the image by digest imported once per node into DIR/<digest>.sqsh for enroot 3.x: cluster.enroot; --container-mounts
   from the plan's mounts, and GDRCopy's /dev/gdrdrv for a plan with EFA: launch.plan.host_devices), `enroot` (create + start a squashfs made from `reprostack build --save`), `docker`
   (docker run per node with the plan's devices, ulimits, shm, host network/IPC), `host` (no runtime: this
   checkout on each node's own packages; labelled host mode in the script and, by the runner, in the report);
@@ -47,6 +48,7 @@ from pathlib import PurePosixPath
 
 from ..errors import ReprostackError
 from ..launch import plan as lp
+from . import enroot
 
 RUNTIMES = ("pyxis", "enroot", "docker", "host")
 CODE = "/opt/reprostack/code"  # as gates.container: this checkout's package, on PYTHONPATH in the image
@@ -92,6 +94,7 @@ class SlurmOptions:
     needs_gpu: bool = True
     job_name: str | None = None
     models: str | None = None  # a serving gate's models folder on the nodes (None: the submitter's HF_HOME)
+    enroot_import: str | None = None  # pyxis on enroot 3.x: import by digest into this folder (cluster.enroot)
 
 
 def _check(value, what: str) -> str:
@@ -197,6 +200,11 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         image_arg(o.image)
     if o.sqsh:
         path_arg(o.sqsh, "--sqsh")
+    if o.enroot_import is not None:
+        if o.runtime != "pyxis":
+            raise SlurmRenderError(f"--enroot-import: pyxis's path on enroot 3.x (--runtime pyxis, not {o.runtime})")
+        path_arg(o.enroot_import, "--enroot-import")
+        enroot.import_uri(_image_word(plan, o)[0] or "")  # by digest, or one line before anything is written
     models_mount = o.runtime != "host" and any(m.what == "models" for m in plan.mounts)
     if o.models is not None and not any(m.what == "models" for m in plan.mounts):
         raise SlurmRenderError(f"--models: gate {plan.gate} serves no model (only the serving gates mount one)")
@@ -286,6 +294,9 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     srun = ["srun", f"--nodes={plan.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
     o_ = plan.outputs
     logs = '--output="${OUT}"/' + word(o_.node_log("%n"), "node log")
+    if o.enroot_import is not None:  # step 0 on enroot 3.x: every node has the image by digest as a squashfs
+        imported = '"${OUT}"/' + word(f"{o_.logs}/import-node-%n.log")
+        L += enroot.import_step(_image_word(plan, o)[0], o.enroot_import, srun=srun, output=imported, word=word)
     if o.preflight:
         from ..gates.registry import gate as gate_named  # the CLI's name (nemo-rl), not the report's (nemo_rl)
 
@@ -393,6 +404,8 @@ def _image_from(plan: lp.LaunchPlan, o: SlurmOptions, ref: str | None, how: str,
         if ref:
             return f"{ref} ({how}); every node must hold it (reprostack build --load FILE)"
         return f"{plan.image.tag} (its tag: image {recipe} is not built here); every node must hold it"
+    if o.runtime == "pyxis" and ref and o.enroot_import is not None:
+        return f"{ref} ({how}), imported by digest into {o.enroot_import}/<digest>.sqsh on each node (enroot 3.x)"
     if o.runtime == "pyxis" and ref:
         return f"{ref} ({how}{', out/build/images.json' if how != '--image' else ''})"
     built = "" if plan.image.image_id else f" (image {recipe} is not built here: `reprostack build {recipe}` first)"
@@ -426,6 +439,8 @@ def _runtime_setup(plan: lp.LaunchPlan, o: SlurmOptions) -> list[str]:
             f"export IMAGE={word(ref or plan.image.tag, 'image')}   # {how or 'tag'}; every node must hold it "
             "(`reprostack build --load FILE`)"
         ]
+    if o.runtime == "pyxis" and ref and o.enroot_import is not None:
+        return out  # IMAGE: the squashfs the import step makes (cluster.enroot)
     if o.runtime == "pyxis" and ref:
         return out + [f"export IMAGE={word(ref, 'image')}   # {how}"]
     made = f"dockerd://{plan.image.image_id}" if plan.image.image_id else f"dockerd://<the id of {recipe}>"
@@ -544,6 +559,7 @@ def script_for(
     images_json=None,
     master_port: int | None = None,
     models: str | None = None,
+    enroot_import: str | None = None,
 ) -> str:
     """The sbatch script of gate `g` (a gates.registry.Gate) for `profile` (default: the published p5en one):
     its plan from gates.plan.gate_plan, the agent from gates.container.inner_argv, rendered. images_json: the
@@ -585,6 +601,7 @@ def script_for(
             runs=runs,
             needs_gpu=prof.needs_gpu,
             models=models,
+            enroot_import=enroot_import,
         ),
     )
 

@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
         "follow the job, exit with its exit code (2: bad input or no sbatch).",
     )
     p.add_argument("gate", choices=list(GATE_ORDER))
-    gate_options.add_arguments(p, ("nodes", "profile", "master_port"), required=("nodes",))  # gates.options
+    gate_options.add_arguments(p, ("nodes", "profile", "master_port", "enroot_import"), required=("nodes",))
     p.add_argument("--partition", default=None)
     p.add_argument(
         "--out",
@@ -96,6 +96,7 @@ def _launch_slurm(args, lock, root, opts) -> int:
         cache=str(opts.cache.root) if args.cache else None,
         master_port=args.master_port,
         models=args.models,
+        enroot_import=args.enroot_import,
     )
     script = (root / out if not Path(out).is_absolute() else Path(out)) / "job.sbatch"
     (script.parent / "logs").mkdir(parents=True, exist_ok=True)
