@@ -567,3 +567,31 @@ def test_a_profile_the_runner_cannot_launch_is_refused_in_one_line(lock, tmp_pat
         slurm.script_for(registry.gate("fabric"), REPO, lock, nodes=2, out=str(tmp_path / "o"))
     text = slurm.script_for(registry.gate("fabric"), REPO, lock, nodes=1, out="out/x", profile="h200-ep1")
     assert "-m reprostack gate fabric" in text
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "",
+        "x@sha256:" + "a" * 63,
+        "x@sha256:" + "A" * 64,
+        "reg.example/a@sha256:" + "a" * 64 + "\n",
+        "reg.example/$(id)@sha256:" + "a" * 64,
+        "reg.example/UPPER@sha256:" + "a" * 64,
+        "reg.example/a:tag@sha256:" + "a" * 64,
+        "-x@sha256:" + "a" * 64,
+        "r/" * 5000 + "a@sha256:" + "a" * 64,
+        "ünï@sha256:" + "a" * 64,
+    ],
+)
+def test_import_uri_of_hostile_references_is_one_line_or_an_enroot_uri(ref):
+    """The reader of cluster.enroot: anything but REPO@sha256:<64 hex> is one EnrootError line; what it accepts is a
+    URI enroot 3.x parses, with nothing a shell would expand (every character from the reference's classes)."""
+    from reprostack.cluster.enroot import EnrootError, import_uri
+
+    try:
+        uri, hexd = import_uri(ref)
+    except EnrootError as e:
+        assert "\n" not in str(e) and str(e).startswith("--enroot-import: ")
+        return
+    assert ENROOT3_URI.match(uri) and len(hexd) == 64 and not re.search(r"[$`\s;&|]", uri)

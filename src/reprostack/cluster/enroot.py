@@ -36,7 +36,7 @@ class EnrootError(ReprostackError):
 
 def import_uri(ref: str) -> tuple[str, str]:
     """(`docker://REGISTRY#IMAGE:sha256:HEX`, HEX) of an image by digest; EnrootError for anything else."""
-    m = _DIGEST_REF.match(ref or "")
+    m = _DIGEST_REF.fullmatch(ref or "")
     if not m:
         raise EnrootError(
             f"--enroot-import: image {ref!r} is not named by digest (REPO@sha256:<64 hex>): push it and pass "
@@ -48,7 +48,7 @@ def import_uri(ref: str) -> tuple[str, str]:
         registry, image = first, rest
     else:
         registry, image = DOCKER_HUB, repo if rest else f"library/{repo}"
-    if not _IMAGE.match(image):
+    if not _IMAGE.fullmatch(image):
         raise EnrootError(f"--enroot-import: image name {image!r} of {ref!r} is not one enroot 3.x reads")
     return f"docker://{registry}#{image}:sha256:{hexdigest}", hexdigest
 
