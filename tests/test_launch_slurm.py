@@ -27,7 +27,7 @@ from reprostack import cli
 from reprostack.gates import registry
 from reprostack.gates.registry import GATE_ORDER
 from reprostack.gates.spec import GateSpecError
-from reprostack.cluster import slurm
+from reprostack.cluster import slurm, slurm_submit
 from reprostack.lock import load
 from test_gate_serving import TOOLS, small_root
 
@@ -542,7 +542,7 @@ def test_rendezvous_lines_on_a_two_node_allocation(lock, tmp_path):
             ]
         )
     )
-    rc = slurm.submit(str(job), cwd=str(tmp_path), poll_s=0.5, echo=lambda s: None)
+    rc = slurm_submit.submit(str(job), cwd=str(tmp_path), poll_s=0.5, echo=lambda s: None)
     assert rc == 0, (tmp_path / "batch.log").read_text()
     got = sorted((tmp_path / f"node-{n}.log").read_text().strip() for n in (0, 1))
     assert got == ["rank=0 master=127.0.0.1:29500", "rank=1 master=127.0.0.1:29500"]

@@ -53,6 +53,13 @@ def import_uri(ref: str) -> tuple[str, str]:
     return f"docker://{registry}#{image}:sha256:{hexdigest}", hexdigest
 
 
+def check(runtime: str, folder: str, ref: str | None) -> None:
+    """--enroot-import DIR is pyxis's path (EnrootError naming the runtime otherwise) for an image by digest."""
+    if runtime != "pyxis":
+        raise EnrootError(f"--enroot-import: pyxis's path on enroot 3.x (--runtime pyxis, not {runtime})")
+    import_uri(ref or "")
+
+
 def import_step(ref: str, folder: str, *, srun: list[str], output: str, word) -> list[str]:
     """The script lines of the import (module docstring): SQSH and IMAGE set to DIR/<hex>.sqsh after every node has it.
     `folder`: --enroot-import DIR (relative: to the submit dir, PROJECT); `srun`: the step's srun words; `output`:

@@ -1,5 +1,5 @@
-"""A gate's launch plan as ONE sbatch script (pure: plan -> text; rendering runs nothing and needs no Slurm), and
-`submit`, which hands a script to sbatch and follows the job to its end.
+"""A gate's launch plan as ONE sbatch script (pure: plan -> text; rendering runs nothing and needs no Slurm);
+cluster.slurm_submit hands a script to sbatch and follows the job to its end.
 
 The script (`render(plan, options)`):
 - `#SBATCH --nodes=N --ntasks-per-node=1 --exclusive --wait-all-nodes=1`, the partition, `--gpus-per-node` (GPU
@@ -41,8 +41,6 @@ from __future__ import annotations
 import math
 import re
 import shlex
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -200,11 +198,8 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         image_arg(o.image)
     if o.sqsh:
         path_arg(o.sqsh, "--sqsh")
-    if o.enroot_import is not None:
-        if o.runtime != "pyxis":
-            raise SlurmRenderError(f"--enroot-import: pyxis's path on enroot 3.x (--runtime pyxis, not {o.runtime})")
-        path_arg(o.enroot_import, "--enroot-import")
-        enroot.import_uri(_image_word(plan, o)[0] or "")  # by digest, or one line before anything is written
+    if o.enroot_import is not None:  # pyxis only, a folder a mount spec keeps whole, the image by digest: or one line
+        enroot.check(o.runtime, path_arg(o.enroot_import, "--enroot-import"), _image_word(plan, o)[0])
     models_mount = o.runtime != "host" and any(m.what == "models" for m in plan.mounts)
     if o.models is not None and not any(m.what == "models" for m in plan.mounts):
         raise SlurmRenderError(f"--models: gate {plan.gate} serves no model (only the serving gates mount one)")
@@ -439,10 +434,8 @@ def _runtime_setup(plan: lp.LaunchPlan, o: SlurmOptions) -> list[str]:
             f"export IMAGE={word(ref or plan.image.tag, 'image')}   # {how or 'tag'}; every node must hold it "
             "(`reprostack build --load FILE`)"
         ]
-    if o.runtime == "pyxis" and ref and o.enroot_import is not None:
-        return out  # IMAGE: the squashfs the import step makes (cluster.enroot)
-    if o.runtime == "pyxis" and ref:
-        return out + [f"export IMAGE={word(ref, 'image')}   # {how}"]
+    if o.runtime == "pyxis" and ref:  # with --enroot-import, IMAGE is the squashfs its step makes (cluster.enroot)
+        return out + ([] if o.enroot_import is not None else [f"export IMAGE={word(ref, 'image')}   # {how}"])
     made = f"dockerd://{plan.image.image_id}" if plan.image.image_id else f"dockerd://<the id of {recipe}>"
     out += [
         "# the image as an enroot squashfs, made once on a node with docker and enroot:",
@@ -604,55 +597,3 @@ def script_for(
             enroot_import=enroot_import,
         ),
     )
-
-
-# --------------------------------------------------------------------------- submit
-
-
-def submit(script: str, *, cwd: str, poll_s: float = 2.0, echo=print) -> int:
-    """`sbatch --parsable SCRIPT` from `cwd` (the project root), then follow the job: each state change printed
-    (squeue while queued or running, then `scontrol show job`, else sacct), and return its exit code (the batch
-    script's: node 0's agent's). sbatch missing or refusing the script: SlurmRenderError (one line)."""
-    import shutil
-
-    if shutil.which("sbatch") is None:
-        raise SlurmRenderError("--submit: sbatch not found on PATH (run on a Slurm login node, or render only)")
-    p = subprocess.run(["sbatch", "--parsable", script], cwd=cwd, capture_output=True, text=True)
-    if p.returncode != 0:
-        why = " ".join((p.stderr or p.stdout).split())[:300]
-        raise SlurmRenderError(f"--submit: sbatch refused {script}: {why}")
-    job = p.stdout.strip().split(";")[0]
-    echo(f"submitted job {job}")
-    last = None
-    while True:
-        state, code = _state(job)
-        if state != last:
-            echo(f"job {job}: {state or 'unknown'}")
-            last = state
-        if state and state not in (
-            "PENDING",
-            "CONFIGURING",
-            "RUNNING",
-            "COMPLETING",
-            "SUSPENDED",
-            "REQUEUED",
-            "RESIZING",
-            "STAGE_OUT",
-            "SIGNALING",
-        ):
-            return code if code is not None else (0 if state == "COMPLETED" else 1)
-        time.sleep(poll_s)
-
-
-def _state(job: str) -> tuple[str | None, int | None]:
-    """(state, exit code) of `job` from `scontrol show job -o` (works without accounting), else sacct."""
-    p = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
-    if p.returncode == 0 and "JobState=" in p.stdout:
-        f = dict(kv.split("=", 1) for kv in p.stdout.split() if "=" in kv)
-        code = f.get("ExitCode", "")
-        return f.get("JobState"), int(code.split(":")[0]) if code[:1].isdigit() else None
-    p = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True, text=True)
-    if p.returncode == 0 and p.stdout.strip():
-        state, _, code = p.stdout.strip().splitlines()[0].partition("|")
-        return state.split()[0], int(code.split(":")[0]) if code[:1].isdigit() else None
-    return None, None

@@ -110,7 +110,9 @@ def _launch_slurm(args, lock, root, opts) -> int:
     import time
 
     started = time.time()
-    rc = slurm.submit(str(script), cwd=str(root))
+    from ..cluster.slurm_submit import submit
+
+    rc = submit(str(script), cwd=str(root))
     for line in _slurm_verdicts(script.parent / "summary.json", since=started):
         print(line)  # the gate's own verdict: Slurm says FAILED for any non-zero exit, a local-test pass included
     print(f"gate {g.name}: job exit {rc}; report and per-node logs in {script.parent}")
