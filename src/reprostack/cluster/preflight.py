@@ -39,8 +39,8 @@ Invariants:
   written after the node started (node 0 judged without that node's facts: missing or unreadable);
 - the libfabric provider is `efa` or the check fails: never a silent fallback to sockets/tcp;
 - files are written atomically (reprostack.atomicfile); nothing outside DIR/preflight is written; preflight runs
-  nothing of the gate; the only programs it starts are the read-only tools of cluster.nodecheck and fi_pingpong,
-  each under a timeout; a smoke turn file counts only with the worker's own nonce.
+  nothing of the gate; the only programs it starts are the read-only tools of cluster.nodecheck and fi_pingpong
+  (cluster.smoke), each under a timeout; a smoke turn file counts only with the worker's own nonce.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ from pathlib import Path
 
 from .. import hostinfo, jsonsrc, schemas
 from . import nodecheck
+from . import smoke as smoke_
+from .smoke import ADDR, SMOKE_PORT, SMOKE_TIMEOUT_S  # noqa: F401 (re-exported)
 from .nodejudge import GIN_GDRDRV_FLOOR, NODE_CHECKS, NOT_NEEDED, UNREADABLE, judge_node, needs_gin  # noqa: F401
 from ..atomicfile import write_text_atomic
 from ..errors import ReprostackError
@@ -82,8 +84,6 @@ CHECKS = (
     *NODE_CHECKS,
     "smoke",
 )
-SMOKE_PORT = 47592  # fi_pingpong's own default control port (fabtests)
-SMOKE_TIMEOUT_S = 60.0
 MAX_WAIT_S = 3600.0  # --timeout / --smoke-timeout: an hour at most (a NaN or a year never reaches a wait)
 
 
@@ -154,9 +154,6 @@ def _port(port: int) -> tuple[bool, str]:
         s.close()
 
 
-_ADDR = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,253}")  # a host name or an IPv4/IPv6 address; never an option
-
-
 def _addr() -> str | None:
     """The address the other nodes reach this node at: $MASTER_ADDR (the launcher's, node 0's), else the host name's;
     None when neither is a plain host name or address."""
@@ -166,7 +163,7 @@ def _addr() -> str | None:
             a = socket.gethostbyname(socket.gethostname())
         except OSError:
             return None
-    return a if _ADDR.fullmatch(a) else None
+    return a if ADDR.fullmatch(a) else None
 
 
 def collect(
@@ -442,7 +439,7 @@ def run(
     )
     smoke = {}
     if plan.efa_devices_per_node and nodes > 1:
-        smoke = _smoke(d, good, rows, nodes, smoke_timeout_s)
+        smoke = smoke_.run_pairs(d, good, rows, nodes, smoke_timeout_s)
     else:
         why = "the profile needs no EFA" if not plan.efa_devices_per_node else "one node: no peer to reach"
         rows += [{"check": "smoke", "node": n, "status": NOT_NEEDED, "detail": why} for n in sorted(good)]
@@ -492,124 +489,6 @@ def _read_verdict(path: Path) -> dict | None:
     return v
 
 
-def _smoke_cmd(port: int, addr: str | None = None) -> list[str]:
-    """fi_pingpong over the EFA provider's reliable datagram endpoint: the server on node 0 (`addr` None), the
-    client on the other node; `-B`/`-P` the control port; 100 iterations of its default sizes (64 B to 1 MiB in the
-    substrate's libfabric v2.6.0, util/pingpong.c generate_test_sizes), so the figure is the MB/s at 1 MiB."""
-    base = ["fi_pingpong", "-p", "efa", "-e", "rdm", "-I", "100"]
-    return [*base, "-B", str(port)] if addr is None else [*base, "-P", str(port), addr]
-
-
-def _smoke(d: Path, facts: dict, rows: list, nodes: int, timeout_s: float) -> dict:
-    """Node 0: `fi_pingpong -p efa` with each other node in turn (node 0 the server), when both passed the provider
-    check; a `smoke` row per node (its bandwidth at the largest size, or the failure naming it). Returns
-    {node: {"bytes", "mb_s", "server_rc", "client_rc"}} of the pairs that ran."""
-    sd = d / "smoke"
-    sd.mkdir(exist_ok=True)
-    provider_ok = {r["node"] for r in rows if r["check"] == "provider" and r["status"] == "pass"}
-    out: dict = {}
-    for n in range(1, nodes):
-        f = facts.get(n)
-        if f is None:
-            continue
-        if not {0, n} <= provider_ok:
-            rows.append(
-                {
-                    "check": "smoke",
-                    "node": n,
-                    "status": "fail",
-                    "detail": "not run: libfabric's efa provider is not available on node 0 and this node",
-                }
-            )
-            continue
-        res = _smoke_pair(sd, n, f["nonce"], facts[0], timeout_s)
-        out[str(n)] = res
-        ok = res["server_rc"] == 0 and res["client_rc"] == 0 and res["mb_s"] is not None
-        detail = (
-            f"fi_pingpong -p efa node 0 <-> node {n}: {res['mb_s']} MB/s at {res['bytes']} B"
-            if ok
-            else f"fi_pingpong -p efa node 0 <-> node {n} failed: server exit {res['server_rc']}, client exit "
-            f"{res['client_rc']}: {res['why']}"
-        )
-        rows.append({"check": "smoke", "node": n, "status": "pass" if ok else "fail", "detail": detail[:1000]})
-    rows.append(
-        {
-            "check": "smoke",
-            "node": 0,
-            "status": "pass" if all(str(n) in out for n in range(1, nodes)) else "fail",
-            "detail": "node 0 served every pair" if out else "no pair ran",
-        }
-    )
-    return out
-
-
-def _smoke_pair(sd: Path, n: int, nonce: str, me: dict, timeout_s: float) -> dict:
-    """One pair: start the server, then write node n's turn; the server's table gives the bandwidth."""
-    port = SMOKE_PORT
-    log = sd / f"server-{n}.log"
-    with open(log, "wb") as fh:
-        try:
-            srv = subprocess.Popen(_smoke_cmd(port), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        except OSError as e:
-            return {"bytes": None, "mb_s": None, "server_rc": None, "client_rc": None, "why": f"fi_pingpong: {e}"}
-        time.sleep(0.2)
-        write_text_atomic(
-            sd / f"turn-{n}.json", json.dumps({"nonce": nonce, "addr": me.get("addr"), "port": port}) + "\n"
-        )
-        try:
-            rc = srv.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
-            rc = None
-    client = {}
-    end = time.monotonic() + 5.0
-    while time.monotonic() < end:
-        try:
-            client = jsonsrc.load(sd / f"node-{n}.json", PreflightError, max_bytes=MAX_FACTS_BYTES)
-            break
-        except PreflightError:
-            time.sleep(POLL_S)
-    text = log.read_text(errors="replace")[: nodecheck.MAX_OUT]
-    pp = nodecheck.pingpong(text)
-    client_rc = client.get("rc") if isinstance(client, dict) and type(client.get("rc")) is int else None
-    why = " ".join(str(client.get("first", "") if isinstance(client, dict) else "").split())[:300] or (
-        "no answer from the client" if not client else ""
-    )
-    if rc is None:
-        why = f"the server had no client within {timeout_s:g} s" + (f"; client: {why}" if why else "")
-    return {
-        "bytes": pp["bytes"],
-        "mb_s": pp["mb_s"],
-        "server_rc": rc,
-        "client_rc": client_rc,
-        "why": why or text.strip()[:300],
-    }
-
-
-def _smoke_client(d: Path, node: int, nonce: str) -> bool:
-    """A node other than 0: when node 0 wrote this run's turn for it, run the fi_pingpong client once and leave its
-    exit code and first line; True once done."""
-    turn = d / "smoke" / f"turn-{node}.json"
-    if not os.path.lexists(turn):
-        return False
-    try:
-        t = jsonsrc.load(turn, PreflightError, max_bytes=4096)
-    except PreflightError:
-        return False
-    if not isinstance(t, dict) or t.get("nonce") != nonce or not _ADDR.fullmatch(str(t.get("addr"))):
-        return False  # not this run's turn, or an address fi_pingpong could read as an option: never run
-    port = t.get("port") if type(t.get("port")) is int and 0 < t.get("port") < 65536 else SMOKE_PORT
-    rc, out = nodecheck.run_tool(_smoke_cmd(port, t["addr"]), timeout=SMOKE_TIMEOUT_S)
-    first = next((ln for ln in out.splitlines() if ln.strip()), "")
-    pp = nodecheck.pingpong(out)
-    write_text_atomic(
-        d / "smoke" / f"node-{node}.json",
-        json.dumps({"rc": rc, "first": first[:300], "mb_s": pp["mb_s"], "bytes": pp["bytes"]}) + "\n",
-    )
-    return True
-
-
 def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -> int:
     """A node other than 0: keep its facts fresh until node 0's verdict names this run's nonce."""
     grace = timeout_s + 10.0  # node 0 may start up to its own timeout later than this node, then judges
@@ -619,7 +498,7 @@ def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -
     while time.monotonic() < deadline:
         write_text_atomic(me, json.dumps(facts_now(), indent=2, sort_keys=True) + "\n")
         if not smoked:
-            smoked = _smoke_client(d, node, nonce)
+            smoked = smoke_.client_turn(d, node, nonce)
         try:
             v = _read_verdict(_verdict_path(d))
         except PreflightError:
