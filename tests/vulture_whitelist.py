@@ -27,6 +27,7 @@ _.do_POST  # gates.testserver: BaseHTTPRequestHandler dispatches POST to it
 _.close_connection  # gates.testserver: BaseHTTPRequestHandler reads it after each request
 _.daemon_threads  # gates.testserver: socketserver.ThreadingMixIn reads it
 _.ignore_aliases  # cluster.k8s: yaml.SafeDumper calls it (no &anchors in the manifests)
+_.option_string  # cli._Version.__call__: argparse.Action's signature, argparse passes it
 
 # named constants that document a closed set beside the one the code reads
 _.CHECKS  # cluster.preflight: the order of the preflight's checks, as its report lists them
