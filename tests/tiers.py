@@ -54,10 +54,17 @@ SIGNALS: tuple[tuple[str, str | None, re.Pattern], ...] = (
         None,
         re.compile(
             r"\b(ensure_aiperf|git_remote|fingerprint|host_execution|toolchain\.detect|hostinfo\.collect|run_logged"
-            r"|project\.state|Versions\.read|stale)\("
+            r"|project\.state|Versions\.read|stale|check_patch_headers)\(|\bpagecheck\."
         ),
     ),
-    ("e2e", None, re.compile(r'"-m",\s*"(reprostack|nox)"|\bgaterun\b|\brun_here\b|\bcli\.main\(|\bmain\(\[')),
+    (  # the whole path: our CLI, nox, a nox session's function (noxfile._gate probes for torch's Python), a gate run
+        "e2e",
+        None,
+        re.compile(
+            r'"-m",\s*"(reprostack|nox)"|\bgaterun\b|\brun_here\b|\bcli\.main\(|\bmain\(\['
+            r"|\._gate\(|\.gate_\w+\(|\.all_gates\("
+        ),
+    ),
 )
 
 _source_cache: dict[object, str] = {}
