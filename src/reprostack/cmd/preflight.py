@@ -10,7 +10,7 @@ from . import load_lock
 
 HELP = (
     "cross-node preflight: same lock and image, GPUs, EFA, provider efa, clocks, port, driver vs the image's CUDA, "
-    "fabric manager, NVLink, EFA devices and module, gdrdrv vs libgdrapi, memlock, hugepages, ECC/Xid, PCIe width, "
+    "fabric manager, NVLink, EFA devices, module and FI_HMEM, /dev/gdrdrv and gdrdrv vs libgdrapi, memlock, hugepages, ECC/Xid, PCIe width, "
     "a two-node fi_pingpong over EFA; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check"
 )
 
@@ -28,8 +28,9 @@ _WHAT = {  # a gloss per check of cluster.preflight.CHECKS (the one list; a test
     "fabricmanager": "nvidia-fabricmanager running (NVSwitch)",
     "nvlink": "NVLink links up",
     "efa-devices": "/dev/infiniband/uverbs* present",
+    "efa-hmem": "`fi_info -p efa -c FI_HMEM` offers GPU memory (GPUDirect RDMA)",
     "efa-module": "the efa kernel module loaded",
-    "gdrdrv": "the gdrdrv module matches the image's libgdrapi",
+    "gdrdrv": "/dev/gdrdrv opens and the gdrdrv module matches the image's libgdrapi",
     "memlock": "ulimit -l unlimited",
     "hugepages": "hugepages for libfabric",
     "ecc": "no uncorrected ECC errors",

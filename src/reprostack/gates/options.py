@@ -139,6 +139,18 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "uid), written into each node's rc file so node 0 never takes an earlier run's (launch renders it)",
         ),
     ),
+    "enroot_import": (
+        ("--enroot-import",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="launch slurm, pyxis on enroot 3.x (HyperPod ships 3.4.1, whose docker:// grammar has no "
+            "REPO@sha256: before enroot 4.0): each node imports the image by its digest once into "
+            "DIR/<digest hex>.sqsh (`enroot import -o FILE docker://REGISTRY#IMAGE:sha256:HEX`; DIR on shared "
+            "storage: one import serves every node) and srun runs --container-image=FILE; default: pyxis pulls "
+            "REPO@sha256: itself (enroot >= 4). Registry login: docs/examples/README.md",
+        ),
+    ),
     "modes": (
         ("--modes",),
         dict(choices=["first", "all"], default="first", help="test_ep modes to run and parse"),
@@ -271,6 +283,9 @@ RUN_OPTIONS = (
     "purpose",
     "legacy",
 )
+
+# what only a launcher takes (`launch slurm`): how the cluster gets the image, never a run's option
+LAUNCH_OPTIONS = ("enroot_import",)
 
 
 def add_arguments(p: argparse.ArgumentParser, names=RUN_OPTIONS, *, required=(), help=None) -> None:
