@@ -295,6 +295,7 @@ def test_a_transcript_written_while_the_run_signs_is_left_out_then_bound_by_atte
     assert "unsigned_transcript" not in c.predicate
 
 
+@pytest.mark.integration  # project.state and hostinfo.collect start git and nvidia-smi
 def test_an_image_build_folder_is_signed_with_its_images(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
@@ -416,6 +417,7 @@ def test_a_signed_payload_nested_past_the_bound_is_one_line(tmp_path):
         evidence.open_envelope(env.to_dict(), evidence.Keyring.read(ring), "x")
 
 
+@pytest.mark.e2e  # the CLI's gate run over real local git repositories (test_cli's world)
 def test_a_gate_run_that_died_at_a_stage_is_signed_as_one(tmp_path, capsys, monkeypatch):
     """A run that died at its fetch (offline, empty cache) writes its ERROR report (issue 40) and is signed too: the
     predicate says error, exit 2."""
