@@ -191,7 +191,11 @@ def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, 
         ), err
         assert "is not in the cache" in err and "no bundle was given" in err
         assert "run `reprostack fetch`, then `reprostack bundle`" in err and "pass it with --bundle" in err
-    assert not (tmp_path / "reports").exists()
+    # the gate's run died at its fetch: its folder holds only an ERROR report saying so (issue 40 item 2: `latest` is
+    # never an earlier run's verdict), never evidence
+    rep = json.loads((tmp_path / "reports" / "micro.json").read_text())
+    assert rep["result"] == "error" and rep["evidence"] is False
+    assert rep["reason"].startswith("the run died before the gate ran: ") and "is not in the cache" in rep["reason"]
 
 
 def test_without_mirror_the_public_url_is_unreachable(world, tmp_path, capsys):
