@@ -81,15 +81,11 @@ def test_node_commands_of_one_gpu(spec):
 def test_node_commands_of_two_p5en_nodes_need_mpi(spec):
     p = spec.profile("p5en-efa-ep16")
     cmds = fabric.node_commands(spec, p, "/b", node_rank=1, master_addr="10.0.0.1")
-    assert [c.argv[-4:] for c in cmds] == [("-g", "8", "-N", "5")] * 2
+    assert [c.argv[-4:] for c in cmds] == [("-g", "1", "-N", "5")] * 2  # one MPI rank per GPU, as operators run it
     c = cmds[0]
     assert (c.launcher, c.nodes, c.node_rank, c.master_addr) == ("mpi", 2, 1, "10.0.0.1")
     assert c.env["FI_PROVIDER"] == "efa" and c.env["NCCL_DEBUG"] == "INFO" and c.env["NCCL_GIN_TYPE"] == "2"
-    assert (
-        "MPI=1" in c.needs[0]
-        and "srun --mpi=pmix --ntasks-per-node=1" in c.needs[1]
-        and "mpirun -np 2 -N 1" in c.needs[1]
-    )
+    assert "MPI=1" in c.needs[0] and "srun --mpi=pmix" in c.needs[1] and "MPIJob" in c.needs[1]
     # the plan and the run get the same commands
     assert fabric.node_commands(spec, p, "/b", node_rank=1, master_addr="10.0.0.1") == cmds
     with pytest.raises(GateError, match="is 2 node\\(s\\), not 3"):
@@ -352,7 +348,46 @@ def test_an_mpi_profile_is_an_error_saying_what_it_needs(tmp_path, one_h200, mon
     monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(8, efa=True))
     rep = run_fabric(tmp_path)
     assert rep.profile == "p5en-efa-ep16" and rep.result == "error"
-    assert "cannot be launched by this runner: nccl-tests built with MPI=1" in rep.reason
+    assert "cannot be launched by this runner: the deepep image's nccl-tests built with MPI=1" in rep.reason
+
+
+def write_launched(out: Path, outputs: dict, rcs: dict, run_id: str = "4242") -> Path:
+    """What the rendered sbatch's MPI steps leave in the out dir: <test>.log (every rank) and <test>.rc."""
+    d = out / "fabric-mpi"
+    d.mkdir(parents=True, exist_ok=True)
+    for test, text in outputs.items():
+        (d / f"{test}.log").write_text(text)
+    for test, rc in rcs.items():
+        (d / f"{test}.rc").write_text(f"{rc} {run_id}\n")
+    return d
+
+
+def test_the_mpi_launchs_logs_are_judged_by_the_runner(tmp_path, monkeypatch):
+    """Issue 37 item 9: the 2 x p5en profile, started by MPI (srun --mpi=pmix / an MPIJob), judged by node 0's runner
+    from the files the launch wrote (--launched-logs): the published bars on the interval of the cycles, the pinned
+    NCCL (the nccl-wheel the deepep image installs), the transport of all 16 ranks; nothing is fetched or built."""
+    from reprostack import hostinfo
+
+    monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(8, efa=True))
+    out = tmp_path / "out"
+    d = write_launched(
+        out, {"all_reduce": p5en_run(440.0), "alltoall": p5en_run(80.0)}, {"all_reduce": 0, "alltoall": 0}
+    )
+    rep = run_fabric(tmp_path, profile="p5en-efa-ep16", launched_logs=str(d), run_id="4242")
+    assert rep.profile == "p5en-efa-ep16" and rep.result == "pass", rep.reason
+    cs = by_metric(rep.checks)
+    assert cs["all_reduce.busbw_gbs"].passed and cs["all_reduce.busbw_gbs"].threshold == 349.56
+    assert cs["all_reduce.nccl_library"].passed and cs["transport"].value == "NET/OFI efa"
+    assert {a.path for a in rep.artifacts} == {"fabric-mpi/all_reduce.log", "fabric-mpi/alltoall.log"}
+    assert rep.data["launch"]["ranks"] == 16 and "sources_reused" not in rep.data
+    # a test whose step left no rc of this run (another job's, or none) is an ERROR naming the file, never a verdict
+    d = write_launched(out, {}, {"alltoall": 0}, run_id="1111")
+    rep = run_fabric(tmp_path, profile="p5en-efa-ep16", launched_logs=str(d), run_id="4242")
+    assert rep.result == "error" and rep.reason.startswith("alltoall no rc of this run in ")
+    # ... and a rank on sockets fails the transport naming it
+    write_launched(out, {"all_reduce": p5en_run(440.0, socket_rank=11)}, {"all_reduce": 0, "alltoall": 0})
+    rep = run_fabric(tmp_path, profile="p5en-efa-ep16", launched_logs=str(d), run_id="4242")
+    assert rep.result == "fail" and by_metric(rep.checks)["transport"].value.startswith("all_reduce: rank 11")
 
 
 def test_a_host_no_profile_fits_is_a_skip(tmp_path, one_h200, monkeypatch):
