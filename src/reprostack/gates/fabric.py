@@ -58,7 +58,7 @@ from ..launch.watchdog import run_with_watchdog
 from ..report import Check, GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import Summary, summarize
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .fabric_spec import FabricSpec, load_fabric_spec
+from .fabric_spec import FabricSpec, load_fabric_spec, resolve_bars
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
 from .options import GateOptions
 from . import fabric_mpi, transport
@@ -193,9 +193,9 @@ def nccl_version_code(version: str) -> int | None:
     return major * 10000 + minor * 100 + patch
 
 
-def _samples(p: NcclTestsParse, size: int, placement: str) -> list[float]:
+def _samples(p: NcclTestsParse, size: int, placement: str, kind: str = "busbw_gbs") -> list[float]:
     rows = p.rows_at(size)
-    return [(r.out_of_place if placement == "out-of-place" else r.in_place).busbw_gbs for r in rows]
+    return [getattr(r.out_of_place if placement == "out-of-place" else r.in_place, kind) for r in rows]
 
 
 def _summary(samples: list[float]) -> Summary | None:
@@ -259,9 +259,14 @@ def checks(spec: FabricSpec, profile: Profile, parsed: FabricParse, *, nccl_vers
     for name in spec.tests:
         out += _test_checks(spec, name, parsed.get(name), want)
     for bar in profile.bars:
+        if bar.threshold is None:  # a baseline bar not made from its runs (resolve_bars): never a silent pass
+            why = f"{bar.baseline.runs_from}: its accepted runs were not read (gates.fabric_spec.resolve_bars)"
+            out.append(evaluate(bar.metric, "GB/s", None, bar.op, None, why))
+            continue
         p = parsed.get(bar.test)
-        samples = _samples(p, bar.size, bar.placement) if p else []
-        where = f"at {_size_words(bar.size)} ({bar.size} B), {bar.placement}; {bar.published} GB/s published x (1 - {bar.tolerance}); {bar.source}"
+        samples = _samples(p, bar.size, bar.placement, bar.kind) if p else []
+        figure = "measured (median of the accepted runs)" if bar.baseline else "published"
+        where = f"at {_size_words(bar.size)} ({bar.size} B), {bar.placement}; {bar.published} GB/s {figure} x (1 - {bar.tolerance}); {bar.source}"
         s = _summary(samples)
         if s is None:
             why = "no row at this size" if not samples else f"non-finite sample(s) {samples}"
@@ -511,7 +516,12 @@ class FabricGate(Gate):
         return self._judge(st, ran, parse(text))
 
     def _judge(self, st: RunState, ran: dict, parsed: FabricParse) -> GateReport:
-        """The checks and figures of the runs; ERROR when a test did not end with exit 0 (its failure line)."""
+        """The checks and figures of the runs; ERROR when a test did not end with exit 0 (its failure line). The
+        profile's measured bars are made first from the accepted runs committed for it (fabric_spec.resolve_bars)."""
+        try:
+            st.profile, _ = resolve_bars(st.ctx.root, st.profile, stack=st.ctx.lock.stack or "campaign")
+        except ReprostackError as e:
+            return st.error(f"bars: {e}")
         spec, profile = st.spec, st.profile
         checks_ = checks(spec, profile, parsed, nccl_version=st.scratch["nccl_version"])
         figs = figures(spec, profile, parsed)
