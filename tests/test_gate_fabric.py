@@ -516,3 +516,36 @@ def test_one_gpu_bar_is_measured_from_the_committed_runs_of_its_gpu_model(tmp_pa
     # the H100 profile's bar comes from H100 runs only: the H200 runs above make none
     prof, why = resolve_bars(root, spec.profile("h100-ep1"))
     assert not prof.measured and "0 accepted H100 run(s) of 3 under results/gate_fabric/baseline/h100-ep1" in why
+
+
+def test_the_device_script_makes_the_runs_a_bar_is_made_of(tmp_path):
+    """scripts/device/gate_fabric.sh picks the profile of the GPU model nvidia-smi names (H100 -> h100-ep1) and runs the
+    gate FABRIC_RUNS times, each into its own folder under $OUT/baseline/<profile>/ (what the bar's runs-from reads).
+    The GPU and the gate are stood in here: nvidia-smi and the python that runs `reprostack gate` are scripts that
+    record what they were asked."""
+    import shutil
+    import subprocess
+
+    root = tmp_path / "root"
+    (root / "scripts" / "device").mkdir(parents=True)
+    for s in ("gate_fabric.sh", "seed_wheelhouse.sh"):
+        shutil.copy(ROOT / "scripts" / "device" / s, root / "scripts" / "device" / s)
+    for f in (".cache/wheelhouse/nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl", ".carry/sources.tar"):
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_bytes(b"")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.65.06, 9.0'\n")
+    (stub / "py").write_text(
+        '#!/bin/sh\n[ "$1" = -c ] && exit 0\nwhile [ $# -gt 0 ]; do [ "$1" = --out ] && o=$2; '
+        '[ "$1" = --profile ] && p=$2; shift; done\necho "{\\"profile\\": \\"$p\\"}" > "$o/fabric.json"; exit 1\n'
+    )
+    for f in stub.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), "FABRIC_RUNS": "2"}
+    env.update(REPROSTACK_TORCH_PYTHON=str(stub / "py"), REPROSTACK_CACHE=str(tmp_path / "c"))
+    r = subprocess.run(["bash", "scripts/device/gate_fabric.sh"], cwd=root, capture_output=True, text=True, env=env)
+    assert r.returncode == 1, r.stderr  # the gate's: FAIL (no measured bar yet), the worst of the runs
+    runs = sorted((tmp_path / "out" / "baseline" / "h100-ep1").iterdir())
+    assert [p.name.endswith(f"-h100-run{i}") for i, p in enumerate(runs, 1)] == [True, True]
+    assert all((p / "fabric.json").read_text().strip() == '{"profile": "h100-ep1"}' for p in runs)
