@@ -361,15 +361,7 @@ def render(
     ]
 
 
-def agent_plan(
-    g,
-    root: Path,
-    lock,
-    plan: lp.LaunchPlan,
-    nodes: int,
-    master_port: int | None = None,
-    launched_logs: str | None = None,
-) -> lp.LaunchPlan:
+def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port: int | None = None) -> lp.LaunchPlan:
     """`plan` with, on every node, the gate's in-image runner in host mode (gates.container.inner_argv: node 0
     parses and writes the reports), this node's rank and the master from the launcher, reprostack from the
     project mount (/workspace/src), the timeout of every arm plus the container slack
@@ -387,7 +379,6 @@ def agent_plan(
         run_id="${RUN_ID}",
         master_addr="${MASTER_ADDR}",
         master_port=master_port or MASTER_PORT,
-        launched_logs=launched_logs,
     )
     argv = tuple(inner_argv(g, a, lock))
     runs = g.launches(g.load(root), a)
@@ -552,12 +543,11 @@ def main(args, g, lock, root: Path) -> int:
             raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
     if args.out_hostpath and not args.out_hostpath.startswith("/"):
         raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
-    from ..gates.plan import OUT, WORK
-
     mpi = g.mpi_launch(spec, spec.profile(plan.profile))
     if mpi is not None and args.variant != "job":
         raise K8sError(f"--variant {args.variant}: profile {plan.profile} is started by MPI: an MPIJob (--variant job)")
-    agent = agent_plan(g, root, lock, plan, nodes, args.master_port, f"{OUT}/{mpi.logs}" if mpi else None)
+    agent = agent_plan(g, root, lock, plan, nodes, args.master_port)
+    from ..gates.plan import OUT, WORK
 
     pf = (
         None
@@ -581,8 +571,7 @@ def main(args, g, lock, root: Path) -> int:
     if mpi is not None:  # the Kubeflow MPI operator's MPIJob in place of the Job and its Service (cluster.k8s_mpi)
         from . import k8s_mpi
 
-        judge = [a.replace("${NODE_RANK}", "0") for a in agent.commands[0].argv]
-        docs = [k8s_mpi.mpijob(docs[-1], mpi, judge=judge, out=OUT, sh=_sh, node_log=agent.outputs.node_log(0))]
+        docs = [k8s_mpi.mpijob(docs[-1], mpi, judge=k8s_mpi.judge_argv(g, lock, agent, OUT), sh=_sh, plan=agent)]
     header = (
         f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
         f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
