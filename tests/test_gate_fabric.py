@@ -385,6 +385,13 @@ def test_the_mpi_launchs_logs_are_judged_by_the_runner(tmp_path, monkeypatch):
     assert cs["all_reduce.nccl_library"].passed and cs["transport"].value == "NET/OFI efa"
     assert {a.path for a in rep.artifacts} == {"fabric-mpi/all_reduce.log", "fabric-mpi/alltoall.log"}
     assert rep.data["launch"]["ranks"] == 16 and "sources_reused" not in rep.data
+    # verify-report re-derives it from the launch's logs, where the rendered steps wrote them
+    import yaml
+
+    got = fabric.rederive_fabric(
+        rep.to_dict(), out, yaml.safe_load((ROOT / "gates" / "fabric.yaml").read_text()), "fabric"
+    )
+    assert got.values["all_reduce.rows"] == 140 and got.figures[f"all_reduce.busbw_gbs@{GIB}"][:1] == [439.0]
     # a test whose step left no rc of this run (another job's, or none) is an ERROR naming the file, never a verdict
     d = write_launched(out, {}, {"alltoall": 0}, run_id="1111")
     rep = run_fabric(tmp_path, profile="p5en-efa-ep16", launched_logs=str(d), run_id="4242")

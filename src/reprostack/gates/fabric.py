@@ -341,7 +341,9 @@ def rederive_fabric(doc: dict, folder: Path, spec: dict | None, stem: str):
     if not runs:
         got.notes.append("no nccl-tests run in the report: nothing to re-derive from logs")
         return got
-    parsed = parse({name: log_text(folder, doc, stem, [f"{name}.log"]) for name in runs})
+    launched = isinstance(data.get("launch"), dict) and data["launch"].get("launcher") == "mpi"
+    where = fabric_mpi.LOGS if launched else stem  # an MPI launch's logs: where the rendered steps wrote them
+    parsed = parse({name: log_text(folder, doc, where, [f"{name}.log"]) for name in runs})
     tests = (spec or {}).get("tests") if isinstance((spec or {}).get("tests"), dict) else {}
     trials = (spec or {}).get("trials")
     for name, p in parsed.tests.items():
