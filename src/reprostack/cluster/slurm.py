@@ -318,18 +318,11 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
             " ".join(srun + ['--output="${OUT}"/' + word(f"{o_.logs}/preflight-node-%n.log")]) + " \\",
             "  " + _task(plan, o, pre, per_node_out=False),
         ]
-    if o.mpi is not None:  # the ranks started by MPI, then node 0 judges what they wrote
+    if o.mpi is not None:  # the ranks started by MPI, then node 0 judges what they wrote (cluster.slurm_mpi)
         from . import slurm_mpi
 
         return "\n".join(
-            L
-            + slurm_mpi.lines(
-                o.mpi,
-                word=word,
-                rank_task=lambda argv: _task(plan, o, argv, per_node_out=False),
-                judge_task=_task(plan, o, list(o.agent), per_node_out=True),
-                node_log=o_.node_log(0),
-            )
+            L + slurm_mpi.lines(o.mpi, word, lambda a, **k: _task(plan, o, a, **k), o.agent, o_.node_log(0))
         )
     gate_srun = [*srun[:-1], "--kill-on-bad-exit=1"]  # node 0 ends the step once it has reported (workers exit 0)
     L += [
