@@ -458,7 +458,11 @@ def test_fabric_across_nodes_is_srun_mpi_pmix_one_rank_per_gpu_then_node_0_judge
     steps = [ln for ln in text.splitlines() if ln.startswith("srun ") and "--mpi=pmix" in ln]
     assert len(steps) == 2 and all("--nodes=2 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none" in s for s in steps)
     for test, binary in (("all_reduce", "all_reduce_perf"), ("alltoall", "alltoall_perf")):
-        line = next(ln for ln in text.splitlines() if f"/opt/reprostack/nccl-tests/bin/{binary} " in ln)
+        line = next(
+            ln
+            for ln in text.splitlines()
+            if f"/opt/reprostack/nccl-tests/bin/{binary} " in ln and "srun" not in ln and not ln.startswith("#")
+        )
         assert '--container-image="${IMAGE}"' in line and " -g 1 -N 5" in line
         assert line.endswith(f'> "${{OUT}}"/fabric-mpi/{test}.log 2>&1')
         assert f'echo "$? ${{SLURM_JOB_ID}}" > "${{OUT}}"/fabric-mpi/{test}.rc' in text

@@ -403,7 +403,8 @@ class FabricGate(Gate):
         return (
             f"nccl-tests is not prebuilt in image {image.recipe if image else '?'} yet (its commands name "
             f"/opt/reprostack/kernels/nccl-tests/bin, where an image would put it): the in-image runner fetches, "
-            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words})"
+            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words}); a profile "
+            f"started by MPI runs the image's MPI=1 build, {fabric_mpi.IMAGE_BIN}"
         )
 
     def mpi_launch(self, spec, profile):
@@ -419,9 +420,8 @@ class FabricGate(Gate):
         by_test: dict = {}
         notes: list[str] = []
         for node in range(nodes):
-            for c in node_commands(
-                spec, profile, paths.build("nccl-tests"), nodes=nodes, node_rank=node, master_addr=addr
-            ):
+            bins = fabric_mpi.IMAGE_BIN if profile.launcher == "mpi" else paths.build("nccl-tests")
+            for c in node_commands(spec, profile, bins, nodes=nodes, node_rank=node, master_addr=addr):
                 by_test.setdefault(c.test, []).append(lp.NodeCommand(node, "leader" if node == 0 else "worker", c.argv))
                 by_test.setdefault((c.test, "env"), c.env)
                 notes += [n for n in c.needs if n not in notes]
