@@ -60,6 +60,11 @@ def find_links(wheelhouse: str | None) -> list[str]:
 def _install(session: nox.Session, extra: str = "") -> None:
     """Install the project (with `extra`) into the session's venv, unless that venv (reused: nox.options.reuse_venv)
     already holds this exact install: its stamp records _install_key, so an unchanged tree costs no pip run."""
+    if session.venv_backend == "none":  # `nox --no-venv` (inside an image that has the project): nothing to install
+        if not shutil.which("reprostack"):
+            session.error("nox --no-venv: no `reprostack` on PATH; install the project first (pip install -e .)")
+        session.log(f"nox --no-venv: no install, using the reprostack on PATH ({shutil.which('reprostack')})")
+        return
     target = f".{extra}" if extra else "."
     wheelhouse = os.environ.get("REPROSTACK_WHEELHOUSE")
     key = _install_key(target, wheelhouse)
@@ -179,37 +184,51 @@ def build(session: nox.Session) -> None:
     session.run("reprostack", "build", *session.posargs)
 
 
-def _gate(session: nox.Session, *command: str) -> tuple[int, list[str]]:
+def _gate(session: nox.Session, *command: str) -> tuple[int, list[str]] | None:
     """Run a gate command into a fresh report folder; return the exit code its summary records and one short line
-    per gate (gate_lines).
+    per gate (gate_lines); None for `--plan`, which runs nothing and reads no verdict.
 
-    Without `--out` the command makes a new run folder out/<session>/<UTC time>/ and points out/<session>/latest
-    at it before it runs anything, so latest/summary.json is this run's or absent; with `--out DIR` the summary
-    there is deleted first. Either way a crash (a traceback exits 1 too) can never be read as the verdict of an
-    earlier run."""
+    Without `--out` the command makes a new run folder out/<session>/<UTC time>/ and moves out/<session>/latest to
+    it only once its summary is written (reprostack.runs): when `latest` names the same folder after the command as
+    before, this run wrote no summary (a failed fetch, a crash) and the session says so, never reading the earlier
+    run's verdict; with `--out DIR` the summary there is deleted first."""
     args = list(session.posargs)
+    if "--plan" in args:  # the plan only: nothing runs, so there is no verdict to read (issue 40)
+        session.run("reprostack", *command, "--python", torch_python(), *args)
+        return None
     out = None
     for i, a in enumerate(args):
         if a == "--out" and i + 1 < len(args):
             out = args[i + 1]
         elif a.startswith("--out="):
             out = a.split("=", 1)[1]
+    base = None
     if out is None:
-        out = str(
-            Path(
-                "out",
-                command[-1].replace("-", "_") if command[0] == "all-gates" else "gate_" + command[-1].replace("-", "_"),
-                "latest",
-            )
-        )
+        stem = command[-1].replace("-", "_")
+        base = Path("out", stem if command[0] == "all-gates" else "gate_" + stem)
+        out = str(base / "latest")
+    before = _link(Path(out)) if base is not None else None
     summary = Path(out, "summary.json")
-    if not Path(out).is_symlink():
+    if base is None:
         summary.unlink(missing_ok=True)
     session.run("reprostack", *command, "--python", torch_python(), *args, success_codes=[0, 1, 3])
+    if base is not None and _link(Path(out)) == before:
+        session.error(
+            f"this run wrote no summary: the gate did not finish (see the output above); {out} still names "
+            f"{before or 'no run'}, an earlier run, not this one's verdict"
+        )
     if not summary.is_file():
         session.error(f"no {summary} was written: the gate did not finish (see the output above)")
     data = json.loads(summary.read_text())
     return data["exit_code"], gate_lines(data["gates"])
+
+
+def _link(path: Path) -> str | None:
+    """What a `latest` symlink names, None when there is none."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 def gate_lines(gates: list[dict]) -> list[str]:
@@ -237,7 +256,10 @@ def _one_gate(session: nox.Session, gate: str) -> None:
     """Run `reprostack gate GATE`: exit 3 (skip, not run) marks the session skipped with the gate's reason,
     anything else but a pass fails it."""
     _install(session)
-    rc, lines = _gate(session, "gate", gate)
+    got = _gate(session, "gate", gate)
+    if got is None:  # --plan
+        return
+    rc, lines = got
     reason = "; ".join(lines)
     if rc == 3:
         session.skip(f"not a pass: {reason}")
@@ -285,7 +307,10 @@ def all_gates(session: nox.Session) -> None:
     fits the host is SKIP, a bad spec or a crash that gate's ERROR); fails unless every required gate passed
     (a skipped required gate fails this session)."""
     _install(session)
-    rc, lines = _gate(session, "all-gates")
+    got = _gate(session, "all-gates")
+    if got is None:  # --plan
+        return
+    rc, lines = got
     if rc != 0:  # the gates' lines were printed by the command just above: one short line here
         failed = [line.split(":", 1)[0] for line in lines if ": PASS —" not in line]
         session.error(f"not every required gate passed ({', '.join(failed)}): the lines above, or summary.md")

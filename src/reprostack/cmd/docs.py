@@ -1,4 +1,4 @@
-"""`reprostack docs [--check]`: write the docs' generated blocks (README.md, docs/stacks.md) from results/
+"""`reprostack docs [--check]`: write the docs' generated blocks (README.md, docs/*.md) from results/
 (reprostack.report.docsgen); `--check` writes nothing and exits 1 naming each block that differs.
 
 Exit 0 when the docs are what results/ gives (or were written), 1 with `--check` when a block differs, 2 for a doc
@@ -13,9 +13,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-HELP = "write the docs' figures from results/ (README result lines, docs/stacks.md tables, the bench table)"
+HELP = "write the docs' figures from results/ and the lock (README.md and docs/*.md generated blocks)"
 DESCRIPTION = (
-    "Every `<!-- generated: NAME -->` block of README.md and docs/stacks.md is made again from results/; --check "
+    "Every `<!-- generated: NAME -->` block of README.md and docs/*.md is made again from results/ (the git pins: "
+    "from upstreams.lock); --check "
     "writes nothing and fails (1) naming each block that differs (CI runs it)."
 )
 
@@ -55,10 +56,11 @@ def history_block(root: Path, args: list[str]) -> str:
 def write_page(root: Path) -> str:
     """The committed history page (results/history/index.html and its PNGs) from results/; a line saying what."""
     from ..history import compare, render
-    from ..history.command import ingest, scan
+    from ..history.command import check_page, ingest, scan
     from ..history.store import Store
 
     out = root / "results" / "history"
+    check_page(out)  # never a tables-only page over the committed plots
     with tempfile.TemporaryDirectory(prefix="reprostack-docs-") as d:
         with Store.open(Path(d) / "history.sqlite3") as store:
             ingest(store, scan([root / "results"], exclude=out))
