@@ -42,11 +42,12 @@ import math
 import re
 import shlex
 from dataclasses import dataclass
+from functools import partial
 from pathlib import PurePosixPath
 
 from ..errors import ReprostackError
 from ..launch import plan as lp
-from . import enroot
+from . import enroot, slurm_mpi
 
 RUNTIMES = ("pyxis", "enroot", "docker", "host")
 CODE = "/opt/reprostack/code"  # as gates.container: this checkout's package, on PYTHONPATH in the image
@@ -192,10 +193,7 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     if o.runtime != "host" and plan.image is None:
         raise SlurmRenderError(f"gate {plan.gate}: a host-mode plan has no image; use --runtime host")
     if o.mpi is not None and o.runtime != "pyxis":
-        raise SlurmRenderError(
-            f"--runtime {o.runtime}: profile {plan.profile} of gate {plan.gate} is started by MPI (srun --mpi=pmix), "
-            "which runs in the image under pyxis only (its PMIx support); use --runtime pyxis"
-        )
+        raise SlurmRenderError(slurm_mpi.refusal(o.runtime, plan))
     _validate(plan)
     gate = _check(plan.gate, "gate")
     job = word(o.job_name or f"rs-{gate}", "--job-name")
@@ -325,11 +323,7 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
             "  " + _task(plan, o, pre, per_node_out=False),
         ]
     if o.mpi is not None:  # the ranks started by MPI, then node 0 judges what they wrote (cluster.slurm_mpi)
-        from . import slurm_mpi
-
-        return "\n".join(
-            L + slurm_mpi.lines(o.mpi, word, lambda a, **k: _task(plan, o, a, **k), o.agent, o_.node_log(0))
-        )
+        return "\n".join(L + slurm_mpi.lines(o.mpi, word, partial(_task, plan, o), o.agent, o_.node_log(0)))
     gate_srun = [*srun[:-1], "--kill-on-bad-exit=1"]  # node 0 ends the step once it has reported (workers exit 0)
     L += [
         "# the gate: one task per node, the per-node agent in the image; the output contract (launch.plan.Outputs):",

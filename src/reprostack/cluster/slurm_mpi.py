@@ -24,6 +24,14 @@ def _minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60))
 
 
+def refusal(runtime: str, plan) -> str:
+    """Why `runtime` cannot run the MPI steps of `plan` (every runtime but pyxis)."""
+    return (
+        f"--runtime {runtime}: profile {plan.profile} of gate {plan.gate} is started by MPI (srun --mpi=pmix), "
+        "which runs in the image under pyxis only (its PMIx support); use --runtime pyxis"
+    )
+
+
 def lines(launch, word, task, agent, node_log: str) -> list[str]:
     """The gate's steps: per test an MPI step (`task(argv, per_node_out=False)`: the pyxis arguments and the rank's
     command), then the judge (`task(agent, per_node_out=True)`: node 0's in-image runner, its rc kept as the output
