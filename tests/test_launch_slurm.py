@@ -584,6 +584,11 @@ def test_fabric_across_nodes_is_srun_mpi_pmix_one_rank_per_gpu_then_node_0_judge
     first = text.index("srun --nodes=2 --ntasks-per-node=8 --mpi=pmix")
     assert text.index("reprostack preflight fabric") < first < text.index("--launched-logs /out")
     assert "export PMIX_MCA_gds=hash" in text and "export FI_PROVIDER=efa" in text
+    # pyxis on enroot 3.x (--enroot-import): the ranks run the squashfs the import step made, by digest
+    text = render(
+        "fabric", lock, image="registry.example/reprostack/deepep@sha256:" + "ab" * 32, enroot_import="/fsx/e"
+    )
+    assert text.index('export IMAGE="${SQSH}"') < text.index("srun --nodes=2 --ntasks-per-node=8 --mpi=pmix")
     # the MPI steps need pyxis (its PMIx support): another runtime is one line, nothing written
     for runtime in ("docker", "enroot", "host"):
         with pytest.raises(slurm.SlurmRenderError, match=f"--runtime {runtime}: profile p5en-efa-ep16 .* pyxis only"):
