@@ -40,6 +40,7 @@ def project(tmp_path: Path, block: str) -> Path:
     shutil.copytree(ROOT / K5, root / K5)
     (root / "README.md").write_text(f"# t\n\n{block}\n\ntail\n")
     (root / "docs" / "stacks.md").write_text("# stacks\n")
+    (root / "docs" / "architecture.md").write_text("# architecture\n")
     return root
 
 
@@ -88,7 +89,7 @@ def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path,
     [
         (
             OPEN.format("nonesuch", "nonesuch"),
-            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, mirrors, suite, history)",
+            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, mirrors, suite, history, gates)",
         ),
         (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
         (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),

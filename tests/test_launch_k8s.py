@@ -14,11 +14,13 @@ import yaml
 
 from reprostack import cli
 from reprostack.cluster.k8s import KUBERNETES_MINORS, K8sError, dns1123
+from reprostack.gates import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"registry.example:5000/reprostack/deepep@{DIGEST}"
-GATES = ("micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
+# every gate whose published profile renders as an Indexed Job (fabric's p5en profile is an MPIJob: its own test)
+GATES = [g.name for g in registry.rendered(ROOT) if g.mpi_launch(g.load(ROOT), g.resolve_profile(g.load(ROOT))) is None]
 
 
 def _spec():

@@ -12,7 +12,6 @@ calls are real nox processes on this checkout (they write nothing under out/).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
+import noxmod
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
 def _noxfile():
-    spec = importlib.util.spec_from_file_location("noxfile_issue40", REPO / "noxfile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return noxmod.load()  # once per process (a second import re-registers the sessions: nox's FutureWarning)
 
 
 class _Stop(Exception):

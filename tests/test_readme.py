@@ -10,7 +10,6 @@ nothing that needs the network; the venv's pip bootstrap failing (no python3-ven
 
 from __future__ import annotations
 
-import ast
 import re
 import shlex
 import subprocess
@@ -18,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import noxmod
 
 from reprostack.errors import BuildError, GateError
 from reprostack.gates import aiperftool
@@ -53,15 +54,7 @@ def _opening_commands() -> list[list[list[str]]]:
 
 
 def _nox_sessions() -> set[str]:
-    tree = ast.parse((REPO / "noxfile.py").read_text())
-    names = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            for d in node.decorator_list:
-                target = d.func if isinstance(d, ast.Call) else d
-                if ast.unparse(target) == "nox.session":
-                    names.add(node.name)
-    return names
+    return noxmod.sessions()
 
 
 def _pyproject() -> dict:
@@ -78,7 +71,7 @@ def _nox_pin() -> str:
 def test_readme_opens_with_the_main_job_and_the_test_suite():
     lines = _opening_commands()
     assert len(lines) == 2, f"README.md's first block has {len(lines)} commands, expected 2 (main job, tests)"
-    assert [line[-1][-2:] for line in lines] == [["-s", "gate_micro"], ["-s", "tests"]]
+    assert [line[-1][-2:] for line in lines] == [["-s", "gate_micro"], ["-s", "tests_all"]]
 
 
 def test_readme_commands_make_a_venv_and_install_only_into_it():
@@ -114,7 +107,7 @@ def test_ci_run_uses_the_readme_venv_line_and_the_files_it_names_exist():
     ci = (REPO / ".ci" / "run").read_text()
     assert " ".join(VENV_LINE) in ci
     assert f".venv/bin/pip install --quiet {_nox_pin()} -e ." in ci
-    assert ".venv/bin/nox -s tests" in ci
+    assert ci.rstrip("\n").splitlines()[-1].split(" # ")[0].strip() == ".venv/bin/nox -s tests_all"  # README's command
     assert ".venv/bin/nox -s docs -- --check" in ci and ".venv/bin/nox -s verify_report -- -q" in ci  # issue 27
     code = "\n".join(ln.split(" # ")[0] for ln in ci.splitlines() if not ln.lstrip().startswith("#"))
     assert "pip install" not in code.replace(".venv/bin/pip install", ""), "pip install outside .venv"
@@ -181,12 +174,9 @@ def test_the_tests_session_aiperf_step_fails_in_one_line(tmp_path):
 def test_nox_finds_the_python_that_holds_torch(tmp_path, monkeypatch):
     """The README's nox runs from .venv (no torch); the gates need the GPU image's own Python: the first of nox's
     Python and the `python3` on PATH that imports torch, unless REPROSTACK_TORCH_PYTHON names one."""
-    import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location("noxfile_under_test", REPO / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(noxfile)
+    noxfile = noxmod.load()
     site = tmp_path / "site" / "torch"
     site.mkdir(parents=True)
     (site / "__init__.py").write_text("")
@@ -295,11 +285,8 @@ def test_nox_tests_spreads_the_files_over_two_workers_unless_told():
     """Issue 29 item 11: the README's `nox -s tests` runs the test files on 2 pytest-xdist workers, one file per worker
     at a time; $REPROSTACK_TEST_WORKERS picks another count (0: in one process), and posargs that pick their own
     (`-n 4`, `-p no:xdist`) are left alone; a bad count is one line, never a pytest run."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("noxfile_xdist", REPO / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(noxfile)
+    noxfile = noxmod.load()
     assert noxfile.xdist_args([], {}) == ["-n", "2", "--dist", "loadfile"]
     assert noxfile.xdist_args(["-q", "tests/test_ui.py"], {"REPROSTACK_TEST_WORKERS": "3"})[:2] == ["-n", "3"]
     assert noxfile.xdist_args([], {"REPROSTACK_TEST_WORKERS": "0"}) == []

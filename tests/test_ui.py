@@ -8,11 +8,12 @@ import io
 import json
 import re
 import os
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+import noxmod
 
 from reprostack import cli, ui
 from reprostack.cmd import gate as cmd_gate
@@ -330,14 +331,7 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
     """noxfile._gate without --out reads out/gate_<G>/latest/summary.json, which the CLI points at this run's
     folder once its summary is written: a run that crashed leaves `latest` where it was, and the session says this
     run wrote no summary, never reading the earlier run's verdict (issue 40)."""
-    import importlib.util
-
-    repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("noxfile_under_test", repo / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():  # test_readme may have registered the same sessions already
-        warnings.simplefilter("ignore", FutureWarning)
-        spec.loader.exec_module(noxfile)
+    noxfile = noxmod.load()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
     monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
@@ -371,15 +365,7 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
 
 
 def _noxfile():
-    import importlib.util
-
-    repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("noxfile_item10", repo / "noxfile.py")
-    mod = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        spec.loader.exec_module(mod)
-    return mod
+    return noxmod.load()
 
 
 def test_wheelhouse_folders_joined_by_colon_reach_pip_as_one_find_links_each(tmp_path, monkeypatch):

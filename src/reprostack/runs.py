@@ -31,10 +31,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 
+def session(gate: str | None) -> str:
+    """The nox session of gate G (`gate_<G>`, `-` as `_`: `gate nemo-rl` is `nox -s gate_nemo_rl`; noxfile.py makes
+    one per gate of the registry), `all_gates` for `all-gates` (gate None)."""
+    return "all_gates" if gate is None else f"gate_{gate.replace('-', '_')}"
+
+
 def default_base(gate: str | None) -> Path:
-    """The folder of a gate command's runs: out/gate_<G> (the nox session's name) for gate G, out/all_gates for
+    """The folder of a gate command's runs: out/<its nox session> (session) for gate G, out/all_gates for
     `all-gates` (gate None)."""
-    return Path("out") / ("all_gates" if gate is None else f"gate_{gate.replace('-', '_')}")
+    return Path("out") / session(gate)
 
 
 def latest_target(base: Path) -> str | None:

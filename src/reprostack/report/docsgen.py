@@ -26,6 +26,8 @@ Generators:
   results/ (a fresh database in a temporary folder), in a code block;
 - `images`: the image chain's record (results/images/chain.json, scripts/image_chain.py): per step its seconds, image
   id, size and build context, the total and the downloads; each `results/images/*-twice.json` in one line;
+- `gates` (added by the command, from the layer above: reprostack.cmd.docs; its marker says `from the gate
+  registry`): one row per gate of gates.registry, docs/architecture.md;
 - `mirrors`: every git pin of upstreams.lock (and its submodules) with its URL, and a REPROSTACK_MIRRORS line naming
   a local mirror for each (the README's offline path: a list that cannot miss a pin);
 - `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
@@ -48,7 +50,7 @@ from .benchstats import bench_runs, spread
 from .rederive import RederiveError, load, reports_under
 
 DOCS = ("README.md", "docs/*.md")  # README.md, then every page of docs/ (sorted)
-_SOURCE = r"\(reprostack docs; from (?:results/|upstreams\.lock), never typed\) -->"
+_SOURCE = r"\(reprostack docs; from (?:results/|upstreams\.lock|the gate registry), never typed\) -->"
 _BLOCK = re.compile(
     r"(?P<open><!-- generated: (?P<name>[a-z-]+)(?P<args>(?: [^ ()]+)*) " + _SOURCE + r"\n)(?P<body>.*?)"
     r"(?P<close><!-- end generated: (?P=name) -->)",
