@@ -244,6 +244,16 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "(--num-sms) says so by itself",
         ),
     ),
+    "launched_logs": (
+        ("--launched-logs",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="a profile started by MPI (fabric across nodes: srun --mpi=pmix, an MPIJob): judge what that launch "
+            "wrote in DIR (each test's <test>.log of every rank and its <test>.rc), start nothing (the rendered "
+            "sbatch and MPIJob pass it)",
+        ),
+    ),
     "legacy": (
         ("--legacy",),
         dict(
@@ -282,6 +292,7 @@ RUN_OPTIONS = (
     "num_sms",
     "purpose",
     "legacy",
+    "launched_logs",
 )
 
 # what only a launcher takes (`launch slurm`): how the cluster gets the image, never a run's option
@@ -360,6 +371,7 @@ class GateOptions:
     num_sms: int | None = None
     purpose: str = "ordinary"
     legacy: bool = False
+    launched_logs: str | None = None
     container: bool = False
     image: str | None = None
     kernels_manifest: str | None = None
@@ -440,4 +452,5 @@ class GateOptions:
         argv += [x for r in self.baseline_runs for x in ("--baseline-run", r)]
         argv += ["--num-sms", str(self.num_sms)] if self.num_sms is not None else []
         argv += ["--purpose", self.purpose] if self.purpose != "ordinary" else []
+        argv += ["--launched-logs", self.launched_logs] if self.launched_logs else []
         return argv + (["--legacy"] if self.legacy else [])
