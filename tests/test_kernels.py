@@ -741,3 +741,35 @@ def test_a_build_runs_in_a_folder_named_by_its_key_and_one_builder_per_key(tmp_p
     for t in ts:
         t.join()
     assert len(calls) == 1 and sorted(b.reused for b in got) == [False, True]
+
+
+def test_a_moved_build_never_reads_the_paths_its_envs_py_recorded(tmp_path, monkeypatch):
+    """Seen on the H100 (issue 41's bench, cold hit): a DeepEP build pulled from the kernel cache carries deep_ep/envs.py
+    with the EP_NCCL_ROOT_DIR and EP_JIT_CACHE_DIR of the folder it was built in, and deep_ep's import asserted "No
+    libnccl.so found in <that folder>/lib/". The gate's test environment names this run's NCCL and jit/ folder; DeepEP's
+    own rule (deep_ep/__init__.py: a persistent env only where the variable is unset) then keeps them."""
+    import subprocess
+    import sys
+
+    from reprostack.gates import kernelprep
+
+    out = tmp_path / "node-b" / "deepep-0123"
+    pkg = out / "site" / "deep_ep"
+    pkg.mkdir(parents=True)
+    (pkg / "envs.py").write_text(
+        "persistent_envs = dict()\n"
+        "persistent_envs['EP_JIT_CACHE_DIR'] = '/elsewhere/node-a/deepep-0123/jit'\n"
+        "persistent_envs['EP_NCCL_ROOT_DIR'] = '/elsewhere/node-a/nccl-4ac8/build'\n"
+    )
+    (pkg / "__init__.py").write_text(  # the lines of DeepEP's own __init__ that apply envs.py (pinned rev)
+        "import os\nfrom .envs import persistent_envs\nfor key, value in persistent_envs.items():\n"
+        "    if key not in os.environ:\n        os.environ[key] = value\n"
+    )
+    nccl = type("N", (), {"out": tmp_path / "node-b" / "nccl-4ac8", "info": {"version": "2.30.4"}, "log": None})()
+    deepep = type("D", (), {"out": out, "log": None})()
+    monkeypatch.setattr(kernelprep, "build_kernels", lambda *a, **k: (type("T", (), {"arch": "9.0"})(), nccl, deepep))
+    ctx = type("Ctx", (), {"cache_root": tmp_path / "node-b" / "cache"})()
+    kern = kernelprep.setup_kernels(None, ctx, {}, {}, {})
+    probe = "import deep_ep, os; print(os.environ['EP_NCCL_ROOT_DIR']); print(os.environ['EP_JIT_CACHE_DIR'])"
+    got = subprocess.run([sys.executable, "-c", probe], env=kern.env, capture_output=True, text=True, check=True)
+    assert got.stdout.split() == [str(nccl.out / "build"), str(out / "jit")]

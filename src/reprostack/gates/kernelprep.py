@@ -175,7 +175,7 @@ def setup_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
         )
     tc, nccl, deepep = build_kernels(opts, ctx, trees, prov, timings)
     return Kernels(
-        runtime.runtime_env(deepep.out, cache_root=ctx.cache_root),
+        runtime.runtime_env(deepep.out, cache_root=ctx.cache_root, nccl_root=nccl.out / "build"),
         nccl.out / "build" / "lib",
         nccl.info["version"],
         deepep.out / "jit",

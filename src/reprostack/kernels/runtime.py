@@ -62,8 +62,17 @@ def pycache_dir(cache_root: Path) -> Path:
     return Path(cache_root) / "pycache"
 
 
-def runtime_env(deepep_out: Path, base: dict | None = None, *, cache_root: Path | None = None) -> dict:
+def runtime_env(
+    deepep_out: Path, base: dict | None = None, *, cache_root: Path | None = None, nccl_root: Path | None = None
+) -> dict:
     """Environment for a process that imports torch + deep_ep from the build at `deepep_out`.
+
+    DeepEP's setup.py writes the build's own absolute EP_NCCL_ROOT_DIR and EP_JIT_CACHE_DIR into deep_ep/envs.py
+    (`persistent_envs`, used only where the variable is unset). A build pulled from the kernel cache was made in
+    another folder (or on another node), so those paths name a folder that is not this run's: deep_ep's import then
+    asserts "No libnccl.so found in <that folder>/lib/" (seen on the H100, results/bench/kcache-h100-*). With
+    `nccl_root`, both are set here to this run's NCCL (`nccl_root`, whose lib/ the overlay links) and this build's
+    jit/ folder, so a moved build never reads another folder's paths.
 
     The gate's scripts run from the verified source trees (test_ep.py from the patched deepep tree): no __pycache__
     may be left there, or the next run's re-hash of that tree sees foreign files and remakes it. With `cache_root`,
@@ -78,6 +87,9 @@ def runtime_env(deepep_out: Path, base: dict | None = None, *, cache_root: Path 
     # replaced, not extended: the test process sees the image's Python, the overlay and deep_ep, and
     # nothing of the tool's own environment (e.g. reprostack's dependencies)
     env["PYTHONPATH"] = os.pathsep.join([str(deepep_out / "overlay"), str(deepep_out / "site")])
+    if nccl_root is not None:
+        env["EP_NCCL_ROOT_DIR"] = str(nccl_root)
+        env["EP_JIT_CACHE_DIR"] = str(deepep_out / "jit")
     if cache_root is None:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env
