@@ -60,6 +60,20 @@ def test_a_copy_without_git_takes_the_stamp_and_checks_every_file(tmp_path):
     assert project.state(copy, environ={})["commit"] is None  # no stamp: never a guessed commit
 
 
+def test_a_named_stamp_wins_over_a_stale_git_the_copy_carries(tmp_path):
+    """Seen on the lent H100: the machine's copy of the working tree carried a `.git` at the session's first commit,
+    so every run there recorded that commit, dirty, with 301 files changed, though the stamp named the real one."""
+    repo, old = checkout(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy)  # .git and all: HEAD is `old`
+    new = gr.commit_files(repo, {"a.txt": "b\n"}, "two")
+    (copy / "a.txt").write_text("b\n")  # the copy's files are the new commit's
+    stamp = stamp_of(repo, tmp_path / "stamp.txt")
+    got = project.state(copy, environ={project.STAMP_ENV: str(stamp)})
+    assert (got["commit"], got["dirty"], got["source"]) == (new, False, f"stamp {stamp}") and new != old
+    assert project.state(copy, environ={})["commit"] == old  # unnamed: git's word, as before
+
+
 def test_a_hostile_stamp_never_gives_a_clean_commit(tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()

@@ -6,7 +6,8 @@ Two ways to know it:
   and untracked files git does not ignore: a gate spec not yet committed is a change); `source: "git"`;
 - a copy without `.git` (the lent GPU machine gets the working tree's files only): a stamp written on the machine
   that has the checkout (`scripts/device/project_stamp.sh`: the commit and `git ls-tree -r` of it), named by
-  $REPROSTACK_PROJECT_STAMP; each tracked file of the stamp is hashed here as a git blob and compared, so `dirty`
+  $REPROSTACK_PROJECT_STAMP (named, it is used even where a `.git` is present: a copy may carry a stale one); each
+  tracked file of the stamp is hashed here as a git blob and compared, so `dirty`
   says whether these files are the commit's, whatever the stamp's writer believed; `source: "stamp FILE"`.
 Otherwise `commit` and `dirty` are None with the reason (`why`): never a guessed commit.
 
@@ -35,12 +36,13 @@ def state(root: Path, environ=None) -> dict:
     """`provenance.project` of a run from `root` (see the module doc)."""
     env = os.environ if environ is None else environ
     root = Path(root).resolve()
+    stamp = env.get(STAMP_ENV)
+    if stamp:  # named on purpose: it wins over a `.git` the copy may carry (the lent GPU's copy held the session's
+        # first commit, 8bb97a9, under every later tree: its runs said "8bb97a9, dirty, 301 files changed")
+        return _from_stamp(root, Path(stamp))
     got = _from_git(root)
     if got is not None:
         return got
-    stamp = env.get(STAMP_ENV)
-    if stamp:
-        return _from_stamp(root, Path(stamp))
     return {
         "commit": None,
         "dirty": None,
