@@ -27,6 +27,8 @@
 #          command="BENCH_RUNS=cold_hit,from_nothing_hit bash scripts/device/bench_kernel_cache.sh")
 # Into $OUT after each call: kcache-<gpu>.json (after B: commit it as results/bench/kcache-<gpu>-<date>.json), bench.log,
 #   gpu.txt, bench.tar (every run's report, cli.log and build logs; no caches, venvs or entries).
+# BENCH_GATE_ARGS: more options for every benched gate run (e.g. `--purpose baseline`: each run, a whole K-trial
+# measurement on this GPU, signed as a baseline run of the profile);
 # BENCH_REPEAT (default 3) rounds; BENCH_PROFILE (default: h200-ep1 on an H200; h100-ep1 on an H100 when
 # gates/micro.yaml has it, else h200-ep1, said in the output: a timing, not evidence for that profile); BENCH_TIMEOUT (default 560 s): the JSON is written after every round, so a call cut at
 # its limit keeps the rounds it finished (a later call with the same BENCH_RUNS adds more).
@@ -66,7 +68,7 @@ echo "bench kcache on $L ($GPU), profile $PROFILE, runs $RUNS x ${BENCH_REPEAT:-
 
 timeout -k 10 "${BENCH_TIMEOUT:-560}" "$PY" -m reprostack bench gate_micro --runs "$RUNS" --repeat "${BENCH_REPEAT:-3}" \
   --host "$L" --results .cache/bench-results --work out/bench-kcache --kernel-cache "$R/.cache/bench-kcache" \
-  -- --profile "$PROFILE" --offline --bundle .carry/sources.tar --python "$PY" 2>&1 | tee "$OUTD/bench.log"
+  -- --profile "$PROFILE" --offline --bundle .carry/sources.tar --python "$PY" ${BENCH_GATE_ARGS:-} 2>&1 | tee "$OUTD/bench.log"
 rc=${PIPESTATUS[0]}
 cp ".cache/bench-results/kcache-$L.json" "$OUTD/" 2>/dev/null || echo "no kcache-$L.json written (see bench.log)"
 mkdir -p out/bench-kcache/buildlogs
