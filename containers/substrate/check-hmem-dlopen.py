@@ -102,7 +102,9 @@ def main() -> None:
             got[name] = resolve(name)
             if got[name] != str(p):
                 fail(f"dlopen({name}) resolves to {got[name]}, not the runtime's injected {p}")
-        r = subprocess.run([a.fi_info, "-l"], env={**os.environ, "FI_LOG_LEVEL": "info"}, capture_output=True, text=True)
+        r = subprocess.run(
+            [a.fi_info, "-l"], env={**os.environ, "FI_LOG_LEVEL": "info"}, capture_output=True, text=True
+        )
         lines = log_lines(r.stdout + r.stderr)
         bad = [ln for ln in lines if "Failed to dlopen" in ln]
         if bad:
