@@ -1,5 +1,5 @@
 """Render docs/examples/k8s/: the manifests of the published 2 x p5en runs (every gate's p5en profile, Indexed
-Job + headless Service; the vLLM gate also as a JobSet and a LeaderWorkerSet).
+Job + headless Service, the fabric gate's an MPIJob; the vLLM gate also as a JobSet and a LeaderWorkerSet).
 
     python3 scripts/render_k8s_examples.py [DEST]     (default: docs/examples/k8s)
 
@@ -29,6 +29,7 @@ COMMON = [
 ]
 # (folder, gate, image recipe, variant)
 EXAMPLES = [
+    ("fabric", "fabric", "deepep", "job"),  # an MPIJob (the Kubeflow MPI operator): nccl-tests across nodes
     ("micro", "micro", "deepep", "job"),
     ("vllm", "vllm", "vllm", "job"),
     ("sglang", "sglang", "sglang", "job"),

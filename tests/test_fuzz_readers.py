@@ -490,3 +490,28 @@ def test_fuzz_nccl_tests_output_never_raises():
         except Exception as e:  # noqa: BLE001 - the point is to catch everything
             bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
     assert not bad, f"{len(bad)}/{N} mutated outputs raised:\n" + "\n".join(bad[:20])
+
+
+def test_fuzz_the_mpi_launchs_files_never_raise(tmp_path):
+    """gates.fabric_mpi.read_launched on N mutations of what the rendered sbatch / MPIJob leave (<test>.rc `RC RUN_ID`,
+    <test>.log): never raises; an rc it cannot read as `integer run-id` of this run is None (the test's ERROR)."""
+    from reprostack.gates import fabric_mpi
+    from reprostack.gates.fabric import FabricGate
+    from reprostack.gates.fabric_spec import load_fabric_spec
+
+    spec = load_fabric_spec(ROOT)
+    launch = FabricGate("fabric").mpi_launch(spec, spec.profile("p5en-efa-ep16"))
+    rng = random.Random("37-mpi-logs")
+    bad = []
+    for i in range(N):
+        for s in launch.steps:
+            name = s.test
+            (tmp_path / f"{name}.rc").write_bytes(mutate(b"0 4242\n", rng, "yaml"))
+            (tmp_path / f"{name}.log").write_bytes(mutate(b"# nccl-tests version 2.19.6\n", rng, "yaml"))
+        try:
+            ran, text, _ = fabric_mpi.read_launched(tmp_path, launch, "4242")
+            assert all(r["returncode"] is None or isinstance(r["returncode"], int) for r in ran.values())
+            assert all(r["returncode"] is not None or r["why"] for r in ran.values())
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything
+            bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
+    assert not bad, f"{len(bad)}/{N} mutated launch files raised:\n" + "\n".join(bad[:20])

@@ -361,7 +361,15 @@ def render(
     ]
 
 
-def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port: int | None = None) -> lp.LaunchPlan:
+def agent_plan(
+    g,
+    root: Path,
+    lock,
+    plan: lp.LaunchPlan,
+    nodes: int,
+    master_port: int | None = None,
+    launched_logs: str | None = None,
+) -> lp.LaunchPlan:
     """`plan` with, on every node, the gate's in-image runner in host mode (gates.container.inner_argv: node 0
     parses and writes the reports), this node's rank and the master from the launcher, reprostack from the
     project mount (/workspace/src), the timeout of every arm plus the container slack
@@ -379,6 +387,7 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port
         run_id="${RUN_ID}",
         master_addr="${MASTER_ADDR}",
         master_port=master_port or MASTER_PORT,
+        launched_logs=launched_logs,
     )
     argv = tuple(inner_argv(g, a, lock))
     runs = g.launches(g.load(root), a)
@@ -543,8 +552,12 @@ def main(args, g, lock, root: Path) -> int:
             raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
     if args.out_hostpath and not args.out_hostpath.startswith("/"):
         raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
-    agent = agent_plan(g, root, lock, plan, nodes, args.master_port)
     from ..gates.plan import OUT, WORK
+
+    mpi = g.mpi_launch(spec, spec.profile(plan.profile))
+    if mpi is not None and args.variant != "job":
+        raise K8sError(f"--variant {args.variant}: profile {plan.profile} is started by MPI: an MPIJob (--variant job)")
+    agent = agent_plan(g, root, lock, plan, nodes, args.master_port, f"{OUT}/{mpi.logs}" if mpi else None)
 
     pf = (
         None
@@ -565,6 +578,11 @@ def main(args, g, lock, root: Path) -> int:
         node_selector=sel,
         master_port=args.master_port,
     )
+    if mpi is not None:  # the Kubeflow MPI operator's MPIJob in place of the Job and its Service (cluster.k8s_mpi)
+        from . import k8s_mpi
+
+        judge = [a.replace("${NODE_RANK}", "0") for a in agent.commands[0].argv]
+        docs = [k8s_mpi.mpijob(docs[-1], mpi, judge=judge, out=OUT, sh=_sh, node_log=agent.outputs.node_log(0))]
     header = (
         f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
         f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
@@ -573,7 +591,7 @@ def main(args, g, lock, root: Path) -> int:
     paths = write(docs, out, header)
     for p in paths:
         print(f"wrote {p}")
-    kind = {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
+    kind = "mpijob" if mpi else {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
     name = next(d["metadata"]["name"] for d in docs if d.get("kind", "").lower() == kind)
     logs = (  # an Indexed Job's pods carry their index as a label (node 0: index 0)
         f"; node 0's log: kubectl logs -f -l batch.kubernetes.io/job-name={name},"

@@ -92,6 +92,7 @@ class SlurmOptions:
     needs_gpu: bool = True
     job_name: str | None = None
     models: str | None = None  # a serving gate's models folder on the nodes (None: the submitter's HF_HOME)
+    mpi: object | None = None  # gates.fabric_mpi.MpiLaunch of a profile started by MPI (cluster.slurm_mpi)
 
 
 def _check(value, what: str) -> str:
@@ -189,6 +190,11 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         )
     if o.runtime != "host" and plan.image is None:
         raise SlurmRenderError(f"gate {plan.gate}: a host-mode plan has no image; use --runtime host")
+    if o.mpi is not None and o.runtime != "pyxis":
+        raise SlurmRenderError(
+            f"--runtime {o.runtime}: profile {plan.profile} of gate {plan.gate} is started by MPI (srun --mpi=pmix), "
+            "which runs in the image under pyxis only (its PMIx support); use --runtime pyxis"
+        )
     _validate(plan)
     gate = _check(plan.gate, "gate")
     job = word(o.job_name or f"rs-{gate}", "--job-name")
@@ -218,7 +224,7 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         f"#   mkdir -p {word(str(outdir / 'logs'))} && sbatch THIS_FILE   (or `reprostack launch slurm ... --submit`)",
         f"#SBATCH --job-name={job}",
         f"#SBATCH --nodes={plan.nodes}",
-        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --ntasks-per-node={o.mpi.ranks_per_node if o.mpi is not None else 1}",
         "#SBATCH --exclusive",
         # every node booted before the script starts (awsome-distributed-training's sbatch files, e.g.
         # micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch: --wait-all-nodes=1)
@@ -312,6 +318,19 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
             " ".join(srun + ['--output="${OUT}"/' + word(f"{o_.logs}/preflight-node-%n.log")]) + " \\",
             "  " + _task(plan, o, pre, per_node_out=False),
         ]
+    if o.mpi is not None:  # the ranks started by MPI, then node 0 judges what they wrote
+        from . import slurm_mpi
+
+        return "\n".join(
+            L
+            + slurm_mpi.lines(
+                o.mpi,
+                word=word,
+                rank_task=lambda argv: _task(plan, o, argv, per_node_out=False),
+                judge_task=_task(plan, o, list(o.agent), per_node_out=True),
+                node_log=o_.node_log(0),
+            )
+        )
     gate_srun = [*srun[:-1], "--kill-on-bad-exit=1"]  # node 0 ends the step once it has reported (workers exit 0)
     L += [
         "# the gate: one task per node, the per-node agent in the image; the output contract (launch.plan.Outputs):",
@@ -557,12 +576,14 @@ def script_for(
     why = g.unrenderable(spec, prof)
     if why:
         raise SlurmRenderError(f"gate {g.name}: {why}")
+    mpi = g.mpi_launch(spec, prof)
     ga = GateOptions(
         out=Path(IN_OUT),
         profile=plan.profile,
         nodes=plan.nodes,
         master_port=master_port or MASTER_PORT,
         arms=tuple(arms or ()),
+        launched_logs=f"{IN_OUT}/{mpi.logs}" if mpi else None,
     )
     agent = agent_argv(g, ga, lock, host=runtime == "host", cache=cache if runtime == "host" else None)
     runs = g.launches(spec, ga)
@@ -581,6 +602,7 @@ def script_for(
             runs=runs,
             needs_gpu=prof.needs_gpu,
             models=models,
+            mpi=mpi,
         ),
     )
 

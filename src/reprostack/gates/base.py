@@ -370,6 +370,12 @@ class Gate:
         """Where the plan's kernels come from, for a person ("" when the gate builds none)."""
         return ""
 
+    def mpi_launch(self, spec, profile):
+        """The MPI launch a cluster renderer starts for `profile` (gates.fabric_mpi.MpiLaunch: the ranks run the
+        image's MPI build, then the in-image runner judges what they wrote, --launched-logs), or None: the profile
+        runs as one in-image runner per node."""
+        return None
+
     def unrenderable(self, spec, profile) -> str | None:
         """Why a cluster renderer (Slurm, Kubernetes) cannot launch `profile` of this gate as one in-image runner
         per node, or None when it can."""

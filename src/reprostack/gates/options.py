@@ -190,6 +190,16 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "the report names (e.g. a slowed run that must not pass its bar)",
         ),
     ),
+    "launched_logs": (
+        ("--launched-logs",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="a profile started by MPI (fabric across nodes: srun --mpi=pmix, an MPIJob): judge what that launch "
+            "wrote in DIR (each test's <test>.log of every rank and its <test>.rc), start nothing (the rendered "
+            "sbatch and MPIJob pass it)",
+        ),
+    ),
     "legacy": (
         ("--legacy",),
         dict(
@@ -225,6 +235,7 @@ RUN_OPTIONS = (
     "baseline_runs",
     "num_sms",
     "legacy",
+    "launched_logs",
 )
 
 
@@ -299,6 +310,7 @@ class GateOptions:
     baseline_runs: tuple[str, ...] = ()
     num_sms: int | None = None
     legacy: bool = False
+    launched_logs: str | None = None
     container: bool = False
     image: str | None = None
     kernels_manifest: str | None = None
@@ -376,4 +388,5 @@ class GateOptions:
         argv += ["--baseline", self.baseline] if self.baseline else []
         argv += [x for r in self.baseline_runs for x in ("--baseline-run", r)]
         argv += ["--num-sms", str(self.num_sms)] if self.num_sms is not None else []
+        argv += ["--launched-logs", self.launched_logs] if self.launched_logs else []
         return argv + (["--legacy"] if self.legacy else [])

@@ -12,6 +12,10 @@ Invariants:
   `pass` on evidence (never a deliberate variation such as `--num-sms K`, never a stand-in), of this stack (a report
   older than stacks, without `provenance.stack`, is the campaign's), with a finite mean and n >= 2 for the metric; anything else is BaselineError naming the file and what is wrong, never a
   threshold made of the rest;
+- the first runs of a profile without a bar cannot pass (gates.base.verdict: FAIL "no measured bar yet"): such a
+  run is accepted only when `bars_status` (the profile unmeasured) is its one failed check, every other check passed;
+- `gpu_model` (the profile's, e.g. H100 / H200): every GPU the run's host listed (provenance.host.gpus) names it, so
+  a bar is made of runs on that GPU model only;
 - the runs' sha256 are recorded with the reference (the report says exactly which bytes made its bar).
 """
 
@@ -94,7 +98,9 @@ class Baseline:
         }
 
 
-def read_run(root: Path, rel: str, *, gate: str, profile: str, metric: str, stack: str) -> tuple[str, float]:
+def read_run(
+    root: Path, rel: str, *, gate: str, profile: str, metric: str, stack: str, gpu_model: str | None = None
+) -> tuple[str, float]:
     """(sha256, mean of `metric`) of the accepted run at project path `rel`. Raises BaselineError naming it."""
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not rel.strip():
@@ -110,7 +116,29 @@ def read_run(root: Path, rel: str, *, gate: str, profile: str, metric: str, stac
     if not real.is_file():
         raise BaselineError(f"baseline run {rel}: not a file")
     doc = jsonsrc.load(real, BaselineError, max_bytes=MAX_BYTES)
-    return sha256_file(real), _mean(doc, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+    mean = _mean(doc, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+    _gpu_model(doc, rel, gpu_model)
+    return sha256_file(real), mean
+
+
+def _only_unmeasured(doc: dict) -> bool:
+    """A FAIL whose one failed check is `bars_status` (the profile had no bar yet; every other check passed)."""
+    checks = doc.get("checks") if isinstance(doc.get("checks"), list) else []
+    failed = [c.get("metric") for c in checks if isinstance(c, dict) and c.get("pass") is not True]
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    return doc.get("result") == "fail" and failed == ["bars_status"] and data.get("bars_status") == "unmeasured"
+
+
+def _gpu_model(doc: dict, rel: str, model: str | None) -> None:
+    if not model:
+        return
+    host = (doc.get("provenance") or {}).get("host") if isinstance(doc.get("provenance"), dict) else None
+    gpus = host.get("gpus") if isinstance(host, dict) else None
+    names = [g.get("name") for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+    if not names or not all(isinstance(n, str) and model in n for n in names):
+        raise BaselineError(
+            f"baseline run {rel}: its GPUs are {names or 'not listed'}; a {model} bar takes {model} runs"
+        )
 
 
 def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) -> float:
@@ -120,8 +148,11 @@ def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) ->
     if not isinstance(doc, dict):
         raise bad("not a gate report (not a JSON object)")
     got = (doc.get("gate"), doc.get("profile"), doc.get("result"))
-    if got != (gate, profile, "pass"):
-        raise bad(f"is gate {got[0]!r} profile {got[1]!r} result {got[2]!r}; an accepted run is {gate} {profile} pass")
+    if got[:2] != (gate, profile) or (got[2] != "pass" and not _only_unmeasured(doc)):
+        raise bad(
+            f"is gate {got[0]!r} profile {got[1]!r} result {got[2]!r}; an accepted run is {gate} {profile} pass "
+            "(or a FAIL on bars_status alone: the profile's first runs)"
+        )
     prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
     its = prov.get("stack") or DEFAULT_STACK
     if its != stack:
@@ -141,7 +172,16 @@ def _mean(doc, rel: str, *, gate: str, profile: str, metric: str, stack: str) ->
 
 
 def baseline(
-    root: Path, runs, *, tolerance: float, why: str = "", gate: str, profile: str, metric: str, stack: str
+    root: Path,
+    runs,
+    *,
+    tolerance: float,
+    why: str = "",
+    gate: str,
+    profile: str,
+    metric: str,
+    stack: str,
+    gpu_model: str | None = None,
 ) -> Baseline:
     """The Baseline of `runs` (project-relative report paths). Raises BaselineError for a run that cannot be used,
     none at all, or a tolerance outside [0, 1)."""
@@ -149,11 +189,13 @@ def baseline(
         raise BaselineError(f"baseline of {metric}: no accepted run")
     if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         raise BaselineError(f"baseline of {metric}: tolerance {tolerance!r} is not in [0, 1)")
-    got = [read_run(root, r, gate=gate, profile=profile, metric=metric, stack=stack) for r in runs]
+    got = [read_run(root, r, gate=gate, profile=profile, metric=metric, stack=stack, gpu_model=gpu_model) for r in runs]
     return Baseline(tuple(runs), tuple(s for s, _ in got), tuple(m for _, m in got), float(tolerance), why)
 
 
-def accepted_runs(root: Path, folder: Path, *, gate: str, profile: str, metric: str, stack: str) -> list[str]:
+def accepted_runs(
+    root: Path, folder: Path, *, gate: str, profile: str, metric: str, stack: str, gpu_model: str | None = None
+) -> list[str]:
     """Project-relative paths of every `<gate>.json` under `folder` that is an accepted run of this gate, profile and
     stack with the metric's statistics (the others are passed over: a folder of results holds every kind of run)."""
     base = Path(root).resolve()
@@ -162,16 +204,18 @@ def accepted_runs(root: Path, folder: Path, *, gate: str, profile: str, metric: 
         if p.is_symlink() or not p.is_file() or not p.resolve().is_relative_to(base):
             continue
         rels.append(p.resolve().relative_to(base).as_posix())
-    return accepted_among(base, rels, gate=gate, profile=profile, metric=metric, stack=stack)
+    return accepted_among(base, rels, gate=gate, profile=profile, metric=metric, stack=stack, gpu_model=gpu_model)
 
 
-def accepted_among(root: Path, runs, *, gate: str, profile: str, metric: str, stack: str) -> list[str]:
+def accepted_among(
+    root: Path, runs, *, gate: str, profile: str, metric: str, stack: str, gpu_model: str | None = None
+) -> list[str]:
     """The project-relative paths among `runs` that are accepted runs of this gate, profile and stack with the
     metric's statistics, in the order given (the others are passed over: a history holds every kind of run)."""
     out = []
     for rel in runs:
         try:
-            read_run(root, rel, gate=gate, profile=profile, metric=metric, stack=stack)
+            read_run(root, rel, gate=gate, profile=profile, metric=metric, stack=stack, gpu_model=gpu_model)
         except BaselineError:
             continue
         if rel not in out:
