@@ -80,6 +80,25 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "fetched or built (--container passes it to the in-image runner)",
         ),
     ),
+    "kernel_cache": (
+        ("--kernel-cache",),
+        dict(
+            default=None,
+            metavar="URL",
+            help="gates that build kernels: take a build whose key has a signed entry in this kernel cache instead "
+            "of compiling it (oci://HOST/NAME, http(s)://URL, file://PATH or a folder; default "
+            "$REPROSTACK_KERNEL_CACHE); a miss or a refused entry builds from source (`reprostack kernels push` "
+            "fills it)",
+        ),
+    ),
+    "kernel_keyring": (
+        ("--kernel-keyring",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="the public keys a kernel cache entry must be signed by (default: the project's keys/)",
+        ),
+    ),
     "out": (
         ("--out",),
         dict(
@@ -215,6 +234,8 @@ RUN_OPTIONS = (
     "container",
     "image",
     "kernels_manifest",
+    "kernel_cache",
+    "kernel_keyring",
     "out",
     "profile",
     "python",
@@ -314,6 +335,8 @@ class GateOptions:
     container: bool = False
     image: str | None = None
     kernels_manifest: str | None = None
+    kernel_cache: str | None = None
+    kernel_keyring: str | None = None
     plan: bool = False
     json: bool = False
 
