@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import noxmod
 from conftest import without_progress
 from reprostack.cli import main
 from reprostack import sources
@@ -173,7 +174,8 @@ def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
     assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo-rl [-]")
     # issue 29 item 9: one short line per gate, the gate named as it is typed, micro's reason said once
     lines = out.splitlines()
-    assert len(lines) == 4 and "nemo_rl [" not in out and out.count("no GPU") == 1, out
+    assert len(lines) == 5 and "nemo_rl [" not in out and out.count("no GPU") == 1, out
+    assert lines[-1].startswith("unsigned: no key at ") or lines[-1].startswith("attested: ")  # the run's last line
     assert max(len(l) for l in lines[1:3]) < 120
 
 
@@ -189,7 +191,11 @@ def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, 
         ), err
         assert "is not in the cache" in err and "no bundle was given" in err
         assert "run `reprostack fetch`, then `reprostack bundle`" in err and "pass it with --bundle" in err
-    assert not (tmp_path / "reports").exists()
+    # the gate's run died at its fetch: its folder holds only an ERROR report saying so (issue 40 item 2: `latest` is
+    # never an earlier run's verdict), never evidence
+    rep = json.loads((tmp_path / "reports" / "micro.json").read_text())
+    assert rep["result"] == "error" and rep["evidence"] is False
+    assert rep["reason"].startswith("the run died before the gate ran: ") and "is not in the cache" in rep["reason"]
 
 
 def test_without_mirror_the_public_url_is_unreachable(world, tmp_path, capsys):
@@ -246,7 +252,8 @@ def test_typo_profile_is_an_error_even_without_gpu(world, tmp_path, capsys):
     code, _, err = run(capsys, "gate", "micro", *args, "--profile", "nosuch", "--out", str(out))
     assert (
         code == 2
-        and "no profile 'nosuch' (known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8, p5en-efa-ep16)" in err
+        and "no profile 'nosuch' (known: h100-ep1, h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8, p5en-efa-ep16)"
+        in err
     )
     assert not (out / "summary.json").exists()
 
@@ -443,9 +450,6 @@ def test_all_gates_lines_say_a_shared_reason_once_and_name_gates_as_typed(tmp_pa
     every NOT-RUN gate repeated micro's reason again (five times in all); the report's `nemo_rl` was printed where
     the operator types `nemo-rl`. Now one short line per gate, a shared reason said once, the CLI's name; the nox
     session's lines likewise."""
-    import importlib.util
-    import warnings
-
     from reprostack.cmd.gate import result_lines
     from reprostack.report import not_run
     from reprostack.report.model import GateReport, Result
@@ -463,11 +467,7 @@ def test_all_gates_lines_say_a_shared_reason_once_and_name_gates_as_typed(tmp_pa
         "megatron [-]: NOT-RUN — same reason as vllm",
         "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)",
     ]
-    spec = importlib.util.spec_from_file_location("noxfile_lines", REPO_ROOT / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        spec.loader.exec_module(noxfile)
+    noxfile = noxmod.load()
     rows = [{"gate": r.gate, "result": str(r.result), "label": r.label(), "reason": r.reason} for r in (micro, nemo)]
     rows.insert(0, {"gate": "fabric", "result": "error", "label": "ERROR", "reason": why})
     assert noxfile.gate_lines(rows) == [

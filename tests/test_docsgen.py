@@ -6,6 +6,7 @@ identity."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -24,10 +25,12 @@ def test_the_committed_docs_are_what_results_give(capsys, monkeypatch):
     result committed without `nox -s docs`, fails here)."""
     monkeypatch.chdir(ROOT)
     assert cli.main(["docs", "--check"]) == 0, capsys.readouterr().out
-    readme = (ROOT / "README.md").read_text()
-    assert "| `results/gate_micro/2026-12-02-h200-ep1-k5/micro.json` | micro [h200-ep1] | campaign | PASS |" in readme
-    assert "| every committed run (code versions mixed) |" in readme
-    assert "$ reprostack history --no-plots --db /tmp/h.sqlite3   # on the committed results/\nhistory: " in readme
+    status, bench = (ROOT / "docs" / "status.md").read_text(), (ROOT / "docs" / "bench.md").read_text()
+    history = (ROOT / "docs" / "history.md").read_text()
+    assert "| `results/gate_micro/2026-12-02-h200-ep1-k5/micro.json` | micro [h200-ep1] | campaign | PASS |" in status
+    assert "| every committed run (code versions mixed) |" in bench
+    assert "$ reprostack history --no-plots --db /tmp/h.sqlite3   # on the committed results/\nhistory: " in history
+    assert "| nccl-tests | https://github.com/NVIDIA/nccl-tests |" in (ROOT / "README.md").read_text()
 
 
 def project(tmp_path: Path, block: str) -> Path:
@@ -37,6 +40,7 @@ def project(tmp_path: Path, block: str) -> Path:
     shutil.copytree(ROOT / K5, root / K5)
     (root / "README.md").write_text(f"# t\n\n{block}\n\ntail\n")
     (root / "docs" / "stacks.md").write_text("# stacks\n")
+    (root / "docs" / "architecture.md").write_text("# architecture\n")
     return root
 
 
@@ -85,7 +89,7 @@ def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path,
     [
         (
             OPEN.format("nonesuch", "nonesuch"),
-            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, suite, history)",
+            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, mirrors, suite, history, gates)",
         ),
         (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
         (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),
@@ -207,10 +211,24 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
         and "- build sglang: not built here: 3.2 GB free on the engine's disk" in out
     )
     assert "217 .debs of pin debian-12-build (164 MB); 29 wheels of pin substrate-wheels-cp311 (2,748 MB)" in out
-    assert "- substrate: built twice from scratch, layers identical 9 of 10, files identical True (5 files)" in out
+    # issue 39: "from scratch" and the machine are said only where a record measured them, never typed
+    assert "- substrate: built twice, layers identical 9 of 10, files identical True (5 files)" in out
+    assert "2-core" not in out and "commit cccccccccccc, from scratch (its machine not recorded): 1416 s" in out
     assert "- results/images/deepep-twice.json: cannot be read" in out
     # a twice record names the commit it was built at (the chain's table may be of a later one)
-    assert "- cuda-toolkit: built twice from scratch at project commit eeeeeeeeeeee, layers identical 4 of 4" in out
+    assert "- cuda-toolkit: built twice at project commit eeeeeeeeeeee, layers identical 4 of 4" in out
+    chain["host"] = {"cpus": 16, "machine": "x86_64"}
+    (d / "chain.json").write_text(json.dumps(chain))
+    (d / "cuda-toolkit-twice.json").write_text(
+        json.dumps({"image": "cuda-toolkit", "project_commit": "c" * 40, "layers_identical": "4 of 4", "files": 2})
+    )
+    (d / "substrate-twice.json").write_text(json.dumps({"image": "substrate", "second_from_scratch": True, "files": 5}))
+    out = gen_images(root, [])
+    assert "from scratch, on a 16-CPU machine: 1416 s in all" in out
+    assert (
+        "- cuda-toolkit: built twice from scratch (chain.json of that commit: no step from the layer cache) at " in out
+    )
+    assert "- substrate: built twice from scratch, layers identical 0 of 0" in out
     # files that differ are named, with the ELF sections where they differ (never a bare "files identical False")
     so = "/opt/venv/x/_C.so"
     (d / "deepep-twice.json").write_text(json.dumps({
@@ -219,7 +237,7 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
         "key_files": [{"path": so, "sections_differ": [".strtab"]}, {"path": "/x", "sections_differ": []}],
     }))  # fmt: skip
     assert (
-        "- deepep: built twice from scratch, layers identical 24 of 26, files identical False (9 files; differ: "
+        "- deepep: built twice, layers identical 24 of 26, files identical False (9 files; differ: "
         f"`/opt/reprostack/kernels.json`, `{so}` (sections .strtab))" in gen_images(root, [])
     )
 
@@ -250,3 +268,57 @@ def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_pat
     (b / "suite-bad.json").write_text('{"bench": "suite"}')
     with pytest.raises(DocsError, match=r"block `suite`: results/bench/suite-bad\.json: not a suite record"):
         gen_suite(tmp_path, [])
+
+
+def test_cubins_md_names_its_image_where_a_record_holds_it():
+    """Issue 39: results/images/cubins.md cited the deepep image of `chain.json` after chain.json had been made again
+    with another image. Each image id it cites is in the current chain.json, or in the chain.json of the commit it
+    names (`as committed in C`)."""
+    import re
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "results" / "images" / "cubins.md").read_text()
+    current = (repo / "results" / "images" / "chain.json").read_text()
+    for m in re.finditer(r"image id\s+`(sha256:[0-9a-f]{64})`", text):
+        if m.group(1) in current:
+            continue
+        at = re.search(r"as committed in ([0-9a-f]{7,40})", text[m.end() : m.end() + 300])
+        assert at, f"cubins.md cites {m.group(1)[:19]}, which the current chain.json does not hold, and names no commit"
+        old = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{at.group(1)}:results/images/chain.json"], capture_output=True, text=True
+        ).stdout
+        assert m.group(1) in old, f"{m.group(1)[:19]} is not in chain.json of {at.group(1)}"
+
+
+def test_generated_tables_show_no_absolute_developer_path():
+    """Issue 40 item 7: the results table showed `/work/main/gates/nemo_rl.yaml` (a report's reason, recorded on the
+    developer's machine). Every generated block now shows such a path from the project folder or the cache."""
+    from reprostack.report.docsgen import doc_files, scrub
+
+    assert scrub("/work/main/gates/nemo_rl.yaml: no profile") == "gates/nemo_rl.yaml: no profile"
+    assert (
+        scrub("frame: /tmp/reprostack-cache/builds/deepep-f6/site/x.py:3")
+        == "frame: <cache>/builds/deepep-f6/site/x.py:3"
+    )
+    assert scrub("see results/gate_micro/a.json and 1/2 ratio") == "see results/gate_micro/a.json and 1/2 ratio"
+    files = doc_files(ROOT)
+    assert files[0] == "README.md" and "docs/status.md" in files and "docs/history.md" in files
+    for rel in files:
+        text = (ROOT / rel).read_text()
+        for block in re.findall(r"<!-- generated: .*?<!-- end generated", text, re.S):
+            assert not re.search(r"\| [^|]*(/work/|/home/|/root/|/tmp/reprostack-cache)", block), rel
+
+
+def test_a_headline_from_statistics_shows_a_check_value_that_says_otherwise():
+    """Issue 39: the results block's headline of a check judged on an interval is made from data.statistics, so an
+    edited check value (the verdict's input) left the block, and `docs --check`, unchanged. Now it shows."""
+    from reprostack.report.docsgen import headline
+
+    src = Path(__file__).resolve().parents[1] / "results" / "gate_micro" / "2026-12-02-h200-ep1-k5" / "micro.json"
+    doc = json.loads(src.read_text())
+    before = headline(doc)
+    assert "check value" not in before
+    next(c for c in doc["checks"] if c["metric"] == "dc_p50_us")["value"] = 9.5
+    after = headline(doc)
+    assert after != before and "[check value 9.5, not the mean]" in after

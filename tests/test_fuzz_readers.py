@@ -21,6 +21,7 @@ from reprostack import cli
 from reprostack import lock as lockmod
 from reprostack.containers.recipe import load_recipe as load_image_recipe
 from reprostack.errors import ReprostackError
+from reprostack.evidence.keys import read_entry as read_key_entry
 from reprostack.gates.fabric_spec import SPEC_STEM, load_fabric_spec
 from reprostack.gates.spec import load_spec
 from reprostack.kernels.recipe import load_recipe as load_kernel_recipe
@@ -199,7 +200,59 @@ def _stage(tmp: Path) -> Path:
     (root / "trimmed" / "upstreams.lock").write_text(text[: text.index("\n  vllm-wheels-cp311:\n") + 1])
     for cell in sorted(PUB.glob("*/c*")):
         shutil.copytree(cell, root / "aiperf" / cell.parent.name / cell.name)
+    shutil.copytree(ROOT / "keys", root / "keys")
+    _signed_run(root / "signed", root / "keys")
+    from reprostack import evidence
+    from reprostack.evidence import log
+
+    log.append(root, root / "signed", evidence.Keyring.read(root / "keys"))
     return root
+
+
+def _attestation_log(root: Path) -> None:
+    """What verify-report does with results/attestations.jsonl: log.check, whose problems are lines."""
+    from reprostack.evidence import log
+
+    problems, _ = log.check(root, root / log.LOG)
+    if problems:
+        raise ReprostackError(problems[0])
+
+
+def _signed_run(folder: Path, ring: Path) -> None:
+    """A run folder signed with a key whose public half is added to the staged keyring (reprostack.evidence)."""
+    import json
+
+    from reprostack import evidence
+    from reprostack.evidence.keys import entry_name
+
+    (folder / "micro").mkdir(parents=True)
+    (folder / "micro.json").write_text('{"gate": "micro"}\n')
+    (folder / "micro" / "test_ep.log").write_text("D+C 14.41 us\n")
+    signer = evidence.new_key(folder.parent / "fuzz.pem")
+    entry = evidence.public_entry(signer, "fuzz")
+    (ring / entry_name(entry)).write_text(json.dumps(entry))
+    host = {"gpus": [], "identity": {}}
+    pred = evidence.run_predicate(
+        kind="gate",
+        argv=["reprostack", "gate", "micro"],
+        verdict="pass",
+        project={"commit": None, "dirty": None},
+        host=host,
+        started="2026-12-06T00:00:00Z",
+        ended="2026-12-06T00:00:01Z",
+    )
+    evidence.attest_folder(folder, pred, signer)
+
+
+def _attestation(root: Path) -> None:
+    """What verify-report does with a run folder's attestation: check_folder, whose problems are lines (it raises
+    nothing); a ReprostackError stands for a problem here so the fuzz counts a traceback only."""
+    from reprostack import evidence
+    from reprostack.errors import ReprostackError
+
+    c = evidence.check_folder(root / "signed", evidence.Keyring.read(root / "keys"))
+    if c.problems:
+        raise ReprostackError(c.problems[0])
 
 
 def _gate_loader(stem: str):
@@ -242,6 +295,11 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
             for p in sorted((root / "kernels").glob("*.yaml"))
         ],
         "aiperf export": [(c / EXPORT_JSON, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSON)) for c in cells],
+        "attestation": [(root / "signed" / "run.intoto.jsonl", lambda: _attestation(root))],
+        "attestation log": [(root / "results" / "attestations.jsonl", lambda: _attestation_log(root))],
+        "keyring entry": [
+            (p, (lambda f: lambda: read_key_entry(f))(p)) for p in sorted((root / "keys").glob("*.pub.json"))
+        ],
         "aiperf records": [
             (c / EXPORT_JSONL, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSONL))
             for c in cells
@@ -253,7 +311,7 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
 def run_reader(name: str, targets, n: int = N, seed: int = 14) -> list[str]:
     """Feed `n` mutations to one reader; return the cases that raised anything but a ReprostackError."""
     rng = random.Random(f"{seed}-{name}")
-    kind = "json" if name.startswith("aiperf") else "yaml"
+    kind = "json" if name.startswith(("aiperf", "attestation", "keyring")) else "yaml"
     bad = []
     originals = {p: p.read_bytes() for p, _ in targets}
     try:
@@ -281,7 +339,19 @@ def staged(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "name",
-    ["lock", "gate spec", "fabric spec", "claims", "image.yaml", "kernel recipe", "aiperf export", "aiperf records"],
+    [
+        "lock",
+        "gate spec",
+        "fabric spec",
+        "claims",
+        "image.yaml",
+        "kernel recipe",
+        "aiperf export",
+        "aiperf records",
+        "attestation",
+        "attestation log",
+        "keyring entry",
+    ],
 )
 def test_fuzz_reader_never_tracebacks(name, staged):
     bad = run_reader(name, readers(staged)[name])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "reprostack"
 LOCK = load(REPO / "upstreams.lock")
 # the modules of the gate classes: the only place a kind's own spec fields are read
-KIND_MODULES = {"micro.py", "serving.py", "training.py", "nemo_rl.py", "fabric.py"}
+KIND_MODULES = {Path(sys.modules[type(g).__module__].__file__).name for g in registry.GATES}
 # the staged run and what it is made of: its functions stay short
 STAGE_MODULES = KIND_MODULES | {
     "base.py",
@@ -87,7 +88,7 @@ def _parser(names=gate_options.RUN_OPTIONS) -> argparse.ArgumentParser:
             vars=(("trtllm_seam", "/x"), ("k", "a=b")),
             server_args=("--fail-every=3",),
         ),
-        GateOptions(baseline_runs=("results/a/micro.json", "results/b/micro.json"), num_sms=24),
+        GateOptions(baseline_runs=("results/a/micro.json", "results/b/micro.json"), num_sms=24, purpose="baseline"),
     ],
 )
 def test_the_runner_command_line_gives_back_the_same_options(opts):
@@ -107,7 +108,8 @@ def test_each_option_is_defined_once_and_taken_by_name():
         p.parse_args([])  # --nodes required here
     text = p.format_help()
     assert "the job's nodes" in text and gate_options.PROFILE_RULE.split(" (")[0] in text
-    assert set(gate_options.RUN_OPTIONS) - {"container"} == set(gate_options.OPTIONS)
+    assert set(gate_options.RUN_OPTIONS) - {"container"} | set(gate_options.LAUNCH_OPTIONS) == set(gate_options.OPTIONS)
+    assert not set(gate_options.RUN_OPTIONS) & set(gate_options.LAUNCH_OPTIONS)
 
 
 def _modules():

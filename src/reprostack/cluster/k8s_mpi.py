@@ -30,6 +30,7 @@ script is quoted by the caller's `sh` (cluster.k8s's quoting: only ${RUN_ID}/${N
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 API = "kubeflow.org/v2beta1"
 MPIRUN = "/opt/reprostack/openmpi/bin/mpirun"  # containers/substrate: Open MPI; by absolute path = --prefix
@@ -90,8 +91,30 @@ def launcher_script(launch, judge: list[str], *, out: str, sh, node_log: str) ->
     return "\n".join(lines) + "\n"
 
 
-def mpijob(job: dict, launch, *, judge: list[str], out: str, sh, node_log: str) -> dict:
-    """The MPIJob of `launch` from cluster.k8s's Indexed Job `job` of the same plan (module doc)."""
+def judge_argv(g, lock, plan, out: str) -> list[str]:
+    """The in-image runner that judges the launch (node 0 of `plan`'s nodes, --launched-logs <out>/<LOGS>): the
+    runner every pod of cluster.k8s's Job runs, as gates.container.inner_argv makes it."""
+    from ..gates.container import inner_argv
+    from ..gates.fabric_mpi import LOGS
+    from ..gates.options import GateOptions
+    from ..gates.plan import MASTER_PORT
+
+    a = GateOptions(
+        out=Path(out),
+        profile=plan.profile,
+        nodes=plan.nodes,
+        node_rank=0,
+        run_id="${RUN_ID}",
+        master_port=MASTER_PORT,
+        launched_logs=f"{out}/{LOGS}",
+    )
+    return list(inner_argv(g, a, lock))
+
+
+def mpijob(job: dict, launch, *, judge: list[str], sh, plan) -> dict:
+    """The MPIJob of `launch` from cluster.k8s's Indexed Job `job` of the same (agent) `plan` (module doc)."""
+    out = next(m.target for m in plan.mounts if m.what == "out")
+    node_log = plan.outputs.node_log(0)
     pod = job["spec"]["template"]
     worker = copy.deepcopy(pod)
     ws = worker["spec"]

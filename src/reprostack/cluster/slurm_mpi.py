@@ -24,9 +24,19 @@ def _minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60))
 
 
-def lines(launch, *, word, rank_task, judge_task: str, node_log: str) -> list[str]:
-    """The gate's steps: per test an MPI step (`rank_task(argv)`: the pyxis arguments and the rank's command), then
-    the judge (`judge_task`, node 0's in-image runner), then the job's exit. `node_log`: the judge's --output."""
+def refusal(runtime: str, plan) -> str:
+    """Why `runtime` cannot run the MPI steps of `plan` (every runtime but pyxis)."""
+    return (
+        f"--runtime {runtime}: profile {plan.profile} of gate {plan.gate} is started by MPI (srun --mpi=pmix), "
+        "which runs in the image under pyxis only (its PMIx support); use --runtime pyxis"
+    )
+
+
+def lines(launch, word, task, agent, node_log: str) -> list[str]:
+    """The gate's steps: per test an MPI step (`task(argv, per_node_out=False)`: the pyxis arguments and the rank's
+    command), then the judge (`task(agent, per_node_out=True)`: node 0's in-image runner, its rc kept as the output
+    contract says), then the job's exit. `node_log`: the judge's --output."""
+    judge_task = task(list(agent), per_node_out=True)
     out = [
         f"# the gate over MPI: {launch.nodes} node(s) x {launch.ranks_per_node} rank(s), one per GPU, started by Slurm's "
         "PMIx (srun --mpi=pmix) in the image",
@@ -49,7 +59,7 @@ def lines(launch, *, word, rank_task, judge_task: str, node_log: str) -> list[st
         out += [
             f"# {s.test}: {launch.ranks} ranks",
             " ".join(srun) + " \\",
-            "  " + rank_task(list(s.argv)) + f' > "${{OUT}}"/{word(s.log)} 2>&1',
+            "  " + task(list(s.argv), per_node_out=False) + f' > "${{OUT}}"/{word(s.log)} 2>&1',
             f'echo "$? ${{SLURM_JOB_ID}}" > "${{OUT}}"/{word(s.rc)}',
         ]
     out += [

@@ -8,10 +8,9 @@ launcher this runner cannot start, MPI, is an ERROR saying what it needs) -> lau
 for this node, under the watchdog, the pinned NCCL first on the library path) -> judge (the functions below).
 
 Its functions, each pure:
-- choose_profile(spec, name, host): the named profile, else the one fitting the host (micro's rule);
 - node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test one TestCommand, the
   argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's, then the profile's),
-  the same for the plan and the run; `process_env` puts the pinned NCCL's lib first on LD_LIBRARY_PATH;
+  the same for the plan and the run;
 - parse(text_by_test): gates.parsers.nccl_tests per test;
 - checks(spec, profile, parsed, nccl_version=): per test `<test>.rows` (every size of the sweep in each of the
   `trials` cycles), `<test>.wrong_total` == 0 (-c 1 checked every result), `<test>.out_of_bounds` == 0,
@@ -64,7 +63,7 @@ from .options import GateOptions
 from . import fabric_mpi, transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
 from .parsers.transport import TransportParse
-from .spec import NoProfileForHost, Profile
+from .spec import Profile
 
 EFA_TRANSPORT = transport.EFA_TRANSPORT
 
@@ -96,26 +95,6 @@ class FabricParse:
 
     def get(self, test: str) -> NcclTestsParse | None:
         return self.tests.get(test)
-
-
-def choose_profile(spec: FabricSpec, name: str | None, host: dict) -> Profile:
-    """The named profile, else the one fitting this host (hostinfo.collect's dict): EFA and 8 GPUs -> the 2-node EFA
-    profile; no EFA -> the one-node profile with the host's GPU count (h200-ep1, h200-nvl-ep8); a profile with
-    `gpu-model` only where every listed GPU name holds it. Raises NoProfileForHost (a SKIP with this reason) or
-    GateError for an unknown named profile."""
-    if name:
-        return spec.profile(name)
-    gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-    names = [g.get("name", "") for g in host.get("gpus", []) if isinstance(g, dict)]
-    for p in spec.profiles.values():
-        if p.gpu_model and names and not all(p.gpu_model in n for n in names):
-            continue
-        if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
-            return p
-    raise NoProfileForHost(
-        f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
-        f"pass --profile (known: {', '.join(spec.profiles)})"
-    )
 
 
 def node_commands(
@@ -166,17 +145,6 @@ def node_commands(
             )
         )
     return tuple(out)
-
-
-def process_env(cmd: TestCommand, base: dict | None = None, nccl_lib: Path | str | None = None) -> dict:
-    """The full environment of `cmd`: `base` (default: ours), its env over it, and the pinned NCCL's lib folder first
-    on LD_LIBRARY_PATH (the binaries NEED libnccl.so.2 by SONAME: the first on the path is the one they load)."""
-    env = dict(os.environ if base is None else base)
-    env.update(cmd.env)
-    if nccl_lib is not None:
-        rest = env.get("LD_LIBRARY_PATH", "")
-        env["LD_LIBRARY_PATH"] = str(nccl_lib) + (os.pathsep + rest if rest else "")
-    return env
 
 
 def parse(text_by_test: dict) -> FabricParse:
@@ -341,7 +309,9 @@ def rederive_fabric(doc: dict, folder: Path, spec: dict | None, stem: str):
     if not runs:
         got.notes.append("no nccl-tests run in the report: nothing to re-derive from logs")
         return got
-    parsed = parse({name: log_text(folder, doc, stem, [f"{name}.log"]) for name in runs})
+    launched = isinstance(data.get("launch"), dict) and data["launch"].get("launcher") == "mpi"
+    where = fabric_mpi.LOGS if launched else stem  # an MPI launch's logs: where the rendered steps wrote them
+    parsed = parse({name: log_text(folder, doc, where, [f"{name}.log"]) for name in runs})
     tests = (spec or {}).get("tests") if isinstance((spec or {}).get("tests"), dict) else {}
     trials = (spec or {}).get("trials")
     for name, p in parsed.tests.items():
@@ -401,7 +371,8 @@ class FabricGate(Gate):
         return (
             f"nccl-tests is not prebuilt in image {image.recipe if image else '?'} yet (its commands name "
             f"/opt/reprostack/kernels/nccl-tests/bin, where an image would put it): the in-image runner fetches, "
-            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words})"
+            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words}); a profile "
+            f"started by MPI runs the image's MPI=1 build, {fabric_mpi.IMAGE_BIN}"
         )
 
     def mpi_launch(self, spec, profile):
@@ -417,9 +388,8 @@ class FabricGate(Gate):
         by_test: dict = {}
         notes: list[str] = []
         for node in range(nodes):
-            for c in node_commands(
-                spec, profile, paths.build("nccl-tests"), nodes=nodes, node_rank=node, master_addr=addr
-            ):
+            bins = fabric_mpi.IMAGE_BIN if profile.launcher == "mpi" else paths.build("nccl-tests")
+            for c in node_commands(spec, profile, bins, nodes=nodes, node_rank=node, master_addr=addr):
                 by_test.setdefault(c.test, []).append(lp.NodeCommand(node, "leader" if node == 0 else "worker", c.argv))
                 by_test.setdefault((c.test, "env"), c.env)
                 notes += [n for n in c.needs if n not in notes]

@@ -120,7 +120,7 @@ def resolve_bars(root: Path, profile: Profile, *, gate: str = GATE, stack: str =
         folder = (base / b.baseline.runs_from).resolve()
         if not folder.is_relative_to(base):
             raise GateError(f"{b.metric}: baseline runs-from {b.baseline.runs_from!r} leads out of the project")
-        kw = dict(gate=gate, profile=profile.name, metric=b.statistic, stack=stack, gpu_model=profile.gpu_model)
+        kw = dict(gate=gate, profile=profile.name, metric=b.statistic, stack=stack, model=profile.gpu_model)
         runs = accepted_runs(base, folder, **kw) if folder.is_dir() else []
         if len(runs) < b.baseline.min_runs:
             missing.append(

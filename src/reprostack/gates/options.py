@@ -33,6 +33,10 @@ PROFILE_RULE = (
 )
 
 
+MICRO_TRIALS = 5  # micro: trials in one launch when --trials is not given (gates.micro)
+SERVING_TRIALS = 3  # serving: AIPerf profile runs per cell on a GPU profile when --trials is not given (gates.serving)
+
+
 def trials_type(text: str) -> int:
     """`--trials K`: a whole number >= 1 (argparse prints its error as one line and exits 2)."""
     try:
@@ -114,7 +118,15 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     ),
     "jobs": (("--jobs",), dict(type=int, default=None, help="parallel compile jobs (default: all cores)")),
     "arch": (("--arch",), dict(default=None, help="CUDA arch, e.g. 90 (default: from nvidia-smi)")),
-    "nodes": (("--nodes",), dict(type=int, default=None, help="nodes (default: the profile's; must equal it)")),
+    "nodes": (
+        ("--nodes",),
+        dict(
+            type=int,
+            default=None,
+            metavar="N",
+            help="how many nodes the run spans (default: the gate profile's node count; another count is refused)",
+        ),
+    ),
     "node_rank": (("--node-rank",), dict(type=int, default=0, help="this node's rank (0: the node that reports)")),
     "master_addr": (("--master-addr",), dict(default=None, help="node 0's address (several nodes)")),
     "master_port": (("--master-port",), dict(type=int, default=None, help="rendezvous port (several nodes)")),
@@ -125,6 +137,18 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             metavar="ID",
             help="several nodes: this run's id, the same on every node (Slurm: the job id; Kubernetes: the Job's "
             "uid), written into each node's rc file so node 0 never takes an earlier run's (launch renders it)",
+        ),
+    ),
+    "enroot_import": (
+        ("--enroot-import",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="launch slurm, pyxis on enroot 3.x (HyperPod ships 3.4.1, whose docker:// grammar has no "
+            "REPO@sha256: before enroot 4.0): each node imports the image by its digest once into "
+            "DIR/<digest hex>.sqsh (`enroot import -o FILE docker://REGISTRY#IMAGE:sha256:HEX`; DIR on shared "
+            "storage: one import serves every node) and srun runs --container-image=FILE; default: pyxis pulls "
+            "REPO@sha256: itself (enroot >= 4). Registry login: docs/examples/README.md",
         ),
     ),
     "modes": (
@@ -142,8 +166,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             default=None,
             metavar="K",
             help="repeated trials, bars judged on their 95%% interval (PASS / FAIL / INCONCLUSIVE): micro: "
-            "the measurement K >= 1 times in one launch (default 5; K=1 has no interval: INCONCLUSIVE); "
-            "serving: AIPerf's --num-profile-runs K per cell (default 1: the bar on the one run)",
+            f"the measurement K >= 1 times in one launch (default {MICRO_TRIALS}; K=1 has no interval: "
+            f"INCONCLUSIVE); serving: AIPerf's --num-profile-runs K per cell (default {SERVING_TRIALS} on a GPU "
+            "profile, 1 on local-test: the bar on the one run)",
         ),
     ),
     "arms": (
@@ -209,6 +234,16 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "the report names (e.g. a slowed run that must not pass its bar)",
         ),
     ),
+    "purpose": (
+        ("--purpose",),
+        dict(
+            choices=("ordinary", "baseline"),
+            default="ordinary",
+            help="what this run is, signed into its attestation (reprostack.evidence): `baseline`, a run made to be "
+            "an accepted baseline run (only signed baseline runs make a baseline bar); a deliberate variation "
+            "(--num-sms) says so by itself",
+        ),
+    ),
     "launched_logs": (
         ("--launched-logs",),
         dict(
@@ -255,9 +290,13 @@ RUN_OPTIONS = (
     "baseline",
     "baseline_runs",
     "num_sms",
+    "purpose",
     "legacy",
     "launched_logs",
 )
+
+# what only a launcher takes (`launch slurm`): how the cluster gets the image, never a run's option
+LAUNCH_OPTIONS = ("enroot_import",)
 
 
 def add_arguments(p: argparse.ArgumentParser, names=RUN_OPTIONS, *, required=(), help=None) -> None:
@@ -330,6 +369,7 @@ class GateOptions:
     baseline: str | None = None
     baseline_runs: tuple[str, ...] = ()
     num_sms: int | None = None
+    purpose: str = "ordinary"
     legacy: bool = False
     launched_logs: str | None = None
     container: bool = False
@@ -411,5 +451,6 @@ class GateOptions:
         argv += ["--baseline", self.baseline] if self.baseline else []
         argv += [x for r in self.baseline_runs for x in ("--baseline-run", r)]
         argv += ["--num-sms", str(self.num_sms)] if self.num_sms is not None else []
+        argv += ["--purpose", self.purpose] if self.purpose != "ordinary" else []
         argv += ["--launched-logs", self.launched_logs] if self.launched_logs else []
         return argv + (["--legacy"] if self.legacy else [])
