@@ -317,7 +317,7 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
         # the venv's three sets by name: the toolkit's pins.json is another venv's (/opt/cuda-wheels)
         assert f"/opt/reprostack/pins/{name}-wheels-cp311.json" in text and "pins/*.json" not in text
         assert "/opt/reprostack/pins/substrate-wheels-cp311.json" in text and "pins/reprostack-wheels.json" in text
-        assert [w.pin for w in recipes[name].wheels] == [f"{name}-wheels-cp311"]
+        assert [w.pin for w in recipes[name].wheels] == [f"{name}-wheels-cp311", "aiperf-wheels"]  # AIPerf: own venv
         pin = lock.get(f"{name}-wheels-cp311")
         assert recipes[name].parent == "deepep" and pin.installed_on == "substrate-wheels-cp311"
         assert pin.python_version == lock.get("substrate-wheels-cp311").python_version == "3.11"
