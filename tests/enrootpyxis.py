@@ -158,10 +158,10 @@ def write_conf(prefix: Path, state: Path) -> Path:
     conf = prefix / "etc" / "enroot" / "enroot.conf.d" / CONF_NAME
     lines = [
         "# tests/enrootpyxis.py: the pyxis rehearsal's enroot (a test machine; never a cluster's settings)",
-        # per node name (at `enroot remove` pyxis passes SLURM_TOPOLOGY_ADDR, not SLURMD_NODENAME): the test
+        # runtime and data per node name (at `enroot remove` pyxis passes SLURM_TOPOLOGY_ADDR, not SLURMD_NODENAME): the test
         # cluster's two slurmd share one host, where a cluster's nodes have a disk each
         f"ENROOT_RUNTIME_PATH {state}/${{SLURMD_NODENAME:-${{SLURM_TOPOLOGY_ADDR:-local}}}}/runtime/user-$(id -u)",
-        f"ENROOT_CACHE_PATH {state}/${{SLURMD_NODENAME:-${{SLURM_TOPOLOGY_ADDR:-local}}}}/cache/group-$(id -g)",
+        f"ENROOT_CACHE_PATH {state}/cache/group-$(id -g)",  # by digest, written by rename: shared is safe
         f"ENROOT_DATA_PATH {state}/${{SLURMD_NODENAME:-${{SLURM_TOPOLOGY_ADDR:-local}}}}/data/user-$(id -u)",
         f"ENROOT_TEMP_PATH {state}/tmp",
         "ENROOT_ALLOW_HTTP yes",  # the loopback registry speaks HTTP; pyxis drops ENROOT_ALLOW_HTTP from a job's env
