@@ -5,7 +5,8 @@ From the Job: each index's container (its image replaced by a local one: no regi
 workingDir, env (`value`s, and the downward API fields the pod spec asks for: the Job's controller uid label and the
 pod name), JOB_COMPLETION_INDEX (what the Job controller sets in an Indexed Job's pods), the volumes (hostPath as a
 bind mount, a PersistentVolumeClaim as a folder the caller names, an emptyDir of medium Memory as a tmpfs), the
-capabilities, terminationGracePeriodSeconds (docker stop's timeout); from the Service: the headless name each pod
+capabilities, a hostPath of type CharDevice as a docker device (a stand-in character device where this host has none),
+terminationGracePeriodSeconds (docker stop's timeout); from the Service: the headless name each pod
 answers to, `<job>-<index>.<service>` (hostNetwork: every pod on the host network, the names pointing at this host;
 otherwise one Docker network for the pods, each pod's hostname `<job>-<index>` and its alias the Service name).
 What a kubelet does and this does not: resources (GPUs, EFA devices, hugepages: there are none here), scheduling,
@@ -84,8 +85,12 @@ def run_job(
     pvcs: dict[str, Path],
     indexes=None,
     extra_env: dict | None = None,
+    stand_in_devices: dict[str, str] | None = None,
 ) -> Pods:
-    """Start the pods `indexes` (default: every completion index) of the Indexed Job `job` (module doc)."""
+    """Start the pods `indexes` (default: every completion index) of the Indexed Job `job` (module doc).
+    `stand_in_devices`: {a hostPath CharDevice's node path: this host's character device standing in for it} (this
+    CPU machine has no /dev/gdrdrv); a CharDevice hostPath that is no character device here fails as the kubelet's
+    type check fails the pod."""
     name = job["metadata"]["name"]
     spec = job["spec"]
     pod = spec["template"]["spec"]
@@ -108,7 +113,7 @@ def run_job(
                 else:
                     env[e["name"]] = _field(e["valueFrom"]["fieldRef"]["fieldPath"], job=name, index=i, uid=pods.uid)
             env.update(extra_env or {})
-            mounts, tmpfs = [], {}
+            mounts, tmpfs, devices = [], {}, []
             from docker.types import Mount
 
             for m in c.get("volumeMounts", []):
@@ -117,6 +122,11 @@ def run_job(
                 if "emptyDir" in v:
                     size = v["emptyDir"].get("sizeLimit", "64Mi").replace("Gi", "g").replace("Mi", "m")
                     tmpfs[m["mountPath"]] = f"size={size}"
+                elif v.get("hostPath", {}).get("type") == "CharDevice":  # a device node: docker maps it as one
+                    src = (stand_in_devices or {}).get(v["hostPath"]["path"], v["hostPath"]["path"])
+                    if not Path(src).is_char_device():
+                        raise ValueError(f"hostPath {src}: type check failed: not a character device (the pod fails)")
+                    devices.append(f"{src}:{m['mountPath']}:rwm")
                 elif "hostPath" in v:
                     mounts.append(Mount(m["mountPath"], v["hostPath"]["path"], type="bind", read_only=ro))
                 elif "persistentVolumeClaim" in v:
@@ -133,6 +143,7 @@ def run_job(
                 mounts=mounts,
                 tmpfs=tmpfs,
                 cap_add=caps or None,
+                devices=devices or None,
                 detach=True,
                 labels={"dev.reprostack.rehearsal": name},
             )

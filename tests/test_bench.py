@@ -153,3 +153,38 @@ def test_bench_from_nothing_makes_a_venv_installs_and_runs_beside_the_seeded_col
     assert res["cold_from_nothing_s"] == fn["total_s"] and res["cold_from_nothing"]["n"] == 1
     assert res["cold_s"] == res["repeats"][0]["cold_s"]  # the seeded cold run is still there, beside it
     assert "bench gate_micro: from nothing " in p.stdout
+
+
+def test_bench_kernel_cache_lists_every_run_per_kind_and_merges_calls(project, tmp_path):
+    """`--runs` (issue 41): each kind's runs as a list of seconds under its own key, merged across calls for the same
+    lock, commit and host. On the CPU every run SKIPs (no GPU): no kernels came from anywhere, so the cold_miss and
+    cold_hit runs are marked invalid (never a hit or a miss they were not), nothing is pushed, exit 1; a *_hit kind
+    with no entry in the store and no cold_miss to make one is one line, exit 2."""
+    root, lock, _ = project
+    store = tmp_path / "kcache"
+    args = ["bench", "gate_micro", "--host", "h", "--results", "res", "--work", "w", "--kernel-cache", str(store)]
+    p = cli(root, *args, "--runs", "cold_miss,warm,cold_hit", "--repeat", "2", PATH="/usr/bin:/bin")
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads((root / "res" / "kcache-h.json").read_text())
+    assert [len(res[k]) for k in ("cold_miss", "warm", "cold_hit")] == [2, 2, 2]
+    assert all(isinstance(x, float) and x > 0 for k in ("cold_miss", "warm", "cold_hit") for x in res[k])
+    assert res["cold_miss_s"] == round(median(res["cold_miss"]), 2) and res["lock_sha256"] == lock.sha256
+    assert len(res["invalid"]) == 4 and "cold_hit: kernels_from None, cache None, not cache/hit" in res["invalid"]
+    assert res["verdicts"] == ["skip"] and "timeline_cold_hit" in res and "push_s" not in res
+    assert not any(store.glob("*/envelope.json"))  # a SKIP built nothing: nothing pushed
+    assert res["signing"]["key"].startswith("made for this bench") and (tmp_path / "kcache-keys").is_dir()
+    p = cli(root, *args, "--runs", "cold_miss,warm", "--repeat", "1", PATH="/usr/bin:/bin")
+    assert p.returncode == 1, p.stdout + p.stderr  # the merged record still holds the invalid runs
+    res = json.loads((root / "res" / "kcache-h.json").read_text())
+    assert len(res["warm"]) == 3 and len(res["cold_miss"]) == 3 and len(res["cold_hit"]) == 2
+    assert len(res["calls"]) == 2 and len(res["invalid"]) == 5
+    # a run that writes no report stops the call: one line, and what ran before it is written with the error
+    p = cli(root, *args, "--runs", "cold_miss", "--results", "res3", "--", "--profile", "nope", PATH="/usr/bin:/bin")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "wrote no readable report" in p.stderr
+    res = json.loads((root / "res3" / "kcache-h.json").read_text())
+    assert res["calls"][0]["rounds_done"] == 0 and "wrote no readable report" in res["calls"][0]["error"]
+    p = cli(root, *args, "--runs", "warm", "--results", "res2", PATH="/usr/bin:/bin")
+    assert p.returncode == 2 and "needs cold_miss or cold_hit in the same call" in p.stderr
+    p = cli(root, *args, "--runs", "cold_hit", "--results", "res2", PATH="/usr/bin:/bin")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no entry to hit; measure cold_miss first" in p.stderr
+    assert not (root / "res2").exists()

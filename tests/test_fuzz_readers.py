@@ -490,3 +490,68 @@ def test_fuzz_nccl_tests_output_never_raises():
         except Exception as e:  # noqa: BLE001 - the point is to catch everything
             bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
     assert not bad, f"{len(bad)}/{N} mutated outputs raised:\n" + "\n".join(bad[:20])
+
+
+# --------------------------------------------------------------------------- kernel cache entries (issue 41)
+
+
+def test_fuzz_kernel_cache_entry_never_tracebacks(tmp_path):
+    """kernels.cache.pull_into (the envelope, its signed statement and manifest, the files it names) on N mutations
+    of a real signed entry in a folder store: half the envelope's bytes mutated, half the statement mutated and
+    then signed again with the TRUSTED key (a hostile signer: only the manifest checks stand between it and the
+    node). Each is a hit, a miss or a ReprostackError (Refused / StoreError); never another exception, never a file
+    outside the pull's folder."""
+    import base64
+    import json
+
+    from securesystemslib.dsse import Envelope
+
+    from reprostack import evidence
+    from reprostack.evidence import keys as keysmod
+    from reprostack.kernels import build
+    from reprostack.kernels import cache as kcache
+
+    def make(tmp, log):
+        (tmp / "site" / "deep_ep").mkdir(parents=True)
+        (tmp / "site" / "deep_ep" / "_C.so").write_bytes(b"\x7fELF" + bytes(range(256)))
+        (tmp / "site" / "deep_ep" / "__init__.py").write_text("")
+        return {"site": "site"}
+
+    fields = {"component": "deepep", "tree": "e" * 40, "toolchain": {"arch": "90", "nvcc_version": "13.0"}}
+    b = build.reuse_or_build(tmp_path / "cache", "deepep", fields, make)
+    signer = evidence.new_key(tmp_path / "key.pem")
+    ring = tmp_path / "keys"
+    ring.mkdir()
+    entry = evidence.public_entry(signer, "fuzz")
+    (ring / keysmod.entry_name(entry)).write_text(json.dumps(entry))
+    store = tmp_path / "store"
+    kcache.push(b.out, str(store), tmp_path / "key.pem")
+    env_file = store / b.key / "envelope.json"
+    original = env_file.read_bytes()
+    statement = base64.b64decode(json.loads(original)["payload"])
+    rng = random.Random("14-kernel-cache")
+    bad, outcomes = [], {"hit": 0, "refused": 0}
+    for i in range(N):
+        if i % 2:
+            data = mutate(original, rng, "json")
+        else:
+            env = Envelope(mutate(statement, rng, "json"), evidence.PAYLOAD_TYPE, {})
+            env.sign(signer)
+            data = json.dumps(env.to_dict()).encode()
+        env_file.write_bytes(data)
+        dest = tmp_path / "dest" / str(i)
+        dest.mkdir(parents=True)
+        try:
+            got = kcache.pull_into(str(store), b.key, "deepep", dest, keyring=ring, arch="90")
+            outcomes["hit" if got else "miss"] = outcomes.get("hit" if got else "miss", 0) + 1
+        except ReprostackError:
+            outcomes["refused"] += 1
+            if any(dest.iterdir()):
+                bad.append(f"#{i}: refused but left files in the pull's folder")
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything else
+            bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
+        shutil.rmtree(dest)
+    escaped = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(tmp_path / "cache")]
+    escaped = [p for p in escaped if not any(p.is_relative_to(tmp_path / d) for d in ("store", "keys", "dest"))]
+    assert not bad, f"{len(bad)}/{N} mutated entries escaped:\n" + "\n".join(bad[:20])
+    assert [p.name for p in escaped] == ["key.pem"] and outcomes["refused"] > N // 2, outcomes

@@ -127,6 +127,7 @@ def gpu_host(tmp_path, monkeypatch):
             key=f"{component}-key",
             out=out,
             reused=True,
+            origin="build",
             info={"seconds": 0.0, "version": host.get("nccl_version", "2.30.4")},
             log=out / "build.log",
         )

@@ -107,7 +107,8 @@ def test_each_option_is_defined_once_and_taken_by_name():
         p.parse_args([])  # --nodes required here
     text = p.format_help()
     assert "the job's nodes" in text and gate_options.PROFILE_RULE.split(" (")[0] in text
-    assert set(gate_options.RUN_OPTIONS) - {"container"} == set(gate_options.OPTIONS)
+    assert set(gate_options.RUN_OPTIONS) - {"container"} | set(gate_options.LAUNCH_OPTIONS) == set(gate_options.OPTIONS)
+    assert not set(gate_options.RUN_OPTIONS) & set(gate_options.LAUNCH_OPTIONS)
 
 
 def _modules():

@@ -1,5 +1,6 @@
 """A gate node in its image through the docker SDK (reprostack.launch.docker) on a real engine, CPU only."""
 
+import dataclasses
 import resource
 
 import pytest
@@ -70,3 +71,20 @@ def test_missing_image_is_one_line_and_nothing_starts(docker_client, tmp_path):
     with pytest.raises(LaunchError, match="image reprostack/nope:0 is not on this engine"):
         run_node(docker_client, _plan(tmp_path, ["true"], image="reprostack/nope:0"), 0, tmp_path, gpus=False)
     assert len(docker_client.containers.list(all=True)) == before
+
+
+def test_a_plan_with_efa_gets_the_gdrcopy_device(docker_client, test_base, tmp_path):
+    """issue 37 item 5: GIN on EFA opens /dev/gdrdrv (gdrcopy src/gdrapi.c gdr_open, O_RDWR) inside the container;
+    `gate --container` gave it none. A plan with EFA maps the host's device at /dev/gdrdrv (this CPU machine has no
+    gdrdrv module: the host's /dev/zero stands in as the character device mapped there, opened read-write by the
+    container); a plan without EFA maps nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    probe = "if [ -c /dev/gdrdrv ] && echo x > /dev/gdrdrv; then echo mapped; else echo absent; fi > /out/gdrdrv"
+    plan = dataclasses.replace(_plan(out, ["sh", "-c", probe]), efa_devices_per_node=1)
+    run = run_node(docker_client, plan, 0, tmp_path / "logs", gpus=False, gdrdrv="/dev/zero")
+    assert run.exit_code == 0 and (out / "gdrdrv").read_text() == "mapped\n", run.log.read_text()
+    run = run_node(
+        docker_client, _plan(out, ["sh", "-c", probe]), 0, tmp_path / "logs2", gpus=False, gdrdrv="/dev/zero"
+    )
+    assert run.exit_code == 0 and (out / "gdrdrv").read_text() == "absent\n"

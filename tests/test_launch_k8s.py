@@ -1,5 +1,6 @@
 """`reprostack launch k8s`: manifests from every gate's real launch plan (real specs, lock and recipes), validated
-against the Kubernetes 1.37 schemas (kubernetes-validate, offline); the pod's script run by a real sh; the
+against the schemas of every Kubernetes minor EKS supports (cluster.k8s.KUBERNETES_MINORS; kubernetes-validate's
+bundled schemas, offline); the pod's script run by a real sh; the
 committed docs/examples/k8s re-rendered byte for byte (reprostack.cluster.k8s)."""
 
 import importlib.util
@@ -12,10 +13,9 @@ import pytest
 import yaml
 
 from reprostack import cli
-from reprostack.cluster.k8s import K8sError, dns1123
+from reprostack.cluster.k8s import KUBERNETES_MINORS, K8sError, dns1123
 
 ROOT = Path(__file__).resolve().parents[1]
-K8S = "1.37.0"
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"registry.example:5000/reprostack/deepep@{DIGEST}"
 GATES = ("micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
@@ -35,7 +35,38 @@ def render(tmp_path, gate, *extra, name="m"):
 
 
 def validate(doc):
-    kubernetes_validate.validate(doc, K8S, strict=True)  # raises ValidationError on any unknown or bad field
+    """Against every minor EKS supports (a cluster of any of them must take the manifest)."""
+    for minor in KUBERNETES_MINORS:
+        try:
+            kubernetes_validate.validate(doc, f"{minor}.0", strict=True)  # any unknown or bad field raises
+        except kubernetes_validate.ValidationError as e:
+            raise AssertionError(f"Kubernetes {minor}: {e.message}") from None
+
+
+def test_the_schemas_of_every_supported_minor_ship_with_kubernetes_validate():
+    """The check runs offline on the bundled schemas: a minor without them would be skipped silently otherwise."""
+    have = set(kubernetes_validate.utils.all_versions())
+    assert {f"{m}.0" for m in KUBERNETES_MINORS} <= have, sorted(have)
+
+
+@pytest.mark.parametrize("minor", KUBERNETES_MINORS)
+def test_the_jobs_pod_failure_policy_validates_on_every_supported_minor(minor, tmp_path):
+    """issue 37 item 7: 1.31-1.34 require `onPodConditions[].status` (1.35 made it optional); the Job of every gate
+    and the JobSet's embedded Job must be taken by each minor EKS runs."""
+    docs = [render(tmp_path, "micro", name="j")["job.yaml"]]
+    js = render(tmp_path, "vllm", "--variant", "jobset", name="js")["jobset.yaml"]
+    docs.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "x"},
+            "spec": js["spec"]["replicatedJobs"][0]["template"]["spec"],
+        }
+    )
+    for doc in docs:
+        kubernetes_validate.validate(doc, f"{minor}.0", strict=True)
+    rules = docs[0]["spec"]["podFailurePolicy"]["rules"]
+    assert {"type": "DisruptionTarget", "status": "True"} in rules[0]["onPodConditions"]
 
 
 def script(pod_spec):
@@ -104,6 +135,31 @@ def test_jobset_and_leaderworkerset_embed_valid_builtin_templates(tmp_path):
     assert cli.main(["launch", "k8s", "micro", "--variant", "lws", "--image", IMAGE, "--out", str(tmp_path / "x")]) == 2
 
 
+@pytest.mark.parametrize("variant", ["job", "jobset", "lws"])
+def test_a_pod_with_efa_gets_the_gdrcopy_device(variant, tmp_path):
+    """issue 37 item 5: GIN on EFA opens /dev/gdrdrv in the container; the pods had none. A p5en (EFA) pod mounts the
+    node's /dev/gdrdrv (hostPath CharDevice, as EKS GPU recipes do) and is privileged on the host network (a device
+    outside the device plugins' is EPERM to an unprivileged container); with --pod-network it is not privileged (the
+    preflight names the EPERM); a CPU profile maps nothing."""
+    docs = render(tmp_path, "vllm", "--variant", variant, name=variant)
+    doc = next(iter(docs.values()))
+    pod = {
+        "job": lambda d: d["spec"]["template"]["spec"],
+        "jobset": lambda d: d["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"],
+        "lws": lambda d: d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"],
+    }[variant](docs["job.yaml"] if variant == "job" else doc)
+    validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": pod})
+    assert {"name": "gdrdrv", "hostPath": {"path": "/dev/gdrdrv", "type": "CharDevice"}} in pod["volumes"]
+    c = pod["containers"][0]
+    assert {"name": "gdrdrv", "mountPath": "/dev/gdrdrv"} in c["volumeMounts"]
+    assert c["securityContext"]["privileged"] is True
+    podnet = render(tmp_path, "vllm", "--pod-network", name="podnet")["job.yaml"]["spec"]["template"]["spec"]
+    assert "privileged" not in podnet["containers"][0]["securityContext"]
+    assert {"name": "gdrdrv", "mountPath": "/dev/gdrdrv"} in podnet["containers"][0]["volumeMounts"]
+    cpu = render(tmp_path, "vllm", "--profile", "local-test", name="cpu")["job.yaml"]["spec"]["template"]["spec"]
+    assert "gdrdrv" not in str(cpu) and "privileged" not in cpu["containers"][0]["securityContext"]
+
+
 def test_cpu_profile_asks_for_no_gpu_efa_or_hugepages(tmp_path):
     job = render(tmp_path, "vllm", "--profile", "local-test", "--out-hostpath", "/data/out")["job.yaml"]
     validate(job)
@@ -154,6 +210,70 @@ def test_launcher_paths_are_one_line_and_write_nothing(tmp_path, capsys, gate, f
     assert not out.exists()
 
 
+def _dns(bin_: Path, names: dict[str, str]) -> None:
+    """A `getent` that answers `ahostsv4 NAME` as glibc's prints it (`ADDR  STREAM NAME` / DGRAM / RAW lines) for
+    `names`, and exits 2 (glibc: key not found) for any other; a `sleep` that returns at once (the retry waits)."""
+    cases = "".join(
+        f'  {n}) printf "%-15s STREAM {n}\\n%-15s DGRAM  \\n%-15s RAW    \\n" {a} {a} {a} ;;\n'
+        for n, a in names.items()
+    )
+    (bin_ / "getent").write_text(
+        f'#!/bin/sh\n[ "$1" = ahostsv4 ] || exit 1\necho "$2" >> {bin_}/getent.calls\ncase "$2" in\n{cases}  *) exit 2 ;;\nesac\n'
+    )
+    (bin_ / "sleep").write_text("#!/bin/sh\nexit 0\n")
+    for f in ("getent", "sleep"):
+        (bin_ / f).chmod(0o755)
+
+
+@pytest.mark.parametrize("variant", ["job", "jobset", "lws"])
+def test_the_leaders_name_is_resolved_to_an_ip_before_anything_runs(tmp_path, variant):
+    """issue 37 item 8: vLLM's --data-parallel-address takes an IP (vllm issue 7118), the manifests gave the headless
+    Service's DNS name. The pod resolves it first (`getent ahostsv4`, retried), so the preflight and the gate's
+    runner get the IP; a name that never resolves is one line, exit 2, after the bounded retries, nothing run."""
+    doc = render(tmp_path, "vllm", "--variant", variant, "--name", "rs-vllm-x", name=variant)
+    pod = {
+        "job": lambda d: d["job.yaml"]["spec"]["template"]["spec"],
+        "jobset": lambda d: d["jobset.yaml"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"],
+        "lws": lambda d: d["leaderworkerset.yaml"]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"],
+    }[variant](doc)
+    text = script(pod).replace("/out/", f"{tmp_path}/out/").replace("exec sleep infinity", "exit 0")
+    env0 = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    leader = env0.get("MASTER_ADDR") or "rs-vllm-x-0.rs-vllm-x.default"  # LWS: $LWS_LEADER_ADDRESS at run time
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls"
+    (bin_ / "python3").write_text(f'#!/bin/sh\nprintf "%s|" "$@" >> {log}\necho >> {log}\n')
+    (bin_ / "python3").chmod(0o755)
+    _dns(bin_, {leader: "10.0.3.7"})
+    base = {"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "1", "LWS_WORKER_INDEX": "1", "RUN_ID": "u"}
+    r = subprocess.run(
+        ["/bin/sh", "-c", text],
+        env={**base, "MASTER_ADDR": leader, "LWS_LEADER_ADDRESS": leader},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    calls = [ln.split("|")[:-1] for ln in log.read_text().splitlines()]
+    for argv in calls:  # the preflight (MASTER_ADDR of its env) and the gate's runner (--master-addr)
+        assert leader not in argv
+    gate = calls[-1]
+    assert gate[gate.index("--master-addr") + 1] == "10.0.3.7"
+    # a name that never resolves: every retry, then one line naming it, exit 2, neither preflight nor gate ran
+    log.unlink()
+    (bin_ / "getent.calls").unlink()
+    r = subprocess.run(
+        ["/bin/sh", "-c", text],
+        env={**base, "MASTER_ADDR": "nowhere", "LWS_LEADER_ADDRESS": "nowhere"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and "the leader's name nowhere did not resolve" in err[0], r.stderr
+    assert len((bin_ / "getent.calls").read_text().split()) == 60 and not log.exists()
+
+
 def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(tmp_path):
     job = render(tmp_path, "micro", "--name", "rs-micro-p5en-efa-ep16")["job.yaml"]
     outdir = tmp_path / "out"  # the pod's /out, here a folder of this test
@@ -170,6 +290,7 @@ def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(t
     log = tmp_path / "calls"
     (bin_ / "python3").write_text(f'#!/bin/sh\nprintf "%s|" "$@" >> {log}\necho >> {log}\n')
     (bin_ / "python3").chmod(0o755)
+    _dns(bin_, {env["MASTER_ADDR"]: "10.0.3.7"})
     r = subprocess.run(
         ["/bin/sh", "-c", text],
         env={
@@ -190,12 +311,18 @@ def test_the_pods_script_runs_preflight_then_the_gate_with_its_rank_and_master(t
     assert pre[:4] == ["-m", "reprostack", "preflight", "micro"]
     assert pre[pre.index("--node-rank") + 1] == "1" and pre[pre.index("--nodes") + 1] == "2"
     assert gate[gate.index("--node-rank") + 1] == "1" and gate[gate.index("--run-id") + 1] == "uid-1"
-    assert gate[gate.index("--master-addr") + 1] == "rs-micro-p5en-efa-ep16-0.rs-micro-p5en-efa-ep16"
+    assert gate[gate.index("--master-addr") + 1] == "10.0.3.7"  # the leader's name resolved (vllm issue 7118)
+    assert "reprostack: leader rs-micro-p5en-efa-ep16-0.rs-micro-p5en-efa-ep16 is 10.0.3.7" in r.stdout
     # a failing preflight runs nothing else: the shell stops with its exit code
     (bin_ / "python3").write_text(f'#!/bin/sh\necho "$3" >> {log}.2\n[ "$3" = preflight ] && exit 2\nexit 0\n')
     r = subprocess.run(
         ["/bin/sh", "-c", text],
-        env={"PATH": f"{bin_}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0", "MASTER_ADDR": "x", "RUN_ID": "u"},
+        env={
+            "PATH": f"{bin_}:/usr/bin:/bin",
+            "JOB_COMPLETION_INDEX": "0",
+            "MASTER_ADDR": env["MASTER_ADDR"],
+            "RUN_ID": "u",
+        },
         capture_output=True,
         timeout=30,
     )

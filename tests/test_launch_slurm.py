@@ -27,7 +27,7 @@ from reprostack import cli
 from reprostack.gates import registry
 from reprostack.gates.registry import GATE_ORDER
 from reprostack.gates.spec import GateSpecError
-from reprostack.cluster import slurm
+from reprostack.cluster import slurm, slurm_submit
 from reprostack.lock import load
 from test_gate_serving import TOOLS, small_root
 
@@ -80,6 +80,119 @@ def test_every_runtime_renders_a_script_bash_parses(runtime, lock, tmp_path):
         assert '--container-image="${IMAGE}"' in text and '"${OUT}":/out,"${PROJECT}":/workspace:ro' in text
     if runtime == "docker":
         assert "docker run --rm" in text and "--ulimit memlock=-1:-1" in text and "--gpus all" in text
+
+
+@pytest.mark.parametrize("runtime", ["pyxis", "enroot", "docker"])
+def test_a_plan_with_efa_maps_the_gdrcopy_device_in_every_runtime(runtime, lock, tmp_path):
+    """issue 37 item 5: GIN on EFA opens /dev/gdrdrv inside the container; no runtime maps it by itself. Each
+    container runtime's task maps it for the p5en (EFA) profile, in both steps (the preflight opens it); a CPU profile
+    without EFA maps nothing."""
+    image = "reprostack/deepep:0123456789abcdef" if runtime == "docker" else None
+    text = render("micro", lock, runtime=runtime, image=image)
+    bash_n(text, tmp_path)
+    tasks = [x for x in text.splitlines() if x.startswith("  --container-image") or x.startswith("  bash -c ")]
+    assert len(tasks) == 2  # the preflight's task and the gate's
+    for task in tasks:
+        words = shlex.split(task)
+        if runtime == "pyxis":
+            mounts = next(w for w in words if w.startswith("--container-mounts=")).split("=", 1)[1].split(",")
+            assert "/dev/gdrdrv:/dev/gdrdrv" in mounts
+        else:
+            inner = shlex.split(words[2])  # `bash -c RUN`: the runtime's command line as bash reads it
+            run = " ".join(inner)
+            want = "--mount /dev/gdrdrv:/dev/gdrdrv" if runtime == "enroot" else "efa+=(--device=/dev/gdrdrv)"
+            assert want in run, run
+    cpu = render("vllm", lock, nodes=1, profile="local-test", runtime=runtime, image=image)
+    assert "gdrdrv" not in cpu
+
+
+DIGEST_REF = "123456789012.dkr.ecr.us-east-1.amazonaws.com/reprostack/deepep@sha256:" + "ab" * 32
+# enroot's docker:// grammar before 4.0, as NVIDIA/enroot v3.4.1 doc/cmd/import.md states it
+# (`docker://[USER@][REGISTRY#]IMAGE[:TAG]`) with the classes of its src/docker.sh: REGISTRY any but `#`, IMAGE
+# lowercase/digits/`/._-`, TAG alnum and `._:-`, USER its URI characters without `/` (so a digest can only be a
+# `sha256:HEX` tag, never `@sha256:`)
+ENROOT3_URI = re.compile(
+    r"^docker://(([A-Za-z0-9_.!~*'()%;:&=+$,@-]+)@)?(([^#]+)#)?([a-z0-9/._-]+)(:([A-Za-z0-9._:-]+))?$"
+)
+
+
+def _import_task(text: str) -> str:
+    line = next(x for x in text.splitlines() if x.startswith("srun ") and "import-node-%n.log" in x)
+    words = shlex.split(line.removesuffix("\\"))  # the line goes on with `|| { ... }`
+    return words[words.index("bash") + 2]
+
+
+def test_enroot_import_is_the_enroot_3_path_by_digest(lock, tmp_path):
+    """issue 37 item 6: `--container-image=REPO@sha256:` needs enroot >= 4, HyperPod ships 3.4.1. With --enroot-import
+    DIR every node first imports the image by its digest into DIR/<hex>.sqsh through a URI enroot 3.x parses
+    (docker://REGISTRY#IMAGE:sha256:HEX), then every step runs that file; the step's task imports once per file
+    (a stand-in enroot records its calls and writes the -o file) and a failed import is one line, exit 2."""
+    text = render("micro", lock, image=DIGEST_REF, enroot_import="/fsx/enroot")
+    bash_n(text, tmp_path)
+    hexd = "ab" * 32
+    assert f"export SQSH=/fsx/enroot/{hexd}.sqsh" in text.splitlines()
+    uri = next(x for x in text.splitlines() if x.startswith("export IMAGE_URI=")).split("=", 1)[1]
+    uri = shlex.split(uri)[0]
+    assert uri == f"docker://123456789012.dkr.ecr.us-east-1.amazonaws.com#reprostack/deepep:sha256:{hexd}"
+    assert ENROOT3_URI.match(uri) and not ENROOT3_URI.match("docker://" + DIGEST_REF)  # 3.x refuses @sha256:
+    assert text.index("import-node-%n.log") < text.index("reprostack preflight") < text.index("reprostack gate")
+    assert 'export IMAGE="${SQSH}"' in text and f"export IMAGE={DIGEST_REF}" not in text
+    assert text.count('--container-image="${IMAGE}"') == 2
+    # the task, as each node runs it: one import per file, a rename that never overwrites
+    task = _import_task(text)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    calls = tmp_path / "enroot.calls"
+    (bin_ / "enroot").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = import ] && [ "$2" = -o ] && echo sqsh > "$3"\n'
+    )
+    (bin_ / "enroot").chmod(0o755)
+    sqsh = tmp_path / "shared" / f"{hexd}.sqsh"
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "SQSH": str(sqsh), "IMAGE_URI": uri}
+    for node in ("0", "1"):
+        r = subprocess.run(["bash", "-c", task], env={**env, "SLURM_NODEID": node}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert calls.read_text().split("\n")[:-1] == [
+        f"import -o {sqsh}.node0.{calls.read_text().split('.node0.')[1].split()[0]} {uri}"
+    ]
+    assert sqsh.read_text() == "sqsh\n" and sorted(p.name for p in sqsh.parent.iterdir()) == [sqsh.name]
+    sqsh.unlink()
+    (bin_ / "enroot").write_text("#!/bin/sh\necho '[ERROR] Invalid image reference' >&2\nexit 1\n")
+    r = subprocess.run(["bash", "-c", task], env={**env, "SLURM_NODEID": "1"}, capture_output=True, text=True)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines[-1].startswith(f"reprostack: node 1: enroot import {uri} into {sqsh} failed")
+    assert not sqsh.exists() and list(sqsh.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        (
+            {"image": "reprostack/deepep:latest"},
+            "--enroot-import: image 'reprostack/deepep:latest' is not named by digest",
+        ),
+        ({"image": None}, "is not named by digest"),  # no repo digest in the plan (nothing pushed)
+        ({"image": DIGEST_REF, "runtime": "docker"}, "--enroot-import: pyxis's path on enroot 3.x"),
+        ({"image": DIGEST_REF, "enroot_import": "/fsx/a,b"}, "--enroot-import '/fsx/a,b': holds ','"),
+    ],
+)
+def test_enroot_import_without_a_digest_or_for_another_runtime_is_one_line(lock, kw, says):
+    kw = {"enroot_import": "/fsx/enroot", **kw}
+    with pytest.raises(Exception) as e:
+        render("micro", lock, **kw)
+    assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_enroot_import_through_the_cli_writes_the_script_or_nothing(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["launch", "slurm", "micro", "--nodes", "2", "--out", str(out), "--enroot-import", "images"]
+    assert cli.main([*argv, "--image", DIGEST_REF]) == 0
+    assert f'export SQSH="${{PROJECT}}"/images/{"ab" * 32}.sqsh' in (out / "job.sbatch").read_text()
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    assert cli.main([*argv[:6], str(bad), *argv[7:], "--image", "reprostack/deepep:latest"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not named by digest" in err[0] and not (bad / "job.sbatch").exists()
 
 
 def test_no_preflight_omits_the_step(lock):
@@ -429,7 +542,7 @@ def test_rendezvous_lines_on_a_two_node_allocation(lock, tmp_path):
             ]
         )
     )
-    rc = slurm.submit(str(job), cwd=str(tmp_path), poll_s=0.5, echo=lambda s: None)
+    rc = slurm_submit.submit(str(job), cwd=str(tmp_path), poll_s=0.5, echo=lambda s: None)
     assert rc == 0, (tmp_path / "batch.log").read_text()
     got = sorted((tmp_path / f"node-{n}.log").read_text().strip() for n in (0, 1))
     assert got == ["rank=0 master=127.0.0.1:29500", "rank=1 master=127.0.0.1:29500"]
@@ -454,3 +567,31 @@ def test_a_profile_the_runner_cannot_launch_is_refused_in_one_line(lock, tmp_pat
         slurm.script_for(registry.gate("fabric"), REPO, lock, nodes=2, out=str(tmp_path / "o"))
     text = slurm.script_for(registry.gate("fabric"), REPO, lock, nodes=1, out="out/x", profile="h200-ep1")
     assert "-m reprostack gate fabric" in text
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "",
+        "x@sha256:" + "a" * 63,
+        "x@sha256:" + "A" * 64,
+        "reg.example/a@sha256:" + "a" * 64 + "\n",
+        "reg.example/$(id)@sha256:" + "a" * 64,
+        "reg.example/UPPER@sha256:" + "a" * 64,
+        "reg.example/a:tag@sha256:" + "a" * 64,
+        "-x@sha256:" + "a" * 64,
+        "r/" * 5000 + "a@sha256:" + "a" * 64,
+        "ünï@sha256:" + "a" * 64,
+    ],
+)
+def test_import_uri_of_hostile_references_is_one_line_or_an_enroot_uri(ref):
+    """The reader of cluster.enroot: anything but REPO@sha256:<64 hex> is one EnrootError line; what it accepts is a
+    URI enroot 3.x parses, with nothing a shell would expand (every character from the reference's classes)."""
+    from reprostack.cluster.enroot import EnrootError, import_uri
+
+    try:
+        uri, hexd = import_uri(ref)
+    except EnrootError as e:
+        assert "\n" not in str(e) and str(e).startswith("--enroot-import: ")
+        return
+    assert ENROOT3_URI.match(uri) and len(hexd) == 64 and not re.search(r"[$`\s;&|]", uri)

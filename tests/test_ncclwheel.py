@@ -278,7 +278,7 @@ def no_gpu_builds(monkeypatch):
         kernelprep.kbuild,
         "build_deepep",
         lambda src, tree, recipe, tc, nccl, cache, **k: SimpleNamespace(
-            component="deepep", key="k", reused=True, info={"seconds": 0}, nccl=nccl
+            component="deepep", key="k", reused=True, origin="build", info={"seconds": 0}, nccl=nccl
         ),
     )
     return calls

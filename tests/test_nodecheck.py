@@ -54,6 +54,8 @@ def facts(
     limits=None,
     meminfo=None,
     log="",
+    device=nodecheck.OPENED,
+    hmem=(0, "fi_info-efa-1dev.txt"),
 ) -> dict:
     """The facts cluster.nodecheck.collect records, read by its readers from real output (the fields of
     schemas/preflight-node.schema.json `node_checks`)."""
@@ -72,6 +74,8 @@ def facts(
         "efa_module": nodecheck.kernel_module(root, "efa"),
         "gdrdrv": nodecheck.kernel_module(root, "gdrdrv"),
         "libgdrapi": nodecheck.libgdrapi_version([f"/usr/lib/x86_64-linux-gnu/{n}" for n in libs]),
+        "gdrdrv_device": device,
+        "efa_hmem": nodecheck.efa_hmem(hmem[0], hmem[1] if "\n" in hmem[1] else fx(hmem[1])),
         "memlock": nodecheck.memlock(limits if limits is not None else unlimited_limits()),
         "hugepages": nodecheck.hugepages(meminfo if meminfo is not None else fx("meminfo-vm.txt")),
         "xid": None if log is None else {"lines": nodecheck.xid_lines(log)},
@@ -171,6 +175,7 @@ def test_a_healthy_node_passes_every_check_and_says_what_it_read(tmp_path):
             "xid",
             "pcie",
             "efa-devices",
+            "efa-hmem",
             "efa-module",
             "gdrdrv",
             "memlock",
@@ -244,6 +249,80 @@ def test_gdrdrv_against_the_image_libgdrapi(tmp_path, drv, libs, gin, says):
     assert status == "fail" and says in detail, detail
 
 
+# libfabric v2.6.0's fi_info when no provider matches the hints: `fi_getinfo: %d (%s)` on stderr (util/info.c run()),
+# exit -ret = 61 (main: `return -ret`). The real `fi_getinfo: -61` capture of an older release with the ` (%s)` the
+# pinned rev adds (fi_strerror(61): "No data available"), as tests/fixtures/preflight/README.md says.
+NO_HMEM = (61, fx("fi_getinfo-61.txt").rstrip("\n") + " (No data available)\n")
+
+
+def test_efa_hmem_reader_on_real_fi_info_output():
+    """issue 37 item 2: `fi_info -p efa -c FI_HMEM` lists the efa entries when the provider serves GPU memory, and
+    prints `fi_getinfo: -61 (No data available)` with exit 61 when it does not (CUDA not loaded by libfabric)."""
+    assert nodecheck.efa_hmem(0, fx("fi_info-efa-1dev.txt")) == {
+        "offered": True,
+        "detail": "fi_info -p efa -c FI_HMEM: provider efa",
+    }
+    assert nodecheck.efa_hmem(*NO_HMEM) == {
+        "offered": False,
+        "detail": "fi_info -p efa -c FI_HMEM: exit 61: fi_getinfo: -61 (No data available)",
+    }
+    assert not nodecheck.efa_hmem(None, "fi_info: not found")["offered"]  # no libfabric tools: never offered
+    assert not nodecheck.efa_hmem(0, "provider: tcp\n    fabric: x\n")["offered"]  # another provider's entry
+
+
+def test_efa_without_hmem_fails_in_one_line_never_silently(tmp_path):
+    """issue 37 item 2: FI_HMEM off (libfabric could not dlopen libcudart) was silent: EFA without GPUDirect RDMA and
+    without GIN. The node check fails in one line naming the command's answer and what to look at."""
+    status, detail = judge(facts(tmp_path, hmem=NO_HMEM))["efa-hmem"]
+    assert status == "fail" and "\n" not in detail
+    assert detail.startswith("fi_info -p efa -c FI_HMEM: exit 61: fi_getinfo: -61 (No data available): libfabric's")
+    assert "libcudart.so" in detail and "no GIN" in detail
+    assert judge(facts(tmp_path / "b"))["efa-hmem"] == (
+        "pass",
+        "fi_info -p efa -c FI_HMEM: provider efa offers FI_HMEM (CUDA memory)",
+    )
+    assert judge(facts(tmp_path / "c"), need_gpu=False)["efa-hmem"][0] == NOT_NEEDED  # no GPU: no GPU memory to serve
+
+
+def test_gdrdrv_device_is_opened_and_one_that_cannot_be_is_named_with_both_versions(tmp_path):
+    """issue 37 item 5: preflight read /sys/module only; the container may lack /dev/gdrdrv (docker, EKS) or be
+    refused it (a device cgroup). The node opens it as libgdrapi does (O_RDWR): a real character device opens, a
+    missing one is ENOENT; the failing row names the device, the errno, both versions and how each launcher maps it."""
+    assert nodecheck.open_device("/dev/null") == nodecheck.OPENED  # a real character device, opened read-write
+    missing = nodecheck.open_device(str(tmp_path / "gdrdrv"))
+    assert missing == "ENOENT: No such file or directory"
+    status, detail = judge(facts(tmp_path, device=missing))["gdrdrv"]
+    assert status == "fail" and "\n" not in detail
+    assert detail.startswith("gdrdrv 2.5 (host), libgdrapi 2.5 (image): cannot open /dev/gdrdrv in the container ")
+    assert "(ENOENT: No such file or directory)" in detail and "--container-mounts=/dev/gdrdrv" in detail
+    eperm = judge(facts(tmp_path / "b", device="EPERM: Operation not permitted"))["gdrdrv"]
+    assert eperm[0] == "fail" and "privileged" in eperm[1]
+    # host 2.4 against the image's 2.5 (aws-ofi-nccl issue 1350: CUDA error 719): both versions in the one line
+    status, detail = judge(facts(tmp_path / "c", modules={"efa": "3.1.0g", "gdrdrv": "2.4"}))["gdrdrv"]
+    assert status == "fail" and detail.startswith(
+        "gdrdrv 2.4 (host), libgdrapi 2.5 (image): the host's driver is older"
+    )
+
+
+def test_collect_opens_the_gdrdrv_device_and_asks_libfabric_for_fi_hmem_where_both_are_needed(tmp_path, monkeypatch):
+    """collect() on this machine: the device given is opened (a real character device), the default /dev/gdrdrv is
+    absent here (no gdrdrv module); `fi_info -p efa -c FI_HMEM` runs (a stand-in fi_info printing the real one-device
+    listing records its argv) only when the profile needs both EFA and a GPU."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "fi_info").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/argv\ncat {PF / "fi_info-efa-1dev.txt"}\n')
+    (bin_ / "fi_info").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:/usr/bin:/bin")
+    c = nodecheck.collect(need_gpu=True, need_efa=True, gdrdrv_device="/dev/null")
+    assert c["gdrdrv_device"] == nodecheck.OPENED and c["efa_hmem"]["offered"] is True
+    assert "-p efa -c FI_HMEM" in (tmp_path / "argv").read_text().splitlines()
+    if not Path("/dev/gdrdrv").exists():
+        assert nodecheck.collect(need_gpu=False, need_efa=True)["gdrdrv_device"].startswith("ENOENT")
+    (tmp_path / "argv").unlink()
+    assert nodecheck.collect(need_gpu=False, need_efa=True)["efa_hmem"] is None  # no GPU: not asked
+    assert "FI_HMEM" not in (tmp_path / "argv").read_text()
+
+
 def test_the_gdrdrv_gin_floor_follows_the_gate_env_the_way_the_transport_need_does():
     from reprostack.gates.spec import load_spec
 
@@ -298,6 +377,10 @@ def test_hostile_tool_output_never_raises_and_stays_bounded(text):
     assert len(nodecheck.pingpong(text)["rows"]) <= nodecheck.MAX_ITEMS
     assert all(len(x) <= 300 for x in nodecheck.xid_lines(text))
     nodecheck.driver_cuda(text), nodecheck.memlock(text), nodecheck.hugepages(text), nodecheck.image_cuda(text, text)
+    for rc in (0, 61, None):  # the FI_HMEM reader: one bounded line, never offered without an efa entry and exit 0
+        h = nodecheck.efa_hmem(rc, text)
+        assert len(h["detail"]) <= 400 and "\n" not in h["detail"]
+        assert h["offered"] == (rc == 0 and text.startswith("provider: efa\n"))
 
 
 def test_facts_that_are_not_versions_fail_never_raise(tmp_path):
@@ -320,6 +403,16 @@ def test_on_this_machine_no_gpu_or_efa_check_passes_without_the_hardware():
     c = nodecheck.collect(need_gpu=True, need_efa=True)
     assert c["gpus"] == [] and c["efa_fi_devices"] == [] and c["efa_module"] is None and "nvidia-smi" in c["notes"]
     rows = judge(c, efa_devices=16)
-    for check in ("driver", "fabricmanager", "nvlink", "ecc", "pcie", "efa-devices", "efa-module", "gdrdrv"):
+    for check in (
+        "driver",
+        "fabricmanager",
+        "nvlink",
+        "ecc",
+        "pcie",
+        "efa-devices",
+        "efa-hmem",
+        "efa-module",
+        "gdrdrv",
+    ):
         assert rows[check][0] == "fail", (check, rows[check])
     assert rows["xid"][0] in ("pass", "fail", UNREADABLE)  # the kernel log is readable or not; never assumed

@@ -138,7 +138,7 @@ def test_manifest_from_the_recipe_script_matches_the_lock(world, tmp_path):
     pre = prebuilt.check(m, lock, root, ("nccl", "deepep"), arch="90")
     t = pre.tree(lock, "deepep")
     assert t.path == tmp_path / "img" / "src" / "deepep" and t.tree == lock.get("deepep").patched_tree and t.patched
-    assert pre.provenance()["mode"] == "prebuilt" and pre.kernels_provenance()["deepep"]["prebuilt"] is True
+    assert pre.provenance()["mode"] == "image" and pre.kernels_provenance()["deepep"]["prebuilt"] is True
     assert "image_lock_sha256" not in pre.provenance()
     # a manifest of an image built before (with the lock's sha256, top and per component) is still read, the sha256
     # reported and never compared: another lock than this one is no reason to refuse the image
@@ -328,7 +328,7 @@ def test_micro_in_image_uses_the_prebuilt_kernels_no_fetch_no_build(world, tmp_p
     rep = run_gate_here(opts)
     assert rep.result == "pass", rep.reason
     kf = rep.provenance["kernels_from"]
-    assert kf["mode"] == "prebuilt" and kf["manifest"] == str(m) and kf["image"] == "deepep"
+    assert kf["mode"] == "image" and kf["manifest"] == str(m) and kf["image"] == "deepep"
     assert rep.provenance["kernels"]["nccl"]["prebuilt"] and "key" not in rep.provenance["kernels"]["nccl"]
     assert (
         str(tmp_path / "img" / "src" / "deepep" / "tests" / "elastic" / "test_ep.py")
@@ -497,7 +497,7 @@ def test_container_run_stamps_the_image_id_on_prebuilt_kernels(tmp_path, monkeyp
     a = GateArgs(out=out, profile="h200-ep1", container=True, image="reprostack/deepep:0123456789abcdef")
     rep = container.run_in_container(registry.gate("micro"), a, RunContext(REPO, lock), client=object())
     kf = rep.provenance["kernels_from"]
-    assert kf["mode"] == "prebuilt" and kf["image_id"] == image_id and kf["manifest_sha256"] == pre.sha256
+    assert kf["mode"] == "image" and kf["image_id"] == image_id and kf["manifest_sha256"] == pre.sha256
     ex = rep.provenance["execution"]
     assert ex["kernels"] == {
         "mode": "prebuilt",

@@ -25,7 +25,7 @@ def free_port() -> int:
 PF = ROOT / "tests" / "fixtures" / "preflight"  # real tool output (tests/fixtures/preflight/README.md)
 
 
-def stubs(tmp_path, name, *, gpus=0, fi_info="efa", nvlink="up", xid=False, pingpong="ok") -> str:
+def stubs(tmp_path, name, *, gpus=0, fi_info="efa", nvlink="up", xid=False, pingpong="ok", hmem=True) -> str:
     """A bin folder of stand-ins that print real output (tests/fixtures/preflight): nvidia-smi listing `gpus`
     H200s for --query-gpu, the real 8x H100 `nvidia-smi -q` excerpt for -q, the real `nvidia-smi nvlink -s` of
     two GPUs with every link up (`nvlink="down"`: the whole capture, its third GPU's links all inactive); fi_info
@@ -42,8 +42,15 @@ def stubs(tmp_path, name, *, gpus=0, fi_info="efa", nvlink="up", xid=False, ping
         f'case "$1" in\n  -q) cat {PF / "nvidia-smi-q-h100x8.txt"} ;;\n  nvlink) {nvl} ;;\n'
         f'  *) printf "{rows}" ;;\nesac\n'
     )
+    no_hmem = (  # `-c FI_HMEM` when the efa provider serves no GPU memory: libfabric v2.6.0 util/info.c (exit 61)
+        f'case "$*" in *FI_HMEM*) printf "%s (No data available)\\n" "$(cat {PF / "fi_getinfo-61.txt"})" >&2; '
+        "exit 61 ;; esac\n"
+        if not hmem
+        else ""
+    )
     (d / "fi_info").write_text(
         "#!/bin/sh\n"
+        + no_hmem
         + (
             f"cat {PF / 'fi_info-efa-1dev.txt'}\n"
             if fi_info == "efa"
@@ -134,7 +141,9 @@ def test_two_nodes_pass_and_a_cpu_profile_needs_no_gpu_efa_or_provider(tmp_path)
         assert status[("gpus", n)] == status[("efa", n)] == status[("provider", n)] == "not-needed"
         assert status[("lock", n)] == status[("clock", n)] == "pass"
     assert status[("port", 0)] == "pass"
-    needless = "driver, ecc, efa, efa-devices, efa-module, fabricmanager, gdrdrv, gpus, hugepages, image, memlock, "
+    needless = (
+        "driver, ecc, efa, efa-devices, efa-hmem, efa-module, fabricmanager, gdrdrv, gpus, hugepages, image, memlock, "
+    )
     assert f"not needed by this profile: {needless}nvlink, pcie, provider, smoke, xid" in res[1][1]
     facts = json.loads((tmp_path / "run" / "preflight" / "node-1.json").read_text())
     assert facts["node"] == 1 and facts["gpus"]["count"] == 0 and facts["lock_sha256"] == v["lock_sha256"]
@@ -249,6 +258,40 @@ def test_provider_not_efa_is_named_never_a_silent_fallback(tmp_path):
     assert "FI_PROVIDER=tcp" in detail[("provider", 2)]
     if not list(Path("/dev/infiniband").glob("uverbs*")):  # this CPU machine: no EFA device on any node
         assert {("efa", n) for n in range(3)} <= set(bad)
+
+
+def test_efa_without_fi_hmem_fails_the_node_in_one_line(tmp_path):
+    """issue 37 item 2: on node 1 libfabric's efa provider offers no FI_HMEM (`fi_info -p efa -c FI_HMEM` prints
+    `fi_getinfo: -61 (No data available)`, exit 61: libcudart not loadable): its `efa-hmem` row fails naming the
+    command's answer, node 0's passes, and both nodes' one error line says so; nothing runs."""
+    port = free_port()
+    procs = [
+        start(
+            tmp_path,
+            "micro",
+            n,
+            2,
+            profile="p5en-efa-ep16",
+            port=port,
+            bin_dir=stubs(tmp_path, f"hm{n}", gpus=8, hmem=n == 0),
+            env={"FI_PROVIDER": "efa"},
+        )
+        for n in (1, 0)
+    ]
+    res = finish(procs)
+    assert [rc for rc, _, _ in res] == [2, 2]
+    v = verdict(tmp_path)
+    rows = {(r["check"], r["node"]): r for r in v["checks"]}
+    assert rows[("efa-hmem", 0)]["status"] == "pass"
+    r = rows[("efa-hmem", 1)]
+    assert r["status"] == "fail" and r["detail"].startswith(
+        "fi_info -p efa -c FI_HMEM: exit 61: fi_getinfo: -61 (No data available): libfabric's efa provider offers no "
+        "FI_HMEM"
+    ), r
+    for _, _, err in res:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "node 1: efa-hmem: fi_info -p efa -c FI_HMEM: exit 61" in lines[0], err
+        assert "Traceback" not in err
 
 
 def _smoke_run(tmp_path, pingpong):

@@ -241,7 +241,14 @@ def render_k8s(tmp_path: Path, out: Path, *extra: str) -> tuple[dict, dict | Non
 
 def run_pods(docker_client, gate_image, job, svc, standin: str, indexes=None) -> podrun.Pods:
     return podrun.run_job(
-        docker_client, job, svc, image=gate_image.image_id, pvcs={}, indexes=indexes, extra_env={ENV: standin}
+        docker_client,
+        job,
+        svc,
+        image=gate_image.image_id,
+        pvcs={},
+        indexes=indexes,
+        extra_env={ENV: standin},
+        stand_in_devices={"/dev/gdrdrv": "/dev/zero"},  # the p5en pod maps GDRCopy's device; none on a CPU machine
     )
 
 

@@ -23,6 +23,8 @@ from .cmd import (
     fetch,
     gate,
     history,
+    kernels,
+    keys,
     launch,
     lock,
     outdated,
@@ -47,6 +49,7 @@ COMMANDS = {
     "bump": bump,
     "outdated": outdated,
     "build": build,
+    "kernels": kernels,
     "gate": gate,
     "all-gates": all_gates,
     "launch": launch,
@@ -56,6 +59,7 @@ COMMANDS = {
     "verify-report": verify_report,
     "docs": docs,
     "history": history,
+    "keys": keys,
 }
 
 

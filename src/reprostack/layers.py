@@ -45,6 +45,12 @@ LAYERS: tuple[Layer, ...] = (
         "numbers, schemas, terminal output, run folders, git and host probes, the project's commit, this table",
     ),
     Layer(
+        "evidence",
+        ("evidence",),
+        "signed run attestations: the operator's key and the keyring, in-toto statements of a run folder, DSSE "
+        "envelopes, the check of a folder against its attestation",
+    ),
+    Layer(
         "process",
         ("launch",),
         "process tools: the LaunchPlan data, watchdog, torchrun argv, server start/stop, the docker runner; "

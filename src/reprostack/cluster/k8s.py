@@ -13,7 +13,8 @@ a list of manifest dicts out, dumped one file each with yaml.safe_dump. Variants
 
 Each pod: the image by digest, `nvidia.com/gpu` = the plan's GPUs per node (when the profile needs GPUs),
 `vpc.amazonaws.com/efa` = the plan's EFA devices per node with 2 MiB hugepages (the EFA device plugin's
-recipe), /dev/shm as a memory emptyDir of the plan's shm size, IPC_LOCK (pinned memory without a memlock
+recipe) and GDRCopy's /dev/gdrdrv (a hostPath CharDevice, the container privileged on the host network: a device
+outside the device plugins' is refused to an unprivileged one), /dev/shm as a memory emptyDir of the plan's shm size, IPC_LOCK (pinned memory without a memlock
 limit), host network and IPC where the plan says (`--pod-network`: neither, for clusters whose Pod Security level
 is not privileged), the plan's env and mounts (the out dir as a PVC or a hostPath; the others as hostPaths), one pod
 per node (pod anti-affinity), and one command: the cross-node preflight (reprostack.cluster.preflight) first, then the
@@ -26,8 +27,10 @@ podFailurePolicy that fails it at once when a pod fails or is disrupted (the oth
 activeDeadlineSeconds only as a backstop (the pod's limit + PULL_S), terminationGracePeriodSeconds for node 0's
 report.
 
+The command (`reprostack launch k8s`: options, checks, --apply) is cluster.k8s_cli.
+
 Invariants:
-- nothing here runs or reads the cluster; `--apply` alone calls `kubectl apply -f DIR` (no kubectl: one line);
+- nothing here runs or reads the cluster; `--apply` alone (cluster.k8s_cli) calls `kubectl apply -f DIR`;
 - the image is named by digest (`REPO@sha256:<64 hex>`): the plan's repo digest or `--image`; never a tag;
 - names and label values are DNS-1123 labels (lowercase, `_`/`.` become `-`, long ones cut and suffixed with a
   hash); a value that cannot be made one (another character, nothing left) is a K8sError naming it (exit 2);
@@ -40,17 +43,11 @@ import dataclasses
 import hashlib
 import re
 import shlex
-import shutil
-import subprocess
 from pathlib import Path
 
 from ..errors import ReprostackError
 from ..launch import plan as lp
 
-HELP = (
-    "render Kubernetes manifests (Indexed Job + headless Service; or a JobSet / LeaderWorkerSet) of a gate's "
-    "launch plan into DIR; --apply runs `kubectl apply -f DIR`"
-)
 VARIANTS = ("job", "jobset", "lws")
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 # The EFA device plugin's pod recipe (AWS EKS user guide, "Run machine learning training on Amazon EKS with
@@ -58,6 +55,11 @@ GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 HUGEPAGES = ("hugepages-2Mi", "5120Mi")
 EFA_MEMORY_REQUEST = "32000Mi"
 PVC = "reprostack-out"
+# every Kubernetes minor the manifests are validated against (tests/test_launch_k8s.py, kubernetes-validate's bundled
+# schemas, offline): the minors Amazon EKS supports, standard and extended support (docs.aws.amazon.com/eks/latest/
+# userguide/kubernetes-versions.html; 1.31's extended support ended 2026-11-26, kept while a cluster may still run it),
+# up to the newest the pinned kubernetes-validate ships
+KUBERNETES_MINORS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 MAX_NAME = 40  # the pod hostname `<name>-node-0-0` stays a DNS-1123 label (<= 63)
 LABEL = "reprostack.dev"
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -70,6 +72,7 @@ HOST_PATH_KINDS = ("project", "models", "cache", "wheelhouse", "sources")  # lau
 KILL_AFTER_S = 60  # `timeout -k`: SIGKILL this long after the time limit's SIGTERM
 GRACE_S = 120  # terminationGracePeriodSeconds: node 0 stops its run and writes its report after a SIGTERM
 PULL_S = 1800  # the Job's activeDeadlineSeconds backstop: the pod's own time limit + this for the image pull
+RESOLVE_TRIES, RESOLVE_WAIT_S = 60, 5  # the leader's DNS name: 60 lookups 5 s apart (5 min), then one line, exit 2
 TTL_S = 86400  # ttlSecondsAfterFinished: the finished Job and its pods (kubectl logs) kept a day
 # a pod's label the downward API gives as this run's id: the Job's uid (Job, JobSet) or the group's (LWS)
 RUN_ID_LABEL = {
@@ -108,6 +111,24 @@ def _sh(token: str) -> str:
     return "".join(f'"{p}"' if _VARS.fullmatch(p) else shlex.quote(p) for p in parts) or "''"
 
 
+def _resolve_leader() -> list[str]:
+    """The leader's stable DNS name (the headless Service's `<job>-0.<service>`, LWS's leader address) resolved to its
+    IPv4 address before anything starts: vLLM's `--data-parallel-address` takes an IP, not a name (vllm-project/vllm
+    issue 7118); the rendezvous and the preflight's EFA smoke get the same address. The name exists once the leader
+    pod has an IP (publishNotReadyAddresses), so the lookup is retried RESOLVE_TRIES times RESOLVE_WAIT_S apart, then
+    one line and exit 2 (`getent ahostsv4`: glibc's, in every image; IPv4 only, as EFA's NCCL bootstrap)."""
+    return [
+        "# the leader's address as an IP (vLLM's --data-parallel-address takes no DNS name: vllm issue 7118)",
+        'i=0; while ip=$(getent ahostsv4 "$MASTER_ADDR" 2>/dev/null); ip=${ip%%[[:space:]]*}; [ -z "$ip" ]; do',
+        f'  i=$((i + 1)); if [ "$i" -ge {RESOLVE_TRIES} ]; then echo "reprostack: the leader\'s name $MASTER_ADDR did '
+        f"not resolve to an IPv4 address within {RESOLVE_TRIES * RESOLVE_WAIT_S} s (getent ahostsv4; the headless "
+        'Service and its DNS): nothing was run" >&2; exit 2; fi',
+        f"  sleep {RESOLVE_WAIT_S}",
+        "done",
+        'echo "reprostack: leader $MASTER_ADDR is $ip"; MASTER_ADDR="$ip"; export MASTER_ADDR',
+    ]
+
+
 def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> str:
     """The pod's /bin/sh script: rank and master, soft limits, the preflight, then the agent under the pod's own time
     limit (`timeout`: the clock starts in the container, after the image pull), its output to the container log and
@@ -120,6 +141,7 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
     if variant == "lws":
         lines.append('MASTER_ADDR="${LWS_LEADER_ADDRESS}"')
     lines.append("export NODE_RANK MASTER_ADDR")
+    lines += _resolve_leader()
     flags = {"memlock": "-l", "stack": "-s"}
     for name, soft, _ in plan.ulimits:  # soft limits up to the node's hard ones (IPC_LOCK covers memlock)
         if name in flags:
@@ -166,6 +188,43 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
     else:
         lines.append('exit "$rc"')
     return "\n".join(lines) + "\n"
+
+
+def _volumes(plan: lp.LaunchPlan, out_pvc, out_hostpath, host_paths: dict[str, str]) -> tuple[list, list]:
+    """(volumes, volumeMounts) of the pod: /dev/shm, the plan's mounts (the out dir a PVC or a hostPath, the others
+    hostPaths) and the host devices every launcher maps (launch.plan.host_devices: GDRCopy's /dev/gdrdrv for a plan
+    with EFA, a hostPath CharDevice as EKS GPU recipes map it). K8sError for a node path with a control character."""
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(plan.shm_size)}}]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    for flag, p in [*((f"--host-path {k}", v) for k, v in host_paths.items()), ("--out-hostpath", out_hostpath)]:
+        if p is not None and re.search(r"[\x00-\x1f\x7f]", p):
+            raise K8sError(f"{flag}: {p[:60]!r} holds a control character; refused")
+    for m in plan.mounts:
+        vol = dns1123(m.what or Path(m.target).name, "mount")
+        if m.what == "out":
+            if out_pvc:
+                source = {"persistentVolumeClaim": {"claimName": dns1123(out_pvc, "--out-pvc", 253)}}
+            else:
+                source = {"hostPath": {"path": out_hostpath or m.source, "type": "DirectoryOrCreate"}}
+        else:
+            source = {"hostPath": {"path": host_paths.get(m.what, m.source), "type": "Directory"}}
+        volumes.append({"name": vol, **source})
+        mounts.append({"name": vol, "mountPath": m.target, **({"readOnly": True} if m.read_only else {})})
+    for dev in lp.host_devices(plan):
+        volumes.append({"name": dns1123(Path(dev).name, "device"), "hostPath": {"path": dev, "type": "CharDevice"}})
+        mounts.append({"name": dns1123(Path(dev).name, "device"), "mountPath": dev})
+    return volumes, mounts
+
+
+def _security(plan: lp.LaunchPlan) -> dict:
+    """The container's securityContext: IPC_LOCK (pinned memory), SYS_PTRACE; privileged when it maps a host device
+    on the host network. A hostPath device node is outside the container's device cgroup (runc allows the runtime's
+    and the device plugins' devices only): open(/dev/gdrdrv) is EPERM unless the container is privileged. The host
+    network already needs the privileged Pod Security level; with --pod-network the preflight names the EPERM."""
+    security: dict = {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}}
+    if lp.host_devices(plan) and plan.host_network:
+        security["privileged"] = True
+    return security
 
 
 def render(
@@ -235,23 +294,7 @@ def render(
         limits[EFA] = plan.efa_devices_per_node
         limits[HUGEPAGES[0]] = requests[HUGEPAGES[0]] = HUGEPAGES[1]
         requests["memory"] = EFA_MEMORY_REQUEST
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(plan.shm_size)}}]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    host_paths = host_paths or {}
-    for flag, p in [*((f"--host-path {k}", v) for k, v in host_paths.items()), ("--out-hostpath", out_hostpath)]:
-        if p is not None and re.search(r"[\x00-\x1f\x7f]", p):
-            raise K8sError(f"{flag}: {p[:60]!r} holds a control character; refused")
-    for m in plan.mounts:
-        vol = dns1123(m.what or Path(m.target).name, "mount")
-        if m.what == "out":
-            if out_pvc:
-                source = {"persistentVolumeClaim": {"claimName": dns1123(out_pvc, "--out-pvc", 253)}}
-            else:
-                source = {"hostPath": {"path": out_hostpath or m.source, "type": "DirectoryOrCreate"}}
-        else:
-            source = {"hostPath": {"path": host_paths.get(m.what, m.source), "type": "Directory"}}
-        volumes.append({"name": vol, **source})
-        mounts.append({"name": vol, "mountPath": m.target, **({"readOnly": True} if m.read_only else {})})
+    volumes, mounts = _volumes(plan, out_pvc, out_hostpath, host_paths or {})
     container = {
         "name": "gate",
         "image": image,
@@ -259,7 +302,7 @@ def render(
         "command": ["/bin/sh", "-c", _script(plan, variant, preflight)],
         "workingDir": plan.workdir,
         "env": env,
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}},
+        "securityContext": _security(plan),
         "volumeMounts": mounts,
     }
     resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
@@ -309,7 +352,8 @@ def render(
         # naming it (a lone replacement pod could never rejoin the run's rendezvous)
         "podFailurePolicy": {
             "rules": [
-                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                # `status` is optional from Kubernetes 1.35 on and required before (1.31-1.34 refuse the Job)
+                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 {"action": "FailJob", "onExitCodes": {"containerName": "gate", "operator": "NotIn", "values": [0]}},
             ]
         },
@@ -420,173 +464,3 @@ def write(docs: list[dict], out: Path, header: str) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     return [write_text_atomic(out / f"{d['kind'].lower()}.yaml", dump([d], header)) for d in docs]
-
-
-def add_arguments(p) -> None:
-    from ..gates.registry import GATE_ORDER
-
-    from ..gates import options as gate_options
-
-    p.add_argument("gate", choices=list(GATE_ORDER))
-    gate_options.add_arguments(p, ("nodes", "profile", "master_port"))  # defined once (gates.options)
-    p.add_argument("--out", default=None, help="folder of the manifests (default: out/k8s/<gate>)")
-    p.add_argument(
-        "--variant",
-        choices=VARIANTS,
-        default="job",
-        help="job: Indexed Job + headless Service (default); jobset: a JobSet; lws: a LeaderWorkerSet (serving gates)",
-    )
-    p.add_argument(
-        "--image",
-        default=None,
-        metavar="REPO@sha256:HEX",
-        help="the gate's image by digest as the cluster pulls it (default: the plan's repo digest)",
-    )
-    p.add_argument(
-        "--name",
-        default=None,
-        help="name of the Job/Service (default: rs-<gate>-<UTC time>, new at every rendering: a Job is never "
-        "applied twice under one name)",
-    )
-    p.add_argument(
-        "--pod-network",
-        action="store_true",
-        help="pods on the cluster's pod network: no hostNetwork and no hostIPC, which need the privileged Pod "
-        "Security level (EFA is a device; NCCL's bootstrap uses the pod's interface)",
-    )
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--out-pvc", default=PVC, help=f"PersistentVolumeClaim of the shared out dir (default: {PVC})")
-    out.add_argument("--out-hostpath", default=None, metavar="PATH", help="the out dir as a hostPath instead")
-    p.add_argument(
-        "--host-path",
-        action="append",
-        default=[],
-        metavar="WHAT=PATH",
-        help="node path of a read-only mount (project, models): e.g. project=/fsx/reprostack",
-    )
-    p.add_argument(
-        "--models",
-        default=None,
-        metavar="DIR",
-        help="serving gates: the models folder on the nodes (a hostPath mounted read-only at /models, HF_HOME "
-        "inside); the same as --host-path models=DIR",
-    )
-    p.add_argument(
-        "--node-selector",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="e.g. node.kubernetes.io/instance-type=p5en.48xlarge",
-    )
-    p.add_argument("--no-preflight", action="store_true", help="leave out the cross-node preflight step")
-    p.add_argument("--apply", action="store_true", help="then `kubectl apply -f DIR`")
-    p.add_argument("--lock", default=None, help="lockfile (default: upstreams.lock of the project root)")
-
-
-def _unique_name(gate: str) -> str:
-    """rs-<gate>-<UTC time to the second>: a new Job at every rendering (a Job's spec is immutable, and one applied
-    again under its name would not run again)."""
-    import time
-
-    return dns1123(f"rs-{gate}-{time.strftime('%y%m%d-%H%M%S', time.gmtime())}", "name", MAX_NAME)
-
-
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise K8sError(f"{flag} {item!r}: expected K=V")
-        out[k] = v
-    return out
-
-
-def main(args, g, lock, root: Path) -> int:
-    """`reprostack launch k8s`: plan -> agent plan -> manifests in DIR (-> kubectl apply)."""
-    from ..gates.plan import gate_plan
-    from . import preflight
-
-    out = Path(args.out or f"out/k8s/{g.name}")
-    plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
-    spec = g.load(root)
-    nodes = g.check_nodes(spec, spec.profile(plan.profile), args.nodes)  # as `launch slurm`: the profile's count
-    if args.pod_network:
-        plan = dataclasses.replace(plan, host_network=False, host_ipc=False)
-    why = g.unrenderable(spec, spec.profile(plan.profile))
-    if why:
-        raise K8sError(f"gate {g.name}: {why}")
-    if args.variant == "lws" and not g.serves:
-        raise K8sError(f"--variant lws is for serving gates (gate {g.name} is {g.kind}: use job or jobset)")
-    image = args.image or plan.image.repo_digest
-    if not image:
-        raise K8sError(
-            f"gate {g.name}: image {plan.image.recipe} has no registry digest here: push it and pass "
-            f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)"
-        )
-    host = _pairs(args.host_path, "--host-path")
-    if args.models is not None:
-        if not g.serves:
-            raise K8sError(f"--models: gate {g.name} serves no model (only the serving gates mount one)")
-        if host.get("models", args.models) != args.models:
-            raise K8sError(f"--models {args.models} and --host-path models={host['models']}: name the folder once")
-        host["models"] = args.models
-    for k, v in host.items():
-        if k not in HOST_PATH_KINDS:  # a typo would leave the mount on the rendering machine's path, unsaid
-            raise K8sError(f"--host-path {k}={v}: {k!r} is no mount of a gate (one of {', '.join(HOST_PATH_KINDS)})")
-        if not v.startswith("/"):
-            raise K8sError(f"--host-path {k}={v}: the node path must be absolute")
-    sel = _pairs(args.node_selector, "--node-selector")
-    for k, v in sel.items():  # the operator's label keys/values: checked before anything is written
-        if not re.fullmatch(
-            r"([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", k
-        ) or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", v):
-            raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
-    if args.out_hostpath and not args.out_hostpath.startswith("/"):
-        raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
-    agent = agent_plan(g, root, lock, plan, nodes, args.master_port)
-    from ..gates.plan import OUT, WORK
-
-    pf = (
-        None
-        if args.no_preflight
-        else preflight.command(g.name, nodes, profile=plan.profile, out=OUT, lock=f"{WORK}/{Path(lock.path).name}")
-    )
-    prof = spec.profile(plan.profile)
-    docs = render(
-        agent,
-        image=image,
-        variant=args.variant,
-        name=args.name or _unique_name(g.name),
-        gpus=prof.needs_gpu,
-        preflight=pf,
-        out_pvc=None if args.out_hostpath else args.out_pvc,
-        out_hostpath=args.out_hostpath,
-        host_paths=host,
-        node_selector=sel,
-        master_port=args.master_port,
-    )
-    header = (
-        f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
-        f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
-        "Re-render; do not edit.\n"
-    )
-    paths = write(docs, out, header)
-    for p in paths:
-        print(f"wrote {p}")
-    kind = {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
-    name = next(d["metadata"]["name"] for d in docs if d.get("kind", "").lower() == kind)
-    logs = (  # an Indexed Job's pods carry their index as a label (node 0: index 0)
-        f"; node 0's log: kubectl logs -f -l batch.kubernetes.io/job-name={name},"
-        "batch.kubernetes.io/job-completion-index=0"
-        if kind == "job"
-        else ""
-    )
-    print(f"{kind} {name}: node 0 writes the reports into the out volume{logs}")
-    if not args.apply:
-        return 0
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        raise K8sError(
-            f"--apply: kubectl is not on PATH (the manifests are written; apply them with `kubectl apply -f {out}`)"
-        )
-    return subprocess.run([kubectl, "apply", "-f", str(out)], stdin=subprocess.DEVNULL).returncode and 2

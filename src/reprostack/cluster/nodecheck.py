@@ -23,7 +23,9 @@ Readers (pure, each tested on real tool output, tests/fixtures/preflight/README.
   kernel/linux/efa/src/efa_main.c), `loaded` without one;
 - `version_tuple("2.5")`, `libgdrapi_version(paths)`: the image's libgdrapi by its file name
   `libgdrapi.so.MAJOR.MINOR` (gdrcopy src/Makefile LIB_DYNAMIC at v2.5.2);
-- `pingpong(fi_pingpong output)`: the table rows (bytes, MB/sec, usec/xfer); the bandwidth of the largest size.
+- `pingpong(fi_pingpong output)`: the table rows (bytes, MB/sec, usec/xfer); the bandwidth of the largest size;
+- `efa_hmem(rc, fi_info -p efa -c FI_HMEM output)`: whether libfabric's efa provider offers FI_HMEM (GPU memory);
+- `open_device(/dev/gdrdrv)`: whether the container can open GDRCopy's device read-write, as libgdrapi does.
 `collect(...)` runs the tools (each bounded in time and output) and returns the facts; nothing here judges.
 
 Invariants: never raises on content (bad or missing output is an empty fact plus a note); every tool is run with a
@@ -32,13 +34,21 @@ timeout and stdin closed; output over MAX_OUT characters is cut; at most MAX_ITE
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import re
 import subprocess
 from pathlib import Path
 
+from ..launch.plan import GDRDRV_DEVICE
+
 MAX_OUT = 1 << 20
+OPENED = "opened"  # the gdrdrv_device fact of a node whose container opened /dev/gdrdrv read-write
+# libfabric's own check that its efa provider serves GPU memory: fi_getinfo with FI_HMEM in the hints' caps (util/info.c
+# at v2.6.0: `-c` parses FI_HMEM; prov/efa/src/efa_user_info.c efa_user_info_alter_rdm returns -FI_ENODATA when
+# efa_user_info_should_support_hmem says no, e.g. CUDA not loaded); AWS's EFA installer tests it the same way
+FI_HMEM_CMD = "fi_info -p efa -c FI_HMEM"
 MAX_ITEMS = 1024
 TIMEOUT_S = 30
 
@@ -246,6 +256,29 @@ def libgdrapi_version(paths: list[str]) -> str | None:
     return f"{best[0]}.{best[1]}" if best else None
 
 
+def efa_hmem(rc: int | None, text: str) -> dict:
+    """{"offered": bool, "detail": str} of `fi_info -p efa -c FI_HMEM`: offered when it exits 0 and lists a
+    `provider: efa` entry (util/info.c print_short_info); otherwise the detail is its exit and first line (libfabric
+    v2.6.0 prints `fi_getinfo: -61 (No data available)` on stderr and exits 61 when no provider offers FI_HMEM)."""
+    listed = any(m.group(1).split(";")[0] == "efa" for m in map(_FI_BLOCK.match, (text or "").splitlines()) if m)
+    if rc == 0 and listed:
+        return {"offered": True, "detail": f"{FI_HMEM_CMD}: provider efa"}
+    first = next((" ".join(ln.split())[:200] for ln in (text or "").splitlines() if ln.strip()), "no output")
+    why = f"exit {rc}" if rc is not None else "did not run"
+    return {"offered": False, "detail": f"{FI_HMEM_CMD}: {why}: {first}"[:400]}
+
+
+def open_device(path: str) -> str:
+    """OPENED when `path` opens read-write as libgdrapi opens /dev/gdrdrv (gdrcopy src/gdrapi.c gdr_open: O_RDWR |
+    O_CLOEXEC), else the errno's name and text (ENOENT: not in the container; EPERM: a device cgroup refuses it)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        return f"{errno.errorcode.get(e.errno, 'E?')}: {e.strerror or e}"[:200]
+    os.close(fd)
+    return OPENED
+
+
 def _size(tok: str) -> int | None:
     """Bytes of fabtests' size_str (`64`, `4k`, `1.5k`: one decimal, truncated, so the bytes are a floor)."""
     m = re.fullmatch(r"(\d{1,9})(?:\.(\d))?([kmg]?)", tok)
@@ -282,9 +315,9 @@ LIBGDRAPI_GLOBS = (
 )
 
 
-def collect(*, need_gpu: bool, need_efa: bool, sys_root: str = "/") -> dict:
+def collect(*, need_gpu: bool, need_efa: bool, sys_root: str = "/", gdrdrv_device: str = GDRDRV_DEVICE) -> dict:
     """This node's facts for the checks above (schemas/preflight-node.schema.json `node`). Tools a profile does not
-    need are not run (their facts stay None)."""
+    need are not run (their facts stay None); FI_HMEM is asked only where both EFA and a GPU are."""
     root = Path(sys_root)
     notes: list[str] = []
     facts: dict = {
@@ -298,6 +331,8 @@ def collect(*, need_gpu: bool, need_efa: bool, sys_root: str = "/") -> dict:
         "efa_module": None,
         "gdrdrv": None,
         "libgdrapi": None,
+        "gdrdrv_device": None,
+        "efa_hmem": None,
         "memlock": memlock(read_text("/proc/self/limits")),
         "hugepages": hugepages(read_text(root / "proc/meminfo")),
         "xid": None,
@@ -330,7 +365,10 @@ def collect(*, need_gpu: bool, need_efa: bool, sys_root: str = "/") -> dict:
         facts["efa_fi_devices"] = efa_domains(fi) if rc == 0 else []
         facts["efa_module"] = kernel_module(root, "efa")
         facts["gdrdrv"] = kernel_module(root, "gdrdrv")
+        facts["gdrdrv_device"] = open_device(gdrdrv_device)
         found = [p for g in LIBGDRAPI_GLOBS for p in glob.glob(str(root) + g)][:MAX_ITEMS]
         facts["libgdrapi"] = libgdrapi_version(found)
+    if need_efa and need_gpu:
+        facts["efa_hmem"] = efa_hmem(*run_tool(FI_HMEM_CMD.split()))
     facts["notes"] = "; ".join(notes)[:1000]
     return facts

@@ -14,11 +14,14 @@ Checks: arrival (every node's facts within the timeout), facts (a readable, vali
 gpus, efa, provider, clock (|node 0's clock at reading - the node's clock| <= CLOCK_TOLERANCE_S; the other nodes
 rewrite their facts every HEARTBEAT_S while they wait, so a file is never older than that), port (node 0's
 rendezvous port: nothing listens there yet); then what fails real p5en runs, read per node by cluster.nodecheck
+(judged by cluster.nodejudge)
 (issue 25 item 5): driver (the driver's CUDA, nvidia-smi, >= the image's, nvcc / $CUDA_VERSION), fabricmanager
 (every GPU's Fabric State Completed / Status Success, nvidia-smi -q), nvlink (no inactive link, nvidia-smi nvlink
--s), efa-devices (the EFA devices `fi_info -p efa` lists >= the profile's, 16 on p5en), efa-module
-(/sys/module/efa/version), gdrdrv (loaded, /sys/module/gdrdrv/version >= the image's libgdrapi.so.MAJOR.MINOR,
-and >= 2.5 when the gate runs GIN: the host/container skew users hit as CUDA error 719 or a GIN init failure),
+-s), efa-devices (the EFA devices `fi_info -p efa` lists >= the profile's, 16 on p5en), efa-hmem (`fi_info -p efa
+-c FI_HMEM` lists the efa provider: libfabric serves GPU memory; off, EFA silently loses GPUDirect RDMA and GIN),
+efa-module (/sys/module/efa/version), gdrdrv (loaded, /dev/gdrdrv opens read-write in the container as libgdrapi
+opens it, /sys/module/gdrdrv/version >= the image's libgdrapi.so.MAJOR.MINOR, and >= 2.5 when the gate runs GIN:
+the host/container skew users hit as CUDA error 719 or a GIN init failure),
 memlock (`ulimit -l` unlimited), hugepages (configured ones not all taken), ecc (no volatile DRAM uncorrectable
 error, no page retirement or row remap pending or failed), xid (no `NVRM: Xid` line in the kernel log; `unreadable`
 where the log cannot be read, said so in the pass line), pcie (every GPU's link at its max width), smoke (node 0
@@ -36,8 +39,8 @@ Invariants:
   written after the node started (node 0 judged without that node's facts: missing or unreadable);
 - the libfabric provider is `efa` or the check fails: never a silent fallback to sockets/tcp;
 - files are written atomically (reprostack.atomicfile); nothing outside DIR/preflight is written; preflight runs
-  nothing of the gate; the only programs it starts are the read-only tools of cluster.nodecheck and fi_pingpong,
-  each under a timeout; a smoke turn file counts only with the worker's own nonce.
+  nothing of the gate; the only programs it starts are the read-only tools of cluster.nodecheck and fi_pingpong
+  (cluster.smoke), each under a timeout; a smoke turn file counts only with the worker's own nonce.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ from pathlib import Path
 
 from .. import hostinfo, jsonsrc, schemas
 from . import nodecheck
+from . import smoke as smoke_
+from .smoke import ADDR, SMOKE_PORT, SMOKE_TIMEOUT_S  # noqa: F401 (re-exported)
+from .nodejudge import GIN_GDRDRV_FLOOR, NODE_CHECKS, NOT_NEEDED, UNREADABLE, judge_node, needs_gin  # noqa: F401
 from ..atomicfile import write_text_atomic
 from ..errors import ReprostackError
 
@@ -62,19 +68,6 @@ DEV_DIR = "/dev/infiniband"
 MAX_FACTS_BYTES = 64 << 10
 MAX_VERDICT_BYTES = 16 << 20
 CLOCK_TOLERANCE_S = 5.0
-NODE_CHECKS = (
-    "driver",
-    "fabricmanager",
-    "nvlink",
-    "efa-devices",
-    "efa-module",
-    "gdrdrv",
-    "memlock",
-    "hugepages",
-    "ecc",
-    "xid",
-    "pcie",
-)
 HEARTBEAT_S = 1.0
 POLL_S = 0.25
 TIMEOUT_S = 300.0
@@ -91,12 +84,7 @@ CHECKS = (
     *NODE_CHECKS,
     "smoke",
 )
-NOT_NEEDED = "not-needed"
-UNREADABLE = "unreadable"
-SMOKE_PORT = 47592  # fi_pingpong's own default control port (fabtests)
-SMOKE_TIMEOUT_S = 60.0
 MAX_WAIT_S = 3600.0  # --timeout / --smoke-timeout: an hour at most (a NaN or a year never reaches a wait)
-GIN_GDRDRV_FLOOR = (2, 5)  # aws-ofi-nccl v1.21.1 src/rdma/gin/nccl_ofi_gin_api.cpp: "GIN requires GDRCopy 2.5+"
 
 
 class PreflightError(ReprostackError):
@@ -166,9 +154,6 @@ def _port(port: int) -> tuple[bool, str]:
         s.close()
 
 
-_ADDR = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,253}")  # a host name or an IPv4/IPv6 address; never an option
-
-
 def _addr() -> str | None:
     """The address the other nodes reach this node at: $MASTER_ADDR (the launcher's, node 0's), else the host name's;
     None when neither is a plain host name or address."""
@@ -178,7 +163,7 @@ def _addr() -> str | None:
             a = socket.gethostbyname(socket.gethostname())
         except OSError:
             return None
-    return a if _ADDR.fullmatch(a) else None
+    return a if ADDR.fullmatch(a) else None
 
 
 def collect(
@@ -351,205 +336,6 @@ def judge(
     return rows
 
 
-def needs_gin(env: dict) -> bool:
-    """The gate's env turns NCCL GIN on (`NCCL_GIN_ENABLE=1`) and DeepEP does not turn it off (`EP_DISABLE_GIN=1`):
-    the rule gates.transport.need applies to the ranks, here for the gdrdrv floor GIN needs."""
-    on = str(env.get("NCCL_GIN_ENABLE", "")).strip() == "1"
-    return on and str(env.get("EP_DISABLE_GIN", "0")).strip() in ("", "0")
-
-
-def _v(text) -> str:
-    return ".".join(map(str, nodecheck.version_tuple(text) or ())) or "?"
-
-
-def judge_node(c: dict, n: int, row, *, need_gpu: bool, gpus_per_node: int, efa_devices: int, need_gin: bool) -> None:
-    """The checks of what fails real p5en runs (cluster.nodecheck's facts `c` of node `n`), each a row: failing
-    ones name what was read; a check the profile does not need is `not-needed`."""
-    nvl_needed = need_gpu and gpus_per_node > 1
-    for check, needed, why in (
-        ("driver", need_gpu, "the profile needs no GPU"),
-        ("fabricmanager", nvl_needed, "one GPU per node: no NVSwitch fabric"),
-        ("nvlink", nvl_needed, "one GPU per node: no NVLink peer"),
-        ("ecc", need_gpu, "the profile needs no GPU"),
-        ("xid", need_gpu, "the profile needs no GPU"),
-        ("pcie", need_gpu, "the profile needs no GPU"),
-        ("efa-devices", bool(efa_devices), "the profile needs no EFA"),
-        ("efa-module", bool(efa_devices), "the profile needs no EFA"),
-        ("gdrdrv", bool(efa_devices), "the profile needs no EFA (GDRCopy serves the EFA plugin)"),
-        ("memlock", bool(efa_devices), "the profile needs no EFA (RDMA pins memory)"),
-        ("hugepages", bool(efa_devices), "the profile needs no EFA"),
-    ):
-        if not needed:
-            row(check, n, NOT_NEEDED, why)
-            continue
-        ok, detail = _NODE_JUDGES[check](c, gpus_per_node=gpus_per_node, efa_devices=efa_devices, need_gin=need_gin)
-        row(check, n, ok, detail + (f" ({c['notes']})" if ok is False and c.get("notes") else ""))
-
-
-def _driver(c, **_):
-    have, want = c["driver_cuda"], c["image_cuda"]
-    if have is None or want is None:
-        return (
-            False,
-            f"driver's CUDA {have or 'unknown'} (nvidia-smi), the image's CUDA {want or 'unknown'} ({c['image_cuda_source']})",
-        )
-    words = f"driver {c['driver_version']} supports CUDA {have}, the image's CUDA is {want} ({c['image_cuda_source']})"
-    hv, wv = nodecheck.version_tuple(have), nodecheck.version_tuple(want)
-    if hv is None or wv is None:
-        return False, words + ": not a version"
-    ok = hv[:2] >= wv[:2]
-    return ok, words + ("" if ok else ": the image's kernels need a newer driver (cudaErrorInsufficientDriver)")
-
-
-def _gpu_rows(c) -> list[dict]:
-    return c["gpus"] or []
-
-
-def _fabricmanager(c, **_):
-    gpus = _gpu_rows(c)
-    if not gpus:
-        return False, "nvidia-smi -q listed no GPU: fabric state unknown"
-    bad = [
-        f"{g['bus']} {g['fabric_state']}/{g['fabric_status']}"
-        for g in gpus
-        if (g["fabric_state"], g["fabric_status"]) != ("Completed", "Success")
-    ]
-    if bad:
-        return False, f"fabric manager: GPU(s) not Completed/Success: {', '.join(bad[:8])} (nvidia-smi -q Fabric)"
-    return True, f"{len(gpus)} GPU(s) Fabric Completed/Success"
-
-
-def _nvlink(c, **_):
-    nv = c["nvlink"]
-    if nv is None or not nv["gpus"]:
-        return False, "nvidia-smi nvlink -s gave no link state"
-    if nv["down"] or nv["partial"]:
-        return False, (
-            f"NVLink inactive: GPU(s) {nv['down'] + nv['partial']} "
-            f"(all links down: {nv['down'] or 'none'}; some links down: {nv['partial'] or 'none'})"
-        )
-    links = sorted({g["links"] for g in nv["gpus"]})
-    return True, f"{len(nv['gpus'])} GPU(s), {links} link(s) each, all active"
-
-
-def _ecc(c, **_):
-    gpus = _gpu_rows(c)
-    if not gpus:
-        return False, "nvidia-smi -q listed no GPU: ECC unknown"
-    bad = []
-    for g in gpus:
-        if (g["ecc_volatile_dram_uncorrectable"] or 0) > 0:
-            bad.append(f"{g['bus']} {g['ecc_volatile_dram_uncorrectable']} volatile DRAM uncorrectable")
-        for key, words in (
-            ("retired_pending", "page retirement pending"),
-            ("remap_pending", "row remap pending"),
-            ("remap_failure", "row remapping failed"),
-        ):
-            if str(g[key]).strip().lower() == "yes":
-                bad.append(f"{g['bus']} {words}")
-    return (
-        (False, "; ".join(bad[:8]) + " (reset or drain the GPU)")
-        if bad
-        else (True, f"{len(gpus)} GPU(s): no uncorrectable error, nothing pending")
-    )
-
-
-def _xid(c, **_):
-    if c["xid"] is None:
-        return UNREADABLE, "the kernel log is not readable here (dmesg, /var/log/kern.log): Xid not checked"
-    lines = c["xid"]["lines"]
-    return (
-        (False, f"{len(lines)} Xid line(s) in the kernel log, first: {lines[0]}")
-        if lines
-        else (True, "no Xid in the kernel log")
-    )
-
-
-def _pcie(c, **_):
-    gpus = _gpu_rows(c)
-    if not gpus:
-        return False, "nvidia-smi -q listed no GPU: PCIe link width unknown"
-    bad = [
-        f"{g['bus']} x{g['pcie_width_current']} of x{g['pcie_width_max']}"
-        for g in gpus
-        if g["pcie_width_current"] is None or g["pcie_width_current"] != g["pcie_width_max"]
-    ]
-    return (
-        (False, f"PCIe link below its width: {', '.join(bad[:8])} (nvidia-smi -q Link Width Current vs Max)")
-        if bad
-        else (True, f"{len(gpus)} GPU(s) at x{gpus[0]['pcie_width_max']}")
-    )
-
-
-def _efa_devices(c, *, efa_devices, **_):
-    devs = c["efa_fi_devices"] or []
-    ok = len(devs) >= efa_devices
-    words = f"fi_info -p efa lists {len(devs)} EFA device(s) ({', '.join(devs[:4])}{', ...' if len(devs) > 4 else ''})"
-    return ok, words + ("" if ok else f", the profile needs {efa_devices}")
-
-
-def _efa_module(c, **_):
-    v = c["efa_module"]
-    if not v:
-        return False, "the efa kernel module is not loaded (no /sys/module/efa): modprobe efa, or the EFA installer"
-    return True, "efa loaded (no version: the in-tree driver)" if v == "loaded" else f"efa {v}"
-
-
-def _gdrdrv(c, *, need_gin, **_):
-    drv, lib = c["gdrdrv"], c["libgdrapi"]
-    if not drv:
-        return False, "gdrdrv not loaded (/sys/module/gdrdrv/version absent): GDRCopy fails (CUDA error 719 / GIN init)"
-    if not lib:
-        return False, f"gdrdrv {drv} loaded, but the image has no libgdrapi.so.MAJOR.MINOR"
-    dv, lv = nodecheck.version_tuple(drv), nodecheck.version_tuple(lib)
-    words = f"gdrdrv {_v(drv)} (host), libgdrapi {lib} (image)"
-    if dv is None or lv is None:
-        return False, words + ": a version is unreadable (/sys/module/gdrdrv/version, libgdrapi.so.MAJOR.MINOR)"
-    if dv[:2] < lv[:2]:
-        return False, words + ": the host's driver is older than the image's library (CUDA error 719, GIN init failure)"
-    if need_gin and dv[:2] < GIN_GDRDRV_FLOOR:
-        return False, words + f": GIN needs gdrdrv >= {'.'.join(map(str, GIN_GDRDRV_FLOOR))} (aws-ofi-nccl)"
-    return True, words
-
-
-def _memlock(c, **_):
-    m = c["memlock"]
-    return (
-        (True, "ulimit -l unlimited")
-        if m == "unlimited"
-        else (False, f"ulimit -l is {m or 'unknown'} (bytes), EFA needs unlimited (--ulimit memlock=-1)")
-    )
-
-
-def _hugepages(c, **_):
-    h = c["hugepages"]
-    words = f"HugePages_Total {h['total']}, HugePages_Free {h['free']}, Hugepagesize {h['size_kb']} kB"
-    if h["total"] is None:
-        return False, "/proc/meminfo has no HugePages_Total"
-    if h["total"] > 0 and not h["free"]:
-        return (
-            False,
-            words + ": every configured huge page is held, often by a previous job still running; libfabric's EFA"
-            " buffers fall back to regular pages (prov/util/src/util_buf.c)",
-        )
-    return True, words
-
-
-_NODE_JUDGES = {
-    "driver": _driver,
-    "fabricmanager": _fabricmanager,
-    "nvlink": _nvlink,
-    "ecc": _ecc,
-    "xid": _xid,
-    "pcie": _pcie,
-    "efa-devices": _efa_devices,
-    "efa-module": _efa_module,
-    "gdrdrv": _gdrdrv,
-    "memlock": _memlock,
-    "hugepages": _hugepages,
-}
-
-
 def _verdict_path(d: Path) -> Path:
     return d / "verdict.json"
 
@@ -653,7 +439,7 @@ def run(
     )
     smoke = {}
     if plan.efa_devices_per_node and nodes > 1:
-        smoke = _smoke(d, good, rows, nodes, smoke_timeout_s)
+        smoke = smoke_.run_pairs(d, good, rows, nodes, smoke_timeout_s)
     else:
         why = "the profile needs no EFA" if not plan.efa_devices_per_node else "one node: no peer to reach"
         rows += [{"check": "smoke", "node": n, "status": NOT_NEEDED, "detail": why} for n in sorted(good)]
@@ -703,124 +489,6 @@ def _read_verdict(path: Path) -> dict | None:
     return v
 
 
-def _smoke_cmd(port: int, addr: str | None = None) -> list[str]:
-    """fi_pingpong over the EFA provider's reliable datagram endpoint: the server on node 0 (`addr` None), the
-    client on the other node; `-B`/`-P` the control port; 100 iterations of its default sizes (64 B to 1 MiB in the
-    substrate's libfabric v2.6.0, util/pingpong.c generate_test_sizes), so the figure is the MB/s at 1 MiB."""
-    base = ["fi_pingpong", "-p", "efa", "-e", "rdm", "-I", "100"]
-    return [*base, "-B", str(port)] if addr is None else [*base, "-P", str(port), addr]
-
-
-def _smoke(d: Path, facts: dict, rows: list, nodes: int, timeout_s: float) -> dict:
-    """Node 0: `fi_pingpong -p efa` with each other node in turn (node 0 the server), when both passed the provider
-    check; a `smoke` row per node (its bandwidth at the largest size, or the failure naming it). Returns
-    {node: {"bytes", "mb_s", "server_rc", "client_rc"}} of the pairs that ran."""
-    sd = d / "smoke"
-    sd.mkdir(exist_ok=True)
-    provider_ok = {r["node"] for r in rows if r["check"] == "provider" and r["status"] == "pass"}
-    out: dict = {}
-    for n in range(1, nodes):
-        f = facts.get(n)
-        if f is None:
-            continue
-        if not {0, n} <= provider_ok:
-            rows.append(
-                {
-                    "check": "smoke",
-                    "node": n,
-                    "status": "fail",
-                    "detail": "not run: libfabric's efa provider is not available on node 0 and this node",
-                }
-            )
-            continue
-        res = _smoke_pair(sd, n, f["nonce"], facts[0], timeout_s)
-        out[str(n)] = res
-        ok = res["server_rc"] == 0 and res["client_rc"] == 0 and res["mb_s"] is not None
-        detail = (
-            f"fi_pingpong -p efa node 0 <-> node {n}: {res['mb_s']} MB/s at {res['bytes']} B"
-            if ok
-            else f"fi_pingpong -p efa node 0 <-> node {n} failed: server exit {res['server_rc']}, client exit "
-            f"{res['client_rc']}: {res['why']}"
-        )
-        rows.append({"check": "smoke", "node": n, "status": "pass" if ok else "fail", "detail": detail[:1000]})
-    rows.append(
-        {
-            "check": "smoke",
-            "node": 0,
-            "status": "pass" if all(str(n) in out for n in range(1, nodes)) else "fail",
-            "detail": "node 0 served every pair" if out else "no pair ran",
-        }
-    )
-    return out
-
-
-def _smoke_pair(sd: Path, n: int, nonce: str, me: dict, timeout_s: float) -> dict:
-    """One pair: start the server, then write node n's turn; the server's table gives the bandwidth."""
-    port = SMOKE_PORT
-    log = sd / f"server-{n}.log"
-    with open(log, "wb") as fh:
-        try:
-            srv = subprocess.Popen(_smoke_cmd(port), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        except OSError as e:
-            return {"bytes": None, "mb_s": None, "server_rc": None, "client_rc": None, "why": f"fi_pingpong: {e}"}
-        time.sleep(0.2)
-        write_text_atomic(
-            sd / f"turn-{n}.json", json.dumps({"nonce": nonce, "addr": me.get("addr"), "port": port}) + "\n"
-        )
-        try:
-            rc = srv.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
-            rc = None
-    client = {}
-    end = time.monotonic() + 5.0
-    while time.monotonic() < end:
-        try:
-            client = jsonsrc.load(sd / f"node-{n}.json", PreflightError, max_bytes=MAX_FACTS_BYTES)
-            break
-        except PreflightError:
-            time.sleep(POLL_S)
-    text = log.read_text(errors="replace")[: nodecheck.MAX_OUT]
-    pp = nodecheck.pingpong(text)
-    client_rc = client.get("rc") if isinstance(client, dict) and type(client.get("rc")) is int else None
-    why = " ".join(str(client.get("first", "") if isinstance(client, dict) else "").split())[:300] or (
-        "no answer from the client" if not client else ""
-    )
-    if rc is None:
-        why = f"the server had no client within {timeout_s:g} s" + (f"; client: {why}" if why else "")
-    return {
-        "bytes": pp["bytes"],
-        "mb_s": pp["mb_s"],
-        "server_rc": rc,
-        "client_rc": client_rc,
-        "why": why or text.strip()[:300],
-    }
-
-
-def _smoke_client(d: Path, node: int, nonce: str) -> bool:
-    """A node other than 0: when node 0 wrote this run's turn for it, run the fi_pingpong client once and leave its
-    exit code and first line; True once done."""
-    turn = d / "smoke" / f"turn-{node}.json"
-    if not os.path.lexists(turn):
-        return False
-    try:
-        t = jsonsrc.load(turn, PreflightError, max_bytes=4096)
-    except PreflightError:
-        return False
-    if not isinstance(t, dict) or t.get("nonce") != nonce or not _ADDR.fullmatch(str(t.get("addr"))):
-        return False  # not this run's turn, or an address fi_pingpong could read as an option: never run
-    port = t.get("port") if type(t.get("port")) is int and 0 < t.get("port") < 65536 else SMOKE_PORT
-    rc, out = nodecheck.run_tool(_smoke_cmd(port, t["addr"]), timeout=SMOKE_TIMEOUT_S)
-    first = next((ln for ln in out.splitlines() if ln.strip()), "")
-    pp = nodecheck.pingpong(out)
-    write_text_atomic(
-        d / "smoke" / f"node-{node}.json",
-        json.dumps({"rc": rc, "first": first[:300], "mb_s": pp["mb_s"], "bytes": pp["bytes"]}) + "\n",
-    )
-    return True
-
-
 def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -> int:
     """A node other than 0: keep its facts fresh until node 0's verdict names this run's nonce."""
     grace = timeout_s + 10.0  # node 0 may start up to its own timeout later than this node, then judges
@@ -830,7 +498,7 @@ def _wait_verdict(d: Path, node: int, nonce: str, facts_now, timeout_s: float) -
     while time.monotonic() < deadline:
         write_text_atomic(me, json.dumps(facts_now(), indent=2, sort_keys=True) + "\n")
         if not smoked:
-            smoked = _smoke_client(d, node, nonce)
+            smoked = smoke_.client_turn(d, node, nonce)
         try:
             v = _read_verdict(_verdict_path(d))
         except PreflightError:

@@ -1,5 +1,5 @@
-"""A gate's launch plan as ONE sbatch script (pure: plan -> text; rendering runs nothing and needs no Slurm), and
-`submit`, which hands a script to sbatch and follows the job to its end.
+"""A gate's launch plan as ONE sbatch script (pure: plan -> text; rendering runs nothing and needs no Slurm);
+cluster.slurm_submit hands a script to sbatch and follows the job to its end.
 
 The script (`render(plan, options)`):
 - `#SBATCH --nodes=N --ntasks-per-node=1 --exclusive --wait-all-nodes=1`, the partition, `--gpus-per-node` (GPU
@@ -17,8 +17,9 @@ The script (`render(plan, options)`):
   contract (LaunchPlan.outputs): every node writes its rank logs and its rc (`RC JOB_ID`) into the one out dir, node 0
   waits for them and alone writes the gate's report; `srun --kill-on-bad-exit=1` with workers' tasks ending 0 (their
   status is in their rc file), so the step ends when node 0 ended badly, after its report, and not before;
-- runtimes: `pyxis` (srun --container-image = the image by digest, else its enroot squashfs; --container-mounts
-  from the plan's mounts), `enroot` (create + start a squashfs made from `reprostack build --save`), `docker`
+- runtimes: `pyxis` (srun --container-image = the image by digest, else its enroot squashfs, or with --enroot-import
+  DIR the image by digest imported once per node into DIR/<digest>.sqsh for enroot 3.x: cluster.enroot; --container-mounts
+  from the plan's mounts, and GDRCopy's /dev/gdrdrv for a plan with EFA: launch.plan.host_devices), `enroot` (create + start a squashfs made from `reprostack build --save`), `docker`
   (docker run per node with the plan's devices, ulimits, shm, host network/IPC), `host` (no runtime: this
   checkout on each node's own packages; labelled host mode in the script and, by the runner, in the report);
 - per-node logs `<out>/logs/node-R.log` (srun --output with %n); the job's exit status = node 0's rc, else the
@@ -40,13 +41,12 @@ from __future__ import annotations
 import math
 import re
 import shlex
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ..errors import ReprostackError
 from ..launch import plan as lp
+from . import enroot
 
 RUNTIMES = ("pyxis", "enroot", "docker", "host")
 CODE = "/opt/reprostack/code"  # as gates.container: this checkout's package, on PYTHONPATH in the image
@@ -92,6 +92,7 @@ class SlurmOptions:
     needs_gpu: bool = True
     job_name: str | None = None
     models: str | None = None  # a serving gate's models folder on the nodes (None: the submitter's HF_HOME)
+    enroot_import: str | None = None  # pyxis on enroot 3.x: import by digest into this folder (cluster.enroot)
 
 
 def _check(value, what: str) -> str:
@@ -197,6 +198,8 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         image_arg(o.image)
     if o.sqsh:
         path_arg(o.sqsh, "--sqsh")
+    if o.enroot_import is not None:  # pyxis only, a folder a mount spec keeps whole, the image by digest: or one line
+        enroot.check(o.runtime, path_arg(o.enroot_import, "--enroot-import"), _image_word(plan, o)[0])
     models_mount = o.runtime != "host" and any(m.what == "models" for m in plan.mounts)
     if o.models is not None and not any(m.what == "models" for m in plan.mounts):
         raise SlurmRenderError(f"--models: gate {plan.gate} serves no model (only the serving gates mount one)")
@@ -286,6 +289,9 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     srun = ["srun", f"--nodes={plan.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
     o_ = plan.outputs
     logs = '--output="${OUT}"/' + word(o_.node_log("%n"), "node log")
+    if o.enroot_import is not None:  # step 0 on enroot 3.x: every node has the image by digest as a squashfs
+        imported = '"${OUT}"/' + word(f"{o_.logs}/import-node-%n.log")
+        L += enroot.import_step(_image_word(plan, o)[0], o.enroot_import, srun=srun, output=imported, word=word)
     if o.preflight:
         from ..gates.registry import gate as gate_named  # the CLI's name (nemo-rl), not the report's (nemo_rl)
 
@@ -393,6 +399,8 @@ def _image_from(plan: lp.LaunchPlan, o: SlurmOptions, ref: str | None, how: str,
         if ref:
             return f"{ref} ({how}); every node must hold it (reprostack build --load FILE)"
         return f"{plan.image.tag} (its tag: image {recipe} is not built here); every node must hold it"
+    if o.runtime == "pyxis" and ref and o.enroot_import is not None:
+        return f"{ref} ({how}), imported by digest into {o.enroot_import}/<digest>.sqsh on each node (enroot 3.x)"
     if o.runtime == "pyxis" and ref:
         return f"{ref} ({how}{', out/build/images.json' if how != '--image' else ''})"
     built = "" if plan.image.image_id else f" (image {recipe} is not built here: `reprostack build {recipe}` first)"
@@ -426,8 +434,8 @@ def _runtime_setup(plan: lp.LaunchPlan, o: SlurmOptions) -> list[str]:
             f"export IMAGE={word(ref or plan.image.tag, 'image')}   # {how or 'tag'}; every node must hold it "
             "(`reprostack build --load FILE`)"
         ]
-    if o.runtime == "pyxis" and ref:
-        return out + [f"export IMAGE={word(ref, 'image')}   # {how}"]
+    if o.runtime == "pyxis" and ref:  # with --enroot-import, IMAGE is the squashfs its step makes (cluster.enroot)
+        return out + ([] if o.enroot_import is not None else [f"export IMAGE={word(ref, 'image')}   # {how}"])
     made = f"dockerd://{plan.image.image_id}" if plan.image.image_id else f"dockerd://<the id of {recipe}>"
     out += [
         "# the image as an enroot squashfs, made once on a node with docker and enroot:",
@@ -472,14 +480,17 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     if o.runtime == "host":
         return f"bash -c {inner_q}"
     env_names = ["SLURM_NODEID", "MASTER_ADDR", "MASTER_PORT", *(k for k, _ in plan.env)]
+    devs = lp.host_devices(plan)  # GDRCopy's /dev/gdrdrv for a plan with EFA (GIN opens it in the container)
     if o.runtime == "pyxis":
-        spec = ",".join(f"{s}:{t}{':ro' if ro else ''}" for s, t, ro in mounts)
+        spec = ",".join([*(f"{s}:{t}{':ro' if ro else ''}" for s, t, ro in mounts), *(f"{d}:{d}" for d in devs)])
         return (
             f'--container-image="${{IMAGE}}" --container-mounts={spec} --container-workdir={word(plan.workdir)} '
             f"--no-container-mount-home --export=ALL,PYTHONPATH={CODE},PYTHONUNBUFFERED=1 bash -c {inner_q}"
         )
     if o.runtime == "enroot":
-        ms = " ".join(f"--mount {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts)
+        ms = " ".join(
+            [*(f"--mount {s}:{t}" + (":ro" if ro else "") for s, t, ro in mounts), *(f"--mount {d}:{d}" for d in devs)]
+        )
         es = " ".join(f"--env {n}" for n in env_names)
         run = (
             # this shell waits through the time limit's SIGTERM too (the runtime inside writes its report)
@@ -498,7 +509,8 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     gpus = "--gpus all " if o.needs_gpu and plan.gpus_per_node else ""
     run = (
         'efa=(); for d in /dev/infiniband/uverbs*; do [ -e "$d" ] && efa+=(--device="$d"); done; '
-        f'exec docker run --rm --name rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}} {gpus}"${{efa[@]}}" '
+        + "".join(f"efa+=(--device={d}); " for d in devs)
+        + f'exec docker run --rm --name rs-${{SLURM_JOB_ID}}-${{SLURM_NODEID}} {gpus}"${{efa[@]}}" '
         f"--network {'host' if plan.host_network else 'none'} {'--ipc host ' if plan.host_ipc else ''}"
         f"--cap-add IPC_LOCK --shm-size {word(plan.shm_size)} {uls} {ms} -w {word(plan.workdir)} {es} "
         f'-e PYTHONPATH={CODE} -e PYTHONUNBUFFERED=1 "${{IMAGE}}" bash -c {inner_q}'
@@ -540,6 +552,7 @@ def script_for(
     images_json=None,
     master_port: int | None = None,
     models: str | None = None,
+    enroot_import: str | None = None,
 ) -> str:
     """The sbatch script of gate `g` (a gates.registry.Gate) for `profile` (default: the published p5en one):
     its plan from gates.plan.gate_plan, the agent from gates.container.inner_argv, rendered. images_json: the
@@ -581,57 +594,6 @@ def script_for(
             runs=runs,
             needs_gpu=prof.needs_gpu,
             models=models,
+            enroot_import=enroot_import,
         ),
     )
-
-
-# --------------------------------------------------------------------------- submit
-
-
-def submit(script: str, *, cwd: str, poll_s: float = 2.0, echo=print) -> int:
-    """`sbatch --parsable SCRIPT` from `cwd` (the project root), then follow the job: each state change printed
-    (squeue while queued or running, then `scontrol show job`, else sacct), and return its exit code (the batch
-    script's: node 0's agent's). sbatch missing or refusing the script: SlurmRenderError (one line)."""
-    import shutil
-
-    if shutil.which("sbatch") is None:
-        raise SlurmRenderError("--submit: sbatch not found on PATH (run on a Slurm login node, or render only)")
-    p = subprocess.run(["sbatch", "--parsable", script], cwd=cwd, capture_output=True, text=True)
-    if p.returncode != 0:
-        why = " ".join((p.stderr or p.stdout).split())[:300]
-        raise SlurmRenderError(f"--submit: sbatch refused {script}: {why}")
-    job = p.stdout.strip().split(";")[0]
-    echo(f"submitted job {job}")
-    last = None
-    while True:
-        state, code = _state(job)
-        if state != last:
-            echo(f"job {job}: {state or 'unknown'}")
-            last = state
-        if state and state not in (
-            "PENDING",
-            "CONFIGURING",
-            "RUNNING",
-            "COMPLETING",
-            "SUSPENDED",
-            "REQUEUED",
-            "RESIZING",
-            "STAGE_OUT",
-            "SIGNALING",
-        ):
-            return code if code is not None else (0 if state == "COMPLETED" else 1)
-        time.sleep(poll_s)
-
-
-def _state(job: str) -> tuple[str | None, int | None]:
-    """(state, exit code) of `job` from `scontrol show job -o` (works without accounting), else sacct."""
-    p = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
-    if p.returncode == 0 and "JobState=" in p.stdout:
-        f = dict(kv.split("=", 1) for kv in p.stdout.split() if "=" in kv)
-        code = f.get("ExitCode", "")
-        return f.get("JobState"), int(code.split(":")[0]) if code[:1].isdigit() else None
-    p = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State,ExitCode"], capture_output=True, text=True)
-    if p.returncode == 0 and p.stdout.strip():
-        state, _, code = p.stdout.strip().splitlines()[0].partition("|")
-        return state.split()[0], int(code.split(":")[0]) if code[:1].isdigit() else None
-    return None, None

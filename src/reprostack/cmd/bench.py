@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..gates import options as gate_options
 from . import key_values, load_lock
 
 HELP = "time the main job cold and warm (bench gate_micro) or the CPU side (bench cpu); JSON in results/bench/"
@@ -41,6 +42,19 @@ def add_arguments(p) -> None:
         help="gate_micro: also a cold run from nothing (fresh venv, the project installed, then the gate on a fresh "
         "cache), reported beside the cold run with the seeded setup",
     )
+    p.add_argument(
+        "--runs",
+        default=None,
+        metavar="KINDS",
+        help="gate_micro, the kernel cache's figures (issue 41) instead: a comma list of cold_miss, warm, cold_hit, "
+        "from_nothing_hit, --repeat rounds of each, every run from a fresh folder; run lists in "
+        "<results>/kcache-<host>.json (merged with an earlier call's for the same lock, commit and host)",
+    )
+    gate_options.add_arguments(
+        p,
+        ("kernel_cache",),
+        help={"kernel_cache": "with --runs: the folder the cold_miss run pushes into and the *_hit runs pull from"},
+    )
     p.set_defaults(gate_args=[])  # what follows `--` (the gate's own options), split off in cli.main()
 
 
@@ -59,6 +73,18 @@ def run(args) -> int:
             host=args.host,
         )
         return 0
+    if args.runs:
+        return bench.bench_kernel_cache(
+            "micro",
+            rest,
+            lock=lock,
+            out_dir=Path(args.results),
+            work=Path(args.work) / "kcache",
+            store=Path(args.kernel_cache or Path(args.work) / "kernel-cache"),
+            kinds=tuple(k.strip() for k in args.runs.split(",") if k.strip()),
+            host=args.host,
+            repeat=args.repeat,
+        )[1]
     return bench.bench_gate(
         "micro",
         rest,

@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
 
     # issue 15: `launch k8s` renders Kubernetes manifests (cluster/k8s.py); `preflight` (cluster/preflight.py)
     engines = p.add_subparsers(dest="engine", required=True)
-    from ..cluster import k8s as launch_k8s
+    from ..cluster import k8s_cli as launch_k8s
 
     launch_k8s.add_arguments(engines.add_parser("k8s", help=launch_k8s.HELP, description=launch_k8s.HELP))
     # --- launch slurm (reprostack.cluster.slurm): one sbatch script from the gate's launch plan
@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
         "follow the job, exit with its exit code (2: bad input or no sbatch).",
     )
     p.add_argument("gate", choices=list(GATE_ORDER))
-    gate_options.add_arguments(p, ("nodes", "profile", "master_port"), required=("nodes",))  # gates.options
+    gate_options.add_arguments(p, ("nodes", "profile", "master_port", "enroot_import"), required=("nodes",))
     p.add_argument("--partition", default=None)
     p.add_argument(
         "--out",
@@ -65,7 +65,7 @@ def run(args) -> int:
     lock, root = load_lock(args)
     if args.engine == "slurm":  # issue 15: cluster/slurm.py
         return _launch_slurm(args, lock, root, fetch_options(args))
-    from ..cluster import k8s as launch_k8s
+    from ..cluster import k8s_cli as launch_k8s
     from ..gates import registry
 
     return launch_k8s.main(args, registry.gate(args.gate), lock, root)
@@ -96,6 +96,7 @@ def _launch_slurm(args, lock, root, opts) -> int:
         cache=str(opts.cache.root) if args.cache else None,
         master_port=args.master_port,
         models=args.models,
+        enroot_import=args.enroot_import,
     )
     script = (root / out if not Path(out).is_absolute() else Path(out)) / "job.sbatch"
     (script.parent / "logs").mkdir(parents=True, exist_ok=True)
@@ -109,7 +110,9 @@ def _launch_slurm(args, lock, root, opts) -> int:
     import time
 
     started = time.time()
-    rc = slurm.submit(str(script), cwd=str(root))
+    from ..cluster.slurm_submit import submit
+
+    rc = submit(str(script), cwd=str(root))
     for line in _slurm_verdicts(script.parent / "summary.json", since=started):
         print(line)  # the gate's own verdict: Slurm says FAILED for any non-zero exit, a local-test pass included
     print(f"gate {g.name}: job exit {rc}; report and per-node logs in {script.parent}")

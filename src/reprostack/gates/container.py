@@ -21,7 +21,7 @@ A gate that takes its kernels prebuilt (Gate.prebuilt_kernels: micro, megatron) 
 `--kernels-manifest /opt/reprostack/kernels.json`: it takes the
 image's prebuilt NCCL and DeepEP after checking that manifest against the lock (reprostack.kernels.prebuilt), and
 fetches and builds nothing; a missing or mismatching manifest ends the in-image runner with that one line (the
-gate's ERROR here names it). Its report's `provenance.kernels_from` (mode "prebuilt", manifest and its sha256)
+gate's ERROR here names it). Its report's `provenance.kernels_from` (mode "image", manifest and its sha256)
 gets the image id, and `execution.kernels` says the same.
 
 `provenance.execution` then says where it ran: {"mode": "container", "image" (recipe), "image_ref" (as asked),
@@ -249,7 +249,7 @@ def _stamped(rep: GateReport, execution: dict, run) -> GateReport:
         inner["note"] = "the in-image runner's own record: the interpreter that ran the gate inside the image"
     execution["inner"] = inner
     kf = rep.provenance.get("kernels_from")
-    if isinstance(kf, dict) and kf.get("mode") == "prebuilt":  # the in-image runner used the image's kernels
+    if isinstance(kf, dict) and kf.get("mode") == "image":  # the in-image runner used the image's kernels
         kf.update(image_id=run.image_id, image_ref=execution["image_ref"])
         execution["kernels"] = {
             "mode": "prebuilt",

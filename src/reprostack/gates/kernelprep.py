@@ -9,6 +9,7 @@ gate turns into its ERROR report; with a kernels manifest (container mode) nothi
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from .. import sources, ui
 from ..atomicfile import write_text_atomic
 from ..fetch.wheels import fetch_wheels, wheelhouses_from_env
 from ..kernels import build as kbuild
+from ..kernels import cache as kcache
 from ..kernels import jit, ncclwheel, preflight, runtime, toolchain
 from ..kernels import prebuilt as kprebuilt
 from ..kernels.recipe import load_recipe
@@ -28,10 +30,13 @@ from .options import GateOptions
 def build_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, timings: dict):
     """Build (or reuse, keyed) NCCL and DeepEP from the patched `trees` with the interpreter `opts.python`;
     records `nccl_build_s` / `deepep_build_s` in `timings` and `kernels` / `toolchain` in `prov`.
-    Returns (toolchain, nccl Built, deepep Built). Raises BuildError / ReprostackError."""
+    With a kernel cache (`--kernel-cache`, $REPROSTACK_KERNEL_CACHE) DeepEP's signed entry is pulled on a hit
+    (kernels.cache); `kernels_from` in `prov` says where the kernels came from (cache or build) and what the cache
+    answered. Returns (toolchain, nccl Built, deepep Built). Raises BuildError / ReprostackError."""
     tc = toolchain.detect(opts.python, arch=opts.arch, cache=ctx.cache_root)
     nccl = prepare_nccl(opts, ctx, trees, tc, prov, timings)
     t = time.monotonic()
+    url, answers = kernel_cache_url(opts), {}
     deepep = kbuild.build_deepep(
         trees["deepep"].path,
         trees["deepep"].tree,
@@ -40,11 +45,25 @@ def build_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
         nccl,
         ctx.cache_root,
         jobs=opts.jobs,
+        substitute=kcache.substituter(url, kernel_keyring(opts, ctx), answers, arch=tc.arch) if url else None,
     )
     timings["deepep_build_s"] = round(time.monotonic() - t, 2)
     prov["kernels"] = built_provenance(nccl, deepep)
+    prov["kernels_from"] = {"mode": deepep.origin, **({"cache": {"url": url, **answers}} if url else {})}
     prov["toolchain"] = tc.key_fields()
     return tc, nccl, deepep
+
+
+def kernel_cache_url(opts: GateOptions) -> str | None:
+    """The kernel cache a run pulls from: --kernel-cache, else $REPROSTACK_KERNEL_CACHE, else none."""
+    return opts.kernel_cache or os.environ.get("REPROSTACK_KERNEL_CACHE") or None
+
+
+def kernel_keyring(opts: GateOptions, ctx: RunContext) -> Path:
+    """The keys a cache entry must be signed by: --kernel-keyring, else the project's keys/."""
+    from ..evidence import KEYRING_DIR
+
+    return Path(opts.kernel_keyring) if opts.kernel_keyring else Path(ctx.root) / KEYRING_DIR
 
 
 def prepare_nccl(opts: GateOptions, ctx: RunContext, trees: dict, tc, prov: dict, timings: dict):
@@ -78,6 +97,7 @@ def built_provenance(*builds) -> dict:
         b.component: {
             "key": b.key,
             "reused": b.reused,
+            "origin": b.origin,
             "build_seconds": b.info.get("seconds"),
             **({"libstdcxx": b.info["libstdcxx"]} if "libstdcxx" in b.info else {}),
         }

@@ -80,6 +80,25 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "fetched or built (--container passes it to the in-image runner)",
         ),
     ),
+    "kernel_cache": (
+        ("--kernel-cache",),
+        dict(
+            default=None,
+            metavar="URL",
+            help="gates that build kernels: take a build whose key has a signed entry in this kernel cache instead "
+            "of compiling it (oci://HOST/NAME, http(s)://URL, file://PATH or a folder; default "
+            "$REPROSTACK_KERNEL_CACHE); a miss or a refused entry builds from source (`reprostack kernels push` "
+            "fills it)",
+        ),
+    ),
+    "kernel_keyring": (
+        ("--kernel-keyring",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="the public keys a kernel cache entry must be signed by (default: the project's keys/)",
+        ),
+    ),
     "out": (
         ("--out",),
         dict(
@@ -106,6 +125,18 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             metavar="ID",
             help="several nodes: this run's id, the same on every node (Slurm: the job id; Kubernetes: the Job's "
             "uid), written into each node's rc file so node 0 never takes an earlier run's (launch renders it)",
+        ),
+    ),
+    "enroot_import": (
+        ("--enroot-import",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="launch slurm, pyxis on enroot 3.x (HyperPod ships 3.4.1, whose docker:// grammar has no "
+            "REPO@sha256: before enroot 4.0): each node imports the image by its digest once into "
+            "DIR/<digest hex>.sqsh (`enroot import -o FILE docker://REGISTRY#IMAGE:sha256:HEX`; DIR on shared "
+            "storage: one import serves every node) and srun runs --container-image=FILE; default: pyxis pulls "
+            "REPO@sha256: itself (enroot >= 4). Registry login: docs/examples/README.md",
         ),
     ),
     "modes": (
@@ -205,6 +236,8 @@ RUN_OPTIONS = (
     "container",
     "image",
     "kernels_manifest",
+    "kernel_cache",
+    "kernel_keyring",
     "out",
     "profile",
     "python",
@@ -226,6 +259,9 @@ RUN_OPTIONS = (
     "num_sms",
     "legacy",
 )
+
+# what only a launcher takes (`launch slurm`): how the cluster gets the image, never a run's option
+LAUNCH_OPTIONS = ("enroot_import",)
 
 
 def add_arguments(p: argparse.ArgumentParser, names=RUN_OPTIONS, *, required=(), help=None) -> None:
@@ -302,6 +338,8 @@ class GateOptions:
     container: bool = False
     image: str | None = None
     kernels_manifest: str | None = None
+    kernel_cache: str | None = None
+    kernel_keyring: str | None = None
     plan: bool = False
     json: bool = False
 

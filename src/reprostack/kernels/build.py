@@ -28,7 +28,9 @@ from .toolchain import Toolchain
 
 @dataclass(frozen=True)
 class Built:
-    """A finished build: `out` holds the outputs and `build.json`; `reused` when no compiler ran."""
+    """A finished build: `out` holds the outputs and `build.json`; `reused` when no compiler ran; `origin`: "build"
+    (compiled here, now or by an earlier run) or "cache" (pulled from the signed kernel cache, kernels.cache, now or by
+    an earlier run: `.pulled.json` beside build.json says so)."""
 
     component: str
     key: str
@@ -36,6 +38,7 @@ class Built:
     reused: bool
     seconds: float
     info: dict
+    origin: str = "build"
 
     @property
     def log(self) -> Path:
@@ -98,24 +101,54 @@ def ninja_steps(work: Path) -> list[tuple[float, str]]:
     return sorted(out, key=lambda t: -t[0])
 
 
-def reuse_or_build(cache: Path, component: str, fields: dict, make) -> Built:
+PULLED = ".pulled.json"  # beside build.json in a build folder that came from the kernel cache (not part of an entry)
+
+
+def reuse_or_build(cache: Path, component: str, fields: dict, make, substitute=None) -> Built:
     """The build of `component` keyed by build_key(fields) under `cache`/builds: reused when its build.json holds
-    that key, else `make(tmp, log)` builds into a temp folder that replaces the old one whole (os.replace)."""
+    that key, else taken from the kernel cache by `substitute(tmp) -> info | None` (kernels.cache: a signed entry,
+    checked whole before it is renamed into place), else `make(tmp, log)` builds into a temp folder that replaces the
+    old one whole (os.replace)."""
     key = build_key(fields)
     out = Path(cache) / "builds" / f"{component}-{key[:16]}"
     out.parent.mkdir(parents=True, exist_ok=True)
     # one builder per key at a time (two gates on one shared cache): the second waits, then reuses the first's
     with open(out.parent / f".{component}-{key[:16]}.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        return _reuse_or_build_locked(component, key, fields, out, make)
+        return _reuse_or_build_locked(component, key, fields, out, make, substitute)
 
 
-def _reuse_or_build_locked(component: str, key: str, fields: dict, out: Path, make) -> Built:
+def _substituted(component: str, key: str, out: Path, substitute) -> Built | None:
+    tmp = out.parent / f".{component}-{key[:16]}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    t0 = time.monotonic()
+    try:
+        info = substitute(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if info is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    seconds = round(time.monotonic() - t0, 1)
+    (tmp / PULLED).write_text(json.dumps({"seconds": seconds}, sort_keys=True))
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return Built(component, key, out, False, seconds, info, origin="cache")
+
+
+def _reuse_or_build_locked(component: str, key: str, fields: dict, out: Path, make, substitute=None) -> Built:
     manifest = out / "build.json"
     if manifest.is_file():
         info = json.loads(manifest.read_text())
         if info.get("key") == key:
-            return Built(component, key, out, True, 0.0, info)
+            return Built(component, key, out, True, 0.0, info, origin="cache" if (out / PULLED).is_file() else "build")
+    if substitute is not None:
+        got = _substituted(component, key, out, substitute)
+        if got is not None:
+            return got
     logs = out.parent / "logs"
     logs.mkdir(exist_ok=True)
     # the log lives outside the temp dir, so an error message names a file that is still there
@@ -198,11 +231,13 @@ def build_deepep(
     *,
     jobs: int | None = None,
     timeout: float = 3600,
+    substitute=None,
 ) -> Built:
     """Build DeepEP (`_C` + the Python package) into `<out>/site`, against `nccl` and tc's NVSHMEM.
 
     Preflight first: NCCL header >= recipe floor, NVSHMEM root complete. Also makes `<out>/overlay`
-    (see runtime.make_overlay). Raises BuildError naming the failed step and the log.
+    (see runtime.make_overlay). `substitute(component, key, tmp) -> info | None` (kernels.cache.substituter): a
+    signed cache entry for this key is taken instead of compiling. Raises BuildError naming the failed step and the log.
     """
     nccl_root = nccl.out / "build"
     nccl_version = preflight.nccl_header_version(nccl_root / "include")
@@ -304,4 +339,34 @@ def build_deepep(
             "bytecode_prewarm": prewarm,
         }
 
-    return reuse_or_build(cache, "deepep", fields, make)
+    pulled = _deepep_puller(substitute, fields, tc, cache, nccl_root, jobs) if substitute else None
+    return reuse_or_build(cache, "deepep", fields, make, pulled)
+
+
+def _deepep_puller(substitute, fields: dict, tc: Toolchain, cache: Path, nccl_root: Path, jobs: int | None):
+    """`pulled(tmp) -> info | None`: DeepEP's cache entry pulled into `tmp` by `substitute` (kernels.cache), its
+    overlay made here (it links this node's torch and NCCL), the test's bytecode compiled meanwhile as during a
+    build (kernels.bytecode)."""
+    key = build_key(fields)
+
+    def pulled(tmp: Path) -> dict | None:
+        from . import bytecode
+        from .runtime import make_overlay
+
+        warm = bytecode.start(
+            tc.python,
+            pycache_dir(cache),
+            Path(tc.torch_site) if tc.torch_site else None,
+            Path(cache) / "builds" / f"deepep-{key[:16]}" / "overlay",
+            jobs=job_count(jobs),
+            stdlib_dirs=[tc.stdlib] if tc.stdlib else None,
+        )
+        try:
+            info = substitute("deepep", key, tmp)
+            if info is not None:
+                make_overlay(Path(tc.torch_site), nccl_root / "lib", tmp / "overlay")
+        finally:
+            prewarm = warm.finish(bound_s=PREWARM_GRACE_S)
+        return None if info is None else {**info, "bytecode_prewarm": prewarm}
+
+    return pulled

@@ -124,7 +124,7 @@ class Prebuilt:
     def provenance(self) -> dict:
         """`provenance.kernels_from` of a report: where the kernels came from (container.py adds the image id)."""
         return {
-            "mode": "prebuilt",
+            "mode": "image",
             "manifest": str(self.path),
             "manifest_sha256": self.sha256,
             "image": self.image,

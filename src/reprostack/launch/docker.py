@@ -10,18 +10,20 @@ Invariants:
 - the image must exist locally before the run: a launch never pulls (a pull by digest is `reprostack build` /
   `--load`'s job, which checks digests); a missing image is a LaunchError naming it, nothing is started;
 - a container is always removed, on success, failure, timeout or an exception while streaming;
-- the log is written as the container prints (line buffered), so a killed run keeps what it printed.
+- the log is written as the container prints (line buffered), so a killed run keeps what it printed;
+- a plan with EFA gets the host's GDRCopy device (/dev/gdrdrv, launch.plan.host_devices) as docker `devices`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ReprostackError
-from .plan import LaunchPlan, docker_run_kwargs
+from .plan import LaunchPlan, docker_run_kwargs, host_devices
 
 GRACE_S = 10
 
@@ -62,17 +64,24 @@ def run_node(
     gpu_ids: list[str] | None = None,
     gpus: bool = True,
     grace_s: float = GRACE_S,
+    gdrdrv: str | None = None,
 ) -> NodeRun:
     """Run node `node` of `plan` to completion or its timeout (see the module docstring).
 
     gpus=False drops the GPU device request (CPU profiles such as the serving gate's local-test: the engine
     refuses a GPU request on a host without the NVIDIA runtime); grace_s: seconds between SIGTERM and SIGKILL at
-    the timeout. Raises LaunchError before anything runs."""
+    the timeout; gdrdrv: the host's GDRCopy device to map at /dev/gdrdrv for a plan with EFA (None: /dev/gdrdrv when
+    the host has it; without it the preflight and the gate's GIN init name what is missing). Raises LaunchError
+    before anything runs."""
     import docker.errors
 
     kwargs = docker_run_kwargs(plan, node, efa_devices=efa_devices, gpu_ids=gpu_ids)
     if not gpus:
         kwargs["device_requests"] = []
+    for target in host_devices(plan):  # GDRCopy's device: GIN on EFA needs it in the container
+        source = gdrdrv or target
+        if os.path.exists(source):
+            kwargs["devices"].append(f"{source}:{target}:rwm")
     try:
         image = client.images.get(kwargs["image"])
     except docker.errors.ImageNotFound:

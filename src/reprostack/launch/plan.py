@@ -23,6 +23,10 @@ from dataclasses import asdict, dataclass, field
 
 MODE_CONTAINER, MODE_HOST = "container", "host"
 EFA_DEVICE_DIR = "/dev/infiniband"
+# GDRCopy's device: libgdrapi opens it (NVIDIA/gdrcopy src/gdrapi.c gdr_open: open("/dev/gdrdrv", O_RDWR)); NCCL GIN
+# and the EFA plugin's GDRCopy path need it inside the container, and no runtime maps it by itself: every launcher
+# maps it for a plan with EFA (host_devices), the preflight opens it (cluster.nodecheck)
+GDRDRV_DEVICE = "/dev/gdrdrv"
 # The campaign's container limits (EFA and NCCL need pinned memory; DeepEP's CPU proxy deep stacks).
 ULIMITS = (("memlock", -1, -1), ("stack", 67108864, 67108864))
 SHM_SIZE = "32g"
@@ -253,6 +257,12 @@ class LaunchPlan:
                 out.append((f"arm {a.name}", f"({a.role}) env " + " ".join(f"{k}={v}" for k, v in own)))
         out += [("note", n) for n in self.notes]
         return [f"{k}: {v}" for k, v in out]
+
+
+def host_devices(plan: LaunchPlan) -> tuple[str, ...]:
+    """The host device nodes every launcher maps into the container, besides the GPUs and EFA devices (their own
+    runtime/plugin's): GDRCOPY's /dev/gdrdrv for a plan with EFA; none otherwise."""
+    return (GDRDRV_DEVICE,) if plan.efa_devices_per_node else ()
 
 
 def docker_run_kwargs(

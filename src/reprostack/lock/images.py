@@ -68,7 +68,7 @@ class RegistryError(ReprostackError):
     pass
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     h = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     h = h.strip("[]")
     if h == "localhost":
@@ -81,11 +81,11 @@ def _is_loopback(host: str) -> bool:
 
 def manifest_url(repo: str, tag: str) -> str:
     host, name = split_repo(repo)
-    scheme = "http" if _is_loopback(host) else "https"
+    scheme = "http" if is_loopback(host) else "https"
     return f"{scheme}://{host}/v2/{name}/manifests/{urllib.parse.quote(tag, safe='')}"
 
 
-def _bearer_token(challenge: str, timeout: float) -> str | None:
+def bearer_token(challenge: str, timeout: float) -> str | None:
     """An anonymous token for a `Bearer realm="...",service="...",scope="..."` challenge, None if not Bearer."""
     if not challenge.lower().startswith("bearer "):
         return None
@@ -106,7 +106,7 @@ def _request(url: str, method: str, token: str | None, timeout: float):
     return urllib.request.urlopen(urllib.request.Request(url, method=method, headers=headers), timeout=timeout)
 
 
-def _error_text(e: urllib.error.HTTPError) -> str:
+def error_text(e: urllib.error.HTTPError) -> str:
     try:
         body = e.read().decode("utf-8", "replace")
         errs = json.loads(body).get("errors") or []
@@ -126,12 +126,12 @@ def _fetch(url: str, method: str, timeout: float):
         except urllib.error.HTTPError as e:
             if e.code == 401 and token is None:
                 try:
-                    token = _bearer_token(e.headers.get("WWW-Authenticate", ""), timeout)
+                    token = bearer_token(e.headers.get("WWW-Authenticate", ""), timeout)
                 except (OSError, ValueError) as te:
                     raise RegistryError(f"{url}: could not get an anonymous token: {te}") from None
                 if token:
                     continue
-            detail = _error_text(e) if method == "GET" else f"HTTP {e.code} {e.reason}"
+            detail = error_text(e) if method == "GET" else f"HTTP {e.code} {e.reason}"
             raise RegistryError(f"{method} {url}: {detail}") from None
         except (OSError, ValueError) as e:
             raise RegistryError(f"{method} {url}: {getattr(e, 'reason', None) or e}") from None
