@@ -174,8 +174,12 @@ def _tail(d: Path, pattern: str) -> dict:
 
 
 def sqsh_of(ref: str, work: Path, name: str) -> tuple[Path, dict]:
+    """`enroot import` by digest in the form enroot 3.x parses (cluster.enroot.import_uri, what `launch slurm
+    --enroot-import` renders)."""
+    from reprostack.cluster.enroot import import_uri
+
     path = work / f"{name}.sqsh"
-    r = sh(["enroot", "import", "-o", str(path), f"docker://{ref}"], timeout=3600)
+    r = sh(["enroot", "import", "-o", str(path), import_uri(ref)[0]], timeout=3600)
     r["bytes"] = path.stat().st_size if path.is_file() else None
     return path, r
 
@@ -186,6 +190,8 @@ def preconditions(images: dict[str, str]) -> str | None:
         return why
     if not os.environ.get("SLURM_CONF") or "--container-image" not in sh(["srun", "--help"])["stdout"]:
         return 'no Slurm with pyxis: `eval "$(.ci/slurm-up)"` after tests/enrootpyxis.py install'
+    if not os.path.lexists("/dev/gdrdrv"):
+        return "/dev/gdrdrv is missing (the rendered steps mount it): as root, mknod -m 666 /dev/gdrdrv c 1 5"
     names = set(sh(["sinfo", "-h", "-N", "-o", "%N"])["stdout"].split())
     if len(names) < 2:
         return f"this Slurm has {len(names)} node name(s): the rehearsal needs two"

@@ -6,11 +6,12 @@ hook, NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=compute,utility)
 - `srun --container-image=127.0.0.1:PORT/REPO@sha256:DIGEST` on both nodes: enroot imports by digest, enroot's own
   98-nvidia.sh asks the recording nvidia-container-cli (tests/standins) for the devices and capabilities the image
   names, and the stub libcuda it mounts answers dlopen("libcuda.so.1") inside the container;
-- the rendered `launch slurm micro --runtime pyxis --image REF` (the plan's own srun line) reaches the gate's ranks on
-  both nodes (the GPU stand-in, never evidence: exit 3, `PASS (GPU stand-in, not evidence)`);
-- the enroot 3.x path (HyperPod ships enroot 3.4.1, which has no digest form): `enroot import` by digest to a .sqsh,
-  the rendered script with `--sqsh` and its preflight step: `reprostack preflight` runs inside the image under pyxis
-  on both nodes and fails on what this host lacks (GPUs, EFA), never on the image or the lock.
+- the enroot 3.x path (HyperPod ships enroot 3.4.1, which has no digest form): the rendered
+  `launch slurm micro --runtime pyxis --image REF --enroot-import DIR` (each node imports the image by digest into
+  DIR/<hex>.sqsh once, then `--container-image=` that file): the plan's own srun line reaches the gate's ranks on
+  both nodes (the GPU stand-in, never evidence: exit 3, `PASS (GPU stand-in, not evidence)`), and its preflight step
+  runs `reprostack preflight` inside the image on both nodes, which fails on what this host lacks (GPUs, EFA),
+  never on the image or the lock.
 
 The REAL images (deepep, an engine image) through the same path: scripts/rehearse_pyxis.py, transcript under
 results/rehearsal/ (they take ~20 min to build, too long for CI). `.ci/run` installs enroot + pyxis and sets
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 from pathlib import Path
 
@@ -49,6 +51,7 @@ registry = registry_mod.registry
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_ENV = "REPROSTACK_REQUIRE_PYXIS"
 NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+GDRDRV = "/dev/gdrdrv"
 HARDWARE_CHECKS = {"gpus", "efa", "provider", "smoke", *NODE_CHECKS}  # what a host without GPUs and EFA fails
 
 
@@ -149,32 +152,45 @@ def sbatch(script: Path, env: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def sqsh(image_ref, tmp_path_factory):
-    """The enroot 3.x path (HyperPod's enroot 3.4.1 has no digest form): `enroot import` by digest to a .sqsh, which
-    `--sqsh` (`--container-image=FILE.sqsh`) then runs; made once for the tests below."""
-    if enrootpyxis.why_not():
-        pytest.skip("enroot + pyxis are not installed (the pyxis fixture says why)")
-    path = tmp_path_factory.mktemp("images") / "gate.sqsh"
-    p = subprocess.run(["enroot", "import", "-o", str(path), f"docker://{image_ref}"], capture_output=True, text=True)
-    assert p.returncode == 0 and path.is_file(), p.stderr[-3000:]
-    return path
+def import_dir(tmp_path_factory):
+    """Where `--enroot-import DIR` keeps the .sqsh of each digest: shared by the tests below (the first job imports,
+    the next one finds the file)."""
+    return tmp_path_factory.mktemp("enroot-import")
 
 
-def test_the_rendered_pyxis_launch_reaches_the_gates_ranks(pyxis, sqsh, tmp_path):
-    """The plan's own srun line under pyxis (the .sqsh, as on HyperPod) reaches every rank of both nodes."""
+@pytest.fixture(scope="module")
+def gdrdrv():
+    """The rendered pyxis steps mount /dev/gdrdrv (GIN on EFA); this host has no GDRCopy driver: a character device
+    standing in (/dev/zero's numbers, as tests/podrun.py does for the pods) where the path does not exist."""
+    made = not os.path.lexists(GDRDRV)
+    if made:
+        os.mknod(GDRDRV, 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+    yield GDRDRV
+    if made:
+        os.unlink(GDRDRV)
+
+
+def test_the_rendered_pyxis_launch_reaches_the_gates_ranks(pyxis, image_ref, import_dir, gdrdrv, tmp_path):
+    """The rendered script of the enroot 3.x path (`--enroot-import DIR`: every node imports the image by digest into
+    DIR/<hex>.sqsh once, then `--container-image=` that file, as on HyperPod's enroot 3.4.1) reaches every rank of
+    both nodes."""
     out = tmp_path / "out"
-    script = render(out, "--sqsh", str(sqsh), "--no-preflight")
+    script = render(out, "--image", image_ref, "--enroot-import", str(import_dir), "--no-preflight")
     assert '--container-image="${IMAGE}"' in script.read_text()
     rc = job_end(sbatch(script, {ENV: "h200,rdzv=120", "RS_NVIDIA_RECORD": str(tmp_path / "nv.jsonl")}), 900)
     assert rc == 3, batch_log(out)[-4000:]  # the stand-in's PASS is never evidence
     passed_as_stand_in(out)
     only_node0_wrote_reports(out)
     contract_files(out)
+    assert [p.name for p in import_dir.iterdir()] == [image_ref.split("sha256:")[1] + ".sqsh"]  # one file, by digest
 
 
-def test_preflight_runs_inside_the_image_under_pyxis_and_fails_on_the_missing_hardware(pyxis, sqsh, tmp_path):
+def test_preflight_runs_inside_the_image_under_pyxis_and_fails_on_the_missing_hardware(
+    pyxis, image_ref, import_dir, gdrdrv, tmp_path
+):
     out = tmp_path / "out"
-    rc = job_end(sbatch(render(out, "--sqsh", str(sqsh)), {"RS_NVIDIA_RECORD": str(tmp_path / "nv.jsonl")}), 600)
+    script = render(out, "--image", image_ref, "--enroot-import", str(import_dir))
+    rc = job_end(sbatch(script, {"RS_NVIDIA_RECORD": str(tmp_path / "nv.jsonl")}), 900)
     verdict_file = out / "preflight" / "verdict.json"
     assert verdict_file.is_file(), batch_log(out)[-4000:]
     verdict = json.loads(verdict_file.read_text())
