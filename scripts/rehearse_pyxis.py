@@ -62,6 +62,7 @@ try:
 except Exception as e:
     row["reprostack"] = f"{type(e).__name__}: {e}"
 fi = shutil.which("fi_info")
+row["nvcc"] = shutil.which("nvcc")
 row["fi_info"] = fi and subprocess.run([fi, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
 print("PROBE " + json.dumps(row, sort_keys=True))
 """
@@ -236,9 +237,13 @@ def verdicts(rec: dict) -> list[str]:
         rows = row["probe"]["rows"]
         if [r["node"] for r in rows] != ["0", "1"]:
             bad.append(f"{name}: the probe did not run on both nodes (rc {row['probe']['rc']})")
+        image_path = next((e[5:] for e in row["config_env"] if e.startswith("PATH=")), None)
         for r in rows:
-            if not str(r.get("reprostack", "")).startswith("/"):
-                bad.append(f"{name} node {r['node']}: reprostack not importable by {r['python']}: {r['reprostack']}")
+            if image_path and r["path"] != image_path:
+                bad.append(
+                    f"{name} node {r['node']}: the image's PATH ({image_path}) is lost under pyxis, the container has "
+                    f"{r['path']} (enroot starts a login shell; Debian's /etc/profile sets PATH anew)"
+                )
         if not row["probe"]["hook_calls"]:
             bad.append(f"{name}: enroot's nvidia hook made no call (the image sets no NVIDIA_VISIBLE_DEVICES)")
         gate = row.get("launch", {}).get("gate")
@@ -270,7 +275,8 @@ def markdown(rec: dict) -> str:
         lines += [f"- image env: `{e}`" for e in row["config_env"]]
         for r in row["probe"]["rows"]:
             lines.append(
-                f"- node {r['node']}: python {r['python']}, reprostack {r['reprostack']}, cuInit -> {r['cuInit']}"
+                f"- node {r['node']}: PATH `{r['path']}`, python {r['python']}, nvcc {r['nvcc']}, reprostack "
+                f"(in the image's python: {r['reprostack']}), dlopen libcuda.so.1 + cuInit -> {r['cuInit']}"
             )
         for c in row["probe"]["hook_calls"]:
             lines.append(f"- hook call on {c['slurmd_nodename']}: `nvidia-container-cli {' '.join(c['argv'])}`")
