@@ -80,7 +80,12 @@ def why_not(prefix: Path = DEFAULT_PREFIX) -> str | None:
     rec = installed(prefix)
     if rec is None:
         return f"enroot + pyxis are not installed under {prefix}: run `.venv/bin/python tests/enrootpyxis.py install`"
-    want = _lock_pins()
+    from reprostack.errors import ReprostackError
+
+    try:
+        want = _lock_pins()
+    except ReprostackError as e:
+        return f"upstreams.lock has no enroot/pyxis git pin to rehearse with: {e}"
     got = {n: rec.get(n, {}).get("rev") for n in PINS}
     if got != {n: want[n]["rev"] for n in PINS}:
         return f"enroot + pyxis under {prefix} are of other pins ({got}): run tests/enrootpyxis.py install again"

@@ -55,22 +55,31 @@ GDRDRV = "/dev/gdrdrv"
 HARDWARE_CHECKS = {"gpus", "efa", "provider", "smoke", *NODE_CHECKS}  # what a host without GPUs and EFA fails
 
 
-@pytest.fixture
-def pyxis(slurm_two_nodes):  # noqa: F811
-    why = enrootpyxis.why_not()
-    if not why:
-        p = subprocess.run(["srun", "--help"], capture_output=True, text=True)
-        if "--container-image" not in p.stdout:
-            why = "srun has no --container-image: pyxis is not in the plugstack.conf (.ci/slurm-up writes it)"
-    if why and os.environ.get(REQUIRE_ENV):
+def _unavailable(why: str):
+    if os.environ.get(REQUIRE_ENV):
         pytest.fail(f"{REQUIRE_ENV} is set but {why}")
-    if why:
-        pytest.skip(why)
-    return enrootpyxis.installed()
+    pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
-def image_ref(docker_client, gate_image, registry, tmp_path_factory):  # noqa: F811
+def pyxis_built():
+    """enroot + pyxis of the lock's pins installed (before any image is built or pushed for them)."""
+    why = enrootpyxis.why_not()
+    if why:
+        _unavailable(why)
+    return enrootpyxis.installed()
+
+
+@pytest.fixture
+def pyxis(pyxis_built, slurm_two_nodes):  # noqa: F811
+    p = subprocess.run(["srun", "--help"], capture_output=True, text=True)
+    if "--container-image" not in p.stdout:
+        _unavailable("srun has no --container-image: pyxis is not in the plugstack.conf (.ci/slurm-up writes it)")
+    return pyxis_built
+
+
+@pytest.fixture(scope="module")
+def image_ref(pyxis_built, docker_client, gate_image, registry, tmp_path_factory):  # noqa: F811
     """The gate image plus NVIDIA's two variables and the plan's workdir (pyxis's --container-workdir must exist: the
     real images have it, the gate image not), pushed: `127.0.0.1:PORT/reprostack-test/pyxis@sha256:...`."""
     text = render(tmp_path_factory.mktemp("plan") / "out", "--image", "x@sha256:" + "0" * 64).read_text()
