@@ -15,6 +15,20 @@ from pathlib import Path
 
 import nox
 
+ROOT = Path(__file__).resolve().parent
+# The gate sessions come from the gate registry of this checkout (src/, before any other install of reprostack), which
+# needs reprostack's dependencies in nox's Python: the README installs nox and `-e .` into one venv.
+sys.path.insert(0, str(ROOT / "src"))
+try:
+    from reprostack import runs
+    from reprostack.errors import ReprostackError
+    from reprostack.gates import registry
+except ImportError as e:
+    raise SystemExit(
+        f"noxfile.py: the gate sessions come from reprostack's gate registry, which does not import here ({e}): "
+        "install nox and reprostack into one venv (README: `.venv/bin/pip install nox==2026.10.20 -e .`)"
+    ) from None
+
 nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
 
@@ -60,6 +74,11 @@ def find_links(wheelhouse: str | None) -> list[str]:
 def _install(session: nox.Session, extra: str = "") -> None:
     """Install the project (with `extra`) into the session's venv, unless that venv (reused: nox.options.reuse_venv)
     already holds this exact install: its stamp records _install_key, so an unchanged tree costs no pip run."""
+    if session.venv_backend == "none":  # `nox --no-venv` (inside an image that has the project): nothing to install
+        if not shutil.which("reprostack"):
+            session.error("nox --no-venv: no `reprostack` on PATH; install the project first (pip install -e .)")
+        session.log(f"nox --no-venv: no install, using the reprostack on PATH ({shutil.which('reprostack')})")
+        return
     target = f".{extra}" if extra else "."
     wheelhouse = os.environ.get("REPROSTACK_WHEELHOUSE")
     key = _install_key(target, wheelhouse)
@@ -79,9 +98,19 @@ def _install(session: nox.Session, extra: str = "") -> None:
         stamp.write_text(key)
 
 
-@nox.session(tags=["ci"])
+@nox.session
 def tests(session: nox.Session) -> None:
-    """CPU test suite (no GPU, no network)."""
+    """The fast tier: the unit tests (`-m unit`, tests/tiers.py: no process, Docker engine, Slurm or git repository;
+    a unit test that starts one fails), on the test workers; what to run before a small change. `nox -s tests_all`
+    runs every tier (what .ci/run runs)."""
+    _install(session, "[test]")
+    session.run("pytest", "-m", "unit", *xdist_args(session.posargs), *session.posargs)
+
+
+@nox.session(tags=["ci"])
+def tests_all(session: nox.Session) -> None:
+    """The CPU test suite, every tier (unit, integration: docker, slurm, git; e2e), no GPU, no network: what .ci/run
+    runs (the README's test command)."""
     _install(session, "[test]")
     # Install phase, like the line above: the pinned AIPerf (upstreams.lock, sha256-checked) in its own venv, which
     # the serving-gate tests drive against the test server. One venv for tests and gates: built once under the
@@ -102,7 +131,7 @@ def tests(session: nox.Session) -> None:
 
 
 def xdist_args(posargs, environ=os.environ) -> list[str]:
-    """pytest-xdist's arguments for `nox -s tests`: the test files spread over $REPROSTACK_TEST_WORKERS processes
+    """pytest-xdist's arguments for `nox -s tests` and `nox -s tests_all`: the test files spread over $REPROSTACK_TEST_WORKERS processes
     (default 2: on the 2-core CI machine a file that waits on a server, a Slurm job or a container overlaps one that
     computes), one file per worker at a time (`--dist loadfile`: a file's tests share their module fixtures and run
     in order). `0` runs them in this process (no xdist); so do posargs that pick their own (`-n`, `-p no:xdist`)."""
@@ -118,11 +147,21 @@ def xdist_args(posargs, environ=os.environ) -> list[str]:
 def lint(session: nox.Session) -> None:
     """ruff (pinned in the `lint` extra) over src/, tests/, gates/, scripts/, noxfile.py: the format is ruff's
     (`ruff format --check`; `nox -s lint -- --fix` is not it: run `ruff format` to reformat), then pyflakes and
-    syntax checks (`ruff check`)."""
+    syntax checks (`ruff check`); then mypy over gates, launch, lock and cluster and vulture's dead code in src/
+    (both pinned in the `lint` extra)."""
     _install(session, "[lint]")
     paths = ("src", "tests", "gates", "scripts", "noxfile.py")
     session.run("ruff", "format", "--check", *paths)
     session.run("ruff", "check", *paths, *session.posargs)
+    session.run("mypy")  # the packages and the reviewed settings: pyproject.toml [tool.mypy]
+    # dead code in src/: a name nothing in src/, tests/, scripts/ or noxfile.py uses, unless the reviewed whitelist
+    # says where it is used (tests/vulture_whitelist.py)
+    out = session.run(
+        "vulture", *paths, "tests/vulture_whitelist.py", "--min-confidence", "60", silent=True, success_codes=[0, 3]
+    )
+    dead = [ln for ln in (out or "").splitlines() if ln.startswith("src/")]
+    if dead:
+        session.error("vulture: unused code in src/ (remove it, or whitelist it with why):\n" + "\n".join(dead))
 
 
 @nox.session
@@ -179,37 +218,51 @@ def build(session: nox.Session) -> None:
     session.run("reprostack", "build", *session.posargs)
 
 
-def _gate(session: nox.Session, *command: str) -> tuple[int, list[str]]:
+def _gate(session: nox.Session, *command: str) -> tuple[int, list[str]] | None:
     """Run a gate command into a fresh report folder; return the exit code its summary records and one short line
-    per gate (gate_lines).
+    per gate (gate_lines); None for `--plan`, which runs nothing and reads no verdict.
 
-    Without `--out` the command makes a new run folder out/<session>/<UTC time>/ and points out/<session>/latest
-    at it before it runs anything, so latest/summary.json is this run's or absent; with `--out DIR` the summary
-    there is deleted first. Either way a crash (a traceback exits 1 too) can never be read as the verdict of an
-    earlier run."""
+    Without `--out` the command makes a new run folder out/<session>/<UTC time>/ and moves out/<session>/latest to
+    it only once its summary is written (reprostack.runs): when `latest` names the same folder after the command as
+    before, this run wrote no summary (a failed fetch, a crash) and the session says so, never reading the earlier
+    run's verdict; with `--out DIR` the summary there is deleted first."""
     args = list(session.posargs)
+    if "--plan" in args:  # the plan only: nothing runs, so there is no verdict to read (issue 40)
+        session.run("reprostack", *command, "--python", torch_python(), *args)
+        return None
     out = None
     for i, a in enumerate(args):
         if a == "--out" and i + 1 < len(args):
             out = args[i + 1]
         elif a.startswith("--out="):
             out = a.split("=", 1)[1]
+    base = None
     if out is None:
-        out = str(
-            Path(
-                "out",
-                command[-1].replace("-", "_") if command[0] == "all-gates" else "gate_" + command[-1].replace("-", "_"),
-                "latest",
-            )
-        )
+        stem = command[-1].replace("-", "_")
+        base = Path("out", stem if command[0] == "all-gates" else "gate_" + stem)
+        out = str(base / "latest")
+    before = _link(Path(out)) if base is not None else None
     summary = Path(out, "summary.json")
-    if not Path(out).is_symlink():
+    if base is None:
         summary.unlink(missing_ok=True)
     session.run("reprostack", *command, "--python", torch_python(), *args, success_codes=[0, 1, 3])
+    if base is not None and _link(Path(out)) == before:
+        session.error(
+            f"this run wrote no summary: the gate did not finish (see the output above); {out} still names "
+            f"{before or 'no run'}, an earlier run, not this one's verdict"
+        )
     if not summary.is_file():
         session.error(f"no {summary} was written: the gate did not finish (see the output above)")
     data = json.loads(summary.read_text())
     return data["exit_code"], gate_lines(data["gates"])
+
+
+def _link(path: Path) -> str | None:
+    """What a `latest` symlink names, None when there is none."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 def gate_lines(gates: list[dict]) -> list[str]:
@@ -225,19 +278,15 @@ def gate_lines(gates: list[dict]) -> list[str]:
     return out
 
 
-@nox.session(default=False, tags=["gpu"])
-def gate_micro(session: nox.Session) -> None:
-    """Gate 1: sources -> NCCL + DeepEP kernels -> test_ep.py -> report. Without a GPU the gate is
-    reported as SKIP and the session is marked skipped with the gate's reason (nox then exits 0: read
-    out/gate_micro/latest/summary.json or use `reprostack gate micro`, which exits 3); never reported as passed."""
-    _one_gate(session, "micro")
-
-
 def _one_gate(session: nox.Session, gate: str) -> None:
-    """Run `reprostack gate GATE`: exit 3 (skip, not run) marks the session skipped with the gate's reason,
-    anything else but a pass fails it."""
+    """Run `reprostack gate GATE`: exit 3 (skip, not run) marks the session skipped with the gate's reason (nox then
+    exits 0: read out/gate_<G>/latest/summary.json, or run `reprostack gate G`, which exits 3); anything else but a
+    pass fails it. Never reported as passed without the gate's measured pass."""
     _install(session)
-    rc, lines = _gate(session, "gate", gate)
+    got = _gate(session, "gate", gate)
+    if got is None:  # --plan
+        return
+    rc, lines = got
     reason = "; ".join(lines)
     if rc == 3:
         session.skip(f"not a pass: {reason}")
@@ -245,47 +294,39 @@ def _one_gate(session: nox.Session, gate: str) -> None:
         session.error(f"gate failed: {reason}")
 
 
-@nox.session(default=False, tags=["gpu"])
-def gate_vllm(session: nox.Session) -> None:
-    """Gate 2: vLLM 0.24.0 over DeepEP V2 + AIPerf sweep (`-- [--profile p5en-efa-ep16|local-test] [--arm A]
-    [--var K=V] [--node-rank R --master-addr A]`); SKIP (session skipped, never passed) without the hardware."""
-    _one_gate(session, "vllm")
+def _gate_session(number: int, gate) -> None:
+    """Register `gate_<G>` (runs.session) for one gate of the registry; its description is its spec's (gates/<G>.yaml
+    `description:`), so `nox -l` lists every gate the registry holds and nothing else does."""
+    try:
+        what = gate.load(ROOT).description
+    except ReprostackError:  # a broken spec still gets its session: running it prints the file:line error
+        what = f"(gates/{gate.stem}.yaml does not load: `reprostack gate {gate.name}` says why)"
+
+    def run_gate(session: nox.Session) -> None:
+        _one_gate(session, gate.name)
+
+    run_gate.__doc__ = (
+        f"Gate {number}: {what}\n\n`reprostack gate {gate.name}` (`-- --plan [--json]`, `--profile P`, `--container`, "
+        "...); without its hardware SKIP (session skipped), never a pass."
+    )
+    name = runs.session(gate.name)
+    globals()[name] = nox.session(run_gate, name=name, default=False, tags=["gpu"])  # noxfile.gate_micro, as written
 
 
-@nox.session(default=False, tags=["gpu"])
-def gate_sglang(session: nox.Session) -> None:
-    """Gate 3: SGLang 0.5.11 + seam over DeepEP V2 + AIPerf sweep (options as gate_vllm)."""
-    _one_gate(session, "sglang")
-
-
-@nox.session(default=False, tags=["gpu"])
-def gate_trtllm(session: nox.Session) -> None:
-    """Gate 4: TRT-LLM 0.21.0 + seam over DeepEP V2 + AIPerf sweep (options as gate_vllm; node 0 only: mpirun
-    spans the nodes)."""
-    _one_gate(session, "trtllm")
-
-
-@nox.session(default=False, tags=["gpu"])
-def gate_megatron(session: nox.Session) -> None:
-    """Gate 5: Megatron-core MoE training steps, DeepEP (flex dispatcher) vs Megatron all-to-all, same seed
-    (`-- [--arm deepep|alltoall] [--profile P] ...`). No GPU -> SKIP (session skipped), never a pass."""
-    _one_gate(session, "megatron")
-
-
-@nox.session(default=False, tags=["gpu"])
-def gate_nemo_rl(session: nox.Session) -> None:
-    """Gate 6: NeMo-RL GRPO rollout smoke + 3 training steps (head node of a 2x8 Ray cluster). Without that
-    hardware -> SKIP (session skipped), never a pass."""
-    _one_gate(session, "nemo-rl")
+for _number, _g in enumerate(registry.GATES):  # gate_fabric, gate_micro, ...: the registry's order
+    _gate_session(_number, _g)
 
 
 @nox.session(default=False, tags=["gpu"])
 def all_gates(session: nox.Session) -> None:
-    """Every gate in dependency order (src/reprostack/gates/registry.py), always one combined report of all seven (a gate no profile
-    fits the host is SKIP, a bad spec or a crash that gate's ERROR); fails unless every required gate passed
-    (a skipped required gate fails this session)."""
+    """Every gate of the registry in dependency order (src/reprostack/gates/registry.py), always one combined report
+    of them all (a gate no profile fits the host is SKIP, a bad spec or a crash that gate's ERROR); fails unless every
+    required gate passed (a skipped required gate fails this session)."""
     _install(session)
-    rc, lines = _gate(session, "all-gates")
+    got = _gate(session, "all-gates")
+    if got is None:  # --plan
+        return
+    rc, lines = got
     if rc != 0:  # the gates' lines were printed by the command just above: one short line here
         failed = [line.split(":", 1)[0] for line in lines if ": PASS —" not in line]
         session.error(f"not every required gate passed ({', '.join(failed)}): the lines above, or summary.md")

@@ -5,7 +5,7 @@
 
 Run it where `.ci/run` would run the tests (its Docker engine and Slurm started, their variables exported:
 DOCKER_HOST, SLURM_CONF, REPROSTACK_REQUIRE_DOCKER/SLURM), from a checkout with `.venv` made as the README says.
-Each run is the README's `.venv/bin/nox -s tests -- -q -p no:cacheprovider --junitxml=...` (its install phase
+Each run is the README's `.venv/bin/nox -s tests_all -- -q -p no:cacheprovider --junitxml=...` (its install phase
 included: the first run on a fresh machine builds the AIPerf venv and the Debian test base, later runs reuse them),
 or with `--pytest PY` only `PY -m pytest ...` (no install phase), or with `--ci` the whole `.ci/run` (the pytest
 arguments through PYTEST_ADDOPTS: what CI costs, lint, docs check and verify-report included), with the load average read before and after, so
@@ -82,7 +82,7 @@ def one_run(pytest_py: str | None, extra: list[str], i: int, n: int, ci: bool = 
         elif pytest_py:
             cmd = [pytest_py, "-m", "pytest", *args]
         else:
-            cmd = [str(ROOT / ".venv" / "bin" / "nox"), "-s", "tests", "--", *args]
+            cmd = [str(ROOT / ".venv" / "bin" / "nox"), "-s", "tests_all", "--", *args]
         before = loadavg()
         t0 = time.monotonic()
         rc = subprocess.run(cmd, cwd=ROOT, env=env).returncode
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--label", default=platform.node().split(".")[0] or "host")
     ap.add_argument("--results", default=str(ROOT / "results" / "bench"))
-    ap.add_argument("--pytest", metavar="PY", default=None, help="run only `PY -m pytest` (default: nox -s tests)")
+    ap.add_argument("--pytest", metavar="PY", default=None, help="run only `PY -m pytest` (default: nox -s tests_all)")
     ap.add_argument("--ci", action="store_true", help="time the whole `.ci/run` (as root; it starts its own services)")
     ap.add_argument("pytest_args", nargs="*")
     a = ap.parse_args(argv)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "pytest_args": a.pytest_args,
-        "what": ".ci/run" if a.ci else "pytest" if a.pytest else "nox -s tests",
+        "what": ".ci/run" if a.ci else "pytest" if a.pytest else "nox -s tests_all",
         # nox -s tests spreads the files over $REPROSTACK_TEST_WORKERS pytest-xdist workers (noxfile.xdist_args)
         "test_workers": None if a.pytest else os.environ.get("REPROSTACK_TEST_WORKERS") or "2",
         "services": {k: v is not None for k, v in env.items()},

@@ -27,17 +27,21 @@ COMMON = [
     "--node-selector",
     "node.kubernetes.io/instance-type=p5en.48xlarge",
 ]
-# (folder, gate, image recipe, variant)
-EXAMPLES = [
-    ("micro", "micro", "deepep", "job"),
-    ("vllm", "vllm", "vllm", "job"),
-    ("sglang", "sglang", "sglang", "job"),
-    ("trtllm", "trtllm", "trtllm", "job"),
-    ("megatron", "megatron", "megatron", "job"),
-    ("nemo-rl", "nemo-rl", "nemo-rl", "job"),
-    ("vllm-jobset", "vllm", "vllm", "jobset"),
-    ("vllm-lws", "vllm", "vllm", "lws"),
-]
+
+
+def examples(root: Path) -> list[tuple[str, str, str, str]]:
+    """(folder, gate, image recipe, variant) of every example: each gate the renderers render (the gate registry's
+    `rendered`: its published profile) as an Indexed Job, and the first gate that serves a model also as a JobSet and
+    a LeaderWorkerSet."""
+    from reprostack.gates import registry
+
+    gates = registry.rendered(root)
+    out = [(g.name, g.name, g.load(root).image, "job") for g in gates]
+    serving = next((g for g in gates if g.serves), None)
+    if serving is not None:
+        image = serving.load(root).image
+        out += [(f"{serving.name}-{v}", serving.name, image, v) for v in ("jobset", "lws")]
+    return out
 
 
 def argv(dest: Path, folder: str, gate: str, recipe: str, variant: str) -> list[str]:
@@ -62,7 +66,7 @@ def argv(dest: Path, folder: str, gate: str, recipe: str, variant: str) -> list[
 def render_all(dest: Path) -> int:
     from reprostack import cli
 
-    for ex in EXAMPLES:
+    for ex in examples(ROOT):
         rc = cli.main(argv(dest, *ex))
         if rc:
             return rc

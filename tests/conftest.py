@@ -28,4 +28,6 @@ def without_progress(err: str) -> str:
     return "".join(ln for ln in err.splitlines(True) if not STEP_LINE.match(ln))
 
 
-pytest_plugins = ["progress"]  # tests/progress.py: a line of progress for long files (issue 29 item 11)
+# tests/progress.py: a line of progress for long files (issue 29 item 11); tests/tiers.py: each test's tier (unit,
+# integration with docker / slurm / git, e2e), derived from what it touches; a unit test that starts a process fails
+pytest_plugins = ["progress", "tiers"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import noxmod
 from conftest import without_progress
 from reprostack.cli import main
 from reprostack import sources
@@ -443,9 +444,6 @@ def test_all_gates_lines_say_a_shared_reason_once_and_name_gates_as_typed(tmp_pa
     every NOT-RUN gate repeated micro's reason again (five times in all); the report's `nemo_rl` was printed where
     the operator types `nemo-rl`. Now one short line per gate, a shared reason said once, the CLI's name; the nox
     session's lines likewise."""
-    import importlib.util
-    import warnings
-
     from reprostack.cmd.gate import result_lines
     from reprostack.report import not_run
     from reprostack.report.model import GateReport, Result
@@ -463,11 +461,7 @@ def test_all_gates_lines_say_a_shared_reason_once_and_name_gates_as_typed(tmp_pa
         "megatron [-]: NOT-RUN — same reason as vllm",
         "nemo-rl [-]: NOT-RUN — not run: required gate megatron was not run either (root cause: gate micro)",
     ]
-    spec = importlib.util.spec_from_file_location("noxfile_lines", REPO_ROOT / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        spec.loader.exec_module(noxfile)
+    noxfile = noxmod.load()
     rows = [{"gate": r.gate, "result": str(r.result), "label": r.label(), "reason": r.reason} for r in (micro, nemo)]
     rows.insert(0, {"gate": "fabric", "result": "error", "label": "ERROR", "reason": why})
     assert noxfile.gate_lines(rows) == [

@@ -6,6 +6,7 @@ identity."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -24,10 +25,12 @@ def test_the_committed_docs_are_what_results_give(capsys, monkeypatch):
     result committed without `nox -s docs`, fails here)."""
     monkeypatch.chdir(ROOT)
     assert cli.main(["docs", "--check"]) == 0, capsys.readouterr().out
-    readme = (ROOT / "README.md").read_text()
-    assert "| `results/gate_micro/2026-12-02-h200-ep1-k5/micro.json` | micro [h200-ep1] | campaign | PASS |" in readme
-    assert "| every committed run (code versions mixed) |" in readme
-    assert "$ reprostack history --no-plots --db /tmp/h.sqlite3   # on the committed results/\nhistory: " in readme
+    status, bench = (ROOT / "docs" / "status.md").read_text(), (ROOT / "docs" / "bench.md").read_text()
+    history = (ROOT / "docs" / "history.md").read_text()
+    assert "| `results/gate_micro/2026-12-02-h200-ep1-k5/micro.json` | micro [h200-ep1] | campaign | PASS |" in status
+    assert "| every committed run (code versions mixed) |" in bench
+    assert "$ reprostack history --no-plots --db /tmp/h.sqlite3   # on the committed results/\nhistory: " in history
+    assert "| nccl-tests | https://github.com/NVIDIA/nccl-tests |" in (ROOT / "README.md").read_text()
 
 
 def project(tmp_path: Path, block: str) -> Path:
@@ -37,6 +40,7 @@ def project(tmp_path: Path, block: str) -> Path:
     shutil.copytree(ROOT / K5, root / K5)
     (root / "README.md").write_text(f"# t\n\n{block}\n\ntail\n")
     (root / "docs" / "stacks.md").write_text("# stacks\n")
+    (root / "docs" / "architecture.md").write_text("# architecture\n")
     return root
 
 
@@ -85,7 +89,7 @@ def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path,
     [
         (
             OPEN.format("nonesuch", "nonesuch"),
-            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, suite, history)",
+            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, mirrors, suite, history, gates)",
         ),
         (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
         (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),
@@ -250,3 +254,22 @@ def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_pat
     (b / "suite-bad.json").write_text('{"bench": "suite"}')
     with pytest.raises(DocsError, match=r"block `suite`: results/bench/suite-bad\.json: not a suite record"):
         gen_suite(tmp_path, [])
+
+
+def test_generated_tables_show_no_absolute_developer_path():
+    """Issue 40 item 7: the results table showed `/work/main/gates/nemo_rl.yaml` (a report's reason, recorded on the
+    developer's machine). Every generated block now shows such a path from the project folder or the cache."""
+    from reprostack.report.docsgen import doc_files, scrub
+
+    assert scrub("/work/main/gates/nemo_rl.yaml: no profile") == "gates/nemo_rl.yaml: no profile"
+    assert (
+        scrub("frame: /tmp/reprostack-cache/builds/deepep-f6/site/x.py:3")
+        == "frame: <cache>/builds/deepep-f6/site/x.py:3"
+    )
+    assert scrub("see results/gate_micro/a.json and 1/2 ratio") == "see results/gate_micro/a.json and 1/2 ratio"
+    files = doc_files(ROOT)
+    assert files[0] == "README.md" and "docs/status.md" in files and "docs/history.md" in files
+    for rel in files:
+        text = (ROOT / rel).read_text()
+        for block in re.findall(r"<!-- generated: .*?<!-- end generated", text, re.S):
+            assert not re.search(r"\| [^|]*(/work/|/home/|/root/|/tmp/reprostack-cache)", block), rel

@@ -16,12 +16,14 @@ import pytest
 
 from reprostack.errors import GateError
 import gaterun
-from reprostack.gates import fabric
+from reprostack.gates import fabric, registry
 from reprostack.gates.fabric_spec import load_fabric_spec
 from reprostack.gates.parsers.nccl_tests import NONE_ONE_NODE
 from reprostack.gates.spec import NoProfileForHost
 
 from nccltestsout import GIB, header, info, table
+
+FABRIC = registry.gate("fabric")
 
 ROOT = Path(__file__).resolve().parents[1]
 P5EN_LOG = ROOT / "tests" / "fixtures" / "published-2026-07" / "trtllm-shim" / "serve_log_head.log"
@@ -45,15 +47,16 @@ def h200(n: int, efa: bool = False, name: str = "NVIDIA H200") -> dict:
 
 
 def test_choose_profile_by_host(spec):
-    assert fabric.choose_profile(spec, None, h200(1)).name == "h200-ep1"
-    assert fabric.choose_profile(spec, None, h200(8)).name == "h200-nvl-ep8"
-    assert fabric.choose_profile(spec, None, h200(8, efa=True)).name == "p5en-efa-ep16"
-    assert fabric.choose_profile(spec, "p5en-efa-ep16", h200(1)).name == "p5en-efa-ep16"  # named: no host check
+    """The one profile rule (Gate.choose_profile) on fabric's spec."""
+    assert FABRIC.choose_profile(spec, None, h200(1)).name == "h200-ep1"
+    assert FABRIC.choose_profile(spec, None, h200(8)).name == "h200-nvl-ep8"
+    assert FABRIC.choose_profile(spec, None, h200(8, efa=True)).name == "p5en-efa-ep16"
+    assert FABRIC.choose_profile(spec, "p5en-efa-ep16", h200(1)).name == "p5en-efa-ep16"  # named: no host check
     for host in (h200(4), h200(1, name="NVIDIA A100-SXM4-80GB"), {}):
         with pytest.raises(NoProfileForHost, match="no profile for this host"):
-            fabric.choose_profile(spec, None, host)
+            FABRIC.choose_profile(spec, None, host)
     with pytest.raises(GateError, match="no profile 'p5'"):
-        fabric.choose_profile(spec, "p5", h200(1))
+        FABRIC.choose_profile(spec, "p5", h200(1))
 
 
 def test_node_commands_of_one_gpu(spec):
@@ -73,9 +76,6 @@ def test_node_commands_of_one_gpu(spec):
         900.0,
         (),
     )
-    env = fabric.process_env(ar, {"LD_LIBRARY_PATH": "/usr/lib", "PATH": "/bin"}, "/nccl/lib")
-    assert env["LD_LIBRARY_PATH"] == "/nccl/lib:/usr/lib" and env["PATH"] == "/bin" and env["NCCL_DEBUG"] == "INFO"
-    assert fabric.process_env(ar, {}, "/nccl/lib")["LD_LIBRARY_PATH"] == "/nccl/lib"
 
 
 def test_node_commands_of_two_p5en_nodes_need_mpi(spec):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "reprostack"
 LOCK = load(REPO / "upstreams.lock")
 # the modules of the gate classes: the only place a kind's own spec fields are read
-KIND_MODULES = {"micro.py", "serving.py", "training.py", "nemo_rl.py", "fabric.py"}
+KIND_MODULES = {Path(sys.modules[type(g).__module__].__file__).name for g in registry.GATES}
 # the staged run and what it is made of: its functions stay short
 STAGE_MODULES = KIND_MODULES | {
     "base.py",

@@ -190,6 +190,7 @@ def test_fresh_artifact_dir_per_cell(aiperf, lock, tmp_path):
     assert cell["requests_expected"] == 8 and cell["completed"] == 8  # not the published export's 40
     assert set(rep.data["ratios_deepep_over_alternative"]["dense"]) == {"c4"}
     assert 0.3 < rep.data["ratios_deepep_over_alternative"]["dense"]["c4"] < 3
+    assert rep.data["ratio_intervals_deepep_over_alternative"] == {"dense": {}}  # one profile run: no interval
     assert not any(c.metric.startswith("dense.") and c.metric.endswith("agg_tok_s") for c in rep.checks)
 
 

@@ -14,11 +14,12 @@ import yaml
 
 from reprostack import cli
 from reprostack.cluster.k8s import KUBERNETES_MINORS, K8sError, dns1123
+from reprostack.gates import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"registry.example:5000/reprostack/deepep@{DIGEST}"
-GATES = ("micro", "vllm", "sglang", "trtllm", "megatron", "nemo-rl")
+GATES = [g.name for g in registry.rendered(ROOT)]  # every gate whose published profile renders (not fabric's MPI one)
 
 
 def _spec():

@@ -205,3 +205,32 @@ def test_summary_records_missing_required(tmp_path):
     s = json.loads(paths["summary.json"].read_text())
     assert s["exit_code"] == 3 and s["missing"] == ["megatron"]
     assert "| megatron | | MISSING |" in paths["summary.md"].read_text()
+
+
+def test_a_skip_is_never_evidence_and_summary_md_shows_no_raw_json(tmp_path):
+    """Issue 40 item 8: a SKIP report said `evidence: true` (nothing was measured), and summary.md printed each
+    provenance entry as raw JSON (`{"nccl": {"rev": ...}}`). Now a SKIP says evidence false (in its report and in
+    summary.json), and the provenance is a Markdown list, one `key.path: value` line per leaf."""
+    skip = skipped("vllm", "c4-c8-c32", "no GPU on this host")
+    good = micro()
+    good.provenance = {
+        "lock_sha256": "a" * 64,
+        "upstreams": {"nccl": {"rev": "1933fdd6", "tree": "a0dde796"}, "deepep": {"rev": "b306af06"}},
+        "host": {"gpus": [{"name": "NVIDIA H200", "bus": "0000:18:00.0"}], "efa": []},
+        "project": {"commit": "8bb97a9" + "0" * 33, "dirty": False, "source": "git", "changed": ["a|b", "c"]},
+    }
+    write_reports([good, skip], tmp_path)
+    assert json.loads((tmp_path / "vllm.json").read_text())["evidence"] is False
+    assert json.loads((tmp_path / "micro.json").read_text())["evidence"] is True
+    by_gate = {g["gate"]: g for g in json.loads((tmp_path / "summary.json").read_text())["gates"]}
+    assert (by_gate["vllm"]["evidence"], by_gate["micro"]["evidence"]) == (False, True)
+    md = (tmp_path / "summary.md").read_text()
+    assert '{"' not in md and "`{" not in md and '["' not in md
+    for line in (
+        "- `upstreams.nccl.rev`: 1933fdd6",
+        "- `host.gpus[0].name`: NVIDIA H200",
+        "- `host.efa`: (none)",
+        "- `project.dirty`: no",
+        "- `project.changed`: a\\|b, c",
+    ):
+        assert line in md.splitlines(), line

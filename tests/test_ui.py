@@ -8,11 +8,12 @@ import io
 import json
 import re
 import os
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+import noxmod
 
 from reprostack import cli, ui
 from reprostack.cmd import gate as cmd_gate
@@ -257,6 +258,39 @@ def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys
     assert (tmp_path / "given" / "summary.json").is_file() and not (tmp_path / "given" / "latest").exists()
 
 
+def test_a_run_that_died_at_its_fetch_says_so_in_latest(tmp_path, monkeypatch, capsys):
+    """Issue 40 item 2: a failed fetch left `latest` on the previous run, whose summary was then read as this run's
+    verdict. Now the run that died writes an ERROR report saying so (never evidence) and `latest` names it; the
+    earlier run is untouched; exit 2 with the fetch's line."""
+    from reprostack.errors import SourceUnreachable
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
+    monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (STAND_IN_LOCK, tmp_path))
+    monkeypatch.setattr(
+        cmd_gate, "fetch_options", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})})
+    )
+    monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
+    assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
+    base = tmp_path / "out" / "gate_vllm"
+    good = os.readlink(base / "latest")
+
+    def unreachable(g, opts, ctx):
+        raise SourceUnreachable("nccl: cannot fetch 1933fdd6360a from https://github.com/NVIDIA/nccl: no network")
+
+    monkeypatch.setattr(runner, "run_here", unreachable)
+    capsys.readouterr()
+    assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 2
+    assert "reprostack: error: nccl: cannot fetch 1933fdd6360a" in capsys.readouterr().err
+    died = os.readlink(base / "latest")
+    assert died != good
+    summary = json.loads((base / died / "summary.json").read_text())
+    (g,) = summary["gates"]
+    assert (g["gate"], g["result"], g["evidence"]) == ("vllm", "error", False) and summary["exit_code"] != 0
+    assert g["reason"].startswith("the run died before the gate ran: nccl: cannot fetch 1933fdd6360a")
+    assert json.loads((base / good / "summary.json").read_text())["gates"][0]["result"] == "pass"  # untouched
+
+
 def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
@@ -295,15 +329,9 @@ def test_several_nodes_need_one_shared_out(tmp_path, monkeypatch, capsys):
 
 def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
     """noxfile._gate without --out reads out/gate_<G>/latest/summary.json, which the CLI points at this run's
-    folder before running anything: a run that crashed leaves no summary there, never an earlier run's verdict."""
-    import importlib.util
-
-    repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("noxfile_under_test", repo / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():  # test_readme may have registered the same sessions already
-        warnings.simplefilter("ignore", FutureWarning)
-        spec.loader.exec_module(noxfile)
+    folder once its summary is written: a run that crashed leaves `latest` where it was, and the session says this
+    run wrote no summary, never reading the earlier run's verdict (issue 40)."""
+    noxfile = noxmod.load()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REPROSTACK_TORCH_PYTHON", "python3")
     monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
@@ -328,7 +356,7 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
         raise KeyError("a crash of the tool itself")
 
     monkeypatch.setattr(runner, "run_here", crash)
-    with pytest.raises(RuntimeError, match="no out/gate_vllm/latest/summary.json was written"):
+    with pytest.raises(RuntimeError, match="this run wrote no summary: .* not this one's verdict"):
         noxfile._gate(Session(), "gate", "vllm")
     assert len([p for p in (tmp_path / "out" / "gate_vllm").iterdir()]) == 3  # two runs + latest; the first intact
 
@@ -337,15 +365,7 @@ def test_nox_gate_session_reads_this_runs_summary_only(tmp_path, monkeypatch):
 
 
 def _noxfile():
-    import importlib.util
-
-    repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("noxfile_item10", repo / "noxfile.py")
-    mod = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        spec.loader.exec_module(mod)
-    return mod
+    return noxmod.load()
 
 
 def test_wheelhouse_folders_joined_by_colon_reach_pip_as_one_find_links_each(tmp_path, monkeypatch):
@@ -393,6 +413,7 @@ def test_nox_installs_quietly_from_every_wheelhouse_folder(tmp_path, monkeypatch
 
     class Session:
         virtualenv = SimpleNamespace(location=str(tmp_path / "venv"))
+        venv_backend = "virtualenv"
         env: dict = {}
 
         def install(self, *args, **kw):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -458,3 +459,21 @@ def test_a_profile_with_its_own_backend_assertion_is_rederived_with_it(tmp_path)
     assert o.ok, o.problems
     valued = [c for c in rep.checks if c.metric != "bars_status"]
     assert f"{len(valued)} check value(s) re-derived from the logs" in o.rederived, (o.rederived, valued)
+
+
+def test_notes_of_reports_that_hold_are_counted_once_not_printed_per_report(capsys, monkeypatch):
+    """Issue 40 item 8: verify-report printed every note of every report (88 lines over results/) even when every
+    report held. Now a report that holds is one line; its notes are counted once each at the end; --notes shows
+    them per report."""
+    monkeypatch.chdir(ROOT)
+    folder = "results/gate_micro"
+    assert cli.main(["verify-report", folder]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert not [x for x in out if x.startswith("  note: ")]
+    head = next(i for i, x in enumerate(out) if x.startswith("notes ("))
+    counted = [x for x in out[head + 1 : -1]]
+    assert counted and all(re.match(r"  \d+ report\(s\): ", x) for x in counted)
+    assert len(counted) == len(set(counted)) and out[-1].startswith("verify-report: ")
+    assert cli.main(["verify-report", "--notes", folder]) == 0
+    per = capsys.readouterr().out.splitlines()
+    assert sum(int(x.split()[0]) for x in counted) == len([x for x in per if x.startswith("  note: ")])

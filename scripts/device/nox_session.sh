@@ -23,7 +23,8 @@ OUTD=${OUT:-$R/out/device}
 mkdir -p "$OUTD" "$REPROSTACK_CACHE/builds"
 [ -f .carry/sources.tar ] || { echo "missing .carry/sources.tar" >&2; exit 2; }
 for t in .carry/builds/*.tar.xz; do [ -f "$t" ] && tar -xJf "$t" -C "$REPROSTACK_CACHE/builds"; done
-python3 -m pip install -q --no-index --no-compile --target /tmp/nox-site --find-links .whl nox==2026.10.20 || exit 1
+# nox and this project with its dependencies (noxfile.py imports the gate registry to make a session per gate)
+python3 -m pip install -q --no-index --no-compile --target /tmp/nox-site --find-links .whl nox==2026.10.20 . || exit 1
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUTD/gpu.txt"
 rm -rf "out/$S"
 t0=$(date +%s)

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import traceback
+from pathlib import Path
 
 from .cmd import (
     all_gates,
@@ -63,8 +64,47 @@ COMMANDS = {
 }
 
 
+class _Version(argparse.Action):
+    """`--version`: the package version and the project commit of the code that runs (dirty or clean), then exit."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit(0)
+
+
+def version_line() -> str:
+    """`reprostack 0.1.0 (project commit 0123abcd..., clean|dirty: N file(s) changed)`, or why the commit is not
+    known (not a git checkout: the stamp, else the reason reprostack.project gives)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import paths, project
+
+    try:
+        ver = version("reprostack")
+    except PackageNotFoundError:
+        ver = "(not installed)"
+    st = project.state(paths.project_root(Path(__file__).resolve().parent))
+    if not st.get("commit"):
+        return f"reprostack {ver} (project commit unknown: {st.get('why', 'no reason given')})"
+    dirty = st.get("dirty")
+    tree = (
+        "dirty: unknown"
+        if dirty is None
+        else (f"dirty: {st.get('changed_count', '?')} file(s) changed" if dirty else "clean")
+    )
+    return f"reprostack {ver} (project commit {st['commit']}, {tree})"
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reprostack", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--version",
+        action=_Version,
+        help="print the version and the project commit of this code (and whether its tree is dirty)",
+    )
     ap.add_argument(
         "-v",
         "--verbose",

@@ -10,6 +10,8 @@ import re
 import shlex
 from datetime import datetime
 
+from .. import runs
+
 _GITHUB = re.compile(r"^https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?$")
 HEAD_TAIL = 3  # commits shown at each end of a long log
 
@@ -49,6 +51,18 @@ def lock_diff(old: str, new: str, path: str = "upstreams.lock") -> str:
     return "".join(
         difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}")
     )
+
+
+def rerun_lines(imp, upstream: str) -> list[str]:
+    """The PR body's "Gates to re-run" lines for a bump.impact.Impact: each gate with its nox session (runs.session:
+    `gate nemo-rl` is `nox -s gate_nemo_rl`), the kernels and images to rebuild, what always runs."""
+    lines = [f"- gate `{g}`: `nox -s {runs.session(g)}` (GPU)" for g in imp.gates]
+    if imp.kernels:
+        lines.append(f"- kernels rebuilt by those gates: {', '.join(f'`{k}`' for k in imp.kernels)}")
+    lines += [f"- image `{i}`: `nox -s build -- {i}`" for i in imp.images]
+    if not lines:
+        lines.append(f"No gate, kernel or image of this project uses `{upstream}`.")
+    return [*lines, f"- always: `nox -s tests`, `nox -s patch -- {upstream}`"]
 
 
 def render(r) -> str:
@@ -176,17 +190,8 @@ def render(r) -> str:
         add("")
 
     add("### Gates to re-run\n")
-    imp = r.impact
-    if imp.gates or imp.kernels or imp.images:
-        for g in imp.gates:
-            add(f"- gate `{g}`: `nox -s gate_{g}` (GPU)")
-        if imp.kernels:
-            add(f"- kernels rebuilt by those gates: {', '.join(f'`{k}`' for k in imp.kernels)}")
-        for i in imp.images:
-            add(f"- image `{i}`: `nox -s build -- {i}`")
-    else:
-        add(f"No gate, kernel or image of this project uses `{r.upstream}`.")
-    add("- always: `nox -s tests`, `nox -s patch -- " + r.upstream + "`")
+    for line in rerun_lines(r.impact, r.upstream):
+        add(line)
     add("")
     if getattr(r, "history", None):  # the gates' runs before/after, from the results history
         add(r.history)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..gitcmd import GitFailed, git
@@ -277,11 +277,3 @@ def _reset(g: Scratch, rev: str) -> None:
         g(*args, check=False)
     g("reset", "-q", "--hard", rev)
     g("clean", "-qfdx")
-
-
-def with_trees(outcomes: list[Outcome]) -> list[PatchEntry]:
-    """The new series: kept and refreshed entries renumbered, each with its new `tree` checkpoint."""
-    return [
-        replace(o.entry, tree=o.tree, index=i)
-        for i, o in enumerate([o for o in outcomes if o.outcome in ("kept", "refreshed")], 1)
-    ]

@@ -1,10 +1,11 @@
-"""`reprostack docs [--check]`: write the docs' generated blocks (README.md, docs/stacks.md) from results/
-(reprostack.report.docsgen); `--check` writes nothing and exits 1 naming each block that differs.
+"""`reprostack docs [--check]`: write the docs' generated blocks (README.md, docs/*.md) from results/, upstreams.lock
+and the gate registry (reprostack.report.docsgen; the `history` and `gates` generators are added here, from the layers
+above); `--check` writes nothing and exits 1 naming each block that differs.
 
 Exit 0 when the docs are what results/ gives (or were written), 1 with `--check` when a block differs, 2 for a doc
 whose markers are broken or a block that cannot be made (one line).
 
-Invariants: the blocks are a pure function of results/ (report.docsgen); only the docs' generated blocks are
+Invariants: the blocks are a pure function of results/ and the gate registry with its specs (report.docsgen); only the docs' generated blocks are
 written, atomically, and only when they differ.
 """
 
@@ -13,9 +14,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-HELP = "write the docs' figures from results/ (README result lines, docs/stacks.md tables, the bench table)"
+HELP = "write the docs' figures from results/ and the lock (README.md and docs/*.md generated blocks)"
 DESCRIPTION = (
-    "Every `<!-- generated: NAME -->` block of README.md and docs/stacks.md is made again from results/; --check "
+    "Every `<!-- generated: NAME -->` block of README.md and docs/*.md is made again from results/ (the git pins: "
+    "from upstreams.lock); --check "
     "writes nothing and fails (1) naming each block that differs (CI runs it)."
 )
 
@@ -52,13 +54,44 @@ def history_block(root: Path, args: list[str]) -> str:
     )
 
 
+def gates_block(root: Path, args: list[str]) -> str:
+    """The `gates` block (docs/architecture.md): one row per gate of the registry (gates.registry.GATES), in its
+    order: its number, the name the operator types, its nox session (runs.session), its spec and class, the gates it
+    requires on its published profile, that profile, its image and its spec's description."""
+    from .. import runs
+    from ..gates import registry
+
+    rows = [
+        "| # | gate | nox session | spec | class | requires (published profile) | published profile | image | what |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, g in enumerate(registry.GATES):
+        spec = g.load(root)
+        profile = g.resolve_profile(spec)
+        needs = ", ".join(f"`{r}`" for r in g.requirements(root, profile)) or "—"
+        cells = [
+            str(i),
+            f"`{g.name}`",
+            f"`{runs.session(g.name)}`",
+            f"`gates/{g.stem}.yaml`",
+            f"`{type(g).__name__}`",
+            needs,
+            f"`{profile.name}`",
+            f"`{spec.image}`",
+            spec.description.replace("|", "\\|"),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def write_page(root: Path) -> str:
     """The committed history page (results/history/index.html and its PNGs) from results/; a line saying what."""
     from ..history import compare, render
-    from ..history.command import ingest, scan
+    from ..history.command import check_page, ingest, scan
     from ..history.store import Store
 
     out = root / "results" / "history"
+    check_page(out)  # never a tables-only page over the committed plots
     with tempfile.TemporaryDirectory(prefix="reprostack-docs-") as d:
         with Store.open(Path(d) / "history.sqlite3") as store:
             ingest(store, scan([root / "results"], exclude=out))
@@ -74,7 +107,7 @@ def run(args) -> int:
     from ..report.docsgen import generate
 
     root = paths.project_root()
-    drift = generate(root, check=args.check, extra={"history": history_block})
+    drift = generate(root, check=args.check, extra={"history": history_block, "gates": gates_block})
     for d in drift:
         print(d.line() if args.check else f"docs: wrote {d.path} block `{d.block}`")
     if not drift:

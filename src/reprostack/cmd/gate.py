@@ -4,6 +4,8 @@ prints each gate's launch plan and runs nothing (gates.runner, gates.plan, repor
 
 Invariants:
 - bad input raises before any gate runs and leaves no run folder (runs.RunDir.abandon), `latest` as it was;
+- a run that dies at a stage (fetch, patch, build: exit 2) writes an ERROR report saying so and `latest` moves to it,
+  so `latest/summary.json` is never an earlier run's verdict;
 - exit code: report.exit_code (0 every required gate passed, 1 a gate failed or errored, 3 one was skipped).
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ReprostackError, Signalled
+from ..errors import BuildError, FetchError, PatchError, ReprostackError, Signalled
 from ..gates.registry import GATE_ORDER, GATE_STEMS
 from . import add_source_options, fetch_options, load_lock
 
@@ -68,8 +70,8 @@ def _gates(args, lock, root, opts) -> int:
             "a run on several nodes needs --out DIR, the same folder on every node (node 0 reads "
             "every node's log there)"
         )
-    # a new folder per run, `latest` pointed at it before anything runs: a crash leaves `latest` without a
-    # summary, never an earlier run's summary to be read as this one's verdict; --out DIR is used as given
+    # a new folder per run; `latest` moves to it only once its summary is written (runs.RunDir.finish): a run that
+    # died leaves `latest` on the last run that finished, and says so; --out DIR is used as given
     if ga.baseline == BASELINE_HISTORY and not ga.baseline_runs:  # the gates never read the history: paths here
         stem = registry.gate(args.gate).stem if args.cmd == "gate" else None
         ga = ga.with_(baseline_runs=history_runs(root, opts.cache.root, lock.stack, stem, ga.profile))
@@ -92,8 +94,16 @@ def _gates(args, lock, root, opts) -> int:
             g = registry.gate(args.gate) if args.cmd == "gate" else None
             reports = [node.stopped(g, e)] if g is not None else []
             required = {r.gate for r in reports} if g is not None else runner.required()
+        except (FetchError, PatchError, BuildError) as e:  # a stage could not run: the run died, and says so
+            if args.cmd != "gate" or not node.reporter:
+                folder.abandon()
+                raise
+            rep = node.died(registry.gate(args.gate), e)
+            write_reports([rep], out, required={rep.gate})
+            folder.finish()  # `latest` names this run: its summary says it died, never an earlier verdict
+            raise
         except ReprostackError:
-            folder.abandon()  # bad input, nothing ran: no trace of this run, latest as it was
+            folder.abandon()  # bad input, nothing ran: no trace of this run; latest never moved
             raise
         sigterm.hold()  # the run is over: the reports and the rc are written whole
         if not node.reporter:  # a worker: no report (only node 0 writes them); its rc says how its part went
@@ -101,6 +111,7 @@ def _gates(args, lock, root, opts) -> int:
         for r in reports:  # which of the lock's stacks ran (contract: provenance.stack)
             r.provenance.setdefault("stack", lock.stack)
         written = write_reports(reports, out, required=required)
+        folder.finish()
         for line in result_lines(reports):
             print(line)
         print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
@@ -169,6 +180,19 @@ class _Node:
         for r in reports:
             print(f"{r.gate} [{r.profile}]: node {self.ga.node_rank}: {'done' if ok else 'FAILED'} — {r.reason}")
         return self.end(0 if ok else 1)
+
+    def died(self, g, e: ReprostackError):
+        """The ERROR report of a run that died at a stage (a fetch, a patch, a build that could not run): nothing
+        was measured (never evidence); its reason is the error's line."""
+        from ..report import GateReport, Result, utc_now
+
+        now = utc_now()
+        why = f"the run died before the gate ran: {' '.join(str(e).split())[:600]}"
+        rep = GateReport(
+            g.report_name, self.ga.profile or "-", Result.ERROR, why, started=now, ended=now, duration_s=0.0
+        )
+        rep.evidence = False
+        return rep
 
     def stopped(self, g, e: Signalled):
         """The ERROR report of a run stopped by signal `e` (node 0: with what the other nodes' rc files say)."""

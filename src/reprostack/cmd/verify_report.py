@@ -30,6 +30,25 @@ def add_arguments(p) -> None:
     p.add_argument("folders", nargs="*", metavar="DIR", help="folders (or report files) to verify (default: results/)")
     p.add_argument("--json", metavar="FILE", default=None, help="also write every finding as JSON to FILE")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the reports that do not hold")
+    p.add_argument(
+        "--notes",
+        action="store_true",
+        help="print each report's notes under it (default: a report that does not hold shows its notes; the "
+        "others' notes are counted once each at the end)",
+    )
+
+
+def print_note_counts(outcomes) -> None:
+    """What could not be re-derived in reports that hold, each note once with how many reports say it (a report's
+    path in a note is left out so that the same note reads alike); `--notes` shows them per report."""
+    import re
+    from collections import Counter
+
+    counts = Counter(re.sub(r"results/\S+", "REPORT", n) for o in outcomes for n in o.notes)
+    if counts:
+        print(f"notes ({sum(counts.values())}; per report: --notes):")
+        for n, k in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"  {k} report(s): {n}")
 
 
 def run(args) -> int:
@@ -74,9 +93,11 @@ def run(args) -> int:
         if o.ok and args.quiet:
             continue
         print(o.line())
-        for n in o.notes:
-            if not args.quiet:
+        if args.notes or not o.ok:
+            for n in o.notes:
                 print(f"  note: {n}")
+    if not args.notes and not args.quiet:
+        print_note_counts([o for o in outcomes if o.ok])
     print(
         f"verify-report: {len(outcomes) - len(bad)} of {len(outcomes)} report(s) hold"
         + (f", {len(bad)} do not" if bad else "")

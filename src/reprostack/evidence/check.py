@@ -40,9 +40,6 @@ class FolderCheck:
     def predicate(self) -> dict | None:
         return self.opened.predicate if self.opened else None
 
-    def covers(self, rel: str) -> bool:
-        return self.opened is not None and any(s["name"] == rel for s in self.opened.statement["subject"])
-
     def line(self) -> str:
         if not self.signed and not self.problems:
             return "unsigned (no *.intoto.jsonl)"

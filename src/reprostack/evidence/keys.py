@@ -49,12 +49,6 @@ def key_path(environ=None) -> Path:
     return Path(platformdirs.user_config_dir("reprostack")) / KEY_FILE_NAME
 
 
-def where_from(environ=None) -> str:
-    """How key_path chose its answer, for a person."""
-    env = os.environ if environ is None else environ
-    return f"${KEY_ENV}" if env.get(KEY_ENV) else "the default (no $" + KEY_ENV + ")"
-
-
 def new_key(path: Path):
     """Make an ed25519 key at `path` (0600, never over an existing file). Returns the securesystemslib signer."""
     from securesystemslib.signer import CryptoSigner

@@ -219,10 +219,6 @@ class Cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_text_atomic(path, json.dumps(data, sort_keys=True))
 
-    def drop_marker(self, url: str, rev: str) -> None:
-        """Forget that (url, rev) was verified (the objects stay)."""
-        self.marker_path(url, rev).unlink(missing_ok=True)
-
 
 @contextmanager
 def flocked(path: Path) -> Iterator[None]:

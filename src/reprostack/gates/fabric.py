@@ -8,10 +8,9 @@ launcher this runner cannot start, MPI, is an ERROR saying what it needs) -> lau
 for this node, under the watchdog, the pinned NCCL first on the library path) -> judge (the functions below).
 
 Its functions, each pure:
-- choose_profile(spec, name, host): the named profile, else the one fitting the host (micro's rule);
 - node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test one TestCommand, the
   argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's, then the profile's),
-  the same for the plan and the run; `process_env` puts the pinned NCCL's lib first on LD_LIBRARY_PATH;
+  the same for the plan and the run;
 - parse(text_by_test): gates.parsers.nccl_tests per test;
 - checks(spec, profile, parsed, nccl_version=): per test `<test>.rows` (every size of the sweep in each of the
   `trials` cycles), `<test>.wrong_total` == 0 (-c 1 checked every result), `<test>.out_of_bounds` == 0,
@@ -64,7 +63,7 @@ from .options import GateOptions
 from . import transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
 from .parsers.transport import TransportParse
-from .spec import NoProfileForHost, Profile
+from .spec import Profile
 
 EFA_TRANSPORT = transport.EFA_TRANSPORT
 
@@ -96,26 +95,6 @@ class FabricParse:
 
     def get(self, test: str) -> NcclTestsParse | None:
         return self.tests.get(test)
-
-
-def choose_profile(spec: FabricSpec, name: str | None, host: dict) -> Profile:
-    """The named profile, else the one fitting this host (hostinfo.collect's dict): EFA and 8 GPUs -> the 2-node EFA
-    profile; no EFA -> the one-node profile with the host's GPU count (h200-ep1, h200-nvl-ep8); a profile with
-    `gpu-model` only where every listed GPU name holds it. Raises NoProfileForHost (a SKIP with this reason) or
-    GateError for an unknown named profile."""
-    if name:
-        return spec.profile(name)
-    gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-    names = [g.get("name", "") for g in host.get("gpus", []) if isinstance(g, dict)]
-    for p in spec.profiles.values():
-        if p.gpu_model and names and not all(p.gpu_model in n for n in names):
-            continue
-        if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
-            return p
-    raise NoProfileForHost(
-        f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
-        f"pass --profile (known: {', '.join(spec.profiles)})"
-    )
 
 
 def node_commands(
@@ -165,17 +144,6 @@ def node_commands(
             )
         )
     return tuple(out)
-
-
-def process_env(cmd: TestCommand, base: dict | None = None, nccl_lib: Path | str | None = None) -> dict:
-    """The full environment of `cmd`: `base` (default: ours), its env over it, and the pinned NCCL's lib folder first
-    on LD_LIBRARY_PATH (the binaries NEED libnccl.so.2 by SONAME: the first on the path is the one they load)."""
-    env = dict(os.environ if base is None else base)
-    env.update(cmd.env)
-    if nccl_lib is not None:
-        rest = env.get("LD_LIBRARY_PATH", "")
-        env["LD_LIBRARY_PATH"] = str(nccl_lib) + (os.pathsep + rest if rest else "")
-    return env
 
 
 def parse(text_by_test: dict) -> FabricParse:

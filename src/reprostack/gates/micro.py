@@ -64,7 +64,7 @@ from .kernelprep import (
     source_trees,
 )
 from .options import BASELINE_HISTORY as HISTORY
-from .options import GateOptions
+from .options import MICRO_TRIALS, GateOptions
 from .parsers.failure import classify_failure
 from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .parsers.test_ep import classify_test_ep_failure
@@ -72,7 +72,7 @@ from .parsers.transport import nccl_host, parse_transport
 from .spec import BaselineSpec, Profile, load_spec, resolve_bars
 
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
-DEFAULT_TRIALS = 5
+DEFAULT_TRIALS = MICRO_TRIALS  # the one value, in gates.options (its --trials help states it)
 
 
 class MicroGate(Gate):
@@ -433,7 +433,7 @@ class MicroGate(Gate):
             modes=st.opts.modes,
         )
         st.data["failure"] = fc.to_dict()
-        why = f"{fc.kind}: {fc.detail} ({fc.first_line})"
+        why = fc.line()
         kern = st.scratch["kern"]
         hint = runtime.older_nccl_hint(text, kern.nccl_version)
         if hint:  # an ImportError on an nccl symbol: say which NCCL the environment loads first

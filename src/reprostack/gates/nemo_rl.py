@@ -106,7 +106,7 @@ class NemoRLGate(Gate):
         if not parsed.complete:
             fc = classify_failure(text, outcome.returncode, outcome.timed_out)
             st.data["failure"] = fc.to_dict()
-            result, reason = decide([], ran_ok=False, failure_reason=f"{fc.kind}: {fc.detail} ({fc.first_line})")
+            result, reason = decide([], ran_ok=False, failure_reason=fc.line())
             return GateReport(self.stem, name, result, reason, provenance=st.prov, artifacts=st.artifacts)
         checks, st.data["metrics"] = nemo_rl_checks(st.spec, st.profile, parsed)
         result, reason = decide(checks, ran_ok=True)

@@ -33,6 +33,10 @@ PROFILE_RULE = (
 )
 
 
+MICRO_TRIALS = 5  # micro: trials in one launch when --trials is not given (gates.micro)
+SERVING_TRIALS = 3  # serving: AIPerf profile runs per cell on a GPU profile when --trials is not given (gates.serving)
+
+
 def trials_type(text: str) -> int:
     """`--trials K`: a whole number >= 1 (argparse prints its error as one line and exits 2)."""
     try:
@@ -114,7 +118,15 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     ),
     "jobs": (("--jobs",), dict(type=int, default=None, help="parallel compile jobs (default: all cores)")),
     "arch": (("--arch",), dict(default=None, help="CUDA arch, e.g. 90 (default: from nvidia-smi)")),
-    "nodes": (("--nodes",), dict(type=int, default=None, help="nodes (default: the profile's; must equal it)")),
+    "nodes": (
+        ("--nodes",),
+        dict(
+            type=int,
+            default=None,
+            metavar="N",
+            help="how many nodes the run spans (default: the gate profile's node count; another count is refused)",
+        ),
+    ),
     "node_rank": (("--node-rank",), dict(type=int, default=0, help="this node's rank (0: the node that reports)")),
     "master_addr": (("--master-addr",), dict(default=None, help="node 0's address (several nodes)")),
     "master_port": (("--master-port",), dict(type=int, default=None, help="rendezvous port (several nodes)")),
@@ -154,8 +166,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             default=None,
             metavar="K",
             help="repeated trials, bars judged on their 95%% interval (PASS / FAIL / INCONCLUSIVE): micro: "
-            "the measurement K >= 1 times in one launch (default 5; K=1 has no interval: INCONCLUSIVE); "
-            "serving: AIPerf's --num-profile-runs K per cell (default 1: the bar on the one run)",
+            f"the measurement K >= 1 times in one launch (default {MICRO_TRIALS}; K=1 has no interval: "
+            f"INCONCLUSIVE); serving: AIPerf's --num-profile-runs K per cell (default {SERVING_TRIALS} on a GPU "
+            "profile, 1 on local-test: the bar on the one run)",
         ),
     ),
     "arms": (

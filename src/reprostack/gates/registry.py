@@ -63,3 +63,15 @@ def load_all(root: Path) -> dict[str, object]:
     """{gate name: validated spec} of every gate present under `root`, each through its own loader.
     Raises GateSpecError (file:line) for the first spec that does not load."""
     return {g.name: g.load(root) for g in present(root)}
+
+
+def rendered(root: Path) -> list[Gate]:
+    """The gates present under `root` whose published profile the cluster renderers (`launch slurm`, `launch k8s`)
+    render (Gate.unrenderable is None: fabric's p5en profile needs an MPI launch), in dependency order: the gates of
+    the committed examples (docs/examples/). Raises GateSpecError for a spec that does not load."""
+    out = []
+    for g in present(root):
+        spec = g.load(root)
+        if g.unrenderable(spec, g.resolve_profile(spec)) is None:
+            out.append(g)
+    return out

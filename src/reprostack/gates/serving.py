@@ -59,11 +59,12 @@ from ..report import (
     require_deepep_arm,
 )
 from ..report.stats import statistics_block, summarize
+from .servingratio import ratio_intervals
 from .aiperfrun import CellResult, profile_run_started, run_cell
 from .aiperftool import ensure_aiperf, make_test_tokenizer
 from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .options import GateOptions
+from .options import SERVING_TRIALS, GateOptions
 from .parsers.failure import classify_failure
 from .parsers.servelog import ServeLogReport, assert_backend
 from .parsers.transport import parse_transport
@@ -71,7 +72,7 @@ from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 from .spec import NoProfileForHost
 
-DEFAULT_TRIALS = 3  # AIPerf profile runs per cell on a GPU profile when --trials is not given
+DEFAULT_TRIALS = SERVING_TRIALS  # AIPerf runs per cell on a GPU profile without --trials (gates.options holds it)
 
 
 @dataclass
@@ -369,7 +370,7 @@ class ServingGate(Gate):
             run.transport, run.transport_check = arm_transport(profile, dict(plan.env), arm.name, text)
         if run.error and run.server_exit is not None:
             fc = classify_failure(text, run.server_exit, False)
-            run.error += f" ({fc.kind}: {fc.detail}" + (f"; {fc.first_line}" if fc.first_line else "") + ")"
+            run.error += f" ({fc.line()})"
         if run.error and run.backend.first_dead_rank is not None:
             run.error += f"; first rank that died: {run.backend.first_dead_rank} ({run.backend.death})"
         return run
@@ -459,6 +460,7 @@ class ServingGate(Gate):
                 for r in runs
             },
             "ratios_deepep_over_alternative": _ratios(runs),
+            "ratio_intervals_deepep_over_alternative": ratio_intervals(runs),
             "profile": profile.description,
             "statistics": _statistics(runs),
             "trials": st.opts.trials,

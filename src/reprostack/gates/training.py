@@ -247,9 +247,7 @@ class MegatronGate(Gate):
             if "failure" in res:
                 fc = res["failure"]
                 entry["failure"] = fc.to_dict()
-                failures.append(
-                    f"{name} arm: {fc.kind}: {fc.detail}" + (f" ({fc.first_line})" if fc.first_line else "")
-                )
+                failures.append(f"{name} arm: {fc.line()}")
                 continue
             results[name] = res
             checks += arm_checks(spec, profile, name, res["parse"], entry, st.data.get("nccl"))

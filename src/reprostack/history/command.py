@@ -10,6 +10,12 @@ be used (damaged, not SQLite, newer schema, not a history), is one error line an
 written. Otherwise exit 0: regressions are reported, not an exit status (the history holds old regressions too;
 a bump PR shows its own comparison).
 
+Where it writes: the database and the page go to the reprostack cache (`<cache>/history/history.sqlite3`,
+`<cache>/history/page/`), never into the clone: the committed page results/history/ is written only when asked
+(`--out results/history`, or `reprostack docs --page`), and a page whose index.html holds plots is never replaced
+by one without them (matplotlib missing here: one line, exit 2, nothing written). A folder where index.html should
+be, a read-only or locked database: one line each, exit 2.
+
 What it prints (stdout), short by default: the summary line (N reports, M metrics, K flagged), the flagged
 regressions first, one line per metric with intervals, then where the page is; `--all` adds every run of every
 metric. Progress goes to stderr (reprostack.ui: a live display on a terminal, plain lines elsewhere). Without
@@ -115,6 +121,27 @@ class _Ticks:
             self.pending, self.last = 0, now
 
 
+def default_page() -> Path:
+    """`<cache>/history/page/`: the page of a plain `reprostack history` (outside the clone)."""
+    return default_db().parent / "page"
+
+
+def check_page(out_dir: Path) -> None:
+    """Refuse, before anything is written, a page folder that cannot take the page: a file in its place, a folder
+    where index.html goes, or (matplotlib missing) an index.html with plots that a tables-only page would strip."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReprostackError(f"--out {out_dir}: exists and is not a folder")
+    index = out_dir / "index.html"
+    if index.is_dir() or (index.exists() and not index.is_file()):
+        raise ReprostackError(f"--out {out_dir}: {index} is a folder (or not a file); move it away")
+    missing = render.plots_missing()
+    if missing is not None and index.is_file() and b"data:image/png" in index.read_bytes()[: 64 << 20]:
+        raise ReprostackError(
+            f"--out {out_dir}: its index.html has plots and {missing}: a tables-only page would strip them; "
+            f"pip install -e '.[plots]' in this checkout, or --no-plots, or another --out"
+        )
+
+
 def run(folders: list[str], out: str | None, db: str | None, plots: bool = True, full: bool = False) -> int:
     root = paths.project_root()
     given = [Path(f) for f in folders]
@@ -123,10 +150,10 @@ def run(folders: list[str], out: str | None, db: str | None, plots: bool = True,
             raise ReprostackError(f"{f}: no such folder or report")
     if not given and (root / "results").is_dir():
         given = [root / "results"]
-    out_dir = Path(out) if out else root / "results" / "history"
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ReprostackError(f"--out {out_dir}: exists and is not a folder")
     db_path = Path(db) if db else default_db()
+    out_dir = Path(out) if out else default_page()
+    if plots:
+        check_page(out_dir)
 
     def warn(line: str) -> None:
         ui.info(line)

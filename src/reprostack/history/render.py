@@ -168,12 +168,12 @@ class _Plotter:
 
         self.plt = plt
         self.fig = plt.figure(figsize=(5.6, 2.3), dpi=72)
-        self.fig.subplots_adjust(left=0.12, right=0.98, top=0.87, bottom=0.24)
+        self.fig.subplots_adjust(left=0.12, right=0.98, top=0.87, bottom=0.3)
 
     def png(self, s: Series) -> bytes:
         fig = self.fig
         fig.clf()
-        fig.subplots_adjust(left=0.12, right=0.98, top=0.87, bottom=0.24)
+        fig.subplots_adjust(left=0.12, right=0.98, top=0.87, bottom=0.3)
         ax = fig.add_subplot(1, 1, 1)
         pts = s.points
         xs = range(len(pts))
@@ -188,6 +188,7 @@ class _Plotter:
                 color="tab:blue",
                 capsize=4 if len(ci) <= 50 else 0,
                 ms=6 if len(pts) <= 200 else 2,
+                label=LEGEND["ci"],
             )
         if one:
             ax.plot(
@@ -197,12 +198,22 @@ class _Plotter:
                 mfc="none",
                 color="tab:gray",
                 ms=6 if len(pts) <= 200 else 2,
+                label=LEGEND["one"],
             )
         ax.plot(list(xs), [p.m.mean for p in pts], "-", color="tab:blue", alpha=0.3, lw=1 if len(pts) <= 200 else 0.5)
         at = {p.report_id: i for i, p in enumerate(pts)}
         bad = [at[c.after.report_id] for c in s.regressions if c.after.report_id in at]
         if bad:
-            ax.plot(bad, [pts[j].m.mean for j in bad], "x", color="tab:red", ms=12 if len(pts) <= 200 else 6, mew=2)
+            ax.plot(
+                bad,
+                [pts[j].m.mean for j in bad],
+                "x",
+                color="tab:red",
+                ms=12 if len(pts) <= 200 else 6,
+                mew=2,
+                label=LEGEND["regression"],
+            )
+        ax.legend(loc="upper left", fontsize=6, frameon=False, ncol=3, borderaxespad=0.2)  # fixed: no "best" search
         step = max(1, -(-len(pts) // MAX_TICKS))
         ticks = list(range(0, len(pts), step))
         if ticks[-1] != len(pts) - 1 and len(pts) - 1 - ticks[-1] >= step / 2:
@@ -210,6 +221,7 @@ class _Plotter:
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{(pts[i].date or '?')[:10]}\n{pts[i].lock_sha256[:8]}" for i in ticks], fontsize=7)
         ax.set_ylabel(s.unit or "value", fontsize=8)
+        ax.set_xlabel("run: date, lock sha256", fontsize=7, labelpad=1)
         ax.set_title(s.title(), fontsize=8, y=1.0, pad=4)  # a fixed y: no automatic title placement (slow)
         ax.tick_params(axis="y", labelsize=7)
         ax.margins(x=0.1 if len(pts) <= 20 else 0.02)
@@ -235,6 +247,13 @@ PAGE_ROWS = 60  # runs per metric in the page's table (the latest; the plot show
 PAGE_FLAGGED = 100  # regressions listed at the top of the page
 
 
+LEGEND = {  # the plots' legend, also written under the page's heading (a tables-only page has no plot)
+    "ci": "mean, 95% CI (n >= 2)",
+    "one": "one sample (n=1, no interval)",
+    "regression": "flagged regression",
+}
+
+
 def _html(series: list[Series], pngs: dict[str, bytes], reports: int, note: str | None = None) -> str:
     e = html.escape
     regs = flagged(series)
@@ -255,6 +274,11 @@ def _html(series: list[Series], pngs: dict[str, bytes], reports: int, note: str 
     out.append(
         "<p>A regression is flagged only when two 95% intervals separate; a report without "
         "<code>data.statistics</code> is one sample (n=1, no interval) and is shown, never judged.</p>"
+    )
+    out.append(
+        '<p class="legend">Legend of the plots: blue dot with bars: '
+        f"{e(LEGEND['ci'])}; hollow grey dot: {e(LEGEND['one'])}; red cross: {e(LEGEND['regression'])}. "
+        "x axis: the run (its date and the first 8 hex digits of its lock's sha256); y axis: the metric's unit.</p>"
     )
     if note:
         out.append(f"<p>{e(note)}</p>")

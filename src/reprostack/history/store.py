@@ -87,6 +87,19 @@ class Point:
         return (self.gate, self.profile, self.stack, self.m.metric)
 
 
+def db_error(where: str, e: sqlite3.Error, *, left: str = "") -> HistoryError:
+    """One line for an SQLite error on the database at `where`: locked by another process, read-only, or not a
+    history database (each says what to do)."""
+    text = str(e)
+    if "locked" in text:
+        return HistoryError(
+            f"{where}: locked by another process (SQLite: {text}); run again once it has finished, or use another --db"
+        )
+    if "readonly" in text or "read-only" in text:
+        return HistoryError(f"{where}: read-only (SQLite: {text}); make it writable, or use another --db")
+    return HistoryError(f"{where}: not a history database ({text}){left}")
+
+
 def _quick_check(conn: sqlite3.Connection, where: str) -> None:
     """PRAGMA quick_check of an open connection: HistoryError naming the first problem it reports."""
     rows = conn.execute("PRAGMA quick_check(5)").fetchall()
@@ -118,7 +131,7 @@ class Store:
             _quick_check(ro, str(path))
             cls(ro, str(path)).check_version()
         except sqlite3.DatabaseError as e:
-            raise HistoryError(f"{path}: not a history database ({e}); left as it is") from None
+            raise db_error(str(path), e, left="; left as it is") from None
         finally:
             ro.close()
 
@@ -142,7 +155,7 @@ class Store:
             store._migrate()
         except sqlite3.DatabaseError as e:
             conn.close()
-            raise HistoryError(f"{where}: not a history database ({e})") from None
+            raise db_error(where, e) from None
         except BaseException:
             conn.close()
             raise
@@ -161,7 +174,7 @@ class Store:
             mem = sqlite3.connect(":memory:", isolation_level=None)
             src.backup(mem)
         except sqlite3.DatabaseError as e:
-            raise HistoryError(f"{path}: not a history database ({e})") from None
+            raise db_error(str(path), e) from None
         finally:
             src.close()
         store = cls(mem, str(path))
@@ -239,7 +252,14 @@ class Store:
         return self.ingest_many([r]) == 1
 
     def ingest_many(self, records: list[Record]) -> int:
-        """Store `records` in one transaction (see the module doc); returns how many were new."""
+        """Store `records` in one transaction (see the module doc); returns how many were new. A database another
+        process holds locked, or one that is read-only, is a HistoryError (one line), never a traceback."""
+        try:
+            return self._ingest_many(records)
+        except sqlite3.OperationalError as e:
+            raise db_error(self.where, e) from None
+
+    def _ingest_many(self, records: list[Record]) -> int:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:

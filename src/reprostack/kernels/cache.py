@@ -38,7 +38,6 @@ from .cachestore import KEY, StoreError, StoreRefused, open_store
 ENTRY_VERSION = 1
 TOP = ("site", "jit", "build.json", "build.log")  # what an entry carries of a build folder
 MAX_FILES = 20000
-MAX_FILE_BYTES = 4 << 30
 MAX_ENTRY_BYTES = 16 << 30
 
 

@@ -165,7 +165,6 @@ class OciStore:
         except RegistryError as e:
             raise StoreError(str(e)) from None
         self.url = url
-        self._layers: dict[str, dict] = {}
 
     def _manifest(self, key: str) -> dict | None:
         body = self.repo.get_manifest(key)

@@ -57,11 +57,10 @@ from ..lock import GitPin, Lock, WheelPin
 from ..sources import SourceTree
 from ..yamlsrc import validate
 from . import ncclwheel, preflight
-from .recipe import load_recipe
+from .recipe import has_recipe, load_recipe
 
 MANIFEST = "/opt/reprostack/kernels.json"
 MAX_MANIFEST_BYTES = 1 << 20
-KERNELS = ("nccl", "deepep")
 
 
 class PrebuiltError(LocatedError, BuildError):
@@ -117,9 +116,6 @@ class Prebuilt:
         """(path, sha256) of the one hashed libnccl file of component nccl (`check` made sure there is exactly one):
         the NCCL the gate loads and the folder it trusts come from it, never from a free `paths` field."""
         return _nccl_file(self.path, self.components["nccl"])
-
-    def file_sha256(self, name: str, path: Path) -> str | None:
-        return self.components[name].get("files", {}).get(str(path))
 
     def provenance(self) -> dict:
         """`provenance.kernels_from` of a report: where the kernels came from (container.py adds the image id)."""
@@ -252,7 +248,7 @@ def check(
             raise _mismatch(
                 path, name, "patched_tree", c["patched_tree"], where + " after its patch series", want_tree, rebuild
             )
-        if name in KERNELS and c["kind"] != "kernel":
+        if has_recipe(root, name) and c["kind"] != "kernel":  # a component with a recipe is a kernel
             raise _mismatch(path, name, "kind", c["kind"], "the gate", "kernel", rebuild)
         if c["kind"] == "kernel":
             recipe = load_recipe(root, name)

@@ -45,6 +45,11 @@ class Recipe:
     digest: str = ""
 
 
+def has_recipe(root: Path, component: str) -> bool:
+    """Whether `component` is a kernel this checkout builds: `<root>/kernels/<component>.yaml` exists."""
+    return (Path(root) / "kernels" / f"{component}.yaml").is_file()
+
+
 def load_recipe(root: Path, component: str) -> Recipe:
     """Read `<root>/kernels/<component>.yaml`. Raises BuildError naming the file and the bad key."""
     path = Path(root) / "kernels" / f"{component}.yaml"

@@ -56,7 +56,7 @@ def is_nccl(path: str) -> bool:
 
 def nccl_maps(text: str) -> tuple[list[str], list[str], dict[str, str]]:
     """(every libnccl path mapped, sorted; those of them deleted or replaced on disk; path -> one address range)."""
-    mapped, deleted, ranges = set(), set(), {}
+    mapped, deleted, ranges = set(), set(), {}  # type: set[str], set[str], dict[str, str]
     for rng, path, gone in parse(text):
         if is_nccl(path):
             mapped.add(path)

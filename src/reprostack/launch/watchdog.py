@@ -58,11 +58,6 @@ class RunOutcome:
     note: str | None = field(default=None)
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`, from /proc; [] when /proc is absent."""
-    return sorted(pid for pid, (state, _, pg) in _table().items() if state != "Z" and pg == pgid)
-
-
 def become_subreaper() -> bool:
     """Make this process a child subreaper (Linux prctl), once: orphaned descendants are re-parented to us, not
     to init. Returns whether it is one. Harmless elsewhere (False)."""
@@ -80,7 +75,7 @@ def become_subreaper() -> bool:
 
 def _table() -> dict[int, tuple[str, int, int]]:
     """{pid: (state, ppid, pgid)} of every process in /proc; {} when /proc is absent."""
-    out = {}
+    out: dict[int, tuple[str, int, int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -318,7 +313,7 @@ def run_with_watchdog(
                 target=_watch, args=(proc, pgid, cookie, watch, watch_every_s, stop_watch, argv[0]), daemon=True
             )
             watcher.start()
-        timed_out, killed, sigkill, note = False, [], False, None
+        timed_out, killed, sigkill, note = False, [], False, None  # type: bool, list[int], bool, str | None
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -388,7 +388,7 @@ def deb_control_text(data: bytes, where: str) -> str:
     """The `./control` file of a .deb as text (deb_control's checks on the container; the stanza is not parsed)."""
     if not data.startswith(b"!<arch>\n"):
         raise DebianError(f"{where}: not a .deb (no ar magic)")
-    pos, members = 8, {}
+    pos, members = 8, {}  # type: int, dict[str, bytes]
     while pos < len(data) and len(members) < MAX_DEB_MEMBERS:
         head = data[pos : pos + 60]
         if len(head) < 60 or head[58:60] != b"`\n":

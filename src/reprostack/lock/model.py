@@ -278,7 +278,7 @@ class Lock:
         st = self.stacks.get(self.stack)
         return dict(st.env) if st else {}
 
-    def get(self, name: str) -> GitPin | WheelPin | WheelsetPin | ImagePin:
+    def get(self, name: str) -> GitPin | WheelPin | WheelsetPin | ImagePin | DebsPin:
         """Return the pin named `name`; raises LockError naming the known pins when absent."""
         if name not in self.upstreams:
             known = ", ".join(sorted(self.upstreams))
@@ -419,6 +419,8 @@ def load(
     _check_refs(data, path, lines)
 
     want = stack or lockstacks.selected()
+    if not isinstance(data, dict):  # not reached: the schema above wants a mapping
+        raise LockError(str(path), None, "(file)", "the lock is not a mapping")
     shared = _type_pins(data["upstreams"], path, root, lines, strict=not allow_unfilled)
     stacks: dict[str, lockstacks.Stack] = {}
     chosen = None
@@ -436,6 +438,7 @@ def load(
             chosen = (typed, eff_lines)
     if chosen is None:  # an unknown name: the same one-line error as effective() gives
         lockstacks.effective(data, lines, str(path), want)
+        raise LockError(str(path), None, "stacks", f"no stack {want!r}")  # not reached: effective() raised
     upstreams, eff_lines = chosen
     return Lock(
         path=path,
@@ -450,7 +453,7 @@ def load(
 def _type_pins(ups: dict, path: Path, root: Path, lines: dict, others: dict | None = None, strict: bool = True) -> dict:
     """Typed pins of a schema-valid `upstreams` mapping (`others`: typed pins it may refer to by `installed-on`);
     LockError naming FILE:LINE."""
-    upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin] = {}
+    upstreams: dict[str, GitPin | WheelPin | WheelsetPin | ImagePin | DebsPin] = {}
     for name, u in ups.items():
         if u["kind"] == "git":
             upstreams[name] = _git_pin(name, u, path, root, lines)
@@ -621,7 +624,7 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
     for sp in u.get("submodules") or {}:
         problem = submodule_path_problem(sp)
         if problem:
-            at = ("upstreams", name, "submodules", sp)
+            at: tuple = ("upstreams", name, "submodules", sp)
             raise LockError(str(path), _line(lines, at), _dotted(at), problem)
     urls = [
         (("upstreams", name, "url"), u["url"]),
@@ -635,7 +638,7 @@ def _git_pin(name: str, u: dict, path: Path, root: Path, lines: dict) -> GitPin:
         Submodule(path=sp, url=s["url"], rev=s["rev"], tree=s.get("tree"), fetch_refs=tuple(s.get("fetch-refs", ())))
         for sp, s in (u.get("submodules") or {}).items()
     )
-    patches = []
+    patches: list[PatchEntry] = []
     for i, p in enumerate(u.get("patches") or (), start=1):
         kind = next(k for k in ("cherry-pick", "mbox", "diff") if k in p)
         at = ("upstreams", name, "patches", i - 1)
@@ -766,7 +769,7 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict, strict: bool = Tr
     seen: dict[str, int] = {}
     for i, f in enumerate(files):
         if f.name in seen:
-            at = ("upstreams", name, "files", i, "name")
+            at: tuple = ("upstreams", name, "files", i, "name")
             raise LockError(
                 str(path),
                 _line(lines, at),
@@ -778,10 +781,10 @@ def _wheelset_pin(name: str, u: dict, path: Path, lines: dict, strict: bool = Tr
     for key in ("requirements", "overrides"):
         for i, req in enumerate(u.get(key, ())):
             dist, version = req.split("==", 1)
-            f = by_name.get(canonical_name(dist))
-            if strict and files and (f is None or f.version != version):
+            have = by_name.get(canonical_name(dist))
+            if strict and files and (have is None or have.version != version):
                 at = ("upstreams", name, key, i)
-                got = f"{f.name}=={f.version}" if f else "nothing"
+                got = f"{have.name}=={have.version}" if have else "nothing"
                 raise LockError(
                     str(path),
                     _line(lines, at),

@@ -114,7 +114,7 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
     override of a pin that does not exist."""
     stacks = data.get("stacks") or {}
     if name != DEFAULT and name not in stacks:
-        at = ("stacks",)
+        at: tuple = ("stacks",)
         raise LockError(
             path,
             line_of(lines, at) if stacks else None,
@@ -150,7 +150,8 @@ def effective(data: dict, lines: dict, path: str, name: str) -> tuple[dict, dict
                 del eff_lines[k]  # inherited keys fall back to the override's own line
             for k, ln in lines.items():
                 if k[:4] == at:
-                    eff_lines[("upstreams", pin, *k[4:])] = ln
+                    key = ("upstreams", pin, *k[4:])  # a name first: mypy reads `d[(a, *b)]` as 3.11's `d[a, *b]`
+                    eff_lines[key] = ln
             if pin not in overridden:
                 overridden.append(pin)
     entry = stacks.get(name) or {}

@@ -30,15 +30,6 @@ def patch_file_in(project_root: Path, value: str) -> Path:
     return p
 
 
-def verified_patch(project_root: Path, entry: PatchEntry) -> bytes:
-    """The bytes of a file entry's patch, checked against the lock's sha256 (read once: apply these bytes).
-    Raises PatchError `LOCK:LINE: upstreams...: patch file ... has sha256 X, the lock pins Y ...`."""
-    try:
-        return read_patch_file(project_root, entry)
-    except PatchFileError as err:
-        raise PatchError(f"{entry.where or 'the lock'}: {entry.label}: {err}") from None
-
-
 def _symlinks(src: Path, rev: str) -> set[str]:
     """Repository paths of the symlinks in the tree of `rev`."""
     out = git("ls-tree", "-r", "-z", "--full-tree", rev, cwd=src)

@@ -1,9 +1,12 @@
 """The docs' figures, generated from results/ (`reprostack docs`, `nox -s docs`): the blocks of README.md and
-docs/*.md between
+every docs/*.md between
 
     <!-- generated: NAME [ARG...] (reprostack docs; from results/, never typed) -->
     ...
     <!-- end generated: NAME -->
+
+(`from upstreams.lock` instead of `from results/` for a block the lock gives: `mirrors`). A block may sit in any of
+those files: moving one to another page needs no change here.
 
 are written by the generator NAME from the committed results, with the marker's arguments (e.g. the report folders
 a table compares). `--check` writes nothing and names each block that differs from what results/ gives (a CI test
@@ -23,6 +26,10 @@ Generators:
   results/ (a fresh database in a temporary folder), in a code block;
 - `images`: the image chain's record (results/images/chain.json, scripts/image_chain.py): per step its seconds, image
   id, size and build context, the total and the downloads; each `results/images/*-twice.json` in one line;
+- `gates` (added by the command, from the layer above: reprostack.cmd.docs; its marker says `from the gate
+  registry`): one row per gate of gates.registry, docs/architecture.md;
+- `mirrors`: every git pin of upstreams.lock (and its submodules) with its URL, and a REPROSTACK_MIRRORS line naming
+  a local mirror for each (the README's offline path: a list that cannot miss a pin);
 - `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
   (mean [95% CI] n), the NCCL each mapped, the verdict against its bar, the run's seconds.
 
@@ -42,12 +49,31 @@ from ..errors import ReprostackError
 from .benchstats import bench_runs, spread
 from .rederive import RederiveError, load, reports_under
 
-DOCS = ("README.md", "docs/stacks.md")
+DOCS = ("README.md", "docs/*.md")  # README.md, then every page of docs/ (sorted)
+_SOURCE = r"\(reprostack docs; from (?:results/|upstreams\.lock|the gate registry), never typed\) -->"
 _BLOCK = re.compile(
-    r"(?P<open><!-- generated: (?P<name>[a-z-]+)(?P<args>(?: [^ ()]+)*) \(reprostack docs; from results/, never "
-    r"typed\) -->\n)(?P<body>.*?)(?P<close><!-- end generated: (?P=name) -->)",
+    r"(?P<open><!-- generated: (?P<name>[a-z-]+)(?P<args>(?: [^ ()]+)*) " + _SOURCE + r"\n)(?P<body>.*?)"
+    r"(?P<close><!-- end generated: (?P=name) -->)",
     re.S,
 )
+_OPEN = re.compile(r"<!-- generated: [a-z-]+(?: [^ ()]+)* " + _SOURCE)
+# an absolute path of the machine a report was made on, up to the project's own folders (or the reprostack cache)
+_ABS_PROJECT = re.compile(r"(?<![\w.])/(?:[^\s/:'\"]+/)+?(?=(?:gates|results|claims|containers|kernels|patches|src)/)")
+_ABS_CACHE = re.compile(r"(?<![\w.])/(?:[^\s/:'\"]+/)*?(?:reprostack-cache|\.cache/reprostack)/")
+
+
+def doc_files(root: Path) -> list[str]:
+    """The files whose blocks are generated, relative to root: README.md, then docs/*.md, sorted."""
+    out = []
+    for pattern in DOCS:
+        out += sorted(p.relative_to(root).as_posix() for p in Path(root).glob(pattern) if p.is_file())
+    return out
+
+
+def scrub(text: str) -> str:
+    """A recorded text as a doc shows it: an absolute path of the machine it was recorded on is shown from the
+    project's folder (`gates/x.yaml`) or the cache (`<cache>/builds/...`), never as a developer's path."""
+    return _ABS_CACHE.sub("<cache>/", _ABS_PROJECT.sub("", text))
 
 
 class DocsError(ReprostackError):
@@ -95,7 +121,7 @@ def headline(doc: dict) -> str:
             and not isinstance(c.get("threshold"), bool)
             and c.get("threshold") != 0
         ]
-    text = "; ".join(" ".join(x.split()) for x in out[:2]) or " ".join(str(doc.get("reason", "")).split())[:120]
+    text = "; ".join(" ".join(x.split()) for x in out[:2]) or scrub(" ".join(str(doc.get("reason", "")).split()))[:120]
     delib = data.get("deliberate")
     if isinstance(delib, dict):
         text = f"deliberate variation ({delib.get('why', '?')}): " + text
@@ -345,12 +371,36 @@ def gen_images(root: Path, args: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def gen_mirrors(root: Path, args: list[str]) -> str:
+    """Every git pin of the lock and its submodules, with its URL; then one REPROSTACK_MIRRORS line for them all."""
+    from ..errors import ReprostackError as _E
+    from ..lock import load as load_lock
+
+    try:
+        lock = load_lock(Path(root) / "upstreams.lock")
+    except _E as e:
+        raise DocsError(f"block `mirrors`: {e}") from None
+    rows = ["| pin | git URL (mirror it; keep the refs that reach the pinned commit) |", "|---|---|"]
+    urls = []
+    for name, pin in lock.upstreams.items():
+        if getattr(pin, "kind", "") != "git":
+            continue
+        rows.append(f"| {name} | {pin.url} |")
+        urls.append(pin.url)
+        for sub in getattr(pin, "submodules", ()) or ():
+            rows.append(f"| {name} submodule {sub.path} | {sub.url} |")
+            urls.append(sub.url)
+    mirrors = ",".join(f"{u}=/srv/mirrors/{u.rstrip('/').rsplit('/', 1)[-1]}" for u in dict.fromkeys(urls))
+    return "\n".join(rows) + f'\n\n```bash\nexport REPROSTACK_MIRRORS="{mirrors}"\n```\n'
+
+
 GENERATORS = {
     "results": gen_results,
     "bench": gen_bench,
     "history-bench": gen_history_bench,
     "compare": gen_compare,
     "images": gen_images,
+    "mirrors": gen_mirrors,
     "suite": gen_suite,
 }
 
@@ -377,7 +427,7 @@ def render(root: Path, rel: str, extra: dict | None = None) -> tuple[str, str, l
         return m.group("open") + body + m.group("close")
 
     new = _BLOCK.sub(fill, text)
-    if "<!-- generated:" in text and new == text and not _BLOCK.search(text):
+    if len(_OPEN.findall(text)) != len(_BLOCK.findall(text)):
         raise DocsError(f"{rel}: a `<!-- generated:` marker without its end marker")
     return text, new, changed
 
@@ -387,7 +437,7 @@ def generate(root: Path, *, check: bool, extra: dict | None = None) -> list[Drif
     from ..atomicfile import write_text_atomic
 
     drift = []
-    for rel in DOCS:
+    for rel in doc_files(Path(root)):
         old, new, changed = render(root, rel, extra)
         drift += [Drift(rel, b) for b in changed]
         if changed and not check:

@@ -254,7 +254,7 @@ class GateReport:
             "ended": self.ended,
             "duration_s": self.duration_s,
             "data": self.data,
-            "evidence": self.evidence,
+            "evidence": self.counts_as_evidence,
         }
 
     @classmethod
@@ -281,6 +281,12 @@ class GateReport:
     def proven(self) -> bool:
         """A pass that counts: result pass on evidence (never a self-test profile's pass)."""
         return self.result == Result.PASS and self.evidence
+
+    @property
+    def counts_as_evidence(self) -> bool:
+        """What a report's `evidence` says: its figures count (never a self-test's, a stand-in's or a deliberate
+        variation's), and something was measured: a SKIP ran nothing, so it is never evidence."""
+        return bool(self.evidence) and self.result != Result.SKIP
 
     def label(self) -> str:
         """The result as printed everywhere: `PASS`, or `PASS (local-test, not evidence)` for a self-test profile

@@ -80,6 +80,39 @@ def _cell(v) -> str:
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+MAX_PROVENANCE_LINES = 400
+
+
+def provenance_lines(prov: dict) -> list[str]:
+    """The provenance as a Markdown list, one `- key.path: value` line per leaf (lists of scalars joined by commas,
+    lists of objects indexed), never raw JSON; at most MAX_PROVENANCE_LINES lines, then how many more."""
+    out: list[str] = []
+
+    def leaf(v) -> str:
+        if isinstance(v, bool) or v is None:
+            return {True: "yes", False: "no", None: "—"}[v]
+        return _cell(v).replace("`", "'")
+
+    def walk(v, key: str) -> None:
+        if isinstance(v, dict):
+            if not v:
+                out.append(f"- `{key}`: (empty)")
+            for k in sorted(v, key=str):
+                walk(v[k], f"{key}.{k}" if key else str(k))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                walk(x, f"{key}[{i}]")
+        elif isinstance(v, list):
+            out.append(f"- `{key}`: {', '.join(leaf(x) for x in v) if v else '(none)'}")
+        else:
+            out.append(f"- `{key}`: {leaf(v)}")
+
+    walk(prov if isinstance(prov, dict) else {}, "")
+    if len(out) > MAX_PROVENANCE_LINES:
+        out = out[:MAX_PROVENANCE_LINES] + [f"- ... {len(out) - MAX_PROVENANCE_LINES} more (the report's JSON)"]
+    return out
+
+
 def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
     out = [
         "# reprostack gate summary",
@@ -117,9 +150,7 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
 
             out += ["", f"Ran in **{describe(r.provenance['execution'])}**."]
         out += ["", "### provenance", ""]
-        out += [f"- {_cell(k)}: `{json.dumps(v, sort_keys=True)}`" for k, v in sorted(r.provenance.items())] or [
-            "(none)"
-        ]
+        out += provenance_lines(r.provenance) or ["(none)"]
         if r.artifacts:
             out += ["", "### artifacts", ""] + [
                 f"- `{a.path}` sha256 {a.sha256} ({a.bytes} bytes)" for a in r.artifacts
@@ -254,7 +285,7 @@ def write_reports(
                 "report": f"{r.gate}.json",
                 "checks_passed": sum(c.passed for c in r.checks),
                 "checks_total": len(r.checks),
-                "evidence": r.evidence,
+                "evidence": r.counts_as_evidence,
                 "label": r.label(),
             }
             for r in reports

@@ -65,6 +65,26 @@ def plot_svg(series: dict) -> str:
     return svg[svg.index("<svg") :]
 
 
+def _rel(p) -> str:
+    """A path as the reader typed it from the checkout: relative to the current folder when under it (no developer's
+    absolute path on a page that is shared or committed), else as given."""
+    try:
+        return Path(p).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(p)
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def md_inline(cell: str) -> str:
+    """A Markdown table cell as HTML: escaped, `code` as <code>, **bold** as <b>, `\\|` as `|` (no Markdown is
+    left for the reader to see)."""
+    text = html.escape(cell.replace("\\|", "|"))
+    text = _CODE.sub(lambda m: f"<code>{m.group(1)}</code>", text)
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text).replace("**", "")
+
+
 def render_html(results, claims_path: Path, dirs: list[Path], rc: int, md_table: str) -> str:
     """The whole page: heading, plot(s) (or a note when no agg tok/s claim exists), and the claim table."""
     series = _series(results)
@@ -73,14 +93,14 @@ def render_html(results, claims_path: Path, dirs: list[Path], rc: int, md_table:
         if line.startswith("| ") and not line.startswith("|---"):
             cells = [c.strip() for c in line.strip("|").split(" | ")]
             tag = "th" if line.startswith("| claim |") else "td"
-            rows.append("<tr>" + "".join(f"<{tag}>{html.escape(c.replace('**', ''))}</{tag}>" for c in cells) + "</tr>")
+            rows.append("<tr>" + "".join(f"<{tag}>{md_inline(c)}</{tag}>" for c in cells) + "</tr>")
     plot = plot_svg(series) if series else "<p>No agg tok/s claim to plot.</p>"
     return (
         "<!doctype html>\n<html><head><meta charset='utf-8'><title>reprostack verify</title>"
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}</style></head><body>\n"
-        f"<h1>Published-claim verification</h1>\n<p>claims: <code>{html.escape(str(claims_path))}</code>; "
-        f"artifacts: {html.escape(', '.join(map(str, dirs)))}; exit code {rc}</p>\n"
+        f"<h1>Published-claim verification</h1>\n<p>claims: <code>{html.escape(_rel(claims_path))}</code>; "
+        f"artifacts: {html.escape(', '.join(map(_rel, dirs)))}; exit code {rc}</p>\n"
         f"<h2>agg output tok/s vs concurrency</h2>\n{plot}\n<h2>claims</h2>\n<table>\n"
         + "\n".join(rows)
         + "\n</table>\n</body></html>\n"

@@ -2,7 +2,13 @@
 
 Kinds (`FailureClass.kind`):
   timeout              the watchdog killed it (`timed_out`); detail names the earliest other evidence
-  oom                  CUDA out of memory / OutOfMemoryError / kernel OOM killer
+  oom                  CUDA out of memory / OutOfMemoryError / kernel OOM killer / NCCL `Cuda failure 'out of memory'`
+  cuda_invalid_device  `invalid device ordinal` (CUDA, or NCCL's `Cuda failure 101 'invalid device ordinal'`)
+  nccl_topology        NCCL's topology detection WARNs (src/graph/*.cc: no CPU close to GPU, no real path of a PCI
+                       device, a GPU or NIC missing from the topology, several ranks on one GPU, a bad topology XML)
+  ofi_provider         aws-ofi-nccl (`NET/OFI ...`) or libfabric could not open the provider: fi_getinfo failed or
+                       returned no EFA provider, fabric/domain/endpoint creation failed, libfabric too old
+  net_plugin           NCCL `Failed to initialize any NET plugin` (NCCL_NET names a plugin that is not there)
   gin_barrier_timeout  DeepEP device `DeepEP Gin barrier timeout, tag: ...`
   ep_timeout           DeepEP `NVLink barrier timeout` or an EPException `... CPU wait exception (...)`
   ep_assertion         DeepEP EPException `Assertion exception (file:line): cond`, or device `Assertion failed:`
@@ -17,8 +23,17 @@ Kinds (`FailureClass.kind`):
   unknown              non-zero exit, no recognised error text
 
 Rule: among lines matching the kinds oom ... sigbus, the earliest line wins (in a multi-rank job the rank that
-crashed first prints first; its peers then report NCCL errors or barrier timeouts). A C++ `terminate called
-after throwing` line is classified by its `what():` text, else sigabrt.
+crashed first prints first; its peers then report NCCL errors or barrier timeouts), with one exception: an
+out-of-memory line anywhere in the checked output wins over a NCCL / CUDA error or a timeout on either side of it
+(NCCL reports an allocation failure as `unhandled cuda error` first and prints the CUDA text on a later line; a
+peer's NCCL error can come first): the detail names the other line. A C++ `terminate called after throwing` line
+is classified by its `what():` text, else sigabrt. Each kind has one hint (`HINTS`): what to check first.
+
+Sources of the patterns: the WARN texts at the pinned revs of upstreams.lock (NCCL 1933fdd6: src/include/checks.h,
+src/include/cudawrap.h `Cuda failure`, src/graph/{paths,search,topo,xml}.cc, src/plugin/net.cc; aws-ofi-nccl
+12166be6: src/nccl_ofi_net.cpp, src/nccl_ofi_rdma.cpp, src/nccl_ofi_ofiutils.cpp, include/nccl_ofi_log.h's
+`NET/OFI ` prefix; libfabric 5de2d6a2: src/fabric.c, prov/efa/src/efa_device.c) and older releases' texts seen in
+public bug reports; tests/data/failure_corpus.yaml holds each real line with its source.
 """
 
 from __future__ import annotations
@@ -33,16 +48,43 @@ _KINDS: list[tuple[str, re.Pattern]] = [
         "oom",
         re.compile(
             r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
-            r"|CUDA_ERROR_OUT_OF_MEMORY|Out of memory: Killed process|oom-kill"
+            r"|CUDA_ERROR_OUT_OF_MEMORY|Out of memory: Killed process|oom-kill|Cuda failure (?:\d+ )?'out of memory'"
         ),
     ),
+    (
+        "cuda_invalid_device",
+        re.compile(r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b"),
+    ),
+    (
+        "nccl_topology",
+        re.compile(
+            r"[Cc]ould not find CPU close to GPU|Could not find real path of|could not find (?:DEV|GPU) for GPU"
+            r"|could not find PCI SW|Could not find (?:NET|net) (?:with )?id|Could not find any local path from gpu"
+            r"|Could not find intermediate GPU|Could not find gpu rank|Could not find GPU in topology"
+            r"|No path computed to go from|Multiple ranks detected using the same GPU|XML Topology has wrong version"
+            r"|XML Parse(?: error)? :|Attribute \w+ of node \w+ not found|Set CPU affinity : unable to find GPU/CPU"
+            r"|P2P is disabled between NVLINK connected GPUs|TOPO/NET : (?:Couldn't|Can't|Tried|Only matched|Could not)"
+            r"|tried to create too many nodes|too many Topo links"
+        ),
+    ),
+    (
+        "ofi_provider",
+        re.compile(
+            r"NET/OFI (?:OFI fi_getinfo\(\) call failed|Couldn't open a fabric provider|Unable to find a protocol"
+            r"|Initializing plugin failed|EFA provider requires at least libfabric|Could not find any optimal provider"
+            r"|Couldn't (?:create fabric|create domain|allocate endpoint|open AV|create completion queue|enable endpoint)"
+            r"|Failed to initialize (?:sendrecv|rdma) protocol)"
+            r"|fi_getinfo: provider efa output empty list|efa_device_construct_(?:gid|data) failed"
+        ),
+    ),
+    ("net_plugin", re.compile(r"Failed to initialize any NET plugin")),
     ("gin_barrier_timeout", re.compile(r"Gin barrier timeout")),
     ("ep_timeout", re.compile(r"NVLink barrier timeout|CPU wait exception \(")),
     ("ep_assertion", re.compile(r"Assertion exception \(|Assertion failed: \S+:\d+, condition:")),
     (
         "cuda_error",
         re.compile(
-            r"CUDA (?:runtime|driver) exception \(|CUDA error|cudaError[A-Z]\w*|CUDA_ERROR_\w+"
+            r"CUDA (?:runtime|driver) exception \(|CUDA error|cudaError[A-Z]\w*|CUDA_ERROR_\w+|Cuda failure (?:\d+ )?'"
             r"|illegal memory access|unspecified launch failure|device-side assert"
         ),
     ),
@@ -61,6 +103,32 @@ _KINDS: list[tuple[str, re.Pattern]] = [
     ),
     ("sigbus", re.compile(r"Fatal Python error: Bus error|SIGBUS|[Ss]ignal 7\b|\bBus error\b")),
 ]
+HINTS: dict[str, str] = {
+    "timeout": "the watchdog's limit was reached: read the earliest evidence first; a first run JIT-compiles kernels",
+    "oom": "GPU memory ran out: another process on the GPU (nvidia-smi), or a batch/buffer size too large",
+    "cuda_invalid_device": "a rank asked for a GPU it cannot see: CUDA_VISIBLE_DEVICES, --gpus and ranks per node",
+    "nccl_topology": "NCCL could not map the GPUs/NICs: /sys must be visible in the container (PCI paths), one GPU "
+    "per rank, NCCL_TOPO_FILE valid",
+    "ofi_provider": "libfabric found no usable EFA provider: /dev/infiniband/uverbs* mapped into the container, "
+    "FI_PROVIDER=efa, the image's libfabric >= the plugin's, memlock unlimited (`reprostack preflight` checks each)",
+    "net_plugin": "NCCL_NET names a NET plugin NCCL did not load: is libnccl-net-ofi.so on LD_LIBRARY_PATH "
+    "(NCCL_NET_PLUGIN), and built for this NCCL?",
+    "gin_barrier_timeout": "a peer never reached DeepEP's GIN barrier: look at the other ranks' logs for the first error",
+    "ep_timeout": "a DeepEP barrier or CPU wait timed out: the other ranks' first error, or a hung peer",
+    "ep_assertion": "a DeepEP assertion failed: its file:line names the condition (often a config the kernel refuses)",
+    "cuda_error": "a CUDA error: rerun with CUDA_LAUNCH_BLOCKING=1 to locate it; check the driver against the image",
+    "nccl_error": "NCCL failed: rerun with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET) and read the first WARN",
+    "sigsegv": "a crash in native code: the innermost frame names the library; an ABI skew between torch, NCCL "
+    "and the DeepEP build is the usual cause",
+    "sigabrt": "an abort: the `what():` or assertion text above it says why",
+    "sigbus": "a bus error: often /dev/shm too small in a container (--shm-size) or a truncated file",
+    "sigkill": "killed (SIGKILL): the kernel's OOM killer (dmesg) or the scheduler's time/memory limit",
+    "signal": "killed by a signal from outside: the scheduler, or a user",
+    "python_exception": "a Python exception: its last line says what; the traceback above says where",
+    "incomplete_output": "the process exited 0 without the expected output: a different test or mode ran",
+    "unknown": "no known error text: read the last lines of the log (the report names them)",
+}
+_NOT_ROOT = ("nccl_error", "cuda_error", "timeout")  # an out-of-memory line elsewhere is the cause
 _TERMINATE = re.compile(r"terminate called after throwing")
 _WHAT = re.compile(r"what\(\):\s*(.*)")
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
@@ -93,9 +161,25 @@ class FailureClass:
     detail: str
     line_no: int | None = None
 
+    @property
+    def hint(self) -> str:
+        """What to check first for this kind (HINTS)."""
+        return HINTS.get(self.kind, HINTS["unknown"])
+
     def to_dict(self) -> dict:
-        """JSON-ready dict of the four fields."""
-        return {"kind": self.kind, "first_line": self.first_line, "detail": self.detail, "line_no": self.line_no}
+        """JSON-ready dict of the four fields and the hint."""
+        return {
+            "kind": self.kind,
+            "first_line": self.first_line,
+            "detail": self.detail,
+            "line_no": self.line_no,
+            "hint": self.hint,
+        }
+
+    def line(self) -> str:
+        """One line for a report's reason: kind, detail, the first evidence line, the hint."""
+        at = f" ({self.first_line})" if self.first_line else ""
+        return f"{self.kind}: {self.detail}{at}; hint: {self.hint}"
 
 
 def evidence_kind(body: str) -> str | None:
@@ -151,21 +235,9 @@ def _python_exception(lines) -> tuple[int, str] | None:
     return found
 
 
-def classify_failure(text: str, returncode: int | None, timed_out: bool, *, parse=None) -> FailureClass:
-    """Classify a failed run (see the module doc for kinds and the earliest-evidence rule).
-
-    text: the merged stdout+stderr log; returncode: as subprocess reports it (negative = killed by that signal;
-    128+N from a shell); timed_out: the watchdog killed it. `parse`: test_ep's parse of this text
-    (parsers.test_ep.classify_test_ep_failure passes it; its completed_line, complete and problems are read): when
-    the output is complete, error lines after the last expected phase line of the checked mode(s) are ignored
-    (teardown noise, or a later mode the gate does not check).
-    Never raises on log content.
-    """
-    lines = numbered_lines(text)
-    limit = len(lines) if parse is None or parse.completed_line is None else parse.completed_line
-    rc_text = "no exit code" if returncode is None else f"exit code {returncode}"
-
-    hit = None  # (index, kind, extra detail)
+def _first_hit(lines, limit: int):
+    """(index, kind, extra detail) of the earliest line of lines[:limit] that is evidence of a kind, None when none:
+    a C++ `terminate` line by its `what():` text, a `Fatal Python error` with its innermost frame."""
     for i, (no, pre, body) in enumerate(lines[:limit]):
         kind = evidence_kind(body)
         if kind is None:
@@ -188,8 +260,40 @@ def classify_failure(text: str, returncode: int | None, timed_out: bool, *, pars
         if kind in ("sigsegv", "sigabrt", "sigbus") and body.lstrip().startswith("Fatal Python error"):
             frame = _innermost_frame(lines, i)
             extra = f"innermost Python frame: {frame}" if frame else "no Python frame in the faulthandler output"
-        hit = (i, kind, extra)
-        break
+        return (i, kind, extra)
+    return None
+
+
+def _oom_over(lines, hit, timed_out: bool):
+    """The hit, or an out-of-memory line when the hit is a consequence of one (_NOT_ROOT); its detail names the
+    hit's line."""
+    if hit is None and not timed_out:
+        return hit
+    if hit is not None and hit[1] not in _NOT_ROOT:
+        return hit
+    oom = next((i for i, (_n, _p, b) in enumerate(lines) if _KINDS[0][1].search(b)), None)
+    if oom is None:
+        return hit
+    if hit is None:
+        return (oom, "oom", "")
+    return (oom, "oom", f"then {hit[1]} at line {lines[hit[0]][0]}" if hit[0] != oom else hit[2])
+
+
+def classify_failure(text: str, returncode: int | None, timed_out: bool, *, parse=None) -> FailureClass:
+    """Classify a failed run (see the module doc for kinds and the earliest-evidence rule).
+
+    text: the merged stdout+stderr log; returncode: as subprocess reports it (negative = killed by that signal;
+    128+N from a shell); timed_out: the watchdog killed it. `parse`: test_ep's parse of this text
+    (parsers.test_ep.classify_test_ep_failure passes it; its completed_line, complete and problems are read): when
+    the output is complete, error lines after the last expected phase line of the checked mode(s) are ignored
+    (teardown noise, or a later mode the gate does not check).
+    Never raises on log content.
+    """
+    lines = numbered_lines(text)
+    limit = len(lines) if parse is None or parse.completed_line is None else parse.completed_line
+    rc_text = "no exit code" if returncode is None else f"exit code {returncode}"
+
+    hit = _oom_over(lines[:limit], _first_hit(lines, limit), timed_out)  # (index, kind, extra detail)
 
     def where(i: int) -> tuple[str, int]:
         no, pre, body = lines[i]

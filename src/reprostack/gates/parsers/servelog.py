@@ -8,6 +8,9 @@ match fails). This module counts matches per rank and classifies failures.
 Rank attribution of one line (first rule that matches wins; shapes taken from real logs):
 - DeepEP's own ElasticBuffer debug line (EP_BUFFER_DEBUG=1, deep_ep/buffers/elastic.py:179 at b306af06):
   `Initializing EP elastic buffer with N bytes at rank EP r/n`;
+- DeepEP's per-dispatch line (EP_BUFFER_DEBUG=1, a printf after every CPU-synced ElasticBuffer.dispatch,
+  csrc/elastic/buffer.hpp:993 at b306af06): `CPU side received count (scaleup: s): ...`, rank s only when every
+  rank is on one node (there the scaleup index is the rank; across nodes it repeats, so the line is unattributed);
 - TRT-LLM: `[TRT-LLM] [RANK r]` (tests/fixtures/published-2026-07/trtllm-shim/serve_log_head.log);
 - vLLM DP workers: `(EngineCore_DP<r> pid=...)`; SGLang: `DP<d> TP<t> EP<e>]` in its log prefix (EP, else TP, else DP);
 - launcher prefixes (torchrun `[rank3]:`, OpenMPI `[1,3]<stdout>:`, srun `3: `), see logtext;
@@ -31,6 +34,7 @@ from .failure import evidence_kind
 from .logtext import numbered_lines, prefix_rank
 
 _ELASTIC_RANK = re.compile(r"at rank EP (\d+)/(\d+)")
+_RECV_COUNT = re.compile(r"CPU side received count \(scaleup: (\d+)\)")
 _TRT_RANK = re.compile(r"\[TRT-LLM\] \[RANK (\d+)\]")
 _VLLM_RANK = re.compile(r"\(EngineCore_DP(\d+) pid=\d+\)")
 _SGL_RANK = re.compile(r"\bDP(\d+) TP(\d+)(?: EP(\d+))?\]|\bTP(\d+)(?: EP(\d+))?\]")
@@ -123,8 +127,9 @@ class RankMap:
     """Rank attribution for one log (see the module doc). `gpus_per_node` is used for NCCL lines without a
     `ncclCommInitRank... rank R` line of their own (host, pid)."""
 
-    def __init__(self, lines: list[tuple[int, str, str]], gpus_per_node: int):
+    def __init__(self, lines: list[tuple[int, str, str]], gpus_per_node: int, one_node: bool = False):
         self.gpus_per_node = gpus_per_node
+        self.one_node = one_node  # every rank on one node: DeepEP's scaleup index is the rank
         self.by_pid: dict[tuple[str, str], int] = {}
         hosts = set()
         for _no, _pre, body in lines:
@@ -143,6 +148,9 @@ class RankMap:
             m = rx.search(body)
             if m:
                 return int(m.group(1))
+        m = _RECV_COUNT.search(body) if self.one_node else None
+        if m:
+            return int(m.group(1))
         m = _SGL_RANK.search(prefix + body)
         if m:
             ep = m.group(3) or m.group(5)
@@ -197,7 +205,7 @@ def assert_backend(
     prefix attribution. Never raises on log content; a bad regex raises re.error (the spec loader checks them).
     """
     lines = numbered_lines(text)
-    ranks = RankMap(lines, gpus_per_node)
+    ranks = RankMap(lines, gpus_per_node, one_node=num_ranks <= gpus_per_node)
     req = [_count(r, lines, ranks, num_ranks, False) for r in required]
     forb = [_count(r, lines, ranks, num_ranks, True) for r in forbidden]
     problems = []
