@@ -52,6 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 REQUIRE_ENV = "REPROSTACK_REQUIRE_PYXIS"
 NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 GDRDRV = "/dev/gdrdrv"
+NODES = ("n1", "n2")  # .ci/slurm-up's node names
 HARDWARE_CHECKS = {"gpus", "efa", "provider", "smoke", *NODE_CHECKS}  # what a host without GPUs and EFA fails
 
 
@@ -75,7 +76,17 @@ def pyxis(pyxis_built, slurm_two_nodes):  # noqa: F811
     p = subprocess.run(["srun", "--help"], capture_output=True, text=True)
     if "--container-image" not in p.stdout:
         _unavailable("srun has no --container-image: pyxis is not in the plugstack.conf (.ci/slurm-up writes it)")
-    return pyxis_built
+    before = {n: _containers(n) for n in NODES}
+    yield pyxis_built
+    for n in NODES:  # a step srun --kill-on-bad-exit ended leaves its container behind (pyxis's cleanup is cut short)
+        for c in _containers(n) - before[n]:
+            subprocess.run(["enroot", "remove", "-f", c], env={**os.environ, "SLURMD_NODENAME": n}, capture_output=True)
+
+
+def _containers(node: str) -> set[str]:
+    """pyxis's containers in `node`'s enroot data path (tests/enrootpyxis.py: one per node name)."""
+    p = subprocess.run(["enroot", "list"], env={**os.environ, "SLURMD_NODENAME": node}, capture_output=True, text=True)
+    return {c for c in p.stdout.split() if c.startswith("pyxis_")}
 
 
 @pytest.fixture(scope="module")
