@@ -1,5 +1,5 @@
 """Render docs/examples/k8s/: the manifests of the published 2 x p5en runs (every gate's p5en profile, Indexed
-Job + headless Service; the vLLM gate also as a JobSet and a LeaderWorkerSet).
+Job + headless Service, the fabric gate's an MPIJob; the vLLM gate also as a JobSet and a LeaderWorkerSet).
 
     python3 scripts/render_k8s_examples.py [DEST]     (default: docs/examples/k8s)
 

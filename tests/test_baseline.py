@@ -52,7 +52,7 @@ def report(mean=14.5, n=5, **kw) -> dict:
         "gate": "micro",
         "profile": "h200-ep1",
         "result": "pass",
-        "provenance": {"stack": "campaign"},
+        "provenance": {"stack": "campaign", "host": {"gpus": [{"name": "NVIDIA H200"}]}},
         "data": {"statistics": {"dc_p50_us": {"mean": mean, "n": n}}},
     }
     for k, v in kw.items():
@@ -194,3 +194,68 @@ def test_baseline_runs_given_take_the_accepted_ones_among_them(tmp_path):
     with pytest.raises(ReprostackError, match="^--baseline DIR and --baseline-run: give one of them"):
         g.check_options(GateOptions(baseline=str(tmp_path), baseline_runs=tuple(runs)))
     assert g.check_options(GateOptions(baseline="history", baseline_runs=tuple(runs))).baseline_runs == tuple(runs)
+
+
+def test_a_baseline_checks_the_gpu_model_of_each_run(tmp_path):
+    """Issue 39: report/baseline.py would accept an H100 run as an H200 baseline run. With the profile's model, a run
+    whose recorded GPUs are another model (or none) is refused by name; the committed H200 runs still count."""
+    import json
+    import shutil
+
+    from reprostack.report.baseline import BaselineError, read_run
+
+    repo = Path(__file__).resolve().parents[1]
+    src = repo / "results" / "gate_micro" / "2026-12-02-h200-ep1-k5" / "micro.json"
+    (tmp_path / "upstreams.lock").write_text("")
+    shutil.copy(src, tmp_path / "h200.json")
+    doc = json.loads(src.read_text())
+    doc["provenance"]["host"]["gpus"] = [{"name": "NVIDIA H100 80GB HBM3"}]
+    (tmp_path / "h100.json").write_text(json.dumps(doc))
+    key = dict(gate="micro", profile="h200-ep1", metric="dc_p50_us", stack="campaign", model="H200")
+    assert read_run(tmp_path, "h200.json", **key)[1] > 14
+    with pytest.raises(BaselineError, match="h100.json: ran on NVIDIA H100 80GB HBM3, not the profile's H200"):
+        read_run(tmp_path, "h100.json", **key)
+
+
+def test_the_baseline_says_where_and_when_its_runs_ran_from_their_reports():
+    """Issue 39: the spec described the baseline as "three lent machines and two days"; its 15 runs started on one
+    day, host name vm, no machine id recorded. The origin is now generated from the runs' reports, never typed."""
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root, "micro")
+    ep1 = resolve_bars(spec, spec.profile("h200-ep1"), root=root, stack="campaign")
+    note = ep1.bars[0].baseline.describe("<=", "us")
+    assert "three lent machines" not in note and "two days" not in note
+    assert "origin (from the runs' reports): started 2026-12-02T03:47:29Z .. 2026-12-02T07:57:22Z, 1 day(s)" in note
+    assert "host name(s) vm, no machine id recorded" in note
+
+
+def test_a_signed_only_baseline_takes_signed_baseline_runs_only(tmp_path):
+    """Issue 39: a baseline made of signed baseline runs (`signed-only: true`): an unsigned run, a run signed as an
+    ordinary one, and a run whose folder changed after signing are each refused by name."""
+    from reprostack import evidence
+    from reprostack.evidence.keys import entry_name
+    from reprostack.report.baseline import BaselineSpec, signed_baseline_run
+    from test_evidence import predicate
+
+    signer = evidence.new_key(tmp_path / "k.pem")
+    entry = evidence.public_entry(signer, "baseliner")
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / entry_name(entry)).write_text(json.dumps(entry))
+    for name, purpose in (("a", "baseline"), ("b", "ordinary"), ("u", None)):
+        f = tmp_path / "runs" / name
+        write(tmp_path, f"runs/{name}/micro.json", report())
+        if purpose:
+            pred = predicate(purpose_=evidence.purpose(purpose))
+            pred["gates"][0]["report"] = "micro.json"
+            evidence.attest_folder(f, pred, signer)
+    assert signed_baseline_run(tmp_path, "runs/a/micro.json") == "baseliner"
+    with pytest.raises(BaselineError, match="runs/b/micro.json: signed as a ordinary run, not a baseline run"):
+        signed_baseline_run(tmp_path, "runs/b/micro.json")
+    with pytest.raises(BaselineError, match="runs/u/micro.json: unsigned; this bar takes signed baseline runs only"):
+        signed_baseline_run(tmp_path, "runs/u/micro.json")
+    spec = BaselineSpec(("runs/a/micro.json", "runs/u/micro.json"), 0.07, "why it is so", signed_only=True)
+    with pytest.raises(BaselineError, match="unsigned"):
+        spec.resolve(tmp_path, gate="micro", profile="h200-ep1", metric="dc_p50_us")
+    (tmp_path / "runs" / "a" / "micro.json").write_text(json.dumps(report(mean=9.0)))
+    with pytest.raises(BaselineError, match="its sha256 is not the attested one"):
+        signed_baseline_run(tmp_path, "runs/a/micro.json")

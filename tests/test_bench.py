@@ -155,6 +155,35 @@ def test_bench_from_nothing_makes_a_venv_installs_and_runs_beside_the_seeded_col
     assert "bench gate_micro: from nothing " in p.stdout
 
 
+def test_bench_runs_are_signed_with_their_transcripts_when_a_key_is_configured(project, tmp_path):
+    """Each benched run signs its own folder; its cli.log, written by bench while the run signed, is signed after
+    (reprostack attest's step): every file of each run folder is a subject."""
+    import json as json_
+
+    from reprostack import evidence
+    from reprostack.evidence.keys import entry_name
+
+    root, _, _ = project
+    signer = evidence.new_key(tmp_path / "k.pem")
+    (tmp_path / "ring").mkdir()
+    entry = evidence.public_entry(signer, "bencher")
+    (tmp_path / "ring" / entry_name(entry)).write_text(json_.dumps(entry))
+    (tmp_path / "house").mkdir()
+    p = cli(
+        root,
+        *("bench", "gate_micro", "--host", "cpu", "--results", "res", "--work", "w"),
+        REPROSTACK_WHEELHOUSE=str(tmp_path / "house"),
+        REPROSTACK_SIGNING_KEY=str(tmp_path / "k.pem"),
+        PATH="/usr/bin:/bin",
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    for kind in ("cold", "warm"):
+        c = evidence.check_folder(root / "w" / "gate_micro" / kind, evidence.Keyring.read(tmp_path / "ring"))
+        assert c.ok and c.signed, c.problems
+        assert [a["name"] for a in c.predicate["added_after"]] == ["cli.log"]
+        assert f"bench gate_micro: {kind} attested: " in p.stdout
+
+
 def test_bench_kernel_cache_lists_every_run_per_kind_and_merges_calls(project, tmp_path):
     """`--runs` (issue 41): each kind's runs as a list of seconds under its own key, merged across calls for the same
     lock, commit and host. On the CPU every run SKIPs (no GPU): no kernels came from anywhere, so the cold_miss and

@@ -174,7 +174,8 @@ def test_all_gates_without_gpu_is_not_a_pass(tmp_path, capsys):
     assert out.index("micro [-]") < out.index("megatron [-]") < out.index("nemo-rl [-]")
     # issue 29 item 9: one short line per gate, the gate named as it is typed, micro's reason said once
     lines = out.splitlines()
-    assert len(lines) == 4 and "nemo_rl [" not in out and out.count("no GPU") == 1, out
+    assert len(lines) == 5 and "nemo_rl [" not in out and out.count("no GPU") == 1, out
+    assert lines[-1].startswith("unsigned: no key at ") or lines[-1].startswith("attested: ")  # the run's last line
     assert max(len(l) for l in lines[1:3]) < 120
 
 
@@ -190,7 +191,11 @@ def test_offline_empty_cache_no_bundle_says_how_to_get_sources(world, tmp_path, 
         ), err
         assert "is not in the cache" in err and "no bundle was given" in err
         assert "run `reprostack fetch`, then `reprostack bundle`" in err and "pass it with --bundle" in err
-    assert not (tmp_path / "reports").exists()
+    # the gate's run died at its fetch: its folder holds only an ERROR report saying so (issue 40 item 2: `latest` is
+    # never an earlier run's verdict), never evidence
+    rep = json.loads((tmp_path / "reports" / "micro.json").read_text())
+    assert rep["result"] == "error" and rep["evidence"] is False
+    assert rep["reason"].startswith("the run died before the gate ran: ") and "is not in the cache" in rep["reason"]
 
 
 def test_without_mirror_the_public_url_is_unreachable(world, tmp_path, capsys):
@@ -247,7 +252,8 @@ def test_typo_profile_is_an_error_even_without_gpu(world, tmp_path, capsys):
     code, _, err = run(capsys, "gate", "micro", *args, "--profile", "nosuch", "--out", str(out))
     assert (
         code == 2
-        and "no profile 'nosuch' (known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8, p5en-efa-ep16)" in err
+        and "no profile 'nosuch' (known: h100-ep1, h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8, p5en-efa-ep16)"
+        in err
     )
     assert not (out / "summary.json").exists()
 

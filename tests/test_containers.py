@@ -301,7 +301,12 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     # NCCL from the release wheel (the substrate's copy, re-checked against the nccl-wheel pin), no source build;
     # every COPY puts one context folder onto / (stable folder mtimes)
     assert f'{nccl_wheel.files[0].sha256}  {nccl_wheel.files[0].filename}" | sha256sum -c -' in text
-    assert "src/nccl" not in text and "nccl.wheel_pin=nccl-wheel" in text
+    assert "src/nccl" not in text.replace("src/nccl-tests", "") and "nccl.wheel_pin=nccl-wheel" in text
+    # nccl-tests with MPI=1 against the substrate's Open MPI (the fabric gate's multi-node binaries): the recipe's make
+    # vars, then MPI=1 (make takes the last), and a check that each binary loads the pinned NCCL and Open MPI's libmpi
+    assert "COPY root/nccl-tests/ /" in text and 'MPI="0"' in text
+    assert text.index('MPI="0"') < text.index("MPI=1 MPI_HOME=/opt/reprostack/openmpi")
+    assert "libmpi.so.40 => /opt/reprostack/openmpi/lib/libmpi.so.40" in text
     assert "COPY root/deepep/ /" in text and "COPY root/aws-ofi-nccl/ /" in text
     assert all(i.text.endswith(" /") for i in instructions(text) if i.keyword == "COPY")
     # the gate images install their cp311 wheel set into the chain's /opt/venv, on top of the substrate's set, and
@@ -362,7 +367,13 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     assert args["RDMA_CORE_REV"] == rdma.rev and args["LIBFABRIC_TREE"] == fab.tree
     assert "COPY root/rdma-core/ /" in text and "--enable-efa=/opt/reprostack/efa" in text
     assert "record-built.py /opt/reprostack/built.json" in text and lock.git("gdrcopy").tree in text
-    assert [s.upstream for s in recipes["substrate"].sources] == ["rdma-core", "libfabric", "gdrcopy"]
+    assert [s.upstream for s in recipes["substrate"].sources] == ["rdma-core", "libfabric", "gdrcopy", "openmpi"]
+    # Open MPI from its git pin for the fabric gate's multi-node nccl-tests: srun --mpi=pmix needs its PMIx client,
+    # recorded in built.json, its lib on the loader path of every image
+    ompi = lock.git("openmpi")
+    assert "COPY root/openmpi/ /" in text and "--with-pmix=internal" in text and "--with-slurm" in text
+    assert f"openmpi={ompi.rev}:{ompi.tree}:/opt/reprostack/openmpi:" in text
+    assert "LD_LIBRARY_PATH=/opt/reprostack/efa/lib:/opt/reprostack/efa/lib64:/opt/reprostack/openmpi/lib" in text
     # nemo-rl builds the pinned tree; trtllm installs the wheel pinned by name and version
     text, args, _ = render_recipe(recipes["nemo-rl"], lock, from_ref=fake_parent)
     assert args == {"NEMO_RL_REV": lock.git("nemo-rl").rev} and lock.git("nemo-rl").tree in text

@@ -211,10 +211,24 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
         and "- build sglang: not built here: 3.2 GB free on the engine's disk" in out
     )
     assert "217 .debs of pin debian-12-build (164 MB); 29 wheels of pin substrate-wheels-cp311 (2,748 MB)" in out
-    assert "- substrate: built twice from scratch, layers identical 9 of 10, files identical True (5 files)" in out
+    # issue 39: "from scratch" and the machine are said only where a record measured them, never typed
+    assert "- substrate: built twice, layers identical 9 of 10, files identical True (5 files)" in out
+    assert "2-core" not in out and "commit cccccccccccc, from scratch (its machine not recorded): 1416 s" in out
     assert "- results/images/deepep-twice.json: cannot be read" in out
     # a twice record names the commit it was built at (the chain's table may be of a later one)
-    assert "- cuda-toolkit: built twice from scratch at project commit eeeeeeeeeeee, layers identical 4 of 4" in out
+    assert "- cuda-toolkit: built twice at project commit eeeeeeeeeeee, layers identical 4 of 4" in out
+    chain["host"] = {"cpus": 16, "machine": "x86_64"}
+    (d / "chain.json").write_text(json.dumps(chain))
+    (d / "cuda-toolkit-twice.json").write_text(
+        json.dumps({"image": "cuda-toolkit", "project_commit": "c" * 40, "layers_identical": "4 of 4", "files": 2})
+    )
+    (d / "substrate-twice.json").write_text(json.dumps({"image": "substrate", "second_from_scratch": True, "files": 5}))
+    out = gen_images(root, [])
+    assert "from scratch, on a 16-CPU machine: 1416 s in all" in out
+    assert (
+        "- cuda-toolkit: built twice from scratch (chain.json of that commit: no step from the layer cache) at " in out
+    )
+    assert "- substrate: built twice from scratch, layers identical 0 of 0" in out
     # files that differ are named, with the ELF sections where they differ (never a bare "files identical False")
     so = "/opt/venv/x/_C.so"
     (d / "deepep-twice.json").write_text(json.dumps({
@@ -223,7 +237,7 @@ def test_images_block_is_the_chain_record_and_the_twice_records(tmp_path):
         "key_files": [{"path": so, "sections_differ": [".strtab"]}, {"path": "/x", "sections_differ": []}],
     }))  # fmt: skip
     assert (
-        "- deepep: built twice from scratch, layers identical 24 of 26, files identical False (9 files; differ: "
+        "- deepep: built twice, layers identical 24 of 26, files identical False (9 files; differ: "
         f"`/opt/reprostack/kernels.json`, `{so}` (sections .strtab))" in gen_images(root, [])
     )
 
@@ -256,6 +270,27 @@ def test_suite_block_lists_every_timing_run_with_its_load_and_the_median(tmp_pat
         gen_suite(tmp_path, [])
 
 
+def test_cubins_md_names_its_image_where_a_record_holds_it():
+    """Issue 39: results/images/cubins.md cited the deepep image of `chain.json` after chain.json had been made again
+    with another image. Each image id it cites is in the current chain.json, or in the chain.json of the commit it
+    names (`as committed in C`)."""
+    import re
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "results" / "images" / "cubins.md").read_text()
+    current = (repo / "results" / "images" / "chain.json").read_text()
+    for m in re.finditer(r"image id\s+`(sha256:[0-9a-f]{64})`", text):
+        if m.group(1) in current:
+            continue
+        at = re.search(r"as committed in ([0-9a-f]{7,40})", text[m.end() : m.end() + 300])
+        assert at, f"cubins.md cites {m.group(1)[:19]}, which the current chain.json does not hold, and names no commit"
+        old = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{at.group(1)}:results/images/chain.json"], capture_output=True, text=True
+        ).stdout
+        assert m.group(1) in old, f"{m.group(1)[:19]} is not in chain.json of {at.group(1)}"
+
+
 def test_generated_tables_show_no_absolute_developer_path():
     """Issue 40 item 7: the results table showed `/work/main/gates/nemo_rl.yaml` (a report's reason, recorded on the
     developer's machine). Every generated block now shows such a path from the project folder or the cache."""
@@ -273,3 +308,17 @@ def test_generated_tables_show_no_absolute_developer_path():
         text = (ROOT / rel).read_text()
         for block in re.findall(r"<!-- generated: .*?<!-- end generated", text, re.S):
             assert not re.search(r"\| [^|]*(/work/|/home/|/root/|/tmp/reprostack-cache)", block), rel
+
+
+def test_a_headline_from_statistics_shows_a_check_value_that_says_otherwise():
+    """Issue 39: the results block's headline of a check judged on an interval is made from data.statistics, so an
+    edited check value (the verdict's input) left the block, and `docs --check`, unchanged. Now it shows."""
+    from reprostack.report.docsgen import headline
+
+    src = Path(__file__).resolve().parents[1] / "results" / "gate_micro" / "2026-12-02-h200-ep1-k5" / "micro.json"
+    doc = json.loads(src.read_text())
+    before = headline(doc)
+    assert "check value" not in before
+    next(c for c in doc["checks"] if c["metric"] == "dc_p50_us")["value"] = 9.5
+    after = headline(doc)
+    assert after != before and "[check value 9.5, not the mean]" in after

@@ -32,10 +32,16 @@ def test_the_committed_spec():
         ("alltoall.busbw_gbs", 1 << 30, 62.18),
     ]
     assert all("github.com" in b.source and len(b.source) > 100 for b in p5en.bars)
-    ep1 = s.profile("h200-ep1")
-    assert (ep1.nodes, ep1.gpus_per_node, ep1.needs_efa, ep1.measured, ep1.bars) == (1, 1, False, False, ())
+    for gpu in ("H200", "H100"):  # one GPU: a measured bar per GPU model, from that model's committed runs
+        ep1 = s.profile(f"{gpu.lower()}-ep1")
+        assert (ep1.nodes, ep1.gpus_per_node, ep1.needs_efa, ep1.gpu_model) == (1, 1, False, gpu)
+        assert [(b.metric, b.size, b.threshold) for b in ep1.bars] == [
+            ("all_reduce.algbw_gbs", 1 << 30, None),
+            ("alltoall.algbw_gbs", 1 << 30, None),
+        ]
+        assert {b.baseline.runs_from for b in ep1.bars} == {f"results/gate_fabric/baseline/{gpu.lower()}-ep1"}
     assert s.profile("h200-nvl-ep8").gpus_per_node == 8
-    with pytest.raises(GateError, match=r"no profile 'p5' \(known: h200-ep1, h200-nvl-ep8, p5en-efa-ep16\)"):
+    with pytest.raises(GateError, match=r"no profile 'p5' \(known: h100-ep1, h200-ep1, h200-nvl-ep8, p5en-efa-ep16\)"):
         s.profile("p5")
 
 
@@ -109,9 +115,21 @@ def line_of(text: str, needle: str) -> int:
             "the gate sets cycles",
         ),
         (
-            "    bars-status: unmeasured\n    bars: []\n  h200-nvl-ep8",
-            "    bars: []\n  h200-nvl-ep8",
-            "profiles.h200-ep1.bars",
+            "    bars-status: unmeasured\n    bars: []\n",
+            "    bars: []\n",
+            "profiles.h200-nvl-ep8.bars",
+            "",
+        ),
+        (  # issue 37: every published figure cites where it was read
+            "          (https://github.com/crazyguitar/aws-gpu-communication-benchmark/blob/",
+            "          (github.com/crazyguitar/aws-gpu-communication-benchmark/blob/",
+            "profiles.p5en-efa-ep16.bars[1].source",
+            "a published figure cites where it was read (an https:// address)",
+        ),
+        (  # a bar is published or measured, never both
+            "        baseline:\n          runs-from: results/gate_fabric/baseline/h100-ep1",
+            "        published: 2000\n        baseline:\n          runs-from: results/gate_fabric/baseline/h100-ep1",
+            "profiles.h100-ep1.bars[0]",
             "",
         ),
         ("    launcher: mpi", "    launcher: torchrun", "profiles.p5en-efa-ep16.launcher", ""),

@@ -21,6 +21,7 @@ from reprostack import cli
 from reprostack import lock as lockmod
 from reprostack.containers.recipe import load_recipe as load_image_recipe
 from reprostack.errors import ReprostackError
+from reprostack.evidence.keys import read_entry as read_key_entry
 from reprostack.gates.fabric_spec import SPEC_STEM, load_fabric_spec
 from reprostack.gates.spec import load_spec
 from reprostack.kernels.recipe import load_recipe as load_kernel_recipe
@@ -199,7 +200,59 @@ def _stage(tmp: Path) -> Path:
     (root / "trimmed" / "upstreams.lock").write_text(text[: text.index("\n  vllm-wheels-cp311:\n") + 1])
     for cell in sorted(PUB.glob("*/c*")):
         shutil.copytree(cell, root / "aiperf" / cell.parent.name / cell.name)
+    shutil.copytree(ROOT / "keys", root / "keys")
+    _signed_run(root / "signed", root / "keys")
+    from reprostack import evidence
+    from reprostack.evidence import log
+
+    log.append(root, root / "signed", evidence.Keyring.read(root / "keys"))
     return root
+
+
+def _attestation_log(root: Path) -> None:
+    """What verify-report does with results/attestations.jsonl: log.check, whose problems are lines."""
+    from reprostack.evidence import log
+
+    problems, _ = log.check(root, root / log.LOG)
+    if problems:
+        raise ReprostackError(problems[0])
+
+
+def _signed_run(folder: Path, ring: Path) -> None:
+    """A run folder signed with a key whose public half is added to the staged keyring (reprostack.evidence)."""
+    import json
+
+    from reprostack import evidence
+    from reprostack.evidence.keys import entry_name
+
+    (folder / "micro").mkdir(parents=True)
+    (folder / "micro.json").write_text('{"gate": "micro"}\n')
+    (folder / "micro" / "test_ep.log").write_text("D+C 14.41 us\n")
+    signer = evidence.new_key(folder.parent / "fuzz.pem")
+    entry = evidence.public_entry(signer, "fuzz")
+    (ring / entry_name(entry)).write_text(json.dumps(entry))
+    host = {"gpus": [], "identity": {}}
+    pred = evidence.run_predicate(
+        kind="gate",
+        argv=["reprostack", "gate", "micro"],
+        verdict="pass",
+        project={"commit": None, "dirty": None},
+        host=host,
+        started="2026-12-06T00:00:00Z",
+        ended="2026-12-06T00:00:01Z",
+    )
+    evidence.attest_folder(folder, pred, signer)
+
+
+def _attestation(root: Path) -> None:
+    """What verify-report does with a run folder's attestation: check_folder, whose problems are lines (it raises
+    nothing); a ReprostackError stands for a problem here so the fuzz counts a traceback only."""
+    from reprostack import evidence
+    from reprostack.errors import ReprostackError
+
+    c = evidence.check_folder(root / "signed", evidence.Keyring.read(root / "keys"))
+    if c.problems:
+        raise ReprostackError(c.problems[0])
 
 
 def _gate_loader(stem: str):
@@ -242,6 +295,11 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
             for p in sorted((root / "kernels").glob("*.yaml"))
         ],
         "aiperf export": [(c / EXPORT_JSON, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSON)) for c in cells],
+        "attestation": [(root / "signed" / "run.intoto.jsonl", lambda: _attestation(root))],
+        "attestation log": [(root / "results" / "attestations.jsonl", lambda: _attestation_log(root))],
+        "keyring entry": [
+            (p, (lambda f: lambda: read_key_entry(f))(p)) for p in sorted((root / "keys").glob("*.pub.json"))
+        ],
         "aiperf records": [
             (c / EXPORT_JSONL, (lambda f: lambda: _aiperf(f))(c / EXPORT_JSONL))
             for c in cells
@@ -253,7 +311,7 @@ def readers(root: Path) -> dict[str, list[tuple[Path, object]]]:
 def run_reader(name: str, targets, n: int = N, seed: int = 14) -> list[str]:
     """Feed `n` mutations to one reader; return the cases that raised anything but a ReprostackError."""
     rng = random.Random(f"{seed}-{name}")
-    kind = "json" if name.startswith("aiperf") else "yaml"
+    kind = "json" if name.startswith(("aiperf", "attestation", "keyring")) else "yaml"
     bad = []
     originals = {p: p.read_bytes() for p, _ in targets}
     try:
@@ -281,7 +339,19 @@ def staged(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "name",
-    ["lock", "gate spec", "fabric spec", "claims", "image.yaml", "kernel recipe", "aiperf export", "aiperf records"],
+    [
+        "lock",
+        "gate spec",
+        "fabric spec",
+        "claims",
+        "image.yaml",
+        "kernel recipe",
+        "aiperf export",
+        "aiperf records",
+        "attestation",
+        "attestation log",
+        "keyring entry",
+    ],
 )
 def test_fuzz_reader_never_tracebacks(name, staged):
     bad = run_reader(name, readers(staged)[name])
@@ -490,6 +560,31 @@ def test_fuzz_nccl_tests_output_never_raises():
         except Exception as e:  # noqa: BLE001 - the point is to catch everything
             bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
     assert not bad, f"{len(bad)}/{N} mutated outputs raised:\n" + "\n".join(bad[:20])
+
+
+def test_fuzz_the_mpi_launchs_files_never_raise(tmp_path):
+    """gates.fabric_mpi.read_launched on N mutations of what the rendered sbatch / MPIJob leave (<test>.rc `RC RUN_ID`,
+    <test>.log): never raises; an rc it cannot read as `integer run-id` of this run is None (the test's ERROR)."""
+    from reprostack.gates import fabric_mpi
+    from reprostack.gates.fabric import FabricGate
+    from reprostack.gates.fabric_spec import load_fabric_spec
+
+    spec = load_fabric_spec(ROOT)
+    launch = FabricGate("fabric").mpi_launch(spec, spec.profile("p5en-efa-ep16"))
+    rng = random.Random("37-mpi-logs")
+    bad = []
+    for i in range(N):
+        for s in launch.steps:
+            name = s.test
+            (tmp_path / f"{name}.rc").write_bytes(mutate(b"0 4242\n", rng, "yaml"))
+            (tmp_path / f"{name}.log").write_bytes(mutate(b"# nccl-tests version 2.19.6\n", rng, "yaml"))
+        try:
+            ran, text, _ = fabric_mpi.read_launched(tmp_path, launch, "4242")
+            assert all(r["returncode"] is None or isinstance(r["returncode"], int) for r in ran.values())
+            assert all(r["returncode"] is not None or r["why"] for r in ran.values())
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything
+            bad.append(f"#{i}: {type(e).__name__}: {str(e)[:120]}")
+    assert not bad, f"{len(bad)}/{N} mutated launch files raised:\n" + "\n".join(bad[:20])
 
 
 # --------------------------------------------------------------------------- kernel cache entries (issue 41)

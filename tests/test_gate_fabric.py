@@ -81,15 +81,11 @@ def test_node_commands_of_one_gpu(spec):
 def test_node_commands_of_two_p5en_nodes_need_mpi(spec):
     p = spec.profile("p5en-efa-ep16")
     cmds = fabric.node_commands(spec, p, "/b", node_rank=1, master_addr="10.0.0.1")
-    assert [c.argv[-4:] for c in cmds] == [("-g", "8", "-N", "5")] * 2
+    assert [c.argv[-4:] for c in cmds] == [("-g", "1", "-N", "5")] * 2  # one MPI rank per GPU, as operators run it
     c = cmds[0]
     assert (c.launcher, c.nodes, c.node_rank, c.master_addr) == ("mpi", 2, 1, "10.0.0.1")
     assert c.env["FI_PROVIDER"] == "efa" and c.env["NCCL_DEBUG"] == "INFO" and c.env["NCCL_GIN_TYPE"] == "2"
-    assert (
-        "MPI=1" in c.needs[0]
-        and "srun --mpi=pmix --ntasks-per-node=1" in c.needs[1]
-        and "mpirun -np 2 -N 1" in c.needs[1]
-    )
+    assert "MPI=1" in c.needs[0] and "srun --mpi=pmix" in c.needs[1] and "MPIJob" in c.needs[1]
     # the plan and the run get the same commands
     assert fabric.node_commands(spec, p, "/b", node_rank=1, master_addr="10.0.0.1") == cmds
     with pytest.raises(GateError, match="is 2 node\\(s\\), not 3"):
@@ -123,7 +119,12 @@ def by_metric(checks):
 
 
 def test_a_whole_one_gpu_run_passes_every_check_but_has_no_bar(spec):
-    prof = spec.profile("h200-ep1")
+    from reprostack.gates.fabric_spec import resolve_bars
+
+    prof, why = resolve_bars(ROOT, spec.profile("h200-ep1"))  # no accepted run committed yet: unmeasured
+    assert not prof.measured and why.startswith("no measured bar yet: all_reduce.algbw_gbs")
+    unresolved = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), fabric.parse({})))
+    assert unresolved["all_reduce.algbw_gbs"].passed is False  # a bar not made from its runs never passes
     parsed = fabric.parse({"all_reduce": one_gpu(), "alltoall": one_gpu(program="alltoall_perf")})
     cs = by_metric(fabric.checks(spec, prof, parsed, nccl_version="2.30.4"))
     assert list(cs) == [
@@ -352,7 +353,53 @@ def test_an_mpi_profile_is_an_error_saying_what_it_needs(tmp_path, one_h200, mon
     monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(8, efa=True))
     rep = run_fabric(tmp_path)
     assert rep.profile == "p5en-efa-ep16" and rep.result == "error"
-    assert "cannot be launched by this runner: nccl-tests built with MPI=1" in rep.reason
+    assert "cannot be launched by this runner: the deepep image's nccl-tests built with MPI=1" in rep.reason
+
+
+def write_launched(out: Path, outputs: dict, rcs: dict, run_id: str = "4242") -> Path:
+    """What the rendered sbatch's MPI steps leave in the out dir: <test>.log (every rank) and <test>.rc."""
+    d = out / "fabric-mpi"
+    d.mkdir(parents=True, exist_ok=True)
+    for test, text in outputs.items():
+        (d / f"{test}.log").write_text(text)
+    for test, rc in rcs.items():
+        (d / f"{test}.rc").write_text(f"{rc} {run_id}\n")
+    return d
+
+
+def test_the_mpi_launchs_logs_are_judged_by_the_runner(tmp_path, monkeypatch):
+    """Issue 37 item 9: the 2 x p5en profile, started by MPI (srun --mpi=pmix / an MPIJob), judged by node 0's runner
+    from the files the launch wrote (--launched-logs): the published bars on the interval of the cycles, the pinned
+    NCCL (the nccl-wheel the deepep image installs), the transport of all 16 ranks; nothing is fetched or built."""
+    from reprostack import hostinfo
+
+    monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(8, efa=True))
+    out = tmp_path / "out"
+    d = write_launched(
+        out, {"all_reduce": p5en_run(440.0), "alltoall": p5en_run(80.0)}, {"all_reduce": 0, "alltoall": 0}
+    )
+    rep = run_fabric(tmp_path, profile="p5en-efa-ep16", launched_logs=str(d), run_id="4242")
+    assert rep.profile == "p5en-efa-ep16" and rep.result == "pass", rep.reason
+    cs = by_metric(rep.checks)
+    assert cs["all_reduce.busbw_gbs"].passed and cs["all_reduce.busbw_gbs"].threshold == 349.56
+    assert cs["all_reduce.nccl_library"].passed and cs["transport"].value == "NET/OFI efa"
+    assert {a.path for a in rep.artifacts} == {"fabric-mpi/all_reduce.log", "fabric-mpi/alltoall.log"}
+    assert rep.data["launch"]["ranks"] == 16 and "sources_reused" not in rep.data
+    # verify-report re-derives it from the launch's logs, where the rendered steps wrote them
+    import yaml
+
+    got = fabric.rederive_fabric(
+        rep.to_dict(), out, yaml.safe_load((ROOT / "gates" / "fabric.yaml").read_text()), "fabric"
+    )
+    assert got.values["all_reduce.rows"] == 140 and got.figures[f"all_reduce.busbw_gbs@{GIB}"][:1] == [439.0]
+    # a test whose step left no rc of this run (another job's, or none) is an ERROR naming the file, never a verdict
+    d = write_launched(out, {}, {"alltoall": 0}, run_id="1111")
+    rep = run_fabric(tmp_path, profile="p5en-efa-ep16", launched_logs=str(d), run_id="4242")
+    assert rep.result == "error" and rep.reason.startswith("alltoall no rc of this run in ")
+    # ... and a rank on sockets fails the transport naming it
+    write_launched(out, {"all_reduce": p5en_run(440.0, socket_rank=11)}, {"all_reduce": 0, "alltoall": 0})
+    rep = run_fabric(tmp_path, profile="p5en-efa-ep16", launched_logs=str(d), run_id="4242")
+    assert rep.result == "fail" and by_metric(rep.checks)["transport"].value.startswith("all_reduce: rank 11")
 
 
 def test_a_host_no_profile_fits_is_a_skip(tmp_path, one_h200, monkeypatch):
@@ -407,3 +454,105 @@ def test_the_device_script_names_what_is_missing(tmp_path, have, message):
         env={**os.environ, "OUT": str(tmp_path / "out"), "REPROSTACK_CACHE": str(tmp_path / "c")},
     )
     assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------- the one-GPU bar per GPU model
+
+
+def baseline_run(
+    root: Path, name: str, *, gpu="NVIDIA H200", profile="h200-ep1", algbw=2100.0, result="fail", extra_fail=False
+):
+    """A report as `reprostack gate fabric` writes it (the keys report.baseline reads): a one-GPU run whose one failed
+    check is bars_status (the profile's first runs), its algbw statistics at 1 GiB and its host's GPUs."""
+    import json
+
+    checks = [{"metric": "all_reduce.rows", "pass": True}, {"metric": "transport", "pass": True}]
+    checks += [{"metric": "bars_status", "pass": result == "pass"}] + [
+        {"metric": "alltoall.rows", "pass": not extra_fail}
+    ]
+    stats = {f"{t}.algbw_gbs@{GIB}": {"mean": algbw, "n": 5} for t in ("all_reduce", "alltoall")}
+    doc = {
+        "gate": "fabric",
+        "profile": profile,
+        "result": result,
+        "checks": checks,
+        "data": {"statistics": stats, "bars_status": "measured" if result == "pass" else "unmeasured"},
+        "provenance": {"stack": "campaign", "host": {"gpus": [{"name": gpu}]}},
+    }
+    d = root / "results" / "gate_fabric" / "baseline" / profile / name
+    d.mkdir(parents=True)
+    (d / "fabric.json").write_text(json.dumps(doc))
+
+
+def test_one_gpu_bar_is_measured_from_the_committed_runs_of_its_gpu_model(tmp_path):
+    """Issue 37 item 9: on one GPU the gate could only FAIL ("no measured bar yet"). Its bar is now the median of the
+    accepted runs committed under the profile's runs-from, of that profile's GPU model only (an H100 run never makes
+    an H200 bar), x (1 - 0.1); fewer than 3 runs: still no measured bar, saying what is missing."""
+    from reprostack.gates.fabric_spec import resolve_bars
+
+    root = tmp_path / "root"
+    (root / "gates").mkdir(parents=True)
+    (root / "gates" / "fabric.yaml").write_text((ROOT / "gates" / "fabric.yaml").read_text())
+    spec = load_fabric_spec(root)
+    prof, why = resolve_bars(root, spec.profile("h200-ep1"))
+    assert not prof.measured and prof.bars == () and "0 accepted H200 run(s) of 3" in why
+    baseline_run(root, "a", algbw=2000.0)
+    baseline_run(root, "b", algbw=2100.0)
+    baseline_run(root, "h100", gpu="NVIDIA H100 80GB HBM3", algbw=900.0)  # another GPU model: never taken
+    baseline_run(root, "broken", algbw=10.0, extra_fail=True)  # another failed check: never an accepted run
+    prof, why = resolve_bars(root, spec.profile("h200-ep1"))
+    assert not prof.measured and "2 accepted H200 run(s) of 3" in why
+    baseline_run(root, "c", algbw=2200.0, result="pass")
+    prof, why = resolve_bars(root, spec.profile("h200-ep1"))
+    assert prof.measured and why == ""
+    bar = prof.bars[0]
+    assert (bar.metric, bar.published, bar.threshold) == ("all_reduce.algbw_gbs", 2100.0, 1890.0)
+    assert (
+        "baseline: median 2100 GB/s of 3 accepted run(s)" in bar.source
+        and "baseline/h200-ep1/c/fabric.json" in bar.source
+    )
+    # judged like any bar: the local copy's algbw at 1 GiB on the interval of the run's cycles
+    good = fabric.parse({t: one_gpu(lambda s, c: 2050.0 + c) for t in ("all_reduce", "alltoall")})
+    slow = fabric.parse({t: one_gpu(lambda s, c: 1500.0 + c) for t in ("all_reduce", "alltoall")})
+    cs = by_metric(fabric.checks(spec, prof, good, nccl_version="2.30.4"))
+    assert (
+        cs["all_reduce.algbw_gbs"].passed
+        and "measured (median of the accepted runs)" in cs["all_reduce.algbw_gbs"].note
+    )
+    assert not by_metric(fabric.checks(spec, prof, slow, nccl_version="2.30.4"))["alltoall.algbw_gbs"].passed
+    # the H100 profile's bar comes from H100 runs only: the H200 runs above make none
+    prof, why = resolve_bars(root, spec.profile("h100-ep1"))
+    assert not prof.measured and "0 accepted H100 run(s) of 3 under results/gate_fabric/baseline/h100-ep1" in why
+
+
+def test_the_device_script_makes_the_runs_a_bar_is_made_of(tmp_path):
+    """scripts/device/gate_fabric.sh picks the profile of the GPU model nvidia-smi names (H100 -> h100-ep1) and runs the
+    gate FABRIC_RUNS times, each into its own folder under $OUT/baseline/<profile>/ (what the bar's runs-from reads).
+    The GPU and the gate are stood in here: nvidia-smi and the python that runs `reprostack gate` are scripts that
+    record what they were asked."""
+    import shutil
+    import subprocess
+
+    root = tmp_path / "root"
+    (root / "scripts" / "device").mkdir(parents=True)
+    for s in ("gate_fabric.sh", "seed_wheelhouse.sh"):
+        shutil.copy(ROOT / "scripts" / "device" / s, root / "scripts" / "device" / s)
+    for f in (".cache/wheelhouse/nvidia_nccl_cu13-2.30.4-py3-none-manylinux_2_18_x86_64.whl", ".carry/sources.tar"):
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_bytes(b"")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.65.06, 9.0'\n")
+    (stub / "py").write_text(
+        '#!/bin/sh\n[ "$1" = -c ] && exit 0\nwhile [ $# -gt 0 ]; do [ "$1" = --out ] && o=$2; '
+        '[ "$1" = --profile ] && p=$2; shift; done\necho "{\\"profile\\": \\"$p\\"}" > "$o/fabric.json"; exit 1\n'
+    )
+    for f in stub.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), "FABRIC_RUNS": "2"}
+    env.update(REPROSTACK_TORCH_PYTHON=str(stub / "py"), REPROSTACK_CACHE=str(tmp_path / "c"))
+    r = subprocess.run(["bash", "scripts/device/gate_fabric.sh"], cwd=root, capture_output=True, text=True, env=env)
+    assert r.returncode == 1, r.stderr  # the gate's: FAIL (no measured bar yet), the worst of the runs
+    runs = sorted((tmp_path / "out" / "baseline" / "h100-ep1").iterdir())
+    assert [p.name.endswith(f"-h100-run{i}") for i, p in enumerate(runs, 1)] == [True, True]
+    assert all((p / "fabric.json").read_text().strip() == '{"profile": "h100-ep1"}' for p in runs)

@@ -34,7 +34,14 @@ def test_real_spec():
     assert spec.gate == "micro" and spec.script == "tests/elastic/test_ep.py"
     assert spec.kernels == ("nccl", "deepep") and spec.timeout_s == 1200.0
     assert "--test-first-only" in spec.args and spec.env["NCCL_NVLS_ENABLE"] == "0"
-    assert set(spec.profiles) == {"p5en-efa-ep16", "h200-ep1", "h200-nvl-ep2", "h200-nvl-ep4", "h200-nvl-ep8"}
+    assert set(spec.profiles) == {
+        "p5en-efa-ep16",
+        "h200-ep1",
+        "h100-ep1",
+        "h200-nvl-ep2",
+        "h200-nvl-ep4",
+        "h200-nvl-ep8",
+    }
 
     ep16 = spec.profile("p5en-efa-ep16")
     assert (ep16.nodes, ep16.gpus_per_node, ep16.needs_efa, ep16.ep_size) == (2, 8, True, 16)
@@ -51,7 +58,7 @@ def test_real_spec():
 
     with pytest.raises(
         GateError,
-        match=r"no profile 'ep8' \(known: h200-ep1, h200-nvl-ep2, h200-nvl-ep4, "
+        match=r"no profile 'ep8' \(known: h100-ep1, h200-ep1, h200-nvl-ep2, h200-nvl-ep4, "
         r"h200-nvl-ep8, p5en-efa-ep16\)",
     ):
         spec.profile("ep8")
@@ -146,7 +153,7 @@ def test_choose_profile_no_match_names_known_profiles(spec, host):
         registry.gate("micro").choose_profile(spec, None, host)
     msg = str(ei.value)
     assert msg.startswith(f"{spec.path}: no profile for this host ({host.get('gpu_count', 0)} GPU(s), EFA: ")
-    assert "pass --profile (known: p5en-efa-ep16, h200-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8)" in msg
+    assert "pass --profile (known: p5en-efa-ep16, h200-ep1, h100-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8)" in msg
 
 
 def test_named_profile_wins_over_detection(spec):

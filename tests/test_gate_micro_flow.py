@@ -450,3 +450,23 @@ def test_a_hostile_jit_cache_does_not_stop_the_gate(tmp_path, gpu_host, monkeypa
     block = rep.data["jit"]
     assert block["prewarm"]["compiled"] == 0 and "is a symlink or not a folder" in block["prewarm"]["failed"][0]
     assert list(elsewhere.iterdir()) == [] and block["before_test"] == 0 and block["recorded"]["folders"] == 0
+
+
+def test_a_run_on_other_hardware_than_its_profile_is_never_its_evidence(tmp_path, gpu_host, monkeypatch):
+    """Issue 39: `--profile h200-ep1` forced on an H100 was reported `micro | h200-ep1 | PASS`, evidence true (the GPU
+    model was checked only when the gate picked the profile itself). Now the run is judged and reported, but is not
+    evidence for h200-ep1 (exit 3), its reason and provenance say why; nor can it be a baseline run of it."""
+    from reprostack.report import exit_code
+
+    monkeypatch.setattr(
+        kernelprep_hostinfo,
+        "collect",
+        lambda: {"gpu_count": 1, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "efa_devices": []},
+    )
+    py = stand_in_python(tmp_path, trials_log(real_ep1_texts(3)))
+    rep = run_gate_here(options(tmp_path, py, profile="h200-ep1", trials=3))
+    assert rep.result == "pass" and rep.evidence is False and exit_code([rep]) == 3
+    assert rep.label() == "PASS (h200-ep1, not evidence)"
+    why = "this host's GPUs are NVIDIA H100 80GB HBM3, the profile's H200"
+    assert rep.provenance["hardware_mismatch"] == why
+    assert rep.reason.startswith(f"not evidence for profile h200-ep1 ({why}): ")

@@ -88,7 +88,7 @@ def _parser(names=gate_options.RUN_OPTIONS) -> argparse.ArgumentParser:
             vars=(("trtllm_seam", "/x"), ("k", "a=b")),
             server_args=("--fail-every=3",),
         ),
-        GateOptions(baseline_runs=("results/a/micro.json", "results/b/micro.json"), num_sms=24),
+        GateOptions(baseline_runs=("results/a/micro.json", "results/b/micro.json"), num_sms=24, purpose="baseline"),
     ],
 )
 def test_the_runner_command_line_gives_back_the_same_options(opts):

@@ -84,3 +84,48 @@ def test_twice_refuses_an_engine_that_keeps_the_first_build_and_counts_cached_st
     log = tmp_path / "b.log"
     log.write_text("Step 1/3 : FROM x\n ---> Using cache\n ---> 1234\nStep 2/3 : RUN y\n ---> Running in z\n")
     assert ic.cached_steps(log) == 1 and ic.cached_steps(tmp_path / "none.log") == 0 and ic.cached_steps(None) == 0
+
+
+def _fake_chain(m, monkeypatch, tmp_path, *, kept: list[str], second_log: str):
+    """main()'s commands stood in: the base step and docker rmi do nothing, each `reprostack build --out D` writes
+    D/images.json (the second build's log holding `second_log`), the engine keeps the image ids `kept`."""
+    ran = []
+
+    def run(argv):
+        ran.append(argv)
+        if argv[:2] == ["reprostack", "build"]:
+            out = Path(argv[argv.index("--out") + 1])
+            out.mkdir(parents=True, exist_ok=True)
+            log = out / "deepep.log"
+            log.write_text(second_log if out.name == "2" else "Step 1/2\n")
+            img = {"name": "deepep", "status": "built", "tag": "t", "image_id": "sha256:" + "a" * 64, "log": str(log)}
+            (out / "images.json").write_text(json.dumps({"images": [{**img, "seconds": 1, "context_bytes": 1}]}))
+        return 1.0
+
+    monkeypatch.setattr(m, "_run", run)
+    monkeypatch.setattr(m, "still_present", lambda ids, inspect=None: [i for i in ids if i in kept])
+    monkeypatch.setattr(m.image_twice, "record", lambda *a, **k: {})
+    monkeypatch.chdir(REPO)
+    return ran
+
+
+def test_twice_refuses_when_the_engine_kept_the_first_builds_layers(tmp_path, monkeypatch, capsys):
+    """Issue 39 item 6: `docker rmi` left the first build's image (another image is built on it): the second build
+    would come from the layer cache, so main() exits 2 naming it, before any second build, nothing recorded."""
+    m = _mod()
+    ran = _fake_chain(m, monkeypatch, tmp_path, kept=["sha256:" + "a" * 64], second_log="")
+    rc = m.main(["--twice", "--images", "deepep", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "o")])
+    assert rc == 2 and "still on the engine after `docker rmi`" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "2").exists() and not (tmp_path / "res").exists()
+    assert sum(a[:2] == ["reprostack", "build"] for a in ran) == 1
+
+
+def test_twice_refuses_a_second_build_from_the_layer_cache(tmp_path, monkeypatch, capsys):
+    """Issue 39 item 6: a second build that took a step from the cache (`---> Using cache`) is not from scratch:
+    exit 2, no record written."""
+    m = _mod()
+    _fake_chain(m, monkeypatch, tmp_path, kept=[], second_log="Step 1/2\n ---> Using cache\n")
+    rc = m.main(["--twice", "--images", "deepep", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the second build was not from scratch" in err and "{'deepep': 1}" in err
+    assert not (tmp_path / "res").exists()

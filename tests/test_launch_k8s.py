@@ -19,7 +19,8 @@ from reprostack.gates import registry
 ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"registry.example:5000/reprostack/deepep@{DIGEST}"
-GATES = [g.name for g in registry.rendered(ROOT)]  # every gate whose published profile renders (not fabric's MPI one)
+# every gate whose published profile renders as an Indexed Job (fabric's p5en profile is an MPIJob: its own test)
+GATES = [g.name for g in registry.rendered(ROOT) if g.mpi_launch(g.load(ROOT), g.resolve_profile(g.load(ROOT))) is None]
 
 
 def _spec():
@@ -407,3 +408,48 @@ def test_committed_examples_are_what_rendering_gives(tmp_path):
             if doc["kind"] in ("Job", "Service"):
                 validate(doc)
     assert os.path.isfile(committed / "micro" / "job.yaml")
+
+
+def test_fabric_across_nodes_is_an_mpijob_of_the_mpi_operator(tmp_path):
+    """Issue 37 item 9: the fabric gate's 2 x p5en profile, which the renderer refused, is an MPIJob
+    (kubeflow.org/v2beta1), as awsome-distributed-training runs nccl-tests on EKS: 2 workers (GPUs, EFA, sshd) and a
+    launcher whose mpirun starts 16 ranks (8 per node, -g 1), then judges their logs (--launched-logs). The MPI
+    operator's CRD is no built-in: its fields are checked against the v2beta1 CRD's field names
+    (cluster.k8s_mpi.SPEC_FIELDS, read in kubeflow/mpi-operator v0.8.0), its pod templates validated as Pods."""
+    from reprostack.cluster.k8s_mpi import SPEC_FIELDS
+
+    docs = render(tmp_path, "fabric")
+    assert set(docs) == {"mpijob.yaml"}
+    job = docs["mpijob.yaml"]
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
+    spec = job["spec"]
+    assert set(spec) <= SPEC_FIELDS["spec"] and set(spec["runPolicy"]) <= SPEC_FIELDS["runPolicy"]
+    assert spec["slotsPerWorker"] == 8 and spec["mpiImplementation"] == "OpenMPI"
+    assert spec["runPolicy"]["backoffLimit"] == 0 and spec["sshAuthMountPath"] == "/root/.ssh"
+    reps = spec["mpiReplicaSpecs"]
+    assert set(reps) == {"Launcher", "Worker"} and all(set(r) <= SPEC_FIELDS["replicaSpec"] for r in reps.values())
+    assert (reps["Launcher"]["replicas"], reps["Worker"]["replicas"]) == (1, 2)
+    for r in reps.values():
+        validate({"apiVersion": "v1", "kind": "Pod", **r["template"]})
+    worker = reps["Worker"]["template"]["spec"]
+    wc = worker["containers"][0]
+    assert wc["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 16, "hugepages-2Mi": "5120Mi"}
+    assert "sshd -De" in wc["command"][2] and "ssh-keygen -A" in wc["command"][2] and "hostNetwork" not in worker
+    launcher = reps["Launcher"]["template"]["spec"]
+    assert "resources" not in launcher["containers"][0]
+    text = script(launcher)
+    subprocess.run(["sh", "-n", "-c", text], check=True)
+    runs = [ln for ln in text.splitlines() if "/opt/reprostack/openmpi/bin/mpirun " in ln]
+    assert len(runs) == 2 and all("-np 16 -N 8 --bind-to none" in ln and " -g 1 -N 5 " in ln for ln in runs)
+    assert all("-x FI_PROVIDER" in ln and "-x LD_LIBRARY_PATH" in ln for ln in runs)
+    assert (
+        "> /out/fabric-mpi/all_reduce.log 2>&1" in runs[0]
+        and 'echo "$? ${RUN_ID:--}" > /out/fabric-mpi/all_reduce.rc' in text
+    )
+    judge = next(ln for ln in text.splitlines() if "-m reprostack gate fabric" in ln)
+    assert "--launched-logs /out/fabric-mpi" in judge and "--node-rank 0" in judge
+    # an MPIJob is the one variant of an MPI profile
+    assert (
+        cli.main(["launch", "k8s", "fabric", "--variant", "jobset", "--image", IMAGE, "--out", str(tmp_path / "x")])
+        == 2
+    )

@@ -398,7 +398,7 @@ def test_launch_slurm_without_image_says_where_the_image_will_come_from(tmp_path
 # --------------------------------------------------------------------------- committed examples
 
 
-EXAMPLE_GATES = [g.name for g in registry.rendered(REPO)]  # fabric's p5en profile needs MPI (not rendered)
+EXAMPLE_GATES = [g.name for g in registry.rendered(REPO)]
 
 
 @pytest.mark.parametrize("gate", EXAMPLE_GATES)
@@ -555,13 +555,42 @@ def test_every_command_the_script_runs_is_one_the_cli_takes(gate, lock):
             assert n in GATE_ORDER, f"{sub} {n}"
 
 
-def test_a_profile_the_runner_cannot_launch_is_refused_in_one_line(lock, tmp_path):
-    """The fabric gate's 2 x p5en profile runs nccl-tests as one MPI rank per node (no MPI pinned yet): no script
-    that would end in an error on every node is written."""
-    with pytest.raises(slurm.SlurmRenderError, match="gate fabric: profile p5en-efa-ep16 runs nccl-tests as one MPI"):
-        slurm.script_for(registry.gate("fabric"), REPO, lock, nodes=2, out=str(tmp_path / "o"))
+def test_fabric_across_nodes_is_srun_mpi_pmix_one_rank_per_gpu_then_node_0_judges(lock, tmp_path):
+    """Issue 37 item 9: the fabric gate's 2 x p5en profile, which the renderer refused, runs the way operators run
+    nccl-tests under pyxis (awsome-distributed-training nccl-tests-container.sbatch): per test one `srun --mpi=pmix`
+    step of 16 ranks (8 per node, `-g 1`) of the image's MPI build, its output and rc into the out dir, then node 0's
+    in-image runner judges those files (--launched-logs)."""
+    text = render("fabric", lock, partition="p5en", image="registry.example/reprostack/deepep@sha256:" + "ab" * 32)
+    bash_n(text, tmp_path)
+    assert "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --gpus-per-node=8" in text
+    steps = [ln for ln in text.splitlines() if ln.startswith("srun ") and "--mpi=pmix" in ln]
+    assert len(steps) == 2 and all("--nodes=2 --ntasks-per-node=8 --mpi=pmix --cpu-bind=none" in s for s in steps)
+    for test, binary in (("all_reduce", "all_reduce_perf"), ("alltoall", "alltoall_perf")):
+        line = next(
+            ln
+            for ln in text.splitlines()
+            if f"/opt/reprostack/nccl-tests/bin/{binary} " in ln and "srun" not in ln and not ln.startswith("#")
+        )
+        assert '--container-image="${IMAGE}"' in line and " -g 1 -N 5" in line
+        assert line.endswith(f'> "${{OUT}}"/fabric-mpi/{test}.log 2>&1')
+        assert f'echo "$? ${{SLURM_JOB_ID}}" > "${{OUT}}"/fabric-mpi/{test}.rc' in text
+    judge = next(ln for ln in text.splitlines() if "-m reprostack gate fabric" in ln)
+    assert "--launched-logs /out/fabric-mpi" in judge and '--run-id "${SLURM_JOB_ID}"' in judge
+    first = text.index("srun --nodes=2 --ntasks-per-node=8 --mpi=pmix")
+    assert text.index("reprostack preflight fabric") < first < text.index("--launched-logs /out")
+    assert "export PMIX_MCA_gds=hash" in text and "export FI_PROVIDER=efa" in text
+    # pyxis on enroot 3.x (--enroot-import): the ranks run the squashfs the import step made, by digest
+    text = render(
+        "fabric", lock, image="registry.example/reprostack/deepep@sha256:" + "ab" * 32, enroot_import="/fsx/e"
+    )
+    assert text.index('export IMAGE="${SQSH}"') < text.index("srun --nodes=2 --ntasks-per-node=8 --mpi=pmix")
+    # the MPI steps need pyxis (its PMIx support): another runtime is one line, nothing written
+    for runtime in ("docker", "enroot", "host"):
+        with pytest.raises(slurm.SlurmRenderError, match=f"--runtime {runtime}: profile p5en-efa-ep16 .* pyxis only"):
+            render("fabric", lock, runtime=runtime, image="reprostack/deepep:0123456789abcdef")
+    # a one-GPU profile stays the in-image runner on one node
     text = slurm.script_for(registry.gate("fabric"), REPO, lock, nodes=1, out="out/x", profile="h200-ep1")
-    assert "-m reprostack gate fabric" in text
+    assert "-m reprostack gate fabric" in text and "--mpi=pmix" not in text
 
 
 @pytest.mark.parametrize(

@@ -478,3 +478,33 @@ def test_progress_under_xdist_keeps_each_files_count_and_time(tmp_path):
     got = [re.match(r"\[progress\] (test_slow_[ab]\.py): ([1-5]) of 5 tests, (\d+) s in this file, ", l) for l in lines]
     assert len(lines) >= 2 and all(got), lines  # `of 5`: the old plugin said `of ?` under xdist
     assert max(int(m.group(3)) for m in got) >= 1, lines  # a file's time runs on across the other's reports
+
+
+def test_a_gate_session_exits_non_zero_unless_the_gate_passed(monkeypatch):
+    """Issue 39: `nox -s gate_micro` on a host with no profile SKIPped and nox exited 0. Now a SKIP (the summary's
+    exit code 3) ends nox with exit 3, a failure with nox's error (exit 1), a pass returns."""
+    noxfile = _noxfile()
+    said = []
+
+    class Session:
+        def warn(self, msg):
+            said.append(msg)
+
+        def error(self, msg):
+            raise RuntimeError(msg)
+
+        def skip(self, msg):  # what it did on 8bb97a9: nox then exits 0
+            raise AssertionError(f"a skipped session makes nox exit 0: {msg}")
+
+    monkeypatch.setattr(noxfile, "_install", lambda session: None)
+    for rc, line in ((3, "micro: SKIP — no profile for this host"), (1, "micro: FAIL — dc_p50_us"), (0, "micro: PASS")):
+        monkeypatch.setattr(noxfile, "_gate", lambda session, *c, rc=rc, line=line: (rc, [line]))
+        if rc == 3:
+            with pytest.raises(SystemExit) as e:
+                noxfile._one_gate(Session(), "micro")
+            assert e.value.code == 3 and said[-1] == "not a pass (SKIP, exit 3): micro: SKIP — no profile for this host"
+        elif rc == 1:
+            with pytest.raises(RuntimeError, match="gate failed: micro: FAIL"):
+                noxfile._one_gate(Session(), "micro")
+        else:
+            assert noxfile._one_gate(Session(), "micro") is None

@@ -291,6 +291,29 @@ def test_lock_check_offline_refuses_an_engine_set_that_skews_its_base(tmp_path, 
     assert says in err and err.count("\n") == 1
 
 
+def test_a_re_pin_two_levels_down_is_refused(tmp_path, capsys):
+    """Issue 39 item 6: a set installed on a set installed on the base (vllm -> middle -> substrate) re-pinning the
+    base's torch: the whole `installed-on` chain is read, not only the set right below."""
+    p = _skew_lock(tmp_path, [("vllm", "0.24.0"), ("torchvision", "0.26.0")])
+    text = p.read_text().replace("    installed-on: substrate-wheels\n", "    installed-on: middle-wheels\n")
+    target = '    python-version: "3.10"\n    platform-tags: [manylinux_2_28_x86_64]\n'
+    middle = (
+        "  middle-wheels:\n    kind: wheelset\n    installed-on: substrate-wheels\n"
+        + target
+        + "    requirements: [aiperf==0.10.0]\n    files:\n"
+        + f'      - {{name: aiperf, version: "0.10.0", filename: aiperf-0.10.0-py3-none-any.whl, sha256: {"b" * 64}}}\n'
+    )
+    top = text.index("  vllm-wheels:\n")
+    p.write_text(text[:top] + middle + text[top:] + f"      - {{name: torch, version: \"2.9.0\", filename: "
+                 f"torch-2.9.0-py3-none-any.whl, sha256: {'c' * 64}}}\n")  # fmt: skip
+    with pytest.raises(LockError) as ei:
+        load(p)
+    says = "upstreams.vllm-wheels.files[2].version: torch==2.9.0 re-pins torch==2.11.0 of substrate-wheels"
+    assert says in str(ei.value) and str(ei.value).startswith(f"{p}:"), str(ei.value)
+    assert cli.main(["lock", "check", "--lock", str(p)]) == 2
+    assert says in capsys.readouterr().err
+
+
 def test_an_engine_set_that_only_adds_is_accepted(tmp_path):
     p = _skew_lock(tmp_path, [("vllm", "0.24.0"), ("torchvision", "0.26.0"), ("nvidia-cutlass-dsl-libs-cu13", "4.3")])
     assert [f.name for f in load(p).get("vllm-wheels").files] == ["vllm", "torchvision", "nvidia-cutlass-dsl-libs-cu13"]

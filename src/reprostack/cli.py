@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .cmd import (
     all_gates,
+    attest,
     bench,
     docs,
     build,
@@ -28,12 +29,14 @@ from .cmd import (
     keys,
     launch,
     lock,
+    log,
     outdated,
     patch,
     preflight,
     stacks,
     verify,
     verify_report,
+    verify_run,
 )
 from .errors import FetchError, ReprostackError, SourceUnreachable
 from .gitcmd import GitFailed
@@ -58,9 +61,12 @@ COMMANDS = {
     "bench": bench,
     "verify": verify,
     "verify-report": verify_report,
+    "verify-run": verify_run,
     "docs": docs,
     "history": history,
     "keys": keys,
+    "attest": attest,
+    "log": log,
 }
 
 

@@ -105,7 +105,7 @@ def _quantity(size: str) -> str:
     return m.group(1) + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[m.group(2)]
 
 
-def _sh(token: str) -> str:
+def sh_word(token: str) -> str:
     """One argv token for sh, with ${NODE_RANK} / ${MASTER_ADDR} expanded at run time and nothing else."""
     parts = [p for p in _VARS.split(token) if p]
     return "".join(f'"{p}"' if _VARS.fullmatch(p) else shlex.quote(p) for p in parts) or "''"
@@ -151,14 +151,14 @@ def _script(plan: lp.LaunchPlan, variant: str, preflight: list[str] | None) -> s
                 f'echo "reprostack: ulimit {name} stays $(ulimit -S {flags[name]})" >&2'
             )
     if preflight:
-        lines.append(" ".join(_sh(a) for a in preflight))
+        lines.append(" ".join(sh_word(a) for a in preflight))
     cmds = {c.node: c for c in plan.commands}
     same = len({(c.argv, c.env) for c in plan.commands}) == 1
     limit = f"timeout --foreground -s TERM -k {KILL_AFTER_S} {int(plan.timeout_s)} "
 
     def run(c: lp.NodeCommand) -> str:
-        env = "".join(f"{k}={_sh(v)} " for k, v in c.env)
-        return limit + ("env " + env if env else "") + " ".join(_sh(a) for a in c.argv)
+        env = "".join(f"{k}={sh_word(v)} " for k, v in c.env)
+        return limit + ("env " + env if env else "") + " ".join(sh_word(a) for a in c.argv)
 
     if same:
         body = [run(plan.commands[0])]

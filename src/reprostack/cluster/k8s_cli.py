@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .k8s import HOST_PATH_KINDS, MAX_NAME, PVC, VARIANTS, K8sError, agent_plan, dns1123, render, write
+from .k8s import HOST_PATH_KINDS, MAX_NAME, PVC, VARIANTS, K8sError, agent_plan, dns1123, render, sh_word, write
 
 HELP = (
     "render Kubernetes manifests (Indexed Job + headless Service; or a JobSet / LeaderWorkerSet) of a gate's "
@@ -115,6 +115,9 @@ def main(args, g, lock, root: Path) -> int:
     why = g.unrenderable(spec, spec.profile(plan.profile))
     if why:
         raise K8sError(f"gate {g.name}: {why}")
+    mpi = g.mpi_launch(spec, spec.profile(plan.profile))
+    if mpi is not None and args.variant != "job":
+        raise K8sError(f"--variant {args.variant}: profile {plan.profile} is started by MPI: an MPIJob (--variant job)")
     if args.variant == "lws" and not g.serves:
         raise K8sError(f"--variant lws is for serving gates (gate {g.name} is {g.kind}: use job or jobset)")
     image = args.image or plan.image.repo_digest
@@ -165,6 +168,11 @@ def main(args, g, lock, root: Path) -> int:
         node_selector=sel,
         master_port=args.master_port,
     )
+    if mpi is not None:  # the Kubeflow MPI operator's MPIJob in place of the Job and its Service (cluster.k8s_mpi)
+        from . import k8s_mpi
+
+        judge = k8s_mpi.judge_argv(g, lock, agent, OUT)
+        docs = [k8s_mpi.mpijob(docs[-1], mpi, judge=judge, sh=sh_word, plan=agent)]
     header = (
         f"# Rendered by `reprostack launch k8s {g.name} --variant {args.variant}` from gate {plan.gate}'s "
         f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
@@ -173,7 +181,7 @@ def main(args, g, lock, root: Path) -> int:
     paths = write(docs, out, header)
     for p in paths:
         print(f"wrote {p}")
-    kind = {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
+    kind = "mpijob" if mpi else {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
     name = next(d["metadata"]["name"] for d in docs if d.get("kind", "").lower() == kind)
     logs = (  # an Indexed Job's pods carry their index as a label (node 0: index 0)
         f"; node 0's log: kubectl logs -f -l batch.kubernetes.io/job-name={name},"

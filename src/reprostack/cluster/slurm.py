@@ -42,11 +42,12 @@ import math
 import re
 import shlex
 from dataclasses import dataclass
+from functools import partial
 from pathlib import PurePosixPath
 
 from ..errors import ReprostackError
 from ..launch import plan as lp
-from . import enroot
+from . import enroot, slurm_mpi
 
 RUNTIMES = ("pyxis", "enroot", "docker", "host")
 CODE = "/opt/reprostack/code"  # as gates.container: this checkout's package, on PYTHONPATH in the image
@@ -92,6 +93,7 @@ class SlurmOptions:
     needs_gpu: bool = True
     job_name: str | None = None
     models: str | None = None  # a serving gate's models folder on the nodes (None: the submitter's HF_HOME)
+    mpi: object | None = None  # gates.fabric_mpi.MpiLaunch of a profile started by MPI (cluster.slurm_mpi)
     enroot_import: str | None = None  # pyxis on enroot 3.x: import by digest into this folder (cluster.enroot)
 
 
@@ -190,6 +192,8 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         )
     if o.runtime != "host" and plan.image is None:
         raise SlurmRenderError(f"gate {plan.gate}: a host-mode plan has no image; use --runtime host")
+    if o.mpi is not None and o.runtime != "pyxis":
+        raise SlurmRenderError(slurm_mpi.refusal(o.runtime, plan))
     _validate(plan)
     gate = _check(plan.gate, "gate")
     job = word(o.job_name or f"rs-{gate}", "--job-name")
@@ -221,7 +225,7 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         f"#   mkdir -p {word(str(outdir / 'logs'))} && sbatch THIS_FILE   (or `reprostack launch slurm ... --submit`)",
         f"#SBATCH --job-name={job}",
         f"#SBATCH --nodes={plan.nodes}",
-        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --ntasks-per-node={o.mpi.ranks_per_node if o.mpi is not None else 1}",
         "#SBATCH --exclusive",
         # every node booted before the script starts (awsome-distributed-training's sbatch files, e.g.
         # micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch: --wait-all-nodes=1)
@@ -318,6 +322,8 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
             " ".join(srun + ['--output="${OUT}"/' + word(f"{o_.logs}/preflight-node-%n.log")]) + " \\",
             "  " + _task(plan, o, pre, per_node_out=False),
         ]
+    if o.mpi is not None:  # the ranks started by MPI, then node 0 judges what they wrote (cluster.slurm_mpi)
+        return "\n".join(L + slurm_mpi.lines(o.mpi, word, partial(_task, plan, o), o.agent, o_.node_log(0)))
     gate_srun = [*srun[:-1], "--kill-on-bad-exit=1"]  # node 0 ends the step once it has reported (workers exit 0)
     L += [
         "# the gate: one task per node, the per-node agent in the image; the output contract (launch.plan.Outputs):",
@@ -570,12 +576,14 @@ def script_for(
     why = g.unrenderable(spec, prof)
     if why:
         raise SlurmRenderError(f"gate {g.name}: {why}")
+    mpi = g.mpi_launch(spec, prof)
     ga = GateOptions(
         out=Path(IN_OUT),
         profile=plan.profile,
         nodes=plan.nodes,
         master_port=master_port or MASTER_PORT,
         arms=tuple(arms or ()),
+        launched_logs=f"{IN_OUT}/{mpi.logs}" if mpi else None,
     )
     agent = agent_argv(g, ga, lock, host=runtime == "host", cache=cache if runtime == "host" else None)
     runs = g.launches(spec, ga)
@@ -594,6 +602,7 @@ def script_for(
             runs=runs,
             needs_gpu=prof.needs_gpu,
             models=models,
+            mpi=mpi,
             enroot_import=enroot_import,
         ),
     )

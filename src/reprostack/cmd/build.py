@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
 
 def build(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions) -> int:
     """Build `args.images`; print one line per image; 0 when all are built or reused (errors raise)."""
+    from ..report import utc_now
+
+    started = utc_now()
     console = Console(stderr=True)
     registry = check_registry(args.push) if args.push is not None else None  # a bad target: before any build
     overrides = overrides_from_env()
@@ -115,4 +118,26 @@ def build(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions)
             f"{args.save}: {len(saved)} image(s), {sum(b.bytes for b in saved)} bytes "
             f"({', '.join(b.name for b in saved)})"
         )
+    print(_attest(Path(args.out), results, root, lock, started))  # the build's folder: logs and images.json
     return 0
+
+
+def _attest(out: Path, results, root: Path, lock, started: str) -> str:
+    """Sign the build's folder (reprostack.evidence.runs.finish_run): `attested: ...` or `unsigned: no key ...`."""
+    from .. import project
+    from ..digest import sha256_file
+    from ..evidence.runs import finish_run
+    from ..report import utc_now
+
+    return finish_run(
+        out,
+        kind="image-build",
+        verdict="ok",
+        exit_code=0,
+        project=project.state(root),
+        started=started,
+        ended=utc_now(),
+        lock_sha256=sha256_file(lock.path) if getattr(lock, "path", None) else None,
+        stack=lock.stack,
+        images=[{"name": r.name, "id": r.image_id, "digest": None} for r in results],
+    )

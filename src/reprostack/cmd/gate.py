@@ -48,7 +48,7 @@ def _gates(args, lock, root, opts) -> int:
     from ..gates import registry, runner
     from ..gates.base import RunContext
     from ..gates.options import BASELINE_HISTORY, GateOptions
-    from ..report import exit_code, write_reports
+    from ..report import exit_code, utc_now, write_reports
 
     base = Path(args.out) if args.out else runs.default_base(None if args.cmd == "all-gates" else args.gate)
     ga = GateOptions.from_args(args, out=base)
@@ -76,6 +76,7 @@ def _gates(args, lock, root, opts) -> int:
         stem = registry.gate(args.gate).stem if args.cmd == "gate" else None
         ga = ga.with_(baseline_runs=history_runs(root, opts.cache.root, lock.stack, stem, ga.profile))
     state = project.state(root)  # the commit and whether the tree is dirty, before this run writes anything
+    started = utc_now()
     folder = runs.start(base, given=bool(args.out))
     out = folder.path
     ga, ctx = ga.with_(out=out), RunContext(root, lock, opts, project=state)
@@ -101,6 +102,7 @@ def _gates(args, lock, root, opts) -> int:
             rep = node.died(registry.gate(args.gate), e)
             write_reports([rep], out, required={rep.gate})
             folder.finish()  # `latest` names this run: its summary says it died, never an earlier verdict
+            print(_attest(out, [rep], 2, state, ga, lock, started))  # a run that died is signed as one too
             raise
         except ReprostackError:
             folder.abandon()  # bad input, nothing ran: no trace of this run; latest never moved
@@ -115,9 +117,35 @@ def _gates(args, lock, root, opts) -> int:
         for line in result_lines(reports):
             print(line)
         print(f"reports: {out.resolve()} ({', '.join(sorted(written))})" + ("" if args.out else f"; {base / 'latest'}"))
-        return node.end(exit_code(reports, required))
+        rc = exit_code(reports, required)
+        print(_attest(out, reports, rc, state, ga, lock, started))  # the last file of the run folder
+        return node.end(rc)
     finally:
         sigterm.restore()
+
+
+def _attest(out: Path, reports, rc: int, state: dict, ga, lock, started: str) -> str:
+    """Sign the run folder (reprostack.evidence.runs.finish_run): the line to print, `attested: ...` or `unsigned: no
+    key ...`. Every report's verdict goes into the predicate; the overall verdict is `pass` only when the exit code
+    is 0."""
+    from ..evidence.runs import finish_run, purpose_of
+    from ..report import utc_now
+
+    docs = [r.to_dict() for r in reports]
+    results = {d.get("result") for d in docs}
+    verdict = "pass" if rc == 0 else (results.pop() if len(results) == 1 else "mixed")
+    return finish_run(
+        out,
+        kind="gate",
+        verdict=verdict,
+        exit_code=rc,
+        project=state,
+        started=started,
+        ended=utc_now(),
+        reports=docs,
+        purpose_=purpose_of(docs, ga.purpose),
+        stack=lock.stack,
+    )
 
 
 class _Sigterm:

@@ -2,6 +2,11 @@
 provenance (reprostack.report.rederive: figures, statistics, bars of the recorded spec, verdict; lock and spec
 traced to commits of this repository, report.trace), one line per report.
 
+First, for every report, its run's signature (reprostack.verify.signed): the attestation of its run folder verifies
+with a key of keys/, every subject hashes to its record, no file of the folder is left uncovered, and the report
+is judged at its run's own commit; an unsigned report must be the committed bytes and is shown UNSIGNED, never
+a plain OK. A `*.json` that cannot be read (not UTF-8, not JSON, a NaN) is a FAIL naming it and why.
+
 Exit 0 when every report is verified, 1 when one is not (its line says why), 2 for bad input, one line, nothing
 written (a folder that does not exist or holds no gate report, a project that is no git checkout, a malformed
 corrections file). `--json FILE` writes every finding.
@@ -52,9 +57,10 @@ def print_note_counts(outcomes) -> None:
 
 
 def run(args) -> int:
-    from .. import paths, ui
+    from .. import evidence, paths, ui
     from ..gates import registry
-    from ..report.rederive import RederiveError, Rederived, reports_under, verify
+    from ..verify.signed import Evidence
+    from ..report.rederive import RederiveError, Rederived, reports_under
     from ..report.trace import Versions, read_corrections
 
     root = paths.project_root()
@@ -80,15 +86,19 @@ def run(args) -> int:
         ) as e:  # a report whose data is not what its kind writes
             raise RederiveError(f"{type(e).__name__}: {str(e)[:200]}") from None
 
-    found = reports_under(folders)
+    found = reports_under(folders, damaged=True)  # a damaged report is a FAIL naming why, never passed over
     if not found:  # a CI step over a wrong or emptied folder must not pass with nothing checked
         raise ReprostackError(f"{', '.join(map(str, folders))}: no gate report (<gate>.json with gate, result, checks)")
+    keyring = evidence.Keyring.read(root / evidence.KEYRING_DIR)
+    signed = Evidence(root, keyring, versions)
     outcomes = []
     with ui.step("verify-report", total=len(found), unit="report") as st:
         for p in found:
-            outcomes.append(verify(p, root=root, versions=versions, corrections=corrections, rederive=rederive))
+            outcomes.append(_one(p, root, versions, corrections, rederive, signed))
             st.advance(1)
     bad = [o for o in outcomes if not o.ok]
+    unsigned = [o for o in outcomes if o.ok and o.tag == "UNSIGNED"]
+    chain = _log_problems(root, folders)
     for o in outcomes:
         if o.ok and args.quiet:
             continue
@@ -100,10 +110,62 @@ def run(args) -> int:
         print_note_counts([o for o in outcomes if o.ok])
     print(
         f"verify-report: {len(outcomes) - len(bad)} of {len(outcomes)} report(s) hold"
+        + (f" ({len(outcomes) - len(bad) - len(unsigned)} signed, {len(unsigned)} UNSIGNED)" if outcomes else "")
         + (f", {len(bad)} do not" if bad else "")
     )
+    for p in chain:  # the log of signed runs: a run removed, reordered or re-signed, a signed run not logged
+        print(f"FAIL {p}")
     if args.json:
         from ..atomicfile import write_text_atomic
 
         write_text_atomic(Path(args.json), json.dumps([o.to_dict() for o in outcomes], indent=1) + "\n")
-    return 1 if bad else 0
+    return 1 if bad or chain else 0
+
+
+def _log_problems(root: Path, folders: list[Path]) -> list[str]:
+    """The hash-chained log's problems (reprostack.evidence.log): its chain and every entry's run, and every signed
+    run folder under the verified folders that lies in results/ is logged."""
+    from ..evidence import log
+
+    results = (root / "results").resolve()
+    seen = []
+    for f in folders:
+        f = f.resolve()
+        if f.is_dir() and (f == results or results in f.parents):
+            seen += log.signed_folders(root, f)
+    if not seen and not (root / log.LOG).is_file():
+        return []
+    problems, _ = log.check(root, root / log.LOG, folders_seen=seen)
+    return problems
+
+
+def _one(p: Path, root: Path, versions, corrections, rederive, signed):
+    """One report: its signature and subjects first (verify.signed); a run whose attestation does not hold is a FAIL
+    on that alone. Then the re-derivation (report.rederive.verify), with the corrections only for an unsigned run."""
+    from ..report.rederive import Outcome, RederiveError, load, verify
+
+    try:
+        doc = load(p)
+    except RederiveError:
+        doc = None  # verify() says why, on the report's own line
+    facts = signed.facts(p, doc)
+    if facts.signed and facts.problems and facts.predicate is None:
+        try:
+            rel = p.resolve().relative_to(root).as_posix()
+        except ValueError:
+            rel = str(p)
+        o = Outcome(rel, problems=list(facts.problems))
+        if isinstance(doc, dict):
+            o.gate, o.profile, o.result = str(doc.get("gate")), str(doc.get("profile")), str(doc.get("result"))
+        return o
+    o = verify(
+        p,
+        root=root,
+        versions=versions,
+        corrections=[] if facts.signed else corrections,
+        rederive=rederive,
+        operator_baseline=facts.operator_baseline,
+    )
+    o.problems[:0] = facts.problems
+    o.tag = facts.tag()
+    return o

@@ -96,10 +96,13 @@ def open_envelope(env: dict, keyring, where: str) -> Opened:
     except (KeyError, ValueError, TypeError, binascii.Error) as x:
         raise EvidenceError(f"{where}: not a DSSE envelope ({type(x).__name__}: {str(x)[:120]})") from None
     keyid = next(iter(verified))
+    from .. import jsonsrc
+
     try:
-        st = json.loads(base64.b64decode(env["payload"], validate=True).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise EvidenceError(f"{where}: its payload is not a JSON statement") from None
+        raw = base64.b64decode(env["payload"], validate=True)
+    except (ValueError, binascii.Error):
+        raise EvidenceError(f"{where}: its payload is not base64") from None
+    st = jsonsrc.loads(raw, f"{where}: payload", EvidenceError)  # bounded depth, no NaN: one line, never a traceback
     if not isinstance(st, dict) or st.get("_type") != STATEMENT_TYPE:
         raise EvidenceError(f"{where}: its payload is not an in-toto Statement v1")
     if st.get("predicateType") == PREDICATE_TYPE:

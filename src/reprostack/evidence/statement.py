@@ -61,10 +61,11 @@ def folder_entries(folder: Path) -> tuple[list[str], list[str]]:
     return sorted(files), sorted(others)
 
 
-def subjects(folder: Path) -> list[dict]:
-    """[{name, digest: {sha256}}] of every regular file of the run folder (module doc)."""
+def subjects(folder: Path, exclude: tuple[str, ...] = ()) -> list[dict]:
+    """[{name, digest: {sha256}}] of every regular file of the run folder (module doc) but those in `exclude` (the
+    command's own transcript, still being written: evidence.runs)."""
     files, _ = folder_entries(folder)
-    return [{"name": rel, "digest": {"sha256": sha256_file(Path(folder) / rel)}} for rel in files]
+    return [{"name": rel, "digest": {"sha256": sha256_file(Path(folder) / rel)}} for rel in files if rel not in exclude]
 
 
 def host_facts(host: dict) -> dict:

@@ -209,8 +209,15 @@ class RunState:
         return GateReport(self.gate.stem, self.profile.name, Result.ERROR, why, provenance=self.prov)
 
     def finish(self, report: GateReport) -> GateReport:
-        """The report with this run's data, times, duration and project commit (every report of a run ends here)."""
+        """The report with this run's data, times, duration and project commit (every report of a run ends here). A
+        judged run on other hardware than its profile's (Gate.hardware_mismatch) is never evidence for it, whoever
+        chose the profile: `evidence` false, the reason and `provenance.hardware_mismatch` say why."""
         self.timings["total_s"] = round(time.monotonic() - self.t0, 2)
+        other = Gate.hardware_mismatch(self.profile, self.host) if self.profile is not None else None
+        if other and str(report.result) in ("pass", "fail", "inconclusive"):
+            report.evidence = False
+            report.provenance["hardware_mismatch"] = other
+            report.reason = f"not evidence for profile {self.profile.name} ({other}): {report.reason}"
         if self.project:
             report.provenance.setdefault("project", self.project)
         report.data = {**self.data, **report.data}
@@ -321,6 +328,21 @@ class Gate:
             return f"profile {profile.name} needs EFA devices; none found"
         return None
 
+    @staticmethod
+    def hardware_mismatch(profile, host: dict) -> str | None:
+        """Why this host is other hardware than `profile`'s (its GPU model, GPU count per node, EFA), or None. A run
+        here is never evidence for that profile (RunState.finish), however the profile was chosen."""
+        names = [str(g.get("name", "")) for g in host.get("gpus") or [] if isinstance(g, dict)]
+        model = profile.gpu_model
+        if model and names and not all(model in n for n in names):
+            return f"this host's GPUs are {', '.join(sorted(set(names)))}, the profile's {model}"
+        gpus, efa = int(host.get("gpu_count") or 0), bool(host.get("efa_devices"))
+        if profile.needs_gpu and gpus and gpus != profile.gpus_per_node:
+            return f"this host has {gpus} GPU(s), the profile {profile.gpus_per_node} per node"
+        if efa != bool(profile.needs_efa):
+            return "this host has EFA devices, the profile none" if efa else "the profile needs EFA, this host has none"
+        return None
+
     def check_nodes(self, spec, profile, nodes: int | None) -> int:
         """The node count of a run or a rendering: the profile's; another `nodes` is one GateError line."""
         if nodes is not None and nodes != profile.nodes:  # an absurd count too, before any work
@@ -369,6 +391,12 @@ class Gate:
     def kernels_line(self, spec, lock, image, mode: str) -> str:
         """Where the plan's kernels come from, for a person ("" when the gate builds none)."""
         return ""
+
+    def mpi_launch(self, spec, profile):
+        """The MPI launch a cluster renderer starts for `profile` (gates.fabric_mpi.MpiLaunch: the ranks run the
+        image's MPI build, then the in-image runner judges what they wrote, --launched-logs), or None: the profile
+        runs as one in-image runner per node."""
+        return None
 
     def unrenderable(self, spec, profile) -> str | None:
         """Why a cluster renderer (Slurm, Kubernetes) cannot launch `profile` of this gate as one in-image runner

@@ -26,10 +26,10 @@ communicator and buffers, no re-initialisation between cycles), so each size has
 judged on their 95% interval (PASS only when the whole interval clears it; one cycle is INCONCLUSIVE).
 
 Multi-node (profile launcher `mpi`): nccl-tests has no bootstrap between processes without MPI (kernels/nccl-tests.yaml),
-so each node's command is one MPI rank driving its node's GPUs (`-g gpus-per-node`), started by the MPI runtime
-(`srun --mpi=pmix --ntasks-per-node=1 ARGV` or `mpirun -np NODES -N 1 ARGV`) from nccl-tests built with MPI=1; node
-rank and master address come from MPI, not from the argv. The build of that binary needs an MPI the lock does not
-pin yet: `node_commands` says so in TestCommand.needs.
+so the deepep image's nccl-tests built with MPI=1 runs one MPI rank per GPU (`-g 1`), started by the MPI runtime
+(`srun --mpi=pmix` under pyxis, an MPIJob's mpirun on EKS: gates.fabric_mpi, rendered by cluster.slurm / cluster.k8s);
+node rank and master address come from MPI, not from the argv. This runner then judges what those launches wrote
+(`--launched-logs DIR`: every rank's output and the exit status of each test), with the same checks as a local run.
 
 Verdict (the Gate class's): a profile whose bars are unmeasured reports every number and never passes (micro's rule);
 a transport check that fails is a FAIL naming the ranks; no output at all is an ERROR, not a FAIL.
@@ -57,10 +57,10 @@ from ..launch.watchdog import run_with_watchdog
 from ..report import Check, GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import Summary, summarize
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .fabric_spec import FabricSpec, load_fabric_spec
+from .fabric_spec import FabricSpec, load_fabric_spec, resolve_bars
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
 from .options import GateOptions
-from . import transport
+from . import fabric_mpi, transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
 from .parsers.transport import TransportParse
 from .spec import Profile
@@ -116,18 +116,19 @@ def node_commands(
         raise GateError(f"{spec.path}: node rank {node_rank} is not one of 0..{nodes - 1}")
     if nodes > 1 and profile.launcher != "mpi":
         raise GateError(f"{spec.path}: profile {profile.name} spans {nodes} nodes: its launcher must be mpi")
-    needs = ()
-    if profile.launcher == "mpi":
+    needs, per_process = (), profile.gpus_per_node
+    if profile.launcher == "mpi":  # one MPI rank per GPU, as operators run it (gates.fabric_mpi)
+        per_process = 1
         needs = (
-            "nccl-tests built with MPI=1 against an MPI with PMIx (none pinned in upstreams.lock yet; "
-            "kernels/nccl-tests.yaml builds MPI=0)",
-            f"started by the MPI runtime, one rank per node: srun --mpi=pmix --ntasks-per-node=1 (Slurm) "
-            f"or mpirun -np {nodes} -N 1 (Kubernetes: the MPI operator)",
+            "the deepep image's nccl-tests built with MPI=1 against its Open MPI (containers/deepep)",
+            f"started by the MPI runtime, {profile.gpus_per_node} rank(s) per node: `srun --mpi=pmix` under pyxis "
+            f"(reprostack launch slurm) or an MPIJob's mpirun (reprostack launch k8s); this runner then judges "
+            f"what they wrote (--launched-logs)",
         )
     env = {**spec.env, **profile.env}
     out = []
     for name, t in spec.tests.items():
-        argv = (str(Path(bin_dir) / t.binary), *t.args, "-g", str(profile.gpus_per_node), "-N", str(spec.trials))
+        argv = (str(Path(bin_dir) / t.binary), *t.args, "-g", str(per_process), "-N", str(spec.trials))
         out.append(
             TestCommand(
                 name,
@@ -160,9 +161,9 @@ def nccl_version_code(version: str) -> int | None:
     return major * 10000 + minor * 100 + patch
 
 
-def _samples(p: NcclTestsParse, size: int, placement: str) -> list[float]:
+def _samples(p: NcclTestsParse, size: int, placement: str, kind: str = "busbw_gbs") -> list[float]:
     rows = p.rows_at(size)
-    return [(r.out_of_place if placement == "out-of-place" else r.in_place).busbw_gbs for r in rows]
+    return [getattr(r.out_of_place if placement == "out-of-place" else r.in_place, kind) for r in rows]
 
 
 def _summary(samples: list[float]) -> Summary | None:
@@ -226,9 +227,14 @@ def checks(spec: FabricSpec, profile: Profile, parsed: FabricParse, *, nccl_vers
     for name in spec.tests:
         out += _test_checks(spec, name, parsed.get(name), want)
     for bar in profile.bars:
+        if bar.threshold is None:  # a baseline bar not made from its runs (resolve_bars): never a silent pass
+            why = f"{bar.baseline.runs_from}: its accepted runs were not read (gates.fabric_spec.resolve_bars)"
+            out.append(evaluate(bar.metric, "GB/s", None, bar.op, None, why))
+            continue
         p = parsed.get(bar.test)
-        samples = _samples(p, bar.size, bar.placement) if p else []
-        where = f"at {_size_words(bar.size)} ({bar.size} B), {bar.placement}; {bar.published} GB/s published x (1 - {bar.tolerance}); {bar.source}"
+        samples = _samples(p, bar.size, bar.placement, bar.kind) if p else []
+        figure = "measured (median of the accepted runs)" if bar.baseline else "published"
+        where = f"at {_size_words(bar.size)} ({bar.size} B), {bar.placement}; {bar.published} GB/s {figure} x (1 - {bar.tolerance}); {bar.source}"
         s = _summary(samples)
         if s is None:
             why = "no row at this size" if not samples else f"non-finite sample(s) {samples}"
@@ -303,7 +309,9 @@ def rederive_fabric(doc: dict, folder: Path, spec: dict | None, stem: str):
     if not runs:
         got.notes.append("no nccl-tests run in the report: nothing to re-derive from logs")
         return got
-    parsed = parse({name: log_text(folder, doc, stem, [f"{name}.log"]) for name in runs})
+    launched = isinstance(data.get("launch"), dict) and data["launch"].get("launcher") == "mpi"
+    where = fabric_mpi.LOGS if launched else stem  # an MPI launch's logs: where the rendered steps wrote them
+    parsed = parse({name: log_text(folder, doc, where, [f"{name}.log"]) for name in runs})
     tests = (spec or {}).get("tests") if isinstance((spec or {}).get("tests"), dict) else {}
     trials = (spec or {}).get("trials")
     for name, p in parsed.tests.items():
@@ -363,14 +371,14 @@ class FabricGate(Gate):
         return (
             f"nccl-tests is not prebuilt in image {image.recipe if image else '?'} yet (its commands name "
             f"/opt/reprostack/kernels/nccl-tests/bin, where an image would put it): the in-image runner fetches, "
-            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words})"
+            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words}); a profile "
+            f"started by MPI runs the image's MPI=1 build, {fabric_mpi.IMAGE_BIN}"
         )
 
-    def unrenderable(self, spec, profile) -> str | None:
-        if profile.launcher == "local":
+    def mpi_launch(self, spec, profile):
+        if profile.launcher != "mpi":
             return None
-        needs = node_commands(spec, profile, "bin")[0].needs
-        return f"profile {profile.name} runs nccl-tests as one MPI rank per node, not as the in-image runner: {'; '.join(needs)}"
+        return fabric_mpi.mpi_launch(spec, profile, node_commands(spec, profile, fabric_mpi.IMAGE_BIN))
 
     def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
         """Each test's command on every node (`-g gpus-per-node -N trials`); a multi-node profile's notes say what its
@@ -380,9 +388,8 @@ class FabricGate(Gate):
         by_test: dict = {}
         notes: list[str] = []
         for node in range(nodes):
-            for c in node_commands(
-                spec, profile, paths.build("nccl-tests"), nodes=nodes, node_rank=node, master_addr=addr
-            ):
+            bins = fabric_mpi.IMAGE_BIN if profile.launcher == "mpi" else paths.build("nccl-tests")
+            for c in node_commands(spec, profile, bins, nodes=nodes, node_rank=node, master_addr=addr):
                 by_test.setdefault(c.test, []).append(lp.NodeCommand(node, "leader" if node == 0 else "worker", c.argv))
                 by_test.setdefault((c.test, "env"), c.env)
                 notes += [n for n in c.needs if n not in notes]
@@ -392,6 +399,11 @@ class FabricGate(Gate):
     # ------------------------------------------------------------------ the staged run
 
     def sources(self, st: RunState) -> None:
+        if st.opts.launched_logs:  # the MPI launch ran the image's build: nothing to fetch here
+            st.scratch["trees"] = {}
+            st.prov = provenance(st.ctx.lock, st.spec, {})
+            st.prov["host"] = st.host
+            return
         t = time.monotonic()
         trees, _ = source_trees(st.opts.with_(kernels_manifest=None), st.ctx, tuple(st.spec.kernels))
         st.timed("sources_s", t)
@@ -401,14 +413,22 @@ class FabricGate(Gate):
         st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
 
     def skip(self, st: RunState) -> GateReport | None:
+        if st.opts.launched_logs:  # the ranks ran on the profile's nodes; their logs are the evidence
+            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+            return None
         trees = st.scratch["trees"]
         words = ", ".join(f"{n} {t.tree[:12]}" for n, t in sorted(trees.items()))
         return self.skip_with(st, f"sources verified ({words}); nccl-tests not built or run")
 
     def prepare(self, st: RunState) -> GateReport | None:
-        if st.profile.launcher != "local":
+        if (st.profile.launcher == "mpi") != bool(st.opts.launched_logs):
+            if st.opts.launched_logs:
+                return st.error(f"--launched-logs: profile {st.profile.name} is launched here, not by MPI")
             cmd = node_commands(st.spec, st.profile, "bin")[0]
             return st.error(f"profile {st.profile.name} cannot be launched by this runner: {'; '.join(cmd.needs)}")
+        if st.opts.launched_logs:  # the image's NCCL: the nccl-wheel pin the deepep image installs
+            st.scratch.update(nccl_version=st.ctx.lock.get("nccl-wheel").version, nccl_lib="/opt/reprostack/nccl/lib")
+            return None
         trees, prov = st.scratch["trees"], st.prov
         try:
             tc = toolchain.detect_nvcc(arch=st.opts.arch)
@@ -434,6 +454,14 @@ class FabricGate(Gate):
 
     def launch_and_judge(self, st: RunState) -> GateReport:
         opts = st.opts
+        if opts.launched_logs:
+            launch = self.mpi_launch(st.spec, st.profile)
+            folder = Path(opts.launched_logs)
+            ran, text, logs = fabric_mpi.read_launched(folder, launch, opts.run_id)
+            st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_relative_to(st.out_dir)]
+            st.data["runs"] = ran
+            st.data["launch"] = {"launcher": "mpi", "ranks": launch.ranks, "logs": str(folder)}
+            return self._judge(st, ran, parse(text))
         paths = Paths.host(
             root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, opts=opts
         ).with_builds({"nccl-tests": str(st.scratch["bin_dir"])})
@@ -458,7 +486,12 @@ class FabricGate(Gate):
         return self._judge(st, ran, parse(text))
 
     def _judge(self, st: RunState, ran: dict, parsed: FabricParse) -> GateReport:
-        """The checks and figures of the runs; ERROR when a test did not end with exit 0 (its failure line)."""
+        """The checks and figures of the runs; ERROR when a test did not end with exit 0 (its failure line). The
+        profile's measured bars are made first from the accepted runs committed for it (fabric_spec.resolve_bars)."""
+        try:
+            st.profile, _ = resolve_bars(st.ctx.root, st.profile, stack=st.ctx.lock.stack or "campaign")
+        except ReprostackError as e:
+            return st.error(f"bars: {e}")
         spec, profile = st.spec, st.profile
         checks_ = checks(spec, profile, parsed, nccl_version=st.scratch["nccl_version"])
         figs = figures(spec, profile, parsed)
@@ -471,7 +504,7 @@ class FabricGate(Gate):
         crashed = {t: r for t, r in ran.items() if r["returncode"] != 0 or r["timed_out"]}
         if crashed:
             why = "; ".join(
-                f"{t} {'timed out' if r['timed_out'] else 'exit ' + str(r['returncode'])}"
+                f"{t} {'timed out' if r['timed_out'] else r.get('why') or 'exit ' + str(r['returncode'])}"
                 + (f": {parsed.get(t).failures[0]}" if parsed.get(t) and parsed.get(t).failures else "")
                 for t, r in crashed.items()
             )

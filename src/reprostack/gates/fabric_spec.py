@@ -4,12 +4,16 @@ Where: `gates/<SPEC_STEM>.yaml`, gates/fabric.yaml (the gate registry's FabricGa
 
 What it holds (gates/fabric.yaml says why each value): the image and kernels, `trials` (nccl-tests' -N: the
 sweep repeated in one launch), `report-sizes`, the tests (a binary of the nccl-tests build and its args), the env, and
-profiles (gates.spec.Profile, made by gates.spec.profile_from) whose bars are FabricBar: `<test>.busbw_gbs` at a size,
-threshold = published x (1 - tolerance), each with its source.
+profiles (gates.spec.Profile, made by gates.spec.profile_from) whose bars are FabricBar: `<test>.busbw_gbs` (or
+`.algbw_gbs`, one GPU's local copy) at a size, threshold = published x (1 - tolerance), each with its source; or a
+measured bar (`baseline:`): the median of the accepted runs committed under `runs-from` (this profile, on its
+gpu-model: report.baseline) x (1 - tolerance), made when a run is judged (`resolve_bars`); with fewer than `min-runs`
+such runs the profile has no measured bar yet (FAIL, numbers reported, never PASS).
 
 Invariants: every error is a GateSpecError `FILE:LINE: field: problem` (yamlsrc: bounded read, schema, then the
 checks below), nothing runs before the spec loaded; a size is bytes or nccl-tests' own K/M/G (powers of 1024) and is
-an int in the spec; a bar's metric names a test of the spec and its size must be one the test's sweep prints; a test's
+an int in the spec; a bar's metric names a test of the spec and its size must be one the test's sweep prints; a
+published bar's source cites where the figure was read (an https:// address); a test's
 args may not set what the gate sets (-g/--ngpus, -N/--run_cycles, -t/--nthreads, -J/--output_file); frozen
 dataclasses.
 """
@@ -56,25 +60,81 @@ def size_bytes(v: int | str) -> int:
 
 
 @dataclass(frozen=True)
+class FabricBaseline:
+    """A measured bar's `baseline:`: the accepted runs under `runs_from` (a project folder), at least `min_runs`."""
+
+    runs_from: str
+    tolerance: float
+    why: str
+    min_runs: int = 3
+
+
+@dataclass(frozen=True)
 class FabricBar:
-    """`<test>.busbw_gbs` at `size` bytes (`placement` out-of-place or in-place) `op` published x (1 - tolerance)."""
+    """`<test>.busbw_gbs` (or `.algbw_gbs`) at `size` bytes (`placement` out-of-place or in-place) `op` published x
+    (1 - tolerance); a `baseline` bar's published figure is its runs' median once resolved (resolve_bars)."""
 
     metric: str
     size: int
     op: str
-    published: float
+    published: float | None
     tolerance: float
     unit: str
     source: str
     placement: str = "out-of-place"
+    baseline: FabricBaseline | None = None
 
     @property
     def test(self) -> str:
         return self.metric.split(".", 1)[0]
 
     @property
-    def threshold(self) -> float:
-        return round(self.published * (1 - self.tolerance), 2)
+    def kind(self) -> str:
+        """busbw_gbs or algbw_gbs"""
+        return self.metric.split(".", 1)[1]
+
+    @property
+    def statistic(self) -> str:
+        """Its key in a report's data.statistics (gates.fabric.figures)."""
+        return f"{self.metric}@{self.size}"
+
+    @property
+    def threshold(self) -> float | None:
+        return None if self.published is None else round(self.published * (1 - self.tolerance), 2)
+
+
+def resolve_bars(root: Path, profile: Profile, *, gate: str = GATE, stack: str = "campaign") -> tuple[Profile, str]:
+    """(profile, why): the profile with each baseline bar made from its accepted runs (published = their median,
+    the source naming them), or, when a bar has fewer than its min-runs, the profile unmeasured with its resolvable
+    bars only and `why` saying what is missing. Raises GateError for a runs-from outside the project."""
+    import dataclasses
+
+    from ..report.baseline import accepted_runs, baseline
+
+    out, missing = [], []
+    for b in profile.bars:
+        if b.baseline is None:
+            out.append(b)
+            continue
+        base = Path(root).resolve()
+        folder = (base / b.baseline.runs_from).resolve()
+        if not folder.is_relative_to(base):
+            raise GateError(f"{b.metric}: baseline runs-from {b.baseline.runs_from!r} leads out of the project")
+        kw = dict(gate=gate, profile=profile.name, metric=b.statistic, stack=stack, model=profile.gpu_model)
+        runs = accepted_runs(base, folder, **kw) if folder.is_dir() else []
+        if len(runs) < b.baseline.min_runs:
+            missing.append(
+                f"{b.metric} at {b.size} B: {len(runs)} accepted {profile.gpu_model or ''} run(s) of "
+                f"{b.baseline.min_runs} under {b.baseline.runs_from}"
+            )
+            continue
+        ref = baseline(base, runs, tolerance=b.baseline.tolerance, why=b.baseline.why, **kw)
+        src = f"{b.source}; {ref.describe(b.op, b.unit)}"
+        out.append(dataclasses.replace(b, published=round(ref.reference, 4), source=src))
+    if not missing:
+        return dataclasses.replace(profile, bars=tuple(out)), ""
+    why = "no measured bar yet: " + "; ".join(missing) + " (scripts/device/gate_fabric.sh makes them)"
+    return dataclasses.replace(profile, bars=tuple(out), bars_status="unmeasured", bars_status_why=why), why
 
 
 @dataclass(frozen=True)
@@ -180,16 +240,27 @@ def load_fabric_spec(root: Path, stem: str = SPEC_STEM) -> FabricSpec:
         bars = []
         for i, b in enumerate(p["bars"]):
             at, f = ("profiles", pname, "bars", i), f"profiles.{pname}.bars[{i}]"
+            e = b.get("baseline")
+            base = (
+                FabricBaseline(e["runs-from"], float(e["tolerance"]), e["why"], int(e.get("min-runs", 3)))
+                if e
+                else None
+            )
             bar = FabricBar(
                 metric=b["metric"],
                 size=size_bytes(b["size"]),
                 op=b["op"],
-                published=float(b["published"]),
-                tolerance=float(b["tolerance"]),
+                published=float(b["published"]) if base is None else None,
+                tolerance=float(b["tolerance"]) if base is None else base.tolerance,
                 unit=b["unit"],
                 source=b["source"],
                 placement=b.get("placement", "out-of-place"),
+                baseline=base,
             )
+            if base is None and "https://" not in bar.source:
+                raise err(
+                    (*at, "source"), f + ".source", "a published figure cites where it was read (an https:// address)"
+                )
             if bar.test not in tests:
                 raise err((*at, "metric"), f + ".metric", f"no test {bar.test!r} (tests: {', '.join(tests)})")
             if bar.size not in tests[bar.test].sizes():

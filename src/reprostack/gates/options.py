@@ -234,6 +234,26 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
             "the report names (e.g. a slowed run that must not pass its bar)",
         ),
     ),
+    "purpose": (
+        ("--purpose",),
+        dict(
+            choices=("ordinary", "baseline"),
+            default="ordinary",
+            help="what this run is, signed into its attestation (reprostack.evidence): `baseline`, a run made to be "
+            "an accepted baseline run (only signed baseline runs make a baseline bar); a deliberate variation "
+            "(--num-sms) says so by itself",
+        ),
+    ),
+    "launched_logs": (
+        ("--launched-logs",),
+        dict(
+            default=None,
+            metavar="DIR",
+            help="a profile started by MPI (fabric across nodes: srun --mpi=pmix, an MPIJob): judge what that launch "
+            "wrote in DIR (each test's <test>.log of every rank and its <test>.rc), start nothing (the rendered "
+            "sbatch and MPIJob pass it)",
+        ),
+    ),
     "legacy": (
         ("--legacy",),
         dict(
@@ -270,7 +290,9 @@ RUN_OPTIONS = (
     "baseline",
     "baseline_runs",
     "num_sms",
+    "purpose",
     "legacy",
+    "launched_logs",
 )
 
 # what only a launcher takes (`launch slurm`): how the cluster gets the image, never a run's option
@@ -347,7 +369,9 @@ class GateOptions:
     baseline: str | None = None
     baseline_runs: tuple[str, ...] = ()
     num_sms: int | None = None
+    purpose: str = "ordinary"
     legacy: bool = False
+    launched_logs: str | None = None
     container: bool = False
     image: str | None = None
     kernels_manifest: str | None = None
@@ -427,4 +451,6 @@ class GateOptions:
         argv += ["--baseline", self.baseline] if self.baseline else []
         argv += [x for r in self.baseline_runs for x in ("--baseline-run", r)]
         argv += ["--num-sms", str(self.num_sms)] if self.num_sms is not None else []
+        argv += ["--purpose", self.purpose] if self.purpose != "ordinary" else []
+        argv += ["--launched-logs", self.launched_logs] if self.launched_logs else []
         return argv + (["--legacy"] if self.legacy else [])

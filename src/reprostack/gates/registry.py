@@ -67,7 +67,7 @@ def load_all(root: Path) -> dict[str, object]:
 
 def rendered(root: Path) -> list[Gate]:
     """The gates present under `root` whose published profile the cluster renderers (`launch slurm`, `launch k8s`)
-    render (Gate.unrenderable is None: fabric's p5en profile needs an MPI launch), in dependency order: the gates of
+    render (Gate.unrenderable is None; fabric's p5en profile renders as an MPI launch), in dependency order: the gates of
     the committed examples (docs/examples/). Raises GateSpecError for a spec that does not load."""
     out = []
     for g in present(root):

@@ -264,7 +264,9 @@ def _bars(bars: list) -> tuple[Bar, ...]:
             out.append(Bar(**b))
             continue
         e = b["baseline"]
-        spec = BaselineSpec(tuple(e["runs"]), float(e["tolerance"]), e["why"], e.get("stack", "campaign"))
+        spec = BaselineSpec(
+            tuple(e["runs"]), float(e["tolerance"]), e["why"], e.get("stack", "campaign"), e.get("signed-only", False)
+        )
         out.append(Bar(**{k: v for k, v in b.items() if k != "baseline"}, threshold=None, baseline=spec))
     return tuple(out)
 
@@ -299,10 +301,11 @@ def resolve_bars(
         own = b.baseline if isinstance(b.baseline, BaselineSpec) else None
         tol = b.baseline.tolerance
         where = f"{spec.path.name}: profiles.{profile.name} bar {b.metric}"
-        key = dict(gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack)
+        model = profile.gpu_model
+        key = dict(gate=spec.gate, profile=profile.name, metric=b.metric, stack=stack, model=model)
         try:
             if not given:
-                got = own.resolve(root, gate=spec.gate, profile=profile.name, metric=b.metric)
+                got = own.resolve(root, gate=spec.gate, profile=profile.name, metric=b.metric, model=model)
             else:
                 if folder is not None:
                     chosen = accepted_runs(root, folder, **key)
@@ -328,6 +331,7 @@ def resolve_bars(
                     profile=profile.name,
                     metric=b.metric,
                     stack=stack,
+                    model=model,
                 )
         except BaselineError as e:
             raise BaselineError(f"{where}: {e}") from None

@@ -109,6 +109,7 @@ def headline(doc: dict) -> str:
     checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
     out = [
         f"{c['metric']} {_stat(st[c['metric']])} {c.get('unit') or ''} ({c.get('op')} {_num(c.get('threshold'))})"
+        + _other_value(c, st[c["metric"]])
         for c in checks
         if c.get("metric") in st and isinstance(st[c["metric"]], dict)
     ]
@@ -128,6 +129,15 @@ def headline(doc: dict) -> str:
     return text.replace("|", "\\|")
 
 
+def _other_value(check: dict, stat: dict) -> str:
+    """The check's own value when it is not its statistic's mean (to 1e-4): a headline made from the statistics must
+    not hide a check value that says otherwise (docs --check then sees it change)."""
+    v, m = check.get("value"), stat.get("mean")
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not isinstance(m, (int, float)):
+        return f" [check value {v!r}]" if v is not None and not isinstance(m, (int, float)) else ""
+    return "" if abs(v - m) <= 1e-4 * max(1.0, abs(m)) else f" [check value {_num(v)}, not the mean]"
+
+
 def gen_results(root: Path, args: list[str]) -> str:
     rows = ["| report | gate [profile] | stack | result | headline |", "|---|---|---|---|---|"]
     for p in reports_under([root / "results"]):
@@ -143,6 +153,17 @@ def gen_results(root: Path, args: list[str]) -> str:
             f"{headline(doc)} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def _twice_scratch(t: dict, chain: dict) -> str:
+    """ " from scratch" only where a record measured it: the twice record's own `second_from_scratch`, else the
+    chain record of the same project commit whose `from_scratch` was measured (no build step from the layer cache);
+    otherwise nothing is claimed."""
+    if t.get("second_from_scratch") is True:
+        return " from scratch"
+    if t.get("project_commit") and t.get("project_commit") == chain.get("project_commit") and chain.get("from_scratch"):
+        return " from scratch (chain.json of that commit: no step from the layer cache)"
+    return ""
 
 
 def gen_bench(root: Path, args: list[str]) -> str:
@@ -307,10 +328,12 @@ def gen_images(root: Path, args: list[str]) -> str:
     except (OSError, ValueError, KeyError, TypeError) as e:
         why = e.strerror if isinstance(e, OSError) else f"{type(e).__name__} {e}"
         return f"(no image chain record: results/images/chain.json: {why})\n"
-    scratch = "from scratch" if chain.get("from_scratch") else "as recorded (layer cache as it was)"
+    scratch = "from scratch" if chain.get("from_scratch") is True else "as recorded (layer cache as it was)"
+    host = chain.get("host") if isinstance(chain.get("host"), dict) else {}
+    on = f", on a {host['cpus']}-CPU machine" if isinstance(host.get("cpus"), int) else " (its machine not recorded)"
     rows = [
-        f"The chain at project commit {str(chain.get('project_commit'))[:12]}, {scratch}, on this project's 2-core "
-        f"CPU machine: {_num(total)} s in all (results/images/chain.json).",
+        f"The chain at project commit {str(chain.get('project_commit'))[:12]}, {scratch}{on}: {_num(total)} s in "
+        "all (results/images/chain.json).",
         "",
         "| step | seconds | image | image size | build context |",
         "|---|---|---|---|---|",
@@ -361,7 +384,7 @@ def gen_images(root: Path, args: list[str]) -> str:
                     for f in list(t.get("files_differ") or [])[:5]
                 )
             twice.append(
-                f"- {t.get('image')}: built twice from scratch{at}, layers identical {n_l}, files identical "
+                f"- {t.get('image')}: built twice{_twice_scratch(t, chain)}{at}, layers identical {n_l}, files identical "
                 f"{t.get('files_identical')} ({t.get('files')} files{differ}) ({p.relative_to(root)})"
             )
         except (OSError, ValueError, AttributeError, TypeError) as e:

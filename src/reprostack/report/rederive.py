@@ -88,13 +88,18 @@ class Outcome:
     notes: list = field(default_factory=list)
     traced: list = field(default_factory=list)  # how the lock and spec trace to commits
     rederived: list = field(default_factory=list)  # what was re-derived
+    operator_baseline: bool = False  # the run's signed command line chose its baseline runs (verify.signed)
+    tag: str = ""  # how the run is vouched for: "signed by WHO (KEYID)" or "UNSIGNED" (verify.signed)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def line(self) -> str:
-        head = f"{'OK' if self.ok else 'FAIL'} {self.path}: {self.gate} [{self.profile}] {self.result.upper()}"
+        word = "FAIL" if not self.ok else "UNSIGNED" if self.tag == "UNSIGNED" else "OK"
+        head = f"{word} {self.path}: {self.gate} [{self.profile}] {self.result.upper()}"
+        if self.tag and self.tag != "UNSIGNED" and self.ok:
+            head += f" ({self.tag})"
         if self.problems:
             return (
                 head
@@ -111,6 +116,8 @@ class Outcome:
             "profile": self.profile,
             "result": self.result,
             "verified": self.ok,
+            "signed": self.tag.startswith("signed"),
+            "vouched": self.tag or None,
             "problems": list(self.problems),
             "rederived": list(self.rederived),
             "traced": list(self.traced),
@@ -151,9 +158,11 @@ def load(path: Path) -> dict:
     return doc
 
 
-def reports_under(folders: list[Path]) -> list[Path]:
+def reports_under(folders: list[Path], *, damaged: bool = False) -> list[Path]:
     """Every `*.json` under the folders (a file named is taken as is) that is a gate report (an object with `gate`,
-    `result` and `checks`), sorted; other JSON (summaries, AIPerf exports, bench results) is passed over."""
+    `result` and `checks`), sorted; other JSON (summaries, AIPerf exports, bench results) is passed over. `damaged`:
+    also every `*.json` that cannot be read (not UTF-8, not JSON, a NaN): it may be a damaged report, and
+    verify-report's line for it says why (the count never shrinks silently)."""
     out = []
     for f in folders:
         files = [f] if f.is_file() else sorted(p for p in f.rglob("*.json") if p.is_file() and not p.is_symlink())
@@ -161,8 +170,8 @@ def reports_under(folders: list[Path]) -> list[Path]:
             try:
                 d = load(p)
             except RederiveError:
-                if f.is_file():
-                    out.append(p)  # named directly: its line says why it cannot be read
+                if f.is_file() or damaged:
+                    out.append(p)  # named directly, or asked for: its line says why it cannot be read
                 continue
             if "gate" in d and "result" in d and "checks" in d or f.is_file():
                 out.append(p)
@@ -538,8 +547,10 @@ def baseline_threshold(out: Outcome, data: dict, metric: str, op: str, ref: Base
             f"bar {metric}: tolerance {rec.get('tolerance')} but the recorded spec's is {ref.tolerance}"
         )
     paths = [r.get("path") for r in rec["runs"] if isinstance(r, dict)]
-    if tuple(paths) != ref.runs and "--baseline" not in str(rec.get("why", "")):
-        out.problems.append(f"bar {metric}: its runs are not the recorded spec's (and no --baseline says why)")
+    if tuple(paths) != ref.runs and not out.operator_baseline:  # no free text exempts a run: only a signed argv
+        out.problems.append(
+            f"bar {metric}: its runs are not the recorded spec's (and no signed --baseline/--baseline-run chose them)"
+        )
     means = []
     for r in rec["runs"]:
         p, sha, mean = (r.get("path"), r.get("sha256"), r.get("mean")) if isinstance(r, dict) else (None, None, None)
@@ -608,16 +619,19 @@ def spec_profile(spec: dict | None, profile: str, stack: str) -> tuple[dict | No
     return p, status == "unmeasured"
 
 
-def verify(path: Path, *, root: Path, versions: Versions, corrections: list, rederive) -> Outcome:
+def verify(
+    path: Path, *, root: Path, versions: Versions, corrections: list, rederive, operator_baseline: bool = False
+) -> Outcome:
     """verify-report's finding on the report at `path` (see the module doc). `rederive(doc, folder, spec)`: the gate
-    kind's Rederived from the report, its folder and the recorded spec's mapping (RederiveError: a problem)."""
+    kind's Rederived from the report, its folder and the recorded spec's mapping (RederiveError: a problem).
+    `operator_baseline`: the run's signed command line chose its baseline runs (never a text in the report)."""
     root = Path(root).resolve()
     path = Path(path).resolve()
     try:
         rel = path.relative_to(root).as_posix()
     except ValueError:
         rel = str(path)
-    out = Outcome(rel)
+    out = Outcome(rel, operator_baseline=operator_baseline)
     try:
         doc = load(path)
     except RederiveError as e:
