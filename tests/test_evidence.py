@@ -342,6 +342,23 @@ def test_a_stranger_with_only_the_keyring_and_a_run_folder_verifies_it(tmp_path)
     assert r.returncode == 1 and "micro.json: its sha256 is not the attested one" in r.stdout
     r = subprocess.run([*argv[:-1], "nope"], cwd=stranger, capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--keyring nope: no such folder" in r.stderr
+    one_key = next((stranger / "keys").glob("*.pub.json")).relative_to(stranger)  # a key file, not the keyring folder
+    r = subprocess.run([*argv[:-1], str(one_key)], cwd=stranger, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"--keyring {one_key}: not a folder" in r.stderr
+
+
+def test_verify_run_says_a_re_attestation_and_a_missing_gpu_uuid_in_words():
+    """A new user's trial: `verify-run` of a committed re-attested run printed `NVIDIA H200 ?` and `re-attested
+    {'date': ..., 'why': ...}` (a Python dict); now the UUID's absence and the re-attestation read as words."""
+    from reprostack.cmd.verify_run import summary
+
+    pred = predicate()
+    pred["host"]["gpus"] = [{"name": "NVIDIA H200", "uuid": None}]
+    pred["re_attested"] = {"date": "2026-12-06", "why": "signed after the run, by the integrator"}
+    line = summary(pred)
+    assert "NVIDIA H200 (UUID not recorded), driver" in line and " ?" not in line
+    assert line.endswith("; re-attested 2026-12-06: signed after the run, by the integrator"), line
+    assert "{" not in line.split("re-attested")[1]
 
 
 # --------------------------------------------------------------------------- the hash-chained log (results/)

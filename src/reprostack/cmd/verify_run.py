@@ -33,13 +33,17 @@ def summary(pred: dict) -> str:
     commit = proj.get("commit")
     where = f"commit {commit[:12]}" + (" (dirty tree)" if proj.get("dirty") else " (clean)") if commit else "no commit"
     host = pred.get("host") or {}
-    gpus = ", ".join(f"{g['name']} {g.get('uuid') or '?'}" for g in host.get("gpus") or []) or "no GPU"
+    gpus = (
+        ", ".join(f"{g['name']} {g.get('uuid') or '(UUID not recorded)'}" for g in host.get("gpus") or []) or "no GPU"
+    )
+    re_att = pred.get("re_attested")
+    if isinstance(re_att, dict):  # {date, why}: a sentence, not a Python dict
+        re_att = f"{re_att.get('date')}: {re_att.get('why')}"
     purpose = pred["purpose"]["kind"] + (f" {pred['purpose']['how']}" if pred["purpose"].get("how") else "")
     return (
         f"{pred['kind']} {gates or pred.get('verdict')}; {purpose}; {where}; lock {str(pred.get('lock_sha256'))[:8]}; "
         f"{gpus}, driver {host.get('driver_version')}, CUDA {host.get('cuda_driver_version')}; "
-        f"{pred['started']} .. {pred['ended']}"
-        + (f"; re-attested {pred['re_attested']}" if pred.get("re_attested") else "")
+        f"{pred['started']} .. {pred['ended']}" + (f"; re-attested {re_att}" if re_att else "")
     )
 
 
@@ -48,7 +52,8 @@ def run(args) -> int:
 
     ring_dir = Path(args.keyring) if args.keyring else paths.project_root() / evidence.KEYRING_DIR
     if not ring_dir.is_dir():
-        raise ReprostackError(f"--keyring {ring_dir}: no such folder (the keys/ of the project that made the runs)")
+        what = "not a folder" if ring_dir.exists() else "no such folder"
+        raise ReprostackError(f"--keyring {ring_dir}: {what} (the keys/ of the project that made the runs)")
     keyring = evidence.Keyring.read(ring_dir)
     bad = 0
     for f in map(Path, args.folders):
