@@ -234,6 +234,14 @@ def test_a_report_whose_data_is_not_its_kind_is_a_line_not_a_traceback(tmp_path,
     assert "raw logs: ValueError: invalid literal for int()" in out.out
     assert cli.main(["verify-report", str(tmp_path / "nope")]) == 2
     assert "nope: no such folder or report" in capsys.readouterr().err
+    # a new user's trial: `--json` into a missing folder named a temporary file, after every report was printed
+    assert cli.main(["verify-report", str(p), "--json", str(tmp_path / "no" / "x.json")]) == 2
+    out = capsys.readouterr()
+    assert (
+        out.out == ""
+        and out.err.strip()
+        == f"reprostack: error: --json {tmp_path / 'no' / 'x.json'}: no such folder {tmp_path / 'no'}"
+    )
 
 
 def commit_all(root: Path) -> str:

@@ -68,6 +68,8 @@ def run(args) -> int:
     for f in folders:
         if not f.exists():
             raise ReprostackError(f"{f}: no such folder or report")
+    if args.json and not Path(args.json).resolve().parent.is_dir():  # said before any work, naming the path asked for
+        raise ReprostackError(f"--json {args.json}: no such folder {Path(args.json).resolve().parent}")
     versions = Versions.read(root)
     corrections = read_corrections(root)
 
