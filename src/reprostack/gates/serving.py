@@ -561,7 +561,7 @@ def rederive_serving(doc: dict, folder: Path, spec: dict | None, stem: str):
     """ServingGate.rederive: every completed cell's AIPerf exports read again (errors, completed requests, agg tok/s
     and each profile run's figure), each asserting arm's backend lines from its kept server log(s) against the
     recorded spec's patterns, and each tok/s bar (published x (1 - tolerance)) of the recorded spec."""
-    from ..report.rederive import RederiveError, begin
+    from ..report.rederive import RederiveError, begin, same
     from .aiperfrun import read_cell
     from .servingspec import Cell
 
@@ -580,6 +580,9 @@ def rederive_serving(doc: dict, folder: Path, spec: dict | None, stem: str):
             res = read_cell(arm, cell, folder / stem / arm / cell.name, runs)
             if res.status != "ok":
                 raise RederiveError(f"{stem}/{arm}/{cell.name}: {res.detail}")
+            for k, mine in (("agg_tok_s", res.agg_tok_s), ("samples", res.samples or None)):  # the cell's own figures
+                if k in c and mine is not None and not same(c[k], mine):
+                    raise RederiveError(f"{stem}/{arm}/{cell.name}: {k} {c[k]!r} but its AIPerf exports give {mine!r}")
             n = f"{arm}.{cell.name}"
             got.values[f"{n}.errors"], got.values[f"{n}.completed_requests"] = res.errors, res.completed
             if res.samples:
