@@ -97,7 +97,8 @@ def test_vllm_local_test_runs_in_its_container_end_to_end(docker_client, gate_im
     log = (out / "logs" / "node-0.log").read_text().splitlines()
     assert (
         all(line.startswith("[node 0] ") for line in log)
-        and "[node 0] vllm [local-test]: PASS (local-test, not evidence)" in log[-2]
+        and "[node 0] vllm [local-test]: PASS (local-test, not evidence)" in log[-3]
+        and log[-1].startswith("[node 0] unsigned: no key at ")  # the run's attestation line ends it
     )
     assert not docker_client.containers.list(all=True, filters={"id": ex["container"]["container_id"]})
 

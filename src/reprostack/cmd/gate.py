@@ -5,7 +5,8 @@ prints each gate's launch plan and runs nothing (gates.runner, gates.plan, repor
 Invariants:
 - bad input raises before any gate runs and leaves no run folder (runs.RunDir.abandon), `latest` as it was;
 - a run that dies at a stage (fetch, patch, build: exit 2) writes an ERROR report saying so and `latest` moves to it,
-  so `latest/summary.json` is never an earlier run's verdict;
+  so `latest/summary.json` is never an earlier run's verdict; a located error (a bad input file, e.g. an image's
+  kernels manifest: errors.LocatedError) is bad input, as above: nothing written;
 - exit code: report.exit_code (0 every required gate passed, 1 a gate failed or errored, 3 one was skipped).
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import BuildError, FetchError, PatchError, ReprostackError, Signalled
+from ..errors import BuildError, FetchError, LocatedError, PatchError, ReprostackError, Signalled
 from ..gates.registry import GATE_ORDER, GATE_STEMS
 from . import add_source_options, fetch_options, load_lock
 
@@ -96,7 +97,7 @@ def _gates(args, lock, root, opts) -> int:
             reports = [node.stopped(g, e)] if g is not None else []
             required = {r.gate for r in reports} if g is not None else runner.required()
         except (FetchError, PatchError, BuildError) as e:  # a stage could not run: the run died, and says so
-            if args.cmd != "gate" or not node.reporter:
+            if args.cmd != "gate" or not node.reporter or isinstance(e, LocatedError):  # located: bad input, below
                 folder.abandon()
                 raise
             rep = node.died(registry.gate(args.gate), e)
