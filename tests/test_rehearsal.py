@@ -79,8 +79,27 @@ def passed_as_stand_in(out: Path) -> None:
 # --------------------------------------------------------------------------- Slurm
 
 
+SLURM_TESTS_LOCK = Path("/tmp/rs-slurm-tests.lock")
+
+
+@pytest.fixture(scope="module")
+def slurm_alone():
+    """One test module at a time submits jobs to the local two-node Slurm: the pyxis rehearsal's containers and the
+    host-mode rehearsal's jobs share its two slurmd and the host's enroot paths (a pyxis job on the other xdist
+    worker lost its container's /dev and /out mid-run in a fresh-clone .ci/run, while each file passes alone).
+    An flock across the xdist workers; held for the module."""
+    import fcntl
+
+    with open(SLURM_TESTS_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture
-def slurm_two_nodes():
+def slurm_two_nodes(slurm_alone):
     why = _slurm_up()
     if why and os.environ.get("REPROSTACK_REQUIRE_SLURM"):
         pytest.fail(f"REPROSTACK_REQUIRE_SLURM is set but {why}")

@@ -43,6 +43,7 @@ from test_rehearsal import (
     job_end,
     only_node0_wrote_reports,
     passed_as_stand_in,
+    slurm_alone,  # noqa: F401 (fixture)
     slurm_two_nodes,  # noqa: F401 (fixture)
 )
 
@@ -63,7 +64,7 @@ def _unavailable(why: str):
 
 
 @pytest.fixture(scope="module")
-def pyxis_built():
+def pyxis_built(slurm_alone):
     """enroot + pyxis of the lock's pins installed (before any image is built or pushed for them)."""
     why = enrootpyxis.why_not()
     if why:
