@@ -9,6 +9,7 @@ is ever loaded."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
 from dataclasses import replace
@@ -400,3 +401,16 @@ def test_the_manifest_lists_cubins_by_cuobjdump_where_the_toolkit_has_it(world, 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     m = kcache.entry_manifest(world["built"].out)
     assert m["cubins"] == {"tool": None, "why": "cuobjdump not found ($CUOBJDUMP, PATH, $CUDA_HOME/bin)", "objects": {}}
+
+
+def test_a_blob_is_read_at_most_one_byte_past_its_size():
+    """digest.sha256_stream(limit=N), the one hashed copy of the folder, web and OCI stores: a longer blob stops at
+    N + 1 bytes (its count says it is longer), never read to its end."""
+    import io
+
+    from reprostack.digest import sha256_stream
+
+    src, dst = io.BytesIO(b"x" * 10_000), io.BytesIO()
+    assert sha256_stream(src, dst, limit=100)[1] == 101 and src.tell() == 101 and len(dst.getvalue()) == 101
+    got, n = sha256_stream(io.BytesIO(b"abc"), limit=3)
+    assert (got, n) == (hashlib.sha256(b"abc").hexdigest(), 3)

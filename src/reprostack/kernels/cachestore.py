@@ -25,7 +25,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from ..digest import CHUNK
+from ..digest import sha256_stream
 from ..errors import ReprostackError
 from ..lock.images import RegistryError
 from . import oci
@@ -48,15 +48,11 @@ class StoreRefused(StoreError):
 
 
 def _copy_hashed(src, dest, size: int, sha256: str, where: str) -> None:
-    h, n = hashlib.sha256(), 0
-    while chunk := src.read(min(CHUNK, size - n + 1)):
-        n += len(chunk)
-        if n > size:
-            raise StoreError(f"{where}: more than the {size} bytes the manifest says")
-        h.update(chunk)
-        dest.write(chunk)
-    if n != size or h.hexdigest() != sha256:
-        raise StoreError(f"{where}: {n} bytes hashing to {h.hexdigest()}, not the manifest's {size} bytes {sha256}")
+    got, n = sha256_stream(src, dest, limit=size)
+    if n > size:
+        raise StoreError(f"{where}: more than the {size} bytes the manifest says")
+    if n != size or got != sha256:
+        raise StoreError(f"{where}: {n} bytes hashing to {got}, not the manifest's {size} bytes {sha256}")
 
 
 class FolderStore:

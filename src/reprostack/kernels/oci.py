@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from ..digest import CHUNK
+from ..digest import sha256_stream
 from ..lock.images import RegistryError, bearer_token, error_text, is_loopback
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -165,16 +165,12 @@ class Repo:
         RegistryError when it is longer, shorter or hashes to anything else (the caller discards `dest`)."""
         if not _DIGEST.match(digest):
             raise RegistryError(f"{digest!r}: not a sha256 digest")
-        h, n = hashlib.sha256(), 0
         with self._open("GET", f"{self.base}/blobs/{digest}") as r:
-            while chunk := r.read(min(CHUNK, size - n + 1)):
-                n += len(chunk)
-                if n > size:
-                    raise RegistryError(f"{self.url}@{digest}: more than the {size} bytes its descriptor says")
-                h.update(chunk)
-                dest.write(chunk)
-        if n != size or "sha256:" + h.hexdigest() != digest:
-            raise RegistryError(f"{self.url}@{digest}: {n} bytes hashing to sha256:{h.hexdigest()}, not {digest}")
+            got, n = sha256_stream(r, dest, limit=size)
+        if n > size:
+            raise RegistryError(f"{self.url}@{digest}: more than the {size} bytes its descriptor says")
+        if n != size or "sha256:" + got != digest:
+            raise RegistryError(f"{self.url}@{digest}: {n} bytes hashing to sha256:{got}, not {digest}")
 
     def tags(self) -> list[str]:
         try:
