@@ -2,8 +2,7 @@
 read by cluster.nodecheck, turned into one row per check (pass | fail | not-needed | unreadable) with a detail that
 names what was read. Pure: facts in, rows out; nothing is run or read here.
 
-Checks (NODE_CHECKS): driver, fabricmanager, nvlink, efa-devices, efa-hmem, efa-module, gdrdrv, memlock, hugepages,
-ecc, xid, pcie (cluster.preflight's module docstring says what each compares).
+Checks: NODE_CHECKS, each with its one-line gloss (cluster.preflight's module docstring says what each compares).
 
 Invariants: a fact that is missing or not a version fails its check in one row, never raises (facts files are
 untrusted: they passed the schema, nothing more); a check the profile does not need is `not-needed`, never passed;
@@ -16,20 +15,20 @@ from . import nodecheck
 
 NOT_NEEDED = "not-needed"
 UNREADABLE = "unreadable"
-NODE_CHECKS = (
-    "driver",
-    "fabricmanager",
-    "nvlink",
-    "efa-devices",
-    "efa-hmem",
-    "efa-module",
-    "gdrdrv",
-    "memlock",
-    "hugepages",
-    "ecc",
-    "xid",
-    "pcie",
-)
+NODE_CHECKS = {  # each node check, in report order, with what it checks (`preflight --help` prints these)
+    "driver": "the NVIDIA driver supports the image's CUDA",
+    "fabricmanager": "nvidia-fabricmanager running (NVSwitch)",
+    "nvlink": "NVLink links up",
+    "efa-devices": "/dev/infiniband/uverbs* present",
+    "efa-hmem": "`fi_info -p efa -c FI_HMEM` offers GPU memory (GPUDirect RDMA)",
+    "efa-module": "the efa kernel module loaded",
+    "gdrdrv": "/dev/gdrdrv opens and the gdrdrv module matches the image's libgdrapi",
+    "memlock": "ulimit -l unlimited",
+    "hugepages": "hugepages for libfabric",
+    "ecc": "no uncorrected ECC errors",
+    "xid": "no Xid errors in the kernel log",
+    "pcie": "GPU and NIC PCIe links at full width",
+}
 GIN_GDRDRV_FLOOR = (2, 5)  # aws-ofi-nccl v1.21.1 src/rdma/gin/nccl_ofi_gin_api.cpp: "GIN requires GDRCopy 2.5+"
 
 

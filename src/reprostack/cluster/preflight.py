@@ -71,19 +71,19 @@ CLOCK_TOLERANCE_S = 5.0
 HEARTBEAT_S = 1.0
 POLL_S = 0.25
 TIMEOUT_S = 300.0
-CHECKS = (
-    "arrival",
-    "facts",
-    "lock",
-    "image",
-    "gpus",
-    "efa",
-    "provider",
-    "clock",
-    "port",
-    *NODE_CHECKS,
-    "smoke",
-)
+CHECKS = {  # every check, in report order, with what it checks (`preflight --help` prints these)
+    "arrival": "every node wrote its facts in time",
+    "facts": "each node's facts file valid",
+    "lock": "one upstreams.lock (sha256) on every node",
+    "image": "one image (digest) on every node",
+    "gpus": "the profile's GPUs per node",
+    "efa": "the profile's EFA devices per node",
+    "provider": "`fi_info -p efa` selects efa",
+    "clock": f"clocks within {CLOCK_TOLERANCE_S:g} s",
+    "port": "the rendezvous port free on node 0",
+    **NODE_CHECKS,
+    "smoke": "a two-node fi_pingpong over EFA",
+}
 MAX_WAIT_S = 3600.0  # --timeout / --smoke-timeout: an hour at most (a NaN or a year never reaches a wait)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cluster.preflight import CHECKS, CLOCK_TOLERANCE_S, SMOKE_TIMEOUT_S, TIMEOUT_S
+from ..cluster.preflight import CHECKS, SMOKE_TIMEOUT_S, TIMEOUT_S
 from ..gates.registry import GATE_ORDER
 from . import load_lock
 
@@ -14,34 +14,10 @@ HELP = (
     "a two-node fi_pingpong over EFA; node 0 writes DIR/preflight/verdict.json; exit 2 names node and check"
 )
 
-_WHAT = {  # a gloss per check of cluster.preflight.CHECKS (the one list; a test checks each is here)
-    "arrival": "every node wrote its facts in time",
-    "facts": "each node's facts file valid",
-    "lock": "one upstreams.lock (sha256) on every node",
-    "image": "one image (digest) on every node",
-    "gpus": "the profile's GPUs per node",
-    "efa": "the profile's EFA devices per node",
-    "provider": "`fi_info -p efa` selects efa",
-    "clock": f"clocks within {CLOCK_TOLERANCE_S:g} s",
-    "port": "the rendezvous port free on node 0",
-    "driver": "the NVIDIA driver supports the image's CUDA",
-    "fabricmanager": "nvidia-fabricmanager running (NVSwitch)",
-    "nvlink": "NVLink links up",
-    "efa-devices": "/dev/infiniband/uverbs* present",
-    "efa-hmem": "`fi_info -p efa -c FI_HMEM` offers GPU memory (GPUDirect RDMA)",
-    "efa-module": "the efa kernel module loaded",
-    "gdrdrv": "/dev/gdrdrv opens and the gdrdrv module matches the image's libgdrapi",
-    "memlock": "ulimit -l unlimited",
-    "hugepages": "hugepages for libfabric",
-    "ecc": "no uncorrected ECC errors",
-    "xid": "no Xid errors in the kernel log",
-    "pcie": "GPU and NIC PCIe links at full width",
-    "smoke": "a two-node fi_pingpong over EFA",
-}
 DESCRIPTION = (
     "Every node runs this; node 0 judges each check on every node and writes DIR/preflight/verdict.json. The "
     "checks: "
-    + "; ".join(f"{c} ({_WHAT[c]})" for c in CHECKS)
+    + "; ".join(f"{c} ({what})" for c, what in CHECKS.items())
     + ". A check the gate's profile does not need is `not-needed`. Exit 0 when every check holds; 2 names the "
     "node and the check."
 )
