@@ -87,15 +87,11 @@ def slurm_alone():
     """One test module at a time submits jobs to the local two-node Slurm: the pyxis rehearsal's containers and the
     host-mode rehearsal's jobs share its two slurmd and the host's enroot paths (a pyxis job on the other xdist
     worker lost its container's /dev and /out mid-run in a fresh-clone .ci/run, while each file passes alone).
-    An flock across the xdist workers; held for the module."""
-    import fcntl
+    An flock across the xdist workers (reprostack.fetch.cache.flocked); held for the module."""
+    from reprostack.fetch.cache import flocked
 
-    with open(SLURM_TESTS_LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with flocked(SLURM_TESTS_LOCK):
+        yield
 
 
 @pytest.fixture
