@@ -258,12 +258,8 @@ def test_gate_runs_get_their_own_folder_and_latest(tmp_path, monkeypatch, capsys
     assert (tmp_path / "given" / "summary.json").is_file() and not (tmp_path / "given" / "latest").exists()
 
 
-def test_a_run_that_died_at_its_fetch_says_so_in_latest(tmp_path, monkeypatch, capsys):
-    """Issue 40 item 2: a failed fetch left `latest` on the previous run, whose summary was then read as this run's
-    verdict. Now the run that died writes an ERROR report saying so (never evidence) and `latest` names it; the
-    earlier run is untouched; exit 2 with the fetch's line."""
-    from reprostack.errors import SourceUnreachable
-
+def _one_good_vllm_run(tmp_path, monkeypatch) -> tuple[Path, str]:
+    """(out/gate_vllm, the run `latest` names) after one local-test pass of gate vllm in `tmp_path`."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
     monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (STAND_IN_LOCK, tmp_path))
@@ -274,6 +270,16 @@ def test_a_run_that_died_at_its_fetch_says_so_in_latest(tmp_path, monkeypatch, c
     assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
     base = tmp_path / "out" / "gate_vllm"
     good = os.readlink(base / "latest")
+    return base, good
+
+
+def test_a_run_that_died_at_its_fetch_says_so_in_latest(tmp_path, monkeypatch, capsys):
+    """Issue 40 item 2: a failed fetch left `latest` on the previous run, whose summary was then read as this run's
+    verdict. Now the run that died writes an ERROR report saying so (never evidence) and `latest` names it; the
+    earlier run is untouched; exit 2 with the fetch's line."""
+    from reprostack.errors import SourceUnreachable
+
+    base, good = _one_good_vllm_run(tmp_path, monkeypatch)
 
     def unreachable(g, opts, ctx):
         raise SourceUnreachable("nccl: cannot fetch 1933fdd6360a from https://github.com/NVIDIA/nccl: no network")
@@ -292,16 +298,7 @@ def test_a_run_that_died_at_its_fetch_says_so_in_latest(tmp_path, monkeypatch, c
 
 
 def test_bad_input_leaves_no_run_folder_and_latest_as_it_was(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "run_here", _fake_local_test_pass)
-    monkeypatch.setattr(cmd_gate, "load_lock", lambda args: (STAND_IN_LOCK, tmp_path))
-    monkeypatch.setattr(
-        cmd_gate, "fetch_options", lambda args: type("O", (), {"cache": type("C", (), {"root": tmp_path})})
-    )
-    monkeypatch.setattr("reprostack.hostenv.host_execution", lambda lock, python: {"mode": "host"})
-    assert cli.main(["gate", "vllm", "--profile", "local-test"]) == 3
-    base = tmp_path / "out" / "gate_vllm"
-    good = os.readlink(base / "latest")
+    base, good = _one_good_vllm_run(tmp_path, monkeypatch)
 
     def bad_input(g, opts, ctx):
         from reprostack.errors import ReprostackError
