@@ -213,21 +213,23 @@ class _Node:
     def died(self, g, e: ReprostackError):
         """The ERROR report of a run that died at a stage (a fetch, a patch, a build that could not run): nothing
         was measured (never evidence); its reason is the error's line."""
+        rep = self._error_report(g, f"the run died before the gate ran: {' '.join(str(e).split())[:600]}")
+        rep.evidence = False
+        return rep
+
+    def _error_report(self, g, why: str):
+        """An ERROR report of gate `g` that measured nothing, started and ended now."""
         from ..report import GateReport, Result, utc_now
 
         now = utc_now()
-        why = f"the run died before the gate ran: {' '.join(str(e).split())[:600]}"
-        rep = GateReport(
+        return GateReport(
             g.report_name, self.ga.profile or "-", Result.ERROR, why, started=now, ended=now, duration_s=0.0
         )
-        rep.evidence = False
-        return rep
 
     def stopped(self, g, e: Signalled):
         """The ERROR report of a run stopped by signal `e` (node 0: with what the other nodes' rc files say)."""
         from ..gates import standin
         from ..launch.plan import read_rc
-        from ..report import GateReport, Result, utc_now
 
         why = f"stopped by {e.name} before its end (a time limit's signal: Slurm's --signal, a pod's termination)"
         if self.reporter and self.multi:
@@ -237,10 +239,7 @@ class _Node:
                 state = "no rc yet" if rc is None else f"exit {rc}"
                 said.append(f"node {n}: {state}; its log: {self.out / self.outputs.node_log(n)}")
             why += "; " + "; ".join(said)
-        now = utc_now()
-        rep = GateReport(
-            g.report_name, self.ga.profile or "-", Result.ERROR, why, started=now, ended=now, duration_s=0.0
-        )
+        rep = self._error_report(g, why)
         st = standin.from_env()
         if st is not None:
             rep.evidence, rep.provenance["stand_in"] = False, st.record()
