@@ -99,6 +99,27 @@ def test_every_image_of_the_chain_asks_the_runtime_for_the_gpu_as_nvidias_cuda_i
     assert '[ "${NVIDIA_DRIVER_CAPABILITIES:-}" = compute,utility ]' in own["substrate"]
 
 
+# --------------------------------------------------------------------------- 1b: PATH under enroot's login shell
+
+PATH_FILE = "/etc/profile.d/00-image-path.sh"
+PATH_WRITER = f'printf \'export PATH="%s"\\n\' "$PATH" > {PATH_FILE}'
+
+
+def test_every_gate_image_restores_its_path_in_a_login_shell(recipes, lock):
+    """enroot starts a container through a login shell (ENROOT_LOGIN_SHELL=yes), where Debian's /etc/profile sets PATH
+    anew: without /etc/profile.d/00-image-path.sh written after the chain's last `ENV PATH`, python3 under pyxis is
+    Debian's, not /opt/venv's (no such file on 8bb97a9: every image of the chain lost its PATH)."""
+    for name in chain_images(recipes):
+        last_env = last_writer = -1
+        steps = [i for r in chain(recipes, name) for i in instructions(rendered(recipes, lock, r))]
+        for n, i in enumerate(steps):
+            if i.keyword == "ENV" and any(w.startswith("PATH=") for w in shlex.split(i.text[len("ENV") :])):
+                last_env = n
+            if i.keyword == "RUN" and PATH_WRITER in i.text:
+                last_writer = n
+        assert last_env >= 0 and last_writer > last_env, f"{name}: no {PATH_FILE} written after its last ENV PATH"
+
+
 # --------------------------------------------------------------------------- 2: FI_HMEM's dlopens resolve
 
 HMEM_TOOLKIT, HMEM_DRIVER = ("libcudart.so",), ("libcuda.so.1", "libnvidia-ml.so.1")  # libfabric src/hmem_cuda.c
@@ -274,6 +295,23 @@ def test_in_the_built_megatron_image_the_entry_imports_under_the_exported_enviro
         docker_client, image, env, ["python3", "-c", "import reprostack, megatron.core; print(megatron.core.__file__)"]
     )
     assert rc == 0 and out.strip().splitlines()[-1] == "/opt/reprostack/src/megatron-lm/megatron/core/__init__.py", out
+
+
+@pytest.mark.parametrize("name", ["deepep", *SERVING, "megatron"])
+def test_in_the_built_image_a_login_shell_keeps_the_images_path(docker_client, name):
+    """`bash -l` in the image `nox -s images` built (enroot's way in) ends with the image's own ENV PATH, and python3
+    is the venv's."""
+    image = chain_image(docker_client, name)
+    want = next(e[5:] for e in docker_client.images.get(image).attrs["Config"]["Env"] if e.startswith("PATH="))
+    c = docker_client.containers.run(
+        image, ["bash", "-lc", 'printf "%s\\n" "$PATH"; command -v python3'], network_mode="none", detach=True
+    )
+    try:
+        rc = c.wait(timeout=120)["StatusCode"]
+        out = c.logs().decode(errors="replace").split()
+    finally:
+        c.remove(force=True)
+    assert rc == 0 and out[-2:] == [want, want.split(":")[0] + "/python3"], out
 
 
 # --------------------------------------------------------------------------- 11: AIPerf in the serving images
