@@ -15,6 +15,8 @@
 #   .carry/sources.tar   `reprostack bundle -o .carry/sources.tar nccl nccl-tests` (~1.9 MB: the nccl tree is read for
 #                        its version.mk, the wheel of that release is what is used; nccl-tests is built)
 #   .whl/*.whl           reprostack's own dependencies for the device's CPython (README: "A GPU node without internet")
+#   .carry/signing-key.pem  optional: REPROSTACK_SIGNING_KEY=$PWD/.carry/signing-key.pem signs each run folder
+#                        (its cli.log and wall.txt after the gate: `reprostack attest`), so it commits as it is
 # The call sequence (one warm machine, consecutive calls; parts 60+60+60+23 MiB):
 #   here:  reprostack bundle -o .carry/sources.tar nccl nccl-tests; bash scripts/device/seed_wheelhouse.sh split
 #   run(carry=[".c1"], command="bash scripts/device/seed_wheelhouse.sh receive")
@@ -82,6 +84,11 @@ for i in $(seq 1 "$RUNS"); do
     --out "$RD" --python "$PY" > "$RD/cli.log" 2>&1
   r=$?
   echo "profile=$PROFILE run=$i rc=$r wall_s=$(( $(date +%s) - T0 ))" | tee -a "$D/wall.txt" | tee "$RD/wall.txt"
+  # signed (REPROSTACK_SIGNING_KEY): the gate signed the folder as it ended; what was written after it (cli.log, the
+  # console transcript, and wall.txt) is signed now, as attested_micro.sh does, so the folder commits as it is
+  if [ -f "$RD/run.intoto.jsonl" ] && [ -n "${REPROSTACK_SIGNING_KEY:-}" ]; then
+    "$PY" -m reprostack attest "$RD" || rc=2
+  fi
   grep -v "^ *[0-9.]* *Compiling" "$RD/cli.log" | tail -12
   for t in all_reduce alltoall; do
     f=$(ls "$RD"/fabric/$t.log 2>/dev/null | head -1)
