@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,16 @@ STANDINS = REPO / "tests" / "standins"
 PINS = ("enroot", "pyxis")
 DEFAULT_PREFIX = Path("/usr/local")
 DEFAULT_STATE = Path("/tmp/rs-enroot")
+NODE_LOCAL = "/run/rs-node-local"  # each slurmd's own folder (.ci/slurm-up: a bind in its mount namespace)
+NODE_LOCAL_ENV = "RS_NODE_LOCAL"  # names one node's folder from outside its namespace (node_env)
+
+
+def node_env(node: str) -> dict[str, str]:
+    """The environment in which `enroot list|remove` outside Slurm sees node `node`'s containers."""
+    slurm_dir = os.environ.get("RS_SLURM_DIR", "/tmp/rs-slurm")
+    return {**os.environ, NODE_LOCAL_ENV: f"{slurm_dir}/node-local/{node}"}
+
+
 APT = "libslurm-dev squashfs-tools squashfuse fuse-overlayfs parallel pigz makeself libbsd-dev curl jq zstd gcc make"
 CONF_NAME = "50-reprostack-rehearsal.conf"
 # glibc < 2.38 (Debian 12) has no strlcpy/strlcat, which musl gives enroot's utilities: Debian's static libbsd has
@@ -163,11 +174,13 @@ def write_conf(prefix: Path, state: Path) -> Path:
     conf = prefix / "etc" / "enroot" / "enroot.conf.d" / CONF_NAME
     lines = [
         "# tests/enrootpyxis.py: the pyxis rehearsal's enroot (a test machine; never a cluster's settings)",
-        # runtime and data per node name (at `enroot remove` pyxis passes SLURM_TOPOLOGY_ADDR, not SLURMD_NODENAME): the test
-        # cluster's two slurmd share one host, where a cluster's nodes have a disk each
-        f"ENROOT_RUNTIME_PATH {state}/${{SLURMD_NODENAME:-${{SLURM_TOPOLOGY_ADDR:-local}}}}/runtime/user-$(id -u)",
+        # runtime and data on the node's own disk: the test cluster's two slurmd share one host, where a cluster's
+        # nodes have a disk each; .ci/slurm-up gives each slurmd its own NODE_LOCAL (a mount namespace), and
+        # node_env(N) names node N's from outside (a job's env cannot: srun hands each node the batch host's
+        # SLURMD_NODENAME, so a path made of it was one folder for both nodes and pyxis's pyxis_JOB.STEP collided)
+        f"ENROOT_RUNTIME_PATH ${{{NODE_LOCAL_ENV}:-{NODE_LOCAL}}}/enroot/runtime/user-$(id -u)",
         f"ENROOT_CACHE_PATH {state}/cache/group-$(id -g)",  # by digest, written by rename: shared is safe
-        f"ENROOT_DATA_PATH {state}/${{SLURMD_NODENAME:-${{SLURM_TOPOLOGY_ADDR:-local}}}}/data/user-$(id -u)",
+        f"ENROOT_DATA_PATH ${{{NODE_LOCAL_ENV}:-{NODE_LOCAL}}}/enroot/data/user-$(id -u)",
         f"ENROOT_TEMP_PATH {state}/tmp",
         "ENROOT_ALLOW_HTTP yes",  # the loopback registry speaks HTTP; pyxis drops ENROOT_ALLOW_HTTP from a job's env
         "ENROOT_CONNECT_TIMEOUT 10",
@@ -204,6 +217,7 @@ def install(args) -> int:
     want = _lock_pins()
     rec = installed(prefix)
     if rec and all(rec.get(n, {}).get("rev") == want[n]["rev"] for n in PINS):
+        write_conf(prefix, state)  # the settings of this checkout, also where an earlier one installed the builds
         print(f"enroot {rec['enroot_version']} + pyxis {want['pyxis']['original']} already installed under {prefix}")
         return 0
     with tempfile.TemporaryDirectory(prefix="rs-enroot-build.") as work:

@@ -81,12 +81,12 @@ def pyxis(pyxis_built, slurm_two_nodes):  # noqa: F811
     yield pyxis_built
     for n in NODES:  # a step srun --kill-on-bad-exit ended leaves its container behind (pyxis's cleanup is cut short)
         for c in _containers(n) - before[n]:
-            subprocess.run(["enroot", "remove", "-f", c], env={**os.environ, "SLURMD_NODENAME": n}, capture_output=True)
+            subprocess.run(["enroot", "remove", "-f", c], env=enrootpyxis.node_env(n), capture_output=True)
 
 
 def _containers(node: str) -> set[str]:
-    """pyxis's containers in `node`'s enroot data path (tests/enrootpyxis.py: one per node name)."""
-    p = subprocess.run(["enroot", "list"], env={**os.environ, "SLURMD_NODENAME": node}, capture_output=True, text=True)
+    """pyxis's containers in `node`'s enroot data path (tests/enrootpyxis.py: one per node)."""
+    p = subprocess.run(["enroot", "list"], env=enrootpyxis.node_env(node), capture_output=True, text=True)
     return {c for c in p.stdout.split() if c.startswith("pyxis_")}
 
 
