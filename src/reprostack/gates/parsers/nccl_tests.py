@@ -248,6 +248,102 @@ def _row(toks: list[str], cols: tuple[str, ...], no: int, cycle: int, problems: 
     return Row(no, cycle, size, count, pre.get("type", "")[:32], pre.get("redop", "")[:32], root, out, inp)
 
 
+@dataclass
+class _Reader:
+    """One pass over a run's output (parse_nccl_tests): what its `#` lines say (header, rank lines, the table's
+    columns, footer) and the table's rows, each row in its cycle; problems go to `problems`."""
+
+    problems: _Problems
+    program: str | None = None
+    version: str | None = None
+    headers: int | None = None
+    library: int | None = None
+    config: dict = field(default_factory=dict)
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    cols: tuple[str, ...] = ()
+    rows: list[Row] = field(default_factory=list)
+    cycle: int = 0
+    last_size: int | None = None
+    seen_in_cycle: set[int] = field(default_factory=set)
+    oob: int | None = None
+    oob_ok: bool | None = None
+    avg: float | None = None
+    concluded: bool = False
+    failures: list[str] = field(default_factory=list)
+
+    def comment(self, no: int, s: str) -> None:
+        """A `#` line: the version, the test's start and end, its configuration, a rank, the column header, the
+        footer's out-of-bounds count and average bus bandwidth (anything else is passed over)."""
+        if m := _VERSION.match(s):
+            self.version = m.group(1)
+            self.headers = int(m.group(2)) if m.group(2) else None
+            self.library = int(m.group(3)) if m.group(3) else None
+        elif m := _STARTING.match(s):
+            self.program = m.group(1)
+        elif m := _CONCLUDED.match(s):
+            self.concluded = True
+            self.program = self.program or m.group(1)
+        elif "nGpus" in s and "minBytes" in s:
+            for key, rx in _CONFIG.items():
+                if mm := rx.search(s):
+                    self.config[key] = int(mm.group(1))
+            if mm := _STEP.search(s):
+                self.config["step"], self.config["step_kind"] = int(mm.group(1)), mm.group(2)
+        elif m := _RANK_LINE.match(s):
+            self.rank(no, m)
+        elif c := _columns(s):
+            if _layout(c) is None:
+                self.problems.add(f"line {no}: a table header of an unknown shape: {' '.join(c)[:120]!r}")
+            self.cols = c
+        elif m := _OOB.match(s):
+            self.oob, self.oob_ok = int(m.group(1)), (m.group(2) == "OK" if m.group(2) else None)
+        elif m := _AVG.match(s):
+            self.avg = _num(m.group(1))
+            if self.avg is None:
+                self.problems.add(f"line {no}: Avg bus bandwidth {m.group(1)!r} is not a number")
+
+    def rank(self, no: int, m: re.Match) -> None:
+        """A `#  Rank` line: kept once per rank (at most MAX_RANKS); the same rank with other facts is a problem."""
+        info = RankInfo(
+            int(m.group(1)),
+            int(m.group(2)) if m.group(2) else None,
+            int(m.group(3)),
+            m.group(4),
+            int(m.group(5)),
+            m.group(6),
+            m.group(7).strip(),
+        )
+        old = self.ranks.get(info.rank)
+        if old is not None and old != info:
+            self.problems.add(
+                f"line {no}: rank {info.rank} listed twice ({old.host} pid {old.pid}, {info.host} pid {info.pid})"
+            )
+        elif old is None and len(self.ranks) < MAX_RANKS:
+            self.ranks[info.rank] = info
+
+    def row(self, no: int, s: str) -> bool:
+        """A table row (a line starting with a digit), in its cycle; False once MAX_ROWS rows are kept (stop)."""
+        if not self.cols:
+            self.problems.add(f"line {no}: a table row before the table's column header")
+            return True
+        if len(self.rows) >= MAX_ROWS:
+            self.problems.add(f"more than {MAX_ROWS} rows: the rest is not read")
+            return False
+        r = _row(s.split(), self.cols, no, self.cycle, self.problems)
+        if r is None:
+            return True
+        if self.last_size is not None and r.size < self.last_size:
+            self.cycle, self.seen_in_cycle = self.cycle + 1, set()
+            r = replace(r, cycle=self.cycle)
+        if r.size in self.seen_in_cycle and r.size > 0:
+            self.problems.add(f"line {no}: a second row for size {r.size} in cycle {self.cycle + 1}")
+            return True
+        self.seen_in_cycle.add(r.size)
+        self.last_size = r.size
+        self.rows.append(r)
+        return True
+
+
 def parse_nccl_tests(text: str) -> NcclTestsParse:
     """Parse one run's output (stdout and stderr together, launcher prefixes allowed). Never raises on content."""
     problems = _Problems()
@@ -257,17 +353,7 @@ def parse_nccl_tests(text: str) -> NcclTestsParse:
     if len(text) > MAX_CHARS:
         problems.add(f"output over {MAX_CHARS} characters: the rest is not read")
         text = text[:MAX_CHARS]
-    program = version = None
-    headers = library = None
-    config: dict = {}
-    ranks: dict[int, RankInfo] = {}
-    cols: tuple[str, ...] = ()
-    rows: list[Row] = []
-    cycle, last_size = 0, None
-    seen_in_cycle: set[int] = set()
-    oob = oob_ok = avg = None
-    concluded = False
-    failures: list[str] = []
+    rd = _Reader(problems)
     nccl = NcclLines()
     long_lines = 0
     for no, raw in enumerate(text.split("\n"), start=1):
@@ -277,101 +363,39 @@ def parse_nccl_tests(text: str) -> NcclTestsParse:
         _pre, body = split_prefix(raw.rstrip("\r"))
         if m := NCCL_LINE.search(body):
             nccl.line(m.group(1), int(m.group(2)), int(m.group(4)), m.group(5), m.group(6))
-            if m.group(5) == "WARN" and len(failures) < 20:
-                failures.append(body.strip()[:300])
+            if m.group(5) == "WARN" and len(rd.failures) < 20:
+                rd.failures.append(body.strip()[:300])
             continue
         s = body.strip()
         if not s:
             continue
         if s.startswith("#"):
-            if m := _VERSION.match(s):
-                version = m.group(1)
-                headers = int(m.group(2)) if m.group(2) else None
-                library = int(m.group(3)) if m.group(3) else None
-            elif m := _STARTING.match(s):
-                program = m.group(1)
-            elif m := _CONCLUDED.match(s):
-                concluded = True
-                program = program or m.group(1)
-            elif "nGpus" in s and "minBytes" in s:
-                for key, rx in _CONFIG.items():
-                    if mm := rx.search(s):
-                        config[key] = int(mm.group(1))
-                if mm := _STEP.search(s):
-                    config["step"], config["step_kind"] = int(mm.group(1)), mm.group(2)
-            elif m := _RANK_LINE.match(s):
-                info = RankInfo(
-                    int(m.group(1)),
-                    int(m.group(2)) if m.group(2) else None,
-                    int(m.group(3)),
-                    m.group(4),
-                    int(m.group(5)),
-                    m.group(6),
-                    m.group(7).strip(),
-                )
-                old = ranks.get(info.rank)
-                if old is not None and old != info:
-                    problems.add(
-                        f"line {no}: rank {info.rank} listed twice ({old.host} pid {old.pid}, {info.host} pid {info.pid})"
-                    )
-                elif old is None and len(ranks) < MAX_RANKS:
-                    ranks[info.rank] = info
-            elif c := _columns(s):
-                if _layout(c) is None:
-                    problems.add(f"line {no}: a table header of an unknown shape: {' '.join(c)[:120]!r}")
-                cols = c
-            elif m := _OOB.match(s):
-                oob, oob_ok = int(m.group(1)), (m.group(2) == "OK" if m.group(2) else None)
-            elif m := _AVG.match(s):
-                avg = _num(m.group(1))
-                if avg is None:
-                    problems.add(f"line {no}: Avg bus bandwidth {m.group(1)!r} is not a number")
-            continue
-        if _FAILURE.search(s):
-            if len(failures) < 20:
-                failures.append(s[:300])
-            continue
-        if not s[0].isdigit():
-            continue
-        toks = s.split()
-        if not cols:
-            problems.add(f"line {no}: a table row before the table's column header")
-            continue
-        if len(rows) >= MAX_ROWS:
-            problems.add(f"more than {MAX_ROWS} rows: the rest is not read")
+            rd.comment(no, s)
+        elif _FAILURE.search(s):
+            if len(rd.failures) < 20:
+                rd.failures.append(s[:300])
+        elif s[0].isdigit() and not rd.row(no, s):
             break
-        r = _row(toks, cols, no, cycle, problems)
-        if r is None:
-            continue
-        if last_size is not None and r.size < last_size:
-            cycle, seen_in_cycle = cycle + 1, set()
-            r = replace(r, cycle=cycle)
-        if r.size in seen_in_cycle and r.size > 0:
-            problems.add(f"line {no}: a second row for size {r.size} in cycle {cycle + 1}")
-            continue
-        seen_in_cycle.add(r.size)
-        last_size = r.size
-        rows.append(r)
     if long_lines:
         problems.add(f"{long_lines} line(s) over {MAX_LINE} characters skipped")
     if problems.dropped:
         problems.append(f"... and {problems.dropped} more problem(s)")
-    tp = nccl.transports({r.rank: (r.host, r.pid, r.device) for r in ranks.values()})
+    tp = nccl.transports({r.rank: (r.host, r.pid, r.device) for r in rd.ranks.values()})
     return NcclTestsParse(
-        program=program,
-        version=version,
-        nccl_headers=headers,
-        nccl_library=library,
-        config=config,
-        ranks=tuple(ranks[k] for k in sorted(ranks)),
-        columns=cols,
-        rows=tuple(rows),
-        cycles=(rows[-1].cycle + 1) if rows else 0,
-        out_of_bounds=oob,
-        out_of_bounds_ok=oob_ok,
-        avg_busbw_gbs=avg,
-        concluded=concluded,
-        failures=tuple(failures),
+        program=rd.program,
+        version=rd.version,
+        nccl_headers=rd.headers,
+        nccl_library=rd.library,
+        config=rd.config,
+        ranks=tuple(rd.ranks[k] for k in sorted(rd.ranks)),
+        columns=rd.cols,
+        rows=tuple(rd.rows),
+        cycles=(rd.rows[-1].cycle + 1) if rd.rows else 0,
+        out_of_bounds=rd.oob,
+        out_of_bounds_ok=rd.oob_ok,
+        avg_busbw_gbs=rd.avg,
+        concluded=rd.concluded,
+        failures=tuple(rd.failures),
         nccl_versions=tp.nccl_versions,
         transports=tp.ranks,
         problems=tuple(problems),

@@ -283,36 +283,10 @@ def _scan(text: str, num_ranks: int):
     return lines, blocks, settings, records, malformed, wrong_size
 
 
-def parse_test_ep(
-    text: str,
-    *,
-    num_ranks: int,
-    modes: str = "first",
-    expected_modes: int | None = None,
-    trials: int | None = None,
-    trial: int = 0,
-) -> TestEpParse:
-    """Parse test_ep.py output (one node's, or several nodes' concatenated or interleaved).
-
-    trials/trial: the log holds `trials` repetitions of the whole case (gates/drivers/micro_trials.py calls
-    test_dispatch_combine K times in one launch); the k-th line of (rank, phase) then belongs to trial
-    k // modes-announced and mode k % modes-announced, and this parse is trial `trial`'s. Lines beyond
-    trials x modes are problems; identical repeats are NOT dropped as duplicates then (two trials may print
-    the same figures): the count is the guard.
-
-    num_ranks: the EP size the run must show (`EP: r/num_ranks`); modes: "first" (stats and completeness on
-    mode 0, the campaign's "first EP mode case") or "all" (every announced/observed mode, stats pooled);
-    expected_modes: when given with modes="all", fewer announced modes is a problem (the upstream
-    enumerate_ep_modes yields 144 settings; `--test-first-only` runs 1).
-    Raises ValueError for a bad `num_ranks` or `modes`; never raises on log content: see `problems`.
-    """
-    if modes not in ("first", "all"):
-        raise ValueError(f"modes must be 'first' or 'all', not {modes!r}")
-    if num_ranks < 1:
-        raise ValueError(f"num_ranks must be >= 1, not {num_ranks}")
-    lines, blocks, settings, records, malformed, wrong_size = _scan(text, num_ranks)
+def _config(blocks: list[dict], settings: list[str], num_ranks: int) -> tuple[dict, list[str]]:
+    """The first node's `Config:` block and the problems of the config and mode lines (a node's block that differs
+    from the first but for its tokens, Ranks that are not `num_ranks`, no block, no ` > Testing with` line)."""
     problems: list[str] = []
-
     config = dict(blocks[0]) if blocks else {}
     if not blocks:
         problems.append("config: no `Config:` block (` > Ranks: a x b`) found")
@@ -329,15 +303,17 @@ def parse_test_ep(
             problems.append(f"config: Ranks {config['ranks']} is not the expected {num_ranks} ranks")
     if not settings:
         problems.append("no ` > Testing with ...` mode line found")
+    return config, problems
 
-    # Attribute: k-th line of (rank, phase) -> mode k; identical repeats and surplus lines are duplicates.
+
+def _attribute(records, settings: list[str], trials: int | None, trial: int) -> tuple[list[EpMode], list[str]]:
+    """The modes with their samples: the k-th line of (rank, phase) -> mode k (of trial `trial` when the log holds
+    `trials` repetitions); identical repeats (without trials) and surplus lines are the duplicates returned."""
     ep_modes = [EpMode(i, s) for i, s in enumerate(settings)]
     count: dict[tuple[int, str], int] = defaultdict(int)
     seen: dict[tuple[int, str], dict[tuple, int]] = defaultdict(dict)
     duplicates = []
     nset = max(1, len(settings))
-    if trials is not None and not 0 <= trial < trials:
-        raise ValueError(f"trial {trial} outside 0..{trials - 1}")
     for no, rank, phase, s in records:
         key, values = (rank, phase), (s.us, s.so_gbs, s.su_gbs, s.bytes, s.aux_gbs, s.aux_us)
         if trials is None and values in seen[key]:
@@ -368,7 +344,15 @@ def parse_test_ep(
         ep_modes[k].samples[phase][rank] = s
     if not ep_modes:
         ep_modes.append(EpMode(0, None))
-    problems += _capped(malformed) + _capped(wrong_size) + _capped(duplicates)
+    return ep_modes, duplicates
+
+
+def _coverage(
+    ep_modes: list[EpMode], modes: str, expected_modes: int | None, num_ranks: int
+) -> tuple[list[EpMode], bool, list[str]]:
+    """(the checked modes, whether every rank printed every phase of them, the problems: fewer modes than
+    `expected_modes`, a mode without phase lines, a phase missing, the ranks missing of a phase)."""
+    problems: list[str] = []
     checked = ep_modes[:1] if modes == "first" else ep_modes
     complete = True
     if modes == "all" and expected_modes is not None and len(ep_modes) < expected_modes:
@@ -390,7 +374,44 @@ def parse_test_ep(
                     f"{', '.join(map(str, missing))} missing of {num_ranks}"
                 )
             complete = complete and not missing
+    return checked, complete, problems
 
+
+def parse_test_ep(
+    text: str,
+    *,
+    num_ranks: int,
+    modes: str = "first",
+    expected_modes: int | None = None,
+    trials: int | None = None,
+    trial: int = 0,
+) -> TestEpParse:
+    """Parse test_ep.py output (one node's, or several nodes' concatenated or interleaved).
+
+    trials/trial: the log holds `trials` repetitions of the whole case (gates/drivers/micro_trials.py calls
+    test_dispatch_combine K times in one launch); the k-th line of (rank, phase) then belongs to trial
+    k // modes-announced and mode k % modes-announced, and this parse is trial `trial`'s. Lines beyond
+    trials x modes are problems; identical repeats are NOT dropped as duplicates then (two trials may print
+    the same figures): the count is the guard.
+
+    num_ranks: the EP size the run must show (`EP: r/num_ranks`); modes: "first" (stats and completeness on
+    mode 0, the campaign's "first EP mode case") or "all" (every announced/observed mode, stats pooled);
+    expected_modes: when given with modes="all", fewer announced modes is a problem (the upstream
+    enumerate_ep_modes yields 144 settings; `--test-first-only` runs 1).
+    Raises ValueError for a bad `num_ranks` or `modes`; never raises on log content: see `problems`.
+    """
+    if modes not in ("first", "all"):
+        raise ValueError(f"modes must be 'first' or 'all', not {modes!r}")
+    if num_ranks < 1:
+        raise ValueError(f"num_ranks must be >= 1, not {num_ranks}")
+    lines, blocks, settings, records, malformed, wrong_size = _scan(text, num_ranks)
+    config, problems = _config(blocks, settings, num_ranks)
+    if trials is not None and not 0 <= trial < trials:
+        raise ValueError(f"trial {trial} outside 0..{trials - 1}")
+    ep_modes, duplicates = _attribute(records, settings, trials, trial)
+    problems += _capped(malformed) + _capped(wrong_size) + _capped(duplicates)
+    checked, complete, missing = _coverage(ep_modes, modes, expected_modes, num_ranks)
+    problems += missing
     phases = {
         p: PhaseStats.of([s for m in checked for s in m.samples[p].values()])
         for p in PHASES
