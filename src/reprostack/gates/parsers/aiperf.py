@@ -341,8 +341,22 @@ def check_records(export_path: Path, records_path: Path) -> list[str]:
     unit); benchmark_duration and the throughputs derived from it. Raises AiperfSchemaError for a file that
     cannot be read."""
     export = parse_export(export_path)
-    records = read_records(records_path)
     name = Path(records_path).name
+    why, records = _foreign_records(name, read_records(records_path))
+    why += _counts(name, export, records)
+    done = [r for r in records if not r.error and not r.cancelled]
+    if not done:
+        return why
+    tags = {}
+    for r in done:
+        for tag, (v, unit) in r.metrics.items():
+            tags.setdefault(tag, ([], unit))[0].append(v)
+    return why + _metric_stats(export, tags) + _timing(name, export, done, tags)
+
+
+def _foreign_records(name: str, records: list) -> tuple[list[str], list]:
+    """check_records: the records of another phase than profiling (named, and left out of what is recomputed) and
+    the request ids on more than one record. (why, the profiling records)."""
     why = []
     # AIPerf's records manager drops every record of another phase before any processor sees it (the export and
     # the aggregate alike), so a warm-up record in the file was not written by the run: named, and left out of
@@ -367,6 +381,13 @@ def check_records(export_path: Path, records_path: Path) -> list[str]:
             f"{name}: {len(twice)} request id{'s' * (len(twice) != 1)} (x_request_id) on more than one record: "
             f"{shown}{more}"
         )
+    return why, records
+
+
+def _counts(name: str, export, records: list) -> list[str]:
+    """check_records: the completed records against the aggregate's request_count, the errored and cancelled ones
+    against its error count."""
+    why = []
     errored = [r for r in records if r.error]
     cancelled = [r for r in records if r.cancelled and not r.error]
     done = [r for r in records if not r.error and not r.cancelled]
@@ -385,12 +406,13 @@ def check_records(export_path: Path, records_path: Path) -> list[str]:
             f"{name}: {', '.join(parts) or 'no failed record'}; the aggregate counts {export.error_count} "
             f"error{'s' * (export.error_count != 1)}"
         )
-    if not done:
-        return why
-    tags = {}
-    for r in done:
-        for tag, (v, unit) in r.metrics.items():
-            tags.setdefault(tag, ([], unit))[0].append(v)
+    return why
+
+
+def _metric_stats(export, tags: dict) -> list[str]:
+    """check_records: every statistic of each per-request metric (`tags`: {tag: (values, unit)} of the completed
+    records) recomputed against the aggregate's, when the aggregate has the metric."""
+    why = []
     for tag, (values, unit) in tags.items():
         m = export.metrics.get(tag)
         if m is None:
@@ -403,6 +425,13 @@ def check_records(export_path: Path, records_path: Path) -> list[str]:
             if stat in mine and not _close(mine[stat], theirs):
                 u = "" if stat == "count" else f" {unit}"
                 why.append(f"recomputed {stat} {tag} {_num(mine[stat])}{u} vs aggregate {_num(theirs)}{u}")
+    return why
+
+
+def _timing(name: str, export, done: list, tags: dict) -> list[str]:
+    """check_records: each completed record's end stamp against its start + latency, and the benchmark duration and
+    the throughputs derived from it (first start to last response end) against the aggregate's."""
+    why = []
     starts = [r.start_ns for r in done if r.start_ns is not None]
     ends = [e for e in (_response_end_ns(r) for r in done) if e is not None]
     off = [(r, (r.end_ns - e) / 1e6) for r, e in zip(done, map(_response_end_ns, done)) if _stamp_off(r, e)]
