@@ -76,6 +76,7 @@ class Handler(BaseHTTPRequestHandler):
         return self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found", "code": 404}})
 
     def do_POST(self):  # noqa: N802
+        """A generation request: the faults asked for (--die-after, --fail-every), then the reply, whole or streamed."""
         a = self.state.args
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             return self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found", "code": 404}})
@@ -106,20 +107,30 @@ class Handler(BaseHTTPRequestHandler):
             "completion_tokens": max_tokens,
             "total_tokens": prompt_tokens + max_tokens,
         }
-        rid, created = f"cmpl-{n}", int(time.time())
-        kind = "chat.completion" if chat else "text_completion"
         if not req.get("stream"):
-            time.sleep(a.token_interval_s * max_tokens)
-            text = " ".join(["tok"] * max_tokens)
-            choice = (
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                if chat
-                else {"index": 0, "text": text, "finish_reason": "length"}
-            )
-            return self._json(
-                200,
-                {"id": rid, "object": kind, "created": created, "model": a.model, "choices": [choice], "usage": usage},
-            )
+            return self._whole(n, chat, max_tokens, usage)
+        return self._stream(n, chat, max_tokens, usage, req.get("stream_options"))
+
+    def _whole(self, n: int, chat: bool, max_tokens: int, usage: dict) -> None:
+        """A non-streamed reply: one JSON body after the time its tokens take."""
+        a = self.state.args
+        kind = "chat.completion" if chat else "text_completion"
+        head = {"id": f"cmpl-{n}", "object": kind, "created": int(time.time()), "model": a.model}
+        time.sleep(a.token_interval_s * max_tokens)
+        text = " ".join(["tok"] * max_tokens)
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        self._json(200, {**head, "choices": [choice], "usage": usage})
+
+    def _stream(self, n: int, chat: bool, max_tokens: int, usage: dict, options) -> None:
+        """A streamed reply (Server-Sent Events): one token per chunk every --token-interval-s (request --stall-at
+        stops after its first), the `usage` chunk when the request's `stream_options` (`options`) ask for it, then
+        `[DONE]`."""
+        a = self.state.args
+        rid, created = f"cmpl-{n}", int(time.time())
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -152,7 +163,7 @@ class Handler(BaseHTTPRequestHandler):
                     sys.stderr.write(f"testserver: stalling request {n} (--stall-at)\n")
                     sys.stderr.flush()
                     time.sleep(3600)
-            if (req.get("stream_options") or {}).get("include_usage"):
+            if (options or {}).get("include_usage"):
                 send(
                     {
                         "id": rid,
