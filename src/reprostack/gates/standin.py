@@ -366,34 +366,14 @@ def replay(launch: Launch, *, root: Path, st: StandIn, nccl_lib: str, version: s
         lr = r - launch.ranks.start
         for text in lines.get(r % len(lines) if lines else r, []):
             print(f"{node_host}:{4100 + r}:{4100 + r} [{lr}] {text}")
-    marker = "[micro_trials] "
     for k in range(launch.trials):
-        for r in launch.ranks:
-            print(
-                marker
-                + json.dumps(
-                    {"arm": "deepep", "event": "trial", "rank": r, "trial": k, "trials": launch.trials}, sort_keys=True
-                )
-            )
+        _markers(launch, "deepep", k)
         if st.fail_node == launch.node:
             print(
                 f"RuntimeError: stand-in node {launch.node} failed as asked ({ENV} fail-node={launch.node})", flush=True
             )
             return 1
-        print("Config:")
-        print(f" > Ranks: {launch.nodes} x {launch.per_node}")
-        print(f" > Experts: {launch.topk}/{launch.experts}")
-        print(
-            f" > Tokens: {max(1, launch.tokens - launch.ranks.start)} (max: {launch.tokens}), hidden: {launch.hidden}"
-        )
-        if launch.sms is not None:
-            print(f" > #SM: {launch.sms}, #QPs: {launch.qps or launch.sms}/{launch.qps or launch.sms}")
-        print("")
-        print("Running all test cases:")
-        print(
-            " > Testing with do_handle_copy=1, expert_alignment=128, use_fp8_dispatch=1, num_bias=0, "
-            "with_previous_event=0, async_with_compute_stream=0, allocate_on_comm_stream=0 ..."
-        )
+        _print_config(launch)
         for r in launch.ranks:
             for line in trials[(k + r) % len(trials)]:
                 print(re.sub(r"EP:\s*\d+/\d+", f"EP: {r:3d}/{n}", line))
@@ -403,30 +383,57 @@ def replay(launch: Launch, *, root: Path, st: StandIn, nccl_lib: str, version: s
             while True:
                 time.sleep(3600)
         if "dense" in launch.arms:
-            for r in launch.ranks:
-                print(
-                    marker
-                    + json.dumps(
-                        {"arm": "dense", "event": "trial", "rank": r, "trial": k, "trials": launch.trials},
-                        sort_keys=True,
-                    )
-                )
+            _markers(launch, "dense", k)
             if k == 0 and launch.node == 0:
                 print("[dense_a2a] " + json.dumps({**cfg, "world": n}, sort_keys=True))
             for r in launch.ranks:
                 for rec in dense[(k + r) % len(dense)]:
                     print("[dense_a2a] " + json.dumps({**rec, "rank": r, "world": n, "trial": k}, sort_keys=True))
+    _print_ends(launch, host=host, nccl_lib=nccl_lib, version=version, dense_done=done)
+    return 0
+
+
+_MARKER = "[micro_trials] "
+
+
+def _markers(launch: Launch, arm: str, k: int) -> None:
+    """The trials driver's marker of trial `k` of `arm`, one per rank of this node."""
+    for r in launch.ranks:
+        event = {"arm": arm, "event": "trial", "rank": r, "trial": k, "trials": launch.trials}
+        print(_MARKER + json.dumps(event, sort_keys=True))
+
+
+def _print_config(launch: Launch) -> None:
+    """test_ep's `Config:` block of this node (its tokens as upstream's: the node's first rank less) and the one
+    mode it tests."""
+    print("Config:")
+    print(f" > Ranks: {launch.nodes} x {launch.per_node}")
+    print(f" > Experts: {launch.topk}/{launch.experts}")
+    print(f" > Tokens: {max(1, launch.tokens - launch.ranks.start)} (max: {launch.tokens}), hidden: {launch.hidden}")
+    if launch.sms is not None:
+        print(f" > #SM: {launch.sms}, #QPs: {launch.qps or launch.sms}/{launch.qps or launch.sms}")
+    print("")
+    print("Running all test cases:")
+    print(
+        " > Testing with do_handle_copy=1, expert_alignment=128, use_fp8_dispatch=1, num_bias=0, "
+        "with_previous_event=0, async_with_compute_stream=0, allocate_on_comm_stream=0 ..."
+    )
+
+
+def _print_ends(launch: Launch, *, host: str, nccl_lib: str, version: str, dense_done: dict) -> None:
+    """After the trials, per rank of this node: the driver's one-NCCL record, the dense arm's last record (when it
+    ran) and the driver's done marker."""
+    n = launch.nodes * launch.per_node
     for r in launch.ranks:
         rec = {"event": "nccl", "rank": r, "host": host, "mapped": [str(Path(nccl_lib).resolve() / "libnccl.so.2")]}
         # the driver's record: every libnccl mapping, the deleted ones listed too (none here; issue 29 item 1)
         rec.update(deleted=[], runtime=version, torch_built_with="2.28.9", deep_ep="/opt/reprostack/stand-in/deep_ep")
-        print(marker + json.dumps(rec, sort_keys=True))
+        print(_MARKER + json.dumps(rec, sort_keys=True))
     if "dense" in launch.arms:
         for r in launch.ranks:
-            print("[dense_a2a] " + json.dumps({**done, "rank": r, "world": n}, sort_keys=True))
+            print("[dense_a2a] " + json.dumps({**dense_done, "rank": r, "world": n}, sort_keys=True))
     for r in launch.ranks:
-        print(marker + json.dumps({"event": "done", "rank": r, "trials": launch.trials}, sort_keys=True))
-    return 0
+        print(_MARKER + json.dumps({"event": "done", "rank": r, "trials": launch.trials}, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:
