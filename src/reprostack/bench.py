@@ -197,7 +197,6 @@ def bench_gate(
     (result dict, exit code) and writes the JSON: every run in `repeats`, the headline `cold_s` / `warm_s` the
     median, `cold` / `warm` the median, min, max and n."""
     from .project import state as project_state
-    from .report.benchstats import summary
 
     if repeat < 1:
         raise ReprostackError(f"--repeat {repeat}: at least 1")
@@ -221,28 +220,65 @@ def bench_gate(
             f"part of the cold figure): {house or '(none)'} ({len(seeded)} wheel(s))",
             flush=True,
         )
-        runs = {}
-        nothing = _from_nothing(gate, gate_args, base, env) if from_nothing else None
-        for kind in ("cold", "warm"):
-            runs[kind], rep = _one(gate, gate_args, kind, base / kind, env)
-            host_info = rep.get("provenance", {}).get("host")
-        same = (runs["cold"]["result"], runs["cold"]["exit_code"]) == (
-            runs["warm"]["result"],
-            runs["warm"]["exit_code"],
-        )
-        repeats.append(
-            {
-                "cold_s": runs["cold"]["wall_s"],
-                "warm_s": runs["warm"]["wall_s"],
-                "verdict": {"cold": runs["cold"]["result"], "warm": runs["warm"]["result"], "same": same},
-                "host_identity": (host_info or {}).get("identity"),
-                "runs": runs,
-                **({"from_nothing": nothing} if nothing else {}),
-            }
-        )
+        entry, host_info = _cold_and_warm(gate, gate_args, base, env, from_nothing)
+        repeats.append(entry)
+    label = host_label(host)
+    res = _gate_result(
+        gate,
+        gate_args,
+        repeats,
+        lock=lock,
+        label=label,
+        host_info=host_info,
+        project=project,
+        seeded=seeded,
+        from_nothing=from_nothing,
+    )
+    cold, warm, same = res["cold"], res["warm"], res["verdict"]["same"]
+    path = Path(out_dir) / f"gate_{gate}-{label}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(res, indent=1, sort_keys=True) + "\n")
+    print(
+        f"bench gate_{gate}: n={repeat}: cold median {cold['median']} s [min {cold['min']}, max {cold['max']}], warm "
+        f"median {warm['median']} s [min {warm['min']}, max {warm['max']}], verdicts "
+        + ", ".join(f"{r['verdict']['cold']}/{r['verdict']['warm']}" for r in repeats)
+        + f" ({'same' if same else 'DIFFERENT'}); wrote {path}"
+    )
+    return res, 0 if same else 1
+
+
+def _cold_and_warm(gate: str, gate_args: list[str], base: Path, env: dict, from_nothing: bool) -> tuple[dict, dict]:
+    """One repeat of bench_gate in `base` (its cache already fresh in `env`): the from-nothing run when asked, then
+    the cold and the warm run. (its `repeats` entry, the warm run's host inventory)."""
+    runs, host_info = {}, None
+    nothing = _from_nothing(gate, gate_args, base, env) if from_nothing else None
+    for kind in ("cold", "warm"):
+        runs[kind], rep = _one(gate, gate_args, kind, base / kind, env)
+        host_info = rep.get("provenance", {}).get("host")
+    same = (runs["cold"]["result"], runs["cold"]["exit_code"]) == (
+        runs["warm"]["result"],
+        runs["warm"]["exit_code"],
+    )
+    entry = {
+        "cold_s": runs["cold"]["wall_s"],
+        "warm_s": runs["warm"]["wall_s"],
+        "verdict": {"cold": runs["cold"]["result"], "warm": runs["warm"]["result"], "same": same},
+        "host_identity": (host_info or {}).get("identity"),
+        "runs": runs,
+        **({"from_nothing": nothing} if nothing else {}),
+    }
+    return entry, host_info
+
+
+def _gate_result(
+    gate: str, gate_args: list[str], repeats: list[dict], *, lock, label, host_info, project, seeded, from_nothing
+) -> dict:
+    """bench_gate's result from its repeats: the medians (the headline), min, max and n, the samples, the targets,
+    the verdicts (the same in every run, cold and warm) and where it ran."""
+    from .report.benchstats import summary
+
     cold, warm = summary([r["cold_s"] for r in repeats]), summary([r["warm_s"] for r in repeats])
     same = all(r["verdict"]["same"] for r in repeats) and len({r["verdict"]["cold"] for r in repeats}) == 1
-    label = host_label(host)
     nothing_fields = {}
     if from_nothing:  # beside the seeded cold run, never instead of it
         t = [r["from_nothing"]["total_s"] for r in repeats]
@@ -250,7 +286,7 @@ def bench_gate(
             "cold_from_nothing_s": summary(t)["median"],
             "cold_from_nothing": {**summary(t), "samples": t},
         }
-    res = {
+    return {
         "bench": f"gate_{gate}",
         "host": label,
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
@@ -259,7 +295,7 @@ def bench_gate(
         "lock_sha256": lock.sha256,
         "gate_args": gate_args,
         "wheelhouse_preseeded": seeded,
-        "n": repeat,
+        "n": len(repeats),
         "cold_s": cold["median"],
         "warm_s": warm["median"],
         "cold": {**cold, "samples": [r["cold_s"] for r in repeats]},
@@ -274,16 +310,6 @@ def bench_gate(
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path = Path(out_dir) / f"gate_{gate}-{label}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(res, indent=1, sort_keys=True) + "\n")
-    print(
-        f"bench gate_{gate}: n={repeat}: cold median {cold['median']} s [min {cold['min']}, max {cold['max']}], warm "
-        f"median {warm['median']} s [min {warm['min']}, max {warm['max']}], verdicts "
-        + ", ".join(f"{r['verdict']['cold']}/{r['verdict']['warm']}" for r in repeats)
-        + f" ({'same' if same else 'DIFFERENT'}); wrote {path}"
-    )
-    return res, 0 if same else 1
 
 
 def bench_cpu(*, lock: lockmod.Lock, mirrors: dict, out_dir: Path, work: Path, host: str | None = None) -> dict:
