@@ -46,7 +46,7 @@ def _gates(args, lock, root, opts) -> int:
     """`gate NAME` runs one gate (bad input: exit 2); `all-gates` runs every gate in dependency order and always
     writes one combined report (gates.runner). Then the reports, one line per gate, and the exit code."""
     from .. import project, runs, ui
-    from ..gates import registry, runner
+    from ..gates import registry
     from ..gates.base import RunContext
     from ..gates.options import BASELINE_HISTORY, GateOptions
     from ..report import exit_code, utc_now, write_reports
@@ -85,29 +85,7 @@ def _gates(args, lock, root, opts) -> int:
     node = _Node(ga, out)  # the output contract on several nodes (launch.plan.Outputs)
     sigterm = _Sigterm()
     try:
-        try:
-            sigterm.stop_the_run()
-            if args.cmd == "gate":
-                reports = [runner.run_gate(registry.gate(args.gate), ga, ctx)]
-                required = {r.gate for r in reports}
-            else:
-                reports, required = runner.run_all(ga, ctx), runner.required()
-        except Signalled as e:  # the time limit's signal (Slurm --signal, a pod's termination): still a report
-            g = registry.gate(args.gate) if args.cmd == "gate" else None
-            reports = [node.stopped(g, e)] if g is not None else []
-            required = {r.gate for r in reports} if g is not None else runner.required()
-        except (FetchError, PatchError, BuildError) as e:  # a stage could not run: the run died, and says so
-            if args.cmd != "gate" or not node.reporter or isinstance(e, LocatedError):  # located: bad input, below
-                folder.abandon()
-                raise
-            rep = node.died(registry.gate(args.gate), e)
-            write_reports([rep], out, required={rep.gate})
-            folder.finish()  # `latest` names this run: its summary says it died, never an earlier verdict
-            print(_attest(out, [rep], 2, state, ga, lock, started))  # a run that died is signed as one too
-            raise
-        except ReprostackError:
-            folder.abandon()  # bad input, nothing ran: no trace of this run; latest never moved
-            raise
+        reports, required = _run(args, ga, ctx, node, folder, started, sigterm)
         sigterm.hold()  # the run is over: the reports and the rc are written whole
         if not node.reporter:  # a worker: no report (only node 0 writes them); its rc says how its part went
             return node.worker_end(reports)
@@ -123,6 +101,37 @@ def _gates(args, lock, root, opts) -> int:
         return node.end(rc)
     finally:
         sigterm.restore()
+
+
+def _run(args, ga, ctx, node: _Node, folder, started: str, sigterm: _Sigterm) -> tuple[list, set]:
+    """(reports, the gates they must cover) of `gate NAME` or `all-gates`, SIGTERM raising Signalled in it from the
+    start: the time limit's signal still gives the gate's report; a stage that could not run (fetch, patch, build) writes and signs the report of a run that died,
+    then raises; bad input leaves no trace of the run (its folder abandoned), and raises."""
+    from ..gates import registry, runner
+    from ..report import write_reports
+
+    try:
+        sigterm.stop_the_run()
+        if args.cmd == "gate":
+            reports = [runner.run_gate(registry.gate(args.gate), ga, ctx)]
+            return reports, {r.gate for r in reports}
+        return runner.run_all(ga, ctx), runner.required()
+    except Signalled as e:  # the time limit's signal (Slurm --signal, a pod's termination): still a report
+        g = registry.gate(args.gate) if args.cmd == "gate" else None
+        reports = [node.stopped(g, e)] if g is not None else []
+        return reports, {r.gate for r in reports} if g is not None else runner.required()
+    except (FetchError, PatchError, BuildError) as e:  # a stage could not run: the run died, and says so
+        if args.cmd != "gate" or not node.reporter or isinstance(e, LocatedError):  # located: bad input, below
+            folder.abandon()
+            raise
+        rep = node.died(registry.gate(args.gate), e)
+        write_reports([rep], ga.out, required={rep.gate})
+        folder.finish()  # `latest` names this run: its summary says it died, never an earlier verdict
+        print(_attest(ga.out, [rep], 2, ctx.project, ga, ctx.lock, started))  # a run that died is signed as one too
+        raise
+    except ReprostackError:
+        folder.abandon()  # bad input, nothing ran: no trace of this run; latest never moved
+        raise
 
 
 def _attest(out: Path, reports, rc: int, state: dict, ga, lock, started: str) -> str:
