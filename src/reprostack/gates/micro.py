@@ -34,6 +34,14 @@ Kernels (gates.kernelprep): built here from the fetched, patched trees (host mod
 `--kernels-manifest` (the in-image runner of container mode), taken from the image: its manifest is checked
 against the lock and this checkout's kernel recipes (reprostack.kernels.prebuilt) and nothing is fetched or built;
 a missing or mismatching manifest is one error line before anything ran, never a build of another kind.
+
+The one-NCCL check of the ranks' records is gates.micro_nccl; what verify-report re-derives of a report from its kept
+logs is gates.micro_rederive.
+
+Invariants: the run executes its own launch plan's commands (plan_parts), the ones a launcher renders; PASS only on
+measured evidence (complete tables of every rank, every bar cleared by the trials' interval, one NCCL of the lock's
+release in every measuring rank, on EFA every rank's transport); a deliberate variation (--num-sms) is never
+evidence; no GPU or no profile that fits the host is a SKIP, never a PASS.
 """
 
 from __future__ import annotations
@@ -54,7 +62,6 @@ from . import arms as armsmod
 from . import metrics, standin, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import (
-    Kernels,
     jit_prewarm,
     stand_in_kernels,
     jit_record,
@@ -63,6 +70,7 @@ from .kernelprep import (
     setup_kernels,
     source_trees,
 )
+from .micro_nccl import one_nccl_of_ranks
 from .options import BASELINE_HISTORY as HISTORY
 from .options import MICRO_TRIALS, GateOptions
 from .parsers.failure import classify_failure
@@ -113,60 +121,9 @@ class MicroGate(Gate):
         return built_kernels_line(spec, lock, image, mode, pins=tuple(spec.kernels))
 
     def rederive(self, doc: dict, folder: Path, spec: dict | None):
-        """From the kept test_ep log(s) (the trials driver's, or a single run's before trials): every trial's figures
-        (data.trials.figures, the statistics' samples), the completeness count, the dense arm's, the one-NCCL
-        record's runtime where the log holds it; the bars from the recorded spec (a baseline bar: its tolerance and
-        runs)."""
-        from ..report.rederive import BaselineRef, begin, kept_logs, log_text
-        from ..report.stats import summarize
-        from .parsers.dense_a2a import parse_dense
-        from .parsers.test_ep import parse_test_ep
+        from .micro_rederive import rederive_micro
 
-        data, prof, got = begin(doc, spec)
-        for b in (prof or {}).get("bars") or []:
-            if isinstance(b, dict) and isinstance(b.get("baseline"), dict):
-                e = b["baseline"]
-                got.thresholds[b["metric"]] = BaselineRef(float(e.get("tolerance", -1)), tuple(e.get("runs") or ()))
-            elif isinstance(b, dict) and "metric" in b:
-                got.thresholds[b["metric"]] = b.get("threshold")
-        te = data.get("test_ep")
-        if not isinstance(te, dict):
-            got.notes.append("no test_ep data: the test did not run")
-            return got
-        test_ep_logs = kept_logs(doc, self.stem, lambda p: p.startswith(f"{self.stem}/test_ep") and p.endswith(".log"))
-        text = log_text(folder, doc, self.stem, test_ep_logs)
-        ranks, modes = int(te.get("num_ranks") or 0), te.get("modes_checked") or "first"
-        trials = data.get("trials")
-        if isinstance(trials, dict):
-            arms = tuple(trials.get("arms") or ("deepep",))
-            tp = parse_micro_trials(
-                text, num_ranks=ranks, trials=int(trials.get("trials") or 0), arms=arms, modes=modes
-            )
-            figs = tp.figures
-            got.figures.update(figs)
-            got.fields.update({"data.trials.figures": figs, "data.trials.complete": tp.complete})
-            got.values.update({k: round(summarize(v).mean, 6) for k, v in figs.items()})
-            problems = tp.problems + [p for t in tp.deepep for p in t.problems]
-            got.values["ranks_x_phases_missing"] = len(problems)
-            if "dense" in arms:
-                got.values["dense_arm_complete"] = tp.dense_ok
-            first = tp.deepep[0]
-            runtimes = {r.get("runtime") for r in tp.nccl}
-            if len(runtimes) == 1:
-                got.values["nccl_runtime"] = runtimes.pop()
-            else:
-                got.notes.append("nccl_runtime: no single one-NCCL record in the log (measured apart before issue 17)")
-        else:
-            first = parse_test_ep(text, num_ranks=ranks, modes=modes)
-            got.values.update({"dc_p50_us": first.dc_p50_us, "ranks_x_phases_missing": len(first.problems)})
-            got.notes.append("nccl_runtime: measured in its own process before issue 17, not in the kept log")
-            dense = data.get("dense")
-            if isinstance(dense, dict) and isinstance(dense.get("parse"), dict):
-                d = parse_dense(log_text(folder, doc, self.stem, ["dense_a2a.log"]), world=ranks)
-                got.fields["data.dense.parse.dc_p50_us"] = d.dc_p50_us
-                got.values["dense_arm_complete"] = d.ok
-        got.fields.update({"data.test_ep.dc_p50_us": first.dc_p50_us, "data.test_ep.complete": first.complete})
-        return got
+        return rederive_micro(doc, folder, spec, self.stem)
 
     # ------------------------------------------------------------------ the plan
 
@@ -569,83 +526,6 @@ def test_ep_launch(
             master_port=master_port or torchrun.free_port(),
         )
     return torchrun.local(python, script, args, gpus=profile.gpus_per_node, port=master_port)
-
-
-def one_nccl_of_ranks(
-    records: list[dict],
-    kern: Kernels,
-    host: str | None = None,
-    *,
-    num_ranks: int | None = None,
-    all_local: bool = False,
-    misplaced: list[tuple[int, object, object]] = (),
-) -> dict:
-    """The one-NCCL check (kernels.runtime.judge_one_nccl) of every rank record of THIS host (`host`, default this
-    machine's name; the other nodes' gates judge theirs): each must map exactly the pinned NCCL, and they must agree
-    on its version. Returns the first record plus `ranks`. Raises BuildError naming the rank and what it mapped,
-    or that no rank of this host left a record (a driver from before the records, or a log cut short).
-
-    The records come from a log (a line of test_ep's output can mimic the tag): each must name a rank of the run
-    (0..num_ranks-1, an int), once; with `all_local` (one node) every rank must have one; a record out of its place
-    (`misplaced`: parsers.micro_trials) is refused; the runtime must be a version string."""
-    import socket
-
-    from ..errors import BuildError
-
-    host = host or socket.gethostname()
-    mine = _records_of(host, records, num_ranks=num_ranks, all_local=all_local, misplaced=misplaced)
-    for r in mine:
-        if "error" in r:
-            raise BuildError(f"rank {r['rank']}: reading its NCCL failed: {str(r['error'])[:300]}")
-        try:
-            runtime.judge_one_nccl(r, kern.nccl_lib, accept_sha256=kern.accept_sha256, pinned_version=kern.nccl_version)
-        except BuildError as e:
-            raise BuildError(f"rank {r['rank']}: {e}") from None
-        if not isinstance(r.get("runtime"), str) or len(r["runtime"]) > 40:
-            raise BuildError(f"rank {r['rank']}: ncclGetVersion gave no version string: {str(r.get('runtime'))[:60]}")
-    versions = {r["rank"]: r["runtime"] for r in mine}
-    if len(set(versions.values())) != 1:
-        raise BuildError(f"the ranks on this host loaded different NCCL versions: {versions}")
-    first = mine[0]
-    return {**first, "ranks": sorted(versions)}
-
-
-def _records_of(host: str, records: list[dict], *, num_ranks, all_local: bool, misplaced) -> list[dict]:
-    """The one-NCCL records of `host`, each for a rank of the run, once (every rank's with `all_local`); BuildError
-    naming the rank otherwise (one_nccl_of_ranks)."""
-    from collections import Counter
-
-    from ..errors import BuildError
-
-    def shown(rank: object) -> str:
-        return str(rank) if type(rank) is int else repr(rank)[:40]
-
-    mine = [r for r in records if r.get("host") == host]
-    for no, rank, h in misplaced:
-        if h == host:
-            raise BuildError(
-                f"rank {shown(rank)}: a one-NCCL record out of its place at line {no} of the test's log "
-                f"(the driver prints it after the rank's last trial, before its done)"
-            )
-    if not mine:
-        raise BuildError(
-            f"no rank on this host ({host}) left its one-NCCL record in the test's log "
-            f"({len(records)} record(s) from other hosts)"
-        )
-    for r in mine:
-        rank = r.get("rank")
-        if type(rank) is not int or (num_ranks is not None and not 0 <= rank < num_ranks):
-            raise BuildError(
-                f"rank {shown(rank)}: a one-NCCL record for no rank of this run (ranks 0..{(num_ranks or 0) - 1})"
-            )
-    count = Counter(r["rank"] for r in mine)
-    twice = sorted(k for k, n in count.items() if n > 1)
-    if twice:
-        raise BuildError(f"rank {twice[0]}: {count[twice[0]]} one-NCCL records in the test's log (one expected)")
-    if all_local and num_ranks is not None and len(count) != num_ranks:
-        lost = sorted(set(range(num_ranks)) - set(count))
-        raise BuildError(f"rank {lost[0]}: no one-NCCL record in the test's log (ranks with one: {sorted(count)})")
-    return mine
 
 
 def _failed_part(text: str, tp) -> str:
