@@ -32,6 +32,13 @@ backend it was launched with (vLLM at DP1 ignores --all2all-backend): that arm i
 and the engine's own lines matched by `quote`, no AIPerf is run on it, and the other arms still run; an arm in the
 profile's `skip-arms` is not launched (SKIP with that reason). The gate's result says so, and a gate whose DeepEP arm
 was skipped never passes (report.require_deepep_arm).
+
+The judge (each arm's checks, the verdict, the report's data) is gates.servingjudge; what verify-report re-derives of
+a report from its kept AIPerf exports and server logs is gates.servingrederive.
+
+Invariants: the run executes its own launch plan's server commands (plan_parts), the ones a launcher renders; no
+request is sent before the server is ready and its processes passed the one-NCCL check; the local-test profile's
+stand-in server is never evidence; a worker node only serves, its report is never the verdict (node 0's is).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from .. import ui
@@ -48,49 +55,20 @@ from ..kernels import ncclwheel, runtime
 from ..launch import plan as lp
 from ..launch import procmaps, torchrun
 from ..launch.server import ServerProcess
-from ..report import (
-    Check,
-    GateReport,
-    Result,
-    artifact_for,
-    decide,
-    evaluate,
-    evaluate_interval,
-    require_deepep_arm,
-)
-from ..report.stats import statistics_block, summarize
-from .servingratio import ratio_intervals
-from .aiperfrun import CellResult, profile_run_started, run_cell
+from ..report import GateReport, artifact_for
+from .aiperfrun import profile_run_started, run_cell
 from .aiperftool import ensure_aiperf, make_test_tokenizer
-from . import transport
-from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
+from .base import Gate, Paths, PlanParts, RunState, env_tuple
 from .options import SERVING_TRIALS, GateOptions
 from .parsers.failure import classify_failure
-from .parsers.servelog import ServeLogReport, assert_backend
-from .parsers.transport import parse_transport
+from .parsers.servelog import assert_backend
 from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
+from .servingjudge import ArmRun, arm_transport, judge
+from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
 from .spec import NoProfileForHost
 
 DEFAULT_TRIALS = SERVING_TRIALS  # AIPerf runs per cell on a GPU profile without --trials (gates.options holds it)
-
-
-@dataclass
-class ArmRun:
-    """What one arm produced: cells, the backend assertion (deepep arm), server log(s), and `error` (str) when the
-    arm could not produce a trustworthy measurement."""
-
-    arm: Arm
-    cells: list[CellResult] = field(default_factory=list)
-    backend: ServeLogReport | None = None
-    logs: list[Path] = field(default_factory=list)
-    error: str | None = None
-    probe_s: float | None = None
-    server_exit: int | None = None
-    skipped: str | None = None  # why the arm is SKIP (the engine did not engage its backend), else None
-    transport: dict | None = None
-    transport_check: Check | None = None
-    nccl: dict = field(default_factory=dict)  # {pid: procmaps record} of the server's processes, read while it ran
 
 
 def _variables(spec: ServingSpec, profile: ServingProfile, arm: Arm, opts: GateOptions, paths: Paths, node, port):
@@ -200,6 +178,8 @@ class ServingGate(Gate):
         )
 
     def rederive(self, doc: dict, folder: Path, spec: dict | None):
+        from .servingrederive import rederive_serving
+
         return rederive_serving(doc, folder, spec, self.stem)
 
     def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
@@ -324,7 +304,7 @@ class ServingGate(Gate):
                 rep = st.error(why)
                 rep.artifacts = st.artifacts
                 return rep
-        return self._judge(st, runs)
+        return judge(st, runs, self.stem)
 
     def _run_arm(self, st: RunState, arm: Arm, plan: lp.ArmPlan) -> ArmRun:
         """Start the arm's server (its plan command for node 0), probe it, run every cell, assert the backend."""
@@ -443,64 +423,6 @@ class ServingGate(Gate):
                 ]
             st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in files if p.is_file()]
 
-    def _judge(self, st: RunState, runs: list[ArmRun]) -> GateReport:
-        spec, profile = st.spec, st.profile
-        data = {
-            "arms": {
-                r.arm.name: {
-                    "role": r.arm.role,
-                    "error": r.error,
-                    "skipped": r.skipped,
-                    "probe_s": r.probe_s,
-                    "server_exit_before_stop": r.server_exit,
-                    "cells": [c.to_dict() for c in r.cells],
-                    "backend": r.backend.to_dict() if r.backend else None,
-                    "transport": r.transport,
-                }
-                for r in runs
-            },
-            "ratios_deepep_over_alternative": _ratios(runs),
-            "ratio_intervals_deepep_over_alternative": ratio_intervals(runs),
-            "profile": profile.description,
-            "statistics": _statistics(runs),
-            "trials": st.opts.trials,
-            "tokenizer": st.scratch["tokenizer"],
-            "bars": {
-                "status": profile.bars_status,
-                "tolerance": profile.bars.tolerance,
-                "why": profile.bars.why,
-                "published": profile.bars.published,
-                "source": profile.bars.source,
-            },
-            "backend_assertion_note": spec.assertion(profile)[2] or None,
-        }
-        checks = _checks(spec, profile, runs)
-        errors = [f"arm {r.arm.name}: {r.error}" for r in runs if r.error]
-        if errors:
-            result, reason = decide(checks, ran_ok=False, failure_reason="; ".join(errors))
-        else:
-            result, reason = verdict(profile, checks, spec.path.name)
-        skips = [f"arm {r.arm.name} SKIP: {r.skipped}" for r in runs if r.skipped]
-        if skips:
-            reason = "; ".join([reason, *skips])
-        deepep = next(a.name for a in spec.arms.values() if a.role == "deepep")
-        ran = [r.arm.name for r in runs if not r.skipped]
-        result, reason = require_deepep_arm(result, reason, deepep, ran)
-        if result == Result.FAIL:
-            dead = next((r.backend for r in runs if r.backend and r.backend.first_dead_rank is not None), None)
-            if dead is not None:
-                reason += f"; first rank that died: {dead.first_dead_rank} ({dead.death})"
-        return GateReport(
-            self.stem,
-            profile.name,
-            result,
-            reason,
-            checks=checks,
-            provenance=st.prov,
-            artifacts=st.artifacts,
-            data=data,
-        )
-
     def _serve_worker(self, st: RunState, plan: lp.ArmPlan) -> GateReport:
         """Worker node: the worker command of the first chosen arm, until node 0 is done (its mark in the out
         folder), its own exit or the spec's timeout; its report is never written (node 0's is the verdict)."""
@@ -557,79 +479,6 @@ def not_engaged(profile: ServingProfile, arm: Arm, log: Path) -> str | None:
     return f"the engine did not engage the arm's backend: its log has no {names}{words}; {' '.join(e.why.split())}"
 
 
-def rederive_serving(doc: dict, folder: Path, spec: dict | None, stem: str):
-    """ServingGate.rederive: every completed cell's AIPerf exports read again (errors, completed requests, agg tok/s
-    and each profile run's figure), each asserting arm's backend lines from its kept server log(s) against the
-    recorded spec's patterns, and each tok/s bar (published x (1 - tolerance)) of the recorded spec."""
-    from ..report.rederive import RederiveError, begin, same
-    from .aiperfrun import read_cell
-    from .servingspec import Cell
-
-    data, prof, got = begin(doc, spec)
-    arms = data.get("arms") if isinstance(data.get("arms"), dict) else {}
-    spec_arms = (spec or {}).get("arms") if isinstance((spec or {}).get("arms"), dict) else {}
-    bars = (prof or {}).get("bars") if isinstance((prof or {}).get("bars"), dict) else {}
-    deepep = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("role") == "deepep"), None)
-    bar_arm = bars.get("arm") or deepep
-    for arm, entry in arms.items():
-        for c in (entry or {}).get("cells") or []:
-            if not isinstance(c, dict) or c.get("status") != "ok":
-                continue
-            cell = Cell(str(c.get("cell")), int(c.get("concurrency") or 0), int(c.get("requests_expected") or 0))
-            runs = len(c.get("runs") or []) or 1
-            res = read_cell(arm, cell, folder / stem / arm / cell.name, runs)
-            if res.status != "ok":
-                raise RederiveError(f"{stem}/{arm}/{cell.name}: {res.detail}")
-            for k, mine in (("agg_tok_s", res.agg_tok_s), ("samples", res.samples or None)):  # the cell's own figures
-                if k in c and mine is not None and not same(c[k], mine):
-                    raise RederiveError(f"{stem}/{arm}/{cell.name}: {k} {c[k]!r} but its AIPerf exports give {mine!r}")
-            n = f"{arm}.{cell.name}"
-            got.values[f"{n}.errors"], got.values[f"{n}.completed_requests"] = res.errors, res.completed
-            if res.samples:
-                got.values[f"{n}.agg_tok_s"] = round(summarize(res.samples, "tokens/sec").mean, 6)
-                got.figures[f"{n}.agg_tok_s"] = list(res.samples)
-            elif res.agg_tok_s is not None:
-                got.values[f"{n}.agg_tok_s"] = round(res.agg_tok_s, 4)
-            pub = (bars.get("published") or {}).get(cell.name) if arm == bar_arm else None
-            if pub is not None:
-                got.thresholds[f"{n}.agg_tok_s"] = round(float(pub) * (1 - float(bars.get("tolerance", 0))), 6)
-        sa = spec_arms.get(arm) if isinstance(spec_arms.get(arm), dict) else {}
-        if entry and entry.get("backend") and sa.get("assert-backend", sa.get("role") == "deepep"):
-            _rederive_backend(got, doc, folder, spec, prof, stem, arm)
-    return got
-
-
-def _rederive_backend(got, doc: dict, folder: Path, spec: dict | None, prof: dict | None, stem: str, arm: str) -> None:
-    """rederive_serving: one asserting arm's backend lines from its kept server log(s), the recorded spec's patterns."""
-    import re
-
-    from ..report.rederive import RederiveError, kept_logs, log_text
-    from .parsers.servelog import Requirement, assert_backend
-
-    logs = kept_logs(doc, stem, lambda p: p == f"{stem}/server.{arm}.log" or p.startswith(f"{stem}/server.{arm}.node"))
-    own = (prof or {}).get("backend-assertion")  # the profile's own assertion, else the spec's (ServingSpec.assertion)
-    ba = own if isinstance(own, dict) else (spec or {}).get("backend-assertion") or {}
-    try:
-        reqs = {
-            k: [Requirement(r["name"], r["pattern"], r.get("scope", "all")) for r in ba.get(k) or []]
-            for k in ("required", "forbidden")
-        }
-        nodes, gpus = int((prof or {}).get("nodes") or 1), int((prof or {}).get("gpus-per-node") or 1)
-        rep = assert_backend(
-            log_text(folder, doc, stem, logs),
-            num_ranks=nodes * gpus,
-            gpus_per_node=gpus,
-            required=reqs["required"],
-            forbidden=reqs["forbidden"],
-        )
-    except (KeyError, TypeError, re.error) as e:
-        raise RederiveError(f"the recorded spec's backend-assertion: {e}") from None
-    for r in rep.required:
-        got.values[f"{arm}.backend.{r.name}"] = nodes * gpus - len(r.missing_ranks) if r.scope == "all" else r.total
-    for f in rep.forbidden:
-        got.values[f"{arm}.backend.forbidden.{f.name}"] = f.total
-
-
 def _nccl_shadows(st: RunState, env: dict) -> str | None:
     """What in a server's environment would load an NCCL of another version than the lock's first (LD_PRELOAD,
     LD_LIBRARY_PATH: launch.procmaps.shadows), in one line; None when nothing would."""
@@ -651,96 +500,3 @@ def _nccl_error(st: RunState, samples: dict, what: str, *, need: bool = True) ->
         return f"one-NCCL check: {e}"
     st.data.setdefault("nccl", {})[what] = one
     return None
-
-
-def _checks(spec: ServingSpec, profile: ServingProfile, runs: list[ArmRun]) -> list[Check]:
-    """Every arm's backend assertion (the arms that assert it) and every cell's checks."""
-    bar_arm = profile.bars.arm or next(a.name for a in spec.arms.values() if a.role == "deepep")
-    checks: list[Check] = []
-    for run in runs:
-        if run.arm.assert_backend and run.backend is not None and not run.skipped:
-            checks += _backend_checks(profile, run.arm.name, run.backend)
-        if run.transport_check is not None and not run.skipped:
-            checks.append(run.transport_check)
-        for c in run.cells:
-            checks += _cell_checks(profile, run.arm.name, c, bars=run.arm.name == bar_arm)
-    return checks
-
-
-def arm_transport(profile: ServingProfile, env: dict, arm: str, text: str) -> tuple[dict, Check | None]:
-    """The transport proof per rank (gates.transport) of the arm that runs DeepEP, from the NCCL INFO lines of every
-    node's server log: on an EFA profile every rank on `NET/OFI efa`, no second plugin, GIN on when the env turns it
-    on (the type the stack asks for when it is GPU-initiated); each process's rank from NCCL's init lines (the
-    widest communicator). (data, check); on a profile without a network: why nothing is checked, no check."""
-    need = transport.need(profile, env, gin=True)
-    if need is None:
-        return {"checked": False, "why": transport.no_network(profile)}, None
-    parsed = parse_transport(text, {})
-    data = {"checked": True, "need": need.to_dict(), **parsed.to_dict()}
-    return data, transport.check(f"{arm}.transport", need, parsed, where=f"the {arm} arm's server log(s)")
-
-
-def _backend_checks(profile: ServingProfile, arm: str, backend: ServeLogReport) -> list[Check]:
-    """Each required line on every rank (scope all) or at least once, and each forbidden line never."""
-    checks = []
-    for r in backend.required:
-        example = r.examples[0] if r.examples else None
-        if r.scope == "all":
-            missing = f"missing ranks {r.missing_ranks}" if r.missing_ranks else None
-            note = "; ".join(x for x in (missing, example) if x) or None
-            got = profile.ep_size - len(r.missing_ranks)
-            checks.append(evaluate(f"{arm}.backend.{r.name}", "ranks", got, "==", profile.ep_size, note=note))
-        else:
-            checks.append(evaluate(f"{arm}.backend.{r.name}", "lines", r.total, ">=", 1, note=example))
-    for f in backend.forbidden:
-        note = f.examples[0] if f.examples else None
-        checks.append(evaluate(f"{arm}.backend.forbidden.{f.name}", "lines", f.total, "==", 0, note=note))
-    return checks
-
-
-def _cell_checks(profile: ServingProfile, arm: str, c: CellResult, *, bars: bool) -> list[Check]:
-    """A cell's errors and completed requests, and (the bars' arm) its agg tok/s bar: on the runs' interval, or on
-    the one run of the local-test profile."""
-    n = f"{arm}.{c.cell.name}"
-    err_note = ", ".join(f"{k}: {v}" for k, v in sorted(c.error_types.items())) or None
-    checks = [
-        evaluate(f"{n}.errors", "requests", c.errors, "==", 0, note=err_note),
-        evaluate(f"{n}.completed_requests", "requests", c.completed, "==", c.cell.requests),
-    ]
-    bar = profile.bars.threshold(c.cell.name) if bars else None
-    if bar is None:
-        return checks
-    note = f"published {profile.bars.published[c.cell.name]} x (1 - {profile.bars.tolerance}); {profile.bars.source}"
-    if len(c.samples) >= (1 if profile.needs_gpu else 2):  # a GPU profile's one run: INCONCLUSIVE, never PASS
-        checks.append(evaluate_interval(f"{n}.agg_tok_s", summarize(c.samples, "tokens/sec"), ">=", bar, note=note))
-    else:
-        value = None if c.agg_tok_s is None else round(c.agg_tok_s, 4)
-        checks.append(evaluate(f"{n}.agg_tok_s", "tokens/sec", value, ">=", bar, note=note))
-    return checks
-
-
-def _statistics(runs: list[ArmRun]) -> dict:
-    """`data.statistics`: `<arm>.<cell>.agg_tok_s` of every cell with two or more profile runs (report.stats)."""
-    return statistics_block(
-        {
-            f"{r.arm.name}.{c.cell.name}.agg_tok_s": summarize(c.samples, "tokens/sec")
-            for r in runs
-            for c in r.cells
-            if len(c.samples) >= 2
-        }
-    )
-
-
-def _ratios(runs: list[ArmRun]) -> dict:
-    deepep = next((r for r in runs if r.arm.role == "deepep"), None)
-    out = {}
-    if deepep is None:
-        return out
-    for alt in (r for r in runs if r.arm.role == "alternative"):
-        by = {c.cell.name: c.agg_tok_s for c in alt.cells if c.agg_tok_s}
-        out[alt.arm.name] = {
-            c.cell.name: round(c.agg_tok_s / by[c.cell.name], 4)
-            for c in deepep.cells
-            if c.agg_tok_s and c.cell.name in by
-        }
-    return out
