@@ -258,7 +258,9 @@ def test_the_megatron_tree_is_importable_under_what_the_slurm_script_exports(rec
 def chain_image(docker_client, name: str) -> str:
     """The id of image `name` as results/images/chain.json records it, when this engine holds it; else a skip."""
     rec = json.loads((REPO / "results" / "images" / "chain.json").read_text())
-    step = next((s for s in rec["steps"] if s.get("step") == f"build {name}" and s.get("status") in ("built", "reused")), None)
+    step = next(
+        (s for s in rec["steps"] if s.get("step") == f"build {name}" and s.get("status") in ("built", "reused")), None
+    )
     if step is None:
         pytest.skip(f"results/images/chain.json has no built {name} image")
     import docker.errors
