@@ -1,5 +1,6 @@
 """Suite-wide: reprostack.ui's state (verbosity, timings file) starts fresh in every test, and its step
-durations go to the test's own folder, never to the user's ~/.cache/reprostack."""
+durations go to the test's own folder, never to the user's ~/.cache/reprostack; the kernels' stable views
+(kernels.runtime.stable_view) go to the test's own folder too, never to the machine's shared one."""
 
 import re
 
@@ -14,6 +15,15 @@ def _ui_isolated(tmp_path_factory):
     ui.configure(cache=tmp_path_factory.mktemp("ui-cache"))
     yield
     ui.reset()
+
+
+@pytest.fixture(autouse=True)
+def _kernel_views_isolated(tmp_path_factory, monkeypatch):
+    from reprostack.kernels import runtime
+
+    view = tmp_path_factory.mktemp("kernel-views")
+    view.chmod(0o700)
+    monkeypatch.setenv(runtime.VIEW_ENV, str(view))
 
 
 # reprostack.ui's plain progress lines on stderr: a step's start (`NAME: started, ETA ... (last run)` or `..., first

@@ -89,7 +89,7 @@ def test_a_changed_result_makes_check_name_the_block_and_docs_write_it(tmp_path,
     [
         (
             OPEN.format("nonesuch", "nonesuch"),
-            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, mirrors, suite, history, gates)",
+            "README.md: block `nonesuch`: no such generator (results, bench, history-bench, compare, images, mirrors, suite, kcache, history, gates)",
         ),
         (OPEN.format("compare", "compare"), "block `compare` names no report folder"),
         (OPEN.format("compare results/nope", "compare"), "block `compare`: results/nope: no micro.json"),
@@ -322,3 +322,33 @@ def test_a_headline_from_statistics_shows_a_check_value_that_says_otherwise():
     next(c for c in doc["checks"] if c["metric"] == "dc_p50_us")["value"] = 9.5
     after = headline(doc)
     assert after != before and "[check value 9.5, not the mean]" in after
+
+
+def test_kcache_block_lists_every_run_the_median_and_whether_it_meets_its_goal(tmp_path):
+    """Issue 41: the kernel cache's figures in docs come from results/bench/kcache-*.json, each kind's every run, the
+    median, the goal the record names and whether the median meets it (never typed); a file that is not JSON is one
+    line naming it."""
+    from reprostack.report.docsgen import DocsError, gen_kcache
+
+    b = tmp_path / "results" / "bench"
+    b.mkdir(parents=True)
+    doc = {
+        "bench": "kcache_gate_micro",
+        "project": {"commit": "f91999c05379de31", "dirty": False},
+        "host_inventory": {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "driver_version": "580.159.04"}]},
+        "targets_s": {"cold_hit": 45.0, "from_nothing_hit": 75.0},
+        "cold_hit": [58.03, 60.98, 57.82],
+        "from_nothing_hit": [67.98, 68.99, 66.67],
+        "runs": {"cold_hit": [{"stages_s": {"deepep_build_s": 4.13, "test_s": 45.54, "total_s": 56.16}}]},
+    }
+    (b / "kcache-h100-2026-12-06-b.json").write_text(json.dumps(doc))
+    rows = gen_kcache(tmp_path, []).splitlines()
+    assert rows[2] == (
+        "| `results/bench/kcache-h100-2026-12-06-b.json` | NVIDIA H100 80GB HBM3, driver 580.159.04 | f91999c0 | "
+        "cold_hit | 58.03, 60.98, 57.82 | 58.03 | 45 | no |"
+    )
+    assert rows[3].endswith("| from_nothing_hit | 67.98, 68.99, 66.67 | 67.98 | 75 | yes |")
+    assert "| cold_hit | — | — | 4.13 | — | 45.54 | 56.16 |" in rows[-2]
+    (b / "kcache-bad.json").write_text("{not json")
+    with pytest.raises(DocsError, match=r"block `kcache`: results/bench/kcache-bad\.json: not JSON"):
+        gen_kcache(tmp_path, [])

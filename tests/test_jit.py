@@ -597,3 +597,61 @@ def test_the_committed_manifest_names_only_kernels_deepep_builds():
     assert {n for n, _ in m.kernels} <= set(jit.KERNELS) and len(m.kernels) == 10
     forms = {(n, c.split("impls/")[1].split(".cuh")[0]) for n, c in m.kernels}
     assert ("dispatch", "dispatch") in forms and ("barrier", "barrier") in forms
+
+
+def _build_at(root: Path) -> tuple[Path, Path]:
+    """A deepep build folder deepep-<key> and an NCCL build folder nccl-<key> under `root` (one build key, the same
+    names in every cache folder)."""
+    deepep, nccl = root / "builds" / "deepep-cc653921c10cb682", root / "builds" / "nccl-4ac83166acf459e2"
+    (deepep / "site" / "deep_ep" / "include").mkdir(parents=True)
+    (deepep / "jit").mkdir()
+    (nccl / "build" / "include").mkdir(parents=True)
+    return deepep, nccl
+
+
+def test_a_build_in_another_folder_names_the_same_jit_kernels_through_its_stable_view(setup, tmp_path):
+    """DeepEP hashes the absolute -I paths of NCCL and deep_ep into each JIT kernel's folder name: a kernel cache
+    entry pulled into another cache folder found none of its 10 kernels and compiled them again (the H100's cold
+    hits, results/bench/kcache-h100-2026-12-06-b: before_test 10, compiled_in_test 10). Through
+    runtime.stable_view both folders give DeepEP the same paths, so the same folder names."""
+    from reprostack.kernels import runtime
+
+    _, env, _, _, _ = setup
+    views = tmp_path / "views"
+    seen = {}
+    for cache in ("cold-miss-cache", "cold-hit-cache"):
+        deepep, nccl = _build_at(tmp_path / cache)
+        real = runtime.runtime_env(deepep, env, nccl_root=nccl / "build")
+        dview, nview = runtime.stable_view(deepep, views), runtime.stable_view(nccl, views) / "build"
+        viewed = runtime.runtime_env(dview, env, nccl_root=nview)
+        ctx_real = jit.Context.of(deepep / "site", real, "90")[0]
+        ctx_view = jit.Context.of(dview / "site", viewed, "90")[0]
+        seen[cache] = (ctx_real.folder("barrier", code()).name, ctx_view.folder("barrier", code()).name)
+        assert (dview / "site").resolve() == (deepep / "site").resolve()  # the view is this build
+    assert seen["cold-miss-cache"][0] != seen["cold-hit-cache"][0]  # the break: each folder its own names
+    assert seen["cold-miss-cache"][1] == seen["cold-hit-cache"][1]  # through the view: one name
+
+
+def test_the_view_folder_must_be_the_users_alone(tmp_path):
+    """A view folder another user could write (or a link planted in /tmp) is refused with one line, nothing made."""
+    from reprostack.errors import BuildError
+    from reprostack.kernels import runtime
+
+    target = tmp_path / "deepep-0123456789abcdef"
+    target.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(BuildError, match="not a folder of this user's alone"):
+        runtime.stable_view(target, shared)
+    assert list(shared.iterdir()) == []
+    planted = tmp_path / "planted"
+    planted.symlink_to(shared)
+    with pytest.raises(BuildError, match="not a folder of this user's alone"):
+        runtime.stable_view(target, planted)
+    own = tmp_path / "own"
+    link = runtime.stable_view(target, own)
+    assert link == own / target.name and link.resolve() == target and (os.stat(own).st_mode & 0o777) == 0o700
+    other = tmp_path / "b" / target.name
+    other.mkdir(parents=True)
+    assert runtime.stable_view(other, own).resolve() == other  # replaced, atomically, for the same name

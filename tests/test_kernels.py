@@ -772,4 +772,5 @@ def test_a_moved_build_never_reads_the_paths_its_envs_py_recorded(tmp_path, monk
     kern = kernelprep.setup_kernels(None, ctx, {}, {}, {})
     probe = "import deep_ep, os; print(os.environ['EP_NCCL_ROOT_DIR']); print(os.environ['EP_JIT_CACHE_DIR'])"
     got = subprocess.run([sys.executable, "-c", probe], env=kern.env, capture_output=True, text=True, check=True)
-    assert got.stdout.split() == [str(nccl.out / "build"), str(out / "jit")]
+    # this run's folders, named through their stable views (kernels.runtime.stable_view)
+    assert [Path(p).resolve() for p in got.stdout.split()] == [(nccl.out / "build").resolve(), (out / "jit").resolve()]

@@ -174,13 +174,16 @@ def setup_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
             prebuilt_jit=pre.jit if ext else None,
         )
     tc, nccl, deepep = build_kernels(opts, ctx, trees, prov, timings)
+    # the test sees both builds through their stable views (runtime.stable_view: the paths DeepEP's JIT hashes are
+    # the build key's, so a kernel cache entry's jit/ is found wherever the entry was pulled)
+    dview, nview = runtime.stable_view(deepep.out), runtime.stable_view(nccl.out) / "build"
     return Kernels(
-        runtime.runtime_env(deepep.out, cache_root=ctx.cache_root, nccl_root=nccl.out / "build"),
+        runtime.runtime_env(dview, cache_root=ctx.cache_root, nccl_root=nview),
         nccl.out / "build" / "lib",
         nccl.info["version"],
         deepep.out / "jit",
         [nccl.log, deepep.log],
-        site=deepep.out / "site",
+        site=dview / "site",
         arch=tc.arch,
     )
 

@@ -45,6 +45,55 @@ def make_overlay(torch_site: Path, nccl_lib: Path, dest: Path) -> Path:
     return dest
 
 
+VIEW_ENV = "REPROSTACK_KERNEL_VIEW"  # the folder of the stable views (default: <tmp>/reprostack-kernels-<uid>)
+
+
+def view_root() -> Path:
+    """Where `stable_view` puts its links: $REPROSTACK_KERNEL_VIEW, else <tmp>/reprostack-kernels-<uid>."""
+    import tempfile
+
+    named = os.environ.get(VIEW_ENV)
+    return Path(named) if named else Path(tempfile.gettempdir()) / f"reprostack-kernels-{os.getuid()}"
+
+
+def stable_view(folder: Path, root: Path | None = None) -> Path:
+    """A path naming build `folder` by its name alone (`<root>/<folder name>`, a symlink to it), the same in every
+    cache folder and on every node, for the paths DeepEP's JIT hashes.
+
+    DeepEP names a JIT kernel's cache folder by a hash of its name, nvcc's version, the kernel's code and the nvcc
+    flags, and those hold two absolute paths: `-I <EP_NCCL_ROOT_DIR>/include` and `-I<deep_ep's folder>/include`
+    (csrc/jit/compiler.hpp; deep_ep/__init__.py takes its folder with os.path.abspath, which keeps a symlink). A
+    build pulled from the kernel cache into another folder then finds none of the kernels its entry's jit/ holds
+    and compiles them all again in the test (results/bench/kcache-h100-2026-12-06-b: before_test 10,
+    compiled_in_test 10, 10 not reproduced). Through the view, a build's paths are its name's (deepep-<key>,
+    nccl-<key>: the build key), so the pusher's and the puller's hashes agree.
+
+    Invariants: `root` is a folder of this user's alone (owned by this uid, not a symlink, no group or other
+    access), else BuildError, nothing followed or written in it; the link is replaced atomically (a rename), so a
+    concurrent run of the same key sees one of two folders of that key, never a missing path."""
+    root = Path(root) if root is not None else view_root()
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(root)
+    except OSError as e:
+        raise BuildError(f"kernel view folder {root}: {e.strerror or e}") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise BuildError(
+            f"kernel view folder {root}: not a folder of this user's alone (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}; expected uid {os.getuid()}, 700): remove it or set ${VIEW_ENV}"
+        )
+    link = root / Path(folder).name
+    tmp = root / f".{Path(folder).name}.{os.getpid()}.tmp"
+    try:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(Path(folder).resolve(), tmp, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError as e:
+        raise BuildError(f"kernel view {link}: {e.strerror or e}") from None
+    return link
+
+
 # what runtime_env / prebuilt_env set (a report's data.env shows them: what the test ran with)
 RUNTIME_KEYS = (
     "PYTHONPATH",

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -240,6 +241,60 @@ def gen_history_bench(root: Path, args: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
+KCACHE_KINDS = ("cold_miss", "warm", "cold_hit", "from_nothing_hit")
+
+
+def gen_kcache(root: Path, args: list[str]) -> str:
+    """Every committed kernel-cache bench (results/bench/kcache-*.json, `reprostack bench gate_micro --runs`): per
+    file and kind every run's seconds, their median, the goal it names and whether the median meets it, and where a
+    run's seconds went (its first run's stages); the GPU and the commit each file recorded."""
+    rows = [
+        "| kernel-cache bench | GPU (recorded) | code (commit) | run | every run s | median s | goal s | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    stages = []
+    for p in sorted((root / "results" / "bench").glob("kcache-*.json")):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise DocsError(f"block `kcache`: {p.relative_to(root)}: not JSON ({e})") from None
+        if not isinstance(doc, dict) or doc.get("bench") != "kcache_gate_micro":
+            continue
+        gpus = (doc.get("host_inventory") or {}).get("gpus") or [{}]
+        gpu = f"{gpus[0].get('name', '?')}, driver {gpus[0].get('driver_version', '?')}"
+        proj = doc.get("project") or {}
+        commit = str(proj.get("commit") or "?")[:8] + (" (dirty)" if proj.get("dirty") else "")
+        rel = p.relative_to(root).as_posix()
+        for kind in KCACHE_KINDS:
+            runs = doc.get(kind)
+            if not isinstance(runs, list) or not runs:
+                continue
+            med = statistics.median(runs)
+            goal = (doc.get("targets_s") or {}).get(kind)
+            met = "—" if goal is None else ("yes" if med <= goal else "no")
+            rows.append(
+                f"| `{rel}` | {gpu} | {commit} | {kind} | {', '.join(_num(x) for x in runs)} | {_num(med)} | "
+                f"{'—' if goal is None else _num(goal)} | {met} |"
+            )
+            first = ((doc.get("runs") or {}).get(kind) or [{}])[0].get("stages_s") or {}
+            stages.append(
+                f"| `{rel}` | {kind} | "
+                + " | ".join(
+                    _num(first.get(n)) if n in first else "—"
+                    for n in ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
+                )
+                + " |"
+            )
+    rows += [
+        "",
+        "| where a first run's seconds went | run | sources | nccl_build | deepep_build (pull on a hit) | "
+        "jit_prewarm | test | total |",
+        "|---|---|---|---|---|---|---|---|",
+        *stages,
+    ]
+    return "\n".join(rows) + "\n"
+
+
 def gen_suite(root: Path, args: list[str]) -> str:
     """Every committed timing of the test suite (results/bench/suite-*.json, scripts/bench_suite.py): what was timed
     (`.ci/run` whole, `nox -s tests`, pytest alone), the code (commit), workers, every run's wall seconds with its load
@@ -425,6 +480,7 @@ GENERATORS = {
     "images": gen_images,
     "mirrors": gen_mirrors,
     "suite": gen_suite,
+    "kcache": gen_kcache,
 }
 
 
