@@ -104,7 +104,9 @@ def tests(session: nox.Session) -> None:
     a unit test that starts one fails), on the test workers; what to run before a small change. `nox -s tests_all`
     runs every tier (what .ci/run runs)."""
     _install(session, "[test]")
-    session.run("pytest", "-m", "unit", *xdist_args(session.posargs), *session.posargs)
+    # the fuzz tests' first 150 seeded cases per reader (tests/test_fuzz_readers.py); tests_all feeds all 1000
+    env = {"REPROSTACK_FUZZ_CASES": os.environ.get("REPROSTACK_FUZZ_CASES", "150")}
+    session.run("pytest", "-m", "unit", *xdist_args(session.posargs), *session.posargs, env=env)
 
 
 @nox.session(tags=["ci"])

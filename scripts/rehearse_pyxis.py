@@ -244,8 +244,9 @@ def verdicts(rec: dict) -> list[str]:
                     f"{name} node {r['node']}: the image's PATH ({image_path}) is lost under pyxis, the container has "
                     f"{r['path']} (enroot starts a login shell; Debian's /etc/profile sets PATH anew)"
                 )
-        if not row["probe"]["hook_calls"]:
-            bad.append(f"{name}: enroot's nvidia hook made no call (the image sets no NVIDIA_VISIBLE_DEVICES)")
+        if rows and not row["probe"]["hook_calls"]:  # the container started, and the hook was never asked
+            env = "set" if any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in row["config_env"]) else "unset"
+            bad.append(f"{name}: enroot's nvidia hook made no call (the image's NVIDIA_VISIBLE_DEVICES is {env})")
         gate = row.get("launch", {}).get("gate")
         if gate and not (gate.get("report") or {}).get("result") == "pass":
             bad.append(f"{name}: the rendered launch did not reach a stand-in PASS (rc {gate.get('rc')})")
@@ -281,7 +282,10 @@ def markdown(rec: dict) -> str:
         for c in row["probe"]["hook_calls"]:
             lines.append(f"- hook call on {c['slurmd_nodename']}: `nvidia-container-cli {' '.join(c['argv'])}`")
         if not row["probe"]["hook_calls"]:
-            lines.append("- hook call: none (enroot's 98-nvidia.sh exits when NVIDIA_VISIBLE_DEVICES is unset)")
+            lines.append(
+                "- hook call: none"
+                + ("" if row["probe"]["rows"] else f" (no container started: probe rc {row['probe']['rc']})")
+            )
         la = row.get("launch")
         if la:
             pf, g = la["preflight"], la["gate"]

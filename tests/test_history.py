@@ -352,6 +352,7 @@ def test_bump_section_judges_the_new_run_against_each_baseline_bar(tmp_path):
     """Issue 27: the PR body shows each re-run gate's verdict against its baseline bar (micro h200-ep1: the median of
     the 15 accepted committed runs x 1.07), judged on the new lock's run's interval as the gate judges it."""
     shutil.copytree(ROOT / "gates", tmp_path / "gates")
+    shutil.copytree(ROOT / "keys", tmp_path / "keys")  # h100-ep1's bar takes signed baseline runs only
     shutil.copytree(ROOT / "results", tmp_path / "results", ignore=shutil.ignore_patterns("history"))
     old, new = (ROOT / "upstreams.lock").read_text(), "lockfile-version: 1\n# bumped\n"
     sha = hashlib.sha256(new.encode()).hexdigest()

@@ -2,7 +2,8 @@
 
 One module per concern: `recipe` (image.yaml + Dockerfile, parents, base pins and overrides), `render`
 (Dockerfile template from the lock, and what a Dockerfile may do), `context` (the deterministic tar),
-`engine` (keys, reuse, build, labels, logs, progress), `verify` (what is inside a built image),
+`engine` (keys, reuse, build, labels, logs, progress), `baseimage` (the FROM image: found, pulled by digest, checked
+against the pin), `preflight` (what a build checks before any engine work), `verify` (what is inside a built image),
 `testbase` (the tiny local base image that stands in for CUDA on CPU machines and in tests).
 """
 

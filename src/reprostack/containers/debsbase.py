@@ -350,16 +350,7 @@ def build_base(
         layer_bytes = layer.stat().st_size
         if client is not None:
             t = time.monotonic()
-            import docker.errors
-
-            try:
-                with open(archive, "rb") as f:
-                    client.images.load(f)
-                got = client.images.get(tag).id
-            except docker.errors.APIError as e:
-                raise ContainerError(f"docker load of the base {tag} failed: {e.explanation or e}") from None
-            if got != image_id:
-                raise ContainerError(f"docker load of {tag} gave image {got}, the archive's config is {image_id}")
+            _load(client, archive, tag, image_id)
             steps["load"] = round(time.monotonic() - t, 1)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
@@ -378,6 +369,20 @@ def build_base(
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load(client, archive: Path, tag: str, image_id: str) -> None:
+    """`docker load` the image archive into `client`'s engine; the image under `tag` must be the archive's config."""
+    import docker.errors
+
+    try:
+        with open(archive, "rb") as f:
+            client.images.load(f)
+        got = client.images.get(tag).id
+    except docker.errors.APIError as e:
+        raise ContainerError(f"docker load of the base {tag} failed: {e.explanation or e}") from None
+    if got != image_id:
+        raise ContainerError(f"docker load of {tag} gave image {got}, the archive's config is {image_id}")
 
 
 def _tool_version(argv: list[str]) -> str:

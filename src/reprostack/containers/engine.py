@@ -6,8 +6,9 @@ For each image, parent first (`recipe.build_order`):
    local image substituted by an override; a registry base without a digest is an error naming the recipe.
    A registry base is used only when its `RepoDigests` name `repo@digest` (and its id is the lock's `id`, when
    pinned); offline, an image under the pin's `repo:tag` without that digest (a `docker load`ed copy) only when
-   the lock pins its `id` and it matches; anything else is an error naming the pin's lock line;
-   (`preflight`, before any engine work: recipes load, bases are pinned, no `unresolved` recipe or wheel pin);
+   the lock pins its `id` and it matches; anything else is an error naming the pin's lock line
+   (containers.baseimage); before any engine work, containers.preflight: recipes load, bases are pinned, no
+   `unresolved` recipe or wheel pin, every wheel in the cache with the lock's sha256;
 2. render the Dockerfile and build args from the lock (render.py) and check its rules;
 3. write the context (context.py): the rendered Dockerfile, the recipe's `files:`, the patched trees
    of `sources:` (sources.prepare: fetched, patched and verified; tracked files only, no .git);
@@ -54,16 +55,9 @@ from ..lock import GitPin, Lock, WheelPin, WheelsetPin, canonical_name
 from . import render as R
 from .context import Context
 from .errors import ContainerError, EngineUnavailable, ImageBuildError, RecipeError
-from .recipe import (
-    Recipe,
-    build_order,
-    check_bases,
-    load_all,
-    missing_digest,
-    override_for,
-    overrides_from_env,
-    resolve_lock_bases,
-)
+from .baseimage import BaseResolver
+from .preflight import preflight, verify_wheels as verify_wheels  # verify_wheels: re-exported for cmd.build
+from .recipe import Recipe, overrides_from_env
 
 KEY_VERSION = 1
 L_KEY = "dev.reprostack.key"
@@ -289,112 +283,15 @@ class _Builder:
             fetch = dataclasses.replace(fetch, offline=True)
         self.fetch = fetch
         self.out = Path(opts.out_dir)
+        self.bases = BaseResolver(self.client, opts.lock, self.overrides, opts.offline, self.console)
 
     # ------------------------------------------------------------------ FROM
     def _from(self, r: Recipe) -> tuple[str, str, str, str | None]:
         """(FROM ref, identity for the key, base name for labels, override note)."""
-        import docker.errors
-
         if r.parent:
             parent = self.done[r.parent]
             return parent.image_id, parent.image_id, parent.tag, None
-        base = r.base
-        local = override_for(base, self.overrides)
-        if local is None and base.kind == "local":
-            local = base.name
-        if local is not None:
-            try:
-                img = self.client.images.get(local)
-            except docker.errors.ImageNotFound:
-                hint = (
-                    " (the test base: `reprostack build --test-base`, or the test suite, imports it)"
-                    if local.startswith("reprostack-test/")
-                    else ""
-                )
-                raise RecipeError(
-                    r.path, r.line("base"), "base", f"local image {local!r} is not in this engine{hint}"
-                ) from None
-            note = None if (base.kind == "local" and local == base.name) else f"{base.text} -> {local} ({img.id})"
-            return img.id, img.id, local, note
-        if base.digest is None:
-            raise missing_digest(r)
-        repo = _repo_of(base.name)
-        pinned = f"{repo}@{base.digest}"
-        try:
-            img = self.client.images.get(pinned)
-        except docker.errors.ImageNotFound:
-            img = self._loaded_copy(r, base) if self.o.offline else None
-            if img is None and self.o.offline:
-                raise ContainerError(
-                    f"{r.path}: base {base.text} is not in this engine and --offline forbids "
-                    f"pulling it: `docker load` the images bundle first"
-                ) from None
-            if img is None:
-                img = self._pull(r, repo, base.digest)
-        self._check_base(r, base, img)
-        return img.id, pinned, base.text, None
-
-    def _where_pin(self, r: Recipe, base, field: str = "digest") -> str:
-        """`LOCK:LINE: upstreams.PIN.FIELD` for a `base: lock:PIN`, else the recipe's base line."""
-        if base.pin:
-            return self.o.lock.where("upstreams", base.pin, field)
-        return f"{r.path}:{r.line('base')}: base"
-
-    def _loaded_copy(self, r: Recipe, base):
-        """Offline: the image tagged `repo:tag` (a `docker load`ed copy carries no RepoDigests) when the lock pins
-        its id and the ids match; None when no such tag exists. A different image under that tag is refused."""
-        import docker.errors
-
-        try:
-            img = self.client.images.get(base.name)
-        except docker.errors.ImageNotFound:
-            return None
-        if base.image_id and img.id == base.image_id:
-            return img
-        why = (
-            f"the lock pins id {base.image_id}"
-            if base.image_id
-            else "the lock pins no `id` to check a loaded copy against"
-        )
-        raise ContainerError(
-            f"{self._where_pin(r, base)}: {base.name} in this engine is {img.id}, which does not "
-            f"carry the pinned digest {base.digest} and {why}: not the pinned image (remove it, "
-            f"then pull {_repo_of(base.name)}@{base.digest} or load the image that was pulled by it)"
-        )
-
-    def _check_base(self, r: Recipe, base, img) -> None:
-        """The base found or pulled is the pin: its RepoDigests name `repo@digest` (or, for a loaded copy, its id is
-        the lock's `id`), and when the lock pins an `id`, the id matches. Else ContainerError naming the pin."""
-        from ..lock import split_repo
-
-        want = split_repo(_repo_of(base.name))
-        digests = {
-            (split_repo(d.rpartition("@")[0]), d.rpartition("@")[2]) for d in (img.attrs.get("RepoDigests") or [])
-        }
-        if base.image_id and img.id != base.image_id:
-            raise ContainerError(
-                f"{self._where_pin(r, base, 'id')}: {base.name}@{base.digest} in this engine is "
-                f"{img.id}, the lock pins id {base.image_id}"
-            )
-        if (want, base.digest) not in digests and not (base.image_id and img.id == base.image_id):
-            have = ", ".join(sorted(img.attrs.get("RepoDigests") or [])) or "none"
-            raise ContainerError(
-                f"{self._where_pin(r, base)}: the image the engine gives for "
-                f"{_repo_of(base.name)}@{base.digest} ({img.id}) does not carry that digest "
-                f"(RepoDigests: {have})"
-            )
-
-    def _pull(self, r: Recipe, repo: str, digest: str):
-        import docker.errors
-
-        self.console.print(f"[bold]{r.name}[/]: pulling {repo}@{digest}")
-        try:
-            for ev in self.client.api.pull(repo, tag=digest, stream=True, decode=True):
-                if "error" in ev:
-                    raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {ev['error']}{_PULL_HINT}")
-            return self.client.images.get(f"{repo}@{digest}")
-        except docker.errors.APIError as e:
-            raise ContainerError(f"{r.path}: pulling {repo}@{digest}: {e.explanation or e}{_PULL_HINT}") from None
+        return self.bases.resolve(r)
 
     # ------------------------------------------------------------------ plan
     def _tree(self, name: str) -> sources_mod.SourceTree:
@@ -649,78 +546,6 @@ class _Builder:
         if n > len(p.instructions):
             return f"{n} `{text}` (labels added by reprostack)"
         return "0 (sending the context / parsing the Dockerfile)"
-
-
-_PULL_HINT = (
-    "; without that registry: `reprostack build --load FILE` (an images archive made where it is reachable) "
-    "or, for a local test only, `--base-override BASE=IMAGE` / REPROSTACK_BASE_OVERRIDE (labelled on the image)"
-)
-
-
-def _repo_of(name: str) -> str:
-    """`repo[:tag]` -> repo (a ':' after the last '/' is the tag; a registry port is kept)."""
-    head, slash, last = name.rpartition("/")
-    return f"{head}{slash}{last.split(':', 1)[0]}"
-
-
-def unresolved_line(lock: Lock, name: str) -> str | None:
-    """`unresolved pin NAME VERSION (sha256 not in the lock: run ...)` for a wheel/wheelset pin the lock marks
-    `unresolved:`, else None."""
-    pin = lock.upstreams.get(name)
-    if not isinstance(pin, (WheelPin, WheelsetPin)) or not pin.unresolved:
-        return None
-    return (
-        f"unresolved pin {pin.describe()} (sha256 not in the lock: run `reprostack lock wheels {name}` "
-        f"{pin.unresolved})"
-    )
-
-
-def check_resolved(recipes: Mapping[str, Recipe], order: Sequence[str], lock: Lock) -> None:
-    """Before any engine work: no image of `order` is a recipe marked `unresolved:` or installs a wheel pin the lock
-    marks `unresolved:`. Raises RecipeError naming the recipe line (never a partial build of that chain)."""
-    for n in order:
-        r = recipes[n]
-        if r.unresolved:
-            raise RecipeError(
-                r.path, r.line("unresolved"), "unresolved", f"image {n} cannot be built yet: {r.unresolved}"
-            )
-        for i, w in enumerate(r.wheels):
-            line = unresolved_line(lock, w.pin)
-            if line:
-                raise RecipeError(r.path, w.line, f"wheels[{i}].pin", line)
-
-
-def verify_wheels(
-    recipes: Mapping[str, Recipe],
-    order: Sequence[str],
-    lock: Lock,
-    *,
-    cache_root: Path | None,
-    wheelhouses: Sequence[Path] = (),
-    offline: bool = False,
-) -> int:
-    """Before any engine work: every wheel the images of `order` put into a context (`wheels:`), in the cache and
-    sha256-checked against the lock (fetch.wheels: cache, wheelhouses, then pip unless offline), so a wrong or
-    missing wheel stops the build in one line before the engine is asked and before any image of the chain is
-    built. The context step checks the same bytes again as it writes them. Returns the number of wheels."""
-    n = 0
-    for name in order:
-        for w in recipes[name].wheels:
-            n += len(fetch_wheels(lock, w.pin, cache_root=cache_root, wheelhouses=wheelhouses, offline=offline))
-    return n
-
-
-def preflight(
-    names: Sequence[str] | None, root: Path, lock: Lock, overrides: Mapping[str, str]
-) -> tuple[dict[str, Recipe], list[str]]:
-    """Everything `build` checks before it needs an engine: the recipes of `names` (default: all) and their parents
-    load, their `lock:` bases are image pins with digests, every registry base is pinned or overridden, and nothing
-    in the chain is unresolved. Returns (recipes, build order); raises RecipeError naming the file and line."""
-    recipes = resolve_lock_bases(load_all(root, list(names) if names else None), lock)
-    order = build_order(recipes, list(names) if names else list(recipes))
-    check_bases({n: recipes[n] for n in order}, overrides)
-    check_resolved(recipes, order, lock)
-    return recipes, order
 
 
 def build_images(names: Sequence[str] | None, opts: BuildOptions) -> list[ImageResult]:

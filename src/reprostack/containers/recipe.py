@@ -183,8 +183,38 @@ def load_recipe(root: Path, name: str) -> Recipe:
         WheelsSpec(w["pin"], w.get("dest", f"wheels/{w['pin']}"), line_of(lines, ("wheels", i)))
         for i, w in enumerate(data.get("wheels") or ())
     )
+    files = _file_specs(rdir, path, data.get("files") or (), lines)
+    return Recipe(
+        name=name,
+        dir=rdir,
+        path=path,
+        dockerfile=dockerfile,
+        dockerfile_text=dockerfile.read_bytes().decode("utf-8"),
+        parent=data.get("parent"),
+        base=base,
+        source=data.get("source"),
+        args=dict(data.get("args") or {}),
+        sources=sources,
+        files=files,
+        labels=dict(data.get("labels") or {}),
+        wheels=wheels,
+        description=data.get("description", ""),
+        unresolved=data.get("unresolved"),
+        jit=(
+            JitSpec(data["jit"]["upstream"], data["jit"]["arch"], data["jit"]["dest"], line_of(lines, ("jit",)))
+            if "jit" in data
+            else None
+        ),
+        recipe_sha256=recipe_digest(rdir, [f.src for f in files if f.src.startswith("../")]),
+        lines=lines,
+    )
+
+
+def _file_specs(rdir: Path, path: Path, entries, lines: dict) -> tuple[FileSpec, ...]:
+    """The recipe's `files:`: each `src` a regular file (no symlink) of `rdir`, or `../<recipe>/<file>` of another
+    recipe folder (one holding an image.yaml, not through a symlink); RecipeError at the entry's line."""
     files = []
-    for i, f in enumerate(data.get("files") or ()):
+    for i, f in enumerate(entries):
         src = rdir / f["src"]
         parts = Path(f["src"]).parts
         shared = (
@@ -211,30 +241,7 @@ def load_recipe(root: Path, name: str) -> Recipe:
                 line_of(lines, ("files", i)),
             )
         )
-    return Recipe(
-        name=name,
-        dir=rdir,
-        path=path,
-        dockerfile=dockerfile,
-        dockerfile_text=dockerfile.read_bytes().decode("utf-8"),
-        parent=data.get("parent"),
-        base=base,
-        source=data.get("source"),
-        args=dict(data.get("args") or {}),
-        sources=sources,
-        files=tuple(files),
-        labels=dict(data.get("labels") or {}),
-        wheels=wheels,
-        description=data.get("description", ""),
-        unresolved=data.get("unresolved"),
-        jit=(
-            JitSpec(data["jit"]["upstream"], data["jit"]["arch"], data["jit"]["dest"], line_of(lines, ("jit",)))
-            if "jit" in data
-            else None
-        ),
-        recipe_sha256=recipe_digest(rdir, [f.src for f in files if f.src.startswith("../")]),
-        lines=lines,
-    )
+    return tuple(files)
 
 
 def recipe_digest(rdir: Path, shared: list[str] | tuple = ()) -> str:

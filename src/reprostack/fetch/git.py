@@ -207,95 +207,127 @@ def _effective_url(url: str, mirrors: Mapping[str, str]) -> str:
     return url if best is None else _absolute_mirror(mirrors[best]) + url[len(best) :]
 
 
-def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], timeout: float) -> None:
-    """Fetch `want`'s commits by id; fall back to hint refs, then all heads and tags. Then prove each commit is
-    reachable from a ref the server has now (hint refs first, then heads and tags). See module docstring."""
-    cfg = _insteadof_args(mirrors)
+class _Remote:
+    """One network fetch session of `want` into `repo`: the fetch itself (by refspec, through the mirrors) and what
+    is still missing (objects) or unproven (a commit no fetched ref reaches)."""
 
-    def fetch(opts: tuple[str, ...], *refspecs: str) -> None:
+    def __init__(self, repo: Path, want: Wanted, mirrors: Mapping[str, str], timeout: float):
+        self.repo, self.want, self.mirrors, self.timeout = repo, want, mirrors, timeout
+        self.cfg = _insteadof_args(mirrors)
+
+    def fetch(self, opts: tuple[str, ...], *refspecs: str) -> None:
         git_remote(
-            *cfg,
+            *self.cfg,
             "fetch",
             "--no-tags",
             "--no-write-fetch-head",
             "--quiet",
             *opts,
             "--",
-            want.url,
+            self.want.url,
             *refspecs,
-            cwd=repo,
-            timeout=timeout,
+            cwd=self.repo,
+            timeout=self.timeout,
         )
 
-    def incomplete() -> list[str]:
-        return verify.missing_objects(repo, want.object_names(), timeout)
+    def incomplete(self) -> list[str]:
+        return verify.missing_objects(self.repo, self.want.object_names(), self.timeout)
 
-    def unproven() -> list[str]:
+    def unproven(self) -> list[str]:
         return [
             c
-            for c in want.commits
+            for c in self.want.commits
             if not git(
-                "for-each-ref", "--count=1", "--format=%(refname)", "--contains", c, *_REACH, cwd=repo, timeout=timeout
+                "for-each-ref",
+                "--count=1",
+                "--format=%(refname)",
+                "--contains",
+                c,
+                *_REACH,
+                cwd=self.repo,
+                timeout=self.timeout,
             )
         ]
 
-    def done() -> bool:
-        return not incomplete() and not unproven()
+    def done(self) -> bool:
+        return not self.incomplete() and not self.unproven()
 
-    def fail(e: GitFailed) -> FetchError:
-        return _unreachable(want, e, mirrors, timeout)
+    def fail(self, e: GitFailed) -> FetchError:
+        return _unreachable(self.want, e, self.mirrors, self.timeout)
 
+
+def _fetch_from_network(repo: Path, want: Wanted, mirrors: Mapping[str, str], timeout: float) -> None:
+    """Fetch `want`'s commits by id; fall back to hint refs, then all heads and tags. Then prove each commit is
+    reachable from a ref the server has now (hint refs first, then heads and tags). See module docstring."""
+    r = _Remote(repo, want, mirrors, timeout)
     _drop_refs(repo, _REACH, timeout)  # the proof is against the server's refs of now, not of an earlier fetch
-    try:
-        absent_now = set(incomplete())
-        if f"{want.rev}^{{tree}}" in absent_now:
-            fetch(("--depth=1",), f"+{want.rev}:refs/reprostack/{want.rev}")
-        picks = [c for c in want.cherry_picks if {f"{c}^{{tree}}", f"{c}^1^{{tree}}"} & absent_now]
-        if picks:
-            fetch(("--depth=2",), *(f"+{c}:refs/reprostack/{c}" for c in picks))
-    except GitFailed as e:
-        if e.timed_out or not _REFUSED.search(e.stderr):
-            raise fail(e) from None
-    tried: list[str] = []
-    absent: list[str] = []
-    for ref in want.hint_refs:
-        if done():
-            return
-        try:
-            fetch((), f"+{ref}:refs/reprostack/hints/{ref.removeprefix('refs/')}")
-            tried.append(ref)
-        except GitFailed as e:
-            if e.timed_out or not _NO_SUCH_REF.search(e.stderr):
-                raise fail(e) from None
-            absent.append(ref)
+    _fetch_by_id(r)
+    hints = _fetch_hint_refs(r)
+    if hints is None:
+        return
+    tried, absent = hints
     everything = (
         "+refs/heads/*:refs/reprostack/heads/*",
         "+refs/tags/*:refs/reprostack/tags/*",
-        *(f"+{r}:refs/reprostack/hints/{r.removeprefix('refs/')}" for r in tried),
+        *(f"+{ref}:refs/reprostack/hints/{ref.removeprefix('refs/')}" for ref in tried),
     )
-    if not done():
+    if not r.done():
         try:
-            fetch((), *everything)
+            r.fetch((), *everything)
         except GitFailed as e:
-            raise fail(e) from None
-    gone = incomplete()
+            raise r.fail(e) from None
+    gone = r.incomplete()
     if gone:
         raise FetchError(_gone_message(want, gone, tried, absent, mirrors))
-    if unproven() and (repo / "shallow").is_file():
+    if r.unproven() and (repo / "shallow").is_file():
         # an earlier shallow fetch can cut the walk from a ref down to the commit: fetch the refs' full history
         try:
-            fetch(("--unshallow",), *everything)
+            r.fetch(("--unshallow",), *everything)
         except GitFailed as e:
-            raise fail(e) from None
-    orphans = unproven()
+            raise r.fail(e) from None
+    orphans = r.unproven()
     if orphans:
-        hints = ", ".join(want.hint_refs) or "none in the lock"
+        hints_text = ", ".join(want.hint_refs) or "none in the lock"
         raise FetchError(
             f"{want.label}: commit {', '.join(c[:12] for c in orphans)} is not reachable from any branch "
-            f"or tag of {want.url}{_via(want.url, mirrors)}, nor from the hint refs ({hints}): a commit "
+            f"or tag of {want.url}{_via(want.url, mirrors)}, nor from the hint refs ({hints_text}): a commit "
             f"that only a fork (a shared object store) or a mirror holds is refused. If the upstream "
             f"really has it, add the ref that reaches it to `fetch-refs` (e.g. refs/pull/N/head)."
         )
+
+
+def _fetch_by_id(r: _Remote) -> None:
+    """The exact-SHA shallow fetches: the rev (--depth=1) and the cherry-picks (--depth=2, their parent along) whose
+    trees are absent; a server refusing SHA-in-want is no error here (the hint refs come next)."""
+    want = r.want
+    try:
+        absent_now = set(r.incomplete())
+        if f"{want.rev}^{{tree}}" in absent_now:
+            r.fetch(("--depth=1",), f"+{want.rev}:refs/reprostack/{want.rev}")
+        picks = [c for c in want.cherry_picks if {f"{c}^{{tree}}", f"{c}^1^{{tree}}"} & absent_now]
+        if picks:
+            r.fetch(("--depth=2",), *(f"+{c}:refs/reprostack/{c}" for c in picks))
+    except GitFailed as e:
+        if e.timed_out or not _REFUSED.search(e.stderr):
+            raise r.fail(e) from None
+
+
+def _fetch_hint_refs(r: _Remote) -> tuple[list[str], list[str]] | None:
+    """Each hint ref fetched in full until every commit is there and proven: None when that happened, else (the
+    refs fetched, the refs the server does not have)."""
+    tried: list[str] = []
+    absent: list[str] = []
+    for ref in r.want.hint_refs:
+        if r.done():
+            return None
+        try:
+            r.fetch((), f"+{ref}:refs/reprostack/hints/{ref.removeprefix('refs/')}")
+            tried.append(ref)
+        except GitFailed as e:
+            if e.timed_out or not _NO_SUCH_REF.search(e.stderr):
+                raise r.fail(e) from None
+            absent.append(ref)
+    return tried, absent
 
 
 _REACH = ("refs/reprostack/hints/", "refs/reprostack/heads/", "refs/reprostack/tags/")

@@ -255,73 +255,34 @@ def build_deepep(
         "env": env_vars,
     }
 
+    make = _deepep_maker(src, fields, env_vars, tc, cache, nccl_root, nvshmem, nccl_version, jobs, timeout)
+    pulled = _deepep_puller(substitute, fields, tc, cache, nccl_root, jobs) if substitute else None
+    return reuse_or_build(cache, "deepep", fields, make, pulled)
+
+
+def _deepep_maker(
+    src: Path,
+    fields: dict,
+    env_vars: dict,
+    tc: Toolchain,
+    cache: Path,
+    nccl_root: Path,
+    nvshmem: Path,
+    nccl_version: str,
+    jobs: int | None,
+    timeout: float,
+):
+    """`make(tmp, log) -> info` for reuse_or_build: DeepEP's setup.py build of a copy of `src` (no .git) into
+    `tmp/site`, the overlay made, the extension's private libstdc++ checked."""
+
     def make(tmp: Path, log: Path) -> dict:
         from .runtime import make_overlay
 
         work = tmp / "src"
         shutil.copytree(src, work, ignore=shutil.ignore_patterns(".git"), symlinks=True)
         final = Path(cache) / "builds" / f"deepep-{build_key(fields)[:16]}"
-        env = dict(os.environ)
-        env.update(env_vars)
-        # DeepEP's setup.py puts `git rev-parse --short HEAD` of its cwd into the version: the copy has no .git, so
-        # git would walk up into whatever repository holds the cache (reprostack's own checkout) and the built
-        # package would carry that commit. The ceiling stops the walk: always `+local`, whatever holds the cache.
-        env["GIT_CEILING_DIRECTORIES"] = str(tmp)
-        # setup.py imports torch (twice: metadata, then the wheel): its bytecode goes to the cache's prefix, never into
-        # the image's site-packages (kernels.runtime: they are never written)
-        env["PYTHONPYCACHEPREFIX"] = str(pycache_dir(cache))
-        env.update(
-            {
-                "EP_NCCL_ROOT_DIR": str(nccl_root),
-                "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
-                "MAX_JOBS": str(job_count(jobs)),
-                "EP_JIT_CACHE_DIR": str(final / "jit"),
-                "CUDA_HOME": tc.cuda_home,
-            }
-        )
-        # upstream's setup.py straight (`build`: build_py copies the package and its headers, build_ext compiles _C)
-        # into the target: pip would run setup.py twice (a metadata pass, then the wheel; each imports torch) and zip
-        # and unzip the result, ~13 s of a cold build on the H200 before and after the compile (scripts/device/
-        # build_anatomy.sh; results/bench). The package in `site` is the same files, without pip's dist-info.
-        argv = [
-            tc.python,
-            "setup.py",
-            "build",
-            "--build-base",
-            str(work / "build"),
-            "--build-lib",
-            str(tmp / "site"),
-        ]
-        # torch's cpp_extension compiles in parallel (MAX_JOBS) only through ninja; without it, one file at a time
-        ninja = shutil.which("ninja", path=env.get("PATH"))
-        with open(log, "a") as f:
-            f.write(
-                f"# jobs {env['MAX_JOBS']}, arch {env_vars.get('TORCH_CUDA_ARCH_LIST', '?')}, ninja: "
-                f"{ninja or 'none on PATH (files compiled one after another)'}\n"
-            )
-        # the test's bytecode compiled meanwhile, on the cores nvcc leaves idle (kernels.bytecode); joined, bounded,
-        # before the step ends, so it never runs during a measurement
-        from . import bytecode
-
-        warm = bytecode.start(
-            tc.python,
-            pycache_dir(cache),
-            Path(tc.torch_site) if tc.torch_site else None,
-            final / "overlay",
-            jobs=max(1, job_count(jobs) // 2),
-            stdlib_dirs=[tc.stdlib] if tc.stdlib else None,
-        )
-        try:
-            run_logged(argv, cwd=work, env=env, log=log, step="deepep: setup.py build", timeout=timeout)
-        except BaseException:
-            warm.finish(bound_s=0)
-            raise
-        prewarm = warm.finish(bound_s=PREWARM_GRACE_S)
-        steps = ninja_steps(work)
-        with open(log, "a") as f:
-            f.write(f"# bytecode prewarm (kernels.bytecode): {json.dumps(prewarm, sort_keys=True)}\n")
-            for sec, target in steps:  # where the compile time went (the critical path is the longest step)
-                f.write(f"# ninja step {sec:8.1f} s  {target}\n")
+        env = _deepep_env(env_vars, tmp, tc, cache, final, nccl_root, nvshmem, jobs)
+        ninja, prewarm = _deepep_setup_build(work, tmp, env, env_vars, tc, cache, final, jobs, log, timeout)
         shutil.rmtree(work)
         make_overlay(Path(tc.torch_site), nccl_root / "lib", tmp / "overlay")
         so = sorted((tmp / "site" / "deep_ep").glob("_C*.so"))
@@ -339,8 +300,100 @@ def build_deepep(
             "bytecode_prewarm": prewarm,
         }
 
-    pulled = _deepep_puller(substitute, fields, tc, cache, nccl_root, jobs) if substitute else None
-    return reuse_or_build(cache, "deepep", fields, make, pulled)
+    return make
+
+
+def _deepep_env(
+    env_vars: dict,
+    tmp: Path,
+    tc: Toolchain,
+    cache: Path,
+    final: Path,
+    nccl_root: Path,
+    nvshmem: Path,
+    jobs: int | None,
+) -> dict:
+    """The environment of DeepEP's setup.py: this process's, the recipe's `env`, and what points it at our NCCL,
+    NVSHMEM, CUDA, JIT cache and bytecode prefix."""
+    env = dict(os.environ)
+    env.update(env_vars)
+    # DeepEP's setup.py puts `git rev-parse --short HEAD` of its cwd into the version: the copy has no .git, so
+    # git would walk up into whatever repository holds the cache (reprostack's own checkout) and the built
+    # package would carry that commit. The ceiling stops the walk: always `+local`, whatever holds the cache.
+    env["GIT_CEILING_DIRECTORIES"] = str(tmp)
+    # setup.py imports torch (twice: metadata, then the wheel): its bytecode goes to the cache's prefix, never into
+    # the image's site-packages (kernels.runtime: they are never written)
+    env["PYTHONPYCACHEPREFIX"] = str(pycache_dir(cache))
+    env.update(
+        {
+            "EP_NCCL_ROOT_DIR": str(nccl_root),
+            "EP_NVSHMEM_ROOT_DIR": str(nvshmem),
+            "MAX_JOBS": str(job_count(jobs)),
+            "EP_JIT_CACHE_DIR": str(final / "jit"),
+            "CUDA_HOME": tc.cuda_home,
+        }
+    )
+    return env
+
+
+def _deepep_setup_build(
+    work: Path,
+    tmp: Path,
+    env: dict,
+    env_vars: dict,
+    tc: Toolchain,
+    cache: Path,
+    final: Path,
+    jobs: int | None,
+    log: Path,
+    timeout: float,
+) -> tuple[str | None, dict]:
+    """Run `setup.py build` in `work` into `tmp/site` with the test's bytecode compiled meanwhile; the log gets the
+    jobs, arch, ninja, the prewarm's result and each ninja step's seconds. Returns (ninja's path or None, prewarm)."""
+    # upstream's setup.py straight (`build`: build_py copies the package and its headers, build_ext compiles _C)
+    # into the target: pip would run setup.py twice (a metadata pass, then the wheel; each imports torch) and zip
+    # and unzip the result, ~13 s of a cold build on the H200 before and after the compile (scripts/device/
+    # build_anatomy.sh; results/bench). The package in `site` is the same files, without pip's dist-info.
+    argv = [
+        tc.python,
+        "setup.py",
+        "build",
+        "--build-base",
+        str(work / "build"),
+        "--build-lib",
+        str(tmp / "site"),
+    ]
+    # torch's cpp_extension compiles in parallel (MAX_JOBS) only through ninja; without it, one file at a time
+    ninja = shutil.which("ninja", path=env.get("PATH"))
+    with open(log, "a") as f:
+        f.write(
+            f"# jobs {env['MAX_JOBS']}, arch {env_vars.get('TORCH_CUDA_ARCH_LIST', '?')}, ninja: "
+            f"{ninja or 'none on PATH (files compiled one after another)'}\n"
+        )
+    # the test's bytecode compiled meanwhile, on the cores nvcc leaves idle (kernels.bytecode); joined, bounded,
+    # before the step ends, so it never runs during a measurement
+    from . import bytecode
+
+    warm = bytecode.start(
+        tc.python,
+        pycache_dir(cache),
+        Path(tc.torch_site) if tc.torch_site else None,
+        final / "overlay",
+        jobs=max(1, job_count(jobs) // 2),
+        stdlib_dirs=[tc.stdlib] if tc.stdlib else None,
+    )
+    try:
+        run_logged(argv, cwd=work, env=env, log=log, step="deepep: setup.py build", timeout=timeout)
+    except BaseException:
+        warm.finish(bound_s=0)
+        raise
+    prewarm = warm.finish(bound_s=PREWARM_GRACE_S)
+    steps = ninja_steps(work)
+    with open(log, "a") as f:
+        f.write(f"# bytecode prewarm (kernels.bytecode): {json.dumps(prewarm, sort_keys=True)}\n")
+        for sec, target in steps:  # where the compile time went (the critical path is the longest step)
+            f.write(f"# ninja step {sec:8.1f} s  {target}\n")
+    return ninja, prewarm
 
 
 def _deepep_puller(substitute, fields: dict, tc: Toolchain, cache: Path, nccl_root: Path, jobs: int | None):

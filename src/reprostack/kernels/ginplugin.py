@@ -95,20 +95,24 @@ def render_script(
         )
     if jobs < 1:
         raise BuildError(f"GIN plugin chain: jobs must be >= 1, not {jobs}")
-    q = shlex.quote
     w, p = Path(work), Path(prefix)
     src = {n: w / "src" / n for n in CHAIN}
-    fab_flags = [f"--prefix={p}", f"--enable-efa={p}", "--enable-shm", *(f"--disable-{x}" for x in LIBFABRIC_OFF)]
-    fab_cuda = [f"--with-cuda={cuda}", "--enable-cuda-dlopen"]
-    ofi_flags = [
-        f"--prefix={p}",
-        f"--with-libfabric={p}",
-        f"--with-cuda={cuda}",
-        f"--with-gdrcopy={src['gdrcopy']}",
-        "--disable-tests",
-        "--disable-werror",
-    ]
-    lines = [
+    lines = _preamble(w, p)
+    for n in AUTOGEN if autogen_only else CHAIN:
+        lines += _copy_lines(n, sources[n], src[n], w, pregen=n in AUTOGEN and not autogen_only)
+    if autogen_only:
+        return "\n".join(lines + ["step done: generated build systems under " + shlex.quote(str(w / "src"))]) + "\n"
+    lines += _rdma_core_lines(src, w, p, jobs)
+    lines += _libfabric_lines(src, w, p, cuda, jobs)
+    lines += _ofi_lines(src, w, p, cuda, jobs)
+    lines += _record_lines(sources, p)
+    return "\n".join(lines) + "\n"
+
+
+def _preamble(w: Path, p: Path) -> list[str]:
+    """The script's head: strict mode, its folders, `step` and the ERR trap that names the failed step."""
+    q = shlex.quote
+    return [
         "#!/bin/bash",
         "# Rendered by reprostack (kernels/ginplugin.py) from the lock's pins; run with bash, no network needed.",
         "set -euo pipefail",
@@ -118,44 +122,52 @@ def render_script(
         f'[ -n "$L" ] && {{ echo "[ginplugin] tail of $L:" >&2; tail -25 "$L" >&2; }}\' ERR',
         "PREGEN=${GINPLUGIN_PREGEN:-}",
     ]
-    for n in AUTOGEN if autogen_only else CHAIN:
-        s = sources[n]
-        stamp = f"{s.rev} {s.tree}"
+
+
+def _copy_lines(n: str, s: ChainSource, dest: Path, w: Path, *, pregen: bool) -> list[str]:
+    """Copy pin `n`'s verified tree (no .git) to `dest`; `pregen`: from $GINPLUGIN_PREGEN when set, after checking
+    its stamp and that it holds the verified tree byte for byte; then `autogen.sh` for AUTOGEN's pins, stamped."""
+    q = shlex.quote
+    stamp = f"{s.rev} {s.tree}"
+    lines = [
+        f"STEP='copy {n}'; step \"$STEP ({s.rev[:12]})\"",
+        f"rm -rf {q(str(dest))}",
+        f"mkdir -p {q(str(dest))}",
+    ]
+    if pregen:
+        pre = f"$PREGEN/{n}"
         lines += [
-            f"STEP='copy {n}'; step \"$STEP ({s.rev[:12]})\"",
-            f"rm -rf {q(str(src[n]))}",
-            f"mkdir -p {q(str(src[n]))}",
+            'if [ -n "$PREGEN" ]; then',
+            f'  [ "$(cat "{pre}/{STAMP}" 2>/dev/null)" = {q(stamp)} ] || '
+            f'{{ echo "[ginplugin] {pre}/{STAMP} does not name {n} {stamp} (the lock\'s pin)" >&2; exit 2; }}',
+            f'  tar -C "{pre}" -cf - . | tar -C {q(str(dest))} -xf -',
+            # every file of the verified tree must be in it, byte for byte; only generated files are extra
+            f'  D=$(diff -rq -x .git {q(str(s.path))} {q(str(dest))} | grep -v "^Only in {dest}" || true)',
+            f'  [ -z "$D" ] || {{ echo "[ginplugin] $PREGEN/{n} differs from the verified tree of {n}: $D" '
+            f"| head -5 >&2; exit 2; }}",
+            "else",
+            f"  tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(dest))} -xf -",
+            "fi",
         ]
-        if n in AUTOGEN and not autogen_only:
-            pre = f"$PREGEN/{n}"
-            lines += [
-                'if [ -n "$PREGEN" ]; then',
-                f'  [ "$(cat "{pre}/{STAMP}" 2>/dev/null)" = {q(stamp)} ] || '
-                f'{{ echo "[ginplugin] {pre}/{STAMP} does not name {n} {stamp} (the lock\'s pin)" >&2; exit 2; }}',
-                f'  tar -C "{pre}" -cf - . | tar -C {q(str(src[n]))} -xf -',
-                # every file of the verified tree must be in it, byte for byte; only generated files are extra
-                f'  D=$(diff -rq -x .git {q(str(s.path))} {q(str(src[n]))} | grep -v "^Only in {src[n]}" || true)',
-                f'  [ -z "$D" ] || {{ echo "[ginplugin] $PREGEN/{n} differs from the verified tree of {n}: $D" '
-                f"| head -5 >&2; exit 2; }}",
-                "else",
-                f"  tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -",
-                "fi",
-            ]
-        else:
-            lines.append(f"tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(src[n]))} -xf -")
-        if n == "aws-ofi-nccl":  # without .git, its version script (autogen and configure) takes the commit from here
-            lines.append(f"export BRAZIL_PACKAGE_CHANGE_ID={s.rev}")
-        if n in AUTOGEN:
-            lines += [
-                f"STEP='{n} autogen'; step \"$STEP\"",
-                f"cd {q(str(src[n]))}",
-                f"[ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1",
-                f"echo {q(stamp)} > {q(str(src[n] / STAMP))}",
-            ]
-    if autogen_only:
-        return "\n".join(lines + ["step done: generated build systems under " + q(str(w / "src"))]) + "\n"
+    else:
+        lines.append(f"tar -C {q(str(s.path))} --exclude=./.git -cf - . | tar -C {q(str(dest))} -xf -")
+    if n == "aws-ofi-nccl":  # without .git, its version script (autogen and configure) takes the commit from here
+        lines.append(f"export BRAZIL_PACKAGE_CHANGE_ID={s.rev}")
+    if n in AUTOGEN:
+        lines += [
+            f"STEP='{n} autogen'; step \"$STEP\"",
+            f"cd {q(str(dest))}",
+            f"[ -x ./configure ] || ./autogen.sh > {q(str(w / f'{n}.autogen.log'))} 2>&1",
+            f"echo {q(stamp)} > {q(str(dest / STAMP))}",
+        ]
+    return lines
+
+
+def _rdma_core_lines(src: dict[str, Path], w: Path, p: Path, jobs: int) -> list[str]:
+    """rdma-core with cmake (RDMA_CORE_FLAGS, recorded in flags/rdma-core.flags), installed into `p`."""
+    q = shlex.quote
     rb = w / "build" / "rdma-core"
-    lines += [
+    return [
         "STEP='rdma-core cmake'; step \"$STEP\"",
         f"printf '%s\\n' {' '.join(q(f) for f in RDMA_CORE_FLAGS)} -DCMAKE_INSTALL_PREFIX={q(str(p))} > {q(str(p / 'flags' / 'rdma-core.flags'))}",
         f"mkdir -p {q(str(rb))}",
@@ -165,6 +177,16 @@ def render_script(
         f"cmake --build {q(str(rb))} -j {jobs} > {q(str(w / 'rdma-core.build.log'))} 2>&1",
         f"cmake --install {q(str(rb))} > /dev/null",
         f"test -e {q(str(p / 'include' / 'infiniband' / 'efadv.h'))}",
+    ]
+
+
+def _libfabric_lines(src: dict[str, Path], w: Path, p: Path, cuda: str, jobs: int) -> list[str]:
+    """libfabric: the efa provider on that rdma-core, every fabric of LIBFABRIC_OFF off, CUDA HMEM when `cuda` has
+    nvml.h (flags recorded in flags/libfabric.flags), installed into `p`."""
+    q = shlex.quote
+    fab_flags = [f"--prefix={p}", f"--enable-efa={p}", "--enable-shm", *(f"--disable-{x}" for x in LIBFABRIC_OFF)]
+    fab_cuda = [f"--with-cuda={cuda}", "--enable-cuda-dlopen"]
+    return [
         "STEP='libfabric configure'; step \"$STEP\"",
         f"printf '%s\\n' {' '.join(q(f) for f in fab_flags)} > {q(str(p / 'flags' / 'libfabric.flags'))}",
         # libfabric's CUDA HMEM (GPU memory registration, what EFA-GDA uses on a real host) includes nvml.h; a CUDA
@@ -179,6 +201,22 @@ def render_script(
         f"make -j {jobs} > {q(str(w / 'libfabric.build.log'))} 2>&1",  # one command a line: `set -e` ignores all but the last of an && list
         "make install > /dev/null 2>&1",
         f"test -e {q(str(p / 'include' / 'rdma' / 'fi_ext_efa.h'))}",
+    ]
+
+
+def _ofi_lines(src: dict[str, Path], w: Path, p: Path, cuda: str, jobs: int) -> list[str]:
+    """aws-ofi-nccl on that libfabric, with CUDA and the gdrcopy pin's headers (flags in flags/aws-ofi-nccl.flags);
+    configure's GDAKI line is echoed."""
+    q = shlex.quote
+    ofi_flags = [
+        f"--prefix={p}",
+        f"--with-libfabric={p}",
+        f"--with-cuda={cuda}",
+        f"--with-gdrcopy={src['gdrcopy']}",
+        "--disable-tests",
+        "--disable-werror",
+    ]
+    return [
         "STEP='aws-ofi-nccl configure'; step \"$STEP\"",
         f"printf '%s\\n' {' '.join(q(f) for f in ofi_flags)} > {q(str(p / 'flags' / 'aws-ofi-nccl.flags'))}",
         f"cd {q(str(src['aws-ofi-nccl']))}",
@@ -187,25 +225,27 @@ def render_script(
         "STEP='aws-ofi-nccl build'; step \"$STEP\"",
         f"make -j {jobs} > {q(str(w / 'aws-ofi-nccl.build.log'))} 2>&1",
         "make install > /dev/null 2>&1",
+    ]
+
+
+def _record_lines(sources: dict[str, ChainSource], p: Path) -> list[str]:
+    """`built.json` under `p`: each pin's rev, tree, prefix and flags file."""
+    built = {
+        n: {
+            "rev": sources[n].rev,
+            "tree": sources[n].tree,
+            "prefix": str(p),
+            "flags": f"flags/{n}.flags" if n != "gdrcopy" else "headers only (--with-gdrcopy)",
+        }
+        for n in CHAIN
+    }
+    return [
         "STEP='record'; step \"$STEP\"",
-        f"cat > {q(str(p / 'built.json'))} <<'JSON'",
-        json.dumps(
-            {
-                n: {
-                    "rev": sources[n].rev,
-                    "tree": sources[n].tree,
-                    "prefix": str(p),
-                    "flags": f"flags/{n}.flags" if n != "gdrcopy" else "headers only (--with-gdrcopy)",
-                }
-                for n in CHAIN
-            },
-            indent=2,
-            sort_keys=True,
-        ),
+        f"cat > {shlex.quote(str(p / 'built.json'))} <<'JSON'",
+        json.dumps(built, indent=2, sort_keys=True),
         "JSON",
         "step done",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def check_exports(libdir: Path, symbol: str = GDAKI_SYMBOL) -> dict:

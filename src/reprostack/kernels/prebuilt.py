@@ -212,89 +212,118 @@ def check(
                 f"missing: the image has "
                 f"{', '.join(sorted(d['components'])) or 'none'}; the gate needs {name}: {rebuild}",
             )
-        pin = lock.upstreams.get(name)
-        if isinstance(pin, WheelPin):  # the selected stack's NCCL is a wheel alone: the image must hold that wheel
-            _check_wheel(path, lock, name, c, pin, rebuild)
-            if hash_files:
-                _hash_files(path, name, c, rebuild)
-            _check_paths(path, name, c)
-            comps[name] = c
-            continue
-        if not isinstance(pin, GitPin):
-            raise PrebuiltError(path, None, f"components.{name}", f"the lock ({lock.path}) has no git pin {name!r}")
-        if c["kind"] == "wheel":
-            release = _release_wheel(root, lock, name, pin)
-            if release is None or c["wheel_pin"] != release:
-                raise _mismatch(
-                    path,
-                    name,
-                    "kind",
-                    f"{name} from wheel {c['wheel']} (pin {c['wheel_pin']})",
-                    f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name})",
-                    f"git pin {pin.rev}" + (f" (its release wheel: pin {release})" if release else ""),
-                    "this image was built for another stack; " + rebuild,
-                )
-            _check_wheel(path, lock, name, c, lock.get(release), rebuild, want_pin=release)
-            if hash_files:
-                _hash_files(path, name, c, rebuild)
-            _check_paths(path, name, c)
-            comps[name] = c
-            continue
-        where = f"the lock ({lock.path}: upstreams.{name})"
-        if c["rev"] != pin.rev:
-            raise _mismatch(path, name, "rev", c["rev"], where, pin.rev, rebuild)
-        want_tree = pin.patched_tree or pin.tree
-        if c["patched_tree"] != want_tree:
-            raise _mismatch(
-                path, name, "patched_tree", c["patched_tree"], where + " after its patch series", want_tree, rebuild
-            )
-        if has_recipe(root, name) and c["kind"] != "kernel":  # a component with a recipe is a kernel
-            raise _mismatch(path, name, "kind", c["kind"], "the gate", "kernel", rebuild)
-        if c["kind"] == "kernel":
-            recipe = load_recipe(root, name)
-            if c["recipe"] != recipe.digest:
-                raise _mismatch(
-                    path,
-                    name,
-                    "recipe",
-                    c["recipe"],
-                    f"this checkout's {recipe.path}",
-                    recipe.digest,
-                    f"the recipe changed since the image was built; {rebuild}",
-                )
-            if arch and arch not in c["arch"]:
-                raise _mismatch(
-                    path,
-                    name,
-                    "arch",
-                    ",".join(c["arch"]),
-                    "this host's GPU",
-                    arch,
-                    "the image's kernels hold no code for this GPU; rebuild with its CUDA_ARCH",
-                )
-            if hash_files:
-                _hash_files(path, name, c, rebuild)
-        _check_paths(path, name, c)
+        _check_component(path, lock, root, name, c, rebuild, arch=arch, hash_files=hash_files)
         comps[name] = c
     if "nccl" in comps and "deepep" in comps:
-        n, e = comps["nccl"]["nccl_version"], comps["deepep"]["nccl_version"]
-        if n != e:
-            raise _mismatch(
-                path,
-                "deepep",
-                "nccl_version",
-                e,
-                "the image's nccl",
-                n,
-                "DeepEP was built against another NCCL than the one the image loads; " + rebuild,
-            )
-        floor = load_recipe(root, "deepep").nccl_floor
-        if floor and preflight.parse_version(n) < preflight.parse_version(floor):
-            raise _mismatch(path, "nccl", "nccl_version", n, "kernels/deepep.yaml (nccl-floor)", f">= {floor}", rebuild)
+        _check_nccl_of_deepep(path, root, comps, rebuild)
     jit_rec = d.get("jit")
     if jit_rec is not None and "deepep" in comps:
         _check_jit(path, jit_rec, comps["deepep"], rebuild, hash_files)
     return Prebuilt(path, digest, d["image"], d.get("lock_sha256"), comps, jit_rec if "deepep" in comps else None)
+
+
+def _check_component(
+    path: Path, lock: Lock, root: Path, name: str, c: dict, rebuild: str, *, arch: str | None, hash_files: bool
+) -> None:
+    """Component `name` of the manifest against the lock's pin: the stack's wheel, the release wheel of its git pin,
+    or a build of the pinned rev and patched tree (and, for a kernel, this checkout's recipe and the GPU's arch);
+    its files' sha256 when `hash_files`; its paths. Raises PrebuiltError."""
+    pin = lock.upstreams.get(name)
+    if isinstance(pin, WheelPin):  # the selected stack's NCCL is a wheel alone: the image must hold that wheel
+        _check_wheel(path, lock, name, c, pin, rebuild)
+        if hash_files:
+            _hash_files(path, name, c, rebuild)
+        _check_paths(path, name, c)
+        return
+    if not isinstance(pin, GitPin):
+        raise PrebuiltError(path, None, f"components.{name}", f"the lock ({lock.path}) has no git pin {name!r}")
+    if c["kind"] == "wheel":
+        release = _release_wheel(root, lock, name, pin)
+        if release is None or c["wheel_pin"] != release:
+            raise _mismatch(
+                path,
+                name,
+                "kind",
+                f"{name} from wheel {c['wheel']} (pin {c['wheel_pin']})",
+                f"the lock ({lock.path}, stack {lock.stack}: upstreams.{name})",
+                f"git pin {pin.rev}" + (f" (its release wheel: pin {release})" if release else ""),
+                "this image was built for another stack; " + rebuild,
+            )
+        _check_wheel(path, lock, name, c, lock.get(release), rebuild, want_pin=release)
+        if hash_files:
+            _hash_files(path, name, c, rebuild)
+        _check_paths(path, name, c)
+        return
+    _check_built(path, lock, root, name, c, pin, rebuild, arch=arch, hash_files=hash_files)
+    _check_paths(path, name, c)
+
+
+def _check_built(
+    path: Path,
+    lock: Lock,
+    root: Path,
+    name: str,
+    c: dict,
+    pin: GitPin,
+    rebuild: str,
+    *,
+    arch: str | None,
+    hash_files: bool,
+) -> None:
+    """A component built from the git pin: its rev and patched tree are the lock's; a kernel's recipe digest is this
+    checkout's and its arch list holds `arch`. Raises PrebuiltError."""
+    where = f"the lock ({lock.path}: upstreams.{name})"
+    if c["rev"] != pin.rev:
+        raise _mismatch(path, name, "rev", c["rev"], where, pin.rev, rebuild)
+    want_tree = pin.patched_tree or pin.tree
+    if c["patched_tree"] != want_tree:
+        raise _mismatch(
+            path, name, "patched_tree", c["patched_tree"], where + " after its patch series", want_tree, rebuild
+        )
+    if has_recipe(root, name) and c["kind"] != "kernel":  # a component with a recipe is a kernel
+        raise _mismatch(path, name, "kind", c["kind"], "the gate", "kernel", rebuild)
+    if c["kind"] == "kernel":
+        recipe = load_recipe(root, name)
+        if c["recipe"] != recipe.digest:
+            raise _mismatch(
+                path,
+                name,
+                "recipe",
+                c["recipe"],
+                f"this checkout's {recipe.path}",
+                recipe.digest,
+                f"the recipe changed since the image was built; {rebuild}",
+            )
+        if arch and arch not in c["arch"]:
+            raise _mismatch(
+                path,
+                name,
+                "arch",
+                ",".join(c["arch"]),
+                "this host's GPU",
+                arch,
+                "the image's kernels hold no code for this GPU; rebuild with its CUDA_ARCH",
+            )
+        if hash_files:
+            _hash_files(path, name, c, rebuild)
+
+
+def _check_nccl_of_deepep(path: Path, root: Path, comps: dict, rebuild: str) -> None:
+    """DeepEP was built against the image's NCCL, and that NCCL meets kernels/deepep.yaml's nccl-floor."""
+    n, e = comps["nccl"]["nccl_version"], comps["deepep"]["nccl_version"]
+    if n != e:
+        raise _mismatch(
+            path,
+            "deepep",
+            "nccl_version",
+            e,
+            "the image's nccl",
+            n,
+            "DeepEP was built against another NCCL than the one the image loads; " + rebuild,
+        )
+    floor = load_recipe(root, "deepep").nccl_floor
+    if floor and preflight.parse_version(n) < preflight.parse_version(floor):
+        raise _mismatch(path, "nccl", "nccl_version", n, "kernels/deepep.yaml (nccl-floor)", f">= {floor}", rebuild)
 
 
 def _check_jit(path: Path, j: dict, deepep: dict, rebuild: str, hash_files: bool) -> None:

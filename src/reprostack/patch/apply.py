@@ -245,68 +245,9 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
             )
         g("update-ref", "refs/reprostack/base", base_rev)
 
-        entries: list[AppliedEntry] = []
-        for pos, e in enumerate(pin.patches, 1):
-            label = entry_label(pos, total, e)
-            before, before_tree = g.head()
-            try:
-                if e.kind == "cherry-pick":
-                    pick(g, e)
-                elif e.kind == "mbox":
-                    am(g, _private_copy(g, pos, project_root, e))
-                else:
-                    apply_diff(g, _private_copy(g, pos, project_root, e), headers[pos])
-                head, tree = g.head()
-                if head == before:
-                    raise EntryFailed("produced no commit")
-                if e.tree and tree != e.tree:
-                    raise EntryFailed(
-                        f"tree checkpoint mismatch: expected tree {e.tree}, actual tree {tree}",
-                        changed=_changed(g, e.tree, tree)
-                        or [f"(expected tree {e.tree[:12]} is not in the object db; this entry changed:)"]
-                        + _changed(g, before_tree, tree),
-                        tree=tree,
-                    )
-            except EntryFailed as f:
-                raise _entry_error(pin, g, dest, pos, e, label, before, before_tree, f) from None
-            entries.append(
-                AppliedEntry(
-                    label=label, kind=e.kind, value=e.value, upstream_status=e.upstream_status, commit=head, tree=tree
-                )
-            )
-
-        head, tree = g.head()
-        if tree != expected:
-            changed = _changed(g, expected, tree) or [
-                f"(expected tree {expected} is not in the object db; the series changed:)"
-            ] + _changed(g, base_tree, tree)
-            msg = (
-                f"{pin.name}: the series applied but produced the wrong tree: expected tree {expected} "
-                f"(patched-tree), actual tree {tree} (HEAD {head})\n"
-                f"  pinned base {pin.rev}, actual base {base_rev}; {total} entries applied\n"
-                + "".join(f"  {l}\n" for l in changed)
-                + f"  nothing was written: {dest} was not created"
-            )
-            raise SeriesError(msg, upstream=pin.name, expected_tree=expected, actual_tree=tree)
-        dirty = g("status", "--porcelain", "--untracked-files=all").splitlines()
-        if dirty:
-            raise SeriesError(
-                f"{pin.name}: the work tree differs from the verified tree after the series:\n"
-                + "".join(f"  {l}\n" for l in dirty[:20])
-                + f"  nothing was written: {dest} was not created",
-                upstream=pin.name,
-            )
-        if dest.exists() or dest.is_symlink():
-            raise SeriesError(
-                f"{pin.name}: {dest} appeared while the series was applied; not overwritten", upstream=pin.name
-            )
-        os.chmod(scratch, 0o755)
-        try:
-            os.replace(scratch, dest)
-        except OSError as err:
-            raise SeriesError(
-                f"{pin.name}: cannot move the verified tree to {dest}: {err}", upstream=pin.name
-            ) from None
+        entries = [_apply_entry(g, pin, pos, e, project_root, headers, dest) for pos, e in enumerate(pin.patches, 1)]
+        head, tree = _check_result(g, pin, expected, base_rev, base_tree, dest)
+        _publish(pin, scratch, dest)
         done = True
     finally:
         if not done:
@@ -314,6 +255,78 @@ def apply_series(pin: GitPin, src: str | Path, dest: str | Path, project_root: s
     return SeriesResult(
         upstream=pin.name, base_rev=base_rev, base_tree=base_tree, entries=entries, head=head, tree=tree, path=dest
     )
+
+
+def _apply_entry(
+    g: Scratch, pin: GitPin, pos: int, e: PatchEntry, project_root: Path, headers: dict[int, PatchHeader], dest: Path
+) -> AppliedEntry:
+    """Apply entry `pos` of the series with zero fuzz; it must make a commit, with its pinned `tree` when it has one.
+    SeriesError naming the entry (`_entry_error`) when it does not."""
+    label = entry_label(pos, len(pin.patches), e)
+    before, before_tree = g.head()
+    try:
+        if e.kind == "cherry-pick":
+            pick(g, e)
+        elif e.kind == "mbox":
+            am(g, _private_copy(g, pos, project_root, e))
+        else:
+            apply_diff(g, _private_copy(g, pos, project_root, e), headers[pos])
+        head, tree = g.head()
+        if head == before:
+            raise EntryFailed("produced no commit")
+        if e.tree and tree != e.tree:
+            raise EntryFailed(
+                f"tree checkpoint mismatch: expected tree {e.tree}, actual tree {tree}",
+                changed=_changed(g, e.tree, tree)
+                or [f"(expected tree {e.tree[:12]} is not in the object db; this entry changed:)"]
+                + _changed(g, before_tree, tree),
+                tree=tree,
+            )
+    except EntryFailed as f:
+        raise _entry_error(pin, g, dest, pos, e, label, before, before_tree, f) from None
+    return AppliedEntry(
+        label=label, kind=e.kind, value=e.value, upstream_status=e.upstream_status, commit=head, tree=tree
+    )
+
+
+def _check_result(g: Scratch, pin: GitPin, expected: str, base_rev: str, base_tree: str, dest: Path) -> tuple[str, str]:
+    """(HEAD, tree) after the whole series: the tree must be `expected` and the work tree clean, else SeriesError
+    naming the trees and the changed files (nothing written)."""
+    head, tree = g.head()
+    if tree != expected:
+        changed = _changed(g, expected, tree) or [
+            f"(expected tree {expected} is not in the object db; the series changed:)"
+        ] + _changed(g, base_tree, tree)
+        msg = (
+            f"{pin.name}: the series applied but produced the wrong tree: expected tree {expected} "
+            f"(patched-tree), actual tree {tree} (HEAD {head})\n"
+            f"  pinned base {pin.rev}, actual base {base_rev}; {len(pin.patches)} entries applied\n"
+            + "".join(f"  {l}\n" for l in changed)
+            + f"  nothing was written: {dest} was not created"
+        )
+        raise SeriesError(msg, upstream=pin.name, expected_tree=expected, actual_tree=tree)
+    dirty = g("status", "--porcelain", "--untracked-files=all").splitlines()
+    if dirty:
+        raise SeriesError(
+            f"{pin.name}: the work tree differs from the verified tree after the series:\n"
+            + "".join(f"  {l}\n" for l in dirty[:20])
+            + f"  nothing was written: {dest} was not created",
+            upstream=pin.name,
+        )
+    return head, tree
+
+
+def _publish(pin: GitPin, scratch: Path, dest: Path) -> None:
+    """Move the verified scratch tree to `dest` in one rename; never over something that appeared meanwhile."""
+    if dest.exists() or dest.is_symlink():
+        raise SeriesError(
+            f"{pin.name}: {dest} appeared while the series was applied; not overwritten", upstream=pin.name
+        )
+    os.chmod(scratch, 0o755)
+    try:
+        os.replace(scratch, dest)
+    except OSError as err:
+        raise SeriesError(f"{pin.name}: cannot move the verified tree to {dest}: {err}", upstream=pin.name) from None
 
 
 def _private_copy(g: Scratch, pos: int, project_root: Path, e: PatchEntry) -> Path:

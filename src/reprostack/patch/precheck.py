@@ -100,7 +100,21 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
     headers: dict[int, PatchHeader] = {}
     if total and not pin.patched_tree:
         problems.append("the series has no `patched-tree` to verify against")
+    base_ok = _check_commits(pin, src, problems)
+    _check_files(pin, src, project_root, base_ok, problems, headers)
+    if problems:
+        msg = (
+            f"{pin.name}: patch series ({total} entries on {pin.rev}) fails its pre-check, nothing was applied:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+        raise SeriesError(msg, upstream=pin.name, problems=tuple(problems))
+    return headers
 
+
+def _check_commits(pin: GitPin, src: Path, problems: list[str]) -> bool:
+    """The base commit and its tree, and every cherry-pick: in `src`'s object db, a full commit id, no merge.
+    Appends to `problems`; returns whether the base is a commit there. SeriesError when the db cannot be read."""
+    total = len(pin.patches)
     picks = [(pos, e) for pos, e in enumerate(pin.patches, 1) if e.kind == "cherry-pick"]
     names = [f"{pin.rev}^{{commit}}", f"{pin.rev}^{{tree}}"] + [f"{e.value}^{{commit}}" for _, e in picks]
     try:
@@ -144,7 +158,15 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
                     f"{entry_label(pos, total, e)}: {e.value} is a merge commit; cherry-picking a merge "
                     f"needs a mainline the lock cannot express: pin its non-merge commits instead"
                 )
+    return base.endswith(" commit")
 
+
+def _check_files(
+    pin: GitPin, src: Path, project_root: Path, base_ok: bool, problems: list[str], headers: dict[int, PatchHeader]
+) -> None:
+    """Each entry's Upstream-Status; each patch file's path, sha256, targets (no path through a symlink of the base),
+    headers (agreeing with the lock) and hunks. Appends to `problems`, fills `headers` {position: header}."""
+    total = len(pin.patches)
     links: set[str] | None = None
     for pos, e in enumerate(pin.patches, 1):
         label = entry_label(pos, total, e)
@@ -170,7 +192,7 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
             continue
         if links is None:
             try:
-                links = _symlinks(src, pin.rev) if base.endswith(" commit") else set()
+                links = _symlinks(src, pin.rev) if base_ok else set()
             except GitFailed as err:
                 problems.append(f"cannot list the symlinks of {pin.rev}: {git_msg(err)}")
                 links = set()
@@ -190,11 +212,3 @@ def check_series(pin: GitPin, src: str | Path, project_root: str | Path) -> dict
                 f"{e.upstream_status!r}: make them agree"
             )
         problems.extend(f"{label}: {path}: {p}" for p in _parse_problems(path, e.kind, src))
-
-    if problems:
-        msg = (
-            f"{pin.name}: patch series ({total} entries on {pin.rev}) fails its pre-check, nothing was applied:\n"
-            + "\n".join(f"  - {p}" for p in problems)
-        )
-        raise SeriesError(msg, upstream=pin.name, problems=tuple(problems))
-    return headers
