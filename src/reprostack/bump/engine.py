@@ -171,24 +171,13 @@ def plan_bump(
     root = Path(project_root) if project_root else lock_path.resolve().parent
     lock = lockmod.load(lock_path, root)
     pin = lock.git(name)
-    if opts.offline or opts.bundles:
-        raise BumpError(
-            f"{name}: a bump reads the upstream itself; --offline / --bundle cannot be used "
-            f"(point the URL at a local mirror with --mirror or REPROSTACK_MIRRORS instead)"
-        )
+    _check_online(name, opts)
     old_text = lock_path.read_bytes().decode("utf-8")
     with history(name, pin.url, opts.cache, opts.mirrors or {}, opts.timeout) as h:
         target = resolve(h, lock, pin, to)
         picks = [e.value for e in pin.patches if e.kind == "cherry-pick"]
         h.ensure_commits([pin.rev, *picks], pin.hint_refs())
-        old_tree = h.tree_of(pin.rev)
-        if old_tree != pin.tree:
-            raise LockError(
-                str(lock.path),
-                lock.line_of(("upstreams", name, "tree")),
-                f"upstreams.{name}.tree",
-                f"the pinned rev {pin.rev[:12]} has tree {old_tree} on {h.where()}, the lock says {pin.tree}",
-            )
+        _check_pinned_tree(h, lock, pin)
         _check_direction(h, pin, target, allow_rewind)
         headers = check_series(pin, h.repo, root) if pin.patches else {}
         commits = h.commits(pin.rev, target.rev)
@@ -226,12 +215,41 @@ def plan_bump(
             return result
         links = h.gitlinks(target.rev)
     result.submodules, result.new_gitlinks = _submodules(pin, links, opts, lock)
+    _rewrite_pin(result, pin, lock, root)
+    _verify(result, pin, root, opts)
+    return result
+
+
+def _check_online(name: str, opts: FetchOptions) -> None:
+    """BumpError when `opts` keep the bump off the network (--offline, --bundle): a bump reads the upstream itself."""
+    if opts.offline or opts.bundles:
+        raise BumpError(
+            f"{name}: a bump reads the upstream itself; --offline / --bundle cannot be used "
+            f"(point the URL at a local mirror with --mirror or REPROSTACK_MIRRORS instead)"
+        )
+
+
+def _check_pinned_tree(h: History, lock, pin: GitPin) -> None:
+    """LockError at the pin's `tree:` line unless the pinned rev's tree on the upstream is the lock's."""
+    old_tree = h.tree_of(pin.rev)
+    if old_tree != pin.tree:
+        raise LockError(
+            str(lock.path),
+            lock.line_of(("upstreams", pin.name, "tree")),
+            f"upstreams.{pin.name}.tree",
+            f"the pinned rev {pin.rev[:12]} has tree {old_tree} on {h.where()}, the lock says {pin.tree}",
+        )
+
+
+def _rewrite_pin(result: BumpResult, pin: GitPin, lock, root: Path) -> None:
+    """The pin's block rewritten for the replayed move (rev, tree, original, fetch hint, submodules, series trees,
+    patched tree, refreshed patches' sha256) into `result.new_lock_text`, and the tied pins it leaves behind."""
+    rp, target = result.replay, result.target
     result.refreshed = {o.entry.value: o.refreshed for o in rp.outcomes if o.outcome == "refreshed"}
-    remaining = rp.remaining
-    result.patched_tree = rp.tree if remaining else None
+    result.patched_tree = rp.tree if rp.remaining else None
     edit = PinEdit(
         rev=target.rev,
-        tree=new_tree,
+        tree=result.new_tree,
         original=_original(target, result.new_date),
         # a target outside branches and tags (a PR head) is written as a hint: the fetch stage only accepts
         # a commit reachable from a ref of the URL, and the lock must say which one
@@ -243,13 +261,11 @@ def plan_bump(
             i: hashlib.sha256(o.refreshed).hexdigest() for i, o in enumerate(rp.outcomes) if o.outcome == "refreshed"
         },
     )
-    result.new_lock_text = edit_pin(old_text, name, edit, str(lock_path))
+    result.new_lock_text = edit_pin(result.old_lock_text, pin.name, edit, str(result.lock_path))
     moved = replace(
         pin, original=edit.original, fetch_refs=pin.fetch_refs if edit.fetch_refs is None else edit.fetch_refs
     )
     result.left_behind = left_behind(root, lock, pin, moved)
-    _verify(result, pin, root, opts)
-    return result
 
 
 def _check_direction(h: History, pin: GitPin, target: Target, allow_rewind: bool) -> None:

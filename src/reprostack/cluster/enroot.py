@@ -16,7 +16,7 @@ there yet, into a per-node temporary file renamed without overwriting (`mv -n`: 
 stays, the others are dropped), a failure one line naming the node and exit 2.
 
 Invariants: pure (text in, text out); a reference that is not `REPO@sha256:<64 hex>` is EnrootError naming the option
-(nothing is written); every value reaches the script shell-quoted (cluster.slurm.word).
+(nothing is written); every value reaches the script shell-quoted (cluster.slurm_words.word).
 """
 
 from __future__ import annotations

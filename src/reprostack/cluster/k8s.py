@@ -227,40 +227,25 @@ def _security(plan: lp.LaunchPlan) -> dict:
     return security
 
 
-def render(
-    plan: lp.LaunchPlan,
-    *,
-    image: str,
-    variant: str = "job",
-    name: str | None = None,
-    gpus: bool = True,
-    preflight: list[str] | None = None,
-    out_pvc: str | None = PVC,
-    out_hostpath: str | None = None,
-    host_paths: dict[str, str] | None = None,
-    node_selector: dict[str, str] | None = None,
-    master_port: int | None = None,
-) -> list[dict]:
-    """The manifests of `plan` (see the module docstring). `image`: REPO@sha256:HEX; gpus=False: a CPU profile
-    (no GPU request); `preflight`: its argv (reprostack.cluster.preflight.command) or None; the out dir is the
-    PVC `out_pvc`, else the hostPath `out_hostpath`; `host_paths`: {mount what: node path} for the other mounts
-    (default: the plan's source paths). Raises K8sError naming what Kubernetes would refuse."""
-    if variant not in VARIANTS:
-        raise K8sError(f"--variant {variant!r}: one of {', '.join(VARIANTS)}")
-    if plan.mode != lp.MODE_CONTAINER:
-        raise K8sError(f"gate {plan.gate}: a host-mode plan has no image to run on a cluster")
-    if not _IMAGE.fullmatch(image or ""):
-        if re.search(r"@sha256:[0-9a-f]{64}$", image or ""):  # the digest is right: the name is what is refused
-            raise K8sError(
-                f"image {image!r}: the repository name is not a valid image reference (lowercase "
-                f"letters, digits, '.', '_', '-', '/' and a registry ':port'; placeholders such as "
-                f"ACCOUNT or REGION must be replaced), by digest: REPO@sha256:<64 hex>"
-            )
+def _check_image(image: str) -> None:
+    """K8sError unless `image` is one image reference by digest (REPO@sha256:<64 hex>): a cluster never pulls a tag."""
+    if _IMAGE.fullmatch(image or ""):
+        return
+    if re.search(r"@sha256:[0-9a-f]{64}$", image or ""):  # the digest is right: the name is what is refused
         raise K8sError(
-            f"image {image!r}: a cluster pulls by digest: REPO@sha256:<64 hex> (build and push the "
-            f"image, then pass --image)"
+            f"image {image!r}: the repository name is not a valid image reference (lowercase "
+            f"letters, digits, '.', '_', '-', '/' and a registry ':port'; placeholders such as "
+            f"ACCOUNT or REGION must be replaced), by digest: REPO@sha256:<64 hex>"
         )
-    base = dns1123(name or f"rs-{plan.gate}-{plan.profile}", "name", MAX_NAME)
+    raise K8sError(
+        f"image {image!r}: a cluster pulls by digest: REPO@sha256:<64 hex> (build and push the "
+        f"image, then pass --image)"
+    )
+
+
+def _metadata(plan: lp.LaunchPlan, base: str) -> tuple[dict, dict]:
+    """(labels, annotations) of every object: the run's name, gate and profile as labels; the lock's sha256, the
+    image recipe (and base), the profile and the node count as annotations."""
     labels = {
         "app.kubernetes.io/name": "reprostack",
         "app.kubernetes.io/component": "gate",
@@ -276,17 +261,24 @@ def render(
     }
     if plan.image.base:
         notes[f"{LABEL}/image-base"] = plan.image.base
+    return labels, notes
+
+
+def _env(plan: lp.LaunchPlan, variant: str, image: str, base: str, port: int) -> list[dict]:
+    """The container's env: the plan's, the image by digest, the run's id (downward API), the master (the leader's
+    stable DNS name; LWS sets its own) and the rendezvous port."""
     master = {"job": f"{base}-0.{base}", "jobset": f"{base}-node-0-0.{base}", "lws": None}[variant]
     env = [{"name": k, "value": v} for k, v in plan.env]
     env += [{"name": "REPROSTACK_IMAGE", "value": image}]
     env += [{"name": "RUN_ID", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RUN_ID_LABEL[variant]}']"}}}]
     if master:
         env += [{"name": "MASTER_ADDR", "value": master}]
-    from ..gates.plan import MASTER_PORT
+    return env + [{"name": "MASTER_PORT", "value": str(port)}]
 
-    port = master_port or MASTER_PORT
-    env += [{"name": "MASTER_PORT", "value": str(port)}]
 
+def _resources(plan: lp.LaunchPlan, gpus: bool) -> tuple[dict, dict]:
+    """(limits, requests): the GPUs per node (GPU profiles), the EFA devices with the EFA device plugin's hugepages
+    and memory request."""
     limits, requests = {}, {}
     if gpus and plan.gpus_per_node:
         limits[GPU] = plan.gpus_per_node
@@ -294,20 +286,13 @@ def render(
         limits[EFA] = plan.efa_devices_per_node
         limits[HUGEPAGES[0]] = requests[HUGEPAGES[0]] = HUGEPAGES[1]
         requests["memory"] = EFA_MEMORY_REQUEST
-    volumes, mounts = _volumes(plan, out_pvc, out_hostpath, host_paths or {})
-    container = {
-        "name": "gate",
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", _script(plan, variant, preflight)],
-        "workingDir": plan.workdir,
-        "env": env,
-        "securityContext": _security(plan),
-        "volumeMounts": mounts,
-    }
-    resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
-    if resources:
-        container["resources"] = resources
+    return limits, requests
+
+
+def _pod(plan: lp.LaunchPlan, variant: str, base: str, container: dict, volumes: list, node_selector) -> dict:
+    """The pod spec around `container`: restart policy, grace period, one pod per node (anti-affinity), tolerations
+    of the devices it requests, host network and IPC where the plan says, the node selector, the Job's subdomain."""
+    limits = container.get("resources", {}).get("limits", {})
     pod = {
         "restartPolicy": "Never" if variant != "lws" else "Always",
         "terminationGracePeriodSeconds": GRACE_S,
@@ -336,12 +321,16 @@ def render(
         pod["nodeSelector"] = dict(sorted(node_selector.items()))
     if variant == "job":
         pod["subdomain"] = base
-    meta = {"name": base, "labels": labels, "annotations": notes}
-    template = {"metadata": {"labels": labels, "annotations": notes}, "spec": pod}
+    return pod
+
+
+def _job_spec(plan: lp.LaunchPlan, template: dict) -> dict:
+    """The Indexed Job's spec (the Job's, the JobSet's replicated Job's): N pods, no retry, the backstop deadline,
+    the TTL, and a failure policy that fails the Job when a pod fails or is disrupted."""
     # the time limit is the pod's own (`timeout` in its script, from the container's start): the Job's deadline
     # counts from the Job's start, image pull included, so it is only a backstop PULL_S later
     deadline = int(plan.timeout_s) + PULL_S if plan.timeout_s else None
-    job_spec = {
+    return {
         "completionMode": "Indexed",
         "completions": plan.nodes,
         "parallelism": plan.nodes,
@@ -359,6 +348,12 @@ def render(
         },
         "template": template,
     }
+
+
+def _objects(plan: lp.LaunchPlan, variant: str, base: str, labels: dict, notes: dict, pod: dict, port: int) -> list:
+    """The variant's objects around the pod: Service + Job, a JobSet, or a LeaderWorkerSet."""
+    meta = {"name": base, "labels": labels, "annotations": notes}
+    template = {"metadata": {"labels": labels, "annotations": notes}, "spec": pod}
     if variant == "job":
         service = {
             "apiVersion": "v1",
@@ -371,7 +366,7 @@ def render(
                 "ports": [{"name": "rendezvous", "port": port, "protocol": "TCP"}],
             },
         }
-        return [service, {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}]
+        return [service, {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": _job_spec(plan, template)}]
     if variant == "jobset":
         return [
             {
@@ -382,7 +377,11 @@ def render(
                     "network": {"enableDNSHostnames": True, "subdomain": base, "publishNotReadyAddresses": True},
                     "failurePolicy": {"maxRestarts": 0},
                     "replicatedJobs": [
-                        {"name": "node", "replicas": 1, "template": {"metadata": {"labels": labels}, "spec": job_spec}}
+                        {
+                            "name": "node",
+                            "replicas": 1,
+                            "template": {"metadata": {"labels": labels}, "spec": _job_spec(plan, template)},
+                        }
                     ],
                 },
             }
@@ -403,6 +402,53 @@ def render(
             },
         }
     ]
+
+
+def render(
+    plan: lp.LaunchPlan,
+    *,
+    image: str,
+    variant: str = "job",
+    name: str | None = None,
+    gpus: bool = True,
+    preflight: list[str] | None = None,
+    out_pvc: str | None = PVC,
+    out_hostpath: str | None = None,
+    host_paths: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+    master_port: int | None = None,
+) -> list[dict]:
+    """The manifests of `plan` (see the module docstring). `image`: REPO@sha256:HEX; gpus=False: a CPU profile
+    (no GPU request); `preflight`: its argv (reprostack.cluster.preflight.command) or None; the out dir is the
+    PVC `out_pvc`, else the hostPath `out_hostpath`; `host_paths`: {mount what: node path} for the other mounts
+    (default: the plan's source paths). Raises K8sError naming what Kubernetes would refuse."""
+    if variant not in VARIANTS:
+        raise K8sError(f"--variant {variant!r}: one of {', '.join(VARIANTS)}")
+    if plan.mode != lp.MODE_CONTAINER:
+        raise K8sError(f"gate {plan.gate}: a host-mode plan has no image to run on a cluster")
+    _check_image(image)
+    base = dns1123(name or f"rs-{plan.gate}-{plan.profile}", "name", MAX_NAME)
+    labels, notes = _metadata(plan, base)
+    from ..gates.plan import MASTER_PORT
+
+    port = master_port or MASTER_PORT
+    limits, requests = _resources(plan, gpus)
+    volumes, mounts = _volumes(plan, out_pvc, out_hostpath, host_paths or {})
+    container = {
+        "name": "gate",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", _script(plan, variant, preflight)],
+        "workingDir": plan.workdir,
+        "env": _env(plan, variant, image, base, port),
+        "securityContext": _security(plan),
+        "volumeMounts": mounts,
+    }
+    resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
+    if resources:
+        container["resources"] = resources
+    pod = _pod(plan, variant, base, container, volumes, node_selector)
+    return _objects(plan, variant, base, labels, notes, pod, port)
 
 
 def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port: int | None = None) -> lp.LaunchPlan:

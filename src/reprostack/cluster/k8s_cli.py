@@ -101,17 +101,9 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-def main(args, g, lock, root: Path) -> int:
-    """`reprostack launch k8s`: plan -> agent plan -> manifests in DIR (-> kubectl apply)."""
-    from ..gates.plan import gate_plan
-    from . import preflight
-
-    out = Path(args.out or f"out/k8s/{g.name}")
-    plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
-    spec = g.load(root)
-    nodes = g.check_nodes(spec, spec.profile(plan.profile), args.nodes)  # as `launch slurm`: the profile's count
-    if args.pod_network:
-        plan = dataclasses.replace(plan, host_network=False, host_ipc=False)
+def _refusal(args, g, spec, plan):
+    """The gate's MPI launch (None: the gate's own rendezvous) once the profile and --variant are ones a cluster can
+    run; K8sError naming what is not."""
     why = g.unrenderable(spec, spec.profile(plan.profile))
     if why:
         raise K8sError(f"gate {g.name}: {why}")
@@ -120,12 +112,11 @@ def main(args, g, lock, root: Path) -> int:
         raise K8sError(f"--variant {args.variant}: profile {plan.profile} is started by MPI: an MPIJob (--variant job)")
     if args.variant == "lws" and not g.serves:
         raise K8sError(f"--variant lws is for serving gates (gate {g.name} is {g.kind}: use job or jobset)")
-    image = args.image or plan.image.repo_digest
-    if not image:
-        raise K8sError(
-            f"gate {g.name}: image {plan.image.recipe} has no registry digest here: push it and pass "
-            f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)"
-        )
+    return mpi
+
+
+def _host_paths(args, g) -> dict[str, str]:
+    """{mount what: node path} from --host-path and --models, checked: a gate's mount, an absolute path, named once."""
     host = _pairs(args.host_path, "--host-path")
     if args.models is not None:
         if not g.serves:
@@ -138,12 +129,65 @@ def main(args, g, lock, root: Path) -> int:
             raise K8sError(f"--host-path {k}={v}: {k!r} is no mount of a gate (one of {', '.join(HOST_PATH_KINDS)})")
         if not v.startswith("/"):
             raise K8sError(f"--host-path {k}={v}: the node path must be absolute")
+    return host
+
+
+def _node_selector(args) -> dict[str, str]:
+    """--node-selector's K=V pairs, each a Kubernetes label key and value (checked before anything is written)."""
     sel = _pairs(args.node_selector, "--node-selector")
     for k, v in sel.items():  # the operator's label keys/values: checked before anything is written
         if not re.fullmatch(
             r"([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", k
         ) or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", v):
             raise K8sError(f"--node-selector {k}={v}: not a Kubernetes label key=value")
+    return sel
+
+
+def _written(docs: list[dict], paths: list[Path], variant: str, mpi) -> None:
+    """What was written, and where node 0's log is (an Indexed Job's pods carry their index as a label)."""
+    for p in paths:
+        print(f"wrote {p}")
+    kind = "mpijob" if mpi else {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[variant]
+    name = next(d["metadata"]["name"] for d in docs if d.get("kind", "").lower() == kind)
+    logs = (  # an Indexed Job's pods carry their index as a label (node 0: index 0)
+        f"; node 0's log: kubectl logs -f -l batch.kubernetes.io/job-name={name},"
+        "batch.kubernetes.io/job-completion-index=0"
+        if kind == "job"
+        else ""
+    )
+    print(f"{kind} {name}: node 0 writes the reports into the out volume{logs}")
+
+
+def _apply(out: Path) -> int:
+    """`kubectl apply -f OUT`: 0, or 2 when kubectl failed; K8sError when there is no kubectl."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        raise K8sError(
+            f"--apply: kubectl is not on PATH (the manifests are written; apply them with `kubectl apply -f {out}`)"
+        )
+    return subprocess.run([kubectl, "apply", "-f", str(out)], stdin=subprocess.DEVNULL).returncode and 2
+
+
+def main(args, g, lock, root: Path) -> int:
+    """`reprostack launch k8s`: plan -> agent plan -> manifests in DIR (-> kubectl apply)."""
+    from ..gates.plan import gate_plan
+    from . import preflight
+
+    out = Path(args.out or f"out/k8s/{g.name}")
+    plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
+    spec = g.load(root)
+    nodes = g.check_nodes(spec, spec.profile(plan.profile), args.nodes)  # as `launch slurm`: the profile's count
+    if args.pod_network:
+        plan = dataclasses.replace(plan, host_network=False, host_ipc=False)
+    mpi = _refusal(args, g, spec, plan)
+    image = args.image or plan.image.repo_digest
+    if not image:
+        raise K8sError(
+            f"gate {g.name}: image {plan.image.recipe} has no registry digest here: push it and pass "
+            f"--image REPO@sha256:<digest> (a cluster never runs an image by tag)"
+        )
+    host = _host_paths(args, g)
+    sel = _node_selector(args)
     if args.out_hostpath and not args.out_hostpath.startswith("/"):
         raise K8sError(f"--out-hostpath {args.out_hostpath}: must be absolute")
     agent = agent_plan(g, root, lock, plan, nodes, args.master_port)
@@ -178,23 +222,5 @@ def main(args, g, lock, root: Path) -> int:
         f"launch plan\n# (profile {plan.profile}, {nodes} node(s), lock sha256 {lock.sha256}). "
         "Re-render; do not edit.\n"
     )
-    paths = write(docs, out, header)
-    for p in paths:
-        print(f"wrote {p}")
-    kind = "mpijob" if mpi else {"job": "job", "jobset": "jobset", "lws": "leaderworkerset"}[args.variant]
-    name = next(d["metadata"]["name"] for d in docs if d.get("kind", "").lower() == kind)
-    logs = (  # an Indexed Job's pods carry their index as a label (node 0: index 0)
-        f"; node 0's log: kubectl logs -f -l batch.kubernetes.io/job-name={name},"
-        "batch.kubernetes.io/job-completion-index=0"
-        if kind == "job"
-        else ""
-    )
-    print(f"{kind} {name}: node 0 writes the reports into the out volume{logs}")
-    if not args.apply:
-        return 0
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        raise K8sError(
-            f"--apply: kubectl is not on PATH (the manifests are written; apply them with `kubectl apply -f {out}`)"
-        )
-    return subprocess.run([kubectl, "apply", "-f", str(out)], stdin=subprocess.DEVNULL).returncode and 2
+    _written(docs, write(docs, out, header), args.variant, mpi)
+    return _apply(out) if args.apply else 0

@@ -229,6 +229,69 @@ def read_facts(path: Path, *, gate: str, nodes: int, node: int) -> dict:
     return data
 
 
+def _identity(row, n: int, f: dict, refs: dict, lock_sha256: str) -> None:
+    """Node `n`'s lock and image rows: the lock's sha256 and the image's digest are node 0's."""
+    row(
+        "lock",
+        n,
+        f["lock_sha256"] == lock_sha256,
+        ""
+        if f["lock_sha256"] == lock_sha256
+        else f"lock sha256 {f['lock_sha256'][:12]} differs from node 0's {lock_sha256[:12]}",
+    )
+    if not any(refs.values()):
+        row("image", n, NOT_NEEDED, "no node runs in an image that names its digest ($REPROSTACK_IMAGE)")
+    else:
+        row(
+            "image",
+            n,
+            refs[n] == refs.get(0),
+            ""
+            if refs[n] == refs.get(0)
+            else f"image {refs[n] or 'unknown'} differs from node 0's {refs.get(0) or 'unknown'}",
+        )
+
+
+def _devices(row, n: int, f: dict, *, need_gpu: bool, gpus_per_node: int, efa_devices: int) -> None:
+    """Node `n`'s gpus, efa and provider rows: the profile's GPUs, its EFA devices and libfabric's efa provider."""
+    count = f["gpus"]["count"]
+    if need_gpu:
+        row(
+            "gpus",
+            n,
+            count == gpus_per_node,
+            ""
+            if count == gpus_per_node
+            else f"{count} GPU(s), the profile needs {gpus_per_node}"
+            + (f" ({f['gpus']['note']})" if f["gpus"]["note"] else ""),
+        )
+    else:
+        row("gpus", n, NOT_NEEDED, f"the profile needs no GPU ({count} seen)")
+    devs = len(f["efa"]["devices"])
+    if not efa_devices:
+        row("efa", n, NOT_NEEDED, "the profile needs no EFA")
+        row("provider", n, NOT_NEEDED, "the profile needs no EFA")
+        return
+    row(
+        "efa",
+        n,
+        devs >= efa_devices,
+        "" if devs >= efa_devices else f"{devs} EFA device(s) under {DEV_DIR}, the profile needs {efa_devices}",
+    )
+    env = f["provider"]["fi_provider_env"]
+    ok = f["provider"]["efa"] and env in (None, "efa")
+    row(
+        "provider",
+        n,
+        ok,
+        ""
+        if ok
+        else (
+            f"FI_PROVIDER={env}: libfabric would not use efa" if env not in (None, "efa") else f["provider"]["detail"]
+        ),
+    )
+
+
 def judge(
     facts: dict[int, dict],
     *,
@@ -257,63 +320,8 @@ def judge(
     refs = {n: f["image"]["ref"] for n, f in facts.items()}
     for n in sorted(facts):
         f = facts[n]
-        row(
-            "lock",
-            n,
-            f["lock_sha256"] == lock_sha256,
-            ""
-            if f["lock_sha256"] == lock_sha256
-            else f"lock sha256 {f['lock_sha256'][:12]} differs from node 0's {lock_sha256[:12]}",
-        )
-        if not any(refs.values()):
-            row("image", n, NOT_NEEDED, "no node runs in an image that names its digest ($REPROSTACK_IMAGE)")
-        else:
-            row(
-                "image",
-                n,
-                refs[n] == refs.get(0),
-                ""
-                if refs[n] == refs.get(0)
-                else f"image {refs[n] or 'unknown'} differs from node 0's {refs.get(0) or 'unknown'}",
-            )
-        count = f["gpus"]["count"]
-        if need_gpu:
-            row(
-                "gpus",
-                n,
-                count == gpus_per_node,
-                ""
-                if count == gpus_per_node
-                else f"{count} GPU(s), the profile needs {gpus_per_node}"
-                + (f" ({f['gpus']['note']})" if f["gpus"]["note"] else ""),
-            )
-        else:
-            row("gpus", n, NOT_NEEDED, f"the profile needs no GPU ({count} seen)")
-        devs = len(f["efa"]["devices"])
-        if efa_devices:
-            row(
-                "efa",
-                n,
-                devs >= efa_devices,
-                "" if devs >= efa_devices else f"{devs} EFA device(s) under {DEV_DIR}, the profile needs {efa_devices}",
-            )
-            env = f["provider"]["fi_provider_env"]
-            ok = f["provider"]["efa"] and env in (None, "efa")
-            row(
-                "provider",
-                n,
-                ok,
-                ""
-                if ok
-                else (
-                    f"FI_PROVIDER={env}: libfabric would not use efa"
-                    if env not in (None, "efa")
-                    else f["provider"]["detail"]
-                ),
-            )
-        else:
-            row("efa", n, NOT_NEEDED, "the profile needs no EFA")
-            row("provider", n, NOT_NEEDED, "the profile needs no EFA")
+        _identity(row, n, f, refs, lock_sha256)
+        _devices(row, n, f, need_gpu=need_gpu, gpus_per_node=gpus_per_node, efa_devices=efa_devices)
         if n in skew:
             ok = abs(skew[n]) <= CLOCK_TOLERANCE_S
             row(
@@ -345,6 +353,19 @@ def _summary(rows: list[dict]) -> str:
     return "; ".join(f"node {r['node']}: {r['check']}: {r['detail']}" for r in bad)
 
 
+def _check_args(nodes: int, node_rank: int, timeout_s: float, smoke_timeout_s: float) -> None:
+    """The counts and waits before any work: an absurd count never starts a wait or a list of that size."""
+    from ..gates.options import MAX_NODES
+
+    if not 1 <= nodes <= MAX_NODES:  # before any work: an absurd count never starts a wait or a list of that size
+        raise PreflightError(f"preflight: --nodes {nodes}: not in 1..{MAX_NODES}")
+    if not 0 <= node_rank < nodes:
+        raise PreflightError(f"preflight: --node-rank {node_rank} is not in 0..{nodes - 1} (--nodes {nodes})")
+    for flag, s_ in (("--timeout", timeout_s), ("--smoke-timeout", smoke_timeout_s)):
+        if not 0 < s_ <= MAX_WAIT_S:  # NaN fails this too
+            raise PreflightError(f"preflight: {flag} {s_!r} is not a number of seconds in (0, {MAX_WAIT_S:g}]")
+
+
 def run(
     g,
     root: Path,
@@ -362,15 +383,7 @@ def run(
     from ..gates.plan import MASTER_PORT, gate_plan
     from ..launch import plan as lp
 
-    from ..gates.options import MAX_NODES
-
-    if not 1 <= nodes <= MAX_NODES:  # before any work: an absurd count never starts a wait or a list of that size
-        raise PreflightError(f"preflight: --nodes {nodes}: not in 1..{MAX_NODES}")
-    if not 0 <= node_rank < nodes:
-        raise PreflightError(f"preflight: --node-rank {node_rank} is not in 0..{nodes - 1} (--nodes {nodes})")
-    for flag, s_ in (("--timeout", timeout_s), ("--smoke-timeout", smoke_timeout_s)):
-        if not 0 < s_ <= MAX_WAIT_S:  # NaN fails this too
-            raise PreflightError(f"preflight: {flag} {s_!r} is not a number of seconds in (0, {MAX_WAIT_S:g}]")
+    _check_args(nodes, node_rank, timeout_s, smoke_timeout_s)
     plan = gate_plan(g, root, lock, profile=profile, out_dir=Path(out), mode=lp.MODE_HOST)
     prof = g.load(root).profile(plan.profile)
     need_gpu = prof.needs_gpu and plan.gpus_per_node > 0
@@ -397,26 +410,28 @@ def run(
     if node_rank != 0:
         smoke_s = smoke_timeout_s * (nodes - 1) if plan.efa_devices_per_node else 0.0  # node 0 smokes node by node
         return _wait_verdict(d, node_rank, nonce, facts_now, timeout_s + smoke_s)
-    for stale in [*d.glob("node-*.json"), *(d / "smoke").glob("*.json"), _verdict_path(d)]:  # an earlier run's
-        stale.unlink(missing_ok=True)
-    write_text_atomic(d / "node-0.json", json.dumps(mine, indent=2, sort_keys=True) + "\n")
-    facts, skew, rows = {0: mine}, {0: 0.0}, []
+    return _lead(d, plan, lock, mine, nodes=nodes, need_gpu=need_gpu, timeout_s=timeout_s, smoke_s=smoke_timeout_s)
+
+
+def _gather(d: Path, gate: str, nodes: int, timeout_s: float, rows: list[dict]) -> tuple[dict, dict]:
+    """Node 0 reads the other nodes' facts as they arrive, until all are there or `timeout_s` has passed: ({node:
+    facts, or None when unreadable}, {node: clock skew}); a bad facts file and a node that wrote none are rows."""
+    facts, skew = {}, {}
     deadline = time.monotonic() + timeout_s
-    while len(facts) < nodes and time.monotonic() < deadline:
+    while len(facts) < nodes - 1 and time.monotonic() < deadline:
         for n in range(1, nodes):
             p = d / f"node-{n}.json"
             if n in facts or not os.path.lexists(p):
                 continue
             try:
-                facts[n] = read_facts(p, gate=plan.gate, nodes=nodes, node=n)
+                facts[n] = read_facts(p, gate=gate, nodes=nodes, node=n)
             except PreflightError as e:
                 rows.append({"check": "facts", "node": n, "status": "fail", "detail": str(e)})
                 facts[n] = None
                 continue
             skew[n] = time.time() - facts[n]["clock_utc"]
-        if len(facts) < nodes:
+        if len(facts) < nodes - 1:
             time.sleep(POLL_S)
-    missing = [n for n in range(nodes) if n not in facts]
     rows += [
         {
             "check": "arrival",
@@ -424,8 +439,21 @@ def run(
             "status": "fail",
             "detail": f"no facts ({d / f'node-{n}.json'}) within {timeout_s:g} s",
         }
-        for n in missing
+        for n in range(1, nodes)
+        if n not in facts
     ]
+    return facts, skew
+
+
+def _lead(d: Path, plan, lock, mine: dict, *, nodes: int, need_gpu: bool, timeout_s: float, smoke_s: float) -> int:
+    """Node 0: the other nodes' facts gathered, every check judged, the EFA smoke run, the verdict written; 0 on
+    pass (one line: what passed, what was not readable, what the profile does not need), else PreflightError."""
+    for stale in [*d.glob("node-*.json"), *(d / "smoke").glob("*.json"), _verdict_path(d)]:  # an earlier run's
+        stale.unlink(missing_ok=True)
+    write_text_atomic(d / "node-0.json", json.dumps(mine, indent=2, sort_keys=True) + "\n")
+    rows = []
+    others, skew = _gather(d, plan.gate, nodes, timeout_s, rows)
+    facts, skew = {0: mine, **others}, {0: 0.0, **skew}
     good = {n: f for n, f in facts.items() if f is not None}
     rows += judge(
         good,
@@ -439,7 +467,7 @@ def run(
     )
     smoke = {}
     if plan.efa_devices_per_node and nodes > 1:
-        smoke = smoke_.run_pairs(d, good, rows, nodes, smoke_timeout_s)
+        smoke = smoke_.run_pairs(d, good, rows, nodes, smoke_s)
     else:
         why = "the profile needs no EFA" if not plan.efa_devices_per_node else "one node: no peer to reach"
         rows += [{"check": "smoke", "node": n, "status": NOT_NEEDED, "detail": why} for n in sorted(good)]

@@ -28,8 +28,8 @@ The script (`render(plan, options)`):
 - a serving gate's models folder: `--models DIR`, else the submitter's HF_HOME, taken into MODELS before the plan's
   env sets HF_HOME=/models for inside the container, and mounted read-only at /models.
 
-Invariants: every interpolated value is shell-quoted (shlex.quote) or a fixed word; a value from the lock or a
-gate spec that cannot be carried safely (a control character, an env name that is not a shell name) is a
+Invariants: every interpolated value is shell-quoted (shlex.quote, by cluster.slurm_words) or a fixed word; a
+value from the lock or a gate spec that cannot be carried safely (a control character, an env name that is not a shell name) is a
 SlurmRenderError naming it, and nothing is written; so is an operator's path with a character its consumer splits
 on (`,` and `:` in a mount spec, `%` in `#SBATCH --output`) or an image that is not one reference, and the paths only
 the job knows (project, out, models) are checked the same way by the script before any srun. Paths in the script are relative to the submit dir unless the
@@ -39,38 +39,35 @@ operator gave absolute ones, so a committed example stays valid on any checkout.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from dataclasses import dataclass
 from functools import partial
 from pathlib import PurePosixPath
 
-from ..errors import ReprostackError
 from ..launch import plan as lp
 from . import enroot, slurm_mpi
+from .slurm_words import (  # noqa: F401 (re-exported: the quoting and checks of every value)
+    JOBV,
+    MASTER,
+    OUTV,
+    RANK,
+    WORKV,
+    SlurmRenderError,
+    checked,
+    env_name,
+    image_arg,
+    path_arg,
+    word,
+    words,
+)
 
 RUNTIMES = ("pyxis", "enroot", "docker", "host")
 CODE = "/opt/reprostack/code"  # as gates.container: this checkout's package, on PYTHONPATH in the image
 IN_OUT, IN_WORK = "/out", "/workspace"
 SLACK_S = 600.0  # image start, AIPerf set-up and the report (gates.container's slack)
-_CTRL = re.compile(r"[\x00-\x1f\x7f]")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# placeholders for shell expansions inside a rendered word (never in a value: values with control chars are refused)
-_VARS = {
-    "\x01rank\x01": "${SLURM_NODEID}",
-    "\x01master\x01": "${MASTER_ADDR}",
-    "\x01out\x01": "${RS_OUT}",
-    "\x01work\x01": "${RS_WORK}",
-    "\x01job\x01": "${SLURM_JOB_ID}",
-}
-RANK, MASTER, OUTV, WORKV, JOBV = _VARS
 # seconds before the time limit at which every task of the job's steps gets SIGTERM (`#SBATCH --signal`, no `B:`:
 # the steps, not the batch shell): node 0's runtime stops its run and still writes the gate's report
 SIGNAL_S = 300
-
-
-class SlurmRenderError(ReprostackError):
-    """A plan or option that cannot be rendered safely into an sbatch script (one line, names the value)."""
 
 
 @dataclass(frozen=True)
@@ -97,64 +94,6 @@ class SlurmOptions:
     enroot_import: str | None = None  # pyxis on enroot 3.x: import by digest into this folder (cluster.enroot)
 
 
-def _check(value, what: str) -> str:
-    s = str(value)
-    if _CTRL.search(s):
-        raise SlurmRenderError(f"{what}: {s[:60]!r} holds a control character; refused (it would break the script)")
-    return s
-
-
-# what the consumers of a path split on: pyxis --container-mounts (`,` between mounts; `:` between source, target
-# and flags, as docker -v and enroot --mount do); `#SBATCH --output` expands `%` patterns (the out dir's batch log)
-_SPLITS = {
-    ",": "pyxis splits --container-mounts on ','",
-    ":": "a mount spec (pyxis --container-mounts, enroot --mount, docker -v) splits on ':'",
-}
-_IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@#+-]*$")
-
-
-def path_arg(value, flag: str, *, percent: bool = False) -> str:
-    """A path that reaches a mount spec (or, `percent`, an `#SBATCH --output` pattern), as one word; a character
-    its consumer splits on is one SlurmRenderError line naming the option, before anything is written."""
-    s = _check(value, flag)
-    splits = {**_SPLITS, **({"%": "#SBATCH --output expands '%' patterns"} if percent else {})}
-    for ch, why in splits.items():
-        if ch in s:
-            raise SlurmRenderError(f"{flag} {s[:80]!r}: holds {ch!r} and {why}; refused (name a path without it)")
-    return s
-
-
-def image_arg(value, flag: str = "--image") -> str:
-    """An image reference (REPO[:TAG][@sha256:HEX], enroot's REGISTRY#IMAGE): nothing a shell, pyxis or docker
-    would read as more than one reference."""
-    s = _check(value, flag)
-    if not _IMAGE_REF.match(s):
-        raise SlurmRenderError(
-            f"{flag} {s[:80]!r}: not an image reference (letters, digits and . _ / : @ # + - only, not starting "
-            "with '-'); refused"
-        )
-    return s
-
-
-def word(value, what: str = "value") -> str:
-    """One shell word: literal parts quoted with shlex.quote, placeholders as double-quoted expansions."""
-    s = str(value)
-    _check(re.sub("|".join(map(re.escape, _VARS)), "", s), what)
-    parts = re.split("(" + "|".join(map(re.escape, _VARS)) + ")", s)
-    out = "".join(f'"{_VARS[p]}"' if p in _VARS else shlex.quote(p) for p in parts if p)
-    return out or "''"
-
-
-def words(argv, what: str) -> str:
-    return " ".join(word(a, what) for a in argv)
-
-
-def _env_name(k: str, what: str) -> str:
-    if not _NAME.match(str(k)):
-        raise SlurmRenderError(f"{what}: env name {str(k)[:60]!r} is not a shell variable name; refused")
-    return k
-
-
 def _time(seconds: float) -> str:
     m = max(1, math.ceil(seconds / 60))
     return f"{m // 1440}-{m % 1440 // 60:02d}:{m % 60:02d}:00"
@@ -176,13 +115,14 @@ def _mounts(plan: lp.LaunchPlan) -> list[tuple[str, str, bool]]:
         src = {"out": '"${OUT}"', "project": '"${PROJECT}"', "models": '"${MODELS}"'}.get(m.what) or word(
             m.source, f"mount {m.what}"
         )
-        out.append((src, _check(m.target, f"mount {m.what}"), m.read_only))
+        out.append((src, checked(m.target, f"mount {m.what}"), m.read_only))
     out.append(('"${PROJECT}"/src/reprostack', f"{CODE}/reprostack", True))
     return out
 
 
-def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
-    """The sbatch script of `plan` (see the module docstring). Raises SlurmRenderError before any text exists."""
+def _checked_options(plan: lp.LaunchPlan, o: SlurmOptions) -> tuple[str, str, str]:
+    """(gate, job name word, out dir) once every option and every value of the plan is one the script can carry;
+    else the SlurmRenderError of the first that is not, before any text exists."""
     if o.runtime not in RUNTIMES:
         raise SlurmRenderError(f"--runtime {o.runtime!r}: one of {', '.join(RUNTIMES)}")
     if o.nodes != plan.nodes:
@@ -195,7 +135,7 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     if o.mpi is not None and o.runtime != "pyxis":
         raise SlurmRenderError(slurm_mpi.refusal(o.runtime, plan))
     _validate(plan)
-    gate = _check(plan.gate, "gate")
+    gate = checked(plan.gate, "gate")
     job = word(o.job_name or f"rs-{gate}", "--job-name")
     out_s = path_arg(o.out, "--out", percent=True)
     if o.image:
@@ -204,17 +144,20 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         path_arg(o.sqsh, "--sqsh")
     if o.enroot_import is not None:  # pyxis only, a folder a mount spec keeps whole, the image by digest: or one line
         enroot.check(o.runtime, path_arg(o.enroot_import, "--enroot-import"), _image_word(plan, o)[0])
-    models_mount = o.runtime != "host" and any(m.what == "models" for m in plan.mounts)
     if o.models is not None and not any(m.what == "models" for m in plan.mounts):
         raise SlurmRenderError(f"--models: gate {plan.gate} serves no model (only the serving gates mount one)")
     if o.models is not None and o.runtime == "host":
         raise SlurmRenderError("--models: the host runtime mounts nothing (each node's engine reads its own HF_HOME)")
     if o.models is not None:
         path_arg(o.models, "--models")
-    outdir = PurePosixPath(out_s)
+    return gate, job, out_s
+
+
+def _sbatch_header(plan: lp.LaunchPlan, o: SlurmOptions, gate: str, job: str, outdir: PurePosixPath) -> list[str]:
+    """The script's head: what it runs, how to submit it, the #SBATCH options and the launch plan as comments."""
     L = [
         "#!/bin/bash",
-        f"# reprostack: gate {gate} [{_check(plan.profile, 'profile')}], {plan.nodes} node(s) x "
+        f"# reprostack: gate {gate} [{checked(plan.profile, 'profile')}], {plan.nodes} node(s) x "
         f"{plan.gpus_per_node} GPU(s) = EP{plan.ep_size}, runtime {o.runtime}"
         + (
             " (HOST MODE: each node's own packages, not the pinned image; the report says so)"
@@ -244,15 +187,22 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         "#",
         "# the launch plan (reprostack.launch.plan), for the reader:",
     ]
-    L += [f"#   {_check(line, 'plan')}" for line in plan.lines() if not line.startswith("mount ")]  # host paths
-    L += [
+    return L + [f"#   {checked(line, 'plan')}" for line in plan.lines() if not line.startswith("mount ")]  # host paths
+
+
+def _job_setup(plan: lp.LaunchPlan, o: SlurmOptions, out_s: str, models_mount: bool) -> list[str]:
+    """The batch shell's set-up: the project root checked against the lock's sha256, the out dir (and the models
+    folder) the job knows, checked as the launcher checks the paths it was given, the rendezvous from Slurm, the
+    plan's env."""
+    outdir = PurePosixPath(out_s)
+    L = [
         "set -euo pipefail",
         'PROJECT="${SLURM_SUBMIT_DIR:-$PWD}"',
         f"OUT={word(out_s) if outdir.is_absolute() else chr(34) + '${PROJECT}' + chr(34) + '/' + word(out_s)}",
         f"LOCK_SHA256={word(plan.lock_sha256 or '-', 'lock sha256')}",
         f"have=$(sha256sum \"${{PROJECT}}\"/{word(o.lock_name, 'lock')} 2>/dev/null | cut -d' ' -f1 || true)",
         'if [ "${have}" != "${LOCK_SHA256}" ]; then',
-        f'  echo "reprostack: ${{PROJECT}}/{_check(o.lock_name, "lock")}: sha256 ${{have:-missing}}, this script '
+        f'  echo "reprostack: ${{PROJECT}}/{checked(o.lock_name, "lock")}: sha256 ${{have:-missing}}, this script '
         'was rendered for ${LOCK_SHA256}: submit from that project root or render again" >&2',
         "  exit 2",
         "fi",
@@ -288,7 +238,45 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
     ]
     if plan.env:
         L.append("# the plan's env (the runner sets the gate's own env again for each process it starts)")
-        L += [f"export {_env_name(k, 'plan env')}={word(v, f'env {k}')}" for k, v in plan.env]
+        L += [f"export {env_name(k, 'plan env')}={word(v, f'env {k}')}" for k, v in plan.env]
+    return L
+
+
+def _preflight_step(plan: lp.LaunchPlan, o: SlurmOptions, srun: list[str]) -> list[str]:
+    """Step 1: `reprostack preflight` on every node (its log per node); a failing node ends the job."""
+    from ..gates.registry import gate as gate_named  # the CLI's name (nemo-rl), not the report's (nemo_rl)
+
+    pre = [
+        "python3",
+        "-m",
+        "reprostack",
+        "preflight",
+        gate_named(plan.gate).name,
+        "--out",
+        OUTV,
+        "--nodes",
+        str(plan.nodes),
+        "--node-rank",
+        RANK,
+        "--profile",
+        plan.profile,
+        "--lock",
+        f"{WORKV}/{o.lock_name}",
+    ]
+    return [
+        "# step 1: the cross-node preflight (same lock and image on every node, GPUs, EFA, provider efa, clocks,",
+        "# ports); a failing node is named in its log and nothing else runs",
+        " ".join(srun + ['--output="${OUT}"/' + word(f"{plan.outputs.logs}/preflight-node-%n.log")]) + " \\",
+        "  " + _task(plan, o, pre, per_node_out=False),
+    ]
+
+
+def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
+    """The sbatch script of `plan` (see the module docstring). Raises SlurmRenderError before any text exists."""
+    gate, job, out_s = _checked_options(plan, o)
+    models_mount = o.runtime != "host" and any(m.what == "models" for m in plan.mounts)
+    L = _sbatch_header(plan, o, gate, job, PurePosixPath(out_s))
+    L += _job_setup(plan, o, out_s, models_mount)
     L += _runtime_setup(plan, o)
     srun = ["srun", f"--nodes={plan.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0"]
     o_ = plan.outputs
@@ -297,31 +285,7 @@ def render(plan: lp.LaunchPlan, o: SlurmOptions) -> str:
         imported = '"${OUT}"/' + word(f"{o_.logs}/import-node-%n.log")
         L += enroot.import_step(_image_word(plan, o)[0], o.enroot_import, srun=srun, output=imported, word=word)
     if o.preflight:
-        from ..gates.registry import gate as gate_named  # the CLI's name (nemo-rl), not the report's (nemo_rl)
-
-        pre = [
-            "python3",
-            "-m",
-            "reprostack",
-            "preflight",
-            gate_named(plan.gate).name,
-            "--out",
-            OUTV,
-            "--nodes",
-            str(plan.nodes),
-            "--node-rank",
-            RANK,
-            "--profile",
-            plan.profile,
-            "--lock",
-            f"{WORKV}/{o.lock_name}",
-        ]
-        L += [
-            "# step 1: the cross-node preflight (same lock and image on every node, GPUs, EFA, provider efa, clocks,",
-            "# ports); a failing node is named in its log and nothing else runs",
-            " ".join(srun + ['--output="${OUT}"/' + word(f"{o_.logs}/preflight-node-%n.log")]) + " \\",
-            "  " + _task(plan, o, pre, per_node_out=False),
-        ]
+        L += _preflight_step(plan, o, srun)
     if o.mpi is not None:  # the ranks started by MPI, then node 0 judges what they wrote (cluster.slurm_mpi)
         return "\n".join(L + slurm_mpi.lines(o.mpi, word, partial(_task, plan, o), o.agent, o_.node_log(0)))
     gate_srun = [*srun[:-1], "--kill-on-bad-exit=1"]  # node 0 ends the step once it has reported (workers exit 0)
@@ -369,19 +333,19 @@ def _job_exit(o_: lp.Outputs, gate: str) -> list[str]:
 def _validate(plan: lp.LaunchPlan) -> None:
     """Every value of the plan that reaches the script, checked once, named (spec env, commands, image, mounts)."""
     for k, v in plan.env:
-        _env_name(k, "plan env")
-        _check(v, f"env {k}")
+        env_name(k, "plan env")
+        checked(v, f"env {k}")
     for c in plan.commands:
         for k, v in c.env:
-            _check(f"{k}={v}", f"node {c.node} env")
+            checked(f"{k}={v}", f"node {c.node} env")
         for a in c.argv:
-            _check(a, f"node {c.node} command")
+            checked(a, f"node {c.node} command")
     if plan.image is not None:
-        _check(plan.image.describe(), "image")
+        checked(plan.image.describe(), "image")
     for m in plan.mounts:
-        _check(m.target, f"mount {m.what}")
+        checked(m.target, f"mount {m.what}")
     for n in plan.notes:
-        _check(n, "plan note")
+        checked(n, "plan note")
 
 
 def _master_port(agent) -> str:
@@ -424,11 +388,11 @@ def _runtime_setup(plan: lp.LaunchPlan, o: SlurmOptions) -> list[str]:
             'if [ -d "${PROJECT}/src/reprostack" ]; then export PYTHONPATH="${PROJECT}/src${PYTHONPATH:+:${PYTHONPATH}}"; fi',
         ]
     ref, how = _image_word(plan, o)
-    recipe = _check(plan.image.recipe, "image recipe")
+    recipe = checked(plan.image.recipe, "image recipe")
     sqsh = o.sqsh or f"out/images/{recipe}.sqsh"
     out = [
-        f"# image: {_check(plan.image.describe(), 'image')}",
-        IMAGE_FROM + _check(_image_from(plan, o, ref, how, sqsh), "image"),
+        f"# image: {checked(plan.image.describe(), 'image')}",
+        IMAGE_FROM + checked(_image_from(plan, o, ref, how, sqsh), "image"),
     ]
     if o.runtime == "docker":
         if not ref and not plan.image.tag:
@@ -447,7 +411,7 @@ def _runtime_setup(plan: lp.LaunchPlan, o: SlurmOptions) -> list[str]:
         "# the image as an enroot squashfs, made once on a node with docker and enroot:",
         f"#   reprostack build {recipe} --save out/images/{recipe}.tar   (then on that node: "
         f"reprostack build --load out/images/{recipe}.tar)",
-        f"#   enroot import -o {_check(sqsh, '--sqsh')} {_check(made, 'image id')}",
+        f"#   enroot import -o {checked(sqsh, '--sqsh')} {checked(made, 'image id')}",
         f"export SQSH={word(sqsh, '--sqsh') if sqsh.startswith('/') else chr(34) + '${PROJECT}' + chr(34) + '/' + word(sqsh, '--sqsh')}",
         'if [ ! -f "${SQSH}" ]; then echo "reprostack: ${SQSH}: no such squashfs (see the comment above)" >&2; '
         "exit 2; fi",

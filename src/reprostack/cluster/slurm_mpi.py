@@ -12,7 +12,7 @@ not stop the next (each is judged). Then one task on node 0, the in-image runner
 
 Invariants: only pyxis runs these steps (its PMIx support; a docker, enroot or host runtime is one
 SlurmRenderError line); every value reaches the text through the `word` quoting the caller passes
-(cluster.slurm.word), every env name was checked by the caller; the lines are the same for the same launch.
+(cluster.slurm_words.word), every env name was checked by the caller; the lines are the same for the same launch.
 """
 
 from __future__ import annotations

@@ -54,6 +54,64 @@ class NodeRun:
         }
 
 
+def _run_kwargs(
+    client, plan: LaunchPlan, node: int, *, efa_devices, gpu_ids, gpus: bool, gdrdrv
+) -> tuple[dict, object]:
+    """(docker run options, the local image) of node `node`: the plan's options, no GPU request for a CPU profile,
+    the host's GDRCopy device where the plan has EFA, the image by its id; LaunchError when the engine lacks it."""
+    import docker.errors
+
+    kwargs = docker_run_kwargs(plan, node, efa_devices=efa_devices, gpu_ids=gpu_ids)
+    if not gpus:
+        kwargs["device_requests"] = []
+    for target in host_devices(plan):  # GDRCopy's device: GIN on EFA needs it in the container
+        source = gdrdrv or target
+        if os.path.exists(source):
+            kwargs["devices"].append(f"{source}:{target}:rwm")
+    try:
+        image = client.images.get(kwargs["image"])
+    except docker.errors.ImageNotFound:
+        raise LaunchError(
+            f"gate {plan.gate}: image {kwargs['image']} is not on this engine "
+            f"(build it with `reprostack build {plan.image.recipe}` or load it with "
+            f"`reprostack build --load FILE`)"
+        ) from None
+    kwargs["image"] = image.id
+    return kwargs, image
+
+
+def _stop_at(container, timeout_s: float, grace_s: float, done: threading.Event) -> threading.Event:
+    """Start a thread that stops `container` (SIGTERM, SIGKILL after `grace_s`) unless `done` is set within
+    `timeout_s` (none when <= 0); returns the event it sets when it did."""
+    import docker.errors
+
+    timed_out = threading.Event()
+
+    def watchdog():
+        if not done.wait(timeout_s if timeout_s > 0 else None):
+            timed_out.set()
+            try:
+                container.stop(timeout=grace_s)  # SIGTERM, then SIGKILL after the grace period
+            except docker.errors.APIError:
+                pass
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    return timed_out
+
+
+def _stream(container, log: Path, node: int) -> None:
+    """The container's output, line by line with a `[node N]` prefix, into `log` as it prints (line buffered)."""
+    with open(log, "w", buffering=1, errors="replace") as f:
+        pending = b""
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                f.write(f"[node {node}] {line.decode(errors='replace')}\n")
+        if pending:
+            f.write(f"[node {node}] {pending.decode(errors='replace')}\n")
+
+
 def run_node(
     client,
     plan: LaunchPlan,
@@ -75,22 +133,7 @@ def run_node(
     before anything runs."""
     import docker.errors
 
-    kwargs = docker_run_kwargs(plan, node, efa_devices=efa_devices, gpu_ids=gpu_ids)
-    if not gpus:
-        kwargs["device_requests"] = []
-    for target in host_devices(plan):  # GDRCopy's device: GIN on EFA needs it in the container
-        source = gdrdrv or target
-        if os.path.exists(source):
-            kwargs["devices"].append(f"{source}:{target}:rwm")
-    try:
-        image = client.images.get(kwargs["image"])
-    except docker.errors.ImageNotFound:
-        raise LaunchError(
-            f"gate {plan.gate}: image {kwargs['image']} is not on this engine "
-            f"(build it with `reprostack build {plan.image.recipe}` or load it with "
-            f"`reprostack build --load FILE`)"
-        ) from None
-    kwargs["image"] = image.id
+    kwargs, image = _run_kwargs(client, plan, node, efa_devices=efa_devices, gpu_ids=gpu_ids, gpus=gpus, gdrdrv=gdrdrv)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / plan.outputs.node_log(node)  # the output contract's node log
@@ -102,29 +145,10 @@ def run_node(
         raise LaunchError(
             f"gate {plan.gate}: the engine refused node {node}'s container: {e.explanation or e}"
         ) from None
-    timed_out = threading.Event()
-
-    def watchdog():
-        if not done.wait(plan.timeout_s if plan.timeout_s > 0 else None):
-            timed_out.set()
-            try:
-                container.stop(timeout=grace_s)  # SIGTERM, then SIGKILL after the grace period
-            except docker.errors.APIError:
-                pass
-
     done = threading.Event()
-    dog = threading.Thread(target=watchdog, daemon=True)
-    dog.start()
+    timed_out = _stop_at(container, plan.timeout_s, grace_s, done)
     try:
-        with open(log, "w", buffering=1, errors="replace") as f:
-            pending = b""
-            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    f.write(f"[node {node}] {line.decode(errors='replace')}\n")
-            if pending:
-                f.write(f"[node {node}] {pending.decode(errors='replace')}\n")
+        _stream(container, log, node)
         status = container.wait()
         code = None if timed_out.is_set() else int(status.get("StatusCode", -1))
     finally:

@@ -225,6 +225,75 @@ def _watch(proc, pgid: int, cookie: str, watch, every_s: float, stop: threading.
         stop.wait(every_s)
 
 
+class _LogPump:
+    """The run's merged output into the log, in its own thread: each line as received (stamped with the seconds
+    since `start` when asked), echoed, and handed to `on_line`; then the watchdog's last line, after the pipe."""
+
+    def __init__(self, proc, log, argv0: str, *, start: float, stamp: bool, echo: bool, on_line):
+        self.proc, self.log, self.argv0, self.start, self.stamp, self.echo = proc, log, argv0, start, stamp, echo
+        self.lock, self.ends_with_newline, self.closed, self.callback = threading.Lock(), True, False, on_line
+        self.thread = threading.Thread(target=self._pump, name=f"watchdog-log-{proc.pid}", daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        # at most 1 MiB at a time: output without newlines (a binary dump) never piles up in memory; only a
+        # piece that starts a line goes to the callback (the rest of an overlong line is no line of its own)
+        for line in iter(lambda: self.proc.stdout.readline(_LINE_MAX), b""):
+            with self.lock:
+                if self.closed:
+                    return
+                starts_line = self.ends_with_newline
+                if self.stamp and starts_line:
+                    self.log.write(b"%7.1f " % (time.monotonic() - self.start))
+                self.log.write(line)
+                self.log.flush()
+                self.ends_with_newline = line.endswith(b"\n")
+            if self.echo:
+                sys.stdout.write(line.decode(errors="replace"))
+                sys.stdout.flush()
+            if self.callback is not None and starts_line:
+                try:
+                    self.callback(line.decode(errors="replace").rstrip("\r\n"))
+                except Exception as e:  # our display's bug must never cost the run its log
+                    self.callback = None
+                    from .. import ui
+
+                    ui.warn(f"progress from {self.argv0}'s output stopped: {type(e).__name__}: {e}")
+
+    def close(self, note: str | None) -> str | None:
+        """Wait (a while) for the pipe's end, append `note` (and that the pipe is still open, when it is) as the
+        log's last line; returns the note as written."""
+        self.thread.join(_READER_JOIN_S)
+        with self.lock:
+            if self.thread.is_alive():  # a process outside the group still holds the pipe open
+                note = (note + "; " if note else f"{WATCHDOG_TAG} ") + "output pipe still open, log may be incomplete"
+            if note:
+                self.log.write((b"" if self.ends_with_newline else b"\n") + note.encode() + b"\n")
+                self.log.flush()
+                if self.echo:
+                    print(note, flush=True)
+            self.closed = True
+        if not self.thread.is_alive():
+            self.proc.stdout.close()
+        return note
+
+
+def _wait(proc, pgid: int, cookie: str, timeout_s: float, grace_s: float, stop_watch: threading.Event):
+    """Wait for the leader until `timeout_s`: (timed_out, killed pids, SIGKILL needed, note); at the timeout every
+    process of the run is killed; on any exception (KeyboardInterrupt) too, before it propagates."""
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        killed, sigkill = kill_run(proc, pgid, cookie, grace_s)
+        how = f"SIGKILL after {grace_s:g} s" if sigkill else f"group gone within {grace_s:g} s, no SIGKILL"
+        return True, killed, sigkill, f"{WATCHDOG_TAG} timeout after {timeout_s:g} s: SIGTERM to pgid {pgid}, {how}"
+    except BaseException:
+        stop_watch.set()
+        kill_run(proc, pgid, cookie, min(grace_s, 2.0))
+        raise
+    return False, [], False, None
+
+
 def run_with_watchdog(
     argv: list[str],
     *,
@@ -266,7 +335,6 @@ def run_with_watchdog(
     env, cookie = with_cookie(env)
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    lock = threading.Lock()
     with open(log_path, "ab" if append else "wb") as log:
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -278,53 +346,15 @@ def run_with_watchdog(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        pgid, ends_with_newline, closed, callback = proc.pid, [True], [False], [on_line]
-
-        def pump() -> None:
-            # at most 1 MiB at a time: output without newlines (a binary dump) never piles up in memory; only a
-            # piece that starts a line goes to the callback (the rest of an overlong line is no line of its own)
-            for line in iter(lambda: proc.stdout.readline(_LINE_MAX), b""):
-                with lock:
-                    if closed[0]:
-                        return
-                    starts_line = ends_with_newline[0]
-                    if stamp and starts_line:
-                        log.write(b"%7.1f " % (time.monotonic() - start))
-                    log.write(line)
-                    log.flush()
-                    ends_with_newline[0] = line.endswith(b"\n")
-                if echo:
-                    sys.stdout.write(line.decode(errors="replace"))
-                    sys.stdout.flush()
-                if callback[0] is not None and starts_line:
-                    try:
-                        callback[0](line.decode(errors="replace").rstrip("\r\n"))
-                    except Exception as e:  # our display's bug must never cost the run its log
-                        callback[0] = None
-                        from .. import ui
-
-                        ui.warn(f"progress from {argv[0]}'s output stopped: {type(e).__name__}: {e}")
-
-        reader = threading.Thread(target=pump, name=f"watchdog-log-{pgid}", daemon=True)
-        reader.start()
+        pgid = proc.pid
+        pump = _LogPump(proc, log, argv[0], start=start, stamp=stamp, echo=echo, on_line=on_line)
         watcher, stop_watch = None, threading.Event()
         if watch is not None:
             watcher = threading.Thread(
                 target=_watch, args=(proc, pgid, cookie, watch, watch_every_s, stop_watch, argv[0]), daemon=True
             )
             watcher.start()
-        timed_out, killed, sigkill, note = False, [], False, None  # type: bool, list[int], bool, str | None
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            killed, sigkill = kill_run(proc, pgid, cookie, grace_s)
-            how = f"SIGKILL after {grace_s:g} s" if sigkill else f"group gone within {grace_s:g} s, no SIGKILL"
-            note = f"{WATCHDOG_TAG} timeout after {timeout_s:g} s: SIGTERM to pgid {pgid}, {how}"
-        except BaseException:
-            stop_watch.set()
-            kill_run(proc, pgid, cookie, min(grace_s, 2.0))
-            raise
+        timed_out, killed, sigkill, note = _wait(proc, pgid, cookie, timeout_s, grace_s, stop_watch)
         duration = time.monotonic() - start
         if watcher is not None:
             stop_watch.set()
@@ -334,18 +364,7 @@ def run_with_watchdog(
             note = f"{WATCHDOG_TAG} {len(killed)} process(es) left in pgid {pgid} after exit: SIGTERM" + (
                 f", SIGKILL after {grace_s:g} s" if sigkill else ""
             )
-        reader.join(_READER_JOIN_S)
-        with lock:
-            if reader.is_alive():  # a process outside the group still holds the pipe open
-                note = (note + "; " if note else f"{WATCHDOG_TAG} ") + "output pipe still open, log may be incomplete"
-            if note:
-                log.write((b"" if ends_with_newline[0] else b"\n") + note.encode() + b"\n")
-                log.flush()
-                if echo:
-                    print(note, flush=True)
-            closed[0] = True
-        if not reader.is_alive():
-            proc.stdout.close()
+        note = pump.close(note)
     rc = proc.returncode
     try:
         name = signal.Signals(-rc).name if rc < 0 else None
