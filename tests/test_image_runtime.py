@@ -255,6 +255,26 @@ def test_the_megatron_tree_is_importable_under_what_the_slurm_script_exports(rec
         assert f"echo {tree} > " in step and 'sysconfig.get_paths()["purelib"]' in step
 
 
+def test_under_pyxis_the_task_sets_its_own_pythonpath(lock, tmp_path):
+    """Seen in the real-image rehearsal (results/rehearsal/pyxis.md): pyxis gave the container the SUBMITTER's
+    PYTHONPATH, not the value of srun's `--export=ALL,PYTHONPATH=...`, so `python3 -m reprostack` in the deepep image
+    said "No module named reprostack" on both nodes whenever the operator's shell had a PYTHONPATH (a module system, a
+    conda env). The task's own shell now exports it first: whatever the container starts with, the gate's python
+    finds the mounted code."""
+    call = pyxis_srun(tmp_path, "micro", lock)
+    inner = call[-1]
+    assert call[-3:-1] == ["bash", "-c"] and inner.startswith(f"export PYTHONPATH={slurm.CODE} PYTHONUNBUFFERED=1;")
+    first = inner.split(";", 1)[0]
+    got = subprocess.run(
+        ["bash", "-c", first + '; printf "%s" "$PYTHONPATH"'],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": "/home/operator/conda/lib/python3.11"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert got.stdout == slurm.CODE
+
+
 def chain_image(docker_client, name: str) -> str:
     """The id of image `name` as results/images/chain.json records it, when this engine holds it; else a skip."""
     rec = json.loads((REPO / "results" / "images" / "chain.json").read_text())

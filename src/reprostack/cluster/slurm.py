@@ -426,6 +426,8 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     wrapped in the runtime. Returns one shell line."""
     host = o.runtime == "host"
     pre = ['RS_OUT="${OUT}"; RS_WORK="${PROJECT}"' if host else f"RS_OUT={IN_OUT}; RS_WORK={IN_WORK}"]
+    if o.runtime == "pyxis":  # pyxis gives the container the submitter's PYTHONPATH over srun's --export value
+        pre.insert(0, f"export PYTHONPATH={CODE} PYTHONUNBUFFERED=1")  # (results/rehearsal/pyxis.md): set it inside
     o_ = plan.outputs
     if per_node_out:
         # the time limit's SIGTERM (`#SBATCH --signal`) reaches every process of the step: this shell waits for the
