@@ -619,3 +619,27 @@ def test_import_uri_of_hostile_references_is_one_line_or_an_enroot_uri(ref):
         assert "\n" not in str(e) and str(e).startswith("--enroot-import: ")
         return
     assert ENROOT3_URI.match(uri) and len(hexd) == 64 and not re.search(r"[$`\s;&|]", uri)
+
+
+@pytest.mark.parametrize("runtime", [r for r in slurm.RUNTIMES if r != "host"])
+def test_in_an_image_the_agent_takes_the_images_prebuilt_kernels(runtime, lock):
+    """Found with the real deepep image under pyxis (results/rehearsal/pyxis.md): the rendered in-image runner had no
+    `--kernels-manifest`, so on a cluster every node would have fetched and built DeepEP from source (compute nodes
+    without internet: a fetch error) instead of taking the image's checked prebuilt kernels, as `gate G --container`
+    does. Every gate that takes prebuilt kernels names the image's manifest in the Slurm script and in the Kubernetes
+    manifests; host mode builds on the node, as before."""
+    from reprostack.gates.container import MANIFEST
+
+    for g in registry.rendered(REPO):
+        takes = bool(g.prebuilt_kernels(g.load(REPO)))
+        if runtime != "pyxis" and g.name == "fabric":
+            continue  # an MPI-started gate (fabric) renders under pyxis only
+        text = render(g.name, lock, runtime=runtime, image="registry.invalid/r@sha256:" + "0" * 64)
+        assert (f"--kernels-manifest {MANIFEST}" in text) is takes, (g.name, runtime)
+        if runtime == "pyxis":  # the committed manifests are what rendering gives (test_launch_k8s checks)
+            yamls = "".join(
+                f.read_text() for f in sorted((REPO / "docs" / "examples" / "k8s").glob(f"{g.name}*/*.yaml"))
+            )
+            assert yamls and ("--kernels-manifest" in yamls) is takes, g.name
+    host = render("micro", lock, runtime="host")
+    assert "--kernels-manifest" not in host

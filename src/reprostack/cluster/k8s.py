@@ -470,8 +470,9 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port
         master_addr="${MASTER_ADDR}",
         master_port=master_port or MASTER_PORT,
     )
-    argv = tuple(inner_argv(g, a, lock))
-    runs = g.launches(g.load(root), a)
+    spec = g.load(root)  # the image's prebuilt kernels for a gate that takes them (never a node-side rebuild)
+    argv = tuple(inner_argv(g, a, lock, kernels=bool(g.prebuilt_kernels(spec))))
+    runs = g.launches(spec, a)
     env = tuple(sorted({**dict(plan.env), "PYTHONPATH": f"{WORK}/src", "PYTHONUNBUFFERED": "1"}.items()))
     cmds = tuple(lp.NodeCommand(n, "leader" if n == 0 else "worker", argv) for n in range(nodes))
     return dataclasses.replace(

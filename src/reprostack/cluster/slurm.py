@@ -490,14 +490,16 @@ def _task(plan: lp.LaunchPlan, o: SlurmOptions, argv: list[str], *, per_node_out
     return f"bash -c {shlex.quote(run)}"
 
 
-def agent_argv(g, a, lock, *, host: bool, cache: str | None) -> tuple[str, ...]:
+def agent_argv(g, a, lock, *, host: bool, cache: str | None, kernels: bool = False) -> tuple[str, ...]:
     """The per-node agent: gates.container's in-image runner command (`python3 -m reprostack gate G --no-container
     ...`) for GateOptions `a`, with the node rank and master address left to each task (RANK / MASTER) and its paths
     as the runtime sees them (OUTV, WORKV); host mode keeps the operator's --cache (None: the runner's default)."""
     import dataclasses
     from ..gates.container import inner_argv
 
-    argv = inner_argv(g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER, run_id=JOBV), lock)
+    argv = inner_argv(  # in an image: its prebuilt kernels (`kernels`), as `gate G --container` takes them
+        g, dataclasses.replace(a, node_rank=RANK, master_addr=MASTER, run_id=JOBV), lock, kernels=kernels and not host
+    )
     lock_in = f"{IN_WORK}/{PurePosixPath(str(lock.path)).name}"
     out = [OUTV if x == IN_OUT else WORKV + x[len(IN_WORK) :] if x == lock_in else x for x in argv]
     if host:
@@ -551,7 +553,14 @@ def script_for(
         arms=tuple(arms or ()),
         launched_logs=f"{IN_OUT}/{mpi.logs}" if mpi else None,
     )
-    agent = agent_argv(g, ga, lock, host=runtime == "host", cache=cache if runtime == "host" else None)
+    agent = agent_argv(
+        g,
+        ga,
+        lock,
+        host=runtime == "host",
+        cache=cache if runtime == "host" else None,
+        kernels=bool(g.prebuilt_kernels(spec)),
+    )
     runs = g.launches(spec, ga)
     return render(
         plan,

@@ -245,7 +245,7 @@ class MicroGate(Gate):
             return st.error(f"one-NCCL preflight: {e}")
         try:
             if st.standin is not None:  # no kernels: a stand-in library the replayed ranks map (gates.standin)
-                kern = stand_in_kernels(st.ctx.lock, st.out_dir / self.stem)
+                kern = stand_in_kernels(st.ctx.lock, st.out_dir / self.stem, st.opts, st.ctx.root)
             else:
                 kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, st.scratch["pre"])
         except ReprostackError as e:

@@ -50,6 +50,7 @@ TRIALS_LOG = "results/gate_micro/2026-12-02-h200-ep1-k5/micro/test_ep.log"  # re
 # the campaign's 2 x p5en serve log (NCCL 2.30.4 + aws-ofi-nccl, 16 ranks): each rank's own NCCL INFO lines
 NCCL_LINES = "tests/fixtures/published-2026-07/trtllm-shim/serve_log_head.log"
 DRIVER = "580.159.04"  # nvidia-smi on the lent H200 (results/gate_micro/*/gpu.txt)
+RECORDED_ARCH = "90"  # the H200's compute capability 9.0 (nvidia-smi compute_cap of the run TRIALS_LOG replays)
 GPU = "NVIDIA H200"
 P5EN_GPUS, P5EN_EFA = 8, 16
 
