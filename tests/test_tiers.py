@@ -81,7 +81,9 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "lib"), str(REPO / "src")])}
+    # hermetic: the outer run's PYTEST_ADDOPTS (scripts/bench_suite.py's --junitxml, -n ...) is not the sample's
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "lib"), str(REPO / "src")])
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", *args], cwd=root, env=env, capture_output=True, text=True
     )
