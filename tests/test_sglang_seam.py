@@ -23,7 +23,7 @@ import pytest
 from reprostack import paths
 from reprostack.gitcmd import git
 from reprostack.lock import GitPin, PatchEntry
-from reprostack.lock.model import load
+from reprostack.lock import load
 from reprostack.patch import apply_series, check_patch_headers
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,21 +4,21 @@ edit the lock: `lock wheels` (lock.wheels, lock.wheelset, resolved by pip throug
 
 Invariants:
 - `from reprostack.lock import Lock, GitPin, load, LOCKFILE, ...` is the model's public face: every name below is
-  lock.model's (the pins it re-exports from lock.pins, typed by lock.typed); the editing commands are imported by name (`from reprostack.lock import wheels`), never here,
+  lock.model's (`load`, `Lock`, LOCKFILE) or lock.pins' (the pins, typed by lock.typed); the editing commands are
+  imported by name (`from reprostack.lock import wheels`), never here,
   so loading a lock never imports pip's or a registry's code paths;
 - the package imports only the base layer (reprostack.layers): fetch, containers and gates read the lock, it
   reads none of them.
 """
 
 from . import stacks
-from .model import (
+from .model import LOCKFILE, Lock, load
+from .pins import (
     DOCKER_HUB,
-    LOCKFILE,
     DebFile,
     DebsPin,
     GitPin,
     ImagePin,
-    Lock,
     PatchEntry,
     PatchFileError,
     Policy,
@@ -28,7 +28,6 @@ from .model import (
     WheelsetFile,
     WheelsetPin,
     canonical_name,
-    load,
     patch_path,
     read_patch_file,
     ref_problem,

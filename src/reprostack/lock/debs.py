@@ -45,7 +45,7 @@ import yaml
 from ..errors import LockError, ReprostackError
 from . import debian
 from . import fill as lockfill
-from . import model as lockmod
+from .. import lock as lockmod  # the pin model's public face (lock.model, lock.pins)
 
 MAX_RELEASE_BYTES = 4 << 20
 TIMEOUT_S = 120.0

@@ -13,7 +13,7 @@ import yaml
 
 from ..atomicfile import write_text_atomic
 from ..errors import LockError, ReprostackError
-from . import model as lockmod
+from .. import lock as lockmod  # the pin model's public face (lock.model, lock.pins)
 
 
 @dataclass(frozen=True)

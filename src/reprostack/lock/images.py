@@ -42,8 +42,8 @@ import yaml
 
 from ..errors import LockError, ReprostackError
 from . import fill as lockfill
-from . import model as lockmod
-from .model import split_repo
+from .. import lock as lockmod  # the pin model's public face (lock.model, lock.pins)
+from .pins import split_repo
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",

@@ -1,8 +1,8 @@
 """Load and validate `upstreams.lock` into typed, immutable pins (`load` -> `Lock`).
 
 The pins themselves and the checks of single values are lock.pins; typing each `kind:` with the checks a schema
-cannot state is lock.typed; this module reads the file, validates it against the schema, types every stack, and
-re-exports the pins' public names (`from reprostack.lock.model import GitPin, load, ...` keeps working).
+cannot state is lock.typed; this module reads the file, validates it against the schema and types every stack (the pins are imported from
+lock.pins, or from the package `reprostack.lock`).
 
 Invariants (checked here and in lock.typed, relied on by every later stage):
 - every git pin is a 40-hex commit id plus its 40-hex tree hash; a ref (`refs/...`) is only a hint of
@@ -30,56 +30,15 @@ from ..errors import LockError
 from ..yamlsrc import compose, dotted as _dotted, line_of as _line, read_bytes, validate
 from . import stacks as lockstacks
 from .pins import (
-    DOCKER_HUB,
-    DebFile,
     DebsPin,
     GitPin,
     ImagePin,
-    PatchEntry,
-    PatchFileError,
-    Policy,
-    Submodule,
-    WheelFile,
     WheelPin,
-    WheelsetFile,
     WheelsetPin,
-    canonical_name,
-    library_family,
-    patch_path,
-    read_patch_file,
     ref_problem,
-    split_repo,
-    submodule_path_problem,
-    wheel_filename_problem,
 )
 from .typed import type_pins
 
-__all__ = [  # lock.model's public face before lock.pins and lock.typed were split off, kept for its importers
-    "DOCKER_HUB",
-    "LOCKFILE",
-    "DebFile",
-    "DebsPin",
-    "GitPin",
-    "ImagePin",
-    "Lock",
-    "PatchEntry",
-    "PatchFileError",
-    "Policy",
-    "Submodule",
-    "WheelFile",
-    "WheelPin",
-    "WheelsetFile",
-    "WheelsetPin",
-    "canonical_name",
-    "library_family",
-    "load",
-    "patch_path",
-    "read_patch_file",
-    "ref_problem",
-    "split_repo",
-    "submodule_path_problem",
-    "wheel_filename_problem",
-]
 
 LOCKFILE = "upstreams.lock"
 

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..digest import sha256_file
 from ..errors import ReprostackError
-from . import model as lockmod
+from .. import lock as lockmod  # the pin model's public face (lock.model, lock.pins)
 
 _DROP_ENV = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_INDEX_URL")
 

@@ -28,7 +28,7 @@ import yaml
 
 from ..errors import LockError, ReprostackError
 from . import fill as lockfill
-from . import model as lockmod
+from .. import lock as lockmod  # the pin model's public face (lock.model, lock.pins)
 from . import wheelset
 from .pip import Resolved, download_hash, pip_report, report_wheel
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ReprostackError
-from . import model as lockmod
+from .. import lock as lockmod  # the pin model's public face (lock.model, lock.pins)
 from .pip import Resolved, download_hash, pip_report, report_wheel
 
 
