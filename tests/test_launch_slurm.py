@@ -631,9 +631,10 @@ def test_in_an_image_the_agent_takes_the_images_prebuilt_kernels(runtime, lock):
     from reprostack.gates.container import MANIFEST
 
     for g in registry.rendered(REPO):
-        takes = bool(g.prebuilt_kernels(g.load(REPO)))
-        if runtime != "pyxis" and g.name == "fabric":
-            continue  # an MPI-started gate (fabric) renders under pyxis only
+        spec = g.load(REPO)
+        takes = bool(g.prebuilt_kernels(spec))
+        if runtime != "pyxis" and g.mpi_launch(spec, spec.profiles[g.published_profile(spec)]) is not None:
+            continue  # a profile MPI starts renders under pyxis only
         text = render(g.name, lock, runtime=runtime, image="registry.invalid/r@sha256:" + "0" * 64)
         assert (f"--kernels-manifest {MANIFEST}" in text) is takes, (g.name, runtime)
         if runtime == "pyxis":  # the committed manifests are what rendering gives (test_launch_k8s checks)

@@ -167,6 +167,10 @@ def _twice_scratch(t: dict, chain: dict) -> str:
     return ""
 
 
+# a gate run's stages (its report's data.timings_s), in the order the bench tables show them
+STAGES = ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
+
+
 def gen_bench(root: Path, args: list[str]) -> str:
     runs = bench_runs(root / "results" / "bench")
     rows = [
@@ -197,18 +201,17 @@ def gen_bench(root: Path, args: list[str]) -> str:
         f"| every committed run (code versions mixed) | {spread([r.cold_s for r in runs])} | "
         f"{spread([r.warm_s for r in runs])} | {spread([r.from_nothing_s for r in runs])} |"
     )
-    stage_names = ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
     rows += [
         "",
         "| where each run's seconds went (the gate report's data.timings_s) | run | "
-        + " | ".join(n.removesuffix("_s") for n in stage_names)
+        + " | ".join(n.removesuffix("_s") for n in STAGES)
         + " |",
-        "|---|---|" + "---|" * len(stage_names),
+        "|---|---|" + "---|" * len(STAGES),
     ]
     for r in runs:
         for kind, st in r.stages:
             rows.append(
-                f"| `{r.path}` | {kind} | " + " | ".join(_num(st[n]) if n in st else "—" for n in stage_names) + " |"
+                f"| `{r.path}` | {kind} | " + " | ".join(_num(st[n]) if n in st else "—" for n in STAGES) + " |"
             )
     return "\n".join(rows) + "\n"
 
@@ -278,12 +281,7 @@ def gen_kcache(root: Path, args: list[str]) -> str:
             )
             first = ((doc.get("runs") or {}).get(kind) or [{}])[0].get("stages_s") or {}
             stages.append(
-                f"| `{rel}` | {kind} | "
-                + " | ".join(
-                    _num(first.get(n)) if n in first else "—"
-                    for n in ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
-                )
-                + " |"
+                f"| `{rel}` | {kind} | " + " | ".join(_num(first.get(n)) if n in first else "—" for n in STAGES) + " |"
             )
     rows += [
         "",
