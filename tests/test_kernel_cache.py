@@ -106,6 +106,12 @@ def world(tmp_path, regex_obj, monkeypatch):
     built, _ = Node(w, "builder").build()
     (built.out / "jit" / "cache" / "kernel.dispatch.abc").mkdir(parents=True)
     (built.out / "jit" / "cache" / "kernel.dispatch.abc" / "kernel.cubin").write_bytes(b"\x7fELF cubin")
+    # what a test run leaves in the build: torch.compile's caches (kernels.runtime.runtime_env), and a link in one
+    (built.out / "inductor" / "fxgraph" / "ab").mkdir(parents=True)
+    (built.out / "inductor" / "fxgraph" / "ab" / "entry").write_bytes(b"compiled graph")
+    (built.out / "inductor" / "latest").symlink_to(built.out / "inductor" / "fxgraph")
+    (built.out / "triton" / "XYZ").mkdir(parents=True)
+    (built.out / "triton" / "XYZ" / "k.cubin").write_bytes(b"\x7fELF triton cubin")
     w["built"] = built
     return w
 
@@ -133,6 +139,8 @@ def test_push_to_the_local_registry_then_a_cold_node_pulls_instead_of_building(w
     paths = {f["path"] for f in m["files"]}
     assert {"build.json", "build.log", world["built"].info["extension"]} <= paths
     assert "jit/cache/kernel.dispatch.abc/kernel.cubin" in paths and not any(p.startswith("overlay") for p in paths)
+    # torch.compile's caches travel too (a cold hit compiles nothing again); a link in a cache is left behind
+    assert {"inductor/fxgraph/ab/entry", "triton/XYZ/k.cubin"} <= paths and not any("latest" in p for p in paths)
     assert m["arch"] == "90" and m["toolchain"]["nvcc_version"] == "13.0"
     assert m["cubins"]["tool"] is None or m["cubins"]["objects"]  # cuobjdump absent here: said, not guessed
     # the registry holds an ORAS-style artifact: artifactType, the envelope as config, one layer per file
@@ -145,6 +153,8 @@ def test_push_to_the_local_registry_then_a_cold_node_pulls_instead_of_building(w
     assert (b.origin, b.reused, rec["result"]) == ("cache", False, "hit")
     assert rec["signer"].endswith("(build node)")
     assert so_of(b).read_bytes() == so_of(world["built"]).read_bytes()
+    assert (b.out / "triton" / "XYZ" / "k.cubin").read_bytes() == b"\x7fELF triton cubin"
+    assert (b.out / "inductor" / "fxgraph" / "ab" / "entry").read_bytes() == b"compiled graph"
     overlay_nccl = b.out / "overlay" / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
     assert overlay_nccl.resolve() == (world["nccl"].out / "build" / "lib" / "libnccl.so.2").resolve()
     assert "pulled and verified (signed by" in capsys.readouterr().err

@@ -650,7 +650,7 @@ def test_build_deepep_with_static_libstdcxx_compiler(tmp_path, regex_obj, monkey
 def test_runtime_env_with_a_cache_keeps_bytecode_out_of_the_trees_and_reuses_it(tmp_path):
     """With cache_root, a process importing modules from a source tree (the verified deepep tree, the overlay) writes
     no __pycache__ there: its bytecode lands under <cache>/pycache, and the next process loads it from there instead
-    of compiling the sources again (the warm test's start-up on the H200). Inductor's cache sits beside it."""
+    of compiling the sources again (the warm test's start-up on the H200). Inductor's cache sits in the build."""
     import subprocess
     import sys
 
@@ -662,7 +662,9 @@ def test_runtime_env_with_a_cache_keeps_bytecode_out_of_the_trees_and_reuses_it(
     )
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert env["PYTHONPYCACHEPREFIX"] == str(cache / "pycache")
-    assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == (str(cache / "inductor"), "1")
+    # torch.compile's caches live in the build, beside DeepEP's jit/, so a kernel cache entry carries them
+    assert (env["TORCHINDUCTOR_CACHE_DIR"], env["TORCHINDUCTOR_COMPILE_THREADS"]) == (str(out / "inductor"), "1")
+    assert env["TRITON_CACHE_DIR"] == str(out / "triton")
     env["PYTHONPATH"] = str(tree) + os.pathsep + env["PYTHONPATH"]
     probe = (
         "import importlib.util, pkg, sys; spec = importlib.util.find_spec('pkg');"

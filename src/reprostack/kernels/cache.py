@@ -2,8 +2,9 @@
 build key (kernels.build: source tree, recipe, toolchain, arch, flags, the keys of what it links), so a node that has
 an entry for that key, signed by a key it trusts, takes the entry instead of running nvcc; a miss builds from source.
 
-An entry is a build folder's `site/`, `jit/`, `build.json` and `build.log` (the overlay is made on the node: it links
-that node's torch) and its manifest (schemas/kernel-cache-entry.schema.json): the build key and fields, the arch, the
+An entry is a build folder's `site/`, `jit/`, `inductor/`, `triton/`, `build.json` and `build.log` (the overlay is
+made on the node: it links that node's torch; inductor/ and triton/ are torch.compile's caches, filled by the tests
+that ran on the build before it was pushed: executable code, trusted as its .so files are, by the signature) and its manifest (schemas/kernel-cache-entry.schema.json): the build key and fields, the arch, the
 toolchain, every file's path, size, mode and sha256, and the cubins each shared object holds (`cuobjdump --list-elf`
 where the toolkit has it). The manifest is signed as a run attestation is (kernels.cachesign: a DSSE envelope) and
 kept in a store (kernels.cachestore: an OCI registry, a folder, a web folder).
@@ -36,7 +37,8 @@ from . import cachesign
 from .cachestore import KEY, StoreError, StoreRefused, open_store
 
 ENTRY_VERSION = 1
-TOP = ("site", "jit", "build.json", "build.log")  # what an entry carries of a build folder
+TOP = ("site", "jit", "inductor", "triton", "build.json", "build.log")  # what an entry carries of a build folder
+CODE_CACHES = ("inductor", "triton")  # torch.compile's caches the test fills (kernels.runtime.runtime_env)
 MAX_FILES = 20000
 MAX_ENTRY_BYTES = 16 << 30
 
@@ -53,6 +55,8 @@ def _files(build: Path) -> list[dict]:
             continue
         walk = [p] if not p.is_dir() or p.is_symlink() else sorted(x for x in p.rglob("*"))
         for f in walk:
+            if f.is_symlink() and top in CODE_CACHES:
+                continue  # a cache: what it does not carry is compiled again on the node, never followed
             if f.is_symlink():
                 raise ReprostackError(f"{f}: a symlink in a build folder: not pushed (an entry holds files only)")
             if f.is_file():

@@ -126,12 +126,13 @@ def runtime_env(
     The gate's scripts run from the verified source trees (test_ep.py from the patched deepep tree): no __pycache__
     may be left there, or the next run's re-hash of that tree sees foreign files and remakes it. With `cache_root`,
     bytecode goes to `<cache_root>/pycache` (PYTHONPYCACHEPREFIX: Python then reads and writes .pyc only in that
-    mirror tree, never beside a source), and torch.compile's Inductor cache to `<cache_root>/inductor`, compiling in
+    mirror tree, never beside a source), and torch.compile's Inductor cache to the build's `inductor/`, compiling in
     the process (TORCHINDUCTOR_COMPILE_THREADS=1: no 16-process compile pool to start at every import of deep_ep,
     which calls torch.compile in deep_ep/utils/math.py). The H200 profile (results/bench/warm-profile-h200-2026-12-02)
     found those two to be most of the warm test's start-up. Neither changes what is measured: bytecode and the
-    Inductor cache are keyed by their sources and torch; Triton's kernel cache goes to `<cache_root>/triton` (not
-    ~/.triton, so a fresh cache dir is a cold run). Without `cache_root`: no bytecode is written at all."""
+    Inductor cache are keyed by their sources and torch; Triton's kernel cache goes to the build's `triton/` (not
+    ~/.triton, so a fresh build folder is a cold run). Both sit in the build, as DeepEP's jit/ does, so a kernel
+    cache entry carries them (kernels.cache). Without `cache_root`: no bytecode is written at all."""
     env = dict(os.environ if base is None else base)
     # replaced, not extended: the test process sees the image's Python, the overlay and deep_ep, and
     # nothing of the tool's own environment (e.g. reprostack's dependencies)
@@ -144,8 +145,11 @@ def runtime_env(
         return env
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(pycache_dir(cache_root))
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache_root) / "inductor")
-    env["TRITON_CACHE_DIR"] = str(Path(cache_root) / "triton")
+    # the compiled-code caches of torch.compile live in the build, beside DeepEP's jit/: the kernel cache's entry
+    # carries them (kernels.cache.TOP), so a node that pulls the entry does not compile deep_ep's torch.compile
+    # functions again (a cold hit's test was 40 s against a warm 25.5 s without them: results/bench/kcache-h100-*-c)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(deepep_out / "inductor")
+    env["TRITON_CACHE_DIR"] = str(deepep_out / "triton")
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     return env
 
