@@ -217,3 +217,18 @@ def test_bench_kernel_cache_lists_every_run_per_kind_and_merges_calls(project, t
     p = cli(root, *args, "--runs", "cold_hit", "--results", "res2", PATH="/usr/bin:/bin")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no entry to hit; measure cold_miss first" in p.stderr
     assert not (root / "res2").exists()
+
+
+def test_a_later_kcache_call_keeps_the_earlier_calls_host_inventory(tmp_path):
+    """The record a call merges into keeps the host inventory (and push time) of the calls before it: a call that
+    measured only from_nothing_hit dropped it (results/bench/kcache-h100-2026-12-06-d.json, ce73115); another
+    commit, lock or host starts a new record."""
+    from reprostack.bench import _kcache_earlier
+
+    inv = {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "identity": {"machine_id": "m1"}}
+    old = {"lock_sha256": "L", "host": "h100", "project": {"commit": "c1"}, "runs": {"cold_miss": [{"wall_s": 1}]}}
+    path = tmp_path / "kcache-h100.json"
+    path.write_text(json.dumps({**old, "host_inventory": inv, "push_s": 2.5, "calls": [{"kinds": ["cold_miss"]}]}))
+    got = _kcache_earlier(path, "L", {"commit": "c1"}, "h100")
+    assert got["host_inventory"] == inv and got["push_s"] == 2.5 and got["runs"] == old["runs"]
+    assert "host_inventory" not in _kcache_earlier(path, "L", {"commit": "c2"}, "h100")

@@ -352,3 +352,22 @@ def test_kcache_block_lists_every_run_the_median_and_whether_it_meets_its_goal(t
     (b / "kcache-bad.json").write_text("{not json")
     with pytest.raises(DocsError, match=r"block `kcache`: results/bench/kcache-bad\.json: not JSON"):
         gen_kcache(tmp_path, [])
+
+
+def test_kcache_block_takes_the_gpu_from_the_device_scripts_gpu_txt_when_the_record_has_no_inventory(tmp_path):
+    """A record whose calls merged without a host inventory (the from_nothing_hit call of ce73115 kept none:
+    results/bench/kcache-h100-2026-12-06-d.json) names its GPU from the gpu.txt lines the device script wrote beside
+    its run folders, said as such; lines that disagree, or none, give `?`, never a guess."""
+    from reprostack.report.docsgen import gen_kcache
+
+    b = tmp_path / "results" / "bench"
+    (b / "kcache-h100-x" / "call-1").mkdir(parents=True)
+    (b / "kcache-h100-x" / "call-2").mkdir()
+    doc = {"bench": "kcache_gate_micro", "project": {"commit": "ce7311582669"}, "cold_hit": [38.26]}
+    (b / "kcache-h100-x.json").write_text(json.dumps(doc))
+    for call in ("call-1", "call-2"):
+        (b / "kcache-h100-x" / call / "gpu.txt").write_text("NVIDIA H100 80GB HBM3, 580.159.04, 9.0\n")
+    row = gen_kcache(tmp_path, []).splitlines()[2]
+    assert "| NVIDIA H100 80GB HBM3, driver 580.159.04 (gpu.txt) | ce731158 | cold_hit |" in row
+    (b / "kcache-h100-x" / "call-2" / "gpu.txt").write_text("NVIDIA H200, 580.159.04, 9.0\n")
+    assert "| ?, driver ? | ce731158 |" in gen_kcache(tmp_path, []).splitlines()[2]

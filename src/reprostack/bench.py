@@ -166,7 +166,7 @@ def _from_nothing(gate: str, gate_args: list[str], base: Path, env: dict) -> dic
     install_s, rc = _timed(pip, e, out / "install.log")
     if rc != 0:
         raise ReprostackError(f"--from-nothing: pip install exit {rc}; log {out}/install.log")
-    run, _ = _one(gate, gate_args, "from nothing", out / "run", e, python=py)
+    run, rep = _one(gate, gate_args, "from nothing", out / "run", e, python=py)
     total = round(venv_s + install_s + run["wall_s"], 2)
     print(
         f"bench gate_{gate}: from nothing {total} s (venv {venv_s} s, install {install_s} s, gate {run['wall_s']} s)",
@@ -179,6 +179,7 @@ def _from_nothing(gate: str, gate_args: list[str], base: Path, env: dict) -> dic
         "total_s": total,
         "wheels_from": "wheelhouse " + os.pathsep.join(houses) if houses else "pip's configured index",
         "run": run,
+        "host": (rep.get("provenance") or {}).get("host"),  # the run's host facts (popped by the kcache bench)
     }
 
 
@@ -252,6 +253,8 @@ def _cold_and_warm(gate: str, gate_args: list[str], base: Path, env: dict, from_
     the cold and the warm run. (its `repeats` entry, the warm run's host inventory)."""
     runs, host_info = {}, None
     nothing = _from_nothing(gate, gate_args, base, env) if from_nothing else None
+    if nothing:
+        nothing.pop("host", None)  # the warm run's host inventory is the record's
     for kind in ("cold", "warm"):
         runs[kind], rep = _one(gate, gate_args, kind, base / kind, env)
         host_info = rep.get("provenance", {}).get("host")
@@ -438,6 +441,7 @@ def _kcache_round(out: dict, kinds, gate, gate_args, *, base: Path, env: dict, s
         if kind == "from_nothing_hit":
             nothing = _from_nothing(gate, args, base / kind, env)
             out[kind] = {**nothing["run"], "wall_s": nothing["total_s"], "from_nothing": nothing}
+            out["host_inventory"] = out.get("host_inventory") or nothing.pop("host", None)
             continue
         cache = warm_cache if kind == "warm" and warm_cache else base / kind / "cache"
         cache.mkdir(parents=True, exist_ok=True)
@@ -560,4 +564,7 @@ def _kcache_earlier(path: Path, lock_sha: str, project: dict, label: str) -> dic
         and (old.get("project") or {}).get("commit") == project.get("commit")
         and isinstance(old.get("runs"), dict)
     )
-    return {**fresh, "runs": old["runs"], "calls": list(old.get("calls") or [])} if same else fresh
+    if not same:
+        return fresh
+    kept = {k: old[k] for k in ("host_inventory", "push_s") if old.get(k)}  # the earlier call's, as its runs ran
+    return {**fresh, **kept, "runs": old["runs"], "calls": list(old.get("calls") or [])}

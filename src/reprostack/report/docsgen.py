@@ -247,6 +247,24 @@ def gen_history_bench(root: Path, args: list[str]) -> str:
 KCACHE_KINDS = ("cold_miss", "warm", "cold_hit", "from_nothing_hit")
 
 
+def _kcache_gpu(p: Path, doc: dict) -> str:
+    """The GPU a kernel-cache bench file recorded: its host_inventory, else the `gpu.txt` lines the device script
+    wrote beside its run folders (`<file stem>/gpu.txt`, `<file stem>/*/gpu.txt`) when they agree, else `?`."""
+    gpus = (doc.get("host_inventory") or {}).get("gpus") or []
+    if gpus and isinstance(gpus[0], dict):
+        return f"{gpus[0].get('name', '?')}, driver {gpus[0].get('driver_version', '?')}"
+    seen = set()
+    for t in [p.with_suffix("") / "gpu.txt", *sorted(p.with_suffix("").glob("*/gpu.txt"))]:
+        try:
+            seen.add(t.read_text(errors="replace").strip().splitlines()[0])
+        except (OSError, IndexError):
+            continue
+    if len(seen) != 1:
+        return "?, driver ?"
+    name, _, rest = seen.pop().partition(", ")
+    return f"{name}, driver {rest.split(', ')[0] or '?'} (gpu.txt)"
+
+
 def gen_kcache(root: Path, args: list[str]) -> str:
     """Every committed kernel-cache bench (results/bench/kcache-*.json, `reprostack bench gate_micro --runs`): per
     file and kind every run's seconds, their median, the goal it names and whether the median meets it, and where a
@@ -263,8 +281,7 @@ def gen_kcache(root: Path, args: list[str]) -> str:
             raise DocsError(f"block `kcache`: {p.relative_to(root)}: not JSON ({e})") from None
         if not isinstance(doc, dict) or doc.get("bench") != "kcache_gate_micro":
             continue
-        gpus = (doc.get("host_inventory") or {}).get("gpus") or [{}]
-        gpu = f"{gpus[0].get('name', '?')}, driver {gpus[0].get('driver_version', '?')}"
+        gpu = _kcache_gpu(p, doc)
         proj = doc.get("project") or {}
         commit = str(proj.get("commit") or "?")[:8] + (" (dirty)" if proj.get("dirty") else "")
         rel = p.relative_to(root).as_posix()
