@@ -1,5 +1,10 @@
 """Gate specs: `gates/<gate>.yaml`, validated by schemas/gate.schema.json with file:line errors.
 
+The types the shared code reads (gates.base, plan, runner, registry, the cluster renderers): `Spec` and
+`HardwareProfile`, two read-only Protocols that every kind's spec (GateSpec here, servingspec.ServingSpec,
+training_spec.TrainingSpec, fabric_spec.FabricSpec) and profile (Profile here, servingspec.ServingProfile) satisfy;
+a kind's own code reads its own dataclasses (gates.base.Gate is generic over them).
+
 Invariants:
 - every kind of spec (micro, serving, training, fabric) is read by `read_gate_yaml`: bounded, schema-validated,
   its `gate:` equal to its file name;
@@ -12,8 +17,10 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..errors import GateError, LocatedError
 from ..lock.stacks import is_loader_var
@@ -29,6 +36,82 @@ class GateSpecError(LocatedError, GateError):
 class NoProfileForHost(GateError):
     """No profile of a gate spec fits this host (and none was named): the gate is a SKIP with this message as
     its reason, never a pass and never a crash of all-gates."""
+
+
+@runtime_checkable
+class HardwareProfile(Protocol):
+    """What the shared code reads of any kind's profile: its name, the hardware it runs on (nodes x GPUs per node,
+    EFA, a GPU at all, the GPU model auto-detection requires) and whether its bars are measured (gates.base.verdict).
+    Read-only: every profile is a frozen dataclass."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def needs_efa(self) -> bool: ...
+    @property
+    def needs_gpu(self) -> bool: ...
+    @property
+    def gpu_model(self) -> str | None: ...
+    @property
+    def bars_status(self) -> str: ...
+    @property
+    def bars_status_why(self) -> str: ...
+    @property
+    def ep_size(self) -> int: ...
+    @property
+    def measured(self) -> bool: ...
+
+
+P_co = TypeVar("P_co", bound=HardwareProfile, covariant=True)
+
+
+@runtime_checkable
+class SpecOf(Protocol[P_co]):
+    """What the shared code reads of any kind's spec whose profiles are `P_co`: the gate it belongs to, its file and
+    the sha256 of its bytes, the image recipe it runs in, its watchdog timeout, the kernels whose bump re-runs it and
+    its profiles by name (`profile(name)`: GateError naming the known ones). Read-only: every spec is a frozen
+    dataclass. `Spec` is any kind's (profiles read as HardwareProfile)."""
+
+    @property
+    def gate(self) -> str: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def image(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def kernels(self) -> tuple[str, ...]: ...
+    @property
+    def profiles(self) -> Mapping[str, P_co]: ...
+    def profile(self, name: str) -> P_co: ...
+
+
+Spec = SpecOf[HardwareProfile]  # any kind's spec, as the shared code reads it
+# a kind's own spec and profile types: gates.base.Gate and RunState are generic over them (MicroGate is a
+# Gate[GateSpec, Profile], ServingGate a Gate[ServingSpec, ServingProfile])
+SpecT = TypeVar("SpecT", bound="SpecOf[Any]")
+ProfileT = TypeVar("ProfileT", bound=HardwareProfile)
+
+
+class Requiring(Protocol):
+    """A spec with its own `requires:` (servingspec.ServingSpec): what gates.base.Gate.requirements reads of a gate
+    made with requires=None."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def requires(self) -> tuple[str, ...]: ...
+    @property
+    def lines(self) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -54,8 +137,11 @@ class Bar:
 BARS_MEASURED, BARS_UNMEASURED = "measured", "unmeasured"
 
 
+B = TypeVar("B")  # a profile's bar type: Bar (micro), training_spec.TrainingBar, fabric_spec.FabricBar
+
+
 @dataclass(frozen=True)
-class Profile:
+class Profile(Generic[B]):
     """A hardware profile: EP size = nodes x gpus_per_node; bars say what passes on that hardware.
 
     bars_status: "measured" (bars set from runs on this hardware) or "unmeasured" (no reference yet: the gate
@@ -71,7 +157,7 @@ class Profile:
     needs_efa: bool
     args: tuple[str, ...]
     env: dict
-    bars: tuple[Bar, ...]
+    bars: tuple[B, ...]
     description: str = ""
     bars_status: str = BARS_MEASURED
     bars_status_why: str = ""
@@ -116,7 +202,7 @@ class GateSpec:
     env: dict
     timeout_s: float
     kernels: tuple[str, ...]
-    profiles: dict = field(default_factory=dict)
+    profiles: dict[str, Profile[Bar]] = field(default_factory=dict)
     description: str = ""
     dense: ArmSpec | None = None
     legacy: ArmSpec | None = None
@@ -149,7 +235,7 @@ class GateSpec:
             )
         return dataclasses.replace(self, env=env, profiles=profiles, stack=name, image=entry.get("image", self.image))
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str) -> Profile[Bar]:
         if name not in self.profiles:
             raise GateError(f"{self.path}: no profile {name!r} (known: {', '.join(sorted(self.profiles))})")
         return self.profiles[name]
@@ -273,14 +359,14 @@ def _bars(bars: list) -> tuple[Bar, ...]:
 
 def resolve_bars(
     spec: GateSpec,
-    profile: Profile,
+    profile: Profile[Bar],
     *,
     root: Path,
     folder: Path | None = None,
     stack: str = "",
     runs: tuple[str, ...] = (),
     runs_from: str = "--baseline-run",
-) -> Profile:
+) -> Profile[Bar]:
     """`profile` with every baseline bar's threshold made from its runs: the spec's; with `folder` (`--baseline
     DIR`) the accepted runs of this gate, profile and `stack` under it; with `runs` (project paths: `--baseline-run`,
     or what the command layer resolved `--baseline history` to, named by `runs_from`) the accepted ones among them;
