@@ -33,14 +33,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Generic, cast
 
 from .. import hostinfo, project
 from ..errors import GateError
-from ..launch.plan import NODE_WAIT_S, Outputs, read_rc
+from ..launch.plan import NODE_WAIT_S, ImageRef, Outputs, read_rc
+from ..lock import Lock
 from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
+from .fabric_mpi import MpiLaunch  # what mpi_launch returns (a gate started by MPI)
 from .options import GateOptions
-from .spec import GateSpecError, NoProfileForHost
+from .spec import GateSpecError, HardwareProfile, NoProfileForHost, ProfileT as P, Requiring, SpecT as S
 
 # in the images: the verified trees the recipes copy (containers/deepep: /opt/reprostack/src/<pin>); this project
 # (drivers, reprostack itself) mounted read-only at /workspace; reports at /out
@@ -126,7 +128,7 @@ class RunContext:
     """What a run needs besides the operator's options: the project root, the lock, how to fetch sources."""
 
     root: Path
-    lock: object
+    lock: Lock
     fetch: object = None  # sources.FetchOptions
     # provenance.project of the run (reprostack.project.state), read by the command before it wrote anything; None:
     # read when the gate's run starts
@@ -146,16 +148,16 @@ def env_tuple(*maps) -> tuple[tuple[str, str], ...]:
 
 
 @dataclass
-class RunState:
+class RunState(Generic[S, P]):
     """What flows through the stages of one run: the options and context, the spec, the host inventory, the
     chosen profile, the timings, provenance and data that every report of the run carries."""
 
-    gate: Gate
+    gate: Gate[S, P]
     opts: GateOptions
     ctx: RunContext
-    spec: object = None
+    spec: S
     host: dict = field(default_factory=dict)
-    profile: object = None
+    profile: P | None = None  # set by the skip stage
     prov: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
@@ -232,7 +234,7 @@ class RunState:
         return report
 
 
-class Gate:
+class Gate(Generic[S, P]):
     """One gate (see the module doc). `name`: what the operator types (`gate nemo-rl`); `stem`: its spec file and
     report name (`gates/nemo_rl.yaml`, `nemo_rl.json`); `requires`: the gates that must pass first (None: the
     spec's own `requires:`)."""
@@ -256,21 +258,21 @@ class Gate:
     def spec_file(self, root: Path) -> Path:
         return Path(root) / "gates" / f"{self.stem}.yaml"
 
-    def load(self, root: Path):
+    def load(self, root: Path) -> S:
         """The validated spec. Raises GateSpecError (file:line)."""
         raise NotImplementedError
 
-    def spec_for(self, root: Path, lock):
+    def spec_for(self, root: Path, lock: Lock | None) -> S:
         """The spec as the lock's selected stack runs it (default: as loaded; a kind with `stacks:` applies it)."""
         return self.load(root)
 
-    def requirements(self, root: Path, profile=None) -> tuple[str, ...]:
+    def requirements(self, root: Path, profile: P | None = None) -> tuple[str, ...]:
         """Gate names that must pass before this one runs (on `profile`, when known): the object's, else the spec's
         `requires:`, each a gate before it in the registry (`earlier`, set there). Raises GateSpecError for a name
         that is not."""
         if self.requires is not None:
             return self.requires
-        spec = self.load(root)
+        spec = cast(Requiring, self.load(root))
         earlier = self.earlier
         for i, r in enumerate(spec.requires):
             if r not in earlier:
@@ -282,7 +284,7 @@ class Gate:
                 )
         return tuple(spec.requires)
 
-    def published_profile(self, spec) -> str:
+    def published_profile(self, spec: S) -> str:
         """The profile a plan shows when none is named: the first multi-node EFA profile (the campaign's 2 x p5en),
         else the spec's first profile."""
         for name, p in spec.profiles.items():
@@ -290,7 +292,7 @@ class Gate:
                 return name
         return next(iter(spec.profiles))
 
-    def choose_profile(self, spec, name: str | None, host: dict):
+    def choose_profile(self, spec: S, name: str | None, host: dict) -> P:
         """The named profile, else the one matching this host: EFA and 8 GPUs -> the EP16 contract; otherwise a
         single-node profile whose GPU count equals the host's. A profile with `gpu_model` matches only when every
         GPU name the host lists contains it. Raises NoProfileForHost (-> SKIP), GateError for an unknown name."""
@@ -309,7 +311,7 @@ class Gate:
             f"pass --profile (known: {', '.join(spec.profiles)})"
         )
 
-    def resolve_profile(self, spec, name: str | None = None, host: dict | None = None):
+    def resolve_profile(self, spec: S, name: str | None = None, host: dict | None = None) -> P:
         """The one profile rule: `name`, else (a run) the profile this `host` fits, else (a plan, a launcher,
         preflight) the published one. Raises GateError / NoProfileForHost."""
         if name:
@@ -319,7 +321,7 @@ class Gate:
         return spec.profile(self.published_profile(spec))
 
     @staticmethod
-    def hardware_gap(profile, host: dict) -> str | None:
+    def hardware_gap(profile: HardwareProfile, host: dict) -> str | None:
         """Why this host cannot run `profile` (too few GPUs, no EFA devices), or None."""
         gpus = host.get("gpu_count", 0)
         if profile.needs_gpu and profile.gpus_per_node > gpus:
@@ -329,7 +331,7 @@ class Gate:
         return None
 
     @staticmethod
-    def hardware_mismatch(profile, host: dict) -> str | None:
+    def hardware_mismatch(profile: HardwareProfile, host: dict) -> str | None:
         """Why this host is other hardware than `profile`'s (its GPU model, GPU count per node, EFA), or None. A run
         here is never evidence for that profile (RunState.finish), however the profile was chosen."""
         names = [str(g.get("name", "")) for g in host.get("gpus") or [] if isinstance(g, dict)]
@@ -343,7 +345,7 @@ class Gate:
             return "this host has EFA devices, the profile none" if efa else "the profile needs EFA, this host has none"
         return None
 
-    def check_nodes(self, spec, profile, nodes: int | None) -> int:
+    def check_nodes(self, spec: S, profile: P, nodes: int | None) -> int:
         """The node count of a run or a rendering: the profile's; another `nodes` is one GateError line."""
         if nodes is not None and nodes != profile.nodes:  # an absurd count too, before any work
             raise GateError(
@@ -354,15 +356,15 @@ class Gate:
 
     # ---------------------------------------------------------------- what launchers and bumps ask
 
-    def prebuilt_kernels(self, spec) -> tuple[str, ...]:
+    def prebuilt_kernels(self, spec: S) -> tuple[str, ...]:
         """Kernels taken prebuilt from the image in container mode (its kernels manifest); () when none."""
         return ()
 
-    def rebuilt_by(self, spec) -> tuple[str, ...]:
+    def rebuilt_by(self, spec: S) -> tuple[str, ...]:
         """Kernels (kernels/<c>.yaml) whose new revision makes this gate re-run (bump impact)."""
         return tuple(spec.kernels)
 
-    def baseline_bars(self, root: Path, spec) -> list[tuple[str, object]]:
+    def baseline_bars(self, root: Path, spec: S) -> list[tuple[str, object]]:
         """(profile name, bar) of every bar of `spec` whose threshold is a baseline (accepted earlier runs x a
         tolerance: report.baseline), its threshold made from the runs the spec names; [] for a kind whose bars cite
         published figures only. Raises BaselineError naming a run that cannot be used (a bump PR body shows it)."""
@@ -383,33 +385,33 @@ class Gate:
             unmeasured=unmeasured, notes=[f"gate kind {type(self).__name__}: no raw-log re-derivation yet"]
         )
 
-    def launches(self, spec, opts: GateOptions | None = None) -> int:
+    def launches(self, spec: S, opts: GateOptions | None = None) -> int:
         """How many watchdog-bounded launches one run makes (the container's time limit is that many times the
         spec's timeout, plus slack)."""
         return 1
 
-    def kernels_line(self, spec, lock, image, mode: str) -> str:
+    def kernels_line(self, spec: S, lock: Lock, image: ImageRef | None, mode: str) -> str:
         """Where the plan's kernels come from, for a person ("" when the gate builds none)."""
         return ""
 
-    def mpi_launch(self, spec, profile):
+    def mpi_launch(self, spec: S, profile: P) -> MpiLaunch | None:
         """The MPI launch a cluster renderer starts for `profile` (gates.fabric_mpi.MpiLaunch: the ranks run the
         image's MPI build, then the in-image runner judges what they wrote, --launched-logs), or None: the profile
         runs as one in-image runner per node."""
         return None
 
-    def unrenderable(self, spec, profile) -> str | None:
+    def unrenderable(self, spec: S, profile: P) -> str | None:
         """Why a cluster renderer (Slurm, Kubernetes) cannot launch `profile` of this gate as one in-image runner
         per node, or None when it can."""
         return None
 
-    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+    def plan_parts(self, spec: S, profile: P, opts: GateOptions, paths: Paths) -> PlanParts:
         """The commands, env, workdir, notes and arms of the launch plan (module doc)."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- the output contract at run time
 
-    def worker_done(self, st: RunState, what: str, ok: bool, logs: list[Path]) -> GateReport:
+    def worker_done(self, st: RunState[S, P], what: str, ok: bool, logs: list[Path]) -> GateReport:
         """A worker's part is over: the report it returns is never written (only the reporter writes reports,
         launch.plan.Outputs); the CLI prints it and writes the node's rc (0 when `ok`)."""
         o = st.outputs
@@ -424,7 +426,7 @@ class Gate:
         rep.data["node"] = {"node": st.node, "role": "worker", "ok": ok}
         return rep
 
-    def gather(self, st: RunState, stems: list[str]) -> str | None:
+    def gather(self, st: RunState[S, P], stems: list[str]) -> str | None:
         """On the reporter of a run on several nodes, after its own part: wait, at most the contract's `wait_s`, for
         every other node's rc of this run (`--run-id`), then check it is 0 and that the node's rank logs of `stems`
         exist. None when every node did its part; else one line naming each node that failed (its exit and its node
@@ -469,7 +471,7 @@ class Gate:
             + f" (no verdict on fewer than the profile's {st.profile.nodes} node(s))"
         )
 
-    def mark_done(self, st: RunState) -> None:
+    def mark_done(self, st: RunState[S, P]) -> None:
         """The reporter's part is over (launch.plan.Outputs.leader_done): a serving worker stops on it."""
         from ..atomicfile import write_text_atomic
 
@@ -478,7 +480,7 @@ class Gate:
         write_text_atomic(path, f"{st.opts.run_id or '-'}\n")
 
     def serve_until_done(
-        self, st: RunState, argv: list[str], env: dict, cwd: str, log: Path, timeout_s: float, watch=None
+        self, st: RunState[S, P], argv: list[str], env: dict, cwd: str, log: Path, timeout_s: float, watch=None
     ):
         """A worker's command that serves (no end of its own: an engine's worker, `ray start --block`): run it until
         the reporter's done mark of this run, its own exit or `timeout_s`. `watch(pids)`, when given, is called with
@@ -522,9 +524,11 @@ class Gate:
         operator errors found before anything ran."""
         from . import standin
 
-        st = RunState(self, self.check_options(opts), ctx, standin=standin.from_env())
-        st.project = ctx.project if ctx.project is not None else project.state(ctx.root)
-        st.spec = self.spec_for(ctx.root, ctx.lock)
+        opts, stand_in = self.check_options(opts), standin.from_env()
+        started, t0 = utc_now(), time.monotonic()  # the run's clock starts before its project state and spec
+        proj = ctx.project if ctx.project is not None else project.state(ctx.root)
+        spec = self.spec_for(ctx.root, ctx.lock)
+        st = RunState(self, opts, ctx, spec, started=started, t0=t0, project=proj, standin=stand_in)
         self.check_request(st)
         st.host = standin.host_facts() if st.standin is not None else hostinfo.collect()
         self.sources(st)
@@ -534,7 +538,7 @@ class Gate:
                 return self.finish(st, report)
         raise AssertionError(f"gate {self.name}: launch_and_judge returned no report")
 
-    def finish(self, st: RunState, report: GateReport) -> GateReport:
+    def finish(self, st: RunState[S, P], report: GateReport) -> GateReport:
         """Every report of the run passes here (data, times, duration; a kind may add what all its reports say)."""
         return st.finish(report)
 
@@ -543,15 +547,15 @@ class Gate:
         before its spec is even read."""
         return opts
 
-    def check_request(self, st: RunState) -> None:
+    def check_request(self, st: RunState[S, P]) -> None:
         """Raise ReprostackError for options this gate cannot take (before anything runs)."""
         if st.opts.profile:
             st.spec.profile(st.opts.profile)
 
-    def sources(self, st: RunState) -> None:
+    def sources(self, st: RunState[S, P]) -> None:
         """Fetch, patch and verify the sources the gate runs (or check the image's); record provenance."""
 
-    def skip(self, st: RunState) -> GateReport | None:
+    def skip(self, st: RunState[S, P]) -> GateReport | None:
         """A SKIP when no profile or hardware fits (sets `st.profile` otherwise)."""
         try:
             st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
@@ -560,7 +564,7 @@ class Gate:
         gap = self.hardware_gap(st.profile, st.host)
         return st.skip(gap, st.profile.name) if gap else None
 
-    def skip_with(self, st: RunState, what: str) -> GateReport | None:
+    def skip_with(self, st: RunState[S, P], what: str) -> GateReport | None:
         """skip(), its reasons followed by `what` was done without a GPU (no GPU here, or no profile fits)."""
         if st.host.get("gpu_count", 0) == 0:
             return st.skip(f"no GPU on this host (nvidia-smi lists none): {what}")
@@ -571,15 +575,15 @@ class Gate:
         gap = self.hardware_gap(st.profile, st.host)
         return st.skip(gap, st.profile.name) if gap else None
 
-    def prepare(self, st: RunState) -> GateReport | None:
+    def prepare(self, st: RunState[S, P]) -> GateReport | None:
         """Kernels and tools; an ERROR report when they cannot be made."""
 
-    def launch_and_judge(self, st: RunState) -> GateReport:
+    def launch_and_judge(self, st: RunState[S, P]) -> GateReport:
         """Launch the plan's commands for this node, parse their output, judge it: the verdict's report."""
         raise NotImplementedError
 
 
-def verdict(profile, checks: list, spec_file: str = "gates/micro.yaml") -> tuple[Result, str]:
+def verdict(profile: HardwareProfile, checks: list, spec_file: str = "gates/micro.yaml") -> tuple[Result, str]:
     """(result, reason) of a run that completed. A profile whose bars are not measured never passes: a
     failing `bars_status` check is added to `checks` (in place; its note gives the spec's `bars-status-why`) and the
     result is FAIL with the reason "profile X has no measured bar yet; numbers reported" (plus any other failed

@@ -46,6 +46,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import ui
 from ..errors import GateError, ReprostackError
@@ -57,13 +58,16 @@ from ..launch.watchdog import run_with_watchdog
 from ..report import Check, GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import Summary, summarize
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .fabric_spec import FabricSpec, load_fabric_spec, resolve_bars
+from .fabric_spec import FabricBar, FabricSpec, load_fabric_spec, resolve_bars
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
 from .options import GateOptions
 from . import fabric_mpi, transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
 from .parsers.transport import TransportParse
 from .spec import Profile
+
+if TYPE_CHECKING:
+    from ..lock.model import Lock
 
 EFA_TRANSPORT = transport.EFA_TRANSPORT
 
@@ -348,21 +352,24 @@ def rederive_fabric(doc: dict, folder: Path, spec: dict | None, stem: str):
     return got
 
 
-class FabricGate(Gate):
+FabricRun = RunState[FabricSpec, Profile[FabricBar]]  # one run of the fabric gate
+
+
+class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
     """Gate 0: nccl-tests over the profile's fabric (module doc)."""
 
     kind = "fabric"
 
-    def load(self, root: Path):
+    def load(self, root: Path) -> FabricSpec:
         return load_fabric_spec(root, self.stem)
 
     def rederive(self, doc: dict, folder: Path, spec: dict | None):
         return rederive_fabric(doc, folder, spec, self.stem)
 
-    def launches(self, spec, opts: GateOptions | None = None) -> int:
+    def launches(self, spec: FabricSpec, opts: GateOptions | None = None) -> int:
         return len(spec.tests)  # one launch per test, its cycles inside it
 
-    def kernels_line(self, spec, lock, image, mode: str) -> str:
+    def kernels_line(self, spec: FabricSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
         from .plan import built_kernels_line, kernel_pins
 
         if mode != lp.MODE_CONTAINER:
@@ -375,12 +382,12 @@ class FabricGate(Gate):
             f"started by MPI runs the image's MPI=1 build, {fabric_mpi.IMAGE_BIN}"
         )
 
-    def mpi_launch(self, spec, profile):
+    def mpi_launch(self, spec: FabricSpec, profile: Profile[FabricBar]) -> fabric_mpi.MpiLaunch | None:
         if profile.launcher != "mpi":
             return None
         return fabric_mpi.mpi_launch(spec, profile, node_commands(spec, profile, fabric_mpi.IMAGE_BIN))
 
-    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+    def plan_parts(self, spec: FabricSpec, profile: Profile[FabricBar], opts: GateOptions, paths: Paths) -> PlanParts:
         """Each test's command on every node (`-g gpus-per-node -N trials`); a multi-node profile's notes say what its
         MPI launch needs. `commands` are the first test's."""
         nodes = opts.nodes or profile.nodes
@@ -398,7 +405,7 @@ class FabricGate(Gate):
 
     # ------------------------------------------------------------------ the staged run
 
-    def sources(self, st: RunState) -> None:
+    def sources(self, st: FabricRun) -> None:
         if st.opts.launched_logs:  # the MPI launch ran the image's build: nothing to fetch here
             st.scratch["trees"] = {}
             st.prov = provenance(st.ctx.lock, st.spec, {})
@@ -412,7 +419,7 @@ class FabricGate(Gate):
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
 
-    def skip(self, st: RunState) -> GateReport | None:
+    def skip(self, st: FabricRun) -> GateReport | None:
         if st.opts.launched_logs:  # the ranks ran on the profile's nodes; their logs are the evidence
             st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
             return None
@@ -420,7 +427,7 @@ class FabricGate(Gate):
         words = ", ".join(f"{n} {t.tree[:12]}" for n, t in sorted(trees.items()))
         return self.skip_with(st, f"sources verified ({words}); nccl-tests not built or run")
 
-    def prepare(self, st: RunState) -> GateReport | None:
+    def prepare(self, st: FabricRun) -> GateReport | None:
         if (st.profile.launcher == "mpi") != bool(st.opts.launched_logs):
             if st.opts.launched_logs:
                 return st.error(f"--launched-logs: profile {st.profile.name} is launched here, not by MPI")
@@ -452,7 +459,7 @@ class FabricGate(Gate):
         )
         return None
 
-    def launch_and_judge(self, st: RunState) -> GateReport:
+    def launch_and_judge(self, st: FabricRun) -> GateReport:
         opts = st.opts
         if opts.launched_logs:
             launch = self.mpi_launch(st.spec, st.profile)
@@ -485,7 +492,7 @@ class FabricGate(Gate):
         st.data["runs"] = ran
         return self._judge(st, ran, parse(text))
 
-    def _judge(self, st: RunState, ran: dict, parsed: FabricParse) -> GateReport:
+    def _judge(self, st: FabricRun, ran: dict, parsed: FabricParse) -> GateReport:
         """The checks and figures of the runs; ERROR when a test did not end with exit 0 (its failure line). The
         profile's measured bars are made first from the accepted runs committed for it (fabric_spec.resolve_bars)."""
         try:

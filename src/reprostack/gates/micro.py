@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import ui
 from ..errors import ReprostackError
@@ -77,37 +78,43 @@ from .parsers.failure import classify_failure
 from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_trials
 from .parsers.test_ep import classify_test_ep_failure
 from .parsers.transport import nccl_host, parse_transport
-from .spec import BaselineSpec, Profile, load_spec, resolve_bars
+from .spec import Bar, BaselineSpec, GateSpec, Profile, load_spec, resolve_bars
+
+if TYPE_CHECKING:
+    from ..lock.model import Lock
 
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
 DEFAULT_TRIALS = MICRO_TRIALS  # the one value, in gates.options (its --trials help states it)
 
 
-class MicroGate(Gate):
+MicroRun = RunState[GateSpec, Profile[Bar]]  # one run of the micro gate
+
+
+class MicroGate(Gate[GateSpec, Profile[Bar]]):
     """Gate 1: DeepEP's test_ep.py through the trials driver (module doc)."""
 
     kind = "micro"
 
-    def load(self, root: Path):
+    def load(self, root: Path) -> GateSpec:
         return load_spec(root, self.stem)
 
-    def spec_for(self, root: Path, lock):
+    def spec_for(self, root: Path, lock: Lock | None) -> GateSpec:
         spec = self.load(root)
         return spec.with_stack(lock.stack, lock.env) if lock is not None else spec  # the lock stack's env
 
-    def prebuilt_kernels(self, spec) -> tuple[str, ...]:
+    def prebuilt_kernels(self, spec: GateSpec) -> tuple[str, ...]:
         return tuple(spec.kernels)
 
-    def requirements(self, root: Path, profile=None) -> tuple[str, ...]:
+    def requirements(self, root: Path, profile: Profile[Bar] | None = None) -> tuple[str, ...]:
         """On an EFA profile the fabric gate must pass first (DeepEP over a fabric NCCL cannot use is no evidence);
         on one node (NVLink, or one GPU) the gate stands alone."""
         own = super().requirements(root, profile)
         return (*own, "fabric") if profile is not None and profile.needs_efa and "fabric" in self.earlier else own
 
-    def launches(self, spec, opts: GateOptions | None = None) -> int:
+    def launches(self, spec: GateSpec, opts: GateOptions | None = None) -> int:
         return 2 if opts is not None and opts.legacy else 1
 
-    def baseline_bars(self, root: Path, spec) -> list[tuple[str, object]]:
+    def baseline_bars(self, root: Path, spec: GateSpec) -> list[tuple[str, object]]:
         out = []
         for p in spec.profiles.values():
             if any(isinstance(b.baseline, BaselineSpec) for b in p.bars):
@@ -115,7 +122,7 @@ class MicroGate(Gate):
                 out += [(p.name, b) for b in resolved.bars if b.baseline is not None]
         return out  # the dense arm runs inside the trials launch
 
-    def kernels_line(self, spec, lock, image, mode: str) -> str:
+    def kernels_line(self, spec: GateSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
         from .plan import built_kernels_line
 
         return built_kernels_line(spec, lock, image, mode, pins=tuple(spec.kernels))
@@ -127,7 +134,7 @@ class MicroGate(Gate):
 
     # ------------------------------------------------------------------ the plan
 
-    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+    def plan_parts(self, spec: GateSpec, profile: Profile[Bar], opts: GateOptions, paths: Paths) -> PlanParts:
         """The trials driver's launch on every node (the dense arm inside it when asked for), and the legacy arm on
         one node; `commands` is the launch of the run's arms (`opts.arms`, default deepep)."""
         nodes = opts.nodes or profile.nodes
@@ -187,12 +194,12 @@ class MicroGate(Gate):
             raise ReprostackError(f"--baseline {opts.baseline}: not a folder of reports (or `history`)")
         return opts.with_(trials=trials, arms=armsmod.parse_arms(",".join(opts.arms) or "deepep"))
 
-    def check_request(self, st: RunState) -> None:
+    def check_request(self, st: MicroRun) -> None:
         arms = st.opts.arms
         if st.opts.profile:  # a typo'd profile or an impossible run is an error, also on a host that will skip
             armsmod.check_request(st.spec, st.spec.profile(st.opts.profile), arms, st.opts.legacy)
 
-    def sources(self, st: RunState) -> None:
+    def sources(self, st: MicroRun) -> None:
         t = time.monotonic()
         if st.standin is not None:  # the GPU stand-in: nothing fetched, the pins' trees by name (gates.standin)
             trees, pre = standin.trees(st.ctx.lock, ("nccl", "deepep"), st.out_dir), None
@@ -204,7 +211,7 @@ class MicroGate(Gate):
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
 
-    def skip(self, st: RunState) -> GateReport | None:
+    def skip(self, st: MicroRun) -> GateReport | None:
         trees, pre = st.scratch["trees"], st.scratch["pre"]
         if st.host["gpu_count"] == 0:
             jit_words = pre.jit_words() if pre is not None else ""
@@ -234,7 +241,7 @@ class MicroGate(Gate):
             )
         return early
 
-    def prepare(self, st: RunState) -> GateReport | None:
+    def prepare(self, st: MicroRun) -> GateReport | None:
         spec, profile, trees = st.spec, st.profile, st.scratch["trees"]
         manifest = jit.manifest_for(st.ctx.root, profile.name)  # a bad one: one line, exit 2, before any build
         run_dir = st.out_dir / self.stem
@@ -259,7 +266,7 @@ class MicroGate(Gate):
         st.scratch.update(kern=kern, env=env, jit_ctx=jit_ctx, run_dir=run_dir)
         return None
 
-    def launch_and_judge(self, st: RunState) -> GateReport:
+    def launch_and_judge(self, st: MicroRun) -> GateReport:
         opts, profile, trees = st.opts, st.profile, st.scratch["trees"]
         paths = Paths.host(
             root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, trees=trees, opts=opts
@@ -295,7 +302,7 @@ class MicroGate(Gate):
         extra = [self._legacy(st, parts, base_env)] if opts.legacy else []
         return self._judge(st, "\n".join(p.read_text(errors="replace") for p in logs), outcome, extra)
 
-    def _run_test_ep(self, st: RunState, parts: PlanParts, argv: list[str], env: dict, log: Path):
+    def _run_test_ep(self, st: MicroRun, parts: PlanParts, argv: list[str], env: dict, log: Path):
         """This node's command of the plan under the watchdog (the GPU stand-in replays it when asked). Its output:
         the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from rank 0's DeepEP
         trial markers (a plain line each; the bar when live)."""
@@ -317,7 +324,7 @@ class MicroGate(Gate):
         st.timings["test_s"] = round(outcome.duration_s, 2)
         return outcome
 
-    def _legacy(self, st: RunState, parts: PlanParts, env: dict):
+    def _legacy(self, st: MicroRun, parts: PlanParts, env: dict):
         """The legacy arm of the plan, run under its own watchdog (its yaml `timeout-s`, else the gate's, capped by
         the operator's --timeout)."""
         arm = next(a for a in parts.arms if a.name == "legacy")
@@ -332,7 +339,7 @@ class MicroGate(Gate):
             timeout_s=limit,
         )
 
-    def _judge(self, st: RunState, text: str, outcome, extra: list) -> GateReport:
+    def _judge(self, st: MicroRun, text: str, outcome, extra: list) -> GateReport:
         """Parse every trial, add the dense and legacy arms, the statistics and the metrics; a verdict."""
         opts, profile = st.opts, st.profile
         tp = parse_micro_trials(text, num_ranks=profile.ep_size, trials=opts.trials, arms=opts.arms, modes=opts.modes)
@@ -367,7 +374,7 @@ class MicroGate(Gate):
             return self._incomplete(st, tp, text, outcome)
         return self._verdict(st, tp, values, summaries, outcome, extra, text)
 
-    def _dense(self, st: RunState, tp, text: str, outcome, values: dict, parsed) -> armsmod.ArmRun:
+    def _dense(self, st: MicroRun, tp, text: str, outcome, values: dict, parsed) -> armsmod.ArmRun:
         """The dense arm's data, figures and completeness check (it ran inside the trials launch)."""
         dense0 = tp.dense[0]
         data = {"parse": dense0.to_dict(), "trials_ok": tp.dense_ok}
@@ -380,7 +387,7 @@ class MicroGate(Gate):
         )
         return armsmod.ArmRun("dense", data, {}, evaluate("dense_arm_complete", "", tp.dense_ok, "==", True, note=note))
 
-    def _incomplete(self, st: RunState, tp, text: str, outcome) -> GateReport:
+    def _incomplete(self, st: MicroRun, tp, text: str, outcome) -> GateReport:
         """ERROR (or FAIL) of a run whose phase tables or trial markers are not complete, the failure classified."""
         fc = classify_test_ep_failure(
             _failed_part(text, tp),
@@ -403,7 +410,7 @@ class MicroGate(Gate):
         result, reason = decide([], ran_ok=False, failure_reason=why)
         return GateReport(self.stem, st.profile.name, result, reason, provenance=st.prov, artifacts=st.artifacts)
 
-    def _transport(self, st: RunState, text: str, tp) -> list:
+    def _transport(self, st: MicroRun, text: str, tp) -> list:
         """The transport proof per rank (gates.transport) on an EFA profile: every rank of the EP group on
         `NET/OFI efa` with GIN on (the type the stack asks for when it is GPU-initiated), from the NCCL INFO lines of
         every node's log; each rank's process known by the trials driver's record (host, pid), else by NCCL's init
@@ -422,7 +429,7 @@ class MicroGate(Gate):
         return [transport.check("transport", need, parsed, where=f"test_ep's {st.profile.ep_size} rank(s)")]
 
     def _verdict(
-        self, st: RunState, tp, values: dict, summaries: dict, outcome, extra: list, text: str = ""
+        self, st: MicroRun, tp, values: dict, summaries: dict, outcome, extra: list, text: str = ""
     ) -> GateReport:
         """The one-NCCL check, the completeness and bar checks of a complete run, and the verdict."""
         profile, kern = st.profile, st.scratch["kern"]
@@ -483,7 +490,7 @@ class MicroGate(Gate):
         )
 
 
-def pinned_version(st: RunState) -> str | None:
+def pinned_version(st: MicroRun) -> str | None:
     """The NCCL release the run's lock pins (kernels.ncclwheel.pinned_version; None: an unreleased rev)."""
     return ncclwheel.pinned_version(st.ctx.lock)
 

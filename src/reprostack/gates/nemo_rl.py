@@ -26,18 +26,24 @@ from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_nemo_rl
 from .parsers.transport import parse_transport
-from .training_spec import load_training_spec
+from .spec import Profile
+from .training_spec import TrainingBar, TrainingSpec, load_training_spec
 
 
-class NemoRLGate(Gate):
+NemoRLRun = RunState[TrainingSpec, Profile[TrainingBar]]  # one run of the NeMo-RL gate
+
+
+class NemoRLGate(Gate[TrainingSpec, Profile[TrainingBar]]):
     """Gate 6: NeMo-RL's GRPO on a Ray cluster (module doc)."""
 
     kind = "nemo-rl"
 
-    def load(self, root: Path):
+    def load(self, root: Path) -> TrainingSpec:
         return load_training_spec(root, self.stem)
 
-    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+    def plan_parts(
+        self, spec: TrainingSpec, profile: Profile[TrainingBar], opts: GateOptions, paths: Paths
+    ) -> PlanParts:
         """The command on the Ray head (node 0); the other nodes join the Ray cluster."""
         head, _ = paths.rendezvous(profile.nodes)
         cmds = []
@@ -51,20 +57,20 @@ class NemoRLGate(Gate):
         env = env_tuple(spec.env, profile.env)
         return PlanParts(tuple(cmds), env, paths.source(spec.source), (), ())
 
-    def sources(self, st: RunState) -> None:
+    def sources(self, st: NemoRLRun) -> None:
         tree = sources.prepare(st.ctx.lock, st.spec.source, st.ctx.fetch, st.ctx.root)
         st.scratch["tree"] = tree
         st.prov = provenance(st.ctx.lock, st.spec, {st.spec.source: tree})
         st.prov["host"] = st.host
 
-    def skip(self, st: RunState) -> GateReport | None:
+    def skip(self, st: NemoRLRun) -> GateReport | None:
         what = (
             f"NeMo-RL {st.scratch['tree'].tree[:12]} verified; GRPO needs "
             f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model"
         )
         return self.skip_with(st, what)
 
-    def launch_and_judge(self, st: RunState) -> GateReport:
+    def launch_and_judge(self, st: NemoRLRun) -> GateReport:
         tree = st.scratch["tree"]
         paths = Paths.host(
             root=st.ctx.root,

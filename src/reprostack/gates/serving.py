@@ -48,6 +48,7 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import ui
 from ..errors import GateError, ReprostackError
@@ -67,6 +68,9 @@ from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, re
 from .servingjudge import ArmRun, arm_transport, judge
 from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
 from .spec import NoProfileForHost
+
+if TYPE_CHECKING:
+    from ..lock.model import Lock
 
 DEFAULT_TRIALS = SERVING_TRIALS  # AIPerf runs per cell on a GPU profile without --trials (gates.options holds it)
 
@@ -134,7 +138,10 @@ def arm_order(spec: ServingSpec, names) -> list[Arm]:
     return sorted(chosen, key=lambda a: a.role != "deepep")
 
 
-class ServingGate(Gate):
+ServingRun = RunState[ServingSpec, ServingProfile]  # one run of a serving gate
+
+
+class ServingGate(Gate[ServingSpec, ServingProfile]):
     """Gates 2-4: an engine serving the model over DeepEP, measured by the pinned AIPerf (module doc)."""
 
     kind = "serving"
@@ -143,10 +150,10 @@ class ServingGate(Gate):
     def __init__(self, name: str, stem: str | None = None):
         super().__init__(name, stem, requires=None)  # the spec's own `requires:`
 
-    def load(self, root: Path):
+    def load(self, root: Path) -> ServingSpec:
         return load_serving_spec(root, self.stem)
 
-    def choose_profile(self, spec, name: str | None, host: dict):
+    def choose_profile(self, spec: ServingSpec, name: str | None, host: dict) -> ServingProfile:
         """The named profile, else the GPU profile matching this host (EFA and GPU count); NoProfileForHost."""
         if name:
             return spec.profile(name)
@@ -159,10 +166,10 @@ class ServingGate(Gate):
             f"--profile local-test runs the gate against the test server"
         )
 
-    def launches(self, spec, opts: GateOptions | None = None) -> int:
+    def launches(self, spec: ServingSpec, opts: GateOptions | None = None) -> int:
         return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
 
-    def kernels_line(self, spec, lock, image, mode: str) -> str:
+    def kernels_line(self, spec: ServingSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
         from ..kernels.prebuilt import MANIFEST
         from .plan import kernel_pins
 
@@ -182,7 +189,7 @@ class ServingGate(Gate):
 
         return rederive_serving(doc, folder, spec, self.stem)
 
-    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+    def plan_parts(self, spec: ServingSpec, profile: ServingProfile, opts: GateOptions, paths: Paths) -> PlanParts:
         """Every arm's server command per node (a node without a worker command: sshd for the leader's launcher);
         `commands` and `env` are the DeepEP arm's."""
         server = profile.server or spec.server
@@ -209,11 +216,11 @@ class ServingGate(Gate):
 
     # ------------------------------------------------------------------ the staged run
 
-    def check_request(self, st: RunState) -> None:
+    def check_request(self, st: ServingRun) -> None:
         super().check_request(st)
         st.scratch["arms"] = arm_order(st.spec, st.opts.arms)
 
-    def sources(self, st: RunState) -> None:
+    def sources(self, st: ServingRun) -> None:
         spec = st.spec
         st.prov = {
             "lock_sha256": st.ctx.lock.sha256,
@@ -223,7 +230,7 @@ class ServingGate(Gate):
             "host": st.host,
         }
 
-    def skip(self, st: RunState) -> GateReport | None:
+    def skip(self, st: ServingRun) -> GateReport | None:
         early = super().skip(st)
         if early is not None:
             return early
@@ -249,7 +256,7 @@ class ServingGate(Gate):
             )
         return None
 
-    def finish(self, st: RunState, report: GateReport) -> GateReport:
+    def finish(self, st: ServingRun, report: GateReport) -> GateReport:
         report = st.finish(report)
         if st.profile is not None and not st.profile.needs_gpu:  # local-test: a stand-in server, never evidence
             report.evidence = False
@@ -260,7 +267,7 @@ class ServingGate(Gate):
             }
         return report
 
-    def prepare(self, st: RunState) -> GateReport | None:
+    def prepare(self, st: ServingRun) -> GateReport | None:
         st.scratch["run_dir"] = run_dir = st.out_dir.resolve() / self.stem  # absolute: AIPerf runs in each cell
         run_dir.mkdir(parents=True, exist_ok=True)
         server = st.profile.server or st.spec.server
@@ -290,7 +297,7 @@ class ServingGate(Gate):
         st.scratch.update(tool=tool, tokenizer=tokenizer)
         return None
 
-    def launch_and_judge(self, st: RunState) -> GateReport:
+    def launch_and_judge(self, st: ServingRun) -> GateReport:
         parts = self.plan_parts(st.spec, st.profile, st.opts, st.scratch["paths"])
         by_name = {a.name: a for a in parts.arms}
         if not st.reporter:
@@ -306,7 +313,7 @@ class ServingGate(Gate):
                 return rep
         return judge(st, runs, self.stem)
 
-    def _run_arm(self, st: RunState, arm: Arm, plan: lp.ArmPlan) -> ArmRun:
+    def _run_arm(self, st: ServingRun, arm: Arm, plan: lp.ArmPlan) -> ArmRun:
         """Start the arm's server (its plan command for node 0), probe it, run every cell, assert the backend."""
         spec, profile = st.spec, st.profile
         run = ArmRun(arm)
@@ -355,7 +362,7 @@ class ServingGate(Gate):
             run.error += f"; first rank that died: {run.backend.first_dead_rank} ({run.backend.death})"
         return run
 
-    def _serve_cells(self, st: RunState, run: ArmRun, server: ServerProcess, url: str) -> None:
+    def _serve_cells(self, st: ServingRun, run: ArmRun, server: ServerProcess, url: str) -> None:
         """Wait for the server, then the AIPerf sweep cell by cell (stops at the first cell that fails)."""
         spec, profile, opts, arm = st.spec, st.profile, st.opts, run.arm
         with ui.step(f"{spec.gate} {arm.name}: server ready [{profile.name}]", log=server.log_path):
@@ -409,7 +416,7 @@ class ServingGate(Gate):
                 run.error = f"cell {cell.name}: {res.detail}{dead}"
                 return
 
-    def _artifacts(self, st: RunState, runs: list[ArmRun]) -> None:
+    def _artifacts(self, st: ServingRun, runs: list[ArmRun]) -> None:
         """Every server log and every cell's AIPerf log and exports (each profile run's too), with sha256."""
         for r in runs:
             files = [p for p in r.logs]
@@ -423,7 +430,7 @@ class ServingGate(Gate):
                 ]
             st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in files if p.is_file()]
 
-    def _serve_worker(self, st: RunState, plan: lp.ArmPlan) -> GateReport:
+    def _serve_worker(self, st: ServingRun, plan: lp.ArmPlan) -> GateReport:
         """Worker node: the worker command of the first chosen arm, until node 0 is done (its mark in the out
         folder), its own exit or the spec's timeout; its report is never written (node 0's is the verdict)."""
         node = st.opts.node_rank
@@ -479,14 +486,14 @@ def not_engaged(profile: ServingProfile, arm: Arm, log: Path) -> str | None:
     return f"the engine did not engage the arm's backend: its log has no {names}{words}; {' '.join(e.why.split())}"
 
 
-def _nccl_shadows(st: RunState, env: dict) -> str | None:
+def _nccl_shadows(st: ServingRun, env: dict) -> str | None:
     """What in a server's environment would load an NCCL of another version than the lock's first (LD_PRELOAD,
     LD_LIBRARY_PATH: launch.procmaps.shadows), in one line; None when nothing would."""
     found = runtime.shadows_by_version(env, ncclwheel.pinned_version(st.ctx.lock))
     return "; ".join(found[:4]) + ": unset it or point it at the pinned NCCL" if found else None
 
 
-def _nccl_error(st: RunState, samples: dict, what: str, *, need: bool = True) -> str | None:
+def _nccl_error(st: ServingRun, samples: dict, what: str, *, need: bool = True) -> str | None:
     """The one-NCCL check of a server's processes (kernels.runtime.judge_processes against the lock's NCCL version;
     with `need`, a GPU profile's server must have been seen mapping it), as an arm error; None when it holds."""
     try:

@@ -53,7 +53,7 @@ class ArmRun:
     nccl: dict = field(default_factory=dict)  # {pid: procmaps record} of the server's processes, read while it ran
 
 
-def judge(st: RunState, runs: list[ArmRun], stem: str) -> GateReport:
+def judge(st: RunState[ServingSpec, ServingProfile], runs: list[ArmRun], stem: str) -> GateReport:
     """The report of gate `stem` from its arms' runs: every arm's data (cells, backend, transport), the ratios
     and their intervals, the statistics, the bars; its checks; the verdict (ERROR when an arm could not measure; a
     skipped arm named; never PASS without the DeepEP arm; the first rank that died named on a FAIL)."""

@@ -27,6 +27,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import ui
 from ..errors import ReprostackError
@@ -42,31 +43,40 @@ from .options import GateOptions
 from .parsers.failure import FailureClass, classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
 from .parsers.transport import parse_transport
-from .training_spec import TrainingSpec, load_training_spec
+from .spec import Profile
+from .training_spec import TrainingBar, TrainingSpec, load_training_spec
+
+if TYPE_CHECKING:
+    from ..lock.model import Lock
 
 GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
 
 
-class MegatronGate(Gate):
+TrainingRun = RunState[TrainingSpec, Profile[TrainingBar]]  # one run of a training gate
+
+
+class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
     """Gate 5: a Megatron-LM training run per arm over DeepEP and over Megatron's all-to-all (module doc)."""
 
     kind = "training"
 
-    def load(self, root: Path):
+    def load(self, root: Path) -> TrainingSpec:
         return load_training_spec(root, self.stem)
 
-    def prebuilt_kernels(self, spec) -> tuple[str, ...]:
+    def prebuilt_kernels(self, spec: TrainingSpec) -> tuple[str, ...]:
         return tuple(spec.kernels)
 
-    def launches(self, spec, opts: GateOptions | None = None) -> int:
+    def launches(self, spec: TrainingSpec, opts: GateOptions | None = None) -> int:
         return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
 
-    def kernels_line(self, spec, lock, image, mode: str) -> str:
+    def kernels_line(self, spec: TrainingSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
         from .plan import built_kernels_line
 
         return built_kernels_line(spec, lock, image, mode, pins=(spec.source, *spec.kernels))
 
-    def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
+    def plan_parts(
+        self, spec: TrainingSpec, profile: Profile[TrainingBar], opts: GateOptions, paths: Paths
+    ) -> PlanParts:
         """Every arm's torchrun command per node (the same driver, the arm's args and env); `commands` and `env`
         are the DeepEP arm's."""
         nodes = opts.nodes or profile.nodes
@@ -149,13 +159,13 @@ class MegatronGate(Gate):
 
     # ------------------------------------------------------------------ the staged run
 
-    def check_request(self, st: RunState) -> None:
+    def check_request(self, st: TrainingRun) -> None:
         super().check_request(st)
         unknown = [a for a in st.opts.arms if a not in st.spec.arms]
         if unknown:
             raise ReprostackError(f"{st.spec.path}: no arm {unknown[0]!r} (known: {', '.join(st.spec.arms)})")
 
-    def sources(self, st: RunState) -> None:
+    def sources(self, st: TrainingRun) -> None:
         t = time.monotonic()
         # container mode (--kernels-manifest): the image's trees and kernels, its manifest checked against the lock
         trees, pre = source_trees(st.opts, st.ctx, (st.spec.source, *st.spec.kernels))
@@ -165,11 +175,11 @@ class MegatronGate(Gate):
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, arms={})
 
-    def skip(self, st: RunState) -> GateReport | None:
+    def skip(self, st: TrainingRun) -> GateReport | None:
         tree = st.scratch["trees"][st.spec.source].tree
         return self.skip_with(st, f"sources verified ({st.spec.source} {tree[:12]}); kernels and training not run")
 
-    def prepare(self, st: RunState) -> GateReport | None:
+    def prepare(self, st: TrainingRun) -> GateReport | None:
         st.scratch["run_dir"] = run_dir = st.out_dir / self.stem
         run_dir.mkdir(parents=True, exist_ok=True)
         base, st.scratch["setup_error"] = {**os.environ, "PYTHONPATH": ""}, None
@@ -185,7 +195,7 @@ class MegatronGate(Gate):
         st.scratch["base_env"] = base
         return None
 
-    def _kernels(self, st: RunState) -> dict:
+    def _kernels(self, st: TrainingRun) -> dict:
         """Build NCCL + DeepEP (cached), or take the image's (container mode), and return the environment with
         exactly one NCCL. Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
         early = {**os.environ, **st.spec.env, **st.profile.env}  # before the builds: another release loaded first
@@ -205,7 +215,7 @@ class MegatronGate(Gate):
         env["EP_JIT_CACHE_DIR"] = str(kern.jit_dir)
         return env
 
-    def launch_and_judge(self, st: RunState) -> GateReport:
+    def launch_and_judge(self, st: TrainingRun) -> GateReport:
         spec, profile, opts = st.spec, st.profile, st.opts
         torchrun.need_master(profile.name, opts.nodes or profile.nodes, opts.master_addr, opts.master_port)
         paths = Paths.host(root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, opts=opts)
@@ -258,7 +268,7 @@ class MegatronGate(Gate):
             st.data["cross_arm"] = cross
         return self._verdict(st, results, checks, failures)
 
-    def _launch_arm(self, st: RunState, plan: lp.ArmPlan):
+    def _launch_arm(self, st: TrainingRun, plan: lp.ArmPlan):
         """Start one arm (its plan command for this node) under the watchdog. Returns (outcome, command, env)."""
         spec, profile, opts = st.spec, st.profile, st.opts
         cmd = next(c for c in plan.commands if str(c.node) == str(opts.node_rank))
@@ -282,7 +292,7 @@ class MegatronGate(Gate):
             )
         return outcome, cmd, env, seen, None
 
-    def _parse_arm(self, st: RunState, plan: lp.ArmPlan, outcome, cmd, env, seen, blocked) -> dict:
+    def _parse_arm(self, st: TrainingRun, plan: lp.ArmPlan, outcome, cmd, env, seen, blocked) -> dict:
         """Every node's log of one arm, parsed. Returns {"parse", "outcome", "failure"?, "log", "command", "env"}."""
         spec, profile, kern = st.spec, st.profile, st.scratch.get("kern")
         keys = {*spec.env, *profile.env, *spec.arms[plan.name].env, "PYTHONPATH"}
@@ -315,7 +325,7 @@ class MegatronGate(Gate):
         return res
 
     @staticmethod
-    def _entry(st: RunState, res: dict) -> dict:
+    def _entry(st: TrainingRun, res: dict) -> dict:
         return {
             "command": res["command"],
             "log": res["log"],
@@ -326,7 +336,7 @@ class MegatronGate(Gate):
             "parse": res["parse"].to_dict(),
         }
 
-    def _verdict(self, st: RunState, results: dict, checks: list, failures: list) -> GateReport:
+    def _verdict(self, st: TrainingRun, results: dict, checks: list, failures: list) -> GateReport:
         if failures:
             stood = list(results)
             done = sum(c.passed for c in checks)
