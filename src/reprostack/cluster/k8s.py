@@ -44,9 +44,13 @@ import hashlib
 import re
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ReprostackError
 from ..launch import plan as lp
+
+if TYPE_CHECKING:
+    from ..gates.spec import Spec
 
 VARIANTS = ("job", "jobset", "lws")
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
@@ -470,7 +474,7 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port
         master_addr="${MASTER_ADDR}",
         master_port=master_port or MASTER_PORT,
     )
-    spec = g.load(root)  # the image's prebuilt kernels for a gate that takes them (never a node-side rebuild)
+    spec: Spec = g.load(root)  # the image's prebuilt kernels for a gate that takes them (never a node-side rebuild)
     argv = tuple(inner_argv(g, a, lock, kernels=bool(g.prebuilt_kernels(spec))))
     runs = g.launches(spec, a)
     env = tuple(sorted({**dict(plan.env), "PYTHONPATH": f"{WORK}/src", "PYTHONUNBUFFERED": "1"}.items()))

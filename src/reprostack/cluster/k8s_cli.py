@@ -13,8 +13,14 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..launch import plan as lp
 from .k8s import HOST_PATH_KINDS, MAX_NAME, PVC, VARIANTS, K8sError, agent_plan, dns1123, render, sh_word, write
+
+if TYPE_CHECKING:
+    from ..gates.fabric_mpi import MpiLaunch
+    from ..gates.spec import Spec
 
 HELP = (
     "render Kubernetes manifests (Indexed Job + headless Service; or a JobSet / LeaderWorkerSet) of a gate's "
@@ -101,7 +107,7 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-def _refusal(args, g, spec, plan):
+def _refusal(args, g, spec: Spec, plan: lp.LaunchPlan) -> MpiLaunch | None:
     """The gate's MPI launch (None: the gate's own rendezvous) once the profile and --variant are ones a cluster can
     run; K8sError naming what is not."""
     why = g.unrenderable(spec, spec.profile(plan.profile))
@@ -143,7 +149,7 @@ def _node_selector(args) -> dict[str, str]:
     return sel
 
 
-def _written(docs: list[dict], paths: list[Path], variant: str, mpi) -> None:
+def _written(docs: list[dict], paths: list[Path], variant: str, mpi: MpiLaunch | None) -> None:
     """What was written, and where node 0's log is (an Indexed Job's pods carry their index as a label)."""
     for p in paths:
         print(f"wrote {p}")
@@ -175,7 +181,7 @@ def main(args, g, lock, root: Path) -> int:
 
     out = Path(args.out or f"out/k8s/{g.name}")
     plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
-    spec = g.load(root)
+    spec: Spec = g.load(root)
     nodes = g.check_nodes(spec, spec.profile(plan.profile), args.nodes)  # as `launch slurm`: the profile's count
     if args.pod_network:
         plan = dataclasses.replace(plan, host_network=False, host_ipc=False)

@@ -54,6 +54,7 @@ import subprocess
 import time
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import hostinfo, jsonsrc, schemas
 from . import nodecheck
@@ -62,6 +63,9 @@ from .smoke import ADDR, SMOKE_PORT, SMOKE_TIMEOUT_S  # noqa: F401 (re-exported)
 from .nodejudge import GIN_GDRDRV_FLOOR, NODE_CHECKS, NOT_NEEDED, UNREADABLE, judge_node, needs_gin  # noqa: F401
 from ..atomicfile import write_text_atomic
 from ..errors import ReprostackError
+
+if TYPE_CHECKING:
+    from ..gates.spec import HardwareProfile
 
 SCHEMA, VERDICT_SCHEMA = "reprostack.preflight.node/1", "reprostack.preflight.verdict/1"
 DEV_DIR = "/dev/infiniband"
@@ -385,7 +389,7 @@ def run(
 
     _check_args(nodes, node_rank, timeout_s, smoke_timeout_s)
     plan = gate_plan(g, root, lock, profile=profile, out_dir=Path(out), mode=lp.MODE_HOST)
-    prof = g.load(root).profile(plan.profile)
+    prof: HardwareProfile = g.load(root).profile(plan.profile)
     need_gpu = prof.needs_gpu and plan.gpus_per_node > 0
     port = port or MASTER_PORT
     d = Path(out) / "preflight"

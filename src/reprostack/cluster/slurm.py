@@ -43,9 +43,14 @@ import shlex
 from dataclasses import dataclass
 from functools import partial
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from ..launch import plan as lp
 from . import enroot, slurm_mpi
+
+if TYPE_CHECKING:
+    from ..gates.fabric_mpi import MpiLaunch
+    from ..gates.spec import HardwareProfile, Spec
 from .slurm_words import (  # noqa: F401 (re-exported: the quoting and checks of every value)
     JOBV,
     MASTER,
@@ -90,7 +95,7 @@ class SlurmOptions:
     needs_gpu: bool = True
     job_name: str | None = None
     models: str | None = None  # a serving gate's models folder on the nodes (None: the submitter's HF_HOME)
-    mpi: object | None = None  # gates.fabric_mpi.MpiLaunch of a profile started by MPI (cluster.slurm_mpi)
+    mpi: MpiLaunch | None = None  # the MPI launch of a profile started by MPI (cluster.slurm_mpi)
     enroot_import: str | None = None  # pyxis on enroot 3.x: import by digest into this folder (cluster.enroot)
 
 
@@ -539,8 +544,8 @@ def script_for(
 
     root = Path(root)
     plan = gate_plan(g, root, lock, profile=profile, out_dir=root / out, images_json=images_json)
-    spec = g.load(root)
-    prof = spec.profile(plan.profile)
+    spec: Spec = g.load(root)
+    prof: HardwareProfile = spec.profile(plan.profile)
     why = g.unrenderable(spec, prof)
     if why:
         raise SlurmRenderError(f"gate {g.name}: {why}")

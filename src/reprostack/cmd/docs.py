@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..gates.spec import HardwareProfile, Spec
 
 HELP = "write the docs' figures from results/ and the lock (README.md and docs/*.md generated blocks)"
 DESCRIPTION = (
@@ -66,8 +70,8 @@ def gates_block(root: Path, args: list[str]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, g in enumerate(registry.GATES):
-        spec = g.load(root)
-        profile = g.resolve_profile(spec)
+        spec: Spec = g.load(root)
+        profile: HardwareProfile = g.resolve_profile(spec)
         needs = ", ".join(f"`{r}`" for r in g.requirements(root, profile)) or "—"
         cells = [
             str(i),

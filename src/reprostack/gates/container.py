@@ -48,9 +48,11 @@ from ..digest import sha256_file
 from ..errors import GateError, ReprostackError
 from ..kernels.prebuilt import MANIFEST
 from ..launch import plan as lp
+from ..lock import Lock
 from ..report import GateReport, Result, utc_now, validate_report
 from .base import OUT, WORK, Gate, RunContext
 from .options import GateOptions
+from .spec import HardwareProfile, Spec
 
 CODE = "/opt/reprostack/code"  # reprostack's package (this checkout's), read-only, on PYTHONPATH
 CONTAINER_SLACK_S = 600.0  # image start, AIPerf set-up and the report, beyond the gate's watchdog
@@ -133,11 +135,13 @@ def _image(client, ref: str, recipe: str):
         raise GateError(f"--container: the engine cannot inspect image {ref}: {e.explanation or e}") from None
 
 
-def container_plan(g: Gate, a: GateOptions, lock, root: Path, image_ref: str | None) -> tuple[lp.LaunchPlan, object]:
+def container_plan(
+    g: Gate, a: GateOptions, lock: Lock, root: Path, image_ref: str | None
+) -> tuple[lp.LaunchPlan, HardwareProfile]:
     """(plan, profile) of this node's container: the gate's plan with the in-image runner as its command."""
     from .plan import gate_plan
 
-    spec = g.load(root)
+    spec: Spec = g.load(root)
     if not a.profile:  # the container's GPUs, EFA devices and limits follow from the profile: never guessed
         raise GateError(
             f"--container needs --profile (one of {', '.join(spec.profiles)} in {spec.path.name}): "

@@ -27,13 +27,15 @@ from pathlib import Path
 from ..containers import recipe as recipes
 from ..errors import GateError
 from ..launch import plan as lp
+from ..lock import Lock
 from .base import CACHE, IMAGE_PATHS, MASTER, MASTER_PORT, MODELS, OUT, SRC, WORK, Gate  # noqa: F401 (re-exported)
 from .options import GateOptions
+from .spec import HardwareProfile, Spec
 
 P5EN_EFA_DEVICES = 16  # EFA interfaces of one p5en.48xlarge (the campaign's nodes)
 
 
-def image_ref(root: Path, lock, name: str, images_json: Path | None = None) -> tuple[lp.ImageRef, list[str]]:
+def image_ref(root: Path, lock: Lock, name: str, images_json: Path | None = None) -> tuple[lp.ImageRef, list[str]]:
     """(ImageRef, notes) of recipe `name`: its base by digest through the recipe chain, the tag and id recorded
     by the last `reprostack build` here (images_json), and why it cannot be built when a recipe is unresolved.
     Raises RecipeError (file:line) for a recipe that does not load or a lock base that is not pinned."""
@@ -80,7 +82,7 @@ def _built(path: Path) -> dict:
 def gate_plan(
     g: Gate,
     root: Path,
-    lock,
+    lock: Lock,
     *,
     profile: str | None = None,
     out_dir: Path = Path("out/gates"),
@@ -93,8 +95,8 @@ def gate_plan(
     (default: none given), its commands from the gate's own plan_parts with the image's paths. Raises
     GateSpecError / RecipeError (file:line) or GateError (unknown profile) before anything is built."""
     opts = options or GateOptions()
-    spec = g.spec_for(Path(root), lock)
-    prof = g.resolve_profile(spec, profile or opts.profile)
+    spec: Spec = g.spec_for(Path(root), lock)
+    prof: HardwareProfile = g.resolve_profile(spec, profile or opts.profile)
     parts = g.plan_parts(spec, prof, opts, IMAGE_PATHS)
     notes, env = list(parts.notes), parts.env
     image = None
@@ -147,7 +149,7 @@ def _mounts(g: Gate, root: Path, out_dir: Path, cache_dir: Path | None) -> list:
     return mounts
 
 
-def kernel_pins(spec, lock, pins: tuple[str, ...]) -> list[str]:
+def kernel_pins(spec: Spec, lock: Lock, pins: tuple[str, ...]) -> list[str]:
     """`pin rev12 patched tree tree12` (or `pin from wheel W (file sha256 ...)` for a stack's wheel NCCL) of each
     of `pins` that the lock has."""
     from ..kernels import ncclwheel
@@ -166,7 +168,7 @@ def kernel_pins(spec, lock, pins: tuple[str, ...]) -> list[str]:
     return out
 
 
-def built_kernels_line(spec, lock, image, mode: str, *, pins: tuple[str, ...]) -> str:
+def built_kernels_line(spec: Spec, lock: Lock, image: lp.ImageRef | None, mode: str, *, pins: tuple[str, ...]) -> str:
     """Where a gate that builds kernels gets them (`pins`: its sources and kernels): prebuilt in its image
     (container mode; the manifest the in-image runner checks against these pins before anything runs) or built on
     the host (host mode)."""

@@ -19,7 +19,7 @@ from .fabric import FabricGate
 from .micro import MicroGate
 from .nemo_rl import NemoRLGate
 from .serving import ServingGate
-from .spec import GateSpecError
+from .spec import GateSpecError, Spec
 from .training import MegatronGate
 
 GATES: tuple[Gate, ...] = (
@@ -59,7 +59,7 @@ def present(root: Path) -> list[Gate]:
     return [g for g in GATES if g.spec_file(root).is_file()]
 
 
-def load_all(root: Path) -> dict[str, object]:
+def load_all(root: Path) -> dict[str, Spec]:
     """{gate name: validated spec} of every gate present under `root`, each through its own loader.
     Raises GateSpecError (file:line) for the first spec that does not load."""
     return {g.name: g.load(root) for g in present(root)}
@@ -71,7 +71,7 @@ def rendered(root: Path) -> list[Gate]:
     the committed examples (docs/examples/). Raises GateSpecError for a spec that does not load."""
     out = []
     for g in present(root):
-        spec = g.load(root)
+        spec: Spec = g.load(root)
         if g.unrenderable(spec, g.resolve_profile(spec)) is None:
             out.append(g)
     return out

@@ -24,6 +24,7 @@ from ..report import GateReport, Result, not_run, skipped, utc_now
 from .base import Gate, RunContext
 from .options import GateOptions
 from .registry import GATES
+from .spec import HardwareProfile, Spec
 
 
 def run_gate(g: Gate, opts: GateOptions, ctx: RunContext) -> GateReport:
@@ -59,7 +60,7 @@ def run_here(g: Gate, opts: GateOptions, ctx: RunContext) -> GateReport:
     return report
 
 
-def _profile_here(g: Gate, spec, name: str | None, host: dict):
+def _profile_here(g: Gate, spec: Spec, name: str | None, host: dict) -> HardwareProfile | None:
     """The profile gate `g` would run on this host (None: none fits, or `name` is not one of its profiles)."""
     try:
         return g.resolve_profile(spec, name if name in spec.profiles else None, host)
@@ -86,7 +87,7 @@ def run_all(opts: GateOptions, ctx: RunContext, *, run=None) -> list[GateReport]
     host = hostinfo.collect()  # which profile each gate would take here: a requirement may depend on it
     for g in (g for g in GATES if g.spec_file(root).is_file()):
         try:
-            spec = g.load(root)
+            spec: Spec = g.load(root)
             needs = g.requirements(root, _profile_here(g, spec, opts.profile, host))
         except ReprostackError as e:
             reports[g.name] = _error(g, opts, f"spec: {e}")
