@@ -73,7 +73,7 @@ def run(args) -> int:
     versions = Versions.read(root)
     corrections = read_corrections(root)
 
-    def rederive(doc, folder, spec):
+    def rederive(doc: dict, folder: Path, spec: dict | None):
         try:
             g = registry.gate(str(doc.get("gate")))
         except ReprostackError:

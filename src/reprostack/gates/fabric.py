@@ -103,7 +103,7 @@ class FabricParse:
 
 def node_commands(
     spec: FabricSpec,
-    profile: Profile,
+    profile: Profile[FabricBar],
     bin_dir: Path | str,
     *,
     nodes: int | None = None,
@@ -223,7 +223,9 @@ def _test_checks(spec: FabricSpec, name: str, p: NcclTestsParse | None, want_ncc
     return out
 
 
-def checks(spec: FabricSpec, profile: Profile, parsed: FabricParse, *, nccl_version: str | None = None) -> list[Check]:
+def checks(
+    spec: FabricSpec, profile: Profile[FabricBar], parsed: FabricParse, *, nccl_version: str | None = None
+) -> list[Check]:
     """Every check of a run (module doc): per test the health checks, the profile's bars on their interval, then
     `transport`. A profile without bars gets the health and transport checks only (its numbers: `figures`)."""
     want = nccl_version_code(nccl_version) if nccl_version else None
@@ -249,7 +251,7 @@ def checks(spec: FabricSpec, profile: Profile, parsed: FabricParse, *, nccl_vers
     return out
 
 
-def transport_check(profile: Profile, parsed: FabricParse) -> Check:
+def transport_check(profile: Profile[FabricBar], parsed: FabricParse) -> Check:
     """`transport` == what the profile needs, for every rank of every test (gates.transport, the judge every gate on
     an EFA profile shares): `NET/OFI efa` on an EFA profile (a rank on Socket, IB, another provider, a second
     plugin or unknown fails, named with its host), `none: no network (one node)` on one node (one GPU: no peer at
@@ -272,7 +274,7 @@ def transport_check(profile: Profile, parsed: FabricParse) -> Check:
     return Check("transport", "", value[:600], "==", shown, not bad, note[:600])
 
 
-def figures(spec: FabricSpec, profile: Profile, parsed: FabricParse) -> dict:
+def figures(spec: FabricSpec, profile: Profile[FabricBar], parsed: FabricParse) -> dict:
     """{`<test>.busbw_gbs@<size>` and `<test>.algbw_gbs@<size>` (a one-rank run has no bus traffic: busbw 0, algbw the
     local copy): {"samples": [...], "statistics": Summary.to_dict() or None}} at the spec's report
     sizes and the profile's bar sizes (out-of-place), plus `<test>.avg_busbw_gbs` (nccl-tests' own average over

@@ -21,6 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .fabric_spec import FabricBar, FabricSpec
+    from .spec import Profile
 
 IMAGE_BIN = "/opt/reprostack/nccl-tests/bin"  # containers/deepep: nccl-tests built with MPI=1
 LOGS = "fabric-mpi"  # under the run's out dir: <test>.log (every rank's output) and <test>.rc
@@ -63,7 +68,7 @@ class MpiLaunch:
         return self.nodes * self.ranks_per_node
 
 
-def mpi_launch(spec, profile, cmds) -> MpiLaunch:
+def mpi_launch(spec: FabricSpec, profile: Profile[FabricBar], cmds: list) -> MpiLaunch:
     """The launch of every test of `spec` over `profile` (launcher mpi), one rank per GPU: `cmds`, the commands of
     gates.fabric.node_commands for IMAGE_BIN (the image's MPI build, `-g 1`)."""
     steps = tuple(MpiStep(c.test, c.argv, f"{LOGS}/{c.test}.log", f"{LOGS}/{c.test}.rc") for c in cmds)

@@ -20,8 +20,6 @@ dataclasses.
 
 from __future__ import annotations
 
-from typing import cast
-
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -105,7 +103,9 @@ class FabricBar:
         return None if self.published is None else round(self.published * (1 - self.tolerance), 2)
 
 
-def resolve_bars(root: Path, profile: Profile, *, gate: str = GATE, stack: str = "campaign") -> tuple[Profile, str]:
+def resolve_bars(
+    root: Path, profile: Profile[FabricBar], *, gate: str = GATE, stack: str = "campaign"
+) -> tuple[Profile[FabricBar], str]:
     """(profile, why): the profile with each baseline bar made from its accepted runs (published = their median,
     the source naming them), or, when a bar has fewer than its min-runs, the profile unmeasured with its resolvable
     bars only and `why` saying what is missing. Raises GateError for a runs-from outside the project."""
@@ -115,9 +115,7 @@ def resolve_bars(root: Path, profile: Profile, *, gate: str = GATE, stack: str =
 
     out: list[FabricBar] = []
     missing: list[str] = []
-    # the shared Profile types its bars as spec.Bar; a fabric profile's are FabricBar (issue 38 item 2: a Profile typed
-    # per gate kind is the real fix)
-    for b in cast("tuple[FabricBar, ...]", profile.bars):
+    for b in profile.bars:
         if b.baseline is None:
             out.append(b)
             continue
@@ -196,10 +194,10 @@ class FabricSpec:
     report_sizes: tuple[int, ...]
     tests: dict
     env: dict
-    profiles: dict = field(default_factory=dict)
+    profiles: dict[str, Profile[FabricBar]] = field(default_factory=dict)
     description: str = ""
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str) -> Profile[FabricBar]:
         """The profile `name`; raises GateError naming the known ones."""
         if name not in self.profiles:
             raise GateError(f"{self.path}: no profile {name!r} (known: {', '.join(sorted(self.profiles))})")

@@ -25,6 +25,7 @@ from ..kernels.recipe import load_recipe
 from ..lock import Lock
 from .base import RunContext
 from .options import GateOptions
+from .spec import Spec
 
 
 def build_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, timings: dict):
@@ -275,7 +276,7 @@ def jit_record(ctx, block: dict, run_dir: Path, tree: str, profile: str) -> Path
     return out
 
 
-def provenance(lock: Lock, spec, trees: dict) -> dict:
+def provenance(lock: Lock, spec: Spec, trees: dict) -> dict:
     """Lock and spec sha256, the stack, and url/rev/tree/patched tree/series of every source used (NCCL as the
     wheel a stack takes it from, when that is where it comes from)."""
     ups = {}

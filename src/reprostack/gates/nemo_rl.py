@@ -127,7 +127,7 @@ def rollout_metrics(parsed) -> dict:
     return {"rollout_s": first.rollout_s, "rollout_gen_len": first.gen_len, "rollout_line": first.line}
 
 
-def nemo_rl_checks(spec, profile, parsed) -> tuple[list, dict]:
+def nemo_rl_checks(spec: TrainingSpec, profile: Profile[TrainingBar], parsed) -> tuple[list, dict]:
     """(checks, metrics) of a completed run: steps complete, finite losses, then the profile's bars."""
     m = {**loss_metrics(parsed), **rollout_metrics(parsed)}
     checks = [
@@ -140,7 +140,7 @@ def nemo_rl_checks(spec, profile, parsed) -> tuple[list, dict]:
     return checks, m
 
 
-def rank_transport(spec, profile, parsed, m: dict) -> list:
+def rank_transport(spec: TrainingSpec, profile: Profile[TrainingBar], parsed, m: dict) -> list:
     """The transport proof per rank (gates.transport) on an EFA profile: every policy rank (nodes x GPUs per node:
     the widest NCCL communicator of the log) on `NET/OFI efa` with GIN on (the policy runs DeepEP,
     moe_enable_deepep, when the env turns GIN on); `m["transport"]` holds what each rank showed, or why no

@@ -151,7 +151,7 @@ class ServingSpec:
     required: tuple
     forbidden: tuple
     arms: dict
-    profiles: dict
+    profiles: dict[str, ServingProfile]
     lines: dict = field(default_factory=dict, repr=False)
     description: str = ""
     image: str = ""  # the recipe under containers/ the gate runs in

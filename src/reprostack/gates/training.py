@@ -376,7 +376,9 @@ def transport_evidence(parsed, host: dict) -> str:
     return "no EFA device" if not host.get("efa_devices") else "none (EFA present, no counters, no provider line)"
 
 
-def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl: dict | None = None) -> list:
+def arm_checks(
+    spec: TrainingSpec, profile: Profile[TrainingBar], name: str, parsed, data: dict, nccl: dict | None = None
+) -> list:
     """Structural checks and the profile's per-arm bars for one completed arm (metric `<arm>.<metric>`), and on an
     EFA profile `<arm>.transport` (arm_transport). `data`: the arm's report entry (gets `metrics` and
     `transport`); `nccl`: the one-NCCL check of the kernel setup."""
@@ -424,7 +426,7 @@ def arm_checks(spec: TrainingSpec, profile, name: str, parsed, data: dict, nccl:
     return checks
 
 
-def arm_transport(spec: TrainingSpec, profile, name: str, parsed, data: dict) -> list:
+def arm_transport(spec: TrainingSpec, profile: Profile[TrainingBar], name: str, parsed, data: dict) -> list:
     """The transport proof per rank of one arm (gates.transport) on an EFA profile: every rank of the run on
     `NET/OFI efa`, and GIN on for the DeepEP arm when the arm's env turns it on (the all-to-all arm uses no GIN);
     a rank on Socket, a second plugin, or GIN off fails `<arm>.transport` naming it. No check without a network:
@@ -451,7 +453,7 @@ def cross_arm(spec: TrainingSpec, results: dict) -> dict | None:
     }
 
 
-def cross_checks(spec: TrainingSpec, profile, results: dict) -> list:
+def cross_checks(spec: TrainingSpec, profile: Profile[TrainingBar], results: dict) -> list:
     """Checks that compare the DeepEP arm with the reference arm (both must have completed)."""
     a, b = spec.deepep_arm, spec.reference_arm
     if not (a and b and a in results and b in results):

@@ -50,11 +50,11 @@ class TrainingSpec:
     args: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)
     arms: dict = field(default_factory=dict)
-    profiles: dict = field(default_factory=dict)
+    profiles: dict[str, Profile[TrainingBar]] = field(default_factory=dict)
     description: str = ""
     image: str = ""  # the recipe under containers/ the gate runs in
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str) -> Profile[TrainingBar]:
         """The profile `name`; raises GateError naming the known ones."""
         if name not in self.profiles:
             raise GateError(f"{self.path}: no profile {name!r} (known: {', '.join(sorted(self.profiles))})")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from ..report import Check
 from .parsers.transport import GIN_TYPES, GPU_INITIATED, NONE_ONE_NODE, RankTransport, TransportParse
+from .spec import HardwareProfile
 
 EFA_TRANSPORT = "NET/OFI efa"
 MAX_SHOWN = 8
@@ -71,7 +72,7 @@ def _int(v) -> int | None:
         return None
 
 
-def need(profile, env: dict | None = None, *, gin: bool = False) -> TransportNeed | None:
+def need(profile: HardwareProfile, env: dict | None = None, *, gin: bool = False) -> TransportNeed | None:
     """What `profile` (a gate profile: nodes, gpus_per_node, needs_efa) and the run's `env` need of every rank; None
     when there is no network to prove (one node without EFA; `no_network` says why). `gin`: the gate runs DeepEP
     over NCCL GIN (it is needed when the env turns GIN on)."""
@@ -84,7 +85,7 @@ def need(profile, env: dict | None = None, *, gin: bool = False) -> TransportNee
     return TransportNeed(EFA_TRANSPORT, ranks, wants_gin, _int(env.get("NCCL_GIN_TYPE")) if wants_gin else None)
 
 
-def no_network(profile) -> str:
+def no_network(profile: HardwareProfile) -> str:
     """Why a profile has no transport to prove, in words (for the report)."""
     gpus = profile.gpus_per_node
     peers = "one GPU, no peer" if gpus <= 1 else f"{gpus} GPUs over NVLink (P2P/SHM), no NIC"
