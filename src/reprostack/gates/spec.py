@@ -97,8 +97,8 @@ class SpecOf(Protocol[P_co]):
 
 Spec = SpecOf[HardwareProfile]  # any kind's spec, as the shared code reads it
 # a kind's own spec and profile types: gates.base.Gate and RunState are generic over them (MicroGate is a
-# Gate[GateSpec, Profile], ServingGate a Gate[ServingSpec, ServingProfile])
-SpecT = TypeVar("SpecT", bound="SpecOf[Any]")
+# Gate[GateSpec, Profile[Bar]], ServingGate a Gate[ServingSpec, ServingProfile])
+SpecT = TypeVar("SpecT", bound=SpecOf[Any])
 ProfileT = TypeVar("ProfileT", bound=HardwareProfile)
 
 
