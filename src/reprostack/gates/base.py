@@ -524,11 +524,10 @@ class Gate(Generic[S, P]):
         operator errors found before anything ran."""
         from . import standin
 
-        opts, stand_in = self.check_options(opts), standin.from_env()
-        started, t0 = utc_now(), time.monotonic()  # the run's clock starts before its project state and spec
-        proj = ctx.project if ctx.project is not None else project.state(ctx.root)
-        spec = self.spec_for(ctx.root, ctx.lock)
-        st = RunState(self, opts, ctx, spec, started=started, t0=t0, project=proj, standin=stand_in)
+        opts, stand_in, started, t0 = self.check_options(opts), standin.from_env(), utc_now(), time.monotonic()
+        proj = ctx.project if ctx.project is not None else project.state(ctx.root)  # then the spec, as before
+        st = RunState(self, opts, ctx, self.spec_for(ctx.root, ctx.lock), started=started, t0=t0, standin=stand_in)
+        st.project = proj
         self.check_request(st)
         st.host = standin.host_facts() if st.standin is not None else hostinfo.collect()
         self.sources(st)
