@@ -41,6 +41,7 @@ from ..launch.plan import NODE_WAIT_S, Outputs, read_rc
 from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
 from .options import GateOptions
 from .spec import GateSpecError, NoProfileForHost
+from .state import KindState
 
 # in the images: the verified trees the recipes copy (containers/deepep: /opt/reprostack/src/<pin>); this project
 # (drivers, reprostack itself) mounted read-only at /workspace; reports at /out
@@ -162,6 +163,7 @@ class RunState:
     artifacts: list = field(default_factory=list)
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
+    kind: KindState = field(default_factory=KindState)  # the kind's own values between its stages (Gate.state)
     scratch: dict = field(default_factory=dict)  # a kind's own values between its stages
     project: dict = field(default_factory=dict)  # provenance.project: the commit and whether the tree was dirty
     standin: object = None  # gates.standin.StandIn when REPROSTACK_STANDIN asks for the GPU stand-in
@@ -239,6 +241,7 @@ class Gate:
 
     kind: ClassVar[str] = ""  # shown in docs and errors; nothing branches on it
     serves: ClassVar[bool] = False  # an engine serving a model: the models mount, leader/worker pods
+    state: ClassVar[type[KindState]] = KindState  # what the kind keeps between its stages (gates.state)
 
     def __init__(self, name: str, stem: str | None = None, requires: tuple[str, ...] | None = ()):
         self.name, self.stem, self.requires = name, stem or name, requires
@@ -522,7 +525,7 @@ class Gate:
         operator errors found before anything ran."""
         from . import standin
 
-        st = RunState(self, self.check_options(opts), ctx, standin=standin.from_env())
+        st = RunState(self, self.check_options(opts), ctx, standin=standin.from_env(), kind=self.state())
         st.project = ctx.project if ctx.project is not None else project.state(ctx.root)
         st.spec = self.spec_for(ctx.root, ctx.lock)
         self.check_request(st)
