@@ -294,19 +294,19 @@ def one_h200(monkeypatch):
     """The fabric gate on a stood-in one-GPU H200: the host inventory says so; the sources and the kernel builds are
     stood in (the build is tested in test_nccltests_build.py): `prepare` points at the executables of `bins`."""
     from reprostack import hostinfo
-    from reprostack.gates.fabric import FabricGate
+    from reprostack.gates.fabric import FabricGate, FabricState
 
     monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(1))
     bins = {}
 
     def sources(self, st):
-        st.scratch["trees"] = {}
         st.prov = {"lock_sha256": st.ctx.lock.sha256, "gate_spec_sha256": st.spec.sha256, "host": st.host}
 
     def prepare(self, st):
         if st.profile.launcher != "local":
             return FabricGate.real_prepare(self, st)
-        st.scratch.update(bin_dir=bins["dir"], nccl_lib="/pinned/nccl/lib", nccl_version="2.30.4")
+        own = FabricState.of(st)
+        own.bin_dir, own.nccl_lib, own.nccl_version = bins["dir"], Path("/pinned/nccl/lib"), "2.30.4"
 
     monkeypatch.setattr(FabricGate, "real_prepare", FabricGate.prepare, raising=False)
     monkeypatch.setattr(FabricGate, "sources", sources)
