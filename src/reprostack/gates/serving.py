@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import ui
@@ -57,7 +57,7 @@ from ..launch import procmaps, torchrun
 from ..launch.server import ServerProcess
 from ..report import GateReport, artifact_for
 from .aiperfrun import profile_run_started, run_cell
-from .aiperftool import ensure_aiperf, make_test_tokenizer
+from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
 from .base import Gate, Paths, PlanParts, RunState, env_tuple
 from .options import SERVING_TRIALS, GateOptions
 from .parsers.failure import classify_failure
@@ -67,6 +67,7 @@ from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, re
 from .servingjudge import ArmRun, arm_transport, judge
 from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
 from .spec import NoProfileForHost
+from .state import KindState
 
 DEFAULT_TRIALS = SERVING_TRIALS  # AIPerf runs per cell on a GPU profile without --trials (gates.options holds it)
 
@@ -134,11 +135,26 @@ def arm_order(spec: ServingSpec, names) -> list[Arm]:
     return sorted(chosen, key=lambda a: a.role != "deepep")
 
 
+@dataclass
+class ServingState(KindState):
+    """What a serving gate keeps between its stages: the arms to run, DeepEP's first (check_request); the run folder,
+    this host's paths with the run's server port, the served model's name, the pinned AIPerf and its tokenizer
+    (prepare; AIPerf and the tokenizer on node 0 only)."""
+
+    arms: list[Arm] = field(default_factory=list)
+    run_dir: Path | None = None
+    paths: Paths | None = None
+    served_model: str | None = None
+    tool: AiperfTool | None = None
+    tokenizer: str | None = None
+
+
 class ServingGate(Gate):
     """Gates 2-4: an engine serving the model over DeepEP, measured by the pinned AIPerf (module doc)."""
 
     kind = "serving"
     serves = True
+    state = ServingState
 
     def __init__(self, name: str, stem: str | None = None):
         super().__init__(name, stem, requires=None)  # the spec's own `requires:`
@@ -211,7 +227,7 @@ class ServingGate(Gate):
 
     def check_request(self, st: RunState) -> None:
         super().check_request(st)
-        st.scratch["arms"] = arm_order(st.spec, st.opts.arms)
+        ServingState.of(st).arms = arm_order(st.spec, st.opts.arms)
 
     def sources(self, st: RunState) -> None:
         spec = st.spec
@@ -261,7 +277,8 @@ class ServingGate(Gate):
         return report
 
     def prepare(self, st: RunState) -> GateReport | None:
-        st.scratch["run_dir"] = run_dir = st.out_dir.resolve() / self.stem  # absolute: AIPerf runs in each cell
+        own = ServingState.of(st)
+        own.run_dir = run_dir = st.out_dir.resolve() / self.stem  # absolute: AIPerf runs in each cell
         run_dir.mkdir(parents=True, exist_ok=True)
         server = st.profile.server or st.spec.server
         paths = Paths.host(
@@ -271,9 +288,9 @@ class ServingGate(Gate):
             python=sys.executable,
             opts=st.opts,
         )
-        st.scratch["paths"] = replace(paths, server_port=server.get("port", 8000) or torchrun.free_port())
-        variables = _variables(st.spec, st.profile, st.scratch["arms"][0], st.opts, paths, 0, 0)
-        st.prov["model"], st.scratch["served_model"] = variables["model"], variables["served_model"]
+        own.paths = replace(paths, server_port=server.get("port", 8000) or torchrun.free_port())
+        variables = _variables(st.spec, st.profile, own.arms[0], st.opts, paths, 0, 0)
+        st.prov["model"], own.served_model = variables["model"], variables["served_model"]
         if str(st.opts.node_rank) != "0":
             return None
         try:
@@ -287,24 +304,25 @@ class ServingGate(Gate):
                 tokenizer = render(tok, variables, where)
         except GateError as e:
             return st.error(f"setup: {e}")
-        st.scratch.update(tool=tool, tokenizer=tokenizer)
+        own.tool, own.tokenizer = tool, tokenizer
         return None
 
     def launch_and_judge(self, st: RunState) -> GateReport:
-        parts = self.plan_parts(st.spec, st.profile, st.opts, st.scratch["paths"])
+        own = ServingState.of(st)
+        parts = self.plan_parts(st.spec, st.profile, st.opts, own.paths)
         by_name = {a.name: a for a in parts.arms}
         if not st.reporter:
-            return self._serve_worker(st, by_name[st.scratch["arms"][0].name])
-        runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in st.scratch["arms"]]
+            return self._serve_worker(st, by_name[own.arms[0].name])
+        runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in own.arms]
         self._artifacts(st, runs)
         if st.outputs.nodes > 1:  # the workers stop serving; then every node's rc (output contract)
             self.mark_done(st)
-            why = self.gather(st, [f"server.{st.scratch['arms'][0].name}"])
+            why = self.gather(st, [f"server.{own.arms[0].name}"])
             if why:
                 rep = st.error(why)
                 rep.artifacts = st.artifacts
                 return rep
-        return judge(st, runs, self.stem)
+        return judge(st, runs, self.stem, own.tokenizer)
 
     def _run_arm(self, st: RunState, arm: Arm, plan: lp.ArmPlan) -> ArmRun:
         """Start the arm's server (its plan command for node 0), probe it, run every cell, assert the backend."""
@@ -327,7 +345,7 @@ class ServingGate(Gate):
             run.error = f"server command could not start: {cmd.argv[0]}: {e.strerror or e}"
             return run
         try:
-            self._serve_cells(st, run, server, f"http://127.0.0.1:{st.scratch['paths'].server_port}")
+            self._serve_cells(st, run, server, f"http://127.0.0.1:{ServingState.of(st).paths.server_port}")
         finally:
             runtime.merge_samples(run.nccl, procmaps.sample(server.pids()))  # what it mapped at the end
             run.server_exit = server.stop()
@@ -357,7 +375,7 @@ class ServingGate(Gate):
 
     def _serve_cells(self, st: RunState, run: ArmRun, server: ServerProcess, url: str) -> None:
         """Wait for the server, then the AIPerf sweep cell by cell (stops at the first cell that fails)."""
-        spec, profile, opts, arm = st.spec, st.profile, st.opts, run.arm
+        spec, profile, opts, arm, own = st.spec, st.profile, st.opts, run.arm, ServingState.of(st)
         with ui.step(f"{spec.gate} {arm.name}: server ready [{profile.name}]", log=server.log_path):
             pr = wait_ready(
                 url,
@@ -388,14 +406,14 @@ class ServingGate(Gate):
             title = f"{spec.gate} {arm.name} {cell.name}: aiperf [{profile.name}]{runs}"
             with ui.step(title, total=opts.trials if many else None, unit="run") as s:
                 res = run_cell(
-                    st.scratch["tool"],
+                    own.tool,
                     arm=arm.name,
                     cell=cell,
                     url=url,
-                    model=st.scratch["served_model"],
-                    tokenizer=st.scratch["tokenizer"],
+                    model=own.served_model,
+                    tokenizer=own.tokenizer,
                     aiperf=spec.aiperf,
-                    cell_dir=st.scratch["run_dir"] / arm.name / cell.name,
+                    cell_dir=own.run_dir / arm.name / cell.name,
                     extra=profile.aiperf_args,
                     echo=None,
                     runs=opts.trials,
