@@ -164,7 +164,6 @@ class RunState:
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
     kind: KindState = field(default_factory=KindState)  # the kind's own values between its stages (Gate.state)
-    scratch: dict = field(default_factory=dict)  # a kind's own values between its stages
     project: dict = field(default_factory=dict)  # provenance.project: the commit and whether the tree was dirty
     standin: object = None  # gates.standin.StandIn when REPROSTACK_STANDIN asks for the GPU stand-in
 

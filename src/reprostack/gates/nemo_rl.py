@@ -13,6 +13,7 @@ own launch plan (NemoRLGate.plan_parts with this host's paths): the head node's 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import sources
@@ -26,13 +27,22 @@ from .options import GateOptions
 from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_nemo_rl
 from .parsers.transport import parse_transport
+from .state import KindState
 from .training_spec import load_training_spec
+
+
+@dataclass
+class NemoRLState(KindState):
+    """What the nemo-rl gate keeps between its stages: the verified NeMo-RL tree (sources)."""
+
+    tree: sources.SourceTree | None = None
 
 
 class NemoRLGate(Gate):
     """Gate 6: NeMo-RL's GRPO on a Ray cluster (module doc)."""
 
     kind = "nemo-rl"
+    state = NemoRLState
 
     def load(self, root: Path):
         return load_training_spec(root, self.stem)
@@ -53,19 +63,19 @@ class NemoRLGate(Gate):
 
     def sources(self, st: RunState) -> None:
         tree = sources.prepare(st.ctx.lock, st.spec.source, st.ctx.fetch, st.ctx.root)
-        st.scratch["tree"] = tree
+        NemoRLState.of(st).tree = tree
         st.prov = provenance(st.ctx.lock, st.spec, {st.spec.source: tree})
         st.prov["host"] = st.host
 
     def skip(self, st: RunState) -> GateReport | None:
         what = (
-            f"NeMo-RL {st.scratch['tree'].tree[:12]} verified; GRPO needs "
+            f"NeMo-RL {NemoRLState.of(st).tree.tree[:12]} verified; GRPO needs "
             f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model"
         )
         return self.skip_with(st, what)
 
     def launch_and_judge(self, st: RunState) -> GateReport:
-        tree = st.scratch["tree"]
+        tree = NemoRLState.of(st).tree
         paths = Paths.host(
             root=st.ctx.root,
             out=st.out_dir,
