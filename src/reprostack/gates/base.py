@@ -6,8 +6,8 @@ Everything outside the gate classes asks the object, never a kind string and nev
 
 - `load(root)` / `spec_for(root, lock)`: the spec, validated by the gate's own schema (and as the lock's stack runs
   it); `requirements(root)`: the gates that must pass first;
-- `resolve_profile(spec, name, host)`: the one profile rule (gates.options.PROFILE_RULE), from `choose_profile`
-  (this host) and `published_profile` (the published hardware); `hardware_gap`: why a host cannot run a profile;
+- `no_fit`: the SKIP's line when no profile fits this host; which profile a run, a plan or a launcher takes is the
+  one rule of gates.profiles (`resolve`, gates.options.PROFILE_RULE), the same for every kind;
 - `plan_parts(spec, profile, options, paths)`: the commands, env, workdir, notes and arms of the launch plan
   (gates.plan.gate_plan wraps them with the image, mounts and limits); the same function gives the commands a
   run executes here (`paths` = this host's) and the ones a launcher renders (`paths` = the image's);
@@ -23,9 +23,9 @@ The staged run (`Gate.run`, a template the kinds fill in, nox-style small stages
   (parse, checks, verdict) -> finish (timings, times, data, `provenance.project`: the commit and whether the tree
   was dirty, reprostack.project).
 
-Invariants: a gate class never imports another gate's module; the registry is the only list of gates; a stage
-returns a report to end the run early (skip, error) or None to go on; bad operator input raises ReprostackError
-before anything runs.
+Invariants: a gate class never imports another gate's module; the registry is the only list of gates; no kind has
+a profile rule of its own (gates.profiles; a kind differs by its `no_fit` line only); a stage returns a report to end
+the run early (skip, error) or None to go on; bad operator input raises ReprostackError before anything runs.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import hostinfo, project
-from ..errors import GateError
 from ..launch.plan import NODE_WAIT_S, Outputs, read_rc
 from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
+from . import profiles
 from .options import GateOptions
 from .spec import GateSpecError, NoProfileForHost
 
@@ -210,10 +210,10 @@ class RunState:
 
     def finish(self, report: GateReport) -> GateReport:
         """The report with this run's data, times, duration and project commit (every report of a run ends here). A
-        judged run on other hardware than its profile's (Gate.hardware_mismatch) is never evidence for it, whoever
-        chose the profile: `evidence` false, the reason and `provenance.hardware_mismatch` say why."""
+        judged run on other hardware than its profile's (gates.profiles.hardware_mismatch) is never evidence for it,
+        whoever chose the profile: `evidence` false, the reason and `provenance.hardware_mismatch` say why."""
         self.timings["total_s"] = round(time.monotonic() - self.t0, 2)
-        other = Gate.hardware_mismatch(self.profile, self.host) if self.profile is not None else None
+        other = profiles.hardware_mismatch(self.profile, self.host) if self.profile is not None else None
         if other and str(report.result) in ("pass", "fail", "inconclusive"):
             report.evidence = False
             report.provenance["hardware_mismatch"] = other
@@ -239,6 +239,7 @@ class Gate:
 
     kind: ClassVar[str] = ""  # shown in docs and errors; nothing branches on it
     serves: ClassVar[bool] = False  # an engine serving a model: the models mount, leader/worker pods
+    no_fit: ClassVar[str] = profiles.NO_FIT  # the SKIP's line when no profile fits the host (gates.profiles)
 
     def __init__(self, name: str, stem: str | None = None, requires: tuple[str, ...] | None = ()):
         self.name, self.stem, self.requires = name, stem or name, requires
@@ -251,7 +252,7 @@ class Gate:
     def report_name(self) -> str:
         return self.stem
 
-    # ---------------------------------------------------------------- spec and profiles
+    # ---------------------------------------------------------------- spec
 
     def spec_file(self, root: Path) -> Path:
         return Path(root) / "gates" / f"{self.stem}.yaml"
@@ -281,76 +282,6 @@ class Gate:
                     f"{r!r} is not a gate that runs before {self.name} (those: {', '.join(earlier) or 'none'})",
                 )
         return tuple(spec.requires)
-
-    def published_profile(self, spec) -> str:
-        """The profile a plan shows when none is named: the first multi-node EFA profile (the campaign's 2 x p5en),
-        else the spec's first profile."""
-        for name, p in spec.profiles.items():
-            if p.needs_efa and p.nodes > 1:
-                return name
-        return next(iter(spec.profiles))
-
-    def choose_profile(self, spec, name: str | None, host: dict):
-        """The named profile, else the one matching this host: EFA and 8 GPUs -> the EP16 contract; otherwise a
-        single-node profile whose GPU count equals the host's. A profile with `gpu_model` matches only when every
-        GPU name the host lists contains it. Raises NoProfileForHost (-> SKIP), GateError for an unknown name."""
-        if name:
-            return spec.profile(name)
-        gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-        names = [g.get("name", "") for g in host.get("gpus", [])]
-        for p in spec.profiles.values():
-            model = getattr(p, "gpu_model", None)
-            if model and names and not all(model in n for n in names):
-                continue
-            if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
-                return p
-        raise NoProfileForHost(
-            f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
-            f"pass --profile (known: {', '.join(spec.profiles)})"
-        )
-
-    def resolve_profile(self, spec, name: str | None = None, host: dict | None = None):
-        """The one profile rule: `name`, else (a run) the profile this `host` fits, else (a plan, a launcher,
-        preflight) the published one. Raises GateError / NoProfileForHost."""
-        if name:
-            return spec.profile(name)
-        if host is not None:
-            return self.choose_profile(spec, None, host)
-        return spec.profile(self.published_profile(spec))
-
-    @staticmethod
-    def hardware_gap(profile, host: dict) -> str | None:
-        """Why this host cannot run `profile` (too few GPUs, no EFA devices), or None."""
-        gpus = host.get("gpu_count", 0)
-        if profile.needs_gpu and profile.gpus_per_node > gpus:
-            return f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per node, this host has {gpus}"
-        if profile.needs_efa and not host.get("efa_devices"):
-            return f"profile {profile.name} needs EFA devices; none found"
-        return None
-
-    @staticmethod
-    def hardware_mismatch(profile, host: dict) -> str | None:
-        """Why this host is other hardware than `profile`'s (its GPU model, GPU count per node, EFA), or None. A run
-        here is never evidence for that profile (RunState.finish), however the profile was chosen."""
-        names = [str(g.get("name", "")) for g in host.get("gpus") or [] if isinstance(g, dict)]
-        model = profile.gpu_model
-        if model and names and not all(model in n for n in names):
-            return f"this host's GPUs are {', '.join(sorted(set(names)))}, the profile's {model}"
-        gpus, efa = int(host.get("gpu_count") or 0), bool(host.get("efa_devices"))
-        if profile.needs_gpu and gpus and gpus != profile.gpus_per_node:
-            return f"this host has {gpus} GPU(s), the profile {profile.gpus_per_node} per node"
-        if efa != bool(profile.needs_efa):
-            return "this host has EFA devices, the profile none" if efa else "the profile needs EFA, this host has none"
-        return None
-
-    def check_nodes(self, spec, profile, nodes: int | None) -> int:
-        """The node count of a run or a rendering: the profile's; another `nodes` is one GateError line."""
-        if nodes is not None and nodes != profile.nodes:  # an absurd count too, before any work
-            raise GateError(
-                f"gate {self.name}: --nodes {nodes}, but profile {profile.name} of {spec.path.name} runs on "
-                f"{profile.nodes} node(s)"
-            )
-        return profile.nodes
 
     # ---------------------------------------------------------------- what launchers and bumps ask
 
@@ -554,10 +485,10 @@ class Gate:
     def skip(self, st: RunState) -> GateReport | None:
         """A SKIP when no profile or hardware fits (sets `st.profile` otherwise)."""
         try:
-            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+            st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
         except NoProfileForHost as e:
             return st.skip(str(e))
-        gap = self.hardware_gap(st.profile, st.host)
+        gap = profiles.hardware_gap(st.profile, st.host)
         return st.skip(gap, st.profile.name) if gap else None
 
     def skip_with(self, st: RunState, what: str) -> GateReport | None:
@@ -565,10 +496,10 @@ class Gate:
         if st.host.get("gpu_count", 0) == 0:
             return st.skip(f"no GPU on this host (nvidia-smi lists none): {what}")
         try:
-            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+            st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
         except NoProfileForHost as e:
             return st.skip(f"{e}: {what}", "-")
-        gap = self.hardware_gap(st.profile, st.host)
+        gap = profiles.hardware_gap(st.profile, st.host)
         return st.skip(gap, st.profile.name) if gap else None
 
     def prepare(self, st: RunState) -> GateReport | None:

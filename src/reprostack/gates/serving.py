@@ -66,7 +66,6 @@ from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 from .servingjudge import ArmRun, arm_transport, judge
 from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
-from .spec import NoProfileForHost
 
 DEFAULT_TRIALS = SERVING_TRIALS  # AIPerf runs per cell on a GPU profile without --trials (gates.options holds it)
 
@@ -139,25 +138,16 @@ class ServingGate(Gate):
 
     kind = "serving"
     serves = True
+    no_fit = (
+        "no profile of {name} matches this host ({gpus} GPU(s), EFA: {efa}); "
+        "--profile local-test runs the gate against the test server"
+    )
 
     def __init__(self, name: str, stem: str | None = None):
         super().__init__(name, stem, requires=None)  # the spec's own `requires:`
 
     def load(self, root: Path):
         return load_serving_spec(root, self.stem)
-
-    def choose_profile(self, spec, name: str | None, host: dict):
-        """The named profile, else the GPU profile matching this host (EFA and GPU count); NoProfileForHost."""
-        if name:
-            return spec.profile(name)
-        gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-        for p in spec.profiles.values():
-            if p.needs_gpu and p.gpus_per_node == gpus and p.needs_efa == efa:
-                return p
-        raise NoProfileForHost(
-            f"no profile of {spec.path.name} matches this host ({gpus} GPU(s), EFA: {efa}); "
-            f"--profile local-test runs the gate against the test server"
-        )
 
     def launches(self, spec, opts: GateOptions | None = None) -> int:
         return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
