@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from .. import hostinfo, project
-from ..launch.plan import NODE_WAIT_S, Outputs, read_rc
+from ..launch.plan import NODE_WAIT_S, Outputs
+from ..launch.rendezvous import NodeRun
 from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
 from . import profiles
 from .options import GateOptions
@@ -191,9 +192,14 @@ class RunState:
         """Whether this node writes the reports (node 0; every node of a one-node run)."""
         return self.outputs.writes_reports(self.node)
 
+    @property
+    def node_run(self) -> NodeRun:
+        """This node's view of the run for the rendezvous of its nodes (reprostack.launch.rendezvous)."""
+        return NodeRun(self.outputs, self.out_dir, self.opts.run_id, self.gate.stem)
+
     def rank_log(self, stem: str, node=None) -> Path:
         """This node's (or `node`'s) log of its ranks for the gate's command `stem` (test_ep, an arm)."""
-        return self.out_dir / self.outputs.rank_log(self.gate.stem, stem, self.node if node is None else node)
+        return self.node_run.rank_log(stem, self.node if node is None else node)
 
     def rank_logs(self, stem: str) -> list[Path]:
         """Every node's log of `stem`, node 0 first."""
@@ -207,6 +213,21 @@ class RunState:
 
     def error(self, why: str) -> GateReport:
         return GateReport(self.gate.stem, self.profile.name, Result.ERROR, why, provenance=self.prov)
+
+    def worker_done(self, what: str, ok: bool, logs: list[Path]) -> GateReport:
+        """A worker's part is over: the report it returns is never written (only the reporter writes reports,
+        launch.plan.Outputs); the CLI prints it and writes the node's rc (0 when `ok`)."""
+        o = self.outputs
+        rep = GateReport(
+            self.gate.stem,
+            self.profile.name,
+            Result.SKIP if ok else Result.ERROR,
+            f"worker node {self.node} of {o.nodes}: {what}; the verdict is node {o.reporter}'s report",
+            provenance=self.prov,
+            artifacts=[artifact_for(p, relative_to=self.out_dir) for p in logs if p.is_file()],
+        )
+        rep.data["node"] = {"node": self.node, "role": "worker", "ok": ok}
+        return rep
 
     def finish(self, report: GateReport) -> GateReport:
         """The report with this run's data, times, duration and project commit (every report of a run ends here). A
@@ -337,114 +358,6 @@ class Gate:
     def plan_parts(self, spec, profile, opts: GateOptions, paths: Paths) -> PlanParts:
         """The commands, env, workdir, notes and arms of the launch plan (module doc)."""
         raise NotImplementedError
-
-    # ---------------------------------------------------------------- the output contract at run time
-
-    def worker_done(self, st: RunState, what: str, ok: bool, logs: list[Path]) -> GateReport:
-        """A worker's part is over: the report it returns is never written (only the reporter writes reports,
-        launch.plan.Outputs); the CLI prints it and writes the node's rc (0 when `ok`)."""
-        o = st.outputs
-        rep = GateReport(
-            self.stem,
-            st.profile.name,
-            Result.SKIP if ok else Result.ERROR,
-            f"worker node {st.node} of {o.nodes}: {what}; the verdict is node {o.reporter}'s report",
-            provenance=st.prov,
-            artifacts=[artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_file()],
-        )
-        rep.data["node"] = {"node": st.node, "role": "worker", "ok": ok}
-        return rep
-
-    def gather(self, st: RunState, stems: list[str]) -> str | None:
-        """On the reporter of a run on several nodes, after its own part: wait, at most the contract's `wait_s`, for
-        every other node's rc of this run (`--run-id`), then check it is 0 and that the node's rank logs of `stems`
-        exist. None when every node did its part; else one line naming each node that failed (its exit and its node
-        log) or wrote no rc, for the run's ERROR: never a verdict on fewer ranks than the profile has.
-        `data.nodes` records what each node left."""
-        o, out, run = st.outputs, st.out_dir, st.opts.run_id
-        others = [n for n in range(o.nodes) if n != o.reporter]
-        rcs: dict[int, int | None] = {n: None for n in others}
-        deadline = time.monotonic() + o.wait_s
-        while True:
-            for n in others:
-                if rcs[n] is None:
-                    rcs[n] = read_rc(out / o.node_rc(n), run)
-            if all(v is not None for v in rcs.values()) or time.monotonic() >= deadline:
-                break
-            time.sleep(0.25)
-        problems = []
-        st.data["nodes"] = {}
-        for n in others:
-            log = out / o.node_log(n)
-            ranks = [st.rank_log(s, n) for s in stems]
-            st.data["nodes"][str(n)] = {
-                "rc": rcs[n],
-                "node_log": o.node_log(n),
-                "rank_logs": [str(p.relative_to(out)) for p in ranks],
-            }
-            seen = "" if log.is_file() else " (absent)"
-            if rcs[n] is None:
-                problems.append(
-                    f"node {n}: no rc of this run in {o.wait_s:g} s ({o.node_rc(n)}): it never started, or died "
-                    f"before its runtime began; its log: {log}{seen}"
-                )
-            elif rcs[n] != 0:
-                problems.append(f"node {n}: exit {rcs[n]}; its log: {log}{seen}")
-            elif missing := [str(p.relative_to(out)) for p in ranks if not p.is_file()]:
-                problems.append(f"node {n}: exit 0 but no {', '.join(missing)}; its log: {log}{seen}")
-        if not problems:
-            return None
-        return (
-            f"{len(problems)} of the {len(others)} other node(s) did not complete their part: "
-            + "; ".join(problems)
-            + f" (no verdict on fewer than the profile's {st.profile.nodes} node(s))"
-        )
-
-    def mark_done(self, st: RunState) -> None:
-        """The reporter's part is over (launch.plan.Outputs.leader_done): a serving worker stops on it."""
-        from ..atomicfile import write_text_atomic
-
-        path = st.out_dir / st.outputs.leader_done()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, f"{st.opts.run_id or '-'}\n")
-
-    def serve_until_done(
-        self, st: RunState, argv: list[str], env: dict, cwd: str, log: Path, timeout_s: float, watch=None
-    ):
-        """A worker's command that serves (no end of its own: an engine's worker, `ray start --block`): run it until
-        the reporter's done mark of this run, its own exit or `timeout_s`. `watch(pids)`, when given, is called with
-        the server's processes every few seconds and once before it is stopped (the one-NCCL check reads their maps
-        while they run). Returns (ok, what happened)."""
-        from ..launch.server import ServerProcess
-
-        mark = st.out_dir / st.outputs.leader_done()
-        mine = st.opts.run_id or "-"
-        server = ServerProcess(argv, env=env, cwd=cwd, log_path=log)
-        deadline = time.monotonic() + timeout_s
-        looked = 0.0
-        try:
-            while server.alive() and time.monotonic() < deadline:
-                if watch is not None and time.monotonic() - looked >= 5.0:
-                    watch(server.pids())
-                    looked = time.monotonic()
-                try:
-                    if mark.read_text().split() == [mine]:
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.5)
-        finally:
-            if watch is not None and server.alive():
-                watch(server.pids())
-            before = server.stop()
-        if before is None and time.monotonic() < deadline:
-            return True, f"served until node {st.outputs.reporter} was done (then stopped)"
-        if before is None:
-            return (
-                False,
-                f"still serving at its timeout of {timeout_s:g} s (node {st.outputs.reporter} never said done)",
-            )
-        return before == 0, f"its command exited {before} before node {st.outputs.reporter} was done"
 
     # ---------------------------------------------------------------- the staged run
 

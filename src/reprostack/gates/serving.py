@@ -53,6 +53,7 @@ from .. import ui
 from ..errors import GateError, ReprostackError
 from ..kernels import ncclwheel, runtime
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch import procmaps, torchrun
 from ..launch.server import ServerProcess
 from ..report import GateReport, artifact_for
@@ -288,8 +289,10 @@ class ServingGate(Gate):
         runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in st.scratch["arms"]]
         self._artifacts(st, runs)
         if st.outputs.nodes > 1:  # the workers stop serving; then every node's rc (output contract)
-            self.mark_done(st)
-            why = self.gather(st, [f"server.{st.scratch['arms'][0].name}"])
+            rendezvous.mark_done(st.node_run)
+            why, st.data["nodes"] = rendezvous.gather(
+                st.node_run, [f"server.{st.scratch['arms'][0].name}"], st.profile.nodes
+            )
             if why:
                 rep = st.error(why)
                 rep.artifacts = st.artifacts
@@ -422,9 +425,9 @@ class ServingGate(Gate):
         env, seen = {**os.environ, **dict(plan.env)}, {}
         shadow = _nccl_shadows(st, env)
         if shadow:  # before the server starts: its environment would load another NCCL first
-            return self.worker_done(st, f"one-NCCL preflight (nothing was started): {shadow}", False, [])
-        ok, what = self.serve_until_done(
-            st,
+            return st.worker_done(f"one-NCCL preflight (nothing was started): {shadow}", False, [])
+        ok, what = rendezvous.serve_until_done(
+            st.node_run,
             list(cmd.argv),
             env,
             str(st.ctx.root),
@@ -434,8 +437,8 @@ class ServingGate(Gate):
         )
         bad = _nccl_error(st, seen, f"worker node {node}'s server")
         if bad:
-            return self.worker_done(st, f"served arm {plan.name}: {what}; {bad}", False, [log])
-        return self.worker_done(st, f"served arm {plan.name}: {what}", ok, [log])
+            return st.worker_done(f"served arm {plan.name}: {what}; {bad}", False, [log])
+        return st.worker_done(f"served arm {plan.name}: {what}", ok, [log])
 
 
 def _importable(module: str) -> bool:
