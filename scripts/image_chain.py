@@ -47,11 +47,19 @@ GATE_IMAGES = ("vllm", "sglang", "megatron")
 DEFAULT_IMAGES = ("cuda-toolkit", "substrate", "deepep", *GATE_IMAGES)
 
 
+# the CLI of the Python running this script (reprostack importable there: no `reprostack` needed on PATH)
+REPROSTACK = [sys.executable, "-m", "reprostack"]
+
+
 def _run(argv: list[str]) -> float:
     """Run `argv` (output to this terminal); its seconds. A failure exits with its code."""
     print("+ " + " ".join(argv), flush=True)
     t = time.monotonic()
-    rc = subprocess.run(argv).returncode
+    try:
+        rc = subprocess.run(argv).returncode
+    except FileNotFoundError:
+        print(f"image_chain: {argv[0]}: not found (install it or put it on PATH)", file=sys.stderr)
+        sys.exit(2)
     if rc != 0:
         print(f"image_chain: `{' '.join(argv)}` exited {rc}", file=sys.stderr)
         sys.exit(rc)
@@ -120,7 +128,7 @@ def build_gate(name: str, out: Path, min_free_gb: float = 0.0) -> dict:
         reason = f"{free[1] / 1e9:.1f} GB free on the engine's disk ({free[0]}), under --min-free-gb {min_free_gb:g}"
         print(f"image_chain: {name} not built: {reason}")
         return {"step": f"build {name}", "status": "skipped", "seconds": 0.0, "reason": reason}
-    argv = ["reprostack", "build", name, "--out", str(out)]
+    argv = [*REPROSTACK, "build", name, "--out", str(out)]
     print("+ " + " ".join(argv), flush=True)
     t = time.monotonic()
     cp = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
@@ -263,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if not chain_images:  # `reprostack build` with no image builds every recipe
         ap.error(f"--images: name the chain's images too (gate images {', '.join(GATE_IMAGES)} build on them)")
     base_s = _run(base_argv)
-    build = ["reprostack", "build", *chain_images]
+    build = [*REPROSTACK, "build", *chain_images]
     records = {}
     if args.twice:
         _run([*build, "--out", str(args.out / "1")])
@@ -342,5 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """main(), with a tool it runs that is not installed (docker) said in one line, exit 2, never a traceback."""
+    try:
+        return main(argv)
+    except FileNotFoundError as e:
+        print(f"image_chain: {e.filename or e}: not found (install it or put it on PATH)", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

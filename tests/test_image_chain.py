@@ -8,7 +8,10 @@ import importlib.util
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,7 +96,7 @@ def _fake_chain(m, monkeypatch, tmp_path, *, kept: list[str], second_log: str):
 
     def run(argv):
         ran.append(argv)
-        if argv[:2] == ["reprostack", "build"]:
+        if argv[: len(m.REPROSTACK) + 1] == [*m.REPROSTACK, "build"]:
             out = Path(argv[argv.index("--out") + 1])
             out.mkdir(parents=True, exist_ok=True)
             log = out / "deepep.log"
@@ -117,7 +120,7 @@ def test_twice_refuses_when_the_engine_kept_the_first_builds_layers(tmp_path, mo
     rc = m.main(["--twice", "--images", "deepep", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "o")])
     assert rc == 2 and "still on the engine after `docker rmi`" in capsys.readouterr().err
     assert not (tmp_path / "o" / "2").exists() and not (tmp_path / "res").exists()
-    assert sum(a[:2] == ["reprostack", "build"] for a in ran) == 1
+    assert sum(a[: len(m.REPROSTACK) + 1] == [*m.REPROSTACK, "build"] for a in ran) == 1
 
 
 def test_twice_refuses_a_second_build_from_the_layer_cache(tmp_path, monkeypatch, capsys):
@@ -129,3 +132,15 @@ def test_twice_refuses_a_second_build_from_the_layer_cache(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert rc == 2 and "the second build was not from scratch" in err and "{'deepep': 1}" in err
     assert not (tmp_path / "res").exists()
+
+
+def test_the_chain_needs_no_reprostack_on_path_and_a_missing_tool_is_one_line(tmp_path, capsys):
+    """Noticed in session 13: run by a Python that has reprostack but with no `reprostack` on PATH, the chain ended
+    in a FileNotFoundError traceback. It runs the CLI through its own interpreter (`python -m reprostack`); a tool
+    that is not installed (docker) is one line naming it, exit 2, never a traceback."""
+    m = _mod()
+    assert m.REPROSTACK == [sys.executable, "-m", "reprostack"]
+    with pytest.raises(SystemExit) as e:
+        m._run([str(tmp_path / "docker"), "info"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "docker: not found (install it or put it on PATH)" in err
