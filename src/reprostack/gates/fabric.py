@@ -61,7 +61,7 @@ from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .fabric_spec import FabricSpec, load_fabric_spec, resolve_bars
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
 from .options import GateOptions
-from . import fabric_mpi, transport
+from . import fabric_mpi, profiles, transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
 from .parsers.transport import TransportParse
 from .spec import Profile
@@ -428,7 +428,7 @@ class FabricGate(Gate):
 
     def skip(self, st: RunState) -> GateReport | None:
         if st.opts.launched_logs:  # the ranks ran on the profile's nodes; their logs are the evidence
-            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+            st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
             return None
         trees = FabricState.of(st).trees
         words = ", ".join(f"{n} {t.tree[:12]}" for n, t in sorted(trees.items()))

@@ -56,6 +56,7 @@ from ..errors import ReprostackError
 from ..kernels import jit, ncclwheel, runtime
 from ..kernels.prebuilt import Prebuilt
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval
@@ -305,10 +306,12 @@ class MicroGate(Gate):
             what = f"ran its {profile.gpus_per_node} rank(s) of test_ep (exit {outcome.returncode}" + (
                 ", timed out)" if outcome.timed_out else ")"
             )
-            return self.worker_done(st, what, ok, [log])
+            return st.worker_done(what, ok, [log])
         jit_manifest = jit_record(own.jit_ctx, st.data["jit"], run_dir, trees["deepep"].tree, profile.name)
         logs = st.rank_logs("test_ep")
-        why = self.gather(st, ["test_ep"]) if len(logs) > 1 else None  # every node's rc and log, bounded wait
+        why = None
+        if len(logs) > 1:  # every node's rc and log, bounded wait
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, ["test_ep"], profile.nodes)
         st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_file()]
         if jit_manifest is not None:
             st.artifacts.append(artifact_for(jit_manifest, relative_to=st.out_dir))

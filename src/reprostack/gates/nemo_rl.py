@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import sources
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate
 from . import transport
@@ -89,8 +90,8 @@ class NemoRLGate(Gate):
         env = {**os.environ, **dict(parts.env)}
         if not st.reporter:  # a Ray worker node: joins the head until node 0 is done (output contract)
             log = st.rank_log("ray")
-            ok, what = self.serve_until_done(st, list(cmd.argv), env, parts.workdir, log, st.timeout_s)
-            return self.worker_done(st, f"Ray worker: {what}", ok, [log])
+            ok, what = rendezvous.serve_until_done(st.node_run, list(cmd.argv), env, parts.workdir, log, st.timeout_s)
+            return st.worker_done(f"Ray worker: {what}", ok, [log])
         log = st.rank_log("grpo")
         outcome = run_with_watchdog(
             list(cmd.argv),
@@ -100,8 +101,8 @@ class NemoRLGate(Gate):
             timeout_s=st.timeout_s,
         )
         if st.outputs.nodes > 1:  # the Ray workers leave; then every node's rc (output contract)
-            self.mark_done(st)
-            why = self.gather(st, ["ray"])
+            rendezvous.mark_done(st.node_run)
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, ["ray"], st.profile.nodes)
             if why:
                 rep = st.error(why)
                 rep.artifacts = [artifact_for(log, relative_to=st.out_dir)]

@@ -27,6 +27,7 @@ from pathlib import Path
 from ..containers import recipe as recipes
 from ..errors import GateError
 from ..launch import plan as lp
+from . import profiles
 from .base import CACHE, IMAGE_PATHS, MASTER, MASTER_PORT, MODELS, OUT, SRC, WORK, Gate  # noqa: F401 (re-exported)
 from .options import GateOptions
 
@@ -94,7 +95,7 @@ def gate_plan(
     GateSpecError / RecipeError (file:line) or GateError (unknown profile) before anything is built."""
     opts = options or GateOptions()
     spec = g.spec_for(Path(root), lock)
-    prof = g.resolve_profile(spec, profile or opts.profile)
+    prof = profiles.resolve(spec, profile or opts.profile)
     parts = g.plan_parts(spec, prof, opts, IMAGE_PATHS)
     notes, env = list(parts.notes), parts.env
     image = None

@@ -53,6 +53,7 @@ from .. import ui
 from ..errors import GateError, ReprostackError
 from ..kernels import ncclwheel, runtime
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch import procmaps, torchrun
 from ..launch.server import ServerProcess
 from ..report import GateReport, artifact_for
@@ -66,7 +67,6 @@ from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 from .servingjudge import ArmRun, arm_transport, judge
 from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
-from .spec import NoProfileForHost
 from .state import KindState
 
 DEFAULT_TRIALS = SERVING_TRIALS  # AIPerf runs per cell on a GPU profile without --trials (gates.options holds it)
@@ -155,25 +155,16 @@ class ServingGate(Gate):
     kind = "serving"
     serves = True
     state = ServingState
+    no_fit = (
+        "no profile of {name} matches this host ({gpus} GPU(s), EFA: {efa}); "
+        "--profile local-test runs the gate against the test server"
+    )
 
     def __init__(self, name: str, stem: str | None = None):
         super().__init__(name, stem, requires=None)  # the spec's own `requires:`
 
     def load(self, root: Path):
         return load_serving_spec(root, self.stem)
-
-    def choose_profile(self, spec, name: str | None, host: dict):
-        """The named profile, else the GPU profile matching this host (EFA and GPU count); NoProfileForHost."""
-        if name:
-            return spec.profile(name)
-        gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-        for p in spec.profiles.values():
-            if p.needs_gpu and p.gpus_per_node == gpus and p.needs_efa == efa:
-                return p
-        raise NoProfileForHost(
-            f"no profile of {spec.path.name} matches this host ({gpus} GPU(s), EFA: {efa}); "
-            f"--profile local-test runs the gate against the test server"
-        )
 
     def launches(self, spec, opts: GateOptions | None = None) -> int:
         return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
@@ -316,8 +307,8 @@ class ServingGate(Gate):
         runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in own.arms]
         self._artifacts(st, runs)
         if st.outputs.nodes > 1:  # the workers stop serving; then every node's rc (output contract)
-            self.mark_done(st)
-            why = self.gather(st, [f"server.{own.arms[0].name}"])
+            rendezvous.mark_done(st.node_run)
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, [f"server.{own.arms[0].name}"], st.profile.nodes)
             if why:
                 rep = st.error(why)
                 rep.artifacts = st.artifacts
@@ -450,9 +441,9 @@ class ServingGate(Gate):
         env, seen = {**os.environ, **dict(plan.env)}, {}
         shadow = _nccl_shadows(st, env)
         if shadow:  # before the server starts: its environment would load another NCCL first
-            return self.worker_done(st, f"one-NCCL preflight (nothing was started): {shadow}", False, [])
-        ok, what = self.serve_until_done(
-            st,
+            return st.worker_done(f"one-NCCL preflight (nothing was started): {shadow}", False, [])
+        ok, what = rendezvous.serve_until_done(
+            st.node_run,
             list(cmd.argv),
             env,
             str(st.ctx.root),
@@ -462,8 +453,8 @@ class ServingGate(Gate):
         )
         bad = _nccl_error(st, seen, f"worker node {node}'s server")
         if bad:
-            return self.worker_done(st, f"served arm {plan.name}: {what}; {bad}", False, [log])
-        return self.worker_done(st, f"served arm {plan.name}: {what}", ok, [log])
+            return st.worker_done(f"served arm {plan.name}: {what}; {bad}", False, [log])
+        return st.worker_done(f"served arm {plan.name}: {what}", ok, [log])
 
 
 def _importable(module: str) -> bool:

@@ -34,6 +34,7 @@ from ..errors import ReprostackError
 from ..kernels import ncclwheel, runtime
 from ..kernels.prebuilt import Prebuilt
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch import procmaps, torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
@@ -249,10 +250,12 @@ class MegatronGate(Gate):
                 if o is None or o.returncode != 0 or o.timed_out
             ]
             what = f"ran its ranks of arm(s) {', '.join(p.name for p, _ in ran) or 'none'}"
-            return self.worker_done(
-                st, what + (f" ({'; '.join(bad)})" if bad else ""), not bad, [st.rank_log(p.name) for p, _ in ran]
+            return st.worker_done(
+                what + (f" ({'; '.join(bad)})" if bad else ""), not bad, [st.rank_log(p.name) for p, _ in ran]
             )
-        why = self.gather(st, [p.name for p, _ in ran]) if st.outputs.nodes > 1 else None
+        why = None
+        if st.outputs.nodes > 1:  # every node's rc and rank logs, bounded wait
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, [p.name for p, _ in ran], st.profile.nodes)
         if why:  # never a verdict on fewer ranks than the profile has
             st.artifacts.extend(
                 artifact_for(x, relative_to=st.out_dir) for p, _ in ran for x in st.rank_logs(p.name) if x.is_file()
