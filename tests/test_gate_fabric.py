@@ -16,7 +16,7 @@ import pytest
 
 from reprostack.errors import GateError
 import gaterun
-from reprostack.gates import fabric, registry
+from reprostack.gates import fabric, profiles, registry
 from reprostack.gates.fabric_spec import load_fabric_spec
 from reprostack.gates.parsers.nccl_tests import NONE_ONE_NODE
 from reprostack.gates.spec import NoProfileForHost
@@ -47,16 +47,16 @@ def h200(n: int, efa: bool = False, name: str = "NVIDIA H200") -> dict:
 
 
 def test_choose_profile_by_host(spec):
-    """The one profile rule (Gate.choose_profile) on fabric's spec."""
-    assert FABRIC.choose_profile(spec, None, h200(1)).name == "h200-ep1"
-    assert FABRIC.choose_profile(spec, None, h200(8)).name == "h200-nvl-ep8"
-    assert FABRIC.choose_profile(spec, None, h200(8, efa=True)).name == "p5en-efa-ep16"
-    assert FABRIC.choose_profile(spec, "p5en-efa-ep16", h200(1)).name == "p5en-efa-ep16"  # named: no host check
+    """The one profile rule (gates.profiles.resolve) on fabric's spec."""
+    assert profiles.resolve(spec, None, h200(1)).name == "h200-ep1"
+    assert profiles.resolve(spec, None, h200(8)).name == "h200-nvl-ep8"
+    assert profiles.resolve(spec, None, h200(8, efa=True)).name == "p5en-efa-ep16"
+    assert profiles.resolve(spec, "p5en-efa-ep16", h200(1)).name == "p5en-efa-ep16"  # named: no host check
     for host in (h200(4), h200(1, name="NVIDIA A100-SXM4-80GB"), {}):
         with pytest.raises(NoProfileForHost, match="no profile for this host"):
-            FABRIC.choose_profile(spec, None, host)
+            profiles.resolve(spec, None, host, FABRIC.no_fit)
     with pytest.raises(GateError, match="no profile 'p5'"):
-        FABRIC.choose_profile(spec, "p5", h200(1))
+        profiles.resolve(spec, "p5", h200(1))
 
 
 def test_node_commands_of_one_gpu(spec):
@@ -294,19 +294,19 @@ def one_h200(monkeypatch):
     """The fabric gate on a stood-in one-GPU H200: the host inventory says so; the sources and the kernel builds are
     stood in (the build is tested in test_nccltests_build.py): `prepare` points at the executables of `bins`."""
     from reprostack import hostinfo
-    from reprostack.gates.fabric import FabricGate
+    from reprostack.gates.fabric import FabricGate, FabricState
 
     monkeypatch.setattr(hostinfo, "collect", lambda **kw: h200(1))
     bins = {}
 
     def sources(self, st):
-        st.scratch["trees"] = {}
         st.prov = {"lock_sha256": st.ctx.lock.sha256, "gate_spec_sha256": st.spec.sha256, "host": st.host}
 
     def prepare(self, st):
         if st.profile.launcher != "local":
             return FabricGate.real_prepare(self, st)
-        st.scratch.update(bin_dir=bins["dir"], nccl_lib="/pinned/nccl/lib", nccl_version="2.30.4")
+        own = FabricState.of(st)
+        own.bin_dir, own.nccl_lib, own.nccl_version = bins["dir"], Path("/pinned/nccl/lib"), "2.30.4"
 
     monkeypatch.setattr(FabricGate, "real_prepare", FabricGate.prepare, raising=False)
     monkeypatch.setattr(FabricGate, "sources", sources)

@@ -15,7 +15,7 @@ from reprostack import sources
 from reprostack.errors import GateError, ReprostackError
 from reprostack.fetch import Cache
 from reprostack.launch import torchrun
-from reprostack.gates import registry
+from reprostack.gates import profiles, registry
 import gaterun
 from gaterun import run as run_gate_here
 from reprostack.gates.spec import GateSpecError, load_spec
@@ -135,7 +135,7 @@ EFA = [{"name": f"rdmap{i}s0", "pci": None, "ports": {}} for i in range(16)]
     ],
 )
 def test_choose_profile_by_host(spec, host, profile):
-    assert registry.gate("micro").choose_profile(spec, None, host).name == profile
+    assert profiles.resolve(spec, None, host).name == profile
 
 
 @pytest.mark.parametrize(
@@ -150,19 +150,16 @@ def test_choose_profile_by_host(spec, host, profile):
 )
 def test_choose_profile_no_match_names_known_profiles(spec, host):
     with pytest.raises(ReprostackError) as ei:
-        registry.gate("micro").choose_profile(spec, None, host)
+        profiles.resolve(spec, None, host, registry.gate("micro").no_fit)
     msg = str(ei.value)
     assert msg.startswith(f"{spec.path}: no profile for this host ({host.get('gpu_count', 0)} GPU(s), EFA: ")
     assert "pass --profile (known: p5en-efa-ep16, h200-ep1, h100-ep1, h200-nvl-ep2, h200-nvl-ep4, h200-nvl-ep8)" in msg
 
 
 def test_named_profile_wins_over_detection(spec):
-    assert (
-        registry.gate("micro").choose_profile(spec, "p5en-efa-ep16", {"gpu_count": 1, "efa_devices": []}).name
-        == "p5en-efa-ep16"
-    )
+    assert profiles.resolve(spec, "p5en-efa-ep16", {"gpu_count": 1, "efa_devices": []}).name == "p5en-efa-ep16"
     with pytest.raises(GateError, match="no profile 'ep4'"):
-        registry.gate("micro").choose_profile(spec, "ep4", {"gpu_count": 4})
+        profiles.resolve(spec, "ep4", {"gpu_count": 4})
 
 
 # --------------------------------------------------------------------------- launchers

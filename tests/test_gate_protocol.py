@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import sys
 from pathlib import Path
 
 import pytest
 
 from reprostack.gates import options as gate_options
-from reprostack.gates import registry
+from reprostack.gates import profiles, registry
 from reprostack.gates.base import IMAGE_PATHS, Gate
 from reprostack.gates.options import GateOptions
+from reprostack.gates.spec import NoProfileForHost
 from reprostack.lock import load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,8 +43,8 @@ def test_every_gate_answers_the_protocol(name):
     g = registry.gate(name)
     assert isinstance(g, Gate) and type(g).load is not Gate.load and type(g).plan_parts is not Gate.plan_parts
     spec = g.spec_for(REPO, LOCK)
-    published = g.resolve_profile(spec)  # no name, no host: the published hardware
-    assert published.name == g.published_profile(spec) and published.nodes == 2 and published.needs_efa
+    published = profiles.resolve(spec)  # no name, no host: the published hardware
+    assert published.name == profiles.published(spec) and published.nodes == 2 and published.needs_efa
     for profile in spec.profiles.values():
         parts = g.plan_parts(spec, profile, GateOptions(profile=profile.name), IMAGE_PATHS)
         assert [c.node for c in parts.commands] == list(range(profile.nodes)), profile.name
@@ -58,9 +60,9 @@ def test_the_profile_rule_is_one_rule():
     g = registry.gate("micro")
     spec = g.spec_for(REPO, LOCK)
     h200 = {"gpu_count": 1, "gpus": [{"name": "NVIDIA H200"}], "efa_devices": []}
-    assert g.resolve_profile(spec, None, h200).name == "h200-ep1"  # a run here: this host's
-    assert g.resolve_profile(spec).name == "p5en-efa-ep16"  # a plan, a launcher, preflight: the published one
-    assert g.resolve_profile(spec, "h200-nvl-ep8", h200).name == "h200-nvl-ep8"  # named: that one, anywhere
+    assert profiles.resolve(spec, None, h200).name == "h200-ep1"  # a run here: this host's
+    assert profiles.resolve(spec).name == "p5en-efa-ep16"  # a plan, a launcher, preflight: the published one
+    assert profiles.resolve(spec, "h200-nvl-ep8", h200).name == "h200-nvl-ep8"  # named: that one, anywhere
 
 
 def _parser(names=gate_options.RUN_OPTIONS) -> argparse.ArgumentParser:
@@ -164,3 +166,26 @@ def test_profile_is_defined_once_for_every_command():
                     bad.append(f"{path.relative_to(SRC)}:{node.lineno}: {first.value}")
     allowed = {"--out", "--image", "--timeout", "--json"}  # meanings that differ per command (manifests, waits)
     assert [b for b in bad if b.rsplit(": ", 1)[1] not in allowed] == []
+
+
+@pytest.mark.parametrize("name", registry.GATE_ORDER)
+def test_every_kind_takes_the_one_profile_rule(name):
+    """gates.profiles is the one rule for every kind: no Gate class chooses profiles its own way; a host shaped like
+    a GPU profile fits a profile of its shape and hardware; a profile that needs no GPU (local-test) is taken by name
+    only; a host no profile fits is the kind's own `no_fit` line (data, never a second rule)."""
+    g = registry.gate(name)
+    assert not {"choose_profile", "resolve_profile", "published_profile", "hardware_gap"} & set(vars(type(g)))
+    spec = g.spec_for(REPO, LOCK)
+    for prof in spec.profiles.values():
+        gpus = [{"name": f"NVIDIA {prof.gpu_model or 'H200'}"}] * prof.gpus_per_node
+        host = {"gpu_count": prof.gpus_per_node, "gpus": gpus, "efa_devices": [{"name": "rdmap0"}] * prof.needs_efa}
+        if not prof.needs_gpu:  # taken by name only: this host fits another profile, or none (a SKIP)
+            with contextlib.suppress(NoProfileForHost):
+                assert profiles.resolve(spec, None, host, g.no_fit) is not prof
+            continue
+        fit = profiles.resolve(spec, None, host, g.no_fit)
+        assert profiles.hardware_mismatch(fit, host) is None and profiles.hardware_gap(fit, host) is None, prof.name
+    with pytest.raises(NoProfileForHost) as e:
+        profiles.resolve(spec, None, {"gpu_count": 3}, g.no_fit)
+    known = ", ".join(spec.profiles)
+    assert str(e.value) == g.no_fit.format(path=spec.path, name=spec.path.name, gpus=3, efa=False, known=known)

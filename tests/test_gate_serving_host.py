@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from reprostack.gates import profiles
 from reprostack.gates.base import verdict
 
 from reprostack.gates.parsers.servelog import assert_backend
@@ -96,7 +97,7 @@ def test_host_profiles_have_no_bar_so_they_never_pass(gate):
     for n in (2, 4, 8):
         prof = spec.profile(f"host-ep{n}")
         assert (prof.nodes, prof.gpus_per_node, prof.ep_size, prof.needs_efa) == (1, n, n, False)
-        assert g.choose_profile(spec, None, {"gpu_count": n, "efa_devices": []}) is prof
+        assert profiles.resolve(spec, None, {"gpu_count": n, "efa_devices": []}, g.no_fit) is prof
         assert prof.bars_status == "unmeasured" and not prof.measured and prof.bars.published == {}
         assert [c.concurrency for c in spec.cells_for(prof)] == [1, 4, 8]
         # every check a run could make passes, and still: FAIL, naming the missing bar

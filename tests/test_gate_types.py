@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reprostack.gates import registry
+from reprostack.gates import profiles, registry
 from reprostack.gates.base import Gate, RunState
 from reprostack.gates.spec import HardwareProfile, SpecOf
 from reprostack.lock import load
@@ -37,7 +37,7 @@ def test_each_gate_declares_the_types_its_loader_returns(name):
     for spec in (g.load(REPO), g.spec_for(REPO, LOCK)):
         assert type(spec) is spec_t, (name, type(spec), spec_t)
         assert spec.profiles and all(type(p) is prof_t for p in spec.profiles.values()), name
-        assert type(g.resolve_profile(spec)) is prof_t
+        assert type(profiles.resolve(spec)) is prof_t
 
 
 @pytest.mark.parametrize("name", registry.GATE_ORDER)

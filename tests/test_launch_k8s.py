@@ -14,13 +14,13 @@ import yaml
 
 from reprostack import cli
 from reprostack.cluster.k8s import KUBERNETES_MINORS, K8sError, dns1123
-from reprostack.gates import registry
+from reprostack.gates import profiles, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"registry.example:5000/reprostack/deepep@{DIGEST}"
 # every gate whose published profile renders as an Indexed Job (fabric's p5en profile is an MPIJob: its own test)
-GATES = [g.name for g in registry.rendered(ROOT) if g.mpi_launch(g.load(ROOT), g.resolve_profile(g.load(ROOT))) is None]
+GATES = [g.name for g in registry.rendered(ROOT) if g.mpi_launch(g.load(ROOT), profiles.resolve(g.load(ROOT))) is None]
 
 
 def _spec():
@@ -174,7 +174,7 @@ def test_cpu_profile_asks_for_no_gpu_efa_or_hugepages(tmp_path):
 
 @pytest.mark.parametrize("nodes", ["1", "3", "1000000000"])
 def test_nodes_that_disagree_with_the_profile_are_one_line_and_write_nothing(tmp_path, capsys, nodes):
-    """As `launch slurm` does (Gate.check_nodes): a one-pod Job for the two-node profile would rendezvous forever."""
+    """As `launch slurm` does (gates.profiles.check_nodes): a one-pod Job for the two-node profile would rendezvous forever."""
     out = tmp_path / "m"
     assert cli.main(["launch", "k8s", "vllm", "--out", str(out), "--image", IMAGE, "--nodes", nodes]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from reprostack import cli
-from reprostack.gates import registry
+from reprostack.gates import profiles, registry
 from reprostack.gates.registry import GATE_ORDER
 from reprostack.gates.spec import GateSpecError
 from reprostack.cluster import slurm, slurm_submit
@@ -633,7 +633,7 @@ def test_in_an_image_the_agent_takes_the_images_prebuilt_kernels(runtime, lock):
     for g in registry.rendered(REPO):
         spec = g.load(REPO)
         takes = bool(g.prebuilt_kernels(spec))
-        if runtime != "pyxis" and g.mpi_launch(spec, spec.profiles[g.published_profile(spec)]) is not None:
+        if runtime != "pyxis" and g.mpi_launch(spec, profiles.resolve(spec)) is not None:
             continue  # a profile MPI starts renders under pyxis only
         text = render(g.name, lock, runtime=runtime, image="registry.invalid/r@sha256:" + "0" * 64)
         assert (f"--kernels-manifest {MANIFEST}" in text) is takes, (g.name, runtime)

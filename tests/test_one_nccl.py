@@ -251,7 +251,9 @@ def test_gate_megatron_reads_its_ranks_maps(tmp_path, libs, monkeypatch, gpu_les
     )
 
     def kernels(self, st):
-        st.scratch["kern"] = SimpleNamespace(nccl_lib=pinned.parent, nccl_version="2.30.4", accept_sha256=None)
+        training.MegatronState.of(st).kern = SimpleNamespace(
+            nccl_lib=pinned.parent, nccl_version="2.30.4", accept_sha256=None
+        )
         st.data["nccl"] = {
             "runtime": "2.30.4",
             "pinned": "2.30.4",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reprostack.launch import rendezvous
 from reprostack.launch.plan import Outputs, read_rc, rc_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_a_malformed_rc_file_is_none_never_a_pass(tmp_path, text):
     assert read_rc(p, "74") is None
 
 
-# --------------------------------------------------------------------------- the runtime's side (gates.base)
+# --------------------------------------------------------------------------- the runtime's side (launch.rendezvous)
 
 
 def state(tmp_path, node: int, *, wait_s: float = 1.0, run_id: str = "7"):
@@ -72,45 +73,53 @@ def leave(st, node: int, rc: int | None, run_id: str = "7", rank_log: bool = Tru
         (out / o.node_rc(node)).write_text(rc_text(rc, run_id))
 
 
+def gather(st, stems):
+    return rendezvous.gather(st.node_run, stems, st.profile.nodes)
+
+
 def test_node_0_gathers_every_node_or_names_the_one_missing(tmp_path):
     st = state(tmp_path, 0)
-    g = st.gate
     assert st.reporter and not state(tmp_path, 1).reporter
     leave(st, 1, 0)
-    assert g.gather(st, ["server.deepep"]) is None and st.data["nodes"]["1"]["rc"] == 0
+    why, nodes = gather(st, ["server.deepep"])
+    assert why is None and nodes["1"] == {
+        "rc": 0,
+        "node_log": "logs/node-1.log",
+        "rank_logs": ["vllm/server.deepep.node1.log"],
+    }
     leave(st, 1, 1)
-    why = g.gather(st, ["server.deepep"])
+    why, _ = gather(st, ["server.deepep"])
     assert "node 1: exit 1; its log: " in why and why.endswith("(no verdict on fewer than the profile's 2 node(s))")
     leave(st, 1, 0, run_id="6")  # an earlier job's rc: waited for (bounded), then named as missing
     t = time.monotonic()
-    why = g.gather(st, ["server.deepep"])
-    assert "node 1: no rc of this run in 1 s" in why and 0.9 < time.monotonic() - t < 10
+    why, nodes = gather(st, ["server.deepep"])
+    assert "node 1: no rc of this run in 1 s" in why and nodes["1"]["rc"] is None and 0.9 < time.monotonic() - t < 10
     (st.out_dir / "vllm" / "server.deepep.node1.log").unlink()
     leave(st, 1, 0, rank_log=False)
-    assert "node 1: exit 0 but no vllm/server.deepep.node1.log" in g.gather(st, ["server.deepep"])
+    assert "node 1: exit 0 but no vllm/server.deepep.node1.log" in gather(st, ["server.deepep"])[0]
 
 
 def test_a_serving_worker_serves_until_node_0_is_done(tmp_path):
     st = state(tmp_path, 1)
-    g, log = st.gate, st.rank_log("server.deepep")
+    log = st.rank_log("server.deepep")
     log.parent.mkdir(parents=True)
     serve = [sys.executable, "-c", "import time; print('serving', flush=True); time.sleep(60)"]
 
     def mark_after(s: float) -> None:
         time.sleep(s)
-        g.mark_done(state(tmp_path, 0))  # node 0's done mark of the same run
+        rendezvous.mark_done(state(tmp_path, 0).node_run)  # node 0's done mark of the same run
 
     threading.Thread(target=mark_after, args=(1.0,), daemon=True).start()
     t = time.monotonic()
-    ok, what = g.serve_until_done(st, serve, dict(os.environ), str(tmp_path), log, 30)
+    ok, what = rendezvous.serve_until_done(st.node_run, serve, dict(os.environ), str(tmp_path), log, 30)
     assert ok and "until node 0 was done" in what and time.monotonic() - t < 15
     assert "serving" in log.read_text()
     # a worker whose engine dies first is a failure, named with its exit
     die = [sys.executable, "-c", "raise SystemExit(3)"]
     (st.out_dir / st.outputs.leader_done()).unlink()
-    ok, what = g.serve_until_done(st, die, dict(os.environ), str(tmp_path), log, 30)
+    ok, what = rendezvous.serve_until_done(st.node_run, die, dict(os.environ), str(tmp_path), log, 30)
     assert not ok and "exited 3 before node 0 was done" in what
     # an earlier run's done mark is not this run's: the worker serves to its timeout and says so
     (st.out_dir / st.outputs.leader_done()).write_text("6\n")
-    ok, what = g.serve_until_done(st, serve, dict(os.environ), str(tmp_path), log, 2)
+    ok, what = rendezvous.serve_until_done(st.node_run, serve, dict(os.environ), str(tmp_path), log, 2)
     assert not ok and "still serving at its timeout of 2 s" in what

@@ -176,13 +176,14 @@ def _apply(out: Path) -> int:
 
 def main(args, g, lock, root: Path) -> int:
     """`reprostack launch k8s`: plan -> agent plan -> manifests in DIR (-> kubectl apply)."""
+    from ..gates import profiles
     from ..gates.plan import gate_plan
     from . import preflight
 
     out = Path(args.out or f"out/k8s/{g.name}")
     plan = gate_plan(g, root, lock, profile=args.profile, out_dir=out)
     spec: Spec = g.load(root)
-    nodes = g.check_nodes(spec, spec.profile(plan.profile), args.nodes)  # as `launch slurm`: the profile's count
+    nodes = profiles.check_nodes(g.name, spec, spec.profile(plan.profile), args.nodes)  # as `launch slurm`: its count
     if args.pod_network:
         plan = dataclasses.replace(plan, host_network=False, host_ipc=False)
     mpi = _refusal(args, g, spec, plan)

@@ -63,7 +63,7 @@ def gates_block(root: Path, args: list[str]) -> str:
     order: its number, the name the operator types, its nox session (runs.session), its spec and class, the gates it
     requires on its published profile, that profile, its image and its spec's description."""
     from .. import runs
-    from ..gates import registry
+    from ..gates import profiles, registry
 
     rows = [
         "| # | gate | nox session | spec | class | requires (published profile) | published profile | image | what |",
@@ -71,7 +71,7 @@ def gates_block(root: Path, args: list[str]) -> str:
     ]
     for i, g in enumerate(registry.GATES):
         spec: Spec = g.load(root)
-        profile: HardwareProfile = g.resolve_profile(spec)
+        profile: HardwareProfile = profiles.resolve(spec)
         needs = ", ".join(f"`{r}`" for r in g.requirements(root, profile)) or "—"
         cells = [
             str(i),

@@ -6,8 +6,8 @@ Everything outside the gate classes asks the object, never a kind string and nev
 
 - `load(root)` / `spec_for(root, lock)`: the spec, validated by the gate's own schema (and as the lock's stack runs
   it); `requirements(root)`: the gates that must pass first;
-- `resolve_profile(spec, name, host)`: the one profile rule (gates.options.PROFILE_RULE), from `choose_profile`
-  (this host) and `published_profile` (the published hardware); `hardware_gap`: why a host cannot run a profile;
+- `no_fit`: the SKIP's line when no profile fits this host; which profile a run, a plan or a launcher takes is the
+  one rule of gates.profiles (`resolve`, gates.options.PROFILE_RULE), the same for every kind;
 - `plan_parts(spec, profile, options, paths)`: the commands, env, workdir, notes and arms of the launch plan
   (gates.plan.gate_plan wraps them with the image, mounts and limits); the same function gives the commands a
   run executes here (`paths` = this host's) and the ones a launcher renders (`paths` = the image's);
@@ -23,9 +23,9 @@ The staged run (`Gate.run`, a template the kinds fill in, nox-style small stages
   (parse, checks, verdict) -> finish (timings, times, data, `provenance.project`: the commit and whether the tree
   was dirty, reprostack.project).
 
-Invariants: a gate class never imports another gate's module; the registry is the only list of gates; a stage
-returns a report to end the run early (skip, error) or None to go on; bad operator input raises ReprostackError
-before anything runs.
+Invariants: a gate class never imports another gate's module; the registry is the only list of gates; no kind has
+a profile rule of its own (gates.profiles; a kind differs by its `no_fit` line only); a stage returns a report to end
+the run early (skip, error) or None to go on; bad operator input raises ReprostackError before anything runs.
 """
 
 from __future__ import annotations
@@ -36,13 +36,15 @@ from pathlib import Path
 from typing import ClassVar, Generic, cast
 
 from .. import hostinfo, project
-from ..errors import GateError
-from ..launch.plan import NODE_WAIT_S, ImageRef, Outputs, read_rc
+from ..launch.plan import NODE_WAIT_S, ImageRef, Outputs
+from ..launch.rendezvous import NodeRun
 from ..lock import Lock
 from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
+from . import profiles
 from .fabric_mpi import MpiLaunch  # what mpi_launch returns (a gate started by MPI)
 from .options import GateOptions
 from .spec import GateSpecError, HardwareProfile, NoProfileForHost, ProfileT as P, Requiring, SpecT as S
+from .state import KindState
 
 # in the images: the verified trees the recipes copy (containers/deepep: /opt/reprostack/src/<pin>); this project
 # (drivers, reprostack itself) mounted read-only at /workspace; reports at /out
@@ -164,7 +166,7 @@ class RunState(Generic[S, P]):
     artifacts: list = field(default_factory=list)
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
-    scratch: dict = field(default_factory=dict)  # a kind's own values between its stages
+    kind: KindState = field(default_factory=KindState)  # the kind's own values between its stages (Gate.state)
     project: dict = field(default_factory=dict)  # provenance.project: the commit and whether the tree was dirty
     standin: object = None  # gates.standin.StandIn when REPROSTACK_STANDIN asks for the GPU stand-in
 
@@ -193,9 +195,14 @@ class RunState(Generic[S, P]):
         """Whether this node writes the reports (node 0; every node of a one-node run)."""
         return self.outputs.writes_reports(self.node)
 
+    @property
+    def node_run(self) -> NodeRun:
+        """This node's view of the run for the rendezvous of its nodes (reprostack.launch.rendezvous)."""
+        return NodeRun(self.outputs, self.out_dir, self.opts.run_id, self.gate.stem)
+
     def rank_log(self, stem: str, node=None) -> Path:
         """This node's (or `node`'s) log of its ranks for the gate's command `stem` (test_ep, an arm)."""
-        return self.out_dir / self.outputs.rank_log(self.gate.stem, stem, self.node if node is None else node)
+        return self.node_run.rank_log(stem, self.node if node is None else node)
 
     def rank_logs(self, stem: str) -> list[Path]:
         """Every node's log of `stem`, node 0 first."""
@@ -210,12 +217,27 @@ class RunState(Generic[S, P]):
     def error(self, why: str) -> GateReport:
         return GateReport(self.gate.stem, self.profile.name, Result.ERROR, why, provenance=self.prov)
 
+    def worker_done(self, what: str, ok: bool, logs: list[Path]) -> GateReport:
+        """A worker's part is over: the report it returns is never written (only the reporter writes reports,
+        launch.plan.Outputs); the CLI prints it and writes the node's rc (0 when `ok`)."""
+        o = self.outputs
+        rep = GateReport(
+            self.gate.stem,
+            self.profile.name,
+            Result.SKIP if ok else Result.ERROR,
+            f"worker node {self.node} of {o.nodes}: {what}; the verdict is node {o.reporter}'s report",
+            provenance=self.prov,
+            artifacts=[artifact_for(p, relative_to=self.out_dir) for p in logs if p.is_file()],
+        )
+        rep.data["node"] = {"node": self.node, "role": "worker", "ok": ok}
+        return rep
+
     def finish(self, report: GateReport) -> GateReport:
         """The report with this run's data, times, duration and project commit (every report of a run ends here). A
-        judged run on other hardware than its profile's (Gate.hardware_mismatch) is never evidence for it, whoever
-        chose the profile: `evidence` false, the reason and `provenance.hardware_mismatch` say why."""
+        judged run on other hardware than its profile's (gates.profiles.hardware_mismatch) is never evidence for it,
+        whoever chose the profile: `evidence` false, the reason and `provenance.hardware_mismatch` say why."""
         self.timings["total_s"] = round(time.monotonic() - self.t0, 2)
-        other = Gate.hardware_mismatch(self.profile, self.host) if self.profile is not None else None
+        other = profiles.hardware_mismatch(self.profile, self.host) if self.profile is not None else None
         if other and str(report.result) in ("pass", "fail", "inconclusive"):
             report.evidence = False
             report.provenance["hardware_mismatch"] = other
@@ -241,6 +263,8 @@ class Gate(Generic[S, P]):
 
     kind: ClassVar[str] = ""  # shown in docs and errors; nothing branches on it
     serves: ClassVar[bool] = False  # an engine serving a model: the models mount, leader/worker pods
+    state: ClassVar[type[KindState]] = KindState  # what the kind keeps between its stages (gates.state)
+    no_fit: ClassVar[str] = profiles.NO_FIT  # the SKIP's line when no profile fits the host (gates.profiles)
 
     def __init__(self, name: str, stem: str | None = None, requires: tuple[str, ...] | None = ()):
         self.name, self.stem, self.requires = name, stem or name, requires
@@ -253,7 +277,7 @@ class Gate(Generic[S, P]):
     def report_name(self) -> str:
         return self.stem
 
-    # ---------------------------------------------------------------- spec and profiles
+    # ---------------------------------------------------------------- spec
 
     def spec_file(self, root: Path) -> Path:
         return Path(root) / "gates" / f"{self.stem}.yaml"
@@ -283,76 +307,6 @@ class Gate(Generic[S, P]):
                     f"{r!r} is not a gate that runs before {self.name} (those: {', '.join(earlier) or 'none'})",
                 )
         return tuple(spec.requires)
-
-    def published_profile(self, spec: S) -> str:
-        """The profile a plan shows when none is named: the first multi-node EFA profile (the campaign's 2 x p5en),
-        else the spec's first profile."""
-        for name, p in spec.profiles.items():
-            if p.needs_efa and p.nodes > 1:
-                return name
-        return next(iter(spec.profiles))
-
-    def choose_profile(self, spec: S, name: str | None, host: dict) -> P:
-        """The named profile, else the one matching this host: EFA and 8 GPUs -> the EP16 contract; otherwise a
-        single-node profile whose GPU count equals the host's. A profile with `gpu_model` matches only when every
-        GPU name the host lists contains it. Raises NoProfileForHost (-> SKIP), GateError for an unknown name."""
-        if name:
-            return spec.profile(name)
-        gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-        names = [g.get("name", "") for g in host.get("gpus", [])]
-        for p in spec.profiles.values():
-            model = getattr(p, "gpu_model", None)
-            if model and names and not all(model in n for n in names):
-                continue
-            if p.needs_efa == efa and p.gpus_per_node == gpus and (p.nodes > 1) == efa:
-                return p
-        raise NoProfileForHost(
-            f"{spec.path}: no profile for this host ({gpus} GPU(s), EFA: {efa}); "
-            f"pass --profile (known: {', '.join(spec.profiles)})"
-        )
-
-    def resolve_profile(self, spec: S, name: str | None = None, host: dict | None = None) -> P:
-        """The one profile rule: `name`, else (a run) the profile this `host` fits, else (a plan, a launcher,
-        preflight) the published one. Raises GateError / NoProfileForHost."""
-        if name:
-            return spec.profile(name)
-        if host is not None:
-            return self.choose_profile(spec, None, host)
-        return spec.profile(self.published_profile(spec))
-
-    @staticmethod
-    def hardware_gap(profile: HardwareProfile, host: dict) -> str | None:
-        """Why this host cannot run `profile` (too few GPUs, no EFA devices), or None."""
-        gpus = host.get("gpu_count", 0)
-        if profile.needs_gpu and profile.gpus_per_node > gpus:
-            return f"profile {profile.name} needs {profile.gpus_per_node} GPU(s) per node, this host has {gpus}"
-        if profile.needs_efa and not host.get("efa_devices"):
-            return f"profile {profile.name} needs EFA devices; none found"
-        return None
-
-    @staticmethod
-    def hardware_mismatch(profile: HardwareProfile, host: dict) -> str | None:
-        """Why this host is other hardware than `profile`'s (its GPU model, GPU count per node, EFA), or None. A run
-        here is never evidence for that profile (RunState.finish), however the profile was chosen."""
-        names = [str(g.get("name", "")) for g in host.get("gpus") or [] if isinstance(g, dict)]
-        model = profile.gpu_model
-        if model and names and not all(model in n for n in names):
-            return f"this host's GPUs are {', '.join(sorted(set(names)))}, the profile's {model}"
-        gpus, efa = int(host.get("gpu_count") or 0), bool(host.get("efa_devices"))
-        if profile.needs_gpu and gpus and gpus != profile.gpus_per_node:
-            return f"this host has {gpus} GPU(s), the profile {profile.gpus_per_node} per node"
-        if efa != bool(profile.needs_efa):
-            return "this host has EFA devices, the profile none" if efa else "the profile needs EFA, this host has none"
-        return None
-
-    def check_nodes(self, spec: S, profile: P, nodes: int | None) -> int:
-        """The node count of a run or a rendering: the profile's; another `nodes` is one GateError line."""
-        if nodes is not None and nodes != profile.nodes:  # an absurd count too, before any work
-            raise GateError(
-                f"gate {self.name}: --nodes {nodes}, but profile {profile.name} of {spec.path.name} runs on "
-                f"{profile.nodes} node(s)"
-            )
-        return profile.nodes
 
     # ---------------------------------------------------------------- what launchers and bumps ask
 
@@ -409,114 +363,6 @@ class Gate(Generic[S, P]):
         """The commands, env, workdir, notes and arms of the launch plan (module doc)."""
         raise NotImplementedError
 
-    # ---------------------------------------------------------------- the output contract at run time
-
-    def worker_done(self, st: RunState[S, P], what: str, ok: bool, logs: list[Path]) -> GateReport:
-        """A worker's part is over: the report it returns is never written (only the reporter writes reports,
-        launch.plan.Outputs); the CLI prints it and writes the node's rc (0 when `ok`)."""
-        o = st.outputs
-        rep = GateReport(
-            self.stem,
-            st.profile.name,
-            Result.SKIP if ok else Result.ERROR,
-            f"worker node {st.node} of {o.nodes}: {what}; the verdict is node {o.reporter}'s report",
-            provenance=st.prov,
-            artifacts=[artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_file()],
-        )
-        rep.data["node"] = {"node": st.node, "role": "worker", "ok": ok}
-        return rep
-
-    def gather(self, st: RunState[S, P], stems: list[str]) -> str | None:
-        """On the reporter of a run on several nodes, after its own part: wait, at most the contract's `wait_s`, for
-        every other node's rc of this run (`--run-id`), then check it is 0 and that the node's rank logs of `stems`
-        exist. None when every node did its part; else one line naming each node that failed (its exit and its node
-        log) or wrote no rc, for the run's ERROR: never a verdict on fewer ranks than the profile has.
-        `data.nodes` records what each node left."""
-        o, out, run = st.outputs, st.out_dir, st.opts.run_id
-        others = [n for n in range(o.nodes) if n != o.reporter]
-        rcs: dict[int, int | None] = {n: None for n in others}
-        deadline = time.monotonic() + o.wait_s
-        while True:
-            for n in others:
-                if rcs[n] is None:
-                    rcs[n] = read_rc(out / o.node_rc(n), run)
-            if all(v is not None for v in rcs.values()) or time.monotonic() >= deadline:
-                break
-            time.sleep(0.25)
-        problems = []
-        st.data["nodes"] = {}
-        for n in others:
-            log = out / o.node_log(n)
-            ranks = [st.rank_log(s, n) for s in stems]
-            st.data["nodes"][str(n)] = {
-                "rc": rcs[n],
-                "node_log": o.node_log(n),
-                "rank_logs": [str(p.relative_to(out)) for p in ranks],
-            }
-            seen = "" if log.is_file() else " (absent)"
-            if rcs[n] is None:
-                problems.append(
-                    f"node {n}: no rc of this run in {o.wait_s:g} s ({o.node_rc(n)}): it never started, or died "
-                    f"before its runtime began; its log: {log}{seen}"
-                )
-            elif rcs[n] != 0:
-                problems.append(f"node {n}: exit {rcs[n]}; its log: {log}{seen}")
-            elif missing := [str(p.relative_to(out)) for p in ranks if not p.is_file()]:
-                problems.append(f"node {n}: exit 0 but no {', '.join(missing)}; its log: {log}{seen}")
-        if not problems:
-            return None
-        return (
-            f"{len(problems)} of the {len(others)} other node(s) did not complete their part: "
-            + "; ".join(problems)
-            + f" (no verdict on fewer than the profile's {st.profile.nodes} node(s))"
-        )
-
-    def mark_done(self, st: RunState[S, P]) -> None:
-        """The reporter's part is over (launch.plan.Outputs.leader_done): a serving worker stops on it."""
-        from ..atomicfile import write_text_atomic
-
-        path = st.out_dir / st.outputs.leader_done()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, f"{st.opts.run_id or '-'}\n")
-
-    def serve_until_done(
-        self, st: RunState[S, P], argv: list[str], env: dict, cwd: str, log: Path, timeout_s: float, watch=None
-    ):
-        """A worker's command that serves (no end of its own: an engine's worker, `ray start --block`): run it until
-        the reporter's done mark of this run, its own exit or `timeout_s`. `watch(pids)`, when given, is called with
-        the server's processes every few seconds and once before it is stopped (the one-NCCL check reads their maps
-        while they run). Returns (ok, what happened)."""
-        from ..launch.server import ServerProcess
-
-        mark = st.out_dir / st.outputs.leader_done()
-        mine = st.opts.run_id or "-"
-        server = ServerProcess(argv, env=env, cwd=cwd, log_path=log)
-        deadline = time.monotonic() + timeout_s
-        looked = 0.0
-        try:
-            while server.alive() and time.monotonic() < deadline:
-                if watch is not None and time.monotonic() - looked >= 5.0:
-                    watch(server.pids())
-                    looked = time.monotonic()
-                try:
-                    if mark.read_text().split() == [mine]:
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.5)
-        finally:
-            if watch is not None and server.alive():
-                watch(server.pids())
-            before = server.stop()
-        if before is None and time.monotonic() < deadline:
-            return True, f"served until node {st.outputs.reporter} was done (then stopped)"
-        if before is None:
-            return (
-                False,
-                f"still serving at its timeout of {timeout_s:g} s (node {st.outputs.reporter} never said done)",
-            )
-        return before == 0, f"its command exited {before} before node {st.outputs.reporter} was done"
-
     # ---------------------------------------------------------------- the staged run
 
     def run(self, opts: GateOptions, ctx: RunContext) -> GateReport:
@@ -524,10 +370,11 @@ class Gate(Generic[S, P]):
         operator errors found before anything ran."""
         from . import standin
 
-        opts, stand_in, started, t0 = self.check_options(opts), standin.from_env(), utc_now(), time.monotonic()
-        proj = ctx.project if ctx.project is not None else project.state(ctx.root)  # then the spec, as before
-        st = RunState(self, opts, ctx, self.spec_for(ctx.root, ctx.lock), started=started, t0=t0, standin=stand_in)
-        st.project = proj
+        opts, stand_in, kind = self.check_options(opts), standin.from_env(), self.state()
+        started, t0 = utc_now(), time.monotonic()  # the run's clock starts before its project state and spec
+        proj = ctx.project if ctx.project is not None else project.state(ctx.root)
+        spec = self.spec_for(ctx.root, ctx.lock)
+        st = RunState(self, opts, ctx, spec, started=started, t0=t0, kind=kind, project=proj, standin=stand_in)
         self.check_request(st)
         st.host = standin.host_facts() if st.standin is not None else hostinfo.collect()
         self.sources(st)
@@ -557,10 +404,10 @@ class Gate(Generic[S, P]):
     def skip(self, st: RunState[S, P]) -> GateReport | None:
         """A SKIP when no profile or hardware fits (sets `st.profile` otherwise)."""
         try:
-            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+            st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
         except NoProfileForHost as e:
             return st.skip(str(e))
-        gap = self.hardware_gap(st.profile, st.host)
+        gap = profiles.hardware_gap(st.profile, st.host)
         return st.skip(gap, st.profile.name) if gap else None
 
     def skip_with(self, st: RunState[S, P], what: str) -> GateReport | None:
@@ -568,10 +415,10 @@ class Gate(Generic[S, P]):
         if st.host.get("gpu_count", 0) == 0:
             return st.skip(f"no GPU on this host (nvidia-smi lists none): {what}")
         try:
-            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+            st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
         except NoProfileForHost as e:
             return st.skip(f"{e}: {what}", "-")
-        gap = self.hardware_gap(st.profile, st.host)
+        gap = profiles.hardware_gap(st.profile, st.host)
         return st.skip(gap, st.profile.name) if gap else None
 
     def prepare(self, st: RunState[S, P]) -> GateReport | None:

@@ -57,14 +57,16 @@ from ..launch import plan as lp
 from ..launch.watchdog import run_with_watchdog
 from ..report import Check, GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import Summary, summarize
+from ..sources import SourceTree
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .fabric_spec import FabricBar, FabricSpec, load_fabric_spec, resolve_bars
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
 from .options import GateOptions
-from . import fabric_mpi, transport
+from . import fabric_mpi, profiles, transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
 from .parsers.transport import TransportParse
 from .spec import Profile
+from .state import KindState
 
 if TYPE_CHECKING:
     from ..lock.model import Lock
@@ -354,6 +356,18 @@ def rederive_fabric(doc: dict, folder: Path, spec: dict | None, stem: str):
     return got
 
 
+@dataclass
+class FabricState(KindState):
+    """What the fabric gate keeps between its stages: the verified trees by pin (sources; none for an MPI launch's
+    logs), the nccl-tests binaries and the pinned NCCL they load, its folder and version (prepare; the image's for
+    an MPI launch's logs)."""
+
+    trees: dict[str, SourceTree] = field(default_factory=dict)
+    bin_dir: Path | None = None
+    nccl_lib: Path | None = None
+    nccl_version: str | None = None
+
+
 FabricRun = RunState[FabricSpec, Profile[FabricBar]]  # one run of the fabric gate
 
 
@@ -361,6 +375,7 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
     """Gate 0: nccl-tests over the profile's fabric (module doc)."""
 
     kind = "fabric"
+    state = FabricState
 
     def load(self, root: Path) -> FabricSpec:
         return load_fabric_spec(root, self.stem)
@@ -409,36 +424,36 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
 
     def sources(self, st: FabricRun) -> None:
         if st.opts.launched_logs:  # the MPI launch ran the image's build: nothing to fetch here
-            st.scratch["trees"] = {}
             st.prov = provenance(st.ctx.lock, st.spec, {})
             st.prov["host"] = st.host
             return
         t = time.monotonic()
         trees, _ = source_trees(st.opts.with_(kernels_manifest=None), st.ctx, tuple(st.spec.kernels))
         st.timed("sources_s", t)
-        st.scratch["trees"] = trees
+        FabricState.of(st).trees = trees
         st.prov = provenance(st.ctx.lock, st.spec, trees)
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
 
     def skip(self, st: FabricRun) -> GateReport | None:
         if st.opts.launched_logs:  # the ranks ran on the profile's nodes; their logs are the evidence
-            st.profile = self.choose_profile(st.spec, st.opts.profile, st.host)
+            st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
             return None
-        trees = st.scratch["trees"]
+        trees = FabricState.of(st).trees
         words = ", ".join(f"{n} {t.tree[:12]}" for n, t in sorted(trees.items()))
         return self.skip_with(st, f"sources verified ({words}); nccl-tests not built or run")
 
     def prepare(self, st: FabricRun) -> GateReport | None:
+        own = FabricState.of(st)
         if (st.profile.launcher == "mpi") != bool(st.opts.launched_logs):
             if st.opts.launched_logs:
                 return st.error(f"--launched-logs: profile {st.profile.name} is launched here, not by MPI")
             cmd = node_commands(st.spec, st.profile, "bin")[0]
             return st.error(f"profile {st.profile.name} cannot be launched by this runner: {'; '.join(cmd.needs)}")
         if st.opts.launched_logs:  # the image's NCCL: the nccl-wheel pin the deepep image installs
-            st.scratch.update(nccl_version=st.ctx.lock.get("nccl-wheel").version, nccl_lib="/opt/reprostack/nccl/lib")
+            own.nccl_version, own.nccl_lib = st.ctx.lock.get("nccl-wheel").version, Path("/opt/reprostack/nccl/lib")
             return None
-        trees, prov = st.scratch["trees"], st.prov
+        trees, prov = own.trees, st.prov
         try:
             tc = toolchain.detect_nvcc(arch=st.opts.arch)
             nccl = prepare_nccl(st.opts, st.ctx, trees, tc, prov, st.timings)
@@ -454,15 +469,12 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
         prov["kernels"] = built_provenance(nccl, nt)
         prov["toolchain"] = {"nvcc": tc.nvcc_version, "arch": tc.arch, "cuda_home": tc.cuda_home}
         st.artifacts += [artifact_for(b.log) for b in (nccl, nt) if b.log.exists()]
-        st.scratch.update(
-            bin_dir=nt.out / "bin",
-            nccl_lib=nccl.out / "build" / "lib",
-            nccl_version=kpreflight.nccl_header_version(nccl.out / "build" / "include"),
-        )
+        own.bin_dir, own.nccl_lib = nt.out / "bin", nccl.out / "build" / "lib"
+        own.nccl_version = kpreflight.nccl_header_version(nccl.out / "build" / "include")
         return None
 
     def launch_and_judge(self, st: FabricRun) -> GateReport:
-        opts = st.opts
+        opts, own = st.opts, FabricState.of(st)
         if opts.launched_logs:
             launch = self.mpi_launch(st.spec, st.profile)
             folder = Path(opts.launched_logs)
@@ -473,7 +485,7 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
             return self._judge(st, ran, parse(text))
         paths = Paths.host(
             root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, opts=opts
-        ).with_builds({"nccl-tests": str(st.scratch["bin_dir"])})
+        ).with_builds({"nccl-tests": str(own.bin_dir)})
         parts = self.plan_parts(st.spec, st.profile, opts, paths)
         ran, text = {}, {}
         run_dir = st.out_dir / self.stem
@@ -482,7 +494,7 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
             log = run_dir / f"{arm.name}.log"
             env = {**os.environ, **dict(arm.env)}
             rest = env.get("LD_LIBRARY_PATH", "")  # the binaries NEED libnccl.so.2: the pinned one comes first
-            env["LD_LIBRARY_PATH"] = str(st.scratch["nccl_lib"]) + (os.pathsep + rest if rest else "")
+            env["LD_LIBRARY_PATH"] = str(own.nccl_lib) + (os.pathsep + rest if rest else "")
             with ui.step(f"fabric {arm.name} [{st.profile.name}] x{st.spec.trials} cycle(s)", log=log):
                 o = run_with_watchdog(
                     list(cmd.argv), env=env, cwd=str(st.out_dir), timeout_s=st.timeout_s, log_path=log, echo=False
@@ -501,14 +513,14 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
             st.profile, _ = resolve_bars(st.ctx.root, st.profile, stack=st.ctx.lock.stack or "campaign")
         except ReprostackError as e:
             return st.error(f"bars: {e}")
-        spec, profile = st.spec, st.profile
-        checks_ = checks(spec, profile, parsed, nccl_version=st.scratch["nccl_version"])
+        spec, profile, own = st.spec, st.profile, FabricState.of(st)
+        checks_ = checks(spec, profile, parsed, nccl_version=own.nccl_version)
         figs = figures(spec, profile, parsed)
         st.data["figures"] = figs
         st.data["statistics"] = {
             k: v["statistics"] for k, v in figs.items() if isinstance(v, dict) and v.get("statistics")
         }
-        st.data["nccl"] = {"pinned": st.scratch["nccl_version"], "lib": str(st.scratch["nccl_lib"])}
+        st.data["nccl"] = {"pinned": own.nccl_version, "lib": str(own.nccl_lib)}
         st.data["bars_status"] = profile.bars_status
         crashed = {t: r for t, r in ran.items() if r["returncode"] != 0 or r["timed_out"]}
         if crashed:

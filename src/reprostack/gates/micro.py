@@ -48,21 +48,26 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import ui
 from ..errors import ReprostackError
 from ..kernels import jit, ncclwheel, runtime
+from ..kernels.prebuilt import Prebuilt
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval
 from ..report.stats import statistics_block
+from ..sources import SourceTree
 from . import arms as armsmod
 from . import metrics, standin, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .kernelprep import (
+    Kernels,
     jit_prewarm,
     stand_in_kernels,
     jit_record,
@@ -79,12 +84,28 @@ from .parsers.micro_trials import deepep_trial_started, markers, parse_micro_tri
 from .parsers.test_ep import classify_test_ep_failure
 from .parsers.transport import nccl_host, parse_transport
 from .spec import Bar, BaselineSpec, GateSpec, Profile, load_spec, resolve_bars
+from .state import KindState
 
 if TYPE_CHECKING:
     from ..lock.model import Lock
 
 TRIALS_DRIVER = "gates/drivers/micro_trials.py"
 DEFAULT_TRIALS = MICRO_TRIALS  # the one value, in gates.options (its --trials help states it)
+
+
+@dataclass
+class MicroState(KindState):
+    """What the micro gate keeps between its stages: the verified trees by pin and the image's checked manifest
+    (sources); the kernels, the gate's environment, DeepEP's JIT context and the run folder (prepare); test_ep's
+    environment as launched (launch, read by the transport check)."""
+
+    trees: dict[str, SourceTree] = field(default_factory=dict)
+    pre: Prebuilt | None = None  # the image's kernels manifest, checked against the lock (container mode)
+    kern: Kernels | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the legacy run's: without test_ep's launcher variables
+    jit_ctx: jit.Context | None = None
+    run_dir: Path | None = None
+    run_env: dict[str, str] | None = None
 
 
 MicroRun = RunState[GateSpec, Profile[Bar]]  # one run of the micro gate
@@ -94,6 +115,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
     """Gate 1: DeepEP's test_ep.py through the trials driver (module doc)."""
 
     kind = "micro"
+    state = MicroState
 
     def load(self, root: Path) -> GateSpec:
         return load_spec(root, self.stem)
@@ -206,13 +228,15 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         else:
             trees, pre = source_trees(st.opts, st.ctx, ("nccl", "deepep"))
         st.timed("sources_s", t)
-        st.scratch.update(trees=trees, pre=pre)
+        own = MicroState.of(st)
+        own.trees, own.pre = trees, pre
         st.prov = provenance(st.ctx.lock, st.spec, trees)
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
 
     def skip(self, st: MicroRun) -> GateReport | None:
-        trees, pre = st.scratch["trees"], st.scratch["pre"]
+        own = MicroState.of(st)
+        trees, pre = own.trees, own.pre
         if st.host["gpu_count"] == 0:
             jit_words = pre.jit_words() if pre is not None else ""
             why = (
@@ -242,7 +266,8 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         return early
 
     def prepare(self, st: MicroRun) -> GateReport | None:
-        spec, profile, trees = st.spec, st.profile, st.scratch["trees"]
+        own = MicroState.of(st)
+        spec, profile, trees = st.spec, st.profile, own.trees
         manifest = jit.manifest_for(st.ctx.root, profile.name)  # a bad one: one line, exit 2, before any build
         run_dir = st.out_dir / self.stem
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +279,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
             if st.standin is not None:  # no kernels: a stand-in library the replayed ranks map (gates.standin)
                 kern = stand_in_kernels(st.ctx.lock, st.out_dir / self.stem, st.opts, st.ctx.root)
             else:
-                kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, st.scratch["pre"])
+                kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, own.pre)
         except ReprostackError as e:
             return st.error(f"setup: {e}")
         env = {**kern.env, **spec.env, **profile.env, "EP_JIT_CACHE_DIR": str(kern.jit_dir)}
@@ -263,38 +288,41 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         except ReprostackError as e:
             return st.error(f"one-NCCL preflight: {e}")
         jit_ctx, st.data["jit"] = jit_prewarm(manifest, kern, env, trees["deepep"].tree, st.timings, st.opts.jobs)
-        st.scratch.update(kern=kern, env=env, jit_ctx=jit_ctx, run_dir=run_dir)
+        own.kern, own.env, own.jit_ctx, own.run_dir = kern, env, jit_ctx, run_dir
         return None
 
     def launch_and_judge(self, st: MicroRun) -> GateReport:
-        opts, profile, trees = st.opts, st.profile, st.scratch["trees"]
+        own = MicroState.of(st)
+        opts, profile, trees = st.opts, st.profile, own.trees
         paths = Paths.host(
             root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, trees=trees, opts=opts
         )
         parts = self.plan_parts(st.spec, profile, opts, paths)
-        run_dir = st.scratch["run_dir"]
+        run_dir = own.run_dir
         cmd = next(c for c in parts.commands if c.node == opts.node_rank)
-        base_env = st.scratch["env"]  # the legacy run gets the gate's environment without test_ep's launcher variables
+        base_env = own.env  # the legacy run gets the gate's environment without test_ep's launcher variables
         env = {**base_env, **dict(parts.env), **dict(cmd.env)}
         log = st.rank_log("test_ep")  # the output contract: each node its own log, node 0 reads them all
         st.data["command"] = list(cmd.argv)
         keys = {*st.spec.env, *profile.env, *dict(cmd.env), *runtime.RUNTIME_KEYS}
         st.data["env"] = {k: env[k] for k in sorted(keys) if k in env}
-        st.scratch["run_env"] = env
+        own.run_env = env
         outcome = self._run_test_ep(st, parts, list(cmd.argv), env, log)
         if not st.reporter:  # a worker: its ranks ran; node 0 judges every node's log
             ok = outcome.returncode == 0 and not outcome.timed_out
             what = f"ran its {profile.gpus_per_node} rank(s) of test_ep (exit {outcome.returncode}" + (
                 ", timed out)" if outcome.timed_out else ")"
             )
-            return self.worker_done(st, what, ok, [log])
-        jit_manifest = jit_record(st.scratch["jit_ctx"], st.data["jit"], run_dir, trees["deepep"].tree, profile.name)
+            return st.worker_done(what, ok, [log])
+        jit_manifest = jit_record(own.jit_ctx, st.data["jit"], run_dir, trees["deepep"].tree, profile.name)
         logs = st.rank_logs("test_ep")
-        why = self.gather(st, ["test_ep"]) if len(logs) > 1 else None  # every node's rc and log, bounded wait
+        why = None
+        if len(logs) > 1:  # every node's rc and log, bounded wait
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, ["test_ep"], profile.nodes)
         st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_file()]
         if jit_manifest is not None:
             st.artifacts.append(artifact_for(jit_manifest, relative_to=st.out_dir))
-        st.artifacts += [artifact_for(b) for b in st.scratch["kern"].logs if b.exists()]
+        st.artifacts += [artifact_for(b) for b in own.kern.logs if b.exists()]
         if why:
             rep = st.error(why)
             rep.artifacts = st.artifacts
@@ -307,7 +335,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         the live line (-v: every line); the ETA is per profile and number of trials; `trial k/K` from rank 0's DeepEP
         trial markers (a plain line each; the bar when live)."""
         if st.standin is not None:  # the plan's own command, replayed per rank by the GPU stand-in
-            kern = st.scratch["kern"]
+            kern = MicroState.of(st).kern
             argv = standin.wrap(argv, root=Path(st.ctx.root), nccl_lib=kern.nccl_lib, version=kern.nccl_version)
         with ui.step(
             f"test_ep [{st.profile.name}] x{st.opts.trials} trial(s)", log=log, total=st.opts.trials, unit="trial"
@@ -334,7 +362,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
             arm.commands[0],
             env=env,
             cwd=parts.workdir,
-            run_dir=st.scratch["run_dir"],
+            run_dir=MicroState.of(st).run_dir,
             out_dir=st.out_dir,
             timeout_s=limit,
         )
@@ -398,12 +426,11 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         )
         st.data["failure"] = fc.to_dict()
         why = fc.line()
-        kern = st.scratch["kern"]
+        own = MicroState.of(st)
+        kern = own.kern
         hint = runtime.older_nccl_hint(text, kern.nccl_version)
         if hint:  # an ImportError on an nccl symbol: say which NCCL the environment loads first
-            found = runtime.shadows(
-                st.scratch["env"], kern.nccl_lib, kern.nccl_version, accept_sha256=kern.accept_sha256
-            )
+            found = runtime.shadows(own.env, kern.nccl_lib, kern.nccl_version, accept_sha256=kern.accept_sha256)
             why += " " + hint.strip() + (": " + "; ".join(found[:2]) if found else "")
         if all(p.complete for p in tp.deepep):  # every table complete: what is wrong is in the driver's markers
             why = "trials driver's markers: " + "; ".join(tp.problems[:3])
@@ -415,7 +442,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         `NET/OFI efa` with GIN on (the type the stack asks for when it is GPU-initiated), from the NCCL INFO lines of
         every node's log; each rank's process known by the trials driver's record (host, pid), else by NCCL's init
         lines. On a profile without a network: no check, `data.transport` says why."""
-        need = transport.need(st.profile, st.scratch.get("run_env") or {}, gin=True)
+        need = transport.need(st.profile, MicroState.of(st).run_env or {}, gin=True)
         if need is None:
             st.data["transport"] = {"checked": False, "why": transport.no_network(st.profile)}
             return []
@@ -432,7 +459,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         self, st: MicroRun, tp, values: dict, summaries: dict, outcome, extra: list, text: str = ""
     ) -> GateReport:
         """The one-NCCL check, the completeness and bar checks of a complete run, and the verdict."""
-        profile, kern = st.profile, st.scratch["kern"]
+        profile, kern = st.profile, MicroState.of(st).kern
         nodes = st.opts.nodes or profile.nodes
         try:  # the one-NCCL check, judged on what the measuring ranks saw (no separate process: issue 17)
             one = one_nccl_of_ranks(

@@ -13,10 +13,12 @@ own launch plan (NemoRLGate.plan_parts with this host's paths): the head node's 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import sources
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate
 from . import transport
@@ -27,7 +29,15 @@ from .parsers.failure import classify_failure
 from .parsers.training import loss_metrics, parse_nemo_rl
 from .parsers.transport import parse_transport
 from .spec import Profile
+from .state import KindState
 from .training_spec import TrainingBar, TrainingSpec, load_training_spec
+
+
+@dataclass
+class NemoRLState(KindState):
+    """What the nemo-rl gate keeps between its stages: the verified NeMo-RL tree (sources)."""
+
+    tree: sources.SourceTree | None = None
 
 
 NemoRLRun = RunState[TrainingSpec, Profile[TrainingBar]]  # one run of the NeMo-RL gate
@@ -37,6 +47,7 @@ class NemoRLGate(Gate[TrainingSpec, Profile[TrainingBar]]):
     """Gate 6: NeMo-RL's GRPO on a Ray cluster (module doc)."""
 
     kind = "nemo-rl"
+    state = NemoRLState
 
     def load(self, root: Path) -> TrainingSpec:
         return load_training_spec(root, self.stem)
@@ -59,19 +70,19 @@ class NemoRLGate(Gate[TrainingSpec, Profile[TrainingBar]]):
 
     def sources(self, st: NemoRLRun) -> None:
         tree = sources.prepare(st.ctx.lock, st.spec.source, st.ctx.fetch, st.ctx.root)
-        st.scratch["tree"] = tree
+        NemoRLState.of(st).tree = tree
         st.prov = provenance(st.ctx.lock, st.spec, {st.spec.source: tree})
         st.prov["host"] = st.host
 
     def skip(self, st: NemoRLRun) -> GateReport | None:
         what = (
-            f"NeMo-RL {st.scratch['tree'].tree[:12]} verified; GRPO needs "
+            f"NeMo-RL {NemoRLState.of(st).tree.tree[:12]} verified; GRPO needs "
             f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model"
         )
         return self.skip_with(st, what)
 
     def launch_and_judge(self, st: NemoRLRun) -> GateReport:
-        tree = st.scratch["tree"]
+        tree = NemoRLState.of(st).tree
         paths = Paths.host(
             root=st.ctx.root,
             out=st.out_dir,
@@ -85,8 +96,8 @@ class NemoRLGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         env = {**os.environ, **dict(parts.env)}
         if not st.reporter:  # a Ray worker node: joins the head until node 0 is done (output contract)
             log = st.rank_log("ray")
-            ok, what = self.serve_until_done(st, list(cmd.argv), env, parts.workdir, log, st.timeout_s)
-            return self.worker_done(st, f"Ray worker: {what}", ok, [log])
+            ok, what = rendezvous.serve_until_done(st.node_run, list(cmd.argv), env, parts.workdir, log, st.timeout_s)
+            return st.worker_done(f"Ray worker: {what}", ok, [log])
         log = st.rank_log("grpo")
         outcome = run_with_watchdog(
             list(cmd.argv),
@@ -96,8 +107,8 @@ class NemoRLGate(Gate[TrainingSpec, Profile[TrainingBar]]):
             timeout_s=st.timeout_s,
         )
         if st.outputs.nodes > 1:  # the Ray workers leave; then every node's rc (output contract)
-            self.mark_done(st)
-            why = self.gather(st, ["ray"])
+            rendezvous.mark_done(st.node_run)
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, ["ray"], st.profile.nodes)
             if why:
                 rep = st.error(why)
                 rep.artifacts = [artifact_for(log, relative_to=st.out_dir)]

@@ -6,10 +6,10 @@ manifests: `GateOptions.runner_argv`), `launch slurm`, `launch k8s` and `preflig
 run, `--profile` first of all, come from `add_arguments` here, with the same help and the same default rule).
 
 Profile rule (PROFILE_RULE, one for every command): `--profile P` names a profile of `gates/<gate>.yaml`; without it
-a gate that RUNS here takes the profile that fits this host (gates.base.Gate.choose_profile; none fits: SKIP), and a
+a gate that RUNS here takes the profile that fits this host (gates.profiles.fitting; none fits: SKIP), and a
 command that only PLANS or RENDERS (`--plan`, `launch slurm`, `launch k8s`, `preflight`) takes the published
-hardware's (the gate's multi-node EFA profile, gates.base.Gate.published_profile). gates.base.Gate.resolve_profile
-is that rule in code.
+hardware's (the gate's multi-node EFA profile, gates.profiles.published). gates.profiles.resolve is that rule in
+code.
 
 Invariants:
 - each option is defined once (OPTIONS: flag, type, help); a command chooses which it takes, never redefines one;

@@ -28,6 +28,7 @@ from ..containers import recipe as recipes
 from ..errors import GateError
 from ..launch import plan as lp
 from ..lock import Lock
+from . import profiles
 from .base import CACHE, IMAGE_PATHS, MASTER, MASTER_PORT, MODELS, OUT, SRC, WORK, Gate  # noqa: F401 (re-exported)
 from .options import GateOptions
 from .spec import HardwareProfile, Spec
@@ -96,7 +97,7 @@ def gate_plan(
     GateSpecError / RecipeError (file:line) or GateError (unknown profile) before anything is built."""
     opts = options or GateOptions()
     spec: Spec = g.spec_for(Path(root), lock)
-    prof: HardwareProfile = g.resolve_profile(spec, profile or opts.profile)
+    prof: HardwareProfile = profiles.resolve(spec, profile or opts.profile)
     parts = g.plan_parts(spec, prof, opts, IMAGE_PATHS)
     notes, env = list(parts.notes), parts.env
     image = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import profiles
 from .base import Gate
 from .fabric import FabricGate
 from .micro import MicroGate
@@ -72,6 +73,6 @@ def rendered(root: Path) -> list[Gate]:
     out = []
     for g in present(root):
         spec: Spec = g.load(root)
-        if g.unrenderable(spec, g.resolve_profile(spec)) is None:
+        if g.unrenderable(spec, profiles.resolve(spec)) is None:
             out.append(g)
     return out

@@ -21,6 +21,7 @@ import traceback
 from .. import hostenv, hostinfo
 from ..errors import ReprostackError
 from ..report import GateReport, Result, not_run, skipped, utc_now
+from . import profiles
 from .base import Gate, RunContext
 from .options import GateOptions
 from .registry import GATES
@@ -63,7 +64,7 @@ def run_here(g: Gate, opts: GateOptions, ctx: RunContext) -> GateReport:
 def _profile_here(g: Gate, spec: Spec, name: str | None, host: dict) -> HardwareProfile | None:
     """The profile gate `g` would run on this host (None: none fits, or `name` is not one of its profiles)."""
     try:
-        return g.resolve_profile(spec, name if name in spec.profiles else None, host)
+        return profiles.resolve(spec, name if name in spec.profiles else None, host, g.no_fit)
     except ReprostackError:
         return None
 

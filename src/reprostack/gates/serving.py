@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,11 +54,12 @@ from .. import ui
 from ..errors import GateError, ReprostackError
 from ..kernels import ncclwheel, runtime
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch import procmaps, torchrun
 from ..launch.server import ServerProcess
 from ..report import GateReport, artifact_for
 from .aiperfrun import profile_run_started, run_cell
-from .aiperftool import ensure_aiperf, make_test_tokenizer
+from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
 from .base import Gate, Paths, PlanParts, RunState, env_tuple
 from .options import SERVING_TRIALS, GateOptions
 from .parsers.failure import classify_failure
@@ -67,7 +68,7 @@ from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 from .servingjudge import ArmRun, arm_transport, judge
 from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
-from .spec import NoProfileForHost
+from .state import KindState
 
 if TYPE_CHECKING:
     from ..lock.model import Lock
@@ -138,6 +139,20 @@ def arm_order(spec: ServingSpec, names) -> list[Arm]:
     return sorted(chosen, key=lambda a: a.role != "deepep")
 
 
+@dataclass
+class ServingState(KindState):
+    """What a serving gate keeps between its stages: the arms to run, DeepEP's first (check_request); the run folder,
+    this host's paths with the run's server port, the served model's name, the pinned AIPerf and its tokenizer
+    (prepare; AIPerf and the tokenizer on node 0 only)."""
+
+    arms: list[Arm] = field(default_factory=list)
+    run_dir: Path | None = None
+    paths: Paths | None = None
+    served_model: str | None = None
+    tool: AiperfTool | None = None
+    tokenizer: str | None = None
+
+
 ServingRun = RunState[ServingSpec, ServingProfile]  # one run of a serving gate
 
 
@@ -146,25 +161,17 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
 
     kind = "serving"
     serves = True
+    state = ServingState
+    no_fit = (
+        "no profile of {name} matches this host ({gpus} GPU(s), EFA: {efa}); "
+        "--profile local-test runs the gate against the test server"
+    )
 
     def __init__(self, name: str, stem: str | None = None):
         super().__init__(name, stem, requires=None)  # the spec's own `requires:`
 
     def load(self, root: Path) -> ServingSpec:
         return load_serving_spec(root, self.stem)
-
-    def choose_profile(self, spec: ServingSpec, name: str | None, host: dict) -> ServingProfile:
-        """The named profile, else the GPU profile matching this host (EFA and GPU count); NoProfileForHost."""
-        if name:
-            return spec.profile(name)
-        gpus, efa = host.get("gpu_count", 0), bool(host.get("efa_devices"))
-        for p in spec.profiles.values():
-            if p.needs_gpu and p.gpus_per_node == gpus and p.needs_efa == efa:
-                return p
-        raise NoProfileForHost(
-            f"no profile of {spec.path.name} matches this host ({gpus} GPU(s), EFA: {efa}); "
-            f"--profile local-test runs the gate against the test server"
-        )
 
     def launches(self, spec: ServingSpec, opts: GateOptions | None = None) -> int:
         return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
@@ -218,7 +225,7 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
 
     def check_request(self, st: ServingRun) -> None:
         super().check_request(st)
-        st.scratch["arms"] = arm_order(st.spec, st.opts.arms)
+        ServingState.of(st).arms = arm_order(st.spec, st.opts.arms)
 
     def sources(self, st: ServingRun) -> None:
         spec = st.spec
@@ -268,7 +275,8 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
         return report
 
     def prepare(self, st: ServingRun) -> GateReport | None:
-        st.scratch["run_dir"] = run_dir = st.out_dir.resolve() / self.stem  # absolute: AIPerf runs in each cell
+        own = ServingState.of(st)
+        own.run_dir = run_dir = st.out_dir.resolve() / self.stem  # absolute: AIPerf runs in each cell
         run_dir.mkdir(parents=True, exist_ok=True)
         server = st.profile.server or st.spec.server
         paths = Paths.host(
@@ -278,9 +286,9 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
             python=sys.executable,
             opts=st.opts,
         )
-        st.scratch["paths"] = replace(paths, server_port=server.get("port", 8000) or torchrun.free_port())
-        variables = _variables(st.spec, st.profile, st.scratch["arms"][0], st.opts, paths, 0, 0)
-        st.prov["model"], st.scratch["served_model"] = variables["model"], variables["served_model"]
+        own.paths = replace(paths, server_port=server.get("port", 8000) or torchrun.free_port())
+        variables = _variables(st.spec, st.profile, own.arms[0], st.opts, paths, 0, 0)
+        st.prov["model"], own.served_model = variables["model"], variables["served_model"]
         if str(st.opts.node_rank) != "0":
             return None
         try:
@@ -294,24 +302,25 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
                 tokenizer = render(tok, variables, where)
         except GateError as e:
             return st.error(f"setup: {e}")
-        st.scratch.update(tool=tool, tokenizer=tokenizer)
+        own.tool, own.tokenizer = tool, tokenizer
         return None
 
     def launch_and_judge(self, st: ServingRun) -> GateReport:
-        parts = self.plan_parts(st.spec, st.profile, st.opts, st.scratch["paths"])
+        own = ServingState.of(st)
+        parts = self.plan_parts(st.spec, st.profile, st.opts, own.paths)
         by_name = {a.name: a for a in parts.arms}
         if not st.reporter:
-            return self._serve_worker(st, by_name[st.scratch["arms"][0].name])
-        runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in st.scratch["arms"]]
+            return self._serve_worker(st, by_name[own.arms[0].name])
+        runs = [self._run_arm(st, arm, by_name[arm.name]) for arm in own.arms]
         self._artifacts(st, runs)
         if st.outputs.nodes > 1:  # the workers stop serving; then every node's rc (output contract)
-            self.mark_done(st)
-            why = self.gather(st, [f"server.{st.scratch['arms'][0].name}"])
+            rendezvous.mark_done(st.node_run)
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, [f"server.{own.arms[0].name}"], st.profile.nodes)
             if why:
                 rep = st.error(why)
                 rep.artifacts = st.artifacts
                 return rep
-        return judge(st, runs, self.stem)
+        return judge(st, runs, self.stem, own.tokenizer)
 
     def _run_arm(self, st: ServingRun, arm: Arm, plan: lp.ArmPlan) -> ArmRun:
         """Start the arm's server (its plan command for node 0), probe it, run every cell, assert the backend."""
@@ -334,7 +343,7 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
             run.error = f"server command could not start: {cmd.argv[0]}: {e.strerror or e}"
             return run
         try:
-            self._serve_cells(st, run, server, f"http://127.0.0.1:{st.scratch['paths'].server_port}")
+            self._serve_cells(st, run, server, f"http://127.0.0.1:{ServingState.of(st).paths.server_port}")
         finally:
             runtime.merge_samples(run.nccl, procmaps.sample(server.pids()))  # what it mapped at the end
             run.server_exit = server.stop()
@@ -364,7 +373,7 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
 
     def _serve_cells(self, st: ServingRun, run: ArmRun, server: ServerProcess, url: str) -> None:
         """Wait for the server, then the AIPerf sweep cell by cell (stops at the first cell that fails)."""
-        spec, profile, opts, arm = st.spec, st.profile, st.opts, run.arm
+        spec, profile, opts, arm, own = st.spec, st.profile, st.opts, run.arm, ServingState.of(st)
         with ui.step(f"{spec.gate} {arm.name}: server ready [{profile.name}]", log=server.log_path):
             pr = wait_ready(
                 url,
@@ -395,14 +404,14 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
             title = f"{spec.gate} {arm.name} {cell.name}: aiperf [{profile.name}]{runs}"
             with ui.step(title, total=opts.trials if many else None, unit="run") as s:
                 res = run_cell(
-                    st.scratch["tool"],
+                    own.tool,
                     arm=arm.name,
                     cell=cell,
                     url=url,
-                    model=st.scratch["served_model"],
-                    tokenizer=st.scratch["tokenizer"],
+                    model=own.served_model,
+                    tokenizer=own.tokenizer,
                     aiperf=spec.aiperf,
-                    cell_dir=st.scratch["run_dir"] / arm.name / cell.name,
+                    cell_dir=own.run_dir / arm.name / cell.name,
                     extra=profile.aiperf_args,
                     echo=None,
                     runs=opts.trials,
@@ -439,9 +448,9 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
         env, seen = {**os.environ, **dict(plan.env)}, {}
         shadow = _nccl_shadows(st, env)
         if shadow:  # before the server starts: its environment would load another NCCL first
-            return self.worker_done(st, f"one-NCCL preflight (nothing was started): {shadow}", False, [])
-        ok, what = self.serve_until_done(
-            st,
+            return st.worker_done(f"one-NCCL preflight (nothing was started): {shadow}", False, [])
+        ok, what = rendezvous.serve_until_done(
+            st.node_run,
             list(cmd.argv),
             env,
             str(st.ctx.root),
@@ -451,8 +460,8 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
         )
         bad = _nccl_error(st, seen, f"worker node {node}'s server")
         if bad:
-            return self.worker_done(st, f"served arm {plan.name}: {what}; {bad}", False, [log])
-        return self.worker_done(st, f"served arm {plan.name}: {what}", ok, [log])
+            return st.worker_done(f"served arm {plan.name}: {what}; {bad}", False, [log])
+        return st.worker_done(f"served arm {plan.name}: {what}", ok, [log])
 
 
 def _importable(module: str) -> bool:

@@ -53,9 +53,11 @@ class ArmRun:
     nccl: dict = field(default_factory=dict)  # {pid: procmaps record} of the server's processes, read while it ran
 
 
-def judge(st: RunState[ServingSpec, ServingProfile], runs: list[ArmRun], stem: str) -> GateReport:
-    """The report of gate `stem` from its arms' runs: every arm's data (cells, backend, transport), the ratios
-    and their intervals, the statistics, the bars; its checks; the verdict (ERROR when an arm could not measure; a
+def judge(
+    st: RunState[ServingSpec, ServingProfile], runs: list[ArmRun], stem: str, tokenizer: str | None
+) -> GateReport:
+    """The report of gate `stem` from its arms' runs (their AIPerf's `tokenizer`): every arm's data (cells, backend,
+    transport), the ratios and their intervals, the statistics, the bars; its checks; the verdict (ERROR when an arm could not measure; a
     skipped arm named; never PASS without the DeepEP arm; the first rank that died named on a FAIL)."""
     spec, profile = st.spec, st.profile
     data = {
@@ -77,7 +79,7 @@ def judge(st: RunState[ServingSpec, ServingProfile], runs: list[ArmRun], stem: s
         "profile": profile.description,
         "statistics": _statistics(runs),
         "trials": st.opts.trials,
-        "tokenizer": st.scratch["tokenizer"],
+        "tokenizer": tokenizer,
         "bars": {
             "status": profile.bars_status,
             "tolerance": profile.bars.tolerance,

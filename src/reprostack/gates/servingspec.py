@@ -120,7 +120,7 @@ class ServingProfile:
     requires_modules: tuple = ()
     engaged: dict = field(default_factory=dict)  # arm name -> Engaged
     skip_arms: dict = field(default_factory=dict)  # arm name -> why it cannot run on this profile (never launched)
-    gpu_model: str | None = None  # no serving profile names one yet: the model is not checked (Gate.hardware_mismatch)
+    gpu_model: str | None = None  # no serving profile names one yet: the model is not checked (gates.profiles)
 
     @property
     def ep_size(self) -> int:

@@ -26,30 +26,48 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import ui
 from ..errors import ReprostackError
 from ..kernels import ncclwheel, runtime
+from ..kernels.prebuilt import Prebuilt
 from ..launch import plan as lp
+from ..launch import rendezvous
 from ..launch import procmaps, torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
+from ..sources import SourceTree
 from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .kernelprep import provenance, setup_kernels, source_trees
+from .kernelprep import Kernels, provenance, setup_kernels, source_trees
 from .options import GateOptions
 from .parsers.failure import FailureClass, classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
 from .parsers.transport import parse_transport
 from .spec import Profile
+from .state import KindState
 from .training_spec import TrainingBar, TrainingSpec, load_training_spec
 
 if TYPE_CHECKING:
     from ..lock.model import Lock
 
 GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
+
+
+@dataclass
+class MegatronState(KindState):
+    """What the megatron gate keeps between its stages: the verified trees by pin and the image's checked manifest
+    (sources); the arms' base environment, why the kernels could not be set up (the DeepEP arms then do not run; the
+    comparison arm still does) and the kernels when they were (prepare)."""
+
+    trees: dict[str, SourceTree] = field(default_factory=dict)
+    pre: Prebuilt | None = None  # the image's kernels manifest, checked against the lock (container mode)
+    base_env: dict[str, str] = field(default_factory=dict)
+    setup_error: str | None = None
+    kern: Kernels | None = None
 
 
 TrainingRun = RunState[TrainingSpec, Profile[TrainingBar]]  # one run of a training gate
@@ -59,6 +77,7 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
     """Gate 5: a Megatron-LM training run per arm over DeepEP and over Megatron's all-to-all (module doc)."""
 
     kind = "training"
+    state = MegatronState
 
     def load(self, root: Path) -> TrainingSpec:
         return load_training_spec(root, self.stem)
@@ -170,29 +189,31 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         # container mode (--kernels-manifest): the image's trees and kernels, its manifest checked against the lock
         trees, pre = source_trees(st.opts, st.ctx, (st.spec.source, *st.spec.kernels))
         st.timed("sources_s", t)
-        st.scratch.update(trees=trees, pre=pre)
+        own = MegatronState.of(st)
+        own.trees, own.pre = trees, pre
         st.prov = provenance(st.ctx.lock, st.spec, trees)
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, arms={})
 
     def skip(self, st: TrainingRun) -> GateReport | None:
-        tree = st.scratch["trees"][st.spec.source].tree
+        tree = MegatronState.of(st).trees[st.spec.source].tree
         return self.skip_with(st, f"sources verified ({st.spec.source} {tree[:12]}); kernels and training not run")
 
     def prepare(self, st: TrainingRun) -> GateReport | None:
-        st.scratch["run_dir"] = run_dir = st.out_dir / self.stem
+        own = MegatronState.of(st)
+        run_dir = st.out_dir / self.stem
         run_dir.mkdir(parents=True, exist_ok=True)
-        base, st.scratch["setup_error"] = {**os.environ, "PYTHONPATH": ""}, None
+        base, own.setup_error = {**os.environ, "PYTHONPATH": ""}, None
         try:
             t = time.monotonic()
             base = self._kernels(st)
             st.timed("kernels_s", t)
             st.host["nccl_runtime"] = st.data["nccl"]["runtime"]
         except ReprostackError as e:  # the DeepEP arm cannot run; the comparison arm still does
-            st.scratch["setup_error"] = f"setup: {e}"
-        tree = str(st.scratch["trees"][st.spec.source].path)
+            own.setup_error = f"setup: {e}"
+        tree = str(own.trees[st.spec.source].path)
         base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH"), tree) if p)
-        st.scratch["base_env"] = base
+        own.base_env = base
         return None
 
     def _kernels(self, st: TrainingRun) -> dict:
@@ -200,8 +221,8 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         exactly one NCCL. Raises ReprostackError (BuildError) when a build or the one-NCCL check fails."""
         early = {**os.environ, **st.spec.env, **st.profile.env}  # before the builds: another release loaded first
         runtime.refuse(runtime.shadows_by_version(early, ncclwheel.pinned_version(st.ctx.lock)))
-        kern = setup_kernels(st.opts, st.ctx, st.scratch["trees"], st.prov, st.timings, st.scratch["pre"])
-        st.scratch["kern"] = kern
+        own = MegatronState.of(st)
+        own.kern = kern = setup_kernels(st.opts, st.ctx, own.trees, st.prov, st.timings, own.pre)
         env = dict(kern.env)
         one = runtime.check_one_nccl(
             st.opts.python, env, kern.nccl_lib, accept_sha256=kern.accept_sha256, pinned_version=kern.nccl_version
@@ -216,7 +237,7 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         return env
 
     def launch_and_judge(self, st: TrainingRun) -> GateReport:
-        spec, profile, opts = st.spec, st.profile, st.opts
+        spec, profile, opts, own = st.spec, st.profile, st.opts, MegatronState.of(st)
         torchrun.need_master(profile.name, opts.nodes or profile.nodes, opts.master_addr, opts.master_port)
         paths = Paths.host(root=st.ctx.root, out=st.out_dir, cache=st.ctx.cache_root, python=opts.python, opts=opts)
         parts = self.plan_parts(spec, profile, opts, paths)
@@ -225,9 +246,9 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
             name, arm = plan.name, spec.arms[plan.name]
             if opts.arms and name not in opts.arms:
                 continue
-            if arm.deepep and st.scratch["setup_error"]:
-                failures.append(f"{name} arm: {st.scratch['setup_error']}")
-                st.data["arms"][name] = {"failure": {"kind": "setup", "detail": st.scratch["setup_error"]}}
+            if arm.deepep and own.setup_error:
+                failures.append(f"{name} arm: {own.setup_error}")
+                st.data["arms"][name] = {"failure": {"kind": "setup", "detail": own.setup_error}}
                 continue
             t = time.monotonic()
             ran.append((plan, self._launch_arm(st, plan)))
@@ -239,10 +260,12 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
                 if o is None or o.returncode != 0 or o.timed_out
             ]
             what = f"ran its ranks of arm(s) {', '.join(p.name for p, _ in ran) or 'none'}"
-            return self.worker_done(
-                st, what + (f" ({'; '.join(bad)})" if bad else ""), not bad, [st.rank_log(p.name) for p, _ in ran]
+            return st.worker_done(
+                what + (f" ({'; '.join(bad)})" if bad else ""), not bad, [st.rank_log(p.name) for p, _ in ran]
             )
-        why = self.gather(st, [p.name for p, _ in ran]) if st.outputs.nodes > 1 else None
+        why = None
+        if st.outputs.nodes > 1:  # every node's rc and rank logs, bounded wait
+            why, st.data["nodes"] = rendezvous.gather(st.node_run, [p.name for p, _ in ran], st.profile.nodes)
         if why:  # never a verdict on fewer ranks than the profile has
             st.artifacts.extend(
                 artifact_for(x, relative_to=st.out_dir) for p, _ in ran for x in st.rank_logs(p.name) if x.is_file()
@@ -272,9 +295,10 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         """Start one arm (its plan command for this node) under the watchdog. Returns (outcome, command, env)."""
         spec, profile, opts = st.spec, st.profile, st.opts
         cmd = next(c for c in plan.commands if str(c.node) == str(opts.node_rank))
-        env = {**st.scratch["base_env"], **dict(plan.env), **dict(cmd.env)}
+        own = MegatronState.of(st)
+        env = {**own.base_env, **dict(plan.env), **dict(cmd.env)}
         log = st.rank_log(plan.name)  # the output contract: one log per node, node 0 reads them all
-        kern, seen = st.scratch.get("kern"), {}
+        kern, seen = own.kern, {}
         if kern is not None:  # the arm's own environment too (its spec env may add loader variables)
             found = runtime.shadows(env, kern.nccl_lib, kern.nccl_version, accept_sha256=kern.accept_sha256)
             if found:
@@ -294,7 +318,7 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
 
     def _parse_arm(self, st: TrainingRun, plan: lp.ArmPlan, outcome, cmd, env, seen, blocked) -> dict:
         """Every node's log of one arm, parsed. Returns {"parse", "outcome", "failure"?, "log", "command", "env"}."""
-        spec, profile, kern = st.spec, st.profile, st.scratch.get("kern")
+        spec, profile, kern = st.spec, st.profile, MegatronState.of(st).kern
         keys = {*spec.env, *profile.env, *spec.arms[plan.name].env, "PYTHONPATH"}
         res = {
             "command": list(cmd.argv),

@@ -6,5 +6,7 @@ reprostack.gates).
 - `torchrun`: the argv + env that start DeepEP's test_ep.py and the drivers on one node or across nodes;
 - `watchdog`: a foreground command under a time limit, its whole process group stopped (SIGTERM, then SIGKILL)
   and its output logged; `server`: a background engine process stopped the same way;
-- `docker`: one node's container of a plan, its output logged, stopped at the timeout.
+- `docker`: one node's container of a plan, its output logged, stopped at the timeout;
+- `rendezvous`: the nodes of one run on a shared out folder: node 0 gathers every other node's rc and rank logs
+  (bounded), marks its part done, and a serving worker runs until that mark.
 """
