@@ -573,7 +573,7 @@ def test_fuzz_the_mpi_launchs_files_never_raise(tmp_path):
     from reprostack.gates.fabric_spec import load_fabric_spec
 
     spec = load_fabric_spec(ROOT)
-    launch = FabricGate("fabric").mpi_launch(spec, spec.profile("p5en-efa-ep16"))
+    launch = FabricGate("fabric").launcher.mpi_launch(spec, spec.profile("p5en-efa-ep16"))
     rng = random.Random("37-mpi-logs")
     bad = []
     for i in range(N):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import inspect
 import sys
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import pytest
 from reprostack.gates import options as gate_options
 from reprostack.gates import profiles, registry
 from reprostack.gates.base import IMAGE_PATHS, Gate
+from reprostack.gates.evidence import Evidence
+from reprostack.gates.kerneluse import KernelUse
+from reprostack.gates.launcher import Launcher
 from reprostack.gates.options import GateOptions
 from reprostack.gates.spec import NoProfileForHost
 from reprostack.lock import load
@@ -51,9 +55,73 @@ def test_every_gate_answers_the_protocol(name):
         assert all(c.argv for c in parts.commands)
         for arm in parts.arms:
             assert [c.node for c in arm.commands] in (list(range(profile.nodes)), [0]), (profile.name, arm.name)
-    assert g.launches(spec, GateOptions()) >= 1
-    assert isinstance(g.prebuilt_kernels(spec), tuple) and set(g.prebuilt_kernels(spec)) <= set(spec.kernels)
+    assert g.launcher.launches(spec, GateOptions()) >= 1
+    assert g.launcher.unrenderable(spec, published) is None  # every published profile renders (docs/examples)
+    assert isinstance(g.kernels.prebuilt(spec), tuple) and set(g.kernels.prebuilt(spec)) <= set(spec.kernels)
+    assert set(g.kernels.rebuilt_by(spec)) <= set(spec.kernels)
     assert g.requirements(REPO) == tuple(r for r in g.requirements(REPO) if r in g.earlier)
+
+
+# the Gate protocol: the spec, the requirements, the plan and the staged run; nothing else is a method of Gate
+PROTOCOL = {
+    "__init__",
+    "__repr__",
+    "load",
+    "spec_for",
+    "requirements",
+    "plan_parts",
+    "run",
+    "check_options",
+    "check_request",
+    "sources",
+    "skip",
+    "prepare",
+    "launch_and_judge",
+    "finish",
+}
+# each other role is one typed object a kind declares as data, asked through it (never the gate): Gate.<face>.<question>
+ROLES = {"kernels": KernelUse, "launcher": Launcher, "evidence": Evidence}
+ASKED = {
+    "kernels": {"prebuilt", "rebuilt_by", "line"},
+    "launcher": {"launches", "mpi_launch", "unrenderable"},
+    "evidence": {"rederive", "baseline_bars"},
+}
+
+
+def _methods(cls) -> set[str]:
+    return {n for n, v in vars(cls).items() if inspect.isfunction(v) or isinstance(v, property)}
+
+
+@pytest.mark.parametrize("name", registry.GATE_ORDER)
+def test_gate_is_small_and_its_roles_are_objects(name):
+    """Gate holds the protocol only (about a dozen methods); a kind adds no public method of its own (its helpers are
+    private) and declares its kernels, launch traits and evidence as the typed objects of gates.kerneluse,
+    gates.launcher and gates.evidence."""
+    assert _methods(Gate) == PROTOCOL
+    g = registry.gate(name)
+    assert {m for m in _methods(type(g)) if not m.startswith("_")} <= PROTOCOL, type(g).__name__
+    for face, cls in ROLES.items():
+        assert type(getattr(g, face)) is cls, (name, face)
+    assert (g.report_name, g.spec_file) == (g.stem, Path("gates") / f"{g.stem}.yaml")
+
+
+def test_the_roles_are_asked_through_their_objects():
+    """Nobody asks a gate a role's question directly (`g.rederive(...)`, `g.launches(...)`): only `g.evidence.rederive`,
+    `g.launcher.launches`, `g.kernels.prebuilt`; and each face is asked only its own questions."""
+    questions = set().union(*ASKED.values()) | {"prebuilt_kernels", "kernels_line", "skip_with"}
+    bad = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            f = node.func
+            if isinstance(f.value, ast.Name) and f.value.id in ("g", "gate") and f.attr in questions:
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno}: {f.value.id}.{f.attr}(...)")
+            face = f.value.attr if isinstance(f.value, ast.Attribute) else None
+            if face in ASKED and isinstance(f.value.value, ast.Name) and f.value.value.id in ("g", "gate", "self"):
+                if f.attr not in ASKED[face]:
+                    bad.append(f"{path.relative_to(SRC)}:{node.lineno}: {face}.{f.attr}(...)")
+    assert bad == []
 
 
 def test_the_profile_rule_is_one_rule():

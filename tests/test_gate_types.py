@@ -45,7 +45,7 @@ def test_every_spec_and_profile_answers_the_shared_protocols(name):
     g = registry.gate(name)
     spec = g.spec_for(REPO, LOCK)
     assert isinstance(spec, SpecOf)
-    assert spec.gate in (g.name, g.stem) and spec.path == g.spec_file(REPO) and len(spec.sha256) == 64
+    assert spec.gate in (g.name, g.stem) and spec.path == REPO / g.spec_file and len(spec.sha256) == 64
     assert isinstance(spec.timeout_s, float) and isinstance(spec.kernels, tuple) and isinstance(spec.image, str)
     for pname, p in spec.profiles.items():
         assert isinstance(p, HardwareProfile) and spec.profile(pname) is p and p.name == pname

@@ -20,7 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"registry.example:5000/reprostack/deepep@{DIGEST}"
 # every gate whose published profile renders as an Indexed Job (fabric's p5en profile is an MPIJob: its own test)
-GATES = [g.name for g in registry.rendered(ROOT) if g.mpi_launch(g.load(ROOT), profiles.resolve(g.load(ROOT))) is None]
+GATES = [
+    g.name
+    for g in registry.rendered(ROOT)
+    if g.launcher.mpi_launch(g.load(ROOT), profiles.resolve(g.load(ROOT))) is None
+]
 
 
 def _spec():

@@ -632,8 +632,8 @@ def test_in_an_image_the_agent_takes_the_images_prebuilt_kernels(runtime, lock):
 
     for g in registry.rendered(REPO):
         spec = g.load(REPO)
-        takes = bool(g.prebuilt_kernels(spec))
-        if runtime != "pyxis" and g.mpi_launch(spec, profiles.resolve(spec)) is not None:
+        takes = bool(g.kernels.prebuilt(spec))
+        if runtime != "pyxis" and g.launcher.mpi_launch(spec, profiles.resolve(spec)) is not None:
             continue  # a profile MPI starts renders under pyxis only
         text = render(g.name, lock, runtime=runtime, image="registry.invalid/r@sha256:" + "0" * 64)
         assert (f"--kernels-manifest {MANIFEST}" in text) is takes, (g.name, runtime)

@@ -1,4 +1,4 @@
-"""`reprostack verify-report` (reprostack.report.rederive, report.trace, each Gate.rederive): every committed report
+"""`reprostack verify-report` (reprostack.report.rederive, report.trace, each Gate.evidence): every committed report
 re-derives from its raw logs and traces to commits of this repository; tampered copies (a changed figure, a changed
 log byte, a lax threshold, a flipped verdict, a lock no commit has, a project commit that is not one) fail with one
 line naming what; a new report made here (micro with its trials log, the serving gate through the pinned AIPerf)
@@ -35,7 +35,8 @@ def versions():
 
 def rederive(doc, folder, spec):
     try:
-        return registry.gate(doc["gate"]).rederive(doc, folder, spec)
+        g = registry.gate(doc["gate"])
+        return g.evidence.rederive(g, doc, folder, spec)
     except (ValueError, TypeError, KeyError) as e:
         raise RederiveError(f"{type(e).__name__}: {e}") from None
 

@@ -38,7 +38,7 @@ def impact(root: Path, upstream: str) -> Impact:
         grown = bool(more)
     specs = registry.load_all(root)  # each spec through its own gate's schema (gates.registry)
     gates = sorted(
-        registry.gate(n).stem for n, spec in specs.items() if set(registry.gate(n).rebuilt_by(spec)) & kernels
+        registry.gate(n).stem for n, spec in specs.items() if set(registry.gate(n).kernels.rebuilt_by(spec)) & kernels
     )
     images, parents = [], {}
     for p in sorted((root / "containers").glob("*/image.yaml")):

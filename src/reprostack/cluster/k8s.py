@@ -475,8 +475,8 @@ def agent_plan(g, root: Path, lock, plan: lp.LaunchPlan, nodes: int, master_port
         master_port=master_port or MASTER_PORT,
     )
     spec: Spec = g.load(root)  # the image's prebuilt kernels for a gate that takes them (never a node-side rebuild)
-    argv = tuple(inner_argv(g, a, lock, kernels=bool(g.prebuilt_kernels(spec))))
-    runs = g.launches(spec, a)
+    argv = tuple(inner_argv(g, a, lock, kernels=bool(g.kernels.prebuilt(spec))))
+    runs = g.launcher.launches(spec, a)
     env = tuple(sorted({**dict(plan.env), "PYTHONPATH": f"{WORK}/src", "PYTHONUNBUFFERED": "1"}.items()))
     cmds = tuple(lp.NodeCommand(n, "leader" if n == 0 else "worker", argv) for n in range(nodes))
     return dataclasses.replace(

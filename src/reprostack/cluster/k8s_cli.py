@@ -110,10 +110,10 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 def _refusal(args, g, spec: Spec, plan: lp.LaunchPlan) -> MpiLaunch | None:
     """The gate's MPI launch (None: the gate's own rendezvous) once the profile and --variant are ones a cluster can
     run; K8sError naming what is not."""
-    why = g.unrenderable(spec, spec.profile(plan.profile))
+    why = g.launcher.unrenderable(spec, spec.profile(plan.profile))
     if why:
         raise K8sError(f"gate {g.name}: {why}")
-    mpi = g.mpi_launch(spec, spec.profile(plan.profile))
+    mpi = g.launcher.mpi_launch(spec, spec.profile(plan.profile))
     if mpi is not None and args.variant != "job":
         raise K8sError(f"--variant {args.variant}: profile {plan.profile} is started by MPI: an MPIJob (--variant job)")
     if args.variant == "lws" and not g.serves:

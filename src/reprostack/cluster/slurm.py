@@ -546,10 +546,10 @@ def script_for(
     plan = gate_plan(g, root, lock, profile=profile, out_dir=root / out, images_json=images_json)
     spec: Spec = g.load(root)
     prof: HardwareProfile = spec.profile(plan.profile)
-    why = g.unrenderable(spec, prof)
+    why = g.launcher.unrenderable(spec, prof)
     if why:
         raise SlurmRenderError(f"gate {g.name}: {why}")
-    mpi = g.mpi_launch(spec, prof)
+    mpi = g.launcher.mpi_launch(spec, prof)
     ga = GateOptions(
         out=Path(IN_OUT),
         profile=plan.profile,
@@ -564,9 +564,9 @@ def script_for(
         lock,
         host=runtime == "host",
         cache=cache if runtime == "host" else None,
-        kernels=bool(g.prebuilt_kernels(spec)),
+        kernels=bool(g.kernels.prebuilt(spec)),
     )
-    runs = g.launches(spec, ga)
+    runs = g.launcher.launches(spec, ga)
     return render(
         plan,
         SlurmOptions(

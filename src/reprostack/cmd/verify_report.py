@@ -79,7 +79,7 @@ def run(args) -> int:
         except ReprostackError:
             return Rederived(notes=[f"no gate {doc.get('gate')!r} in this project's registry: nothing re-derived"])
         try:
-            return g.rederive(doc, folder, spec)
+            return g.evidence.rederive(g, doc, folder, spec)
         except (
             ValueError,
             TypeError,

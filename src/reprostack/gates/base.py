@@ -11,10 +11,14 @@ Everything outside the gate classes asks the object, never a kind string and nev
 - `plan_parts(spec, profile, options, paths)`: the commands, env, workdir, notes and arms of the launch plan
   (gates.plan.gate_plan wraps them with the image, mounts and limits); the same function gives the commands a
   run executes here (`paths` = this host's) and the ones a launcher renders (`paths` = the image's);
-- `prebuilt_kernels(spec)`: the kernels the gate takes prebuilt from its image in container mode (none: it builds
-  nothing, or its engine brings its own); `rebuilt_by(spec)`: the kernels whose bump re-runs it;
-  `launches(spec, options)`: how many watchdog-bounded launches a run makes (the container's time limit);
-  `serves`: an engine serving a model (the models folder mounted, leader/worker pods);
+- `serves`: an engine serving a model (the models folder mounted, leader/worker pods);
+- the other roles are one typed object each, declared by the kind as data and asked through it, never the gate:
+  `kernels` (gates.kerneluse.KernelUse: `prebuilt(spec)` the kernels container mode takes from the image,
+  `rebuilt_by(spec)` the kernels whose bump re-runs it, `line(...)` the plan's kernels line); `launcher`
+  (gates.launcher.Launcher: `launches(spec, options)` how many watchdog-bounded launches a run makes, the
+  container's time limit; `mpi_launch(spec, profile)`; `unrenderable(spec, profile)`); `evidence`
+  (gates.evidence.Evidence: `rederive(gate, doc, folder, spec)` for verify-report, `baseline_bars(root, spec)` for
+  the bump PR body);
 - `run(options, ctx)`: the staged run (below) into a GateReport.
 
 The staged run (`Gate.run`, a template the kinds fill in, nox-style small stages):
@@ -24,8 +28,10 @@ The staged run (`Gate.run`, a template the kinds fill in, nox-style small stages
   was dirty, reprostack.project).
 
 Invariants: a gate class never imports another gate's module; the registry is the only list of gates; no kind has
-a profile rule of its own (gates.profiles; a kind differs by its `no_fit` line only); a stage returns a report to end
-the run early (skip, error) or None to go on; bad operator input raises ReprostackError before anything runs.
+a profile rule of its own (gates.profiles; a kind differs by its `no_fit` line only); Gate's methods are the protocol
+above and nothing else (its kernels, launch traits and evidence are objects; tests/test_gate_protocol.py); a stage
+returns a report to end the run early (skip, error) or None to go on; bad operator input raises ReprostackError
+before anything runs.
 """
 
 from __future__ import annotations
@@ -36,12 +42,14 @@ from pathlib import Path
 from typing import ClassVar, Generic, cast
 
 from .. import hostinfo, project
-from ..launch.plan import NODE_WAIT_S, ImageRef, Outputs
+from ..launch.plan import NODE_WAIT_S, Outputs
 from ..launch.rendezvous import NodeRun
 from ..lock import Lock
 from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
 from . import profiles
-from .fabric_mpi import MpiLaunch  # what mpi_launch returns (a gate started by MPI)
+from .evidence import Evidence
+from .kerneluse import KernelUse
+from .launcher import Launcher
 from .options import GateOptions
 from .spec import GateSpecError, HardwareProfile, NoProfileForHost, ProfileT as P, Requiring, SpecT as S
 from .state import KindState
@@ -258,29 +266,27 @@ class RunState(Generic[S, P]):
 
 class Gate(Generic[S, P]):
     """One gate (see the module doc). `name`: what the operator types (`gate nemo-rl`); `stem`: its spec file and
-    report name (`gates/nemo_rl.yaml`, `nemo_rl.json`); `requires`: the gates that must pass first (None: the
-    spec's own `requires:`)."""
+    report name (`spec_file` gates/nemo_rl.yaml under the root, `report_name` nemo_rl: nemo_rl.json); `requires`: the
+    gates that must pass first (None: the spec's own `requires:`)."""
 
     kind: ClassVar[str] = ""  # shown in docs and errors; nothing branches on it
     serves: ClassVar[bool] = False  # an engine serving a model: the models mount, leader/worker pods
     state: ClassVar[type[KindState]] = KindState  # what the kind keeps between its stages (gates.state)
     no_fit: ClassVar[str] = profiles.NO_FIT  # the SKIP's line when no profile fits the host (gates.profiles)
+    kernels: ClassVar[KernelUse] = KernelUse()  # its kernels: prebuilt, rebuilt by, the plan's line (gates.kerneluse)
+    launcher: ClassVar[Launcher] = Launcher()  # launches, MPI launch, renderable (gates.launcher)
+    evidence: ClassVar[Evidence] = Evidence()  # re-derivation and baseline bars of its reports (gates.evidence)
 
     def __init__(self, name: str, stem: str | None = None, requires: tuple[str, ...] | None = ()):
         self.name, self.stem, self.requires = name, stem or name, requires
+        self.report_name = self.stem  # its report: <report_name>.json
+        self.spec_file = Path("gates") / f"{self.stem}.yaml"  # its spec, under the project root
         self.earlier: tuple[str, ...] = ()  # the gates before this one in the registry (gates.registry sets it)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
-    @property
-    def report_name(self) -> str:
-        return self.stem
-
     # ---------------------------------------------------------------- spec
-
-    def spec_file(self, root: Path) -> Path:
-        return Path(root) / "gates" / f"{self.stem}.yaml"
 
     def load(self, root: Path) -> S:
         """The validated spec. Raises GateSpecError (file:line)."""
@@ -307,57 +313,6 @@ class Gate(Generic[S, P]):
                     f"{r!r} is not a gate that runs before {self.name} (those: {', '.join(earlier) or 'none'})",
                 )
         return tuple(spec.requires)
-
-    # ---------------------------------------------------------------- what launchers and bumps ask
-
-    def prebuilt_kernels(self, spec: S) -> tuple[str, ...]:
-        """Kernels taken prebuilt from the image in container mode (its kernels manifest); () when none."""
-        return ()
-
-    def rebuilt_by(self, spec: S) -> tuple[str, ...]:
-        """Kernels (kernels/<c>.yaml) whose new revision makes this gate re-run (bump impact)."""
-        return tuple(spec.kernels)
-
-    def baseline_bars(self, root: Path, spec: S) -> list[tuple[str, object]]:
-        """(profile name, bar) of every bar of `spec` whose threshold is a baseline (accepted earlier runs x a
-        tolerance: report.baseline), its threshold made from the runs the spec names; [] for a kind whose bars cite
-        published figures only. Raises BaselineError naming a run that cannot be used (a bump PR body shows it)."""
-        return []
-
-    def rederive(self, doc: dict, folder: Path, spec: dict | None):
-        """What this kind re-derives of one of its reports (report.rederive.Rederived): from the raw logs the report
-        keeps in `folder`, each check's value, each statistic's samples and the fields it names; from `spec` (the
-        mapping of the gate spec the report records by sha256, None when unreadable) each bar's threshold and whether
-        the profile is unmeasured. Raises report.rederive.RederiveError naming a log that cannot be read. This
-        default re-derives nothing from logs and says so (a note, never a silent pass)."""
-        from ..report.rederive import Rederived, spec_profile
-
-        _, unmeasured = spec_profile(
-            spec, doc.get("profile", ""), (doc.get("provenance") or {}).get("stack") or "campaign"
-        )
-        return Rederived(
-            unmeasured=unmeasured, notes=[f"gate kind {type(self).__name__}: no raw-log re-derivation yet"]
-        )
-
-    def launches(self, spec: S, opts: GateOptions | None = None) -> int:
-        """How many watchdog-bounded launches one run makes (the container's time limit is that many times the
-        spec's timeout, plus slack)."""
-        return 1
-
-    def kernels_line(self, spec: S, lock: Lock, image: ImageRef | None, mode: str) -> str:
-        """Where the plan's kernels come from, for a person ("" when the gate builds none)."""
-        return ""
-
-    def mpi_launch(self, spec: S, profile: P) -> MpiLaunch | None:
-        """The MPI launch a cluster renderer starts for `profile` (gates.fabric_mpi.MpiLaunch: the ranks run the
-        image's MPI build, then the in-image runner judges what they wrote, --launched-logs), or None: the profile
-        runs as one in-image runner per node."""
-        return None
-
-    def unrenderable(self, spec: S, profile: P) -> str | None:
-        """Why a cluster renderer (Slurm, Kubernetes) cannot launch `profile` of this gate as one in-image runner
-        per node, or None when it can."""
-        return None
 
     def plan_parts(self, spec: S, profile: P, opts: GateOptions, paths: Paths) -> PlanParts:
         """The commands, env, workdir, notes and arms of the launch plan (module doc)."""
@@ -401,23 +356,15 @@ class Gate(Generic[S, P]):
     def sources(self, st: RunState[S, P]) -> None:
         """Fetch, patch and verify the sources the gate runs (or check the image's); record provenance."""
 
-    def skip(self, st: RunState[S, P]) -> GateReport | None:
-        """A SKIP when no profile or hardware fits (sets `st.profile` otherwise)."""
-        try:
-            st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
-        except NoProfileForHost as e:
-            return st.skip(str(e))
-        gap = profiles.hardware_gap(st.profile, st.host)
-        return st.skip(gap, st.profile.name) if gap else None
-
-    def skip_with(self, st: RunState[S, P], what: str) -> GateReport | None:
-        """skip(), its reasons followed by `what` was done without a GPU (no GPU here, or no profile fits)."""
-        if st.host.get("gpu_count", 0) == 0:
+    def skip(self, st: RunState[S, P], what: str = "") -> GateReport | None:
+        """A SKIP when no profile or hardware fits (sets `st.profile` otherwise). `what`: what the kind did without a
+        GPU (its sources verified); given, a host without a GPU is a SKIP first, and each reason ends with it."""
+        if what and st.host.get("gpu_count", 0) == 0:
             return st.skip(f"no GPU on this host (nvidia-smi lists none): {what}")
         try:
             st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
         except NoProfileForHost as e:
-            return st.skip(f"{e}: {what}", "-")
+            return st.skip(f"{e}: {what}", "-") if what else st.skip(str(e))
         gap = profiles.hardware_gap(st.profile, st.host)
         return st.skip(gap, st.profile.name) if gap else None
 

@@ -17,7 +17,7 @@ never taken), every artifact a relative path inside the out dir whose bytes have
 one GateError line naming it (exit 2); a container that wrote none is the gate's ERROR naming its exit code (or
 the timeout), its last output line and the log.
 
-A gate that takes its kernels prebuilt (Gate.prebuilt_kernels: micro, megatron) runs with
+A gate that takes its kernels prebuilt (Gate.kernels, gates.kerneluse: micro, megatron) runs with
 `--kernels-manifest /opt/reprostack/kernels.json`: it takes the
 image's prebuilt NCCL and DeepEP after checking that manifest against the lock (reprostack.kernels.prebuilt), and
 fetches and builds nothing; a missing or mismatching manifest ends the in-image runner with that one line (the
@@ -167,11 +167,11 @@ def container_plan(
     ulimits = plan.ulimits
     if not prof.needs_gpu and not plan.efa_devices_per_node:
         ulimits = _host_memlock(ulimits)
-    timeout = (a.timeout or plan.timeout_s) * g.launches(spec, a) + CONTAINER_SLACK_S
+    timeout = (a.timeout or plan.timeout_s) * g.launcher.launches(spec, a) + CONTAINER_SLACK_S
     cmd = lp.NodeCommand(
         a.node_rank,
         "leader" if a.node_rank == 0 else "worker",
-        tuple(inner_argv(g, a, lock, kernels=bool(g.prebuilt_kernels(spec)))),
+        tuple(inner_argv(g, a, lock, kernels=bool(g.kernels.prebuilt(spec)))),
         tuple(sorted(env.items())),
     )
     plan = dataclasses.replace(

@@ -60,7 +60,10 @@ from ..report.stats import Summary, summarize
 from ..sources import SourceTree
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .fabric_spec import FabricBar, FabricSpec, load_fabric_spec, resolve_bars
+from .evidence import Evidence
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
+from .kerneluse import KernelUse, built_kernels_line, kernel_pins
+from .launcher import Launcher
 from .options import GateOptions
 from . import fabric_mpi, profiles, transport
 from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
@@ -298,7 +301,7 @@ def figures(spec: FabricSpec, profile: Profile[FabricBar], parsed: FabricParse) 
 
 
 def rederive_fabric(doc: dict, folder: Path, spec: dict | None, stem: str):
-    """FabricGate.rederive: each test's kept nccl-tests log parsed again: its row count (and whether the rows are
+    """FabricGate.evidence: each test's kept nccl-tests log parsed again: its row count (and whether the rows are
     complete: every cycle of the spec's sizes), #wrong, out-of-bounds, the NCCL it loaded, the transport of every
     rank, the busbw/algbw samples of each statistic; each bar's threshold (published x (1 - tolerance)) from the
     recorded spec."""
@@ -371,38 +374,43 @@ class FabricState(KindState):
 FabricRun = RunState[FabricSpec, Profile[FabricBar]]  # one run of the fabric gate
 
 
+def kernels_line(spec: FabricSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
+    """nccl-tests built on the host (host mode), or by the in-image runner into its cache (container mode)."""
+
+    if mode != lp.MODE_CONTAINER:
+        return built_kernels_line(spec, lock, image, mode, pins=tuple(spec.kernels))
+    words = "; ".join(kernel_pins(spec, lock, tuple(spec.kernels)))
+    return (
+        f"nccl-tests is not prebuilt in image {image.recipe if image else '?'} yet (its commands name "
+        f"/opt/reprostack/kernels/nccl-tests/bin, where an image would put it): the in-image runner fetches, "
+        f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words}); a profile "
+        f"started by MPI runs the image's MPI=1 build, {fabric_mpi.IMAGE_BIN}"
+    )
+
+
+def mpi_launch(spec: FabricSpec, profile: Profile[FabricBar]) -> fabric_mpi.MpiLaunch | None:
+    """A profile whose `launcher` is mpi: the ranks run the image's MPI build (gates.fabric_mpi)."""
+    if profile.launcher != "mpi":
+        return None
+    return fabric_mpi.mpi_launch(spec, profile, node_commands(spec, profile, fabric_mpi.IMAGE_BIN))
+
+
+def launches(spec: FabricSpec, opts: GateOptions | None) -> int:
+    """One launch per test, its cycles inside it."""
+    return len(spec.tests)
+
+
 class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
     """Gate 0: nccl-tests over the profile's fabric (module doc)."""
 
     kind = "fabric"
     state = FabricState
+    kernels = KernelUse(describe=kernels_line)  # built by the run (no image prebuilds nccl-tests yet)
+    launcher = Launcher(count=launches, mpi=mpi_launch)
+    evidence = Evidence(from_logs=rederive_fabric)
 
     def load(self, root: Path) -> FabricSpec:
         return load_fabric_spec(root, self.stem)
-
-    def rederive(self, doc: dict, folder: Path, spec: dict | None):
-        return rederive_fabric(doc, folder, spec, self.stem)
-
-    def launches(self, spec: FabricSpec, opts: GateOptions | None = None) -> int:
-        return len(spec.tests)  # one launch per test, its cycles inside it
-
-    def kernels_line(self, spec: FabricSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
-        from .plan import built_kernels_line, kernel_pins
-
-        if mode != lp.MODE_CONTAINER:
-            return built_kernels_line(spec, lock, image, mode, pins=tuple(spec.kernels))
-        words = "; ".join(kernel_pins(spec, lock, tuple(spec.kernels)))
-        return (
-            f"nccl-tests is not prebuilt in image {image.recipe if image else '?'} yet (its commands name "
-            f"/opt/reprostack/kernels/nccl-tests/bin, where an image would put it): the in-image runner fetches, "
-            f"verifies and builds it into its cache against the pinned NCCL and runs that build ({words}); a profile "
-            f"started by MPI runs the image's MPI=1 build, {fabric_mpi.IMAGE_BIN}"
-        )
-
-    def mpi_launch(self, spec: FabricSpec, profile: Profile[FabricBar]) -> fabric_mpi.MpiLaunch | None:
-        if profile.launcher != "mpi":
-            return None
-        return fabric_mpi.mpi_launch(spec, profile, node_commands(spec, profile, fabric_mpi.IMAGE_BIN))
 
     def plan_parts(self, spec: FabricSpec, profile: Profile[FabricBar], opts: GateOptions, paths: Paths) -> PlanParts:
         """Each test's command on every node (`-g gpus-per-node -N trials`); a multi-node profile's notes say what its
@@ -435,13 +443,13 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
 
-    def skip(self, st: FabricRun) -> GateReport | None:
+    def skip(self, st: FabricRun, what: str = "") -> GateReport | None:
         if st.opts.launched_logs:  # the ranks ran on the profile's nodes; their logs are the evidence
             st.profile = profiles.resolve(st.spec, st.opts.profile, st.host, self.no_fit)
             return None
         trees = FabricState.of(st).trees
         words = ", ".join(f"{n} {t.tree[:12]}" for n, t in sorted(trees.items()))
-        return self.skip_with(st, f"sources verified ({words}); nccl-tests not built or run")
+        return super().skip(st, f"sources verified ({words}); nccl-tests not built or run")
 
     def prepare(self, st: FabricRun) -> GateReport | None:
         own = FabricState.of(st)
@@ -476,7 +484,7 @@ class FabricGate(Gate[FabricSpec, Profile[FabricBar]]):
     def launch_and_judge(self, st: FabricRun) -> GateReport:
         opts, own = st.opts, FabricState.of(st)
         if opts.launched_logs:
-            launch = self.mpi_launch(st.spec, st.profile)
+            launch = self.launcher.mpi_launch(st.spec, st.profile)
             folder = Path(opts.launched_logs)
             ran, text, logs = fabric_mpi.read_launched(folder, launch, opts.run_id)
             st.artifacts += [artifact_for(p, relative_to=st.out_dir) for p in logs if p.is_relative_to(st.out_dir)]

@@ -66,6 +66,7 @@ from ..sources import SourceTree
 from . import arms as armsmod
 from . import metrics, standin, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
+from .evidence import Evidence
 from .kernelprep import (
     Kernels,
     jit_prewarm,
@@ -76,7 +77,10 @@ from .kernelprep import (
     setup_kernels,
     source_trees,
 )
+from .kerneluse import KernelUse, built_from
+from .launcher import Launcher
 from .micro_nccl import one_nccl_of_ranks
+from .micro_rederive import rederive_micro
 from .options import BASELINE_HISTORY as HISTORY
 from .options import MICRO_TRIALS, GateOptions
 from .parsers.failure import classify_failure
@@ -111,11 +115,29 @@ class MicroState(KindState):
 MicroRun = RunState[GateSpec, Profile[Bar]]  # one run of the micro gate
 
 
+def launches(spec: GateSpec, opts: GateOptions | None) -> int:
+    """The legacy arm is a second launch; the dense arm runs inside the trials launch."""
+    return 2 if opts is not None and opts.legacy else 1
+
+
+def baseline_bars(root: Path, spec: GateSpec) -> list[tuple[str, object]]:
+    """(profile, bar) of every baseline bar of `spec`, its threshold resolved from the runs the spec names."""
+    out = []
+    for p in spec.profiles.values():
+        if any(isinstance(b.baseline, BaselineSpec) for b in p.bars):
+            resolved = resolve_bars(spec, p, root=root, stack=spec.stack or "campaign")
+            out += [(p.name, b) for b in resolved.bars if b.baseline is not None]
+    return out
+
+
 class MicroGate(Gate[GateSpec, Profile[Bar]]):
     """Gate 1: DeepEP's test_ep.py through the trials driver (module doc)."""
 
     kind = "micro"
     state = MicroState
+    kernels = KernelUse(takes_prebuilt=True, describe=built_from(source=False))
+    launcher = Launcher(count=launches)
+    evidence = Evidence(from_logs=rederive_micro, baselines=baseline_bars)
 
     def load(self, root: Path) -> GateSpec:
         return load_spec(root, self.stem)
@@ -124,35 +146,11 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         spec = self.load(root)
         return spec.with_stack(lock.stack, lock.env) if lock is not None else spec  # the lock stack's env
 
-    def prebuilt_kernels(self, spec: GateSpec) -> tuple[str, ...]:
-        return tuple(spec.kernels)
-
     def requirements(self, root: Path, profile: Profile[Bar] | None = None) -> tuple[str, ...]:
         """On an EFA profile the fabric gate must pass first (DeepEP over a fabric NCCL cannot use is no evidence);
         on one node (NVLink, or one GPU) the gate stands alone."""
         own = super().requirements(root, profile)
         return (*own, "fabric") if profile is not None and profile.needs_efa and "fabric" in self.earlier else own
-
-    def launches(self, spec: GateSpec, opts: GateOptions | None = None) -> int:
-        return 2 if opts is not None and opts.legacy else 1
-
-    def baseline_bars(self, root: Path, spec: GateSpec) -> list[tuple[str, object]]:
-        out = []
-        for p in spec.profiles.values():
-            if any(isinstance(b.baseline, BaselineSpec) for b in p.bars):
-                resolved = resolve_bars(spec, p, root=root, stack=spec.stack or "campaign")
-                out += [(p.name, b) for b in resolved.bars if b.baseline is not None]
-        return out  # the dense arm runs inside the trials launch
-
-    def kernels_line(self, spec: GateSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
-        from .plan import built_kernels_line
-
-        return built_kernels_line(spec, lock, image, mode, pins=tuple(spec.kernels))
-
-    def rederive(self, doc: dict, folder: Path, spec: dict | None):
-        from .micro_rederive import rederive_micro
-
-        return rederive_micro(doc, folder, spec, self.stem)
 
     # ------------------------------------------------------------------ the plan
 
@@ -234,7 +232,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, sources_reused={n: s.reused for n, s in trees.items()})
 
-    def skip(self, st: MicroRun) -> GateReport | None:
+    def skip(self, st: MicroRun, what: str = "") -> GateReport | None:
         own = MicroState.of(st)
         trees, pre = own.trees, own.pre
         if st.host["gpu_count"] == 0:
@@ -247,7 +245,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
                 + "; kernels and test_ep not run"
             )
             return st.skip(why)
-        early = super().skip(st)
+        early = super().skip(st, what)
         if st.profile is not None:  # an arm or the legacy run this profile cannot take: an error, not a skip
             armsmod.check_request(st.spec, st.profile, st.opts.arms, st.opts.legacy)
             # the baseline bars' thresholds from their accepted runs (the spec's, or --baseline DIR's): before any

@@ -1,4 +1,4 @@
-"""What gate 1 (micro) re-derives of one of its reports for `reprostack verify-report` (MicroGate.rederive,
+"""What gate 1 (micro) re-derives of one of its reports for `reprostack verify-report` (MicroGate.evidence,
 report.rederive): from the test_ep log(s) the report keeps (the trials driver's, or a single run's from before
 trials), every trial's figures (`data.trials.figures`, the statistics' samples), the count of missing rank x phase
 lines, the dense arm's completeness and the one-NCCL record's runtime where the log holds them; the bars from the
@@ -21,7 +21,7 @@ from .parsers.test_ep import parse_test_ep
 
 
 def rederive_micro(doc: dict, folder: Path, spec: dict | None, stem: str) -> Rederived:
-    """MicroGate.rederive of a report of gate `stem`: from the kept test_ep log(s) (the trials driver's, or a single
+    """MicroGate.evidence: a report of gate `stem`: from the kept test_ep log(s) (the trials driver's, or a single
     run's before trials): every trial's figures (data.trials.figures, the statistics' samples), the completeness
     count, the dense arm's, the one-NCCL record's runtime where the log holds it; the bars from the recorded spec (a
     baseline bar: its tolerance and runs)."""

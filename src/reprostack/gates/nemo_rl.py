@@ -74,12 +74,12 @@ class NemoRLGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         st.prov = provenance(st.ctx.lock, st.spec, {st.spec.source: tree})
         st.prov["host"] = st.host
 
-    def skip(self, st: NemoRLRun) -> GateReport | None:
-        what = (
+    def skip(self, st: NemoRLRun, what: str = "") -> GateReport | None:
+        done = (
             f"NeMo-RL {NemoRLState.of(st).tree.tree[:12]} verified; GRPO needs "
             f"a Ray cluster of 2 nodes x 8 GPUs with EFA, the NeMo-RL image and the model"
         )
-        return self.skip_with(st, what)
+        return super().skip(st, done)
 
     def launch_and_judge(self, st: NemoRLRun) -> GateReport:
         tree = NemoRLState.of(st).tree

@@ -132,7 +132,7 @@ def gate_plan(
         lock_sha256=lock.sha256,
         notes=tuple(notes),
         arms=tuple(parts.arms),
-        kernels=g.kernels_line(spec, lock, image, mode),
+        kernels=g.kernels.line(spec, lock, image, mode),
     )
 
 
@@ -148,40 +148,3 @@ def _mounts(g: Gate, root: Path, out_dir: Path, cache_dir: Path | None) -> list:
         models = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
         mounts.append(lp.Mount(str(Path(models).resolve()), MODELS, what="models"))
     return mounts
-
-
-def kernel_pins(spec: Spec, lock: Lock, pins: tuple[str, ...]) -> list[str]:
-    """`pin rev12 patched tree tree12` (or `pin from wheel W (file sha256 ...)` for a stack's wheel NCCL) of each
-    of `pins` that the lock has."""
-    from ..kernels import ncclwheel
-    from ..lock import WheelPin
-
-    out = []
-    for n in pins:
-        pin = lock.upstreams.get(n)
-        if pin is not None and getattr(pin, "rev", None):
-            out.append(f"{n} {pin.rev[:12]} patched tree {(pin.patched_tree or pin.tree)[:12]}")
-        elif isinstance(pin, WheelPin):  # the stack's NCCL is a wheel alone (kernels.ncclwheel)
-            out.append(
-                f"{n} from wheel {ncclwheel.wheel_alone(lock, n)} "
-                f"({', '.join(f'{f.filename} sha256 {f.sha256[:12]}' for f in pin.files)})"
-            )
-    return out
-
-
-def built_kernels_line(spec: Spec, lock: Lock, image: lp.ImageRef | None, mode: str, *, pins: tuple[str, ...]) -> str:
-    """Where a gate that builds kernels gets them (`pins`: its sources and kernels): prebuilt in its image
-    (container mode; the manifest the in-image runner checks against these pins before anything runs) or built on
-    the host (host mode)."""
-    from ..kernels.prebuilt import MANIFEST
-
-    if not spec.kernels:
-        return ""
-    words = "; ".join(kernel_pins(spec, lock, pins))
-    if mode != lp.MODE_CONTAINER:
-        return f"built on this host from the fetched, patched trees ({words}), cached by build key"
-    img = image.recipe if image else "?"
-    return (
-        f"prebuilt in image {img}: {MANIFEST}, checked at start against the lock "
-        f"({words}) and kernels/*.yaml; no fetch, no build; a mismatch stops the gate"
-    )

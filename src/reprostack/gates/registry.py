@@ -57,7 +57,7 @@ def present(root: Path) -> list[Gate]:
     stray = sorted(p for p in gdir.glob("*.yaml") if p.stem not in BY_STEM) if gdir.is_dir() else []
     if stray:
         raise GateSpecError(str(stray[0]), None, "(file)", f"no gate owns this spec (gates: {', '.join(BY_STEM)})")
-    return [g for g in GATES if g.spec_file(root).is_file()]
+    return [g for g in GATES if (Path(root) / g.spec_file).is_file()]
 
 
 def load_all(root: Path) -> dict[str, Spec]:
@@ -68,11 +68,11 @@ def load_all(root: Path) -> dict[str, Spec]:
 
 def rendered(root: Path) -> list[Gate]:
     """The gates present under `root` whose published profile the cluster renderers (`launch slurm`, `launch k8s`)
-    render (Gate.unrenderable is None; fabric's p5en profile renders as an MPI launch), in dependency order: the gates of
-    the committed examples (docs/examples/). Raises GateSpecError for a spec that does not load."""
+    render (Gate.launcher.unrenderable is None; fabric's p5en profile renders as an MPI launch), in dependency order:
+    the gates of the committed examples (docs/examples/). Raises GateSpecError for a spec that does not load."""
     out = []
     for g in present(root):
         spec: Spec = g.load(root)
-        if g.unrenderable(spec, profiles.resolve(spec)) is None:
+        if g.launcher.unrenderable(spec, profiles.resolve(spec)) is None:
             out.append(g)
     return out

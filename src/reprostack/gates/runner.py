@@ -33,7 +33,7 @@ def run_gate(g: Gate, opts: GateOptions, ctx: RunContext) -> GateReport:
     `opts.container`, inside the image (reprostack.gates.container: `execution.mode` "container", image id and repo
     digests); else in host mode (`execution` holds the mode, the environment fingerprint of `--python` and its
     drift from the locked wheelset, see reprostack.hostenv). Raises ReprostackError for bad input."""
-    if opts.kernels_manifest and not opts.container and not g.prebuilt_kernels(g.load(ctx.root)):
+    if opts.kernels_manifest and not opts.container and not g.kernels.prebuilt(g.load(ctx.root)):
         raise ReprostackError(
             f"--kernels-manifest: gate {g.stem} builds no kernels of its own (only the gates that build "
             f"kernels take them from an image's manifest)"
@@ -86,7 +86,7 @@ def run_all(opts: GateOptions, ctx: RunContext, *, run=None) -> list[GateReport]
     root = ctx.root
     reports: dict[str, GateReport] = {}  # by gate name
     host = hostinfo.collect()  # which profile each gate would take here: a requirement may depend on it
-    for g in (g for g in GATES if g.spec_file(root).is_file()):
+    for g in (g for g in GATES if (root / g.spec_file).is_file()):
         try:
             spec: Spec = g.load(root)
             needs = g.requirements(root, _profile_here(g, spec, opts.profile, host))

@@ -61,6 +61,9 @@ from ..report import GateReport, artifact_for
 from .aiperfrun import profile_run_started, run_cell
 from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
 from .base import Gate, Paths, PlanParts, RunState, env_tuple
+from .evidence import Evidence
+from .kerneluse import KernelUse, kernel_pins
+from .launcher import Launcher, per_arm
 from .options import SERVING_TRIALS, GateOptions
 from .parsers.failure import classify_failure
 from .parsers.servelog import assert_backend
@@ -68,6 +71,7 @@ from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
 from .servingjudge import ArmRun, arm_transport, judge
 from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
+from .servingrederive import rederive_serving
 from .state import KindState
 
 if TYPE_CHECKING:
@@ -156,12 +160,31 @@ class ServingState(KindState):
 ServingRun = RunState[ServingSpec, ServingProfile]  # one run of a serving gate
 
 
+def kernels_line(spec: ServingSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
+    """The engine's own DeepEP and NCCL (installed on this host, or inherited in its image from image deepep)."""
+    from ..kernels.prebuilt import MANIFEST
+
+    if not spec.kernels:
+        return ""
+    words = "; ".join(kernel_pins(spec, lock, tuple(spec.kernels)))
+    if mode != lp.MODE_CONTAINER:
+        return f"the engine's DeepEP and NCCL as installed on this host (pinned: {words})"
+    img = image.recipe if image else "?"
+    return (
+        f"the engine's DeepEP and NCCL in image {img} (inherited from image deepep, whose {MANIFEST} records "
+        f"them: {words})"
+    )
+
+
 class ServingGate(Gate[ServingSpec, ServingProfile]):
     """Gates 2-4: an engine serving the model over DeepEP, measured by the pinned AIPerf (module doc)."""
 
     kind = "serving"
     serves = True
     state = ServingState
+    kernels = KernelUse(describe=kernels_line)  # the engine brings its own: none prebuilt by the gate
+    launcher = Launcher(count=per_arm)
+    evidence = Evidence(from_logs=rederive_serving)
     no_fit = (
         "no profile of {name} matches this host ({gpus} GPU(s), EFA: {efa}); "
         "--profile local-test runs the gate against the test server"
@@ -172,29 +195,6 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
 
     def load(self, root: Path) -> ServingSpec:
         return load_serving_spec(root, self.stem)
-
-    def launches(self, spec: ServingSpec, opts: GateOptions | None = None) -> int:
-        return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
-
-    def kernels_line(self, spec: ServingSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
-        from ..kernels.prebuilt import MANIFEST
-        from .plan import kernel_pins
-
-        if not spec.kernels:
-            return ""
-        words = "; ".join(kernel_pins(spec, lock, tuple(spec.kernels)))
-        if mode != lp.MODE_CONTAINER:
-            return f"the engine's DeepEP and NCCL as installed on this host (pinned: {words})"
-        img = image.recipe if image else "?"
-        return (
-            f"the engine's DeepEP and NCCL in image {img} (inherited from image deepep, whose {MANIFEST} records "
-            f"them: {words})"
-        )
-
-    def rederive(self, doc: dict, folder: Path, spec: dict | None):
-        from .servingrederive import rederive_serving
-
-        return rederive_serving(doc, folder, spec, self.stem)
 
     def plan_parts(self, spec: ServingSpec, profile: ServingProfile, opts: GateOptions, paths: Paths) -> PlanParts:
         """Every arm's server command per node (a node without a worker command: sshd for the leader's launcher);
@@ -237,8 +237,8 @@ class ServingGate(Gate[ServingSpec, ServingProfile]):
             "host": st.host,
         }
 
-    def skip(self, st: ServingRun) -> GateReport | None:
-        early = super().skip(st)
+    def skip(self, st: ServingRun, what: str = "") -> GateReport | None:
+        early = super().skip(st, what)
         if early is not None:
             return early
         profile = st.profile

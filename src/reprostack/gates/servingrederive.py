@@ -1,5 +1,5 @@
 """What a serving gate (vllm, sglang, trtllm) re-derives of one of its reports for `reprostack verify-report`
-(ServingGate.rederive, report.rederive): every completed cell's AIPerf exports read again (errors, completed
+(ServingGate.evidence, report.rederive): every completed cell's AIPerf exports read again (errors, completed
 requests, agg tok/s and each profile run's figure), each asserting arm's backend lines from its kept server log(s)
 against the patterns of the spec the report records, and each tok/s bar (published x (1 - tolerance)) of that spec.
 
@@ -22,7 +22,7 @@ from .servingspec import Cell
 
 
 def rederive_serving(doc: dict, folder: Path, spec: dict | None, stem: str) -> Rederived:
-    """ServingGate.rederive: every completed cell's AIPerf exports read again (errors, completed requests, agg tok/s
+    """ServingGate.evidence: every completed cell's AIPerf exports read again (errors, completed requests, agg tok/s
     and each profile run's figure), each asserting arm's backend lines from its kept server log(s) against the
     recorded spec's patterns, and each tok/s bar (published x (1 - tolerance)) of the recorded spec."""
     data, prof, got = begin(doc, spec)

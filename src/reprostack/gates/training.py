@@ -28,7 +28,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .. import ui
 from ..errors import ReprostackError
@@ -42,7 +41,10 @@ from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_
 from ..sources import SourceTree
 from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
+from .evidence import Evidence
 from .kernelprep import Kernels, provenance, setup_kernels, source_trees
+from .kerneluse import KernelUse, built_from
+from .launcher import Launcher, per_arm
 from .options import GateOptions
 from .parsers.failure import FailureClass, classify_failure
 from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
@@ -50,9 +52,6 @@ from .parsers.transport import parse_transport
 from .spec import Profile
 from .state import KindState
 from .training_spec import TrainingBar, TrainingSpec, load_training_spec
-
-if TYPE_CHECKING:
-    from ..lock.model import Lock
 
 GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
 
@@ -73,25 +72,70 @@ class MegatronState(KindState):
 TrainingRun = RunState[TrainingSpec, Profile[TrainingBar]]  # one run of a training gate
 
 
+def rederive_megatron(doc: dict, folder: Path, spec: dict | None, stem: str):
+    """MegatronGate's re-derivation (gates.evidence): from each arm's kept log its steps (losses, grad norms), the
+    structural checks, the loss metrics the bars name, the per-step statistics, and the arms' agreement; the bars from
+    the recorded spec (each arm's, the DeepEP arm's for EFA TX, the cross-arm one once). The one-NCCL check ran in its
+    own process: noted."""
+    from ..report.rederive import begin, kept_logs, log_text
+
+    data, prof, got = begin(doc, spec)
+    arms = data.get("arms") if isinstance(data.get("arms"), dict) else {}
+    spec_arms = (spec or {}).get("arms") if isinstance((spec or {}).get("arms"), dict) else {}
+    deepep = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("deepep")), "deepep")
+    ref = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("reference")), "alltoall")
+    done = {}
+    for name, entry in arms.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("parse"), dict):
+            continue  # an arm that never started (setup failure): its report entry says why
+        logs = kept_logs(doc, stem, lambda p, n=name: p == f"{stem}/{n}.log" or p.startswith(f"{stem}/{n}.node"))
+        parsed = parse_megatron(
+            log_text(folder, doc, stem, logs), expected_steps=int(entry["parse"].get("expected_steps") or 0)
+        )
+        rec = entry["parse"]
+        got.fields.update(
+            {
+                f"data.arms.{name}.parse.complete": parsed.complete,
+                f"data.arms.{name}.parse.problems": list(parsed.problems),
+                f"data.arms.{name}.parse.init_checksum": parsed.init_checksum,
+                f"data.arms.{name}.parse.buffer_class": parsed.buffer_class,
+            }
+        )
+        if [s.get("loss") for s in rec.get("steps") or [] if isinstance(s, dict)] != parsed.losses:
+            got.fields[f"data.arms.{name}.parse.steps"] = [s.__dict__ for s in parsed.steps]
+        if "failure" in entry:
+            continue  # its checks were not made (the verdict is an error naming it)
+        done[name] = parsed
+        m = loss_metrics(parsed)
+        m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
+        got.values.update({f"{name}.{k}": v for k, v in m.items()})
+        got.values[f"{name}.steps_problems"] = len(parsed.problems)
+        if name == deepep:
+            got.values[f"{name}.buffer_class"] = parsed.buffer_class
+            got.notes.append(
+                f"{name}.nccl_runtime: the one-NCCL check ran in its own process (data.nccl), not in the logs"
+            )
+        for k, s in step_statistics(name, parsed).items():
+            got.figures[k] = s["samples"]
+    if deepep in done and ref in done:
+        a, b = done[deepep], done[ref]
+        got.values["arms_init_checksum_equal"] = a.init_checksum == b.init_checksum and a.init_checksum is not None
+        got.values["arms_loss_rel_diff_max"] = rel_diff_max(a.losses, b.losses)
+    _bar_thresholds(got, prof, list(done), deepep, both=deepep in done and ref in done)
+    return got
+
+
 class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
     """Gate 5: a Megatron-LM training run per arm over DeepEP and over Megatron's all-to-all (module doc)."""
 
     kind = "training"
     state = MegatronState
+    kernels = KernelUse(takes_prebuilt=True, describe=built_from(source=True))
+    launcher = Launcher(count=per_arm)
+    evidence = Evidence(from_logs=rederive_megatron)
 
     def load(self, root: Path) -> TrainingSpec:
         return load_training_spec(root, self.stem)
-
-    def prebuilt_kernels(self, spec: TrainingSpec) -> tuple[str, ...]:
-        return tuple(spec.kernels)
-
-    def launches(self, spec: TrainingSpec, opts: GateOptions | None = None) -> int:
-        return len(opts.arms) if opts is not None and opts.arms else max(1, len(spec.arms))
-
-    def kernels_line(self, spec: TrainingSpec, lock: Lock, image: lp.ImageRef | None, mode: str) -> str:
-        from .plan import built_kernels_line
-
-        return built_kernels_line(spec, lock, image, mode, pins=(spec.source, *spec.kernels))
 
     def plan_parts(
         self, spec: TrainingSpec, profile: Profile[TrainingBar], opts: GateOptions, paths: Paths
@@ -123,59 +167,6 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         first = next((a for a in arms if a.role == "deepep"), arms[0])
         return PlanParts(first.commands, first.env, paths.work, (), tuple(arms))
 
-    def rederive(self, doc: dict, folder: Path, spec: dict | None):
-        """From each arm's kept log: its steps (losses, grad norms), the structural checks, the loss metrics the bars
-        name, the per-step statistics, and the arms' agreement; the bars from the recorded spec (each arm's, the
-        DeepEP arm's for EFA TX, the cross-arm one once). The one-NCCL check ran in its own process: noted."""
-        from ..report.rederive import begin, kept_logs, log_text
-
-        data, prof, got = begin(doc, spec)
-        arms = data.get("arms") if isinstance(data.get("arms"), dict) else {}
-        spec_arms = (spec or {}).get("arms") if isinstance((spec or {}).get("arms"), dict) else {}
-        deepep = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("deepep")), "deepep")
-        ref = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("reference")), "alltoall")
-        done = {}
-        for name, entry in arms.items():
-            if not isinstance(entry, dict) or not isinstance(entry.get("parse"), dict):
-                continue  # an arm that never started (setup failure): its report entry says why
-            logs = kept_logs(
-                doc, self.stem, lambda p, n=name: p == f"{self.stem}/{n}.log" or p.startswith(f"{self.stem}/{n}.node")
-            )
-            parsed = parse_megatron(
-                log_text(folder, doc, self.stem, logs), expected_steps=int(entry["parse"].get("expected_steps") or 0)
-            )
-            rec = entry["parse"]
-            got.fields.update(
-                {
-                    f"data.arms.{name}.parse.complete": parsed.complete,
-                    f"data.arms.{name}.parse.problems": list(parsed.problems),
-                    f"data.arms.{name}.parse.init_checksum": parsed.init_checksum,
-                    f"data.arms.{name}.parse.buffer_class": parsed.buffer_class,
-                }
-            )
-            if [s.get("loss") for s in rec.get("steps") or [] if isinstance(s, dict)] != parsed.losses:
-                got.fields[f"data.arms.{name}.parse.steps"] = [s.__dict__ for s in parsed.steps]
-            if "failure" in entry:
-                continue  # its checks were not made (the verdict is an error naming it)
-            done[name] = parsed
-            m = loss_metrics(parsed)
-            m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
-            got.values.update({f"{name}.{k}": v for k, v in m.items()})
-            got.values[f"{name}.steps_problems"] = len(parsed.problems)
-            if name == deepep:
-                got.values[f"{name}.buffer_class"] = parsed.buffer_class
-                got.notes.append(
-                    f"{name}.nccl_runtime: the one-NCCL check ran in its own process (data.nccl), not in the logs"
-                )
-            for k, s in step_statistics(name, parsed).items():
-                got.figures[k] = s["samples"]
-        if deepep in done and ref in done:
-            a, b = done[deepep], done[ref]
-            got.values["arms_init_checksum_equal"] = a.init_checksum == b.init_checksum and a.init_checksum is not None
-            got.values["arms_loss_rel_diff_max"] = rel_diff_max(a.losses, b.losses)
-        _bar_thresholds(got, prof, list(done), deepep, both=deepep in done and ref in done)
-        return got
-
     # ------------------------------------------------------------------ the staged run
 
     def check_request(self, st: TrainingRun) -> None:
@@ -195,9 +186,9 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         st.prov["host"] = st.host
         st.data.update(timings_s=st.timings, arms={})
 
-    def skip(self, st: TrainingRun) -> GateReport | None:
+    def skip(self, st: TrainingRun, what: str = "") -> GateReport | None:
         tree = MegatronState.of(st).trees[st.spec.source].tree
-        return self.skip_with(st, f"sources verified ({st.spec.source} {tree[:12]}); kernels and training not run")
+        return super().skip(st, f"sources verified ({st.spec.source} {tree[:12]}); kernels and training not run")
 
     def prepare(self, st: TrainingRun) -> GateReport | None:
         own = MegatronState.of(st)
@@ -509,7 +500,7 @@ def cross_checks(spec: TrainingSpec, profile: Profile[TrainingBar], results: dic
 
 
 def _bar_thresholds(got, prof: dict | None, done: list[str], deepep: str, both: bool) -> None:
-    """MegatronGate.rederive: the recorded spec's bars, each on the arms it judges (its own arm, the DeepEP arm's for
+    """rederive_megatron: the recorded spec's bars, each on the arms it judges (its own arm, the DeepEP arm's for
     EFA TX, every arm's otherwise), the cross-arm bound once when both arms ran."""
     for bar in (prof or {}).get("bars") or []:
         if not isinstance(bar, dict) or "metric" not in bar:

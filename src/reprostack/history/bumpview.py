@@ -71,7 +71,7 @@ def baseline_rows(root: Path, store: Store, new_sha: str, gates: tuple[str, ...]
     for name in gates:
         try:
             gate = registry.gate(name)
-            bars = gate.baseline_bars(root, gate.load(root))
+            bars = gate.evidence.baseline_bars(root, gate.load(root))
         except ReprostackError as e:
             out.append([f"{name}", "-", "-", "-", f"cannot be judged: {e}"])
             continue

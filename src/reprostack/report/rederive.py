@@ -11,9 +11,9 @@ A report claims figures, checks and a verdict; this module holds it to what can 
    commit of this repository, and when its tree was clean that commit's lock and spec are the recorded ones
    (report.tracecheck);
 4. the figures: the gate kind re-derives, from the raw logs kept in the folder, the value of each check, the samples
-   of each statistic and the fields it names (Gate.rederive: test_ep and trials logs, training logs, nccl-tests
-   logs, AIPerf exports): each must equal the report's; every statistic is recomputed from its own samples
-   (report.stats);
+   of each statistic and the fields it names (Gate.evidence.rederive, gates.evidence: test_ep and trials logs,
+   training logs, nccl-tests logs, AIPerf exports): each must equal the report's; every statistic is recomputed from
+   its own samples (report.stats);
 5. the bars: each bar check's threshold is the bar of the spec recorded by sha256 (a baseline bar: its recorded
    runs' means, median x (1 +- tolerance), the tolerance and runs the spec's, each run's file still the recorded
    bytes);
@@ -60,7 +60,7 @@ class BaselineRef:
 
 @dataclass
 class Rederived:
-    """What a gate kind re-derived from a report's raw logs (Gate.rederive).
+    """What a gate kind re-derived from a report's raw logs (Gate.evidence.rederive).
 
     values: check metric -> value from the logs; figures: statistic -> its per-trial samples from the logs;
     fields: a dotted path into the report ("data.trials.figures") -> the value it must hold; passes: check metric ->
@@ -197,8 +197,8 @@ def log_text(folder: Path, doc: dict, prefix: str, names: list[str]) -> str:
 
 
 def begin(doc: dict, spec: dict | None) -> tuple[dict, dict | None, Rederived]:
-    """What every Gate.rederive starts from: the report's data (a mapping, {} when not), the recorded spec's profile
-    (spec_profile, on the report's stack) and a Rederived that says whether that profile is unmeasured."""
+    """What every Gate.evidence.rederive starts from: the report's data (a mapping, {} when not), the recorded spec's
+    profile (spec_profile, on the report's stack) and a Rederived that says whether that profile is unmeasured."""
     data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
     stack = (doc.get("provenance") or {}).get("stack") or "campaign"
     prof, unmeasured = spec_profile(spec, doc.get("profile", ""), stack)
