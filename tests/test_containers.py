@@ -311,7 +311,7 @@ def test_committed_recipes_load_and_gpu_recipes_render_from_the_real_lock():
     # symbols, so every nvcc-driving step names its compile files after the object (--objdir-as-tempdir) and runs one
     # job at a time; with `make -j` two from-scratch builds gave other nccl-tests bytes (deepep-twice.json, 22b2d12)
     nccl_tests = next(i.text for i in instructions(text) if i.keyword == "RUN" and "src/nccl-tests/src" in i.text)
-    assert "NVCC_APPEND_FLAGS=--objdir-as-tempdir make -j1 " in nccl_tests and "make -j\"" not in nccl_tests
+    assert "NVCC_APPEND_FLAGS=--objdir-as-tempdir make -j1 " in nccl_tests and 'make -j"' not in nccl_tests
     assert "COPY root/deepep/ /" in text and "COPY root/aws-ofi-nccl/ /" in text
     assert all(i.text.endswith(" /") for i in instructions(text) if i.keyword == "COPY")
     # the gate images install their cp311 wheel set into the chain's /opt/venv, on top of the substrate's set, and
