@@ -144,11 +144,12 @@ def install_source() -> Path:
     raise ReprostackError("--from-nothing: no source checkout of reprostack to install (no pyproject.toml)")
 
 
-def _from_nothing(gate: str, gate_args: list[str], base: Path, env: dict) -> dict:
+def _from_nothing(gate: str, gate_args: list[str], base: Path, env: dict) -> tuple[dict, dict | None]:
     """A cold run from nothing: a fresh venv, the project installed into it (`pip install` of the source checkout;
     its wheels from the wheelhouse when one is given, `--no-index`, else from pip's configured index), then the gate
     by that venv's Python on its own fresh cache dir (sources from the mirrors or the bundle the gate options
-    name). Each step timed; `total_s` is what a user with nothing but the checkout and the sources waits."""
+    name). Each step timed; `total_s` is what a user with nothing but the checkout and the sources waits. Returns
+    (the record, the gate run's host facts)."""
     venv = base / "nothing-venv"
     cache = base / "nothing-cache"
     cache.mkdir(parents=True)
@@ -179,8 +180,7 @@ def _from_nothing(gate: str, gate_args: list[str], base: Path, env: dict) -> dic
         "total_s": total,
         "wheels_from": "wheelhouse " + os.pathsep.join(houses) if houses else "pip's configured index",
         "run": run,
-        "host": (rep.get("provenance") or {}).get("host"),  # the run's host facts (popped by the kcache bench)
-    }
+    }, (rep.get("provenance") or {}).get("host")
 
 
 def bench_gate(
@@ -252,9 +252,9 @@ def _cold_and_warm(gate: str, gate_args: list[str], base: Path, env: dict, from_
     """One repeat of bench_gate in `base` (its cache already fresh in `env`): the from-nothing run when asked, then
     the cold and the warm run. (its `repeats` entry, the warm run's host inventory)."""
     runs, host_info = {}, None
-    nothing = _from_nothing(gate, gate_args, base, env) if from_nothing else None
-    if nothing:
-        nothing.pop("host", None)  # the warm run's host inventory is the record's
+    nothing = (
+        _from_nothing(gate, gate_args, base, env)[0] if from_nothing else None
+    )  # the warm run's host is the record's
     for kind in ("cold", "warm"):
         runs[kind], rep = _one(gate, gate_args, kind, base / kind, env)
         host_info = rep.get("provenance", {}).get("host")
@@ -439,9 +439,9 @@ def _kcache_round(out: dict, kinds, gate, gate_args, *, base: Path, env: dict, s
         src = store if kind.endswith("_hit") else empty
         args = [*gate_args, "--kernel-cache", str(src), "--kernel-keyring", str(ring)]
         if kind == "from_nothing_hit":
-            nothing = _from_nothing(gate, args, base / kind, env)
+            nothing, host = _from_nothing(gate, args, base / kind, env)
             out[kind] = {**nothing["run"], "wall_s": nothing["total_s"], "from_nothing": nothing}
-            out["host_inventory"] = out.get("host_inventory") or nothing.pop("host", None)
+            out["host_inventory"] = out.get("host_inventory") or host
             continue
         cache = warm_cache if kind == "warm" and warm_cache else base / kind / "cache"
         cache.mkdir(parents=True, exist_ok=True)
