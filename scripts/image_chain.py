@@ -1,7 +1,7 @@
 """The registry-free image chain, built and recorded (`nox -s images [-- --twice]`, issue 26 items 2 and 3).
 
-    python3 scripts/image_chain.py [--twice] [--images cuda-toolkit substrate deepep vllm sglang megatron] [--results DIR]
-    python3 scripts/image_chain.py --check     # is results/images/chain.json the current recipes' and pins'? (CI)
+    .venv/bin/python scripts/image_chain.py [--twice] [--images cuda-toolkit substrate deepep vllm sglang megatron] [--results DIR]
+    .venv/bin/python scripts/image_chain.py --check     # is results/images/chain.json the current recipes' and pins'? (CI)
 
 Steps, each timed: the Debian base from the pinned .debs (`python -m reprostack.containers.debsbase debian-12-build`,
 with `--twice`: built twice from scratch, its record results/images/base-debian-12-build.json), then `reprostack build`
@@ -356,6 +356,13 @@ def cli(argv: list[str] | None = None) -> int:
         return main(argv)
     except FileNotFoundError as e:
         print(f"image_chain: {e.filename or e}: not found (install it or put it on PATH)", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # a python without the project installed (the system python3, PEP 668)
+        print(
+            f"image_chain: this python ({sys.executable}) has no {e.name!r}: run it with the project's venv "
+            "(.venv/bin/python scripts/image_chain.py) or through `nox -s images`",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -144,3 +144,14 @@ def test_the_chain_needs_no_reprostack_on_path_and_a_missing_tool_is_one_line(tm
         m._run([str(tmp_path / "docker"), "info"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "docker: not found (install it or put it on PATH)" in err
+
+
+def test_a_python_without_the_project_is_one_line_not_a_traceback():
+    """Noticed in session 15: the docstring's `python3 scripts/image_chain.py --check`, run by a system python that
+    lacks the project (PEP 668: nothing installed there), ended in a ModuleNotFoundError traceback. One line naming
+    the interpreter and the module, and how to run it, exit 2 (`-S`: no site-packages, so no reprostack)."""
+    p = subprocess.run(
+        [sys.executable, "-S", str(REPO / "scripts/image_chain.py"), "--check"], cwd=REPO, capture_output=True, text=True
+    )
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
+    assert "has no 'reprostack'" in p.stderr and ".venv/bin/python scripts/image_chain.py" in p.stderr

@@ -55,9 +55,10 @@ def test_the_deepep_recipe_compiles_the_recorded_manifests_with_reprostacks_own_
     assert "jit=/opt/reprostack/jit.json" in steps[record]
     ctx = Context(0)
     sel = add_jit(ctx, recipe, lock.git("deepep").patched_tree, REPO)
-    assert sel["picked"] == ["h200-ep1"] and sel["left_out"] == {}  # the one recorded manifest today (no p5en one)
+    assert sel["picked"] == ["h100-ep1", "h200-ep1"] and sel["left_out"] == {}  # the recorded ones (no p5en one yet)
     assert set(ctx.paths()) == {
         *(f"{DEST}/reprostack/{m}" for m in jitimage.MODULES),
+        f"{DEST}/manifests/h100-ep1.json",
         f"{DEST}/manifests/h200-ep1.json",
         f"{DEST}/selection.json",
     }
@@ -96,7 +97,7 @@ def test_manifests_of_another_tree_or_arch_stay_out_and_are_named(tmp_path, case
     (root / "kernels/jit/other.json").write_text(json.dumps(m))
     ctx = Context(0)
     sel = add_jit(ctx, load_recipe(REPO, "deepep"), "8413dba0c3904906c4f616b8eb6f502b4be6b14b", root)
-    assert sel["picked"] == ["h200-ep1"] and list(sel["left_out"]) == ["other"]
+    assert sel["picked"] == ["h100-ep1", "h200-ep1"] and list(sel["left_out"]) == ["other"]
     assert ("0" * 40 if case == "other_tree" else "sm_100f") in sel["left_out"]["other"]
     assert f"{DEST}/manifests/other.json" not in ctx.paths()
     (root / "kernels/jit/bad.json").write_text('{"schema": "reprostack.deepep-jit/1"}')  # untrusted: one line
@@ -257,7 +258,8 @@ def test_a_stale_manifest_leaves_the_image_without_prebuilt_kernels_and_says_why
     out = fake_image(tmp_path / "img", lock, root=root, before_record=_jit_step(root, tree))
     j = json.loads(out.read_text())["jit"]
     assert j["kernels"] == [] and j["profiles"] == {}
-    assert j["left_out"] == {"h200-ep1": f"recorded for deepep tree {'2' * 40}, the image's is {tree}"}
+    assert j["left_out"]["h200-ep1"] == f"recorded for deepep tree {'2' * 40}, the image's is {tree}"
+    assert set(j["left_out"]) == {p.stem for p in (root / "kernels/jit").glob("*.json")}  # the world's tree is none
     assert prebuilt.check(out, lock, root, ("nccl", "deepep")).jit_words().startswith("0 prebuilt DeepEP JIT")
 
 
