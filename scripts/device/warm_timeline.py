@@ -11,7 +11,7 @@ exit) with seconds since launch, the JIT cache's kernel count before/after, and 
 report's own stage seconds (data.timings_s). Writes OUT/timeline.json. Measures only: the command, its arguments and
 the test's sizes are the gate's.
 
-    python3 scripts/device/warm_timeline.py OUT [--python PY]
+    python3 scripts/device/warm_timeline.py OUT [--warm-only]
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def show(r: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", help="the --out folder of a finished gate micro run")
+    ap.add_argument("--warm-only", action="store_true", help="only the jit-warm run (no jit-cold comparison)")
     args = ap.parse_args()
     out = Path(args.out)
     rep = json.loads((out / "micro.json").read_text())
@@ -93,9 +94,10 @@ def main() -> int:
     print(f"command: {' '.join(cmd)}\nJIT cache: {jit} ({jit_kernels(jit)} kernels); ninja: {shutil.which('ninja')}")
     runs = [run_once(cmd, env, cwd, jit, "jit-warm", out)]
     show(runs[0])
-    with tempfile.TemporaryDirectory(prefix="jit-cold-") as empty:
-        runs.append(run_once(cmd, env, cwd, Path(empty), "jit-cold", out))
-    show(runs[1])
+    if not args.warm_only:
+        with tempfile.TemporaryDirectory(prefix="jit-cold-") as empty:
+            runs.append(run_once(cmd, env, cwd, Path(empty), "jit-cold", out))
+        show(runs[1])
     (out / "timeline.json").write_text(json.dumps({"gate_stages_s": data.get("timings_s"), "runs": runs}, indent=1))
     print(f"wrote {out / 'timeline.json'}")
     return 0

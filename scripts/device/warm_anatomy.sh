@@ -1,0 +1,33 @@
+#!/bin/bash
+# Where a warm gate micro's seconds go on the lent GPU (issue 41's warm <= 25 s): one cold gate micro (builds), then
+# WARM_N warm runs of the whole `reprostack gate micro` process (wall from outside, as the kcache bench times it), then
+# the warm test's command again under the timeline probe (scripts/device/warm_timeline.py --warm-only: interpreter
+# up, imports of torch and deep_ep, init_dist, ElasticBuffer, each bench_kineto, exit; seconds since launch).
+# Diagnostic, not a gate and not a benchmark figure. Run after the NCCL wheel was seeded (scripts/device/
+# seed_wheelhouse.sh receive, one call per part; the last part .cN may ride with this call); carry .carry and .whl.
+# Into $OUT: anatomy.log, timeline.json, and each run's micro.json (cold.json, warm-N.json).
+set -u
+R=$(pwd)
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=${REPROSTACK_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}
+[ -x "$PY" ] || PY=$(command -v python3)
+OUTD=${OUT:-$R/out/device}; mkdir -p "$OUTD"
+ls .c[0-9]*/meta >/dev/null 2>&1 && { bash scripts/device/seed_wheelhouse.sh receive || exit 2; }
+WHEELS=$(ls .whl/*.whl | grep -v -e '/reprostack-' -e '/setuptools-')
+"$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHEELS 2>/dev/null || exit 1
+export PYTHONPATH=$R/src:/tmp/site REPROSTACK_WHEELHOUSE=$R/.cache/wheelhouse:$R/.whl REPROSTACK_CACHE=$R/out/anat/cache
+if [ -f .carry/project-stamp.txt ]; then export REPROSTACK_PROJECT_STAMP=$PWD/.carry/project-stamp.txt; fi
+GPU=$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | head -1)
+case "$GPU" in *H200*) P=h200-ep1 ;; *) P=h100-ep1 ;; esac
+G=(-m reprostack gate micro --profile "$P" --offline --bundle .carry/sources.tar --python "$PY")
+{
+echo "$GPU; profile $P; commit $(head -1 .carry/project-stamp.txt 2>/dev/null)"
+t=$(date +%s.%N); "$PY" "${G[@]}" --out out/anat/cold >/dev/null 2>&1; rc=$?
+echo "cold rc=$rc wall $(echo "$(date +%s.%N) - $t" | bc) s"; cp out/anat/cold/micro.json "$OUTD/cold.json"
+for i in $(seq 1 "${WARM_N:-3}"); do
+  t=$(date +%s.%N); "$PY" "${G[@]}" --out "out/anat/warm-$i" >/dev/null 2>&1; rc=$?
+  echo "warm-$i rc=$rc wall $(echo "$(date +%s.%N) - $t" | bc) s"; cp "out/anat/warm-$i/micro.json" "$OUTD/warm-$i.json"
+done
+for d in cold warm-1; do "$PY" -c "import json; r=json.load(open('out/anat/$d/micro.json')); print('$d', r['result'], r['data'].get('timings_s'))"; done
+"$PY" scripts/device/warm_timeline.py out/anat/warm-1 --warm-only && cp out/anat/warm-1/timeline.json "$OUTD/"
+} 2>&1 | tee "$OUTD/anatomy.log"
