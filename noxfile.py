@@ -136,13 +136,15 @@ def xdist_args(posargs, environ=os.environ) -> list[str]:
     """pytest-xdist's arguments for `nox -s tests` and `nox -s tests_all`: the test files spread over $REPROSTACK_TEST_WORKERS processes
     (default 2: on the 2-core CI machine a file that waits on a server, a Slurm job or a container overlaps one that
     computes), one file per worker at a time (`--dist loadfile`: a file's tests share their module fixtures and run
-    in order). `0` runs them in this process (no xdist); so do posargs that pick their own (`-n`, `-p no:xdist`)."""
+    in order), the longest files first (`--no-loadscope-reorder` keeps the order tests/schedule.py gives the collection:
+    by the newest suite timing record, not xdist's most-tests-first). `0` runs them in this process (no xdist); so do
+    posargs that pick their own (`-n`, `-p no:xdist`)."""
     if any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith(("-n", "--numprocesses=")) for a in posargs):
         return []
     n = (environ.get("REPROSTACK_TEST_WORKERS") or "2").strip()
     if not n.isdigit() or int(n) > 64:
         raise SystemExit(f"REPROSTACK_TEST_WORKERS={n!r}: not a number of test processes in 0..64")
-    return [] if int(n) == 0 else ["-n", str(int(n)), "--dist", "loadfile"]
+    return [] if int(n) == 0 else ["-n", str(int(n)), "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 @nox.session(tags=["ci"])

@@ -39,5 +39,6 @@ def without_progress(err: str) -> str:
 
 
 # tests/progress.py: a line of progress for long files (issue 29 item 11); tests/tiers.py: each test's tier (unit,
-# integration with docker / slurm / git, e2e), derived from what it touches; a unit test that starts a process fails
-pytest_plugins = ["progress", "tiers"]
+# integration with docker / slurm / git, e2e), derived from what it touches; a unit test that starts a process fails;
+# tests/schedule.py: under pytest-xdist the longest files (by the newest suite timing record) start first
+pytest_plugins = ["progress", "tiers", "schedule"]

@@ -87,3 +87,50 @@ def test_ci_mode_times_the_whole_ci_run_and_reads_pytest_through_its_addopts(tmp
     doc = json.loads(rec.read_text())
     assert doc["what"] == ".ci/run" and doc["runs"][0]["command"].endswith("/.ci/run")
     assert doc["runs"][0]["tests"] == 2 and doc["runs"][0]["files_s"].keys() == {"t/test_y.py"}
+
+
+def test_xdist_schedule_starts_the_longest_files_first_by_the_newest_whole_suite_record(tmp_path):
+    """Issue 38 item 6: under xdist (`--dist loadfile --no-loadscope-reorder`) tests/schedule.py orders the files by
+    the newest whole-suite record's median seconds, longest first (xdist's own order, most tests first, left the
+    longest file, 3 tests, to run alone at the end); a file's tests keep their order, none is dropped; a record of
+    a selection (`-m unit`) or one that does not read is not used; a file the record lacks counts as the median."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import schedule
+
+    def rec(started, args, *runs):
+        return {"bench": "suite", "started": started, "pytest_args": args, "runs": [{"files_s": r} for r in runs]}
+
+    b = tmp_path / "bench"
+    b.mkdir()
+    (b / "suite-old.json").write_text(json.dumps(rec("2026-01-01T00:00:00Z", [], {"tests/test_a.py": 99.0})))
+    new = rec("2026-02-01T00:00:00Z", ["-q"], {"tests/test_a.py": 1.0, "tests/test_b.py": 9.0, "tests/test_c.py": 5.0})
+    new["runs"].append({"files_s": {"tests/test_a.py": 3.0, "tests/test_b.py": 7.0, "tests/test_c.py": 5.0}})
+    new["runs"].append({"files_s": {"tests/test_a.py": 2.0, "tests/test_b.py": 8.0, "tests/test_c.py": 5.0}})
+    (b / "suite-new.json").write_text(json.dumps(new))
+    (b / "suite-unit.json").write_text(json.dumps(rec("2026-03-01T00:00:00Z", ["-m", "unit"], {"tests/test_a.py": 50})))
+    (b / "suite-files.json").write_text(json.dumps(rec("2026-03-02T00:00:00Z", ["tests/test_a.py"], {})))
+    (b / "suite-bad.json").write_text("{not json")
+    seconds = schedule.file_seconds(b)
+    assert seconds == {"tests/test_a.py": 2.0, "tests/test_b.py": 8.0, "tests/test_c.py": 5.0}
+
+    class Item:
+        def __init__(self, nodeid):
+            self.nodeid = nodeid
+
+    ids = ["tests/test_a.py::t1", "tests/test_a.py::t2", "tests/test_b.py::t1", "tests/test_new.py::t1"]
+    ids += ["tests/test_c.py::t2", "tests/test_c.py::t1", "tests/test_b.py::t0"]
+    got = [i.nodeid for i in schedule.longest_first([Item(n) for n in ids], seconds)]
+    assert got == [
+        "tests/test_b.py::t1",
+        "tests/test_b.py::t0",
+        "tests/test_new.py::t1",  # not in the record: the median, 5.0, a tie with test_c: collection order
+        "tests/test_c.py::t2",
+        "tests/test_c.py::t1",
+        "tests/test_a.py::t1",
+        "tests/test_a.py::t2",
+    ]
+    assert sorted(got) == sorted(ids)
+    assert [i.nodeid for i in schedule.longest_first([Item(n) for n in ids], {})] == ids  # no record: as collected
+    assert schedule.file_seconds(tmp_path / "none") == {}
+    real = schedule.file_seconds()  # the committed records: the pyxis rehearsal, 3 tests, is among the first files
+    assert real and sorted(real, key=real.get, reverse=True).index("tests/test_rehearsal_pyxis.py") < 3

@@ -287,7 +287,7 @@ def test_nox_tests_spreads_the_files_over_two_workers_unless_told():
     (`-n 4`, `-p no:xdist`) are left alone; a bad count is one line, never a pytest run."""
 
     noxfile = noxmod.load()
-    assert noxfile.xdist_args([], {}) == ["-n", "2", "--dist", "loadfile"]
+    assert noxfile.xdist_args([], {}) == ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
     assert noxfile.xdist_args(["-q", "tests/test_ui.py"], {"REPROSTACK_TEST_WORKERS": "3"})[:2] == ["-n", "3"]
     assert noxfile.xdist_args([], {"REPROSTACK_TEST_WORKERS": "0"}) == []
     for own in (["-n", "4"], ["-n4"], ["--numprocesses=4"], ["-p", "no:xdist"]):
