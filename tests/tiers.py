@@ -68,7 +68,7 @@ SIGNALS: tuple[tuple[str, str | None, re.Pattern], ...] = (
 )
 
 _source_cache: dict[object, str] = {}
-_reach_cache: dict[tuple, str] = {}
+_reach_cache: dict[tuple, tuple[str, frozenset[str]]] = {}
 
 
 _own_cache: dict[str, bool] = {}
@@ -157,20 +157,25 @@ def derive(item) -> tuple[str, set[str]]:
         if defs and _own(defs[-1].func):
             fixtures.append(defs[-1].func)
     key = (item.function, *fixtures)
-    if key not in _reach_cache:
-        _reach_cache[key] = _reach(list(key))
-    text = _reach_cache[key]
-    kinds = set()
-    tier = "unit"
+    if key not in _reach_cache:  # a parametrized test's cases share one reach: read once
+        _reach_cache[key] = _signals(_reach(list(key)))
+    tier, found = _reach_cache[key]
+    kinds = set(found)
     if DOCKER_FIXTURES & set(item.fixturenames) or "registry" in item.fixturenames and _registry_fixture(item):
         kinds.add("docker")
-        tier = "integration"
+        tier = "e2e" if tier == "e2e" else "integration"
+    return tier, kinds
+
+
+def _signals(text: str) -> tuple[str, frozenset[str]]:
+    """(tier, kinds) that the SIGNALS find in `text` (unit when none)."""
+    kinds, tier = set(), "unit"
     for t, kind, rx in SIGNALS:
         if rx.search(text):
             if kind:
                 kinds.add(kind)
             tier = "e2e" if "e2e" in (tier, t) else "integration"
-    return tier, kinds
+    return tier, frozenset(kinds)
 
 
 def _registry_fixture(item) -> bool:
