@@ -22,11 +22,12 @@ case "$GPU" in *H200*) P=h200-ep1 ;; *) P=h100-ep1 ;; esac
 G=(-m reprostack gate micro --profile "$P" --offline --bundle .carry/sources.tar --python "$PY")
 {
 echo "$GPU; profile $P; commit $(head -1 .carry/project-stamp.txt 2>/dev/null)"
-t=$(date +%s.%N); "$PY" "${G[@]}" --out out/anat/cold >/dev/null 2>&1; rc=$?
-echo "cold rc=$rc wall $(echo "$(date +%s.%N) - $t" | bc) s"; cp out/anat/cold/micro.json "$OUTD/cold.json"
+ms() { echo $(( $(date +%s%N) / 1000000 )); }   # no bc on the device
+t=$(ms); "$PY" "${G[@]}" --out out/anat/cold >/dev/null 2>&1; rc=$?
+echo "cold rc=$rc wall $(( $(ms) - t )) ms"; cp out/anat/cold/micro.json "$OUTD/cold.json"
 for i in $(seq 1 "${WARM_N:-3}"); do
-  t=$(date +%s.%N); "$PY" "${G[@]}" --out "out/anat/warm-$i" >/dev/null 2>&1; rc=$?
-  echo "warm-$i rc=$rc wall $(echo "$(date +%s.%N) - $t" | bc) s"; cp "out/anat/warm-$i/micro.json" "$OUTD/warm-$i.json"
+  t=$(ms); "$PY" "${G[@]}" --out "out/anat/warm-$i" >/dev/null 2>&1; rc=$?
+  echo "warm-$i rc=$rc wall $(( $(ms) - t )) ms"; cp "out/anat/warm-$i/micro.json" "$OUTD/warm-$i.json"
 done
 for d in cold warm-1; do "$PY" -c "import json; r=json.load(open('out/anat/$d/micro.json')); print('$d', r['result'], r['data'].get('timings_s'))"; done
 "$PY" scripts/device/warm_timeline.py out/anat/warm-1 --warm-only && cp out/anat/warm-1/timeline.json "$OUTD/"
