@@ -10,10 +10,11 @@ included: the first run on a fresh machine builds the AIPerf venv and the Debian
 or with `--pytest PY` only `PY -m pytest ...` (no install phase), or with `--ci` the whole `.ci/run` (the pytest
 arguments through PYTEST_ADDOPTS: what CI costs, lint, docs check and verify-report included), with the load average read before and after, so
 a busy machine is visible in the record, never hidden in a headline. The pytest seconds and the per-file seconds
-come from pytest's own JUnit XML (setup + call + teardown of each test, summed per file).
+come from pytest's own JUnit XML (setup + call + teardown of each test, summed per file); each run's CPU seconds
+(what it started and waited for) say how busy the cores were.
 
 Writes results/bench/suite-<label>-<UTC date time>.json: the project commit it ran on (and whether the tree was
-dirty), cpus, python, every run (wall seconds, counts, load averages, per-file seconds), the median wall time as the
+dirty), cpus, python, every run (wall seconds, counts, load averages, CPU seconds, per-file seconds), the median wall time as the
 headline and the slowest files by their median. Prints one line per run and the slowest files.
 
 Invariants:
@@ -28,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -83,17 +85,18 @@ def one_run(pytest_py: str | None, extra: list[str], i: int, n: int, ci: bool = 
             cmd = [pytest_py, "-m", "pytest", *args]
         else:
             cmd = [str(ROOT / ".venv" / "bin" / "nox"), "-s", "tests_all", "--", *args]
-        before = loadavg()
+        before, cpu0 = loadavg(), resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         rc = subprocess.run(cmd, cwd=ROOT, env=env).returncode
         wall = round(time.monotonic() - t0, 1)
-        after = loadavg()
+        after, cpu1 = loadavg(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 1)
         if not junit.is_file():
             sys.exit(f"bench_suite: run {i}/{n}: pytest exited {rc} and wrote no JUnit XML; nothing recorded")
         files, counts = per_file(junit)
     print(
         f"bench_suite: run {i}/{n}: {wall:.0f} s ({counts['pytest_s']:.0f} s in pytest), {counts['tests']} tests, "
-        f"{counts['failed']} failed, {counts['errors']} errors, load {before} -> {after}",
+        f"{counts['failed']} failed, {counts['errors']} errors, {cpu:.0f} cpu s, load {before} -> {after}",
         flush=True,
     )
     return {
@@ -103,6 +106,10 @@ def one_run(pytest_py: str | None, extra: list[str], i: int, n: int, ci: bool = 
         **counts,
         "loadavg_before": before,
         "loadavg_after": after,
+        # user + system CPU seconds of the processes the run started and waited for (getrusage RUSAGE_CHILDREN):
+        # beside wall_s x cpus it says whether the cores were busy; a lower bound (a Docker container's or a Slurm
+        # job's CPU is its daemon's, not counted)
+        "cpu_s": cpu,
         "files_s": files,
     }
 

@@ -32,7 +32,8 @@ SELECTING = ("-m", "-k", "--deselect", "--ignore", "--lf", "--last-failed")
 def _whole_suite(rec) -> bool:
     """A record of every tier (`.ci/run` or `nox -s tests_all`), not of a selection (`-m unit`, `-k`, files)."""
     args = [str(a) for a in rec.get("pytest_args") or []]
-    picked = any(a.startswith(SELECTING) or a.startswith("tests") or ".py" in a for a in args)
+    paths = [a for a in args if not a.startswith("-") and ("/" in a or "::" in a or a.startswith("tests"))]
+    picked = bool(paths) or any(a.startswith(SELECTING) or ".py" in a for a in args)
     return rec.get("bench") == "suite" and not picked
 
 

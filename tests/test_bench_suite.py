@@ -67,6 +67,7 @@ def test_a_real_run_records_every_run_and_the_median(tmp_path):
     assert doc["headline"]["runs"] == 2 and len(doc["headline"]["every_wall_s"]) == 2
     assert doc["runs"][0]["command"].endswith("-m pytest") and doc["headline"]["median_pytest_s"] >= 0
     assert doc["project"]["commit"] and len(doc["runs"][0]["loadavg_before"]) == 3
+    assert all(0 < r["cpu_s"] < 600 for r in doc["runs"])  # a pytest process's CPU: more than nothing
 
 
 def test_ci_mode_times_the_whole_ci_run_and_reads_pytest_through_its_addopts(tmp_path, monkeypatch):
