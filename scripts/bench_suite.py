@@ -14,8 +14,8 @@ come from pytest's own JUnit XML (setup + call + teardown of each test, summed p
 (what it started and waited for) say how busy the cores were.
 
 Writes results/bench/suite-<label>-<UTC date time>.json: the project commit it ran on (and whether the tree was
-dirty), cpus, python, every run (wall seconds, counts, load averages, CPU seconds, per-file seconds), the median wall time as the
-headline and the slowest files by their median. Prints one line per run and the slowest files.
+dirty), cpus, python, every run (wall seconds, counts, load averages, CPU seconds, per-file seconds), the median
+wall time as the headline and the slowest files by their median. Prints one line per run and the slowest files.
 
 Invariants:
 - the record is written once, at the end, atomically (a temporary file renamed), and only when every run finished;

@@ -9,21 +9,33 @@ orders the collection longest file first (a greedy longest-processing-time sched
 in the newest whole-suite timing record, results/bench/suite-*.json (scripts/bench_suite.py; the median over its
 runs). A file the record does not know (new since) is placed as if it took the record's median file time.
 
+The files whose tests submit jobs to the local Slurm (a test or fixture of theirs takes the `slurm_alone` /
+`slurm_two_nodes` fixtures of tests/test_rehearsal.py, which hold one flock across the workers) are one unit of
+work: they run one after the other on one worker, so no worker sits blocked on that flock (with the longest files
+first, the host-mode rehearsal could start on one worker while the pyxis rehearsal holds it on the other).
+
 Invariants:
 - only the order of files changes, never what runs: every collected test is kept, and a file's tests keep their
   order (a stable sort by file);
 - only on an xdist worker (every worker reads the same record, so all collect the same order, which xdist checks);
   a run in one process (`-p no:xdist`, `REPROSTACK_TEST_WORKERS=0`) keeps pytest's own order;
-- no record, or none for the whole suite, or one that does not read: pytest's order, never an error.
+- no record, or none for the whole suite, or one that does not read: pytest's order, never an error;
+- the scheduler is xdist's own `--dist loadfile` one with one scope changed (the Slurm files'); any other `--dist`
+  is xdist's, untouched.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent.parent / "results" / "bench"
+TESTS = Path(__file__).resolve().parent
+RESULTS = TESTS.parent / "results" / "bench"
+# a test or fixture that takes tests/test_rehearsal.py's Slurm flock fixtures (one flock across the workers)
+SLURM_FIXTURES = re.compile(r"\bdef \w+\([^)]*\bslurm_(alone|two_nodes)\b")
+SLURM_UNIT = "slurm jobs (one flock: one worker)"
 
 
 SELECTING = ("-m", "-k", "--deselect", "--ignore", "--lf", "--last-failed")
@@ -76,3 +88,37 @@ def longest_first(items, seconds: dict[str, float]) -> list:
 def pytest_collection_modifyitems(session, config, items):
     if hasattr(config, "workerinput"):  # an xdist worker: the controller schedules files in this order
         items[:] = longest_first(items, file_seconds())
+
+
+def slurm_files(tests: Path = TESTS) -> set[str]:
+    """The test files (as nodeids name them: tests/test_x.py) with a test or fixture that takes the Slurm flock's
+    fixtures."""
+    root = tests.parent
+    return {
+        p.relative_to(root).as_posix()
+        for p in sorted(tests.glob("test_*.py"))
+        if SLURM_FIXTURES.search(p.read_text(encoding="utf-8", errors="replace"))
+    }
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_Scheduler(), "reprostack-schedule-xdist")
+
+
+class _Scheduler:
+    """pytest-xdist's controller hook (registered only where xdist is installed: an unknown hook is an error)."""
+
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "loadfile":
+            return None  # xdist's own
+        from xdist.scheduler import LoadFileScheduling
+
+        together = slurm_files()
+
+        class OneSlurmUnit(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                scope = super()._split_scope(nodeid)
+                return SLURM_UNIT if scope in together else scope
+
+        return OneSlurmUnit(config, log)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -135,3 +138,34 @@ def test_xdist_schedule_starts_the_longest_files_first_by_the_newest_whole_suite
     assert schedule.file_seconds(tmp_path / "none") == {}
     real = schedule.file_seconds()  # the committed records: the pyxis rehearsal, 3 tests, is among the first files
     assert real and sorted(real, key=real.get, reverse=True).index("tests/test_rehearsal_pyxis.py") < 3
+
+
+def test_xdist_runs_the_slurm_files_on_one_worker_one_after_the_other():
+    """Issue 38 item 6: the files that hold the Slurm flock (a test or fixture takes `slurm_alone` / `slurm_two_nodes`)
+    are one unit of work under `--dist loadfile` (tests/schedule.py's scheduler): with the longest files first the
+    pyxis rehearsal and the host-mode rehearsal would otherwise start together, one worker blocked on the flock. A
+    real xdist run of the two and another file: both on one worker, the pyxis rehearsal first (the longer), the other
+    file on the other worker."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import schedule
+
+    assert schedule.slurm_files() == {"tests/test_rehearsal.py", "tests/test_rehearsal_pyxis.py"}
+    files = ["tests/test_rehearsal.py", "tests/test_stats.py", "tests/test_rehearsal_pyxis.py"]
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile"]
+        + ["--no-loadscope-reorder", *files],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REPROSTACK_REQUIRE")},  # skips are fine here
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ran = [m.groups() for m in re.finditer(r"^\[(gw\d+)\] .*? (tests/\S+?\.py)::", r.stdout, re.M)]
+    assert len(ran) == r.stdout.count("\n[gw"), r.stdout[-2000:]  # every test's line read
+    worker = {f: {w for w, n in ran if n == f} for f in files}
+    assert worker["tests/test_rehearsal.py"] == worker["tests/test_rehearsal_pyxis.py"] and len(worker[files[0]]) == 1
+    assert worker["tests/test_stats.py"] and worker["tests/test_stats.py"].isdisjoint(worker[files[0]])
+    (w,) = worker[files[0]]
+    order = [n for v, n in ran if v == w]
+    assert order == sorted(order, key=lambda f: f != "tests/test_rehearsal_pyxis.py"), order
