@@ -7,19 +7,10 @@ no EFA: SKIP naming what was verified) -> prepare (the pinned NCCL and the keyed
 launcher this runner cannot start, MPI, is an ERROR saying what it needs) -> launch (the plan's command of each test
 for this node, under the watchdog, the pinned NCCL first on the library path) -> judge (the functions below).
 
-Its functions, each pure:
-- node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test one TestCommand, the
-  argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's, then the profile's),
-  the same for the plan and the run;
-- parse(text_by_test): gates.parsers.nccl_tests per test;
-- checks(spec, profile, parsed, nccl_version=): per test `<test>.rows` (every size of the sweep in each of the
-  `trials` cycles), `<test>.wrong_total` == 0 (-c 1 checked every result), `<test>.out_of_bounds` == 0,
-  `<test>.nccl_library` == the pinned NCCL (nccl-tests' `nccl-library=`), each bar `<test>.busbw_gbs` at its size
-  on the interval of its per-cycle samples (report.evaluate_interval), then `transport`;
-- transport_check(profile, parsed): every rank of every test on the transport the profile needs (gates.transport,
-  the per-rank judge shared with micro, megatron and nemo-rl);
-- figures(spec, profile, parsed): busbw per cycle at the report sizes and the bar sizes, with evidence.bars.stats summaries
-  (`data.statistics`), reported on every profile, bars or not.
+Its pure functions: node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test
+one TestCommand, the argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's,
+then the profile's), the same for the plan and the run. Its judge (parse, checks, transport_check, figures) is
+evidence.judge.fabric; what verify-report re-derives of its reports is evidence.rederive.fabric.
 
 Trials: one launch per test, `-N trials` cycles of the whole sweep in it (nccl-tests' own repetition: the same
 communicator and buffers, no re-initialisation between cycles), so each size has `trials` samples and a bar is
@@ -36,7 +27,7 @@ a transport check that fails is a FAIL naming the ranks; no output at all is an 
 
 Invariants: no function here starts a process except FabricGate's prepare (the keyed builds) and launch (under
 launch.watchdog, each test's output kept whole in its log); checks never pass on a missing or non-finite number
-(report.evaluate); every check names its metric once per test (`all_reduce.busbw_gbs`, ...) and `transport` once.
+(report.evaluate, in evidence.judge.fabric).
 """
 
 from __future__ import annotations

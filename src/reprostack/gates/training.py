@@ -19,6 +19,9 @@ build, none deleted since; an arm's environment that would load another NCCL fir
 
 The run executes its own launch plan (MegatronGate.plan_parts with this host's paths): each arm's torchrun command
 for this node, with that arm's env.
+
+Its judge (each arm's checks, per-step statistics, the cross-arm agreement) is evidence.judge.megatron; what
+verify-report re-derives of its reports is evidence.rederive.megatron.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx
 def step_statistics(arm: str, parsed) -> dict:
     """`data.statistics` entries from an arm's per-step figures (issue 16: a training run's steps are already
     repeated samples): `<arm>.step_ms` and `<arm>.tokens_per_s` over the steps after the first (step 1 carries
-    set-up and JIT), when at least two such steps have the figure (report.stats; reported, no bar)."""
+    set-up and JIT), when at least two such steps have the figure (evidence.bars.stats; reported, no bar)."""
     from ..bars.stats import statistics_block, summarize
 
     out = {}

@@ -13,7 +13,7 @@ from ..judge.megatron import GB, step_statistics
 
 
 def rederive_megatron(doc: dict, folder: Path, spec: dict | None, stem: str):
-    """MegatronGate's re-derivation (gates.evidence): from each arm's kept log its steps (losses, grad norms), the
+    """MegatronGate's re-derivation (evidence.kind): from each arm's kept log its steps (losses, grad norms), the
     structural checks, the loss metrics the bars name, the per-step statistics, and the arms' agreement; the bars from
     the recorded spec (each arm's, the DeepEP arm's for EFA TX, the cross-arm one once). The one-NCCL check ran in its
     own process: noted."""
