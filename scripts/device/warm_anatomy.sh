@@ -5,7 +5,8 @@
 # up, imports of torch and deep_ep, init_dist, ElasticBuffer, each bench_kineto, exit; seconds since launch).
 # Diagnostic, not a gate and not a benchmark figure. Run after the NCCL wheel was seeded (scripts/device/
 # seed_wheelhouse.sh receive, one call per part; the last part .cN may ride with this call); carry .carry and .whl.
-# Into $OUT: anatomy.log, timeline.json, and each run's micro.json (cold.json, warm-N.json).
+# Then one warm run with --trials 1 (the fixed cost; K=5 minus K=1 is what four trials cost).
+# Into $OUT: anatomy.log, timeline.json, and each run's micro.json (cold.json, warm-N.json, warm-k1.json).
 set -u
 R=$(pwd)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -22,12 +23,15 @@ case "$GPU" in *H200*) P=h200-ep1 ;; *) P=h100-ep1 ;; esac
 G=(-m reprostack gate micro --profile "$P" --offline --bundle .carry/sources.tar --python "$PY")
 {
 echo "$GPU; profile $P; commit $(head -1 .carry/project-stamp.txt 2>/dev/null)"
-t=$(date +%s.%N); "$PY" "${G[@]}" --out out/anat/cold >/dev/null 2>&1; rc=$?
-echo "cold rc=$rc wall $(echo "$(date +%s.%N) - $t" | bc) s"; cp out/anat/cold/micro.json "$OUTD/cold.json"
+ms() { echo $(( $(date +%s%N) / 1000000 )); }   # no bc on the device
+t=$(ms); "$PY" "${G[@]}" --out out/anat/cold >/dev/null 2>&1; rc=$?
+echo "cold rc=$rc wall $(( $(ms) - t )) ms"; cp out/anat/cold/micro.json "$OUTD/cold.json"
 for i in $(seq 1 "${WARM_N:-3}"); do
-  t=$(date +%s.%N); "$PY" "${G[@]}" --out "out/anat/warm-$i" >/dev/null 2>&1; rc=$?
-  echo "warm-$i rc=$rc wall $(echo "$(date +%s.%N) - $t" | bc) s"; cp "out/anat/warm-$i/micro.json" "$OUTD/warm-$i.json"
+  t=$(ms); "$PY" "${G[@]}" --out "out/anat/warm-$i" >/dev/null 2>&1; rc=$?
+  echo "warm-$i rc=$rc wall $(( $(ms) - t )) ms"; cp "out/anat/warm-$i/micro.json" "$OUTD/warm-$i.json"
 done
-for d in cold warm-1; do "$PY" -c "import json; r=json.load(open('out/anat/$d/micro.json')); print('$d', r['result'], r['data'].get('timings_s'))"; done
+t=$(ms); "$PY" "${G[@]}" --trials 1 --out out/anat/warm-k1 >/dev/null 2>&1; rc=$?   # what the trials cost: K=1
+echo "warm-k1 (--trials 1) rc=$rc wall $(( $(ms) - t )) ms"; cp out/anat/warm-k1/micro.json "$OUTD/warm-k1.json"
+for d in cold warm-1 warm-k1; do "$PY" -c "import json; r=json.load(open('out/anat/$d/micro.json')); print('$d', r['result'], r['data'].get('timings_s'))"; done
 "$PY" scripts/device/warm_timeline.py out/anat/warm-1 --warm-only && cp out/anat/warm-1/timeline.json "$OUTD/"
 } 2>&1 | tee "$OUTD/anatomy.log"

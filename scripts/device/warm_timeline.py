@@ -75,7 +75,7 @@ def main() -> int:
     ap.add_argument("out", help="the --out folder of a finished gate micro run")
     ap.add_argument("--warm-only", action="store_true", help="only the jit-warm run (no jit-cold comparison)")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the probe writes $TL_LOG from the test's cwd (the deepep tree): absolute
     rep = json.loads((out / "micro.json").read_text())
     data = rep["data"]
     if "command" not in data or "PYTHONPATH" not in data.get("env", {}):
@@ -83,7 +83,8 @@ def main() -> int:
         return 0
     cmd, genv = data["command"], data["env"]
     site = genv["PYTHONPATH"].split(os.pathsep)[-1]  # <deepep build>/site (kernels.runtime.runtime_env)
-    jit = Path(site).parent / "jit"
+    # the folder the gate gave DeepEP (its report's env); else the build's jit/ beside site/ (older reports)
+    jit = Path(genv["EP_JIT_CACHE_DIR"]) if genv.get("EP_JIT_CACHE_DIR") else Path(site).parent / "jit"
     env = dict(os.environ)
     env.update(genv)
     if "PYTHONPYCACHEPREFIX" not in genv:  # a report from before the bytecode cache: as that gate ran it

@@ -13,13 +13,16 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from rich.console import Console
 
 from ..lock import Lock
 from .errors import ContainerError, RecipeError
 from .recipe import Recipe, missing_digest, override_for
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 PULL_HINT = (
     "; without that registry: `reprostack build --load FILE` (an images archive made where it is reachable) "
@@ -37,7 +40,7 @@ def repo_of(name: str) -> str:
 class BaseResolver:
     """Resolves recipes' registry and local bases against one engine (`client`, a docker SDK client)."""
 
-    client: object
+    client: DockerClient
     lock: Lock
     overrides: Mapping[str, str]
     offline: bool

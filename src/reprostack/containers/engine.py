@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from rich.console import Console
 
@@ -58,6 +58,9 @@ from .errors import ContainerError, EngineUnavailable, ImageBuildError, RecipeEr
 from .baseimage import BaseResolver
 from .preflight import preflight, verify_wheels as verify_wheels  # verify_wheels: re-exported for cmd.build
 from .recipe import Recipe, overrides_from_env
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 KEY_VERSION = 1
 L_KEY = "dev.reprostack.key"
@@ -90,7 +93,7 @@ class BuildOptions:
     offline: bool = False
     base_overrides: Mapping[str, str] | None = None
     source_date_epoch: int | None = None
-    client: object | None = None
+    client: DockerClient | None = None
     console: Console | None = None
     show_progress: bool = True
     timeout_s: float = 6 * 3600

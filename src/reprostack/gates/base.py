@@ -39,7 +39,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Generic, cast
+from typing import TYPE_CHECKING, ClassVar, Generic, cast
 
 from .. import hostinfo, project
 from ..launch.plan import NODE_WAIT_S, Outputs
@@ -53,6 +53,10 @@ from .launcher import Launcher
 from .options import GateOptions
 from .spec import GateSpecError, HardwareProfile, NoProfileForHost, ProfileT as P, Requiring, SpecT as S
 from .state import KindState
+
+if TYPE_CHECKING:
+    from ..sources import FetchOptions
+    from .standin import StandIn
 
 # in the images: the verified trees the recipes copy (containers/deepep: /opt/reprostack/src/<pin>); this project
 # (drivers, reprostack itself) mounted read-only at /workspace; reports at /out
@@ -139,7 +143,7 @@ class RunContext:
 
     root: Path
     lock: Lock
-    fetch: object = None  # sources.FetchOptions
+    fetch: FetchOptions | None = None
     # provenance.project of the run (reprostack.project.state), read by the command before it wrote anything; None:
     # read when the gate's run starts
     project: dict | None = None
@@ -176,7 +180,7 @@ class RunState(Generic[S, P]):
     t0: float = field(default_factory=time.monotonic)
     kind: KindState = field(default_factory=KindState)  # the kind's own values between its stages (Gate.state)
     project: dict = field(default_factory=dict)  # provenance.project: the commit and whether the tree was dirty
-    standin: object = None  # gates.standin.StandIn when REPROSTACK_STANDIN asks for the GPU stand-in
+    standin: StandIn | None = None  # when REPROSTACK_STANDIN asks for the GPU stand-in
 
     @property
     def out_dir(self) -> Path:
