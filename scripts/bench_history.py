@@ -4,7 +4,7 @@
 Makes REPORTS synthetic gate reports from one real committed report (default: the K=5 micro run,
 results/gate_micro/2026-12-02-h200-ep1-k5/micro.json): each a copy whose trial samples are drawn around the real
 ones (a slow drift plus noise of the real stdev; every `data.statistics` entry recomputed from its new samples by
-reprostack.report.stats.summarize, so it is consistent), whose n=1 figures move by up to 1%, whose date steps one
+reprostack.evidence.bars.stats.summarize, so it is consistent), whose n=1 figures move by up to 1%, whose date steps one
 hour per report and whose lock changes every REPORTS/20 reports. Every report is validated against
 report.schema.json before anything is timed. Then RUNS times, each on a fresh database and a fresh output folder:
 - ingest: scan the folder and ingest every report (history.command.scan + ingest into Store.open, as
@@ -52,7 +52,7 @@ def make_reports(base: dict, n: int, folder: Path, seed: int) -> list[Path]:
     import jsonschema
 
     from reprostack import schemas
-    from reprostack.report.stats import summarize
+    from reprostack.evidence.bars.stats import summarize
 
     validator = jsonschema.Draft202012Validator(schemas.load("report"))
     rng = random.Random(seed)

@@ -17,7 +17,7 @@ exports, and an export the report does not state (or a figure without an export)
 are read from the exports themselves (what a table of the run would print).
 
 Invariants: nothing is written unless every figure was found (atomic write); artifact paths are relative to RUN_DIR;
-ids are unique; the output loads with reprostack.verify.engine.load_claims. Every problem is one line, exit 2.
+ids are unique; the output loads with reprostack.evidence.verify.claims.load_claims. Every problem is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if dup:
             raise ClaimsFromRunError(f"{a.run}: two exports give the claim id {dup[0]}")
         text = to_yaml(items, f"figures of {a.run.name} ({a.gate}), re-derived from its raw AIPerf exports")
-        from reprostack.verify.engine import ClaimsError, load_claims
+        from reprostack.evidence.verify.claims import ClaimsError, load_claims
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:  # the output must load as a claims file before it is written

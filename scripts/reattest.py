@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     from reprostack import cli, evidence
-    from reprostack.evidence import log
-    from reprostack.report.rederive import reports_under
+    from reprostack.evidence.attest import log
+    from reprostack.evidence.rederive import reports_under
 
     root = Path.cwd()
     folders = sorted({p.parent for p in reports_under([root / "results"])}, key=lambda p: (-len(p.parts), p.as_posix()))

@@ -1,4 +1,4 @@
-"""Bars from a baseline (reprostack.report.baseline, gates.spec.resolve_bars): the h200-ep1 micro bar is made from the
+"""Bars from a baseline (reprostack.evidence.bars.baseline, gates.spec.resolve_bars): the h200-ep1 micro bar is made from the
 accepted committed runs and can fail; a baseline run is untrusted input (one line naming it, never a threshold made of
 the rest); `--baseline DIR` takes the accepted runs under a folder."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from reprostack.gates.spec import load_spec, resolve_bars
 from reprostack.report import evaluate_interval
-from reprostack.report.baseline import BaselineError, accepted_runs, baseline
-from reprostack.report.stats import summarize
+from reprostack.evidence.bars.baseline import BaselineError, accepted_runs, baseline
+from reprostack.evidence.bars.stats import summarize
 
 REPO = Path(__file__).resolve().parents[1]
 K5 = "results/gate_micro/2026-12-02-h200-ep1-k5/micro.json"
@@ -197,12 +197,12 @@ def test_baseline_runs_given_take_the_accepted_ones_among_them(tmp_path):
 
 
 def test_a_baseline_checks_the_gpu_model_of_each_run(tmp_path):
-    """Issue 39: report/baseline.py would accept an H100 run as an H200 baseline run. With the profile's model, a run
+    """Issue 39: evidence/bars/baseline.py would accept an H100 run as an H200 baseline run. With the profile's model, a run
     whose recorded GPUs are another model (or none) is refused by name; the committed H200 runs still count."""
     import json
     import shutil
 
-    from reprostack.report.baseline import BaselineError, read_run
+    from reprostack.evidence.bars.baseline import BaselineError, read_run
 
     repo = Path(__file__).resolve().parents[1]
     src = repo / "results" / "gate_micro" / "2026-12-02-h200-ep1-k5" / "micro.json"
@@ -233,8 +233,8 @@ def test_a_signed_only_baseline_takes_signed_baseline_runs_only(tmp_path):
     """Issue 39: a baseline made of signed baseline runs (`signed-only: true`): an unsigned run, a run signed as an
     ordinary one, and a run whose folder changed after signing are each refused by name."""
     from reprostack import evidence
-    from reprostack.evidence.keys import entry_name
-    from reprostack.report.baseline import BaselineSpec, signed_baseline_run
+    from reprostack.evidence.attest.keys import entry_name
+    from reprostack.evidence.bars.baseline import BaselineSpec, signed_baseline_run
     from test_evidence import predicate
 
     signer = evidence.new_key(tmp_path / "k.pem")

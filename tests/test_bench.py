@@ -161,7 +161,7 @@ def test_bench_runs_are_signed_with_their_transcripts_when_a_key_is_configured(p
     import json as json_
 
     from reprostack import evidence
-    from reprostack.evidence.keys import entry_name
+    from reprostack.evidence.attest.keys import entry_name
 
     root, _, _ = project
     signer = evidence.new_key(tmp_path / "k.pem")

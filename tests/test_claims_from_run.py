@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reprostack.verify.engine import load_claims
+from reprostack.evidence.verify.claims import load_claims
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "claims_from_run.py"

@@ -1,4 +1,4 @@
-"""`reprostack docs` (reprostack.report.docsgen, report.benchstats): the committed docs' generated blocks are what
+"""`reprostack docs` (reprostack.report.docsgen, evidence.bars.benchstats): the committed docs' generated blocks are what
 results/ gives (CI fails otherwise); a changed result makes `--check` name the block; broken markers are one line;
 bench summaries are every run's median with min/max and n, a copy counted once, machines named only by recorded
 identity."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reprostack import cli
-from reprostack.report.benchstats import bench_runs, machine, spread, summary
+from reprostack.evidence.bars.benchstats import bench_runs, machine, spread, summary
 from reprostack.report.docsgen import DocsError, generate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ import pytest
 
 from reprostack import cli, evidence
 from test_gate_micro import gpu_less  # noqa: F401  (fixture: PATH without nvidia-smi)
-from reprostack.evidence import keys as keysmod
-from reprostack.evidence.keys import KeyError_
-from reprostack.evidence.statement import StatementError
+from reprostack.evidence.attest import keys as keysmod
+from reprostack.evidence.attest.keys import KeyError_
+from reprostack.evidence.attest.statement import StatementError
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = {
@@ -248,7 +248,7 @@ def test_a_gate_run_is_signed_when_a_key_is_configured_and_says_unsigned_otherwi
 
 
 def test_a_deliberate_variation_is_signed_as_one_whatever_was_asked():
-    from reprostack.evidence.runs import purpose_of
+    from reprostack.evidence.attest.runs import purpose_of
 
     rep = {"data": {"deliberate": {"num_sms": 16, "why": "--num-sms: DeepEP given this many SMs"}}}
     assert purpose_of([rep], "baseline") == {
@@ -365,7 +365,7 @@ def test_verify_run_says_a_re_attestation_and_a_missing_gpu_uuid_in_words():
 
 
 def _logged_project(tmp_path):
-    from reprostack.evidence import log
+    from reprostack.evidence.attest import log
 
     signer, ring = make_key(tmp_path, "logger")
     root = tmp_path / "proj"
@@ -405,7 +405,7 @@ def test_the_log_chains_every_signed_run_and_says_what_was_removed_reordered_or_
 
 
 def test_log_add_refuses_unsigned_twice_and_a_broken_chain(tmp_path):
-    from reprostack.evidence.log import LogError
+    from reprostack.evidence.attest.log import LogError
 
     root, signer, ring, log = _logged_project(tmp_path)
     keyring = evidence.Keyring.read(ring)

@@ -24,11 +24,11 @@ from reprostack import cli
 from reprostack import lock as lockmod
 from reprostack.containers.recipe import load_recipe as load_image_recipe
 from reprostack.errors import ReprostackError
-from reprostack.evidence.keys import read_entry as read_key_entry
+from reprostack.evidence.attest.keys import read_entry as read_key_entry
 from reprostack.gates.fabric_spec import SPEC_STEM, load_fabric_spec
 from reprostack.gates.spec import load_spec
 from reprostack.kernels.recipe import load_recipe as load_kernel_recipe
-from reprostack.verify import load_claims, parse_export
+from reprostack.evidence.verify import load_claims, parse_export
 from reprostack.gates.parsers.aiperf import EXPORT_JSON, EXPORT_JSONL, check_records, parse_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +206,7 @@ def _stage(tmp: Path) -> Path:
     shutil.copytree(ROOT / "keys", root / "keys")
     _signed_run(root / "signed", root / "keys")
     from reprostack import evidence
-    from reprostack.evidence import log
+    from reprostack.evidence.attest import log
 
     log.append(root, root / "signed", evidence.Keyring.read(root / "keys"))
     return root
@@ -214,7 +214,7 @@ def _stage(tmp: Path) -> Path:
 
 def _attestation_log(root: Path) -> None:
     """What verify-report does with results/attestations.jsonl: log.check, whose problems are lines."""
-    from reprostack.evidence import log
+    from reprostack.evidence.attest import log
 
     problems, _ = log.check(root, root / log.LOG)
     if problems:
@@ -226,7 +226,7 @@ def _signed_run(folder: Path, ring: Path) -> None:
     import json
 
     from reprostack import evidence
-    from reprostack.evidence.keys import entry_name
+    from reprostack.evidence.attest.keys import entry_name
 
     (folder / "micro").mkdir(parents=True)
     (folder / "micro.json").write_text('{"gate": "micro"}\n')
@@ -605,7 +605,7 @@ def test_fuzz_kernel_cache_entry_never_tracebacks(tmp_path):
     from securesystemslib.dsse import Envelope
 
     from reprostack import evidence
-    from reprostack.evidence import keys as keysmod
+    from reprostack.evidence.attest import keys as keysmod
     from reprostack.kernels import build
     from reprostack.kernels import cache as kcache
 

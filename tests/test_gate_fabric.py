@@ -16,6 +16,8 @@ import pytest
 
 from reprostack.errors import GateError
 import gaterun
+from reprostack.evidence.judge import fabric as fjudge
+from reprostack.evidence.rederive.fabric import rederive_fabric
 from reprostack.gates import fabric, profiles, registry
 from reprostack.gates.fabric_spec import load_fabric_spec
 from reprostack.gates.parsers.nccl_tests import NONE_ONE_NODE
@@ -103,8 +105,8 @@ def test_a_multi_node_profile_without_mpi_is_refused(spec):
 
 
 def test_nccl_version_code():
-    assert fabric.nccl_version_code("2.30.4") == 23004 and fabric.nccl_version_code("2.32.3") == 23203
-    assert fabric.nccl_version_code("x") is None and fabric.nccl_version_code(None) is None
+    assert fjudge.nccl_version_code("2.30.4") == 23004 and fjudge.nccl_version_code("2.32.3") == 23203
+    assert fjudge.nccl_version_code("x") is None and fjudge.nccl_version_code(None) is None
 
 
 # --------------------------------------------------------------------------- checks
@@ -123,10 +125,10 @@ def test_a_whole_one_gpu_run_passes_every_check_but_has_no_bar(spec):
 
     prof, why = resolve_bars(ROOT, spec.profile("h200-ep1"))  # no accepted run committed yet: unmeasured
     assert not prof.measured and why.startswith("no measured bar yet: all_reduce.algbw_gbs")
-    unresolved = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), fabric.parse({})))
+    unresolved = by_metric(fjudge.checks(spec, spec.profile("h200-ep1"), fjudge.parse({})))
     assert unresolved["all_reduce.algbw_gbs"].passed is False  # a bar not made from its runs never passes
-    parsed = fabric.parse({"all_reduce": one_gpu(), "alltoall": one_gpu(program="alltoall_perf")})
-    cs = by_metric(fabric.checks(spec, prof, parsed, nccl_version="2.30.4"))
+    parsed = fjudge.parse({"all_reduce": one_gpu(), "alltoall": one_gpu(program="alltoall_perf")})
+    cs = by_metric(fjudge.checks(spec, prof, parsed, nccl_version="2.30.4"))
     assert list(cs) == [
         "all_reduce.rows",
         "all_reduce.wrong_total",
@@ -141,7 +143,7 @@ def test_a_whole_one_gpu_run_passes_every_check_but_has_no_bar(spec):
     assert all(c.passed for c in cs.values()), [c.describe() for c in cs.values() if not c.passed]
     assert cs["all_reduce.rows"].value == 140 and cs["transport"].value == NONE_ONE_NODE
     assert "one GPU, no peer" in cs["transport"].note
-    figs = fabric.figures(spec, prof, parsed)
+    figs = fjudge.figures(spec, prof, parsed)
     st = figs[f"all_reduce.busbw_gbs@{GIB}"]["statistics"]
     assert figs[f"all_reduce.busbw_gbs@{GIB}"]["samples"] == [301.0, 302.0, 303.0, 304.0, 305.0]
     assert st["n"] == 5 and st["mean"] == 303.0 and st["ci95"][0] < 303.0 < st["ci95"][1]
@@ -150,27 +152,27 @@ def test_a_whole_one_gpu_run_passes_every_check_but_has_no_bar(spec):
 
 
 def test_another_nccl_loaded_fails_its_check(spec):
-    parsed = fabric.parse({"all_reduce": one_gpu(library=22809), "alltoall": one_gpu()})
-    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), parsed, nccl_version="2.30.4"))
+    parsed = fjudge.parse({"all_reduce": one_gpu(library=22809), "alltoall": one_gpu()})
+    cs = by_metric(fjudge.checks(spec, spec.profile("h200-ep1"), parsed, nccl_version="2.30.4"))
     assert not cs["all_reduce.nccl_library"].passed and cs["alltoall.nccl_library"].passed
 
 
 def test_wrong_elements_a_short_run_and_no_output_fail(spec):
     text = header() + table(SIZES, lambda s, c: 1.0, cycles=5, wrong=2)
     short = header() + table(SIZES, lambda s, c: 1.0, cycles=4)
-    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), fabric.parse({"all_reduce": text, "alltoall": short})))
+    cs = by_metric(fjudge.checks(spec, spec.profile("h200-ep1"), fjudge.parse({"all_reduce": text, "alltoall": short})))
     assert not cs["all_reduce.wrong_total"].passed and cs["all_reduce.wrong_total"].value == 2 * 2 * 28 * 5
     assert not cs["all_reduce.out_of_bounds"].passed
     assert not cs["alltoall.rows"].passed and "4 cycle(s)" in cs["alltoall.rows"].note
-    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), fabric.parse({})))
+    cs = by_metric(fjudge.checks(spec, spec.profile("h200-ep1"), fjudge.parse({})))
     assert not cs["all_reduce.rows"].passed and cs["all_reduce.rows"].note == "no output for this test"
     assert not cs["transport"].passed and cs["transport"].value == "no test output"
 
 
 def test_the_real_no_gpu_output_fails_with_its_reason(spec):
     fix = ROOT / "tests" / "fixtures" / "nccl-tests" / "cpu-no-gpu"
-    parsed = fabric.parse({t: (fix / f"{t}_perf.log").read_text() for t in ("all_reduce", "alltoall")})
-    cs = by_metric(fabric.checks(spec, spec.profile("h200-ep1"), parsed, nccl_version="2.30.4"))
+    parsed = fjudge.parse({t: (fix / f"{t}_perf.log").read_text() for t in ("all_reduce", "alltoall")})
+    cs = by_metric(fjudge.checks(spec, spec.profile("h200-ep1"), parsed, nccl_version="2.30.4"))
     assert cs["all_reduce.nccl_library"].passed and not cs["all_reduce.rows"].passed
     assert "CUDA driver version is insufficient" in cs["all_reduce.rows"].note
     assert not cs["transport"].passed and "rank(s) 0 not in the output" in cs["transport"].value
@@ -219,8 +221,8 @@ def p5en_run(busbw: float, *, socket_rank: int | None = None, ranks: int = 16) -
 )
 def test_p5en_bars_are_judged_on_the_interval_of_the_cycles(spec, busbw, passed, inconclusive):
     p = spec.profile("p5en-efa-ep16")
-    parsed = fabric.parse({"all_reduce": p5en_run(busbw), "alltoall": p5en_run(80.0)})
-    cs = by_metric(fabric.checks(spec, p, parsed, nccl_version="2.30.4"))
+    parsed = fjudge.parse({"all_reduce": p5en_run(busbw), "alltoall": p5en_run(80.0)})
+    cs = by_metric(fjudge.checks(spec, p, parsed, nccl_version="2.30.4"))
     bar = cs["all_reduce.busbw_gbs"]
     assert (bar.passed, bar.inconclusive, bar.threshold, bar.op) == (passed, inconclusive, 349.56, ">=")
     assert "at 1 GiB (1073741824 B), out-of-place; 436.95 GB/s published x (1 - 0.2)" in bar.note
@@ -231,22 +233,22 @@ def test_p5en_bars_are_judged_on_the_interval_of_the_cycles(spec, busbw, passed,
 
 def test_p5en_rank_on_sockets_fails_the_transport_naming_it(spec):
     p = spec.profile("p5en-efa-ep16")
-    parsed = fabric.parse({"all_reduce": p5en_run(440.0, socket_rank=11), "alltoall": p5en_run(80.0)})
-    t = fabric.transport_check(p, parsed)
+    parsed = fjudge.parse({"all_reduce": p5en_run(440.0, socket_rank=11), "alltoall": p5en_run(80.0)})
+    t = fjudge.transport_check(p, parsed)
     assert not t.passed and t.threshold == "NET/OFI efa"
     assert t.value.startswith("all_reduce: rank 11 (node-b) Socket")
 
 
 def test_p5en_missing_ranks_fail_the_transport(spec):
-    parsed = fabric.parse({"all_reduce": p5en_run(440.0, ranks=12), "alltoall": p5en_run(80.0)})
-    t = fabric.transport_check(spec.profile("p5en-efa-ep16"), parsed)
+    parsed = fjudge.parse({"all_reduce": p5en_run(440.0, ranks=12), "alltoall": p5en_run(80.0)})
+    t = fjudge.transport_check(spec.profile("p5en-efa-ep16"), parsed)
     assert not t.passed and "all_reduce: rank(s) 12-15 not in the output" in t.value
 
 
 def test_the_published_p5en_log_passes_the_transport_check(spec):
     """The campaign's real INFO lines: 16 ranks, the plugin's efa provider (no connection lines in this head)."""
-    parsed = fabric.parse({"all_reduce": P5EN_LOG.read_text()})
-    t = fabric.transport_check(spec.profile("p5en-efa-ep16"), parsed)
+    parsed = fjudge.parse({"all_reduce": P5EN_LOG.read_text()})
+    t = fjudge.transport_check(spec.profile("p5en-efa-ep16"), parsed)
     assert t.passed and t.value == "NET/OFI efa" and t.note == "16 rank(s) over 1 test(s)"
     # ... and the same log with one process falling back to sockets fails naming that rank and host
     lines = []
@@ -256,7 +258,7 @@ def test_the_published_p5en_log_passes_the_transport_check(spec):
                 continue
             line = line.replace("Using network Libfabric", "Using network Socket")
         lines.append(line)
-    t = fabric.transport_check(spec.profile("p5en-efa-ep16"), fabric.parse({"all_reduce": "\n".join(lines)}))
+    t = fjudge.transport_check(spec.profile("p5en-efa-ep16"), fjudge.parse({"all_reduce": "\n".join(lines)}))
     assert not t.passed and t.value.startswith("all_reduce: rank 11 (deepep-efa-bench-1) Socket [")
 
 
@@ -267,8 +269,8 @@ def test_eight_gpus_on_one_node_over_net_fail_the_nvlink_profile(spec):
         lines.append(
             info("box", 7, r, f"Channel 00/0 : {r}[{r}] -> {(r + 1) % 8}[{(r + 1) % 8}] [send] via NET/Socket/0")
         )
-    parsed = fabric.parse({"all_reduce": "\n".join(lines) + "\n" + table(SIZES, lambda s, c: 1.0, cycles=5, nranks=8)})
-    t = fabric.transport_check(spec.profile("h200-nvl-ep8"), parsed)
+    parsed = fjudge.parse({"all_reduce": "\n".join(lines) + "\n" + table(SIZES, lambda s, c: 1.0, cycles=5, nranks=8)})
+    t = fjudge.transport_check(spec.profile("h200-nvl-ep8"), parsed)
     assert not t.passed and "rank 0 (box) Socket" in t.value
 
 
@@ -388,9 +390,7 @@ def test_the_mpi_launchs_logs_are_judged_by_the_runner(tmp_path, monkeypatch):
     # verify-report re-derives it from the launch's logs, where the rendered steps wrote them
     import yaml
 
-    got = fabric.rederive_fabric(
-        rep.to_dict(), out, yaml.safe_load((ROOT / "gates" / "fabric.yaml").read_text()), "fabric"
-    )
+    got = rederive_fabric(rep.to_dict(), out, yaml.safe_load((ROOT / "gates" / "fabric.yaml").read_text()), "fabric")
     assert got.values["all_reduce.rows"] == 140 and got.figures[f"all_reduce.busbw_gbs@{GIB}"][:1] == [439.0]
     # a test whose step left no rc of this run (another job's, or none) is an ERROR naming the file, never a verdict
     d = write_launched(out, {}, {"alltoall": 0}, run_id="1111")
@@ -462,7 +462,7 @@ def test_the_device_script_names_what_is_missing(tmp_path, have, message):
 def baseline_run(
     root: Path, name: str, *, gpu="NVIDIA H200", profile="h200-ep1", algbw=2100.0, result="fail", extra_fail=False
 ):
-    """A report as `reprostack gate fabric` writes it (the keys report.baseline reads): a one-GPU run whose one failed
+    """A report as `reprostack gate fabric` writes it (the keys evidence.bars.baseline reads): a one-GPU run whose one failed
     check is bars_status (the profile's first runs), its algbw statistics at 1 GiB and its host's GPUs."""
     import json
 
@@ -512,14 +512,14 @@ def test_one_gpu_bar_is_measured_from_the_committed_runs_of_its_gpu_model(tmp_pa
         and "baseline/h200-ep1/c/fabric.json" in bar.source
     )
     # judged like any bar: the local copy's algbw at 1 GiB on the interval of the run's cycles
-    good = fabric.parse({t: one_gpu(lambda s, c: 2050.0 + c) for t in ("all_reduce", "alltoall")})
-    slow = fabric.parse({t: one_gpu(lambda s, c: 1500.0 + c) for t in ("all_reduce", "alltoall")})
-    cs = by_metric(fabric.checks(spec, prof, good, nccl_version="2.30.4"))
+    good = fjudge.parse({t: one_gpu(lambda s, c: 2050.0 + c) for t in ("all_reduce", "alltoall")})
+    slow = fjudge.parse({t: one_gpu(lambda s, c: 1500.0 + c) for t in ("all_reduce", "alltoall")})
+    cs = by_metric(fjudge.checks(spec, prof, good, nccl_version="2.30.4"))
     assert (
         cs["all_reduce.algbw_gbs"].passed
         and "measured (median of the accepted runs)" in cs["all_reduce.algbw_gbs"].note
     )
-    assert not by_metric(fabric.checks(spec, prof, slow, nccl_version="2.30.4"))["alltoall.algbw_gbs"].passed
+    assert not by_metric(fjudge.checks(spec, prof, slow, nccl_version="2.30.4"))["alltoall.algbw_gbs"].passed
     # the H100 profile's bar comes from H100 runs only: the H200 runs above make none
     prof, why = resolve_bars(root, spec.profile("h100-ep1"))
     assert not prof.measured and "0 accepted H100 run(s) of 3 under results/gate_fabric/baseline/h100-ep1" in why

@@ -16,7 +16,7 @@ import pytest
 from reprostack.gates import options as gate_options
 from reprostack.gates import profiles, registry
 from reprostack.gates.base import IMAGE_PATHS, Gate
-from reprostack.gates.evidence import Evidence
+from reprostack.evidence.kind import Evidence
 from reprostack.gates.kerneluse import KernelUse
 from reprostack.gates.launcher import Launcher
 from reprostack.gates.options import GateOptions
@@ -96,7 +96,7 @@ def _methods(cls) -> set[str]:
 def test_gate_is_small_and_its_roles_are_objects(name):
     """Gate holds the protocol only (about a dozen methods); a kind adds no public method of its own (its helpers are
     private) and declares its kernels, launch traits and evidence as the typed objects of gates.kerneluse,
-    gates.launcher and gates.evidence."""
+    gates.launcher and evidence.kind."""
     assert _methods(Gate) == PROTOCOL
     g = registry.gate(name)
     assert {m for m in _methods(type(g)) if not m.startswith("_")} <= PROTOCOL, type(g).__name__

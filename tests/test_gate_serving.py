@@ -17,6 +17,7 @@ import pytest
 from reprostack import cli, paths
 from reprostack.cmd import gate as cmd_gate
 from reprostack.errors import GateError
+from reprostack.evidence.judge.serving import checks_of
 from reprostack.gates import runner
 from reprostack.gates.aiperftool import ensure_aiperf
 import gaterun
@@ -342,8 +343,8 @@ def test_not_run_alone_is_never_a_pass(tmp_path):
 
 def test_trials_are_aiperf_profile_runs_judged_on_their_interval(aiperf, lock, tmp_path):
     """--trials 2: the pinned AIPerf's --num-profile-runs 2 per cell; each run's export read, the tok/s bar judged
-    on the runs' interval (report.stats), errors / completed over every run."""
-    from reprostack.report.stats import interval_verdict, summarize
+    on the runs' interval (evidence.bars.stats), errors / completed over every run."""
+    from reprostack.evidence.bars.stats import interval_verdict, summarize
     import io
 
     from reprostack import ui
@@ -432,14 +433,14 @@ def test_one_run_on_a_gpu_profile_is_inconclusive_never_pass():
             arm=SimpleNamespace(name=deepep.name, assert_backend=False), backend=None, cells=[c], transport_check=None
         )
 
-    bar = next(c for c in serving._checks(spec, profile, [run([high])]) if c.metric.endswith("c4.agg_tok_s"))
+    bar = next(c for c in checks_of(spec, profile, [run([high])]) if c.metric.endswith("c4.agg_tok_s"))
     assert bar.inconclusive and not bar.passed and "one trial gives no interval" in bar.note
     bar = next(
         c
-        for c in serving._checks(spec, profile, [run([high, high * 1.01, high * 0.99])])
+        for c in checks_of(spec, profile, [run([high, high * 1.01, high * 0.99])])
         if c.metric.endswith("c4.agg_tok_s")
     )
     assert bar.passed and not bar.inconclusive
-    bar = next(c for c in serving._checks(spec, profile, [run([])]) if c.metric.endswith("c4.agg_tok_s"))
+    bar = next(c for c in checks_of(spec, profile, [run([])]) if c.metric.endswith("c4.agg_tok_s"))
     assert not bar.passed and bar.value is None  # no figure at all: a failed bar, never a pass
     assert serving.DEFAULT_TRIALS == 3

@@ -146,7 +146,7 @@ def test_the_dispatch_line_proves_each_rank_of_one_host_and_names_a_silent_rank(
 def test_the_deepep_over_alternative_ratio_has_a_95_interval_from_both_arms_runs():
     from types import SimpleNamespace as NS
 
-    from reprostack.gates.servingratio import ratio_interval, ratio_intervals
+    from reprostack.evidence.bars.ratio import ratio_interval, ratio_intervals
 
     d, a = [100.0, 104.0, 96.0], [50.0, 51.0, 49.0, 50.0]
     got = ratio_interval(d, a)

@@ -23,7 +23,7 @@ from reprostack.gates.parsers.failure import classify_failure
 from reprostack.gates.parsers.training import loss_metrics, parse_megatron, parse_nemo_rl, rel_diff_max
 from reprostack.gates.spec import GateSpecError
 from reprostack.gates.base import verdict as gate_verdict
-from reprostack.gates.training import arm_checks, cross_checks
+from reprostack.evidence.judge.megatron import arm_checks, cross_checks
 from reprostack.gates.training_spec import load_training_spec
 from reprostack.lock import load
 from reprostack.report import GateReport, decide, exit_code, validate_report, write_reports
@@ -461,7 +461,7 @@ def test_real_spec_h200_ep1_run_fails_naming_its_missing_reference(one_h200):
 def test_step_figures_after_the_first_are_the_statistics(one_h200):
     """Issue 16: a training run's steps are repeated samples; step 1 (set-up, JIT) is left out. On the real H200
     log: step_ms 137.9, 128.4 -> mean 133.15, t interval 133.15 -+ 12.7062 * stdev / sqrt(2) = -+ 4.75 * 12.7062."""
-    from reprostack.gates.training import step_statistics
+    from reprostack.evidence.judge.megatron import step_statistics
 
     st = step_statistics("deepep", parse_megatron(real("deepep"), expected_steps=3))
     ms = st["deepep.step_ms"]

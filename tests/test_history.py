@@ -28,7 +28,7 @@ from reprostack.history.compare import analyse
 from reprostack.history.reader import NotAReport, read_report
 from reprostack.history.store import Store
 from reprostack.report.model import GateReport, evaluate
-from reprostack.report.stats import t975
+from reprostack.evidence.bars.stats import t975
 
 from reprostack.gitcmd import git
 from test_bump import pristine, s  # noqa: F401 - the bump scenario's fixtures

@@ -151,7 +151,10 @@ def test_a_python_without_the_project_is_one_line_not_a_traceback():
     lacks the project (PEP 668: nothing installed there), ended in a ModuleNotFoundError traceback. One line naming
     the interpreter and the module, and how to run it, exit 2 (`-S`: no site-packages, so no reprostack)."""
     p = subprocess.run(
-        [sys.executable, "-S", str(REPO / "scripts/image_chain.py"), "--check"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-S", str(REPO / "scripts/image_chain.py"), "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
     assert "has no 'reprostack'" in p.stderr and ".venv/bin/python scripts/image_chain.py" in p.stderr

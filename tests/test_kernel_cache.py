@@ -31,7 +31,7 @@ from test_kernels import (  # noqa: F401  (regex_obj: a module fixture)
 )
 
 from reprostack import cli, evidence
-from reprostack.evidence import keys as keysmod
+from reprostack.evidence.attest import keys as keysmod
 from reprostack.kernels import build, cachesign, cachestore, oci
 from reprostack.kernels import cache as kcache
 from reprostack.kernels.recipe import load_recipe

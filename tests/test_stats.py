@@ -1,4 +1,4 @@
-"""report.stats on known data (t intervals computed by hand below), the interval verdict on synthetic trials
+"""evidence.bars.stats on known data (t intervals computed by hand below), the interval verdict on synthetic trials
 whose intervals are known, INCONCLUSIVE in the report model, and its rendering (JSON, Markdown, JUnit)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from reprostack.report import (
     validate_report,
     write_reports,
 )
-from reprostack.report.stats import (
+from reprostack.evidence.bars.stats import (
     FAIL,
     INCONCLUSIVE,
     PASS,

@@ -19,7 +19,7 @@ from reprostack.gates.nemo_rl import nemo_rl_checks
 from reprostack.gates.parsers.training import parse_megatron, parse_nemo_rl
 from reprostack.gates.parsers.transport import NONE_ONE_NODE, nccl_host, parse_transport
 from reprostack.gates.spec import load_spec
-from reprostack.gates.training import arm_checks
+from reprostack.evidence.judge.megatron import arm_checks
 from reprostack.gates.training_spec import load_training_spec
 from reprostack.report import decide
 from test_gate_micro_flow import gpu_host  # noqa: F401  (fixture: the GPU parts stood in for)
@@ -441,11 +441,11 @@ def test_micro_on_one_node_reports_why_no_network_is_checked(tmp_path, gpu_host)
 
 
 def serving_checks(gate: str, text: str, profile: str = "p5en-efa-ep16"):
-    """The deepep arm's checks as the serving gate's judge makes them (serving._checks) from the server logs `text`:
-    the backend assertion (parsers.servelog) and the transport proof (serving.arm_transport), env as the plan's."""
+    """The deepep arm's checks as the serving gate's judge makes them (evidence.judge.serving.checks_of) from the server logs `text`:
+    the backend assertion (parsers.servelog) and the transport proof (evidence.judge.serving.arm_transport), env as the plan's."""
     from types import SimpleNamespace
 
-    from reprostack.gates import serving
+    from reprostack.evidence.judge.serving import arm_transport, checks_of
     from reprostack.gates.base import env_tuple
     from reprostack.gates.parsers.servelog import assert_backend
     from reprostack.gates.servingspec import load_serving_spec
@@ -462,9 +462,9 @@ def serving_checks(gate: str, text: str, profile: str = "p5en-efa-ep16"):
         required=list(required),
         forbidden=list(forbidden),
     )
-    data, check = serving.arm_transport(prof, env, arm.name, text)
+    data, check = arm_transport(prof, env, arm.name, text)
     run = SimpleNamespace(arm=arm, backend=backend, cells=[], transport=data, transport_check=check, skipped=None)
-    return {c.metric: c for c in serving._checks(spec, prof, [run])}, data, arm.name
+    return {c.metric: c for c in checks_of(spec, prof, [run])}, data, arm.name
 
 
 @pytest.mark.parametrize("gate", ["vllm", "sglang", "trtllm"])

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from reprostack import cli
-from reprostack.verify import AiperfSchemaError, ClaimsError, load_claims, parse_export, parse_records, run_verify
+from reprostack.evidence.verify import (
+    AiperfSchemaError,
+    ClaimsError,
+    load_claims,
+    parse_export,
+    parse_records,
+    run_verify,
+)
 from reprostack.gates.parsers.aiperf import check_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,7 +210,7 @@ def test_claims_file_errors_name_file_and_line(tmp_path):
 
 
 def test_html_page_plots_agg_tok_s_per_arm_published_vs_recomputed(tmp_path):
-    from reprostack.verify.html import _series
+    from reprostack.evidence.verify.html import _series
 
     rc, results, written = run_verify([PUB], CLAIMS, tmp_path)
     assert rc == 0 and set(written) == {"verify.json", "verify.md", "verify.html"}
@@ -334,7 +341,7 @@ def test_a_claim_artifact_outside_the_folder_is_refused(tmp_path, artifact):
 
 
 def test_a_link_out_of_the_folder_is_not_its_artifact(tmp_path):
-    from reprostack.verify.engine import _find
+    from reprostack.evidence.verify.claims import _find
 
     (tmp_path / "d" / "c4").mkdir(parents=True)
     outside = tmp_path / "elsewhere.json"
@@ -349,7 +356,7 @@ def test_records_that_cannot_be_read_never_let_the_aggregate_stand_alone(tmp_pat
     (hostile trial, issue 14): the claim is a mismatch saying so."""
     import os
     import shutil
-    from reprostack.verify.engine import _contradictions
+    from reprostack.evidence.verify.claims import _contradictions
 
     src = Path(__file__).resolve().parent / "fixtures" / "published-2026-07" / "trtllm-shim" / "c4"
     d = tmp_path / "c4"
@@ -369,7 +376,7 @@ def test_records_that_cannot_be_read_never_let_the_aggregate_stand_alone(tmp_pat
 def test_verify_names_the_statistic_a_published_figure_is(tmp_path):
     """Issue 16: a figure published as a p50 that is AIPerf's avg is a mismatch saying so; every claim lists the
     statistics that reproduce it (TTFT of the published TRT-LLM c4 export: avg 1122.7 ms, p50 159.7 ms)."""
-    from reprostack.verify.engine import run_verify
+    from reprostack.evidence.verify.claims import run_verify
 
     claims = tmp_path / "claims.yaml"
     claims.write_text("""\

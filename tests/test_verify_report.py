@@ -1,4 +1,4 @@
-"""`reprostack verify-report` (reprostack.report.rederive, report.trace, each Gate.evidence): every committed report
+"""`reprostack verify-report` (reprostack.evidence.verify.report, evidence.verify.trace, each Gate.evidence): every committed report
 re-derives from its raw logs and traces to commits of this repository; tampered copies (a changed figure, a changed
 log byte, a lax threshold, a flipped verdict, a lock no commit has, a project commit that is not one) fail with one
 line naming what; a new report made here (micro with its trials log, the serving gate through the pinned AIPerf)
@@ -17,9 +17,10 @@ import pytest
 
 from reprostack import cli
 from reprostack.gates import registry
-from reprostack.report.rederive import RederiveError, verify
-from reprostack.report.stats import summarize
-from reprostack.report.trace import Correction, Versions, read_corrections
+from reprostack.evidence.rederive import RederiveError
+from reprostack.evidence.verify.report import verify
+from reprostack.evidence.bars.stats import summarize
+from reprostack.evidence.verify.trace import Correction, Versions, read_corrections
 from test_gate_micro_flow import gpu_host  # noqa: F401  (fixture: the stand-in GPU host)
 
 ROOT = Path(__file__).resolve().parents[1]

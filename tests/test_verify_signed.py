@@ -1,4 +1,4 @@
-"""verify-report on SIGNED runs (reprostack.verify.signed): a micro run made here (the stand-in GPU host), signed with
+"""verify-report on SIGNED runs (reprostack.evidence.verify.signed): a micro run made here (the stand-in GPU host), signed with
 a key of the project's keyring, holds and names who signed it; a file added after signing, a report re-signed by
 an insider against a spec its commit does not hold, a deliberate run re-signed as ordinary data, a commit that is
 not in the repository and a key outside the keyring each fail with one line."""
@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 from reprostack import cli, evidence
-from reprostack.evidence.keys import entry_name
-from reprostack.evidence.runs import finish_run
+from reprostack.evidence.attest.keys import entry_name
+from reprostack.evidence.attest.runs import finish_run
 from test_evidence import HOST
 from test_gate_micro_flow import gpu_host  # noqa: F401  (fixture: the stand-in GPU host)
 from test_verify_report import commit_all

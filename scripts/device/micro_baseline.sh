@@ -1,6 +1,6 @@
 #!/bin/bash
 # Gate 1 against its baseline bar on the one lent H200 (issue 27 item 1): the h200-ep1 D+C bar is the median of the
-# accepted K=5 runs x 1.07 (gates/micro.yaml, reprostack.report.baseline); a normal run must clear it and a
+# accepted K=5 runs x 1.07 (gates/micro.yaml, reprostack.evidence.bars.baseline); a normal run must clear it and a
 # deliberately slowed one (DeepEP given fewer SMs: `--num-sms K`, which the report names) must not pass it.
 #
 #   bash scripts/device/micro_baseline.sh [SMS...]       (default: 64 16; each a slowed run after the normal one)

@@ -6,7 +6,7 @@
 # Diagnostic, not a gate and not a benchmark figure. Run after the NCCL wheel was seeded (scripts/device/
 # seed_wheelhouse.sh receive, one call per part; the last part .cN may ride with this call); carry .carry and .whl.
 # Then one warm run with --trials 1 (the fixed cost; K=5 minus K=1 is what four trials cost).
-# Into $OUT: anatomy.log, timeline.json, and each run's micro.json (cold.json, warm-N.json, warm-k1.json).
+# Into $OUT: anatomy.log, timeline.json, runs.tsv (each run's result, duration and stage seconds from its report).
 set -u
 R=$(pwd)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -25,13 +25,25 @@ G=(-m reprostack gate micro --profile "$P" --offline --bundle .carry/sources.tar
 echo "$GPU; profile $P; commit $(head -1 .carry/project-stamp.txt 2>/dev/null)"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }   # no bc on the device
 t=$(ms); "$PY" "${G[@]}" --out out/anat/cold >/dev/null 2>&1; rc=$?
-echo "cold rc=$rc wall $(( $(ms) - t )) ms"; cp out/anat/cold/micro.json "$OUTD/cold.json"
+echo "cold rc=$rc wall $(( $(ms) - t )) ms"
 for i in $(seq 1 "${WARM_N:-3}"); do
   t=$(ms); "$PY" "${G[@]}" --out "out/anat/warm-$i" >/dev/null 2>&1; rc=$?
-  echo "warm-$i rc=$rc wall $(( $(ms) - t )) ms"; cp "out/anat/warm-$i/micro.json" "$OUTD/warm-$i.json"
+  echo "warm-$i rc=$rc wall $(( $(ms) - t )) ms"
 done
 t=$(ms); "$PY" "${G[@]}" --trials 1 --out out/anat/warm-k1 >/dev/null 2>&1; rc=$?   # what the trials cost: K=1
-echo "warm-k1 (--trials 1) rc=$rc wall $(( $(ms) - t )) ms"; cp out/anat/warm-k1/micro.json "$OUTD/warm-k1.json"
-for d in cold warm-1 warm-k1; do "$PY" -c "import json; r=json.load(open('out/anat/$d/micro.json')); print('$d', r['result'], r['data'].get('timings_s'))"; done
+echo "warm-k1 (--trials 1) rc=$rc wall $(( $(ms) - t )) ms"
+# each run's figures, one row each (the reports stay on the device: a report committed under results/ must carry
+# its attestation, and these are a diagnostic, not evidence)
+"$PY" - "$OUTD/runs.tsv" out/anat/cold out/anat/warm-[0-9]* out/anat/warm-k1 <<'PYEOF'
+import json, os, sys
+keys = ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
+rows = ["\t".join(("run", "result", "duration_s") + keys)]
+for d in sys.argv[2:]:
+    r = json.load(open(os.path.join(d, "micro.json")))
+    t = r["data"].get("timings_s") or {}
+    rows.append("\t".join([os.path.basename(d), r["result"], str(r["duration_s"])] + [str(t.get(k, "")) for k in keys]))
+open(sys.argv[1], "w").write("\n".join(rows) + "\n")
+print("\n".join(rows))
+PYEOF
 "$PY" scripts/device/warm_timeline.py out/anat/warm-1 --warm-only && cp out/anat/warm-1/timeline.json "$OUTD/"
 } 2>&1 | tee "$OUTD/anatomy.log"

@@ -86,11 +86,11 @@ def _report(out: Path, gate: str) -> dict:
 
 def bind_transcript(out: Path, env: dict) -> str | None:
     """The benched gate signed its folder (a key configured) but not its transcript `cli.log`, still being written
-    then: sign it now (reprostack.evidence.runs.add_after, every other subject checked first). None when the run is
+    then: sign it now (reprostack.evidence.attest.runs.add_after, every other subject checked first). None when the run is
     unsigned (no key, no attestation); else the line saying so."""
     from . import evidence
-    from .evidence.keys import Holder
-    from .evidence.runs import add_after
+    from .evidence.attest.keys import Holder
+    from .evidence.attest.runs import add_after
 
     signer, _ = evidence.configured_signer(env)
     if signer is None or not (out / evidence.NAME).is_file():
@@ -278,7 +278,7 @@ def _gate_result(
 ) -> dict:
     """bench_gate's result from its repeats: the medians (the headline), min, max and n, the samples, the targets,
     the verdicts (the same in every run, cold and warm) and where it ran."""
-    from .report.benchstats import summary
+    from .evidence.bars.benchstats import summary
 
     cold, warm = summary([r["cold_s"] for r in repeats]), summary([r["warm_s"] for r in repeats])
     same = all(r["verdict"]["same"] for r in repeats) and len({r["verdict"]["cold"] for r in repeats}) == 1
@@ -349,7 +349,7 @@ def bench_cpu(*, lock: lockmod.Lock, mirrors: dict, out_dir: Path, work: Path, h
             if rc != 0:
                 raise ReprostackError(f"bench cpu: `reprostack fetch` ({kind}) exit {rc}; log {work}/fetch-{kind}.log")
             res[f"fetch_{kind}_s"] = wall
-    from .report.benchstats import summary
+    from .evidence.bars.benchstats import summary
 
     for key, argv in (("lock_check", _cli("lock", "check", "--lock", str(lock.path))), ("cli_start", _cli("--help"))):
         samples = [_timed(argv, env)[0] for _ in range(CPU_REPEAT)]
@@ -379,7 +379,7 @@ def _bench_key(store: Path) -> tuple[Path, Path, dict]:
     """The key the bench signs its entries with and its keyring: the operator's when one is configured
     ($REPROSTACK_SIGNING_KEY, keyring keys/), else a key made for this bench beside the store (said in the JSON)."""
     from . import evidence
-    from .evidence import keys as keysmod
+    from .evidence.attest import keys as keysmod
 
     signer, _ = evidence.configured_signer()
     if signer is not None:
@@ -531,7 +531,7 @@ def bench_kernel_cache(
 def _kcache_summarise(res: dict) -> None:
     """Per kind: its list of seconds (the run list), the median `<kind>_s` and its summary; the median cold-hit
     run's timeline; the targets judged on the medians; every run's verdict and every invalid run."""
-    from .report.benchstats import summary
+    from .evidence.bars.benchstats import summary
 
     for kind, runs in res["runs"].items():
         res[kind] = [r["wall_s"] for r in runs]

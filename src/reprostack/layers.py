@@ -47,8 +47,9 @@ LAYERS: tuple[Layer, ...] = (
     Layer(
         "evidence",
         ("evidence",),
-        "signed run attestations: the operator's key and the keyring, in-toto statements of a run folder, DSSE "
-        "envelopes, the check of a folder against its attestation",
+        "the evidence that needs no gate: signed run attestations (evidence.attest), bars and the statistics they "
+        "are judged on (evidence.bars), the report readers re-derivation shares (evidence.rederive), the Evidence a "
+        "gate kind declares (evidence.kind)",
     ),
     Layer(
         "process",
@@ -79,8 +80,17 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         "gates",
-        ("gates",),
-        "the gates: specs, registry, log parsers, the runner that turns a spec and a host into a report",
+        (
+            "gates",
+            "evidence.judge",
+            "evidence.rederive.micro",
+            "evidence.rederive.serving",
+            "evidence.rederive.fabric",
+            "evidence.rederive.megatron",
+        ),
+        "the gates: specs, registry, log parsers, the runner that turns a spec and a host into a report; each kind's "
+        "judge (evidence.judge) and re-derivation from its raw logs (evidence.rederive.<kind>), which read the kind's "
+        "parsers and spec and are declared by its gate",
     ),
     Layer(
         "cluster",
@@ -89,7 +99,8 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         "commands",
-        ("bump", "history", "verify", "bench", "stacks", "cmd", "cli", "__main__"),
-        "what the operator runs: bump, history, verify, bench, stacks, one module per CLI command, the CLI table",
+        ("bump", "history", "evidence.verify", "bench", "stacks", "cmd", "cli", "__main__"),
+        "what the operator runs: bump, history, verification of claims and report folders (evidence.verify: "
+        "`reprostack verify`, `verify-report`), bench, stacks, one module per CLI command, the CLI table",
     ),
 )

@@ -1,12 +1,12 @@
 """`reprostack attest DIR`: sign what was added to a signed run folder after its command signed it (the command's
 console transcript, `gate ... --out DIR > DIR/cli.log`, complete only once it exited), with the configured key
-(reprostack.evidence.keys). The folder's attestation must verify with a key of keys/ and every subject must still
+(reprostack.evidence.attest.keys). The folder's attestation must verify with a key of keys/ and every subject must still
 hash to its record; the new statement keeps the predicate and names the added files (`added_after`).
 
 Invariants: nothing is signed when a subject changed, the attestation does not verify, or no key is configured
 (one line, exit 2); only `run.intoto.jsonl` is written.
 
-`--re-attest WHY`: an unsigned historical run signed now from what its reports recorded (evidence.runs.re_attest),
+`--re-attest WHY`: an unsigned historical run signed now from what its reports recorded (evidence.attest.runs.re_attest),
 marked `re_attested` with the date and WHY; verify-report still judges it at its recorded commit, so a run whose
 spec or lock is not its commit's cannot be re-attested into holding.
 """
@@ -33,12 +33,12 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from .. import evidence, paths
-    from ..evidence.runs import add_after
+    from ..evidence.attest.runs import add_after
 
     signer, why = evidence.configured_signer()
     if signer is None:
         raise ReprostackError(why)
-    from ..evidence.keys import Holder
+    from ..evidence.attest.keys import Holder
 
     if args.re_attest is not None:
         return _re_attest(Path(args.folder), signer, args.re_attest)
@@ -55,7 +55,7 @@ def run(args) -> int:
 
 def _re_attest(folder: Path, signer, why: str) -> int:
     from .. import paths
-    from ..evidence.runs import re_attest
+    from ..evidence.attest.runs import re_attest
     from ..gitcmd import GitFailed, git
 
     if len(why.strip()) < 10:

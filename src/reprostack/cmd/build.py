@@ -123,10 +123,10 @@ def build(args: argparse.Namespace, lock: Lock, root: Path, fetch: FetchOptions)
 
 
 def _attest(out: Path, results, root: Path, lock, started: str) -> str:
-    """Sign the build's folder (reprostack.evidence.runs.finish_run): `attested: ...` or `unsigned: no key ...`."""
+    """Sign the build's folder (reprostack.evidence.attest.runs.finish_run): `attested: ...` or `unsigned: no key ...`."""
     from .. import project
     from ..digest import sha256_file
-    from ..evidence.runs import finish_run
+    from ..evidence.attest.runs import finish_run
     from ..report import utc_now
 
     return finish_run(

@@ -135,10 +135,10 @@ def _run(args, ga, ctx, node: _Node, folder, started: str, sigterm: _Sigterm) ->
 
 
 def _attest(out: Path, reports, rc: int, state: dict, ga, lock, started: str) -> str:
-    """Sign the run folder (reprostack.evidence.runs.finish_run): the line to print, `attested: ...` or `unsigned: no
+    """Sign the run folder (reprostack.evidence.attest.runs.finish_run): the line to print, `attested: ...` or `unsigned: no
     key ...`. Every report's verdict goes into the predicate; the overall verdict is `pass` only when the exit code
     is 0."""
-    from ..evidence.runs import finish_run, purpose_of
+    from ..evidence.attest.runs import finish_run, purpose_of
     from ..report import utc_now
 
     docs = [r.to_dict() for r in reports]

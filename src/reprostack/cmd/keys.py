@@ -1,4 +1,4 @@
-"""`reprostack keys new|show|list`: the operator's signing key (reprostack.evidence.keys: where it lives is defined
+"""`reprostack keys new|show|list`: the operator's signing key (reprostack.evidence.attest.keys: where it lives is defined
 there once) and the committed keyring keys/.
 
 - `keys new --who TEXT [--key FILE] [--keyring DIR]`: make an ed25519 key at FILE (default: where runs look for it,
@@ -45,7 +45,7 @@ def _keyring_dir(args) -> Path:
 def run(args) -> int:
     from ..atomicfile import write_text_atomic
     from ..evidence import Keyring, configured_signer, key_path, load_signer, new_key, public_entry
-    from ..evidence.keys import entry_name
+    from ..evidence.attest.keys import entry_name
 
     ring = _keyring_dir(args)
     if args.keys_cmd == "new":

@@ -1,5 +1,5 @@
 """`reprostack log add DIR...` / `reprostack log check`: the append-only hash-chained log of the signed runs committed
-under results/ (reprostack.evidence.log: `results/attestations.jsonl`). `add` appends one entry per signed run
+under results/ (reprostack.evidence.attest.log: `results/attestations.jsonl`). `add` appends one entry per signed run
 folder (its attestation verified with keys/ first; never one already logged; never onto a broken chain); `check`
 says whether the chain holds, every logged run is still there with its attestation, and every signed run under
 results/ is logged. verify-report runs the same check over results/.
@@ -23,7 +23,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from .. import evidence, paths
-    from ..evidence import log
+    from ..evidence.attest import log
 
     root = paths.project_root()
     keyring = evidence.Keyring.read(root / evidence.KEYRING_DIR)

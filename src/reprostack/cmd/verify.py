@@ -1,4 +1,4 @@
-"""`reprostack verify DIR...`: recompute the published claims from raw AIPerf artifacts (reprostack.verify)."""
+"""`reprostack verify DIR...`: recompute the published claims from raw AIPerf artifacts (reprostack.evidence.verify)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..verify import run_verify
+    from ..evidence.verify import run_verify
 
     claims = Path(args.claims) if args.claims else paths.project_root() / "claims" / "published.yaml"
     rc, results, written = run_verify([Path(d) for d in args.dirs], claims, Path(args.out))

@@ -1,8 +1,8 @@
 """`reprostack verify-report DIR...`: re-derive every gate report under the folders from its raw logs and check its
-provenance (reprostack.report.rederive: figures, statistics, bars of the recorded spec, verdict; lock and spec
-traced to commits of this repository, report.trace), one line per report.
+provenance (reprostack.evidence.verify.report: figures, statistics, bars of the recorded spec, verdict; lock and spec
+traced to commits of this repository, evidence.verify.trace), one line per report.
 
-First, for every report, its run's signature (reprostack.verify.signed): the attestation of its run folder verifies
+First, for every report, its run's signature (reprostack.evidence.verify.signed): the attestation of its run folder verifies
 with a key of keys/, every subject hashes to its record, no file of the folder is left uncovered, and the report
 is judged at its run's own commit; an unsigned report must be the committed bytes and is shown UNSIGNED, never
 a plain OK. A `*.json` that cannot be read (not UTF-8, not JSON, a NaN) is a FAIL naming it and why.
@@ -11,7 +11,7 @@ Exit 0 when every report is verified, 1 when one is not (its line says why), 2 f
 written (a folder that does not exist or holds no gate report, a project that is no git checkout, a malformed
 corrections file). `--json FILE` writes every finding.
 
-Invariants: every report, log and the corrections file is untrusted input (report.rederive, report.trace); the only
+Invariants: every report, log and the corrections file is untrusted input (evidence.rederive, evidence.verify.trace); the only
 thing written is `--json FILE` (atomically, once every report was read); nothing runs but read-only git.
 """
 
@@ -59,9 +59,9 @@ def print_note_counts(outcomes) -> None:
 def run(args) -> int:
     from .. import evidence, paths, ui
     from ..gates import registry
-    from ..verify.signed import Evidence
-    from ..report.rederive import RederiveError, Rederived, reports_under
-    from ..report.trace import Versions, read_corrections
+    from ..evidence.verify.signed import Evidence
+    from ..evidence.rederive import RederiveError, Rederived, reports_under
+    from ..evidence.verify.trace import Versions, read_corrections
 
     root = paths.project_root()
     folders = [Path(f) for f in args.folders] or [root / "results"]
@@ -125,9 +125,9 @@ def run(args) -> int:
 
 
 def _log_problems(root: Path, folders: list[Path]) -> list[str]:
-    """The hash-chained log's problems (reprostack.evidence.log): its chain and every entry's run, and every signed
+    """The hash-chained log's problems (reprostack.evidence.attest.log): its chain and every entry's run, and every signed
     run folder under the verified folders that lies in results/ is logged."""
-    from ..evidence import log
+    from ..evidence.attest import log
 
     results = (root / "results").resolve()
     seen = []
@@ -143,8 +143,9 @@ def _log_problems(root: Path, folders: list[Path]) -> list[str]:
 
 def _one(p: Path, root: Path, versions, corrections, rederive, signed):
     """One report: its signature and subjects first (verify.signed); a run whose attestation does not hold is a FAIL
-    on that alone. Then the re-derivation (report.rederive.verify), with the corrections only for an unsigned run."""
-    from ..report.rederive import Outcome, RederiveError, load, verify
+    on that alone. Then the re-derivation (evidence.verify.report.verify), with the corrections only for an unsigned run."""
+    from ..evidence.verify.report import Outcome, verify
+    from ..evidence.rederive import RederiveError, load
 
     try:
         doc = load(p)

@@ -11,7 +11,7 @@ writes each run's exports under `<artifact dir>/profile_runs/run_NNNN/`; each is
 and the cell's figures become: agg_tok_s = mean of the runs (the runs' values in `samples`, for the interval),
 errors = the sum over runs, completed / request_count = the fewest any run completed (so `== requests` means
 every run completed all). A run export that is missing or unreadable makes the cell an error. AIPerf's own
-aggregate (`aggregate/`) is not read: our statistics come from the per-run exports (report.stats).
+aggregate (`aggregate/`) is not read: our statistics come from the per-run exports (evidence.bars.stats).
 
 Progress: AIPerf (0.10.0) logs `[v0 t1] Executing run_0002...` as each profile run starts (its orchestrator,
 one line per run, `--ui none` too); `profile_run_started` recognises it for the gate's `run k/K` (ui.line_counter

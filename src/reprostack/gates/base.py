@@ -17,7 +17,7 @@ Everything outside the gate classes asks the object, never a kind string and nev
   `rebuilt_by(spec)` the kernels whose bump re-runs it, `line(...)` the plan's kernels line); `launcher`
   (gates.launcher.Launcher: `launches(spec, options)` how many watchdog-bounded launches a run makes, the
   container's time limit; `mpi_launch(spec, profile)`; `unrenderable(spec, profile)`); `evidence`
-  (gates.evidence.Evidence: `rederive(gate, doc, folder, spec)` for verify-report, `baseline_bars(root, spec)` for
+  (evidence.kind.Evidence: `rederive(gate, doc, folder, spec)` for verify-report, `baseline_bars(root, spec)` for
   the bump PR body);
 - `run(options, ctx)`: the staged run (below) into a GateReport.
 
@@ -47,7 +47,7 @@ from ..launch.rendezvous import NodeRun
 from ..lock import Lock
 from ..report import GateReport, Result, artifact_for, decide, evaluate, skipped, utc_now
 from . import profiles
-from .evidence import Evidence
+from ..evidence.kind import Evidence
 from .kerneluse import KernelUse
 from .launcher import Launcher
 from .options import GateOptions
@@ -279,7 +279,7 @@ class Gate(Generic[S, P]):
     no_fit: ClassVar[str] = profiles.NO_FIT  # the SKIP's line when no profile fits the host (gates.profiles)
     kernels: ClassVar[KernelUse] = KernelUse()  # its kernels: prebuilt, rebuilt by, the plan's line (gates.kerneluse)
     launcher: ClassVar[Launcher] = Launcher()  # launches, MPI launch, renderable (gates.launcher)
-    evidence: ClassVar[Evidence] = Evidence()  # re-derivation and baseline bars of its reports (gates.evidence)
+    evidence: ClassVar[Evidence] = Evidence()  # re-derivation and baseline bars of its reports (evidence.kind)
 
     def __init__(self, name: str, stem: str | None = None, requires: tuple[str, ...] | None = ()):
         self.name, self.stem, self.requires = name, stem or name, requires

@@ -7,19 +7,10 @@ no EFA: SKIP naming what was verified) -> prepare (the pinned NCCL and the keyed
 launcher this runner cannot start, MPI, is an ERROR saying what it needs) -> launch (the plan's command of each test
 for this node, under the watchdog, the pinned NCCL first on the library path) -> judge (the functions below).
 
-Its functions, each pure:
-- node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test one TestCommand, the
-  argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's, then the profile's),
-  the same for the plan and the run;
-- parse(text_by_test): gates.parsers.nccl_tests per test;
-- checks(spec, profile, parsed, nccl_version=): per test `<test>.rows` (every size of the sweep in each of the
-  `trials` cycles), `<test>.wrong_total` == 0 (-c 1 checked every result), `<test>.out_of_bounds` == 0,
-  `<test>.nccl_library` == the pinned NCCL (nccl-tests' `nccl-library=`), each bar `<test>.busbw_gbs` at its size
-  on the interval of its per-cycle samples (report.evaluate_interval), then `transport`;
-- transport_check(profile, parsed): every rank of every test on the transport the profile needs (gates.transport,
-  the per-rank judge shared with micro, megatron and nemo-rl);
-- figures(spec, profile, parsed): busbw per cycle at the report sizes and the bar sizes, with report.stats summaries
-  (`data.statistics`), reported on every profile, bars or not.
+Its pure functions: node_commands(spec, profile, bin_dir, nodes=, node_rank=, master_addr=, nccl_lib=): per test
+one TestCommand, the argv (the binary, the spec's args, `-g <gpus-per-node>`, `-N <trials>`) and env (the spec's,
+then the profile's), the same for the plan and the run. Its judge (parse, checks, transport_check, figures) is
+evidence.judge.fabric; what verify-report re-derives of its reports is evidence.rederive.fabric.
 
 Trials: one launch per test, `-N trials` cycles of the whole sweep in it (nccl-tests' own repetition: the same
 communicator and buffers, no re-initialisation between cycles), so each size has `trials` samples and a bar is
@@ -36,12 +27,11 @@ a transport check that fails is a FAIL naming the ranks; no output at all is an 
 
 Invariants: no function here starts a process except FabricGate's prepare (the keyed builds) and launch (under
 launch.watchdog, each test's output kept whole in its log); checks never pass on a missing or non-finite number
-(report.evaluate); every check names its metric once per test (`all_reduce.busbw_gbs`, ...) and `transport` once.
+(report.evaluate, in evidence.judge.fabric).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -55,19 +45,18 @@ from ..kernels import preflight as kpreflight
 from ..kernels.recipe import load_recipe
 from ..launch import plan as lp
 from ..launch.watchdog import run_with_watchdog
-from ..report import Check, GateReport, artifact_for, decide, evaluate, evaluate_interval
-from ..report.stats import Summary, summarize
+from ..report import GateReport, artifact_for, decide
 from ..sources import SourceTree
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from .fabric_spec import FabricBar, FabricSpec, load_fabric_spec, resolve_bars
-from .evidence import Evidence
+from ..evidence.kind import Evidence
+from ..evidence.judge.fabric import FabricParse, checks, figures, parse
+from ..evidence.rederive.fabric import rederive_fabric
 from .kernelprep import built_provenance, prepare_nccl, provenance, source_trees
 from .kerneluse import KernelUse, built_kernels_line, kernel_pins
 from .launcher import Launcher
 from .options import GateOptions
 from . import fabric_mpi, profiles, transport
-from .parsers.nccl_tests import NONE_ONE_NODE, NcclTestsParse, parse_nccl_tests
-from .parsers.transport import TransportParse
 from .spec import Profile
 from .state import KindState
 
@@ -94,16 +83,6 @@ class TestCommand:
     timeout_s: float
     needs: tuple[str, ...] = ()
     master_addr: str | None = None
-
-
-@dataclass(frozen=True)
-class FabricParse:
-    """One parse per test (gates.parsers.nccl_tests), keyed by the spec's test name."""
-
-    tests: dict = field(default_factory=dict)
-
-    def get(self, test: str) -> NcclTestsParse | None:
-        return self.tests.get(test)
 
 
 def node_commands(
@@ -154,209 +133,6 @@ def node_commands(
             )
         )
     return tuple(out)
-
-
-def parse(text_by_test: dict) -> FabricParse:
-    """Parse each test's output (the raw log's text). Never raises on content."""
-    return FabricParse({name: parse_nccl_tests(text) for name, text in text_by_test.items()})
-
-
-def nccl_version_code(version: str) -> int | None:
-    """NCCL's NCCL_VERSION_CODE of "2.30.4" (23004; 2.9+ scheme), the value nccl-tests prints as nccl-library=."""
-    try:
-        major, minor, patch = (int(x) for x in version.split(".")[:3])
-    except (ValueError, AttributeError):
-        return None
-    return major * 10000 + minor * 100 + patch
-
-
-def _samples(p: NcclTestsParse, size: int, placement: str, kind: str = "busbw_gbs") -> list[float]:
-    rows = p.rows_at(size)
-    return [getattr(r.out_of_place if placement == "out-of-place" else r.in_place, kind) for r in rows]
-
-
-def _summary(samples: list[float]) -> Summary | None:
-    if not samples or not all(math.isfinite(x) for x in samples):
-        return None
-    return summarize(samples, "GB/s")
-
-
-def _size_words(size: int) -> str:
-    for unit, n in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= n and size % n == 0:
-            return f"{size // n} {unit}"
-    return f"{size} B"
-
-
-def _test_checks(spec: FabricSpec, name: str, p: NcclTestsParse | None, want_nccl: int | None) -> list[Check]:
-    """The health checks of one test's output (rows complete, no wrong element, the pinned NCCL)."""
-    sizes = spec.tests[name].sizes()
-    if p is None:
-        return [evaluate(f"{name}.rows", "", None, "==", spec.trials * len(sizes), "no output for this test")]
-    per_cycle = [sum(r.cycle == c for r in p.rows) for c in range(p.cycles)]
-    note = f"{p.cycles} cycle(s) of {per_cycle or [0]} rows; {len(sizes)} sizes x {spec.trials} trials expected"
-    if p.problems:
-        note += f"; output problems: {'; '.join(p.problems[:3])}"
-    if p.failures:
-        note += f"; failure: {p.failures[0]}"
-    rows_ok = not p.problems and p.cycles == spec.trials and all(n == len(sizes) for n in per_cycle)
-    out = [
-        Check(f"{name}.rows", "", len(p.rows), "==", spec.trials * len(sizes), rows_ok and bool(p.rows), note),
-        evaluate(
-            f"{name}.wrong_total",
-            "",
-            p.wrong_total,
-            "==",
-            0,
-            None if p.wrong_total is not None else "no #wrong count in the output (-c 0, or no row)",
-        ),
-        evaluate(
-            f"{name}.out_of_bounds", "", p.out_of_bounds, "==", 0, None if p.out_of_bounds is not None else "no footer"
-        ),
-    ]
-    if want_nccl is not None:
-        out.append(
-            evaluate(
-                f"{name}.nccl_library",
-                "",
-                p.nccl_library,
-                "==",
-                want_nccl,
-                "NCCL_VERSION_CODE of the library nccl-tests loaded (its header line)",
-            )
-        )
-    return out
-
-
-def checks(
-    spec: FabricSpec, profile: Profile[FabricBar], parsed: FabricParse, *, nccl_version: str | None = None
-) -> list[Check]:
-    """Every check of a run (module doc): per test the health checks, the profile's bars on their interval, then
-    `transport`. A profile without bars gets the health and transport checks only (its numbers: `figures`)."""
-    want = nccl_version_code(nccl_version) if nccl_version else None
-    out: list[Check] = []
-    for name in spec.tests:
-        out += _test_checks(spec, name, parsed.get(name), want)
-    for bar in profile.bars:
-        if bar.threshold is None:  # a baseline bar not made from its runs (resolve_bars): never a silent pass
-            why = f"{bar.baseline.runs_from}: its accepted runs were not read (gates.fabric_spec.resolve_bars)"
-            out.append(evaluate(bar.metric, "GB/s", None, bar.op, None, why))
-            continue
-        p = parsed.get(bar.test)
-        samples = _samples(p, bar.size, bar.placement, bar.kind) if p else []
-        figure = "measured (median of the accepted runs)" if bar.baseline else "published"
-        where = f"at {_size_words(bar.size)} ({bar.size} B), {bar.placement}; {bar.published} GB/s {figure} x (1 - {bar.tolerance}); {bar.source}"
-        s = _summary(samples)
-        if s is None:
-            why = "no row at this size" if not samples else f"non-finite sample(s) {samples}"
-            out.append(evaluate(bar.metric, "GB/s", None, bar.op, bar.threshold, f"{why}; {where}"))
-        else:
-            out.append(evaluate_interval(bar.metric, s, bar.op, bar.threshold, where))
-    out.append(transport_check(profile, parsed))
-    return out
-
-
-def transport_check(profile: Profile[FabricBar], parsed: FabricParse) -> Check:
-    """`transport` == what the profile needs, for every rank of every test (gates.transport, the judge every gate on
-    an EFA profile shares): `NET/OFI efa` on an EFA profile (a rank on Socket, IB, another provider, a second
-    plugin or unknown fails, named with its host), `none: no network (one node)` on one node (one GPU: no peer at
-    all; NVLink: P2P/SHM only, no NET connection). Ranks missing from a test's output fail too (the profile's
-    nodes x gpus-per-node are expected). nccl-tests uses no GIN: none is asked of it."""
-    want = transport.need(profile) or transport.TransportNeed(
-        NONE_ONE_NODE if profile.nodes == 1 else None, profile.nodes * profile.gpus_per_node
-    )
-    bad, seen, why = [], 0, []
-    for name, p in parsed.tests.items():
-        bad += [f"{name}: {x}" for x in transport.problems(want, TransportParse(p.transports, (), None, {}))]
-        seen += len(p.transports)
-        if p.transports and profile.nodes == 1 and profile.gpus_per_node == 1:
-            why.append(f"{name}: one GPU, no peer: {p.transports[0].why}")
-    if not parsed.tests:
-        bad.append("no test output")
-    shown = want.network or "one network"
-    value = shown if not bad else "; ".join(bad[:8]) + (f"; ... {len(bad) - 8} more" if len(bad) > 8 else "")
-    note = f"{seen} rank(s) over {len(parsed.tests)} test(s)" + (f"; {'; '.join(why)}" if why else "")
-    return Check("transport", "", value[:600], "==", shown, not bad, note[:600])
-
-
-def figures(spec: FabricSpec, profile: Profile[FabricBar], parsed: FabricParse) -> dict:
-    """{`<test>.busbw_gbs@<size>` and `<test>.algbw_gbs@<size>` (a one-rank run has no bus traffic: busbw 0, algbw the
-    local copy): {"samples": [...], "statistics": Summary.to_dict() or None}} at the spec's report
-    sizes and the profile's bar sizes (out-of-place), plus `<test>.avg_busbw_gbs` (nccl-tests' own average over
-    every size and cycle) and the transport per rank: what every run reports, bars or not."""
-    out: dict = {}
-    sizes = {(b.test, b.size) for b in profile.bars} | {(t, s) for t in spec.tests for s in spec.report_sizes}
-    for test, size in sorted(sizes):
-        p = parsed.get(test)
-        samples = _samples(p, size, "out-of-place") if p else []
-        s = _summary(samples)
-        out[f"{test}.busbw_gbs@{size}"] = {"samples": samples, "statistics": s.to_dict() if s else None}
-        alg = [r.out_of_place.algbw_gbs for r in p.rows_at(size)] if p else []  # one rank: a local copy, busbw 0
-        a = _summary(alg)
-        out[f"{test}.algbw_gbs@{size}"] = {"samples": alg, "statistics": a.to_dict() if a else None}
-    for test, p in parsed.tests.items():
-        out[f"{test}.avg_busbw_gbs"] = p.avg_busbw_gbs
-        out[f"{test}.transports"] = [t.to_dict() for t in p.transports]
-    return out
-
-
-def rederive_fabric(doc: dict, folder: Path, spec: dict | None, stem: str):
-    """FabricGate.evidence: each test's kept nccl-tests log parsed again: its row count (and whether the rows are
-    complete: every cycle of the spec's sizes), #wrong, out-of-bounds, the NCCL it loaded, the transport of every
-    rank, the busbw/algbw samples of each statistic; each bar's threshold (published x (1 - tolerance)) from the
-    recorded spec."""
-    from ..report.rederive import RederiveError, Rederived, log_text, spec_profile
-    from .fabric_spec import FabricTest
-    from .spec import profile_from
-
-    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
-    stack = (doc.get("provenance") or {}).get("stack") or "campaign"
-    prof, unmeasured = spec_profile(spec, doc.get("profile", ""), stack)
-    got = Rederived(unmeasured=unmeasured)
-    for b in (prof or {}).get("bars") or []:
-        if isinstance(b, dict) and {"metric", "published", "tolerance"} <= set(b):
-            got.thresholds[b["metric"]] = round(float(b["published"]) * (1 - float(b["tolerance"])), 2)
-    runs = data.get("runs") if isinstance(data.get("runs"), dict) else {}
-    if not runs:
-        got.notes.append("no nccl-tests run in the report: nothing to re-derive from logs")
-        return got
-    launched = isinstance(data.get("launch"), dict) and data["launch"].get("launcher") == "mpi"
-    where = fabric_mpi.LOGS if launched else stem  # an MPI launch's logs: where the rendered steps wrote them
-    parsed = parse({name: log_text(folder, doc, where, [f"{name}.log"]) for name in runs})
-    tests = (spec or {}).get("tests") if isinstance((spec or {}).get("tests"), dict) else {}
-    trials = (spec or {}).get("trials")
-    for name, p in parsed.tests.items():
-        got.values.update(
-            {
-                f"{name}.rows": len(p.rows),
-                f"{name}.wrong_total": p.wrong_total,
-                f"{name}.out_of_bounds": p.out_of_bounds,
-                f"{name}.nccl_library": p.nccl_library,
-            }
-        )
-        t = tests.get(name)
-        if isinstance(t, dict) and isinstance(trials, int):
-            n = len(FabricTest(name, str(t.get("binary")), tuple(str(a) for a in t.get("args") or ())).sizes())
-            per_cycle = [sum(r.cycle == c for r in p.rows) for c in range(p.cycles)]
-            got.passes[f"{name}.rows"] = (
-                not p.problems and p.cycles == trials and all(k == n for k in per_cycle) and bool(p.rows)
-            )
-    if isinstance(prof, dict):
-        try:
-            profile = profile_from(doc.get("profile", ""), {**prof, "bars": []}, ())
-        except KeyError as e:
-            raise RederiveError(f"the recorded spec's profile lacks {e}") from None
-        c = transport_check(profile, parsed)
-        got.values["transport"], got.passes["transport"] = c.value, c.passed
-    for key in data.get("statistics") or {}:
-        test, _, rest = str(key).partition(".")
-        kind, _, size = rest.partition("@")
-        p = parsed.get(test)
-        if p is None or kind not in ("busbw_gbs", "algbw_gbs") or not size.isdigit():
-            continue
-        rows = p.rows_at(int(size))
-        got.figures[key] = [getattr(r.out_of_place, kind) for r in rows]
-    return got
 
 
 @dataclass

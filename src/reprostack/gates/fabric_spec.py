@@ -7,7 +7,7 @@ sweep repeated in one launch), `report-sizes`, the tests (a binary of the nccl-t
 profiles (gates.spec.Profile, made by gates.spec.profile_from) whose bars are FabricBar: `<test>.busbw_gbs` (or
 `.algbw_gbs`, one GPU's local copy) at a size, threshold = published x (1 - tolerance), each with its source; or a
 measured bar (`baseline:`): the median of the accepted runs committed under `runs-from` (this profile, on its
-gpu-model: report.baseline) x (1 - tolerance), made when a run is judged (`resolve_bars`); with fewer than `min-runs`
+gpu-model: evidence.bars.baseline) x (1 - tolerance), made when a run is judged (`resolve_bars`); with fewer than `min-runs`
 such runs the profile has no measured bar yet (FAIL, numbers reported, never PASS).
 
 Invariants: every error is a GateSpecError `FILE:LINE: field: problem` (yamlsrc: bounded read, schema, then the
@@ -111,7 +111,7 @@ def resolve_bars(
     bars only and `why` saying what is missing. Raises GateError for a runs-from outside the project."""
     import dataclasses
 
-    from ..report.baseline import accepted_runs, baseline
+    from ..evidence.bars.baseline import accepted_runs, baseline
 
     out: list[FabricBar] = []
     missing: list[str] = []

@@ -20,7 +20,7 @@ Trials (issue 16): test_ep runs through our trials driver (gates/drivers/micro_t
 its case called `--trials K` times in ONE launch, default 5; why one launch: see the driver's doc), and the
 dense arm, when asked for, runs inside that same launch, interleaved with DeepEP trial by trial, on the same
 sizes and payload (item 2). Each trial gives one figure per metric (parsers.micro_trials); `data.statistics`
-holds n, mean, p50, stdev, the 95% t interval and the samples per metric (report.stats), and every bar with
+holds n, mean, p50, stdev, the 95% t interval and the samples per metric (evidence.bars.stats), and every bar with
 an inequality is judged on the interval (report.evaluate_interval): PASS only when the whole interval
 clears it, FAIL when the whole interval is past it, otherwise INCONCLUSIVE (never PASS). One trial (K=1)
 has no interval: INCONCLUSIVE. `data.metrics` gives the per-trial mean for the metrics with statistics and
@@ -36,7 +36,7 @@ against the lock and this checkout's kernel recipes (reprostack.kernels.prebuilt
 a missing or mismatching manifest is one error line before anything ran, never a build of another kind.
 
 The one-NCCL check of the ranks' records is gates.micro_nccl; what verify-report re-derives of a report from its kept
-logs is gates.micro_rederive.
+logs is evidence.rederive.micro.
 
 Invariants: the run executes its own launch plan's commands (plan_parts), the ones a launcher renders; PASS only on
 measured evidence (complete tables of every rank, every bar cleared by the trials' interval, one NCCL of the lock's
@@ -61,12 +61,12 @@ from ..launch import rendezvous
 from ..launch import torchrun
 from ..launch.watchdog import run_with_watchdog
 from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interval
-from ..report.stats import statistics_block
+from ..evidence.bars.stats import statistics_block
 from ..sources import SourceTree
 from . import arms as armsmod
 from . import metrics, standin, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .evidence import Evidence
+from ..evidence.kind import Evidence
 from .kernelprep import (
     Kernels,
     jit_prewarm,
@@ -80,7 +80,7 @@ from .kernelprep import (
 from .kerneluse import KernelUse, built_from
 from .launcher import Launcher
 from .micro_nccl import one_nccl_of_ranks
-from .micro_rederive import rederive_micro
+from ..evidence.rederive.micro import rederive_micro
 from .options import BASELINE_HISTORY as HISTORY
 from .options import MICRO_TRIALS, GateOptions
 from .parsers.failure import classify_failure

@@ -33,8 +33,8 @@ and the engine's own lines matched by `quote`, no AIPerf is run on it, and the o
 profile's `skip-arms` is not launched (SKIP with that reason). The gate's result says so, and a gate whose DeepEP arm
 was skipped never passes (report.require_deepep_arm).
 
-The judge (each arm's checks, the verdict, the report's data) is gates.servingjudge; what verify-report re-derives of
-a report from its kept AIPerf exports and server logs is gates.servingrederive.
+The judge (each arm's checks, the verdict, the report's data) is evidence.judge.serving; what verify-report re-derives of
+a report from its kept AIPerf exports and server logs is evidence.rederive.serving.
 
 Invariants: the run executes its own launch plan's server commands (plan_parts), the ones a launcher renders; no
 request is sent before the server is ready and its processes passed the one-NCCL check; the local-test profile's
@@ -61,7 +61,7 @@ from ..report import GateReport, artifact_for
 from .aiperfrun import profile_run_started, run_cell
 from .aiperftool import AiperfTool, ensure_aiperf, make_test_tokenizer
 from .base import Gate, Paths, PlanParts, RunState, env_tuple
-from .evidence import Evidence
+from ..evidence.kind import Evidence
 from .kerneluse import KernelUse, kernel_pins
 from .launcher import Launcher, per_arm
 from .options import SERVING_TRIALS, GateOptions
@@ -69,9 +69,8 @@ from .parsers.failure import classify_failure
 from .parsers.servelog import assert_backend
 from .probe import wait_ready
 from .servingspec import Arm, ServingProfile, ServingSpec, load_serving_spec, render
-from .servingjudge import ArmRun, arm_transport, judge
-from .servingjudge import checks_of as _checks  # noqa: F401  (the judge's checks, as tests reach them)
-from .servingrederive import rederive_serving
+from ..evidence.judge.serving import ArmRun, arm_transport, judge
+from ..evidence.rederive.serving import rederive_serving
 from .state import KindState
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from ..errors import GateError, LocatedError
 from ..lock.stacks import is_loader_var
 from ..yamlsrc import compose, dotted, line_of, read_bytes, validate
 from .. import schemas
-from ..report.baseline import Baseline, BaselineError, BaselineSpec, accepted_among, accepted_runs, baseline
+from ..evidence.bars.baseline import Baseline, BaselineError, BaselineSpec, accepted_among, accepted_runs, baseline
 
 
 class GateSpecError(LocatedError, GateError):
@@ -116,7 +116,7 @@ class Requiring(Protocol):
 
 @dataclass(frozen=True)
 class Bar:
-    """`metric op threshold` (unit), its `source`. A baseline bar (`baseline:` in the spec, report.baseline) has no
+    """`metric op threshold` (unit), its `source`. A baseline bar (`baseline:` in the spec, evidence.bars.baseline) has no
     threshold until its runs are read (`resolve_bars`, when a run is judged); then `baseline` holds the Baseline."""
 
     metric: str

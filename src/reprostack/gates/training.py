@@ -19,11 +19,13 @@ build, none deleted since; an arm's environment that would load another NCCL fir
 
 The run executes its own launch plan (MegatronGate.plan_parts with this host's paths): each arm's torchrun command
 for this node, with that arm's env.
+
+Its judge (each arm's checks, per-step statistics, the cross-arm agreement) is evidence.judge.megatron; what
+verify-report re-derives of its reports is evidence.rederive.megatron.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -37,23 +39,21 @@ from ..launch import plan as lp
 from ..launch import rendezvous
 from ..launch import procmaps, torchrun
 from ..launch.watchdog import run_with_watchdog
-from ..report import GateReport, artifact_for, decide, evaluate, require_deepep_arm
+from ..report import GateReport, artifact_for, decide, require_deepep_arm
 from ..sources import SourceTree
-from . import transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
-from .evidence import Evidence
+from ..evidence.kind import Evidence
+from ..evidence.judge.megatron import arm_checks, cross_arm, cross_checks, step_statistics, transport_evidence
+from ..evidence.rederive.megatron import rederive_megatron
 from .kernelprep import Kernels, provenance, setup_kernels, source_trees
 from .kerneluse import KernelUse, built_from
 from .launcher import Launcher, per_arm
 from .options import GateOptions
 from .parsers.failure import FailureClass, classify_failure
-from .parsers.training import loss_metrics, parse_megatron, rel_diff_max
-from .parsers.transport import parse_transport
+from .parsers.training import parse_megatron
 from .spec import Profile
 from .state import KindState
 from .training_spec import TrainingBar, TrainingSpec, load_training_spec
-
-GB = 1e9  # the campaign's "EFA TX >= 1 GB": decimal gigabytes of hw_counters tx_bytes
 
 
 @dataclass
@@ -70,59 +70,6 @@ class MegatronState(KindState):
 
 
 TrainingRun = RunState[TrainingSpec, Profile[TrainingBar]]  # one run of a training gate
-
-
-def rederive_megatron(doc: dict, folder: Path, spec: dict | None, stem: str):
-    """MegatronGate's re-derivation (gates.evidence): from each arm's kept log its steps (losses, grad norms), the
-    structural checks, the loss metrics the bars name, the per-step statistics, and the arms' agreement; the bars from
-    the recorded spec (each arm's, the DeepEP arm's for EFA TX, the cross-arm one once). The one-NCCL check ran in its
-    own process: noted."""
-    from ..report.rederive import begin, kept_logs, log_text
-
-    data, prof, got = begin(doc, spec)
-    arms = data.get("arms") if isinstance(data.get("arms"), dict) else {}
-    spec_arms = (spec or {}).get("arms") if isinstance((spec or {}).get("arms"), dict) else {}
-    deepep = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("deepep")), "deepep")
-    ref = next((n for n, a in spec_arms.items() if isinstance(a, dict) and a.get("reference")), "alltoall")
-    done = {}
-    for name, entry in arms.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("parse"), dict):
-            continue  # an arm that never started (setup failure): its report entry says why
-        logs = kept_logs(doc, stem, lambda p, n=name: p == f"{stem}/{n}.log" or p.startswith(f"{stem}/{n}.node"))
-        parsed = parse_megatron(
-            log_text(folder, doc, stem, logs), expected_steps=int(entry["parse"].get("expected_steps") or 0)
-        )
-        rec = entry["parse"]
-        got.fields.update(
-            {
-                f"data.arms.{name}.parse.complete": parsed.complete,
-                f"data.arms.{name}.parse.problems": list(parsed.problems),
-                f"data.arms.{name}.parse.init_checksum": parsed.init_checksum,
-                f"data.arms.{name}.parse.buffer_class": parsed.buffer_class,
-            }
-        )
-        if [s.get("loss") for s in rec.get("steps") or [] if isinstance(s, dict)] != parsed.losses:
-            got.fields[f"data.arms.{name}.parse.steps"] = [s.__dict__ for s in parsed.steps]
-        if "failure" in entry:
-            continue  # its checks were not made (the verdict is an error naming it)
-        done[name] = parsed
-        m = loss_metrics(parsed)
-        m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
-        got.values.update({f"{name}.{k}": v for k, v in m.items()})
-        got.values[f"{name}.steps_problems"] = len(parsed.problems)
-        if name == deepep:
-            got.values[f"{name}.buffer_class"] = parsed.buffer_class
-            got.notes.append(
-                f"{name}.nccl_runtime: the one-NCCL check ran in its own process (data.nccl), not in the logs"
-            )
-        for k, s in step_statistics(name, parsed).items():
-            got.figures[k] = s["samples"]
-    if deepep in done and ref in done:
-        a, b = done[deepep], done[ref]
-        got.values["arms_init_checksum_equal"] = a.init_checksum == b.init_checksum and a.init_checksum is not None
-        got.values["arms_loss_rel_diff_max"] = rel_diff_max(a.losses, b.losses)
-    _bar_thresholds(got, prof, list(done), deepep, both=deepep in done and ref in done)
-    return got
 
 
 class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
@@ -365,152 +312,3 @@ class MegatronGate(Gate[TrainingSpec, Profile[TrainingBar]]):
         return GateReport(
             self.stem, st.profile.name, result, reason, checks=checks, provenance=st.prov, artifacts=st.artifacts
         )
-
-
-def step_statistics(arm: str, parsed) -> dict:
-    """`data.statistics` entries from an arm's per-step figures (issue 16: a training run's steps are already
-    repeated samples): `<arm>.step_ms` and `<arm>.tokens_per_s` over the steps after the first (step 1 carries
-    set-up and JIT), when at least two such steps have the figure (report.stats; reported, no bar)."""
-    from ..report.stats import statistics_block, summarize
-
-    out = {}
-    for field_, unit in (("step_ms", "ms"), ("tokens_per_s", "tokens/sec")):
-        vals = [getattr(s, field_) for s in parsed.steps[1:]]
-        if len(vals) >= 2 and all(v is not None and math.isfinite(v) for v in vals):
-            out[f"{arm}.{field_}"] = summarize(vals, unit)
-    return statistics_block(out)
-
-
-def transport_evidence(parsed, host: dict) -> str:
-    """Which transport evidence an arm has: `hw_counters` (EFA tx_bytes measured), `provider log lines`
-    (NCCL OFI `Selected provider is efa` only), or `no EFA device`."""
-    if parsed.efa_tx_bytes is not None:
-        return "hw_counters"
-    if "efa" in parsed.providers:
-        return "provider log lines"
-    return "no EFA device" if not host.get("efa_devices") else "none (EFA present, no counters, no provider line)"
-
-
-def arm_checks(
-    spec: TrainingSpec, profile: Profile[TrainingBar], name: str, parsed, data: dict, nccl: dict | None = None
-) -> list:
-    """Structural checks and the profile's per-arm bars for one completed arm (metric `<arm>.<metric>`), and on an
-    EFA profile `<arm>.transport` (arm_transport). `data`: the arm's report entry (gets `metrics` and
-    `transport`); `nccl`: the one-NCCL check of the kernel setup."""
-    m = loss_metrics(parsed)
-    m["efa_tx_gb"] = None if parsed.efa_tx_bytes is None else parsed.efa_tx_bytes / GB
-    data["metrics"] = m
-    checks = [
-        evaluate(
-            f"{name}.steps_problems", "lines", len(parsed.problems), "==", 0, note="; ".join(parsed.problems) or None
-        ),
-        evaluate(f"{name}.nonfinite", "values", m["nonfinite"], "==", 0, note="loss and grad_norm of every step"),
-    ]
-    if spec.arms[name].deepep:
-        checks.append(
-            evaluate(
-                f"{name}.buffer_class",
-                "",
-                parsed.buffer_class,
-                "==",
-                "ElasticBuffer",
-                note=f"fused_a2a._buffer after step 1 ({parsed.buffer_module}); never the legacy Buffer",
-            )
-        )
-        nccl = nccl or {}
-        checks.append(
-            evaluate(
-                f"{name}.nccl_runtime",
-                "version",
-                nccl.get("runtime"),
-                "==",
-                nccl.get("pinned") or "?",
-                note=f"ncclGetVersion of the only NCCL mapped: {(nccl.get('mapped') or ['?'])[0]}",
-            )
-        )
-    checks += arm_transport(spec, profile, name, parsed, data)
-    for bar in profile.bars:
-        if bar.metric == "arms_loss_rel_diff_max":
-            continue
-        default_arm = spec.deepep_arm if bar.metric == "efa_tx_gb" else None
-        if (bar.arm or default_arm) not in (None, name):
-            continue
-        checks.append(
-            evaluate(f"{name}.{bar.metric}", bar.unit, m.get(bar.metric), bar.op, bar.threshold, note=bar.source)
-        )
-    return checks
-
-
-def arm_transport(spec: TrainingSpec, profile: Profile[TrainingBar], name: str, parsed, data: dict) -> list:
-    """The transport proof per rank of one arm (gates.transport) on an EFA profile: every rank of the run on
-    `NET/OFI efa`, and GIN on for the DeepEP arm when the arm's env turns it on (the all-to-all arm uses no GIN);
-    a rank on Socket, a second plugin, or GIN off fails `<arm>.transport` naming it. No check without a network:
-    `data["transport"]` says why."""
-    env = {**spec.env, **profile.env, **spec.arms[name].env}
-    need = transport.need(profile, env, gin=spec.arms[name].deepep)
-    if need is None:
-        data["transport"] = {"checked": False, "why": transport.no_network(profile)}
-        return []
-    parsed_t = parsed.rank_transports or parse_transport("")
-    data["transport"] = {"checked": True, "need": need.to_dict(), **parsed_t.to_dict()}
-    return [transport.check(f"{name}.transport", need, parsed_t, where=f"{name} arm")]
-
-
-def cross_arm(spec: TrainingSpec, results: dict) -> dict | None:
-    """The arms' agreement when both completed: the max over steps of the relative loss difference, reported by
-    every run whether or not a bar judges it (None when an arm is missing)."""
-    a, b = spec.deepep_arm, spec.reference_arm
-    if not (a and b and a in results and b in results):
-        return None
-    return {
-        "loss_rel_diff_max": rel_diff_max(results[a]["parse"].losses, results[b]["parse"].losses),
-        "how": f"max over steps of |loss[{a}] - loss[{b}]| / loss[{b}]",
-    }
-
-
-def cross_checks(spec: TrainingSpec, profile: Profile[TrainingBar], results: dict) -> list:
-    """Checks that compare the DeepEP arm with the reference arm (both must have completed)."""
-    a, b = spec.deepep_arm, spec.reference_arm
-    if not (a and b and a in results and b in results):
-        return []
-    pa, pb = results[a]["parse"], results[b]["parse"]
-    checks = [
-        evaluate(
-            "arms_init_checksum_equal",
-            "",
-            pa.init_checksum == pb.init_checksum and pa.init_checksum is not None,
-            "==",
-            True,
-            note=f"{a} {pa.init_checksum} vs {b} {pb.init_checksum}",
-        )
-    ]
-    for bar in profile.bars:
-        if bar.metric == "arms_loss_rel_diff_max":
-            checks.append(
-                evaluate(
-                    bar.metric,
-                    bar.unit,
-                    rel_diff_max(pa.losses, pb.losses),
-                    bar.op,
-                    bar.threshold,
-                    note=f"max over steps of |loss[{a}] - loss[{b}]| / loss[{b}]; {bar.source}",
-                )
-            )
-    return checks
-
-
-def _bar_thresholds(got, prof: dict | None, done: list[str], deepep: str, both: bool) -> None:
-    """rederive_megatron: the recorded spec's bars, each on the arms it judges (its own arm, the DeepEP arm's for
-    EFA TX, every arm's otherwise), the cross-arm bound once when both arms ran."""
-    for bar in (prof or {}).get("bars") or []:
-        if not isinstance(bar, dict) or "metric" not in bar:
-            continue
-        metric = bar["metric"]
-        if metric == "arms_loss_rel_diff_max":
-            if both:
-                got.thresholds[metric] = bar.get("threshold")
-            continue
-        own = bar.get("arm") or (deepep if metric == "efa_tx_gb" else None)
-        for name in done:
-            if own in (None, name):
-                got.thresholds[f"{name}.{metric}"] = bar.get("threshold")

@@ -1,6 +1,6 @@
 """The history comparison of a bump PR body: for each gate the bump asks to re-run, each metric before (the old
 lock's latest run) and after (the new lock's), with the verdict (reprostack.history.compare); then each of those
-gates' baseline bars (report.baseline: accepted runs x a tolerance) with the new lock's run judged against it, the
+gates' baseline bars (evidence.bars.baseline: accepted runs x a tolerance) with the new lock's run judged against it, the
 way the gate judges a run (on its 95% interval: PASS only when the whole interval clears the bar, FAIL when it is
 wholly past it, INCONCLUSIVE otherwise; n=1 is never judged).
 
@@ -59,7 +59,7 @@ def baseline_rows(root: Path, store: Store, new_sha: str, gates: tuple[str, ...]
     """[gate, bar, baseline, after, verdict] per baseline bar of each gate in `gates` (their specs under `root`); a
     gate without one gets one row saying so. A spec or a baseline run that cannot be read is its row's verdict."""
     from ..gates import registry
-    from ..report.stats import Summary, interval_verdict
+    from ..evidence.bars.stats import Summary, interval_verdict
 
     points = {}
     for p in store.points(

@@ -148,7 +148,7 @@ class _Reader:
         return v
 
 
-REL_TOL = 1e-6  # statistics are written rounded to 9 decimals (report.stats.summarize): far inside this
+REL_TOL = 1e-6  # statistics are written rounded to 9 decimals (evidence.bars.stats.summarize): far inside this
 ABS_TOL = 1e-8
 CI_REL_TOL = 0.01  # the t interval's half-width: another t table or df rule moves it by < 1% (df 35: 0.6%)
 
@@ -162,8 +162,8 @@ def _g(v: float) -> str:
 
 
 def _t975():
-    """reprostack.report.stats.t975 (imported on first use: the report package is large)."""
-    from ..report.stats import t975
+    """reprostack.evidence.bars.stats.t975 (imported on first use: the report package is large)."""
+    from ..evidence.bars.stats import t975
 
     return t975
 

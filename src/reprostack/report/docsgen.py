@@ -13,13 +13,13 @@ a table compares). `--check` writes nothing and names each block that differs fr
 runs it): a figure in the docs is the results' figure, or the check fails.
 
 Generators:
-- `results`: one row per committed gate report (report.rederive.reports_under): gate, profile, stack, verdict and
+- `results`: one row per committed gate report (evidence.rederive.reports_under): gate, profile, stack, verdict and
   its headline figures (the checks judged on an interval: mean [95% CI] n; else the checks against a nonzero bar),
   a deliberate variation named as one;
 - `bench`: every committed bench run (each gate_micro-*.json under results/bench once, duplicates by content
   dropped), its cold and warm seconds, verdicts and machine identity as recorded, then per code version (the
   project commit the bench recorded, else its one invocation) and over every run the median with min/max and n
-  (report.benchstats): never the fastest run alone;
+  (evidence.bars.benchstats): never the fastest run alone;
 - `history-bench`: every committed history benchmark (results/bench/history-*.json): the commit it ran, the
   reports, ingest and page seconds as median [min, max] n;
 - `history` (added by the command, from the layer above: reprostack.cmd.docs): `reprostack history`'s summary of
@@ -33,7 +33,7 @@ Generators:
 - `compare ARG...`: the micro reports of the folders named, side by side: D+C, dispatch, combine, dense, the ratio
   (mean [95% CI] n), the NCCL each mapped, the verdict against its bar, the run's seconds.
 
-Invariants: reports are untrusted input (report.rederive.load; a report that cannot be read is a row saying so,
+Invariants: reports are untrusted input (evidence.rederive.load; a report that cannot be read is a row saying so,
 never a crash); a file without its markers, or a marker naming no generator, is one line (DocsError); the output is
 a pure function of the bytes under results/ (sorted paths, no clock), so `--check` is stable; writes are atomic.
 """
@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ReprostackError
-from .benchstats import bench_runs, spread
-from .rederive import RederiveError, load, reports_under
+from ..evidence.bars.benchstats import bench_runs, spread
+from ..evidence.rederive import RederiveError, load, reports_under
 
 DOCS = ("README.md", "docs/*.md")  # README.md, then every page of docs/ (sorted)
 _SOURCE = r"\(reprostack docs; from (?:results/|upstreams\.lock|the gate registry), never typed\) -->"

@@ -26,7 +26,7 @@ class Result(str, Enum):
     SKIP = "skip"
     ERROR = "error"
     NOT_RUN = "not-run"  # a gate it depends on did not pass
-    # the trials' 95% interval straddles a bar (report.stats): never a pass; exit code as a failure
+    # the trials' 95% interval straddles a bar (evidence.bars.stats): never a pass; exit code as a failure
     INCONCLUSIVE = "inconclusive"
 
     def __str__(self) -> str:
@@ -113,11 +113,11 @@ def evaluate(metric: str, unit: str, value, op: str, threshold, note: str | None
 
 
 def evaluate_interval(metric: str, summary, op: str, threshold, note: str | None = None) -> Check:
-    """A bar judged on trials (report.stats.Summary): value = the trials' mean, passed only when the whole 95%
+    """A bar judged on trials (evidence.bars.stats.Summary): value = the trials' mean, passed only when the whole 95%
     interval clears the bar; `inconclusive` when it straddles it or there is one trial only; a plain failure
     when the whole interval is past it. The note gives the interval (and `note`, e.g. the bar's source).
     Raises ValueError for an op that is not an inequality."""
-    from .stats import FAIL, PASS, interval_verdict
+    from ..evidence.bars.stats import FAIL, PASS, interval_verdict
 
     v = interval_verdict(summary, op, threshold)
     why = (

@@ -4,7 +4,7 @@ Every file is written atomically (temp file in the same folder, fsync, os.replac
 validated against reprostack/schemas/report.schema.json before it is written.
 
 Exit codes (`exit_code`): 0 every required gate is present and passed; 1 a required gate failed, errored or is
-inconclusive (its trials' interval straddles a bar: report.stats);
+inconclusive (its trials' interval straddles a bar: evidence.bars.stats);
 3 no required gate failed but one was skipped, not run (a gate it requires did not pass) or is missing (or nothing was required). 2 is left to the CLI
 for operator errors (ReprostackError).
 """
@@ -159,7 +159,7 @@ def _markdown(reports: list[GateReport], code: int, need: set[str]) -> str:
 
 
 def _statistics(stats) -> list[str]:
-    """Markdown table of a report's `data.statistics` (report.stats: n, mean, p50, stdev, 95% CI per metric)."""
+    """Markdown table of a report's `data.statistics` (evidence.bars.stats: n, mean, p50, stdev, 95% CI per metric)."""
     if not stats or not isinstance(stats, dict):
         return []
     out = [

@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ...report.stats import Summary, ratios, summarize
+from ...evidence.bars.stats import Summary, ratios, summarize
 from .dense_a2a import DenseParse, parse_dense
 from .logtext import split_prefix, tagged_json
 from .test_ep import TestEpParse, parse_test_ep
@@ -78,7 +78,7 @@ class TrialsParse:
         return out
 
     def summaries(self) -> dict[str, Summary]:
-        """metric -> report.stats.Summary of its per-trial figures."""
+        """metric -> evidence.bars.stats.Summary of its per-trial figures."""
         return {k: summarize(v, UNITS[k]) for k, v in self.figures.items()}
 
     def to_dict(self) -> dict:

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ReprostackError
+from ...errors import ReprostackError
 from .statement import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, StatementError, validate
 
 MAX_BYTES = 16 << 20
@@ -40,14 +40,14 @@ def sign(statement: dict, signer) -> dict:
 
 def write(path: Path, envelopes: list[dict]) -> Path:
     """Write `envelopes` as JSON Lines at `path` (atomically)."""
-    from ..atomicfile import write_text_atomic
+    from ...atomicfile import write_text_atomic
 
     return write_text_atomic(Path(path), "".join(json.dumps(e, sort_keys=True) + "\n" for e in envelopes))
 
 
 def read(path: Path) -> list[tuple[int, dict]]:
     """(line, envelope dict) of each line of an attestation file. Raises EvidenceError."""
-    from .. import jsonsrc
+    from ... import jsonsrc
 
     out = list(jsonsrc.iter_jsonl(Path(path), EvidenceError, max_bytes=MAX_BYTES, max_line_bytes=MAX_LINE_BYTES))
     if not out:
@@ -69,7 +69,7 @@ class Opened:
 
 
 def open_envelope(env: dict, keyring, where: str) -> Opened:
-    """The statement of envelope `env` once its signature verifies with a key of `keyring` (evidence.keys.Keyring).
+    """The statement of envelope `env` once its signature verifies with a key of `keyring` (evidence.attest.keys.Keyring).
     Raises EvidenceError (one line, starting with `where`)."""
     from securesystemslib.dsse import Envelope
     from securesystemslib.exceptions import VerificationError
@@ -96,7 +96,7 @@ def open_envelope(env: dict, keyring, where: str) -> Opened:
     except (KeyError, ValueError, TypeError, binascii.Error) as x:
         raise EvidenceError(f"{where}: not a DSSE envelope ({type(x).__name__}: {str(x)[:120]})") from None
     keyid = next(iter(verified))
-    from .. import jsonsrc
+    from ... import jsonsrc
 
     try:
         raw = base64.b64decode(env["payload"], validate=True)

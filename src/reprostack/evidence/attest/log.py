@@ -19,8 +19,8 @@ import json
 import re
 from pathlib import Path
 
-from ..digest import sha256_file
-from ..errors import ReprostackError
+from ...digest import sha256_file
+from ...errors import ReprostackError
 from .check import attestations, check_folder
 from .statement import NAME, utc_now
 
@@ -82,7 +82,7 @@ def append(root: Path, folder: Path, keyring) -> dict:
 def check(root: Path, path: Path, keyring=None, folders_seen=None) -> tuple[list[str], list[dict]]:
     """(problems, entries) of the log at `path`: the chain of `prev`, `seq` in order, each entry's folder holding the
     attestation it names; `folders_seen` (signed run folders found, project paths): each must be logged."""
-    from .. import jsonsrc
+    from ... import jsonsrc
 
     problems, entries, prev = [], [], ZERO
     for n, raw in enumerate(_lines(path), 1):

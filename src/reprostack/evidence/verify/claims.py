@@ -34,10 +34,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..atomicfile import write_text_atomic
-from ..errors import LocatedError, ReprostackError
-from ..yamlsrc import load as load_yaml, validate
-from ..gates.parsers.aiperf import (
+from ... import schemas
+from ...atomicfile import write_text_atomic
+from ...errors import LocatedError, ReprostackError
+from ...gates.parsers.aiperf import (
     EXPORT_JSON,
     EXPORT_JSONL,
     AiperfSchemaError,
@@ -45,7 +45,8 @@ from ..gates.parsers.aiperf import (
     parse_export,
     parse_records,
 )
-from .. import schemas
+from ...yamlsrc import load as load_yaml
+from ...yamlsrc import validate
 
 VERDICTS = ("match", "ambiguous", "mismatch", "artifact missing", "error")
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR, EXIT_MISSING = 0, 1, 2, 3

@@ -5,18 +5,18 @@ of one arm has nothing in common with run k of the other): the interval is the o
 means, by the delta method. With D the DeepEP arm's samples (mean d, sample stdev s_d, n_d runs) and A the
 alternative's (a, s_a, n_a): r = d / a, relative variances v_d = s_d^2 / (n_d d^2), v_a = s_a^2 / (n_a a^2),
 se = r * sqrt(v_d + v_a), Welch-Satterthwaite df = (v_d + v_a)^2 / (v_d^2 / (n_d - 1) + v_a^2 / (n_a - 1)), and the
-interval r +- t(0.975, floor(df)) * se (report.stats.t975: never narrower than the exact quantile's). Both arms with
+interval r +- t(0.975, floor(df)) * se (evidence.bars.stats.t975: never narrower than the exact quantile's). Both arms with
 no spread give [r, r].
 
 Invariants: an interval needs n >= 2 runs of the cell in both arms and positive means, else the cell has none (its
-ratio of single figures stays in `ratios_deepep_over_alternative`); samples are finite (report.stats.summarize).
+ratio of single figures stays in `ratios_deepep_over_alternative`); samples are finite (evidence.bars.stats.summarize).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..report.stats import summarize, t975
+from .stats import summarize, t975
 
 METHOD = "delta (ratio of independent means, Welch df)"
 

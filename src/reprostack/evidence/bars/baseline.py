@@ -26,9 +26,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .. import jsonsrc
-from ..digest import sha256_file
-from ..errors import ReprostackError
+from ... import jsonsrc
+from ...digest import sha256_file
+from ...errors import ReprostackError
 
 MAX_BYTES = 8 << 20
 DEFAULT_STACK = "campaign"
@@ -257,7 +257,7 @@ def signed_baseline_run(root: Path, rel: str) -> str:
     """Who signed the baseline run `rel` (a project path). Raises BaselineError unless its run folder's attestation
     verifies with the project's keyring (reprostack.evidence), every file a subject, the report one of its gates,
     and the signed purpose is `baseline` (a run made to be one: gate --purpose baseline)."""
-    from .. import evidence
+    from ... import evidence
 
     path = (Path(root) / rel).resolve()
     folder = evidence.attested_folder(path.parent, Path(root))

@@ -14,7 +14,7 @@ Invariants:
 - a keyring entry is untrusted input: bounded JSON, schema `keyring-key`, its keyid must be the one the key's own
   bytes give (securesystemslib's default keyid: sha256 of its canonical JSON), so an entry cannot claim another
   key's id; a malformed entry is one error line naming the file;
-- nothing here signs anything: evidence.envelope does.
+- nothing here signs anything: evidence.attest.envelope does.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import ReprostackError
+from ...errors import ReprostackError
 
 KEY_ENV = "REPROSTACK_SIGNING_KEY"
 KEYRING_DIR = "keys"
@@ -159,7 +159,7 @@ def read_entry(p: Path) -> Holder:
     import jsonschema
     from securesystemslib.signer import SSlibKey
 
-    from .. import jsonsrc, schemas
+    from ... import jsonsrc, schemas
 
     d = jsonsrc.load(p, KeyError_, max_bytes=MAX_KEY_BYTES)
     try:

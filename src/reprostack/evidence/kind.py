@@ -1,21 +1,21 @@
 """How a gate kind's reports are held to their evidence (`Gate.evidence`, one `Evidence` per kind, declared as data):
 the one face `verify-report` and the bump PR body ask, whatever the kind.
 
-- `rederive(gate, doc, folder, spec)`: what the kind re-derives of one of its reports (report.rederive.Rederived):
+- `rederive(gate, doc, folder, spec)`: what the kind re-derives of one of its reports (evidence.rederive.Rederived):
   from the raw logs the report keeps in `folder`, each check's value, each statistic's samples and the fields it
   names; from `spec` (the mapping of the gate spec the report records by sha256, None when unreadable) each bar's
-  threshold and whether the profile is unmeasured. Raises report.rederive.RederiveError naming a log that cannot be
+  threshold and whether the profile is unmeasured. Raises evidence.rederive.RederiveError naming a log that cannot be
   read. A kind with no re-derivation of its own re-derives nothing from logs and says so (a note, never a silent
   pass). Asked by `verify-report` (cmd.verify_report);
 - `baseline_bars(root, spec)`: (profile name, bar) of every bar of `spec` whose threshold is a baseline (accepted
-  earlier runs x a tolerance: report.baseline), its threshold made from the runs the spec names; [] for a kind whose
+  earlier runs x a tolerance: evidence.bars.baseline), its threshold made from the runs the spec names; [] for a kind whose
   bars cite published figures only. Raises BaselineError naming a run that cannot be used. Asked by the bump PR
   body's "Verdict against the baseline" (history.bumpview).
 
-The kinds' own re-derivations live beside them (gates.micro_rederive, gates.servingrederive,
-gates.fabric.rederive_fabric, gates.training.rederive_megatron) and share report.rederive's readers.
+The kinds' own re-derivations are evidence.rederive's modules (micro, serving, fabric, megatron), each declared by
+its gate (`Evidence(from_logs=rederive_micro)`), and share evidence.rederive's readers.
 
-Invariants: reports, logs and specs are untrusted input (report.rederive); a kind differs only by the functions it
+Invariants: reports, logs and specs are untrusted input (evidence.rederive); a kind differs only by the functions it
 declares, never by a kind string; nothing here writes.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..report.rederive import Rederived
+    from .rederive import Rederived
 
 # (doc, folder, spec, the gate's stem) -> what its raw logs give again
 FromLogs = Callable[[dict, Path, "dict | None", str], "Rederived"]
@@ -56,7 +56,7 @@ class Evidence:
         """What `gate` re-derives of its report `doc` (module doc)."""
         if self.from_logs is not None:
             return self.from_logs(doc, folder, spec, gate.stem)
-        from ..report.rederive import Rederived, spec_profile
+        from .rederive import Rederived, spec_profile
 
         _, unmeasured = spec_profile(
             spec, doc.get("profile", ""), (doc.get("provenance") or {}).get("stack") or "campaign"

@@ -27,9 +27,9 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import evidence
-from ..gitcmd import GitFailed, git
-from ..report.trace import LOCK, spec_path
+from ... import evidence
+from ...gitcmd import GitFailed, git
+from .trace import LOCK, spec_path
 
 
 @dataclass

@@ -5,7 +5,7 @@ lock and spec sha256, image digests, host facts, times, and `purpose`: what this
 Invariants:
 - subjects are every regular file under the folder (recursively, sorted by path), the attestation files
   (`*.intoto.jsonl`) excepted; a symlink or other non-regular entry is never a subject (verify flags it);
-- a Statement is validated against the schema before it is signed (evidence.envelope) and after it is read;
+- a Statement is validated against the schema before it is signed (evidence.attest.envelope) and after it is read;
 - nothing here writes.
 """
 
@@ -15,8 +15,8 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..digest import sha256_file
-from ..errors import ReprostackError
+from ...digest import sha256_file
+from ...errors import ReprostackError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://reprostack.dev/run/v1"
@@ -63,7 +63,7 @@ def folder_entries(folder: Path) -> tuple[list[str], list[str]]:
 
 def subjects(folder: Path, exclude: tuple[str, ...] = ()) -> list[dict]:
     """[{name, digest: {sha256}}] of every regular file of the run folder (module doc) but those in `exclude` (the
-    command's own transcript, still being written: evidence.runs)."""
+    command's own transcript, still being written: evidence.attest.runs)."""
     files, _ = folder_entries(folder)
     return [{"name": rel, "digest": {"sha256": sha256_file(Path(folder) / rel)}} for rel in files if rel not in exclude]
 
@@ -156,7 +156,7 @@ def validate(st: dict, where: str = "statement") -> None:
     """Raise StatementError (one line) unless `st` is a run statement of the schema."""
     import jsonschema
 
-    from .. import schemas
+    from ... import schemas
 
     try:
         jsonschema.validate(st, schemas.load("run-attestation"))

@@ -22,7 +22,7 @@ has, with the reason and what stands for it, never silent:
 verify-report checks each claim: the commit exists; for the lock, `kept` hashes to `recorded` and parses to the
 same data as the commit's lock (only comments and layout differ), or without `kept` every pin the report records
 (rev, tree, patched tree) is the commit's; for a spec, the report's bar checks equal the bars of the commit's spec
-(reprostack.report.rederive).
+(reprostack.evidence.verify.report).
 
 Invariants: git is asked through reprostack.gitcmd (no prompt, a timeout); the corrections file is untrusted input
 (yamlsrc: bounded, file:line errors; every field checked); nothing here writes.
@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LocatedError, ReprostackError
-from ..gitcmd import GitFailed, git
+from ...errors import LocatedError, ReprostackError
+from ...gitcmd import GitFailed, git
 
 LOCK = "upstreams.lock"
 CORRECTIONS = "results/provenance-corrections.yaml"
@@ -197,7 +197,7 @@ FIELDS = ("lock_sha256", "gate_spec_sha256")
 
 def read_corrections(root: Path) -> list[Correction]:
     """The entries of results/provenance-corrections.yaml ([] when there is none). Raises CorrectionsError."""
-    from ..yamlsrc import compose, read_bytes
+    from ...yamlsrc import compose, read_bytes
 
     path = Path(root) / CORRECTIONS
     if not path.exists():

@@ -9,7 +9,7 @@ the caller says "unsigned" (verify-report never reports it as holding without th
 `attested_folder(path, top)`: the nearest folder from a report's folder up to `top` that holds an attestation
 (a run folder), None when none does.
 
-Invariants: reads only; an attestation is untrusted input (evidence.envelope); nothing is taken from a statement
+Invariants: reads only; an attestation is untrusted input (evidence.attest.envelope); nothing is taken from a statement
 before its signature verified.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..digest import sha256_file
+from ...digest import sha256_file
 from .envelope import EvidenceError, Opened, open_envelope, read
 from .statement import folder_entries, is_attestation
 

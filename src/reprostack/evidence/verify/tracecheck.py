@@ -1,10 +1,10 @@
-"""Hold a report's provenance to this repository (`reprostack verify-report`, step 3 of report.rederive): the lock
-and the gate spec it records by sha256 are versions some commit holds (report.trace.Versions), or a correction
-written down for this report (results/provenance-corrections.yaml, report.trace) says why and what stands for them,
+"""Hold a report's provenance to this repository (`reprostack verify-report`, step 3 of evidence.verify.report): the lock
+and the gate spec it records by sha256 are versions some commit holds (evidence.verify.trace.Versions), or a correction
+written down for this report (results/provenance-corrections.yaml, evidence.verify.trace) says why and what stands for them,
 and its claim is checked, never taken; a report that records `provenance.project` names a commit of this
 repository, and when its tree was clean that commit's lock and spec are the recorded ones.
 
-Invariants: nothing here writes; git is only read, through report.trace.Versions; the report, the corrections and
+Invariants: nothing here writes; git is only read, through evidence.verify.trace.Versions; the report, the corrections and
 the kept lock bytes are untrusted input (a recorded YAML is read with yamlsrc, never with a schema an older file need
 not pass); each finding is one line added to the caller's findings (`Findings`: problems, traced, notes).
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from ..digest import sha256_file
-from ..errors import ReprostackError
+from ...digest import sha256_file
+from ...errors import ReprostackError
 from .trace import LOCK, Correction, Versions, spec_path
 
 RESULTS_JUDGED = ("pass", "fail", "inconclusive")
@@ -23,7 +23,7 @@ CORRECTIONS_NAME = "results/provenance-corrections.yaml"
 
 
 class Findings(Protocol):
-    """Where a check puts what it found about one report (report.rederive.Outcome): its path relative to the
+    """Where a check puts what it found about one report (evidence.verify.report.Outcome): its path relative to the
     project root, and the problems, how it traced, and the notes, one line each."""
 
     path: str
@@ -44,7 +44,7 @@ def _correction(corrections: list[Correction], rel: str, report_sha: str, field_
 
 
 def _lock_data(text: bytes, where: str):
-    from ..yamlsrc import compose
+    from ...yamlsrc import compose
 
     class _E(ReprostackError):
         def __init__(self, path, line, fld, msg):

@@ -1,9 +1,9 @@
 """The last step of every run that leaves a folder (a gate run, a bench, an image build): sign the folder, or say
 that it is unsigned.
 
-`finish_run(folder, kind=..., ...)` builds the run predicate (evidence.statement.run_predicate) from what the
+`finish_run(folder, kind=..., ...)` builds the run predicate (evidence.attest.statement.run_predicate) from what the
 command knows (its argv, verdict and exit code, the reports it wrote as dicts, the project state it read before
-the run, the host inventory) and signs it with the configured key (evidence.keys.configured_signer); it returns
+the run, the host inventory) and signs it with the configured key (evidence.attest.keys.configured_signer); it returns
 the one line the command prints: `attested: FOLDER/run.intoto.jsonl (key KEYID)` or `unsigned: no key at
 PATH ...`.
 
@@ -88,7 +88,7 @@ def finish_run(
     if signer is None:
         return why
     if host is None:
-        from .. import hostinfo
+        from ... import hostinfo
 
         host = hostinfo.collect()
     reports = list(reports)
@@ -189,7 +189,7 @@ def re_attest(folder: Path, signer, why: str, recorded_commit: str | None = None
     that recorded no project commit takes `recorded_commit` (the commit that first added it, given by the caller),
     marked `source: re-attested`. Raises EvidenceError when the folder is signed already or holds no gate report."""
 
-    from .. import jsonsrc
+    from ... import jsonsrc
     from .envelope import EvidenceError, sign, write
     from .statement import utc_now
 

@@ -1,8 +1,8 @@
 """What gate 1 (micro) re-derives of one of its reports for `reprostack verify-report` (MicroGate.evidence,
-report.rederive): from the test_ep log(s) the report keeps (the trials driver's, or a single run's from before
+evidence.rederive): from the test_ep log(s) the report keeps (the trials driver's, or a single run's from before
 trials), every trial's figures (`data.trials.figures`, the statistics' samples), the count of missing rank x phase
 lines, the dense arm's completeness and the one-NCCL record's runtime where the log holds them; the bars from the
-spec the report records (a baseline bar: its tolerance and runs, judged by report.rederive).
+spec the report records (a baseline bar: its tolerance and runs, judged by evidence.verify.report).
 
 Invariants: the report, its logs and the recorded spec are untrusted input (a log that is not kept is a
 RederiveError naming it); the logs are read with the parsers the run used (parsers.micro_trials, parsers.test_ep,
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..report.rederive import BaselineRef, Rederived, begin, kept_logs, log_text
-from ..report.stats import summarize
-from .parsers.dense_a2a import parse_dense
-from .parsers.micro_trials import parse_micro_trials
-from .parsers.test_ep import parse_test_ep
+from ...gates.parsers.dense_a2a import parse_dense
+from ...gates.parsers.micro_trials import parse_micro_trials
+from ...gates.parsers.test_ep import parse_test_ep
+from ..bars.stats import summarize
+from . import BaselineRef, Rederived, begin, kept_logs, log_text
 
 
 def rederive_micro(doc: dict, folder: Path, spec: dict | None, stem: str) -> Rederived:

@@ -3,8 +3,8 @@ report. Per arm that asserts it: the backend lines on every rank (scope all) or 
 never (parsers.servelog), and on an EFA profile the transport proof per rank (gates.transport); per cell: no errors,
 every request completed, and on the bars' arm the agg tok/s bar, judged on the profile runs' 95% interval (one run
 of a GPU profile: INCONCLUSIVE, never PASS; the local-test profile's one run: on its figure). The report's data: each
-arm's cells, backend assertion and transport, the DeepEP/alternative ratios and their intervals (gates.servingratio),
-the statistics of every cell with two or more runs (report.stats), the bars and where they come from.
+arm's cells, backend assertion and transport, the DeepEP/alternative ratios and their intervals (evidence.bars.ratio),
+the statistics of every cell with two or more runs (evidence.bars.stats), the bars and where they come from.
 
 Invariants: an arm that could not measure makes the gate an ERROR (report.decide), never a FAIL or PASS; a skipped
 arm is named in the reason and a gate whose DeepEP arm did not run never passes (report.require_deepep_arm); a
@@ -16,23 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..report import (
-    Check,
-    GateReport,
-    Result,
-    decide,
-    evaluate,
-    evaluate_interval,
-    require_deepep_arm,
-)
-from ..report.stats import statistics_block, summarize
-from . import transport
-from .aiperfrun import CellResult
-from .base import RunState, verdict
-from .parsers.servelog import ServeLogReport
-from .parsers.transport import parse_transport
-from .servingratio import ratio_intervals
-from .servingspec import Arm, ServingProfile, ServingSpec
+from ...gates import transport
+from ...gates.aiperfrun import CellResult
+from ...gates.base import RunState, verdict
+from ...gates.parsers.servelog import ServeLogReport
+from ...gates.parsers.transport import parse_transport
+from ...gates.servingspec import Arm, ServingProfile, ServingSpec
+from ...report import Check, GateReport, Result, decide, evaluate, evaluate_interval, require_deepep_arm
+from ..bars.ratio import ratio_intervals
+from ..bars.stats import statistics_block, summarize
 
 
 @dataclass
@@ -184,7 +176,7 @@ def _cell_checks(profile: ServingProfile, arm: str, c: CellResult, *, bars: bool
 
 
 def _statistics(runs: list[ArmRun]) -> dict:
-    """`data.statistics`: `<arm>.<cell>.agg_tok_s` of every cell with two or more profile runs (report.stats)."""
+    """`data.statistics`: `<arm>.<cell>.agg_tok_s` of every cell with two or more profile runs (evidence.bars.stats)."""
     return statistics_block(
         {
             f"{r.arm.name}.{c.cell.name}.agg_tok_s": summarize(c.samples, "tokens/sec")

@@ -1,5 +1,5 @@
 """What a serving gate (vllm, sglang, trtllm) re-derives of one of its reports for `reprostack verify-report`
-(ServingGate.evidence, report.rederive): every completed cell's AIPerf exports read again (errors, completed
+(ServingGate.evidence, evidence.rederive): every completed cell's AIPerf exports read again (errors, completed
 requests, agg tok/s and each profile run's figure), each asserting arm's backend lines from its kept server log(s)
 against the patterns of the spec the report records, and each tok/s bar (published x (1 - tolerance)) of that spec.
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..report.rederive import Rederived, RederiveError, begin, kept_logs, log_text, same
-from ..report.stats import summarize
-from .aiperfrun import read_cell
-from .parsers.servelog import Requirement, assert_backend
-from .servingspec import Cell
+from ...gates.aiperfrun import read_cell
+from ...gates.parsers.servelog import Requirement, assert_backend
+from ...gates.servingspec import Cell
+from ..bars.stats import summarize
+from . import Rederived, RederiveError, begin, kept_logs, log_text, same
 
 
 def rederive_serving(doc: dict, folder: Path, spec: dict | None, stem: str) -> Rederived:
