@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,32 +141,61 @@ def test_xdist_schedule_starts_the_longest_files_first_by_the_newest_whole_suite
     assert real and sorted(real, key=real.get, reverse=True).index("tests/test_rehearsal_pyxis.py") < 3
 
 
-def test_xdist_runs_the_slurm_files_on_one_worker_one_after_the_other():
+SLURM_WORLD = {
+    # two files that take the Slurm flock's fixtures (one directly, one through a fixture of its own), one that does not
+    # (the fixture names come in at write time: written here, they would make this file one of schedule's Slurm files)
+    "test_pyxis_like.py": "def test_a(ALONE):\n    pass\n\ndef test_b(ALONE):\n    pass\n",
+    "test_host_like.py": (
+        "import pytest\n\n@pytest.fixture\ndef cluster(TWO):\n    return 2\n\ndef test_c(cluster):\n    pass\n"
+    ),
+    "test_other.py": "def test_d():\n    pass\n\ndef test_e():\n    pass\n",
+}
+
+
+def test_xdist_runs_the_slurm_files_on_one_worker_one_after_the_other(tmp_path):
     """Issue 38 item 6: the files that hold the Slurm flock (a test or fixture takes `slurm_alone` / `slurm_two_nodes`)
     are one unit of work under `--dist loadfile` (tests/schedule.py's scheduler): with the longest files first the
     pyxis rehearsal and the host-mode rehearsal would otherwise start together, one worker blocked on the flock. A
-    real xdist run of the two and another file: both on one worker, the pyxis rehearsal first (the longer), the other
-    file on the other worker."""
+    real xdist run of the project's scheduler over a small tests/ folder of its own (the real rehearsals take minutes:
+    a first version of this test ran them again, 3 minutes of every .ci/run, and under bench_suite's PYTEST_ADDOPTS -q
+    it read no test lines): both Slurm files on one worker, the longer first by the record, the other file on the
+    other worker."""
     sys.path.insert(0, str(REPO / "tests"))
     import schedule
 
     assert schedule.slurm_files() == {"tests/test_rehearsal.py", "tests/test_rehearsal_pyxis.py"}
-    files = ["tests/test_rehearsal.py", "tests/test_stats.py", "tests/test_rehearsal_pyxis.py"]
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copy(REPO / "tests" / "schedule.py", tests / "schedule.py")
+    (tests / "conftest.py").write_text(
+        'import pytest\n\npytest_plugins = ["schedule"]\n\n'
+        "@pytest.fixture\ndef slurm_alone():\n    return 1\n\n@pytest.fixture\ndef slurm_two_nodes():\n    return 2\n"
+    )
+    for name, text in SLURM_WORLD.items():
+        (tests / name).write_text(text.replace("ALONE", "slurm_" + "alone").replace("TWO", "slurm_" + "two_nodes"))
+    bench = tmp_path / "results" / "bench"
+    bench.mkdir(parents=True)
+    files_s = {"tests/test_pyxis_like.py": 150.0, "tests/test_host_like.py": 40.0, "tests/test_other.py": 100.0}
+    rec = {"bench": "suite", "started": "2026-12-06T00:00:00Z", "pytest_args": [], "runs": [{"files_s": files_s}]}
+    (bench / "suite-x.json").write_text(json.dumps(rec))
+    assert schedule.slurm_files(tests) == {"tests/test_pyxis_like.py", "tests/test_host_like.py"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REPROSTACK_REQUIRE", "PYTEST_"))}
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile"]
-        + ["--no-loadscope-reorder", *files],
-        cwd=REPO,
+        + ["--no-loadscope-reorder", "--rootdir", str(tmp_path), "tests"],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("REPROSTACK_REQUIRE")},  # skips are fine here
-        timeout=300,
+        env=env,
+        timeout=120,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     ran = [m.groups() for m in re.finditer(r"^\[(gw\d+)\] .*? (tests/\S+?\.py)::", r.stdout, re.M)]
-    assert len(ran) == r.stdout.count("\n[gw"), r.stdout[-2000:]  # every test's line read
-    worker = {f: {w for w, n in ran if n == f} for f in files}
-    assert worker["tests/test_rehearsal.py"] == worker["tests/test_rehearsal_pyxis.py"] and len(worker[files[0]]) == 1
-    assert worker["tests/test_stats.py"] and worker["tests/test_stats.py"].isdisjoint(worker[files[0]])
-    (w,) = worker[files[0]]
+    assert len(ran) == 5 == r.stdout.count("\n[gw"), r.stdout[-2000:]  # every test's line read
+    worker = {f: {w for w, n in ran if n == f} for f in files_s}
+    pyxis, host, other = files_s
+    assert worker[pyxis] == worker[host] and len(worker[pyxis]) == 1
+    assert worker[other] and worker[other].isdisjoint(worker[pyxis])
+    (w,) = worker[pyxis]
     order = [n for v, n in ran if v == w]
-    assert order == sorted(order, key=lambda f: f != "tests/test_rehearsal_pyxis.py"), order
+    assert order == sorted(order, key=lambda f: f != pyxis), order
