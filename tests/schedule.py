@@ -62,10 +62,12 @@ def file_seconds(results: Path = RESULTS) -> dict[str, float]:
     if newest is None:
         return {}
     per: dict[str, list[float]] = {}
-    for run in newest[1].get("runs") or []:
-        for f, s in (run.get("files_s") or {}).items():
-            if isinstance(s, (int, float)):
-                per.setdefault(f, []).append(float(s))
+    runs = newest[1].get("runs")
+    for run in runs if isinstance(runs, list) else []:  # a record is a file like any other: any shape, no traceback
+        files = run.get("files_s") if isinstance(run, dict) else None
+        for f, s in files.items() if isinstance(files, dict) else ():
+            if isinstance(s, (int, float)) and not isinstance(s, bool) and s == s and s >= 0:
+                per.setdefault(str(f), []).append(float(s))
     return {f: statistics.median(v) for f, v in per.items()}
 
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -199,3 +201,25 @@ def test_xdist_runs_the_slurm_files_on_one_worker_one_after_the_other(tmp_path):
     (w,) = worker[pyxis]
     order = [n for v, n in ran if v == w]
     assert order == sorted(order, key=lambda f: f != pyxis), order
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        "not a list",
+        {"files_s": {}},
+        ["a run that is a string", 7, None],
+        [{"files_s": "x"}, {"files_s": [1, 2]}, {"files_s": None}],
+        [{"files_s": {"tests/test_a.py": "9", "tests/test_b.py": True, "tests/test_c.py": float("nan")}}],
+        [{"files_s": {"tests/test_a.py": -5}}],
+    ],
+)
+def test_a_malformed_suite_record_gives_the_collection_order_not_a_traceback(tmp_path, runs):
+    """tests/schedule.py reads results/bench/suite-*.json at every xdist collection: a record of any other shape
+    (from a PR, a hand edit) orders nothing and breaks nothing (schedule.file_seconds gives {} for it)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import schedule
+
+    rec = {"bench": "suite", "started": "2026-12-06T00:00:00Z", "pytest_args": [], "runs": runs}
+    (tmp_path / "suite-x.json").write_text(json.dumps(rec))
+    assert schedule.file_seconds(tmp_path) == {}
