@@ -221,7 +221,10 @@ def test_error_with_a_dead_server(aiperf, lock, tmp_path):
     root = small_root(tmp_path, "trtllm")
     rep = serve("trtllm", root, lock, tmp_path / "out", arms=["deepep"], server_args=["--die-after=3"])
     assert rep.result == "error", rep.reason
-    assert "arm deepep: cell c4: aiperf exited 1" in rep.reason and "server exited 70" in rep.reason
+    # which the gate sees first is a race (seen under -n 2 on the loaded CI machine): AIPerf's failed cell, or the
+    # server's exit during the sweep; either way the error names the arm and the dead server's exit code
+    assert rep.reason.startswith("arm deepep: ") and "server exited 70" in rep.reason, rep.reason
+    assert "cell c4: aiperf exited 1" in rep.reason or "server exited 70 during the sweep" in rep.reason
     assert rep.data["arms"]["deepep"]["server_exit_before_stop"] == 70
 
 
