@@ -36,7 +36,7 @@ echo "warm-k1 (--trials 1) rc=$rc wall $(( $(ms) - t )) ms"
 # its attestation, and these are a diagnostic, not evidence)
 "$PY" - "$OUTD/runs.tsv" out/anat/cold out/anat/warm-[0-9]* out/anat/warm-k1 <<'PYEOF'
 import json, os, sys
-keys = ("sources_s", "nccl_build_s", "deepep_build_s", "jit_prewarm_s", "test_s", "total_s")
+from reprostack.report.docsgen import STAGES as keys  # the gate report's stages, as docs/bench.md tabulates them
 rows = ["\t".join(("run", "result", "duration_s") + keys)]
 for d in sys.argv[2:]:
     r = json.load(open(os.path.join(d, "micro.json")))
