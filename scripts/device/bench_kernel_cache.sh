@@ -12,8 +12,8 @@
 # into one file (same lock, commit and host), which each call copies to $OUT. BENCH_RUNS picks the kinds of a call.
 #
 # Before, on the same warm machine (as scripts/device/bench_gate_micro.sh says): the NCCL wheel seeded into
-# .cache/wheelhouse by `bash scripts/device/seed_wheelhouse.sh receive` with carries .c1, .c2, .c3 (one call each);
-# the last part .c4 may ride with call A. Carried (git-ignored):
+# .cache/wheelhouse by `bash scripts/device/seed_wheelhouse.sh receive` with carries .c1 .. .c5 (one call each);
+# the last part .c6 may ride with call A. Carried (git-ignored):
 #   .carry/sources.tar          `reprostack bundle -o .carry/sources.tar deepep nccl` (verified sources: the bundle)
 #   .whl/*.whl                  reprostack's dependencies for the device's CPython 3.12 and setuptools==80.9.0 (the
 #                               from-nothing run pip-installs the project from them, --no-index): README "A GPU node
@@ -21,7 +21,7 @@
 #                               pycparser) for the signing
 #   .carry/project-stamp.txt    `bash scripts/device/project_stamp.sh` (the commit the JSON records)
 # Calls:
-#   A: run(carry=[".c4", ".carry/sources.tar", ".whl", ".carry/project-stamp.txt"], timeout_s=600,
+#   A: run(carry=[".c6", ".carry/sources.tar", ".whl", ".carry/project-stamp.txt"], timeout_s=600,
 #          command="BENCH_RUNS=cold_miss,warm bash scripts/device/bench_kernel_cache.sh")
 #   B: run(carry=[".carry/sources.tar", ".whl", ".carry/project-stamp.txt"], timeout_s=600,
 #          command="BENCH_RUNS=cold_hit,from_nothing_hit bash scripts/device/bench_kernel_cache.sh")

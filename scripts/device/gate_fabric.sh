@@ -21,8 +21,8 @@
 #   here:  reprostack bundle -o .carry/sources.tar nccl nccl-tests; bash scripts/device/seed_wheelhouse.sh split
 #   run(carry=[".c1"], command="bash scripts/device/seed_wheelhouse.sh receive")
 #   run(carry=[".c2"], command="bash scripts/device/seed_wheelhouse.sh receive")
-#   run(carry=[".c3"], command="bash scripts/device/seed_wheelhouse.sh receive")
-#   run(carry=[".c4", ".carry/sources.tar", ".whl"], timeout_s=600, command="bash scripts/device/gate_fabric.sh")
+#   ... one call per part up to .c5 (seed_wheelhouse.sh split makes 6 parts of 36 MiB)
+#   run(carry=[".c6", ".carry/sources.tar", ".whl"], timeout_s=600, command="bash scripts/device/gate_fabric.sh")
 # Time: the nccl-tests build (4 .cu files + verifiable.cu, sm_90 only) took 198 s on 2 cores here; expect about a
 # minute on the H200's 16; the tests themselves seconds at one GPU. Everything is under `timeout` (540 s).
 # The profile is this GPU model's one-GPU profile (h100-ep1 or h200-ep1; FABRIC_PROFILE overrides), run FABRIC_RUNS

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Seed the device's wheelhouse with a wheel larger than one call may carry (64 MiB): NCCL's nvidia-nccl-cu13
-# 2.30.4 wheel is 212,855,427 bytes, so it travels as 4 parts of <= 60 MiB in git-ignored folders .c1 .c2 ...,
+# 2.30.4 wheel is 212,855,427 bytes, so it travels as 6 parts of <= 36 MiB in git-ignored folders .c1 .c2 ...,
 # one part per call, and is put together on the device, where it is checked against the sha256 the lock pins.
 # (Smaller does not work: the lock pins the wheel's bytes; lib + include repacked with xz -9 is still ~2/3 of
 # the wheel and could not be checked against the lock.)
@@ -19,7 +19,8 @@
 # line on stderr and exit 2; nothing half-written stays in .cache/wheelhouse.
 set -u
 R=$(pwd)
-PART_BYTES=${SEED_PART_BYTES:-$((60 * 1024 * 1024))}
+# 36 MiB: a call carries the tracked tree too (about 20 MB in session 15), and 44 MiB parts no longer fitted
+PART_BYTES=${SEED_PART_BYTES:-$((36 * 1024 * 1024))}
 die() { echo "seed_wheelhouse: $*" >&2; exit 2; }
 
 lock_sha() {  # the sha256 upstreams.lock pins for wheel filename $1 (the line after its `filename:`)
