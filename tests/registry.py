@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from reprostack.launch.torchrun import free_port  # below the ephemeral range: no client is handed it meanwhile
 
 BINARY = "docker-registry"
 START_TIMEOUT_S = 30.0
@@ -43,12 +44,6 @@ http:
 
 class RegistryFailed(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Registry:
@@ -88,7 +83,7 @@ def start_registry(root: Path) -> Registry:
     root.mkdir(parents=True, exist_ok=True)
     last = ""
     for _ in range(3):  # the free port may be taken between probing and binding: try another
-        port = _free_port()
+        port = free_port()
         cfg = root / "config.yml"
         cfg.write_text(CONFIG.format(data=root / "data", port=port))
         log = (root / "registry.log").open("ab")

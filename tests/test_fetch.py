@@ -526,11 +526,9 @@ def test_older_pin_after_newer_shallow_fetch_is_still_proven(world, tmp_path):
 
 
 def _free_port() -> int:
-    import socket
+    from reprostack.launch.torchrun import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def test_timeout_option_and_a_server_that_never_answers(world, tmp_path, monkeypatch):

@@ -173,6 +173,37 @@ def test_local_launch():
     assert 0 < free < 65536
 
 
+def test_free_port_is_below_the_ephemeral_range_so_no_client_is_handed_it():
+    """A rendezvous port from bind(0) lies in the ephemeral range, where srun's I/O sockets or any outgoing
+    connection may be given the same number before the store binds it (CI at b444308: node 1 reached srun,
+    "Insane message length", and the job exited 1)."""
+    low, high = torchrun.ephemeral_range()
+    ports = {torchrun.free_port() for _ in range(50)}
+    assert all(torchrun.LOWEST <= p < low for p in ports), (sorted(ports), low, high)
+    assert len(ports) > 1  # drawn, not one fixed number two runs on a node would share
+
+
+def test_free_port_skips_a_port_in_use(monkeypatch):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        draws = iter([taken, taken, 20001])
+        monkeypatch.setattr(torchrun.random, "randint", lambda a, b: next(draws))
+        assert torchrun.free_port() == 20001  # `taken` (ephemeral, in use) was drawn twice and passed over
+
+
+@pytest.mark.parametrize("text", ["", "abc", "60999 32768", "0 10", "32768", "1 2 3", "32768 70000"])
+def test_ephemeral_range_falls_back_on_a_bad_file(tmp_path, text):
+    f = tmp_path / "ip_local_port_range"
+    f.write_text(text)
+    assert torchrun.ephemeral_range(f) == (32768, 60999)
+    assert torchrun.ephemeral_range(tmp_path / "absent") == (32768, 60999)
+    f.write_text("40000\t50000\n")
+    assert torchrun.ephemeral_range(f) == (40000, 50000)
+
+
 def test_torchrun_launch():
     l = torchrun.torchrun(
         "/py",

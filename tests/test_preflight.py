@@ -5,7 +5,6 @@ specs and lock (reprostack.cluster.preflight)."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from reprostack.launch.torchrun import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 PF = ROOT / "tests" / "fixtures" / "preflight"  # real tool output (tests/fixtures/preflight/README.md)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ import dockerd
 import podrun
 from reprostack import cli
 from reprostack.gates.standin import ENV, NOTE
+from reprostack.launch.torchrun import free_port  # noqa: F401 (test_rehearsal_pyxis imports it from here)
 from test_gate_container import gate_image, lock  # noqa: F401 (fixtures)
 from test_launch_slurm import _slurm_up
 
@@ -39,12 +39,6 @@ docker_client, test_base, debian_base = dockerd.docker_client, dockerd.test_base
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = "registry.invalid/reprostack/deepep@sha256:" + "0" * 64  # rendered; the pods run the local gate image
 RANKS = 16
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def report_of(out: Path) -> dict:

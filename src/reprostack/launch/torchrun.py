@@ -9,8 +9,10 @@ and reads WORLD_SIZE = number of nodes, RANK = node rank, MASTER_ADDR / MASTER_P
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -19,10 +21,38 @@ class Launch:
     env: dict
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST = 10000  # below it sit the well-known and registered services a node may run
+
+
+def ephemeral_range(path: Path = EPHEMERAL) -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux's default when it cannot be read or makes no sense)."""
+    try:
+        low, high = (int(w) for w in path.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return (low, high) if 0 < low <= high <= 65535 else (32768, 60999)
+
+
+def free_port(*, host: str = "127.0.0.1", tries: int = 200) -> int:
+    """A port free now, chosen below the kernel's ephemeral range.
+
+    A port taken from the ephemeral range (bind to 0) is free only until the next outgoing connection or listener:
+    srun's I/O sockets, NCCL's bootstrap or any client may be handed the same number before the rendezvous binds it,
+    and then a rank talks to the wrong server (seen in CI: node 1's store client reaching srun, "Insane message
+    length"). Below the range no such process is given a port by the kernel.
+    """
+    low, _ = ephemeral_range()
+    top = max(low - 1, LOWEST + 1)
+    for _ in range(tries):
+        port = random.randint(LOWEST, top)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port between {LOWEST} and {top} after {tries} tries")
 
 
 def local(python: str, script: str, args: list[str], *, gpus: int, port: int | None = None) -> Launch:
