@@ -409,6 +409,19 @@ def test_history_never_passes_an_option_url_to_git(world, tmp_path):
     assert not marker.exists()
 
 
+def test_a_mirror_of_another_repository_is_named_as_such_not_as_a_force_push(tmp_path):
+    """A mirror that lacks the pinned commit (stale, or of another repository) was reported as the server having
+    lost it ("gone from the server ... force-pushed and pruned?"): the operator is sent to the wrong place."""
+    w = make_world(tmp_path / "srv", up_url="https://example.invalid/org/up", lib_url="https://example.invalid/org/lib")
+    wrong = {"https://example.invalid/org/up": str(w.lib), "https://example.invalid/org/lib": str(w.lib)}
+    with pytest.raises(FetchError) as e:
+        fetch_git(w.pin, cache=Cache(tmp_path / "c"), mirrors=wrong)
+    msg = str(e.value)
+    assert f"the mirror {w.lib} (REPROSTACK_MIRRORS, for https://example.invalid/org/up) does not hold commit" in msg
+    assert w.rev[:12] in msg and "a mirror of another repository" in msg
+    assert "gone from the server" not in msg and "force-pushed" not in msg
+
+
 @pytest.mark.parametrize("mirror", ["--upload-pack=touch {m}", "ext::sh -c touch% {m}", "ext::sh", "http://x/y"])
 def test_mirror_that_git_could_run_is_refused(world, tmp_path, mirror):
     marker = tmp_path / "ran"

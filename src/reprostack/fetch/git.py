@@ -355,6 +355,14 @@ def _gone_message(
         hints += f"; not on the server: {', '.join(absent)}"
     if not want.hint_refs:
         hints = "none in the lock"
+    eff = _effective_url(want.url, mirrors)
+    if eff != want.url:  # only the mirror was asked: what the server holds is unknown, and force-pushing is a guess
+        return (
+            f"{want.label}: the mirror {eff} (REPROSTACK_MIRRORS, for {want.url}) does not hold commit {what}: "
+            f"not by id, nor from the hint refs tried ({hints}), nor from any of its branches or tags. It is stale "
+            f"or a mirror of another repository: update it from {want.url} (`git fetch` in the mirror), correct "
+            f"its entry in REPROSTACK_MIRRORS, or fetch from a bundle that holds the commit."
+        )
     return (
         f"{want.label}: commit {what} is gone from the server {want.url}{_via(want.url, mirrors)}: "
         f"it cannot be fetched by id, nor from the hint refs tried ({hints}), nor from any branch or tag "
