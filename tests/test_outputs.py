@@ -52,12 +52,19 @@ def state(tmp_path, node: int, *, wait_s: float = 1.0, run_id: str = "7"):
     from reprostack.gates import registry
     from reprostack.gates.base import RunState
     from reprostack.gates.options import GateOptions
-    from reprostack.gates.standin import StandIn
+    from reprostack.gates import standin
 
     g = registry.gate("vllm")
     spec = g.load(REPO)
     opts = GateOptions(out=tmp_path / "out", nodes=2, node_rank=node, run_id=run_id)
-    return RunState(g, opts, None, spec=spec, profile=spec.profile("p5en-efa-ep16"), standin=StandIn(wait_s=wait_s))
+    return RunState(
+        g,
+        opts,
+        None,
+        spec=spec,
+        profile=spec.profile("p5en-efa-ep16"),
+        standin=standin.from_env(REPO, {standin.ENV: f"h200,wait={wait_s:g}"}),
+    )
 
 
 def leave(st, node: int, rc: int | None, run_id: str = "7", rank_log: bool = True) -> None:

@@ -1,5 +1,5 @@
 """The two-node rehearsal (issue 25 item 2): the real rendered launchers of gate micro's 2 x p5en profile
-(p5en-efa-ep16, EP16) run as two nodes here, each node's 8 ranks played by the GPU stand-in (gates.standin: the
+(p5en-efa-ep16, EP16) run as two nodes here, each node's 8 ranks played by the GPU stand-in (tests/standins/gpu.py: the
 plan's own torchrun line replayed per rank from a real H200 run, the campaign's p5en NCCL lines, a rendezvous at the
 rendered master address), never evidence (exit 3, `PASS (GPU stand-in, not evidence)`).
 

@@ -82,7 +82,7 @@ def _gates(args, lock, root, opts) -> int:
     out = folder.path
     ga, ctx = ga.with_(out=out), RunContext(root, lock, opts, project=state)
     ui.detail(f"reports will be in {out.resolve()}")
-    node = _Node(ga, out)  # the output contract on several nodes (launch.plan.Outputs)
+    node = _Node(ga, out, root)  # the output contract on several nodes (launch.plan.Outputs)
     sigterm = _Sigterm()
     try:
         reports, required = _run(args, ga, ctx, node, folder, started, sigterm)
@@ -193,10 +193,10 @@ class _Node:
     """This node's side of the output contract (launch.plan.Outputs) for the CLI: its rc file (this run's id), a
     worker's end (no report), the report of a run stopped by a signal."""
 
-    def __init__(self, ga, out: Path):
+    def __init__(self, ga, out: Path, root: Path):
         from ..launch.plan import Outputs
 
-        self.ga, self.out = ga, out
+        self.ga, self.out, self.root = ga, out, root
         self.multi = (ga.nodes or 1) > 1 or int(ga.node_rank) != 0
         self.outputs = Outputs(max(ga.nodes or 1, int(ga.node_rank) + 1))
         self.reporter = self.outputs.writes_reports(ga.node_rank)
@@ -249,7 +249,7 @@ class _Node:
                 said.append(f"node {n}: {state}; its log: {self.out / self.outputs.node_log(n)}")
             why += "; " + "; ".join(said)
         rep = self._error_report(g, why)
-        st = standin.from_env()
+        st = standin.from_env(self.root)
         if st is not None:
             rep.evidence, rep.provenance["stand_in"] = False, st.record()
             rep.reason = f"{standin.NOTE}: {rep.reason}"

@@ -329,13 +329,13 @@ class Gate(Generic[S, P]):
         operator errors found before anything ran."""
         from . import standin
 
-        opts, stand_in, kind = self.check_options(opts), standin.from_env(), self.state()
+        opts, stand_in, kind = self.check_options(opts), standin.from_env(ctx.root), self.state()
         started, t0 = utc_now(), time.monotonic()  # the run's clock starts before its project state and spec
         proj = ctx.project if ctx.project is not None else project.state(ctx.root)
         spec = self.spec_for(ctx.root, ctx.lock)
         st = RunState(self, opts, ctx, spec, started=started, t0=t0, kind=kind, project=proj, standin=stand_in)
         self.check_request(st)
-        st.host = standin.host_facts() if st.standin is not None else hostinfo.collect()
+        st.host = st.standin.host_facts() if st.standin is not None else hostinfo.collect()
         self.sources(st)
         for stage in (self.skip, self.prepare, self.launch_and_judge):
             report = stage(st)

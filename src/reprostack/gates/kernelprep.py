@@ -26,6 +26,7 @@ from ..lock import Lock
 from .base import RunContext
 from .options import GateOptions
 from .spec import Spec
+from .standin import StandIn
 
 
 def build_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, timings: dict):
@@ -189,26 +190,24 @@ def setup_kernels(opts: GateOptions, ctx: RunContext, trees: dict, prov: dict, t
     )
 
 
-def stand_in_kernels(lock, run_dir: Path, opts: GateOptions | None = None, root: Path | None = None) -> Kernels:
+def stand_in_kernels(
+    si: StandIn, lock, run_dir: Path, opts: GateOptions | None = None, root: Path | None = None
+) -> Kernels:
     """The kernels of a GPU stand-in run (gates.standin): no build, the pinned NCCL's version, a stand-in library
     under `run_dir` (one path for every node sharing the out folder), this process's environment (the replay
     imports reprostack from where this runner does). In an image with prebuilt kernels (`opts.kernels_manifest`,
     checked against the lock as a real run checks it, for the stand-in's sm_90 unless --arch): the image's pinned
     NCCL is the one the replayed ranks map, so the one-NCCL checks judge the image's own library path, as they
     would on a GPU node."""
-    import os
-
-    from . import standin
-
     if opts is not None and opts.kernels_manifest and Path(opts.kernels_manifest).is_file():  # (a test image: none)
         pre = kprebuilt.check(
-            Path(opts.kernels_manifest), lock, root, ("nccl", "deepep"), arch=opts.arch or standin.RECORDED_ARCH
+            Path(opts.kernels_manifest), lock, root, ("nccl", "deepep"), arch=opts.arch or si.recorded_arch
         )
         lib, sha = pre.nccl_file()
         nccl = pre.components["nccl"]["nccl_version"]
         return Kernels(dict(os.environ), lib.parent, nccl, Path(run_dir) / "stand-in-jit", accept_sha256=sha)
-    lib = standin.stand_in_lib(Path(run_dir) / "stand-in-nccl")
-    return Kernels(dict(os.environ), lib, standin.nccl_version(lock), Path(run_dir) / "stand-in-jit")
+    lib = si.stand_in_lib(Path(run_dir) / "stand-in-nccl")
+    return Kernels(dict(os.environ), lib, si.nccl_version(lock), Path(run_dir) / "stand-in-jit")
 
 
 def jit_prewarm(manifest, kern: Kernels, env: dict, tree: str, timings: dict, jobs: int | None):

@@ -64,7 +64,7 @@ from ..report import GateReport, artifact_for, decide, evaluate, evaluate_interv
 from ..evidence.bars.stats import statistics_block
 from ..sources import SourceTree
 from . import arms as armsmod
-from . import metrics, standin, transport
+from . import metrics, transport
 from .base import Gate, Paths, PlanParts, RunState, env_tuple, verdict
 from ..evidence.kind import Evidence
 from .kernelprep import (
@@ -222,7 +222,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
     def sources(self, st: MicroRun) -> None:
         t = time.monotonic()
         if st.standin is not None:  # the GPU stand-in: nothing fetched, the pins' trees by name (gates.standin)
-            trees, pre = standin.trees(st.ctx.lock, ("nccl", "deepep"), st.out_dir), None
+            trees, pre = st.standin.trees(st.ctx.lock, ("nccl", "deepep"), st.out_dir), None
         else:
             trees, pre = source_trees(st.opts, st.ctx, ("nccl", "deepep"))
         st.timed("sources_s", t)
@@ -275,7 +275,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
             return st.error(f"one-NCCL preflight: {e}")
         try:
             if st.standin is not None:  # no kernels: a stand-in library the replayed ranks map (gates.standin)
-                kern = stand_in_kernels(st.ctx.lock, st.out_dir / self.stem, st.opts, st.ctx.root)
+                kern = stand_in_kernels(st.standin, st.ctx.lock, st.out_dir / self.stem, st.opts, st.ctx.root)
             else:
                 kern = setup_kernels(st.opts, st.ctx, trees, st.prov, st.timings, own.pre)
         except ReprostackError as e:
@@ -334,7 +334,7 @@ class MicroGate(Gate[GateSpec, Profile[Bar]]):
         trial markers (a plain line each; the bar when live)."""
         if st.standin is not None:  # the plan's own command, replayed per rank by the GPU stand-in
             kern = MicroState.of(st).kern
-            argv = standin.wrap(argv, root=Path(st.ctx.root), nccl_lib=kern.nccl_lib, version=kern.nccl_version)
+            argv = st.standin.wrap(argv, root=Path(st.ctx.root), nccl_lib=kern.nccl_lib, version=kern.nccl_version)
         with ui.step(
             f"test_ep [{st.profile.name}] x{st.opts.trials} trial(s)", log=log, total=st.opts.trials, unit="trial"
         ) as s:
