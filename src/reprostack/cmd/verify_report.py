@@ -59,7 +59,7 @@ def print_note_counts(outcomes) -> None:
 def run(args) -> int:
     from .. import evidence, paths, ui
     from ..gates import registry
-    from ..evidence.verify.signed import Evidence
+    from ..evidence.verify.signed import SignatureCheck
     from ..evidence.rederive import RederiveError, Rederived, reports_under
     from ..evidence.verify.trace import Versions, read_corrections
 
@@ -92,7 +92,7 @@ def run(args) -> int:
     if not found:  # a CI step over a wrong or emptied folder must not pass with nothing checked
         raise ReprostackError(f"{', '.join(map(str, folders))}: no gate report (<gate>.json with gate, result, checks)")
     keyring = evidence.Keyring.read(root / evidence.KEYRING_DIR)
-    signed = Evidence(root, keyring, versions)
+    signed = SignatureCheck(root, keyring, versions)
     outcomes = []
     with ui.step("verify-report", total=len(found), unit="report") as st:
         for p in found:

@@ -2,7 +2,7 @@
 predicate pins about the report (its commit, spec, lock, verdict, what the run was), and for an unsigned report,
 that its folder is the committed bytes.
 
-`Evidence(root, keyring, versions).facts(report_path, doc)` -> Facts:
+`SignatureCheck(root, keyring, versions).facts(report_path, doc)` -> Facts:
 - signed: the nearest folder from the report's up to the project root that holds a `*.intoto.jsonl` is its run
   folder; its attestation must verify with a key of the keyring, every subject must hash to its record and every
   file of the folder must be a subject (evidence.check_folder). Then the predicate against the report: the report is
@@ -74,7 +74,7 @@ def _kept(doc) -> list[str]:
     ]
 
 
-class Evidence:
+class SignatureCheck:
     def __init__(self, root: Path, keyring, versions):
         self.root, self.keyring, self.versions = Path(root).resolve(), keyring, versions
         self._checks: dict[Path, evidence.FolderCheck] = {}
