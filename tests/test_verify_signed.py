@@ -209,3 +209,51 @@ def test_a_committed_run_re_attested_now_says_so_and_is_judged_at_the_commit_tha
     rc = cli.main(["verify-report", k5])
     out = capsys.readouterr().out
     assert rc == 1 and "gates/micro.yaml" in out and "is not the one of its run's commit" in out, out
+
+
+def _predicate(folder: Path) -> dict:
+    env = json.loads((folder / "run.intoto.jsonl").read_text())
+    return json.loads(base64.b64decode(env["payload"]))["predicate"]
+
+
+def _sign(folder: Path, tmp_path: Path, reports: list[dict]) -> dict:
+    if not (tmp_path / "k.pem").exists():
+        evidence.new_key(tmp_path / "k.pem")
+    line = finish_run(
+        folder,
+        kind="gate",
+        verdict="pass",
+        exit_code=0,
+        project={"commit": "0" * 40, "dirty": False},
+        started="2026-12-06T00:00:00Z",
+        ended="2026-12-06T00:00:01Z",
+        reports=reports,
+        argv=["reprostack", "gate", "micro"],
+        environ={"REPROSTACK_SIGNING_KEY": str(tmp_path / "k.pem")},
+    )
+    assert line.startswith("attested: ")
+    return _predicate(folder)
+
+
+def test_the_attestation_names_the_host_inventory_the_run_recorded(tmp_path, monkeypatch):
+    """One inventory per run: the attestation's host facts are those the run's reports recorded at its start, not a
+    second round of nvidia-smi calls at its end (three per gate run, on the warm path's clock); a stand-in run's
+    reports play a p5en host, so its attestation still names this machine."""
+    from reprostack import hostinfo
+    from reprostack.evidence.attest.statement import host_facts
+
+    calls = []
+    real = dict(HOST, hostname="this-machine")
+    monkeypatch.setattr(hostinfo, "collect", lambda **kw: calls.append(1) or real)
+    recorded = dict(HOST, hostname="the-gpu-node")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "micro.json").write_text("{}")
+    rep = {"gate": "micro", "profile": "h200-ep1", "result": "pass", "provenance": {"host": recorded}}
+    assert _sign(folder, tmp_path, [rep])["host"] == host_facts(recorded) and calls == []
+
+    standin = {**rep, "provenance": {"host": {**recorded, "stand_in": True}, "stand_in": {"recording": "h200"}}}
+    for reports in ([standin], [rep, {"gate": "vllm", "result": "error", "provenance": {}}], []):
+        (folder / "run.intoto.jsonl").unlink()
+        assert _sign(folder, tmp_path, reports)["host"]["hostname"] == "this-machine"
+    assert len(calls) == 3

@@ -65,6 +65,20 @@ def images_of(reports: list[dict]) -> list[dict]:
     return out
 
 
+def run_host(reports: list[dict]) -> dict:
+    """The host inventory the run recorded (its first report's `provenance.host`, hostinfo.collect()'s at the start
+    of the run: one inventory per run, no second round of nvidia-smi calls at its end); this machine's, collected now,
+    when a report has none or played another host (the GPU stand-in's p5en: the attestation names the real one)."""
+    provs = [(r.get("provenance") if isinstance(r, dict) else None) or {} for r in reports]
+    if provs and all(
+        isinstance(p.get("host"), dict) and "stand_in" not in p and not p["host"].get("stand_in") for p in provs
+    ):
+        return provs[0]["host"]
+    from ... import hostinfo
+
+    return hostinfo.collect()
+
+
 def finish_run(
     folder: Path,
     *,
@@ -87,11 +101,9 @@ def finish_run(
     signer, why = configured_signer(environ)
     if signer is None:
         return why
-    if host is None:
-        from ... import hostinfo
-
-        host = hostinfo.collect()
     reports = list(reports)
+    if host is None:
+        host = run_host(reports)
     lock = lock_sha256 or next(
         (
             (r.get("provenance") or {}).get("lock_sha256")
