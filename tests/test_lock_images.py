@@ -146,12 +146,9 @@ def test_unknown_tag_is_an_error_naming_the_line_and_nothing_is_written(tmp_path
 
 
 def test_unreachable_registry_is_an_error(tmp_path, capsys):
-    import socket
-
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = _lock(tmp_path, f"127.0.0.1:{port}/x/y", "1")
+    # port 1 (tcpmux): a privileged port nothing here listens on; a port freed by bind(0) could be handed to
+    # another test's server before the request is made
+    p = _lock(tmp_path, "127.0.0.1:1/x/y", "1")
     before = p.read_bytes()
     assert cli.main(["lock", "images", "--lock", str(p)]) == 2
     assert "upstreams.base.tag: 127.0.0.1:" in capsys.readouterr().err
