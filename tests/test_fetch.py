@@ -18,6 +18,7 @@ from reprostack.errors import FetchError
 from reprostack.fetch import Cache, FetchedGit, fetch_git, import_bundle, materialize, mirrors_from_env, write_bundle
 from reprostack.fetch import verify
 from reprostack.fetch.cache import normalise_url, url_key
+from reprostack.launch.torchrun import free_port
 import os
 
 from reprostack import gitcmd
@@ -538,12 +539,6 @@ def test_older_pin_after_newer_shallow_fetch_is_still_proven(world, tmp_path):
 # --------------------------------------------------------------------------- network: timeout, ssh, retries
 
 
-def _free_port() -> int:
-    from reprostack.launch.torchrun import free_port
-
-    return free_port()
-
-
 def test_timeout_option_and_a_server_that_never_answers(world, tmp_path, monkeypatch):
     import socket
     from reprostack import sources
@@ -601,7 +596,7 @@ def test_transient_failure_is_retried_with_backoff(world, tmp_path, monkeypatch)
     import time
 
     real_sleep = time.sleep
-    port = _free_port()
+    port = free_port()
     gr.set_config(world.up, "uploadpack.allowAnySHA1InWant", "true")
     daemon: list[subprocess.Popen] = []
     waits: list[float] = []

@@ -178,6 +178,18 @@ def identity(
     return {**ids, "gpu_uuids": uuids}, notes
 
 
+def machine() -> dict:
+    """This machine's name, kernel, OS, architecture, CPU count and Python (the first keys of `collect`)."""
+    return {
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "os": platform.system(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
 def collect(
     *, nccl_runtime: str | None = None, sysfs_root: str | os.PathLike = "/sys", nvidia_smi: str = "nvidia-smi"
 ) -> dict:
@@ -200,12 +212,7 @@ def collect(
     if not efa:
         notes.append(f"no EFA device under {Path(sysfs_root) / 'class' / 'infiniband'}")
     return {
-        "hostname": socket.gethostname(),
-        "kernel": platform.release(),
-        "os": platform.system(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
+        **machine(),
         "gpus": found,
         "gpu_count": len(found),
         "driver_version": found[0]["driver_version"] if found else None,

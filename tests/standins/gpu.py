@@ -43,6 +43,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from reprostack import hostinfo
 from reprostack.errors import ReprostackError
 from reprostack.gates.standin import ENV, NOTE
 
@@ -83,19 +84,77 @@ class StandIn:
     recorded_arch = RECORDED_ARCH
 
     def host_facts(self) -> dict:
-        return host_facts()
-
-    def trees(self, lock, names, out_dir: Path) -> dict:
-        return trees(lock, names, out_dir)
+        """A p5en.48xlarge node as hostinfo.collect() describes a host (this machine's name, kernel and Python)."""
+        gpus = [
+            {
+                "index": i,
+                "name": GPU,
+                "driver_version": DRIVER,
+                "memory_total_mib": 143771,
+                "pci_bus_id": f"00000000:{0x97 + i:02X}:00.0",
+            }
+            for i in range(P5EN_GPUS)
+        ]
+        efa = [{"name": f"rdmap{80 + i}s0", "pci": f"0000:{0x80 + i:02x}:00.0", "ports": {}} for i in range(P5EN_EFA)]
+        return {
+            **hostinfo.machine(),
+            "gpus": gpus,
+            "gpu_count": len(gpus),
+            "driver_version": DRIVER,
+            "cuda_driver_version": "13.0",
+            "efa_devices": efa,
+            "other_rdma_devices": [],
+            "efa_versions": {},
+            "nccl_runtime": None,
+            "notes": [f"{NOTE}: these GPUs and EFA devices are the stand-in's, not this host's"],
+            "stand_in": True,
+        }
 
     def nccl_version(self, lock) -> str:
-        return nccl_version(lock)
+        """The pinned NCCL's version, from the lock (`original: v2.30.4-1` -> 2.30.4)."""
+        pin = lock.upstreams.get("nccl")
+        m = re.search(r"(\d+\.\d+\.\d+)", str(getattr(pin, "original", "") or getattr(pin, "version", "") or ""))
+        return m.group(1) if m else "0.0.0"
 
     def stand_in_lib(self, folder: Path) -> Path:
-        return stand_in_lib(folder)
+        """A stand-in libnccl.so.2 in `folder` (a text file that says what it is); returns the folder."""
+        folder.mkdir(parents=True, exist_ok=True)
+        lib = folder / "libnccl.so.2"
+        if not lib.is_file():
+            lib.write_text(f"{NOTE}: not a library\n")
+        return folder
+
+    def trees(self, lock, names, out_dir: Path) -> dict:
+        """{pin: SourceTree} of `names` as the lock pins them (patched tree), at a path under the out folder that
+        does not exist: nothing is fetched (a stack whose NCCL is a wheel alone has no nccl tree, as in
+        gates.kernelprep.source_trees)."""
+        from reprostack.kernels import ncclwheel
+        from reprostack.sources import SourceTree
+
+        out = {}
+        for n in names:
+            if n == "nccl" and not ncclwheel.needs_source(lock, "nccl"):
+                continue
+            pin = lock.get(n)
+            where = Path(out_dir) / "stand-in" / "not-fetched" / n
+            out[n] = SourceTree(pin, where, pin.patched_tree or pin.tree, bool(pin.patches), True)
+        return out
 
     def wrap(self, argv: list[str], *, root: Path, nccl_lib: Path, version: str) -> list[str]:
-        return wrap(argv, root=root, nccl_lib=nccl_lib, version=version)
+        """The command that replays `argv` (the plan's command for this node) through the stand-in."""
+        return [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "replay",
+            "--root",
+            str(root),
+            "--nccl-lib",
+            str(nccl_lib),
+            "--nccl-version",
+            version,
+            "--",
+            *argv,
+        ]
 
 
 def parse(text: str) -> StandIn:
@@ -127,91 +186,6 @@ def from_env(environ=None) -> StandIn | None:
     """The stand-in the environment asks for (None: a real run)."""
     v = (os.environ if environ is None else environ).get(ENV)
     return parse(v) if v else None
-
-
-def host_facts() -> dict:
-    """A p5en.48xlarge node as hostinfo.collect() describes a host (this machine's name, kernel and Python)."""
-    import platform
-
-    gpus = [
-        {
-            "index": i,
-            "name": GPU,
-            "driver_version": DRIVER,
-            "memory_total_mib": 143771,
-            "pci_bus_id": f"00000000:{0x97 + i:02X}:00.0",
-        }
-        for i in range(P5EN_GPUS)
-    ]
-    efa = [{"name": f"rdmap{80 + i}s0", "pci": f"0000:{0x80 + i:02x}:00.0", "ports": {}} for i in range(P5EN_EFA)]
-    return {
-        "hostname": socket.gethostname(),
-        "kernel": platform.release(),
-        "os": platform.system(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "gpus": gpus,
-        "gpu_count": len(gpus),
-        "driver_version": DRIVER,
-        "cuda_driver_version": "13.0",
-        "efa_devices": efa,
-        "other_rdma_devices": [],
-        "efa_versions": {},
-        "nccl_runtime": None,
-        "notes": [f"{NOTE}: these GPUs and EFA devices are the stand-in's, not this host's"],
-        "stand_in": True,
-    }
-
-
-def nccl_version(lock) -> str:
-    """The pinned NCCL's version, from the lock (`original: v2.30.4-1` -> 2.30.4)."""
-    pin = lock.upstreams.get("nccl")
-    m = re.search(r"(\d+\.\d+\.\d+)", str(getattr(pin, "original", "") or getattr(pin, "version", "") or ""))
-    return m.group(1) if m else "0.0.0"
-
-
-def stand_in_lib(folder: Path) -> Path:
-    """A stand-in libnccl.so.2 in `folder` (a text file that says what it is); returns the folder."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lib = folder / "libnccl.so.2"
-    if not lib.is_file():
-        lib.write_text(f"{NOTE}: not a library\n")
-    return folder
-
-
-def trees(lock, names, out_dir: Path) -> dict:
-    """{pin: SourceTree} of `names` as the lock pins them (patched tree), at a path under the out folder that
-    does not exist: nothing is fetched (a stack whose NCCL is a wheel alone has no nccl tree, as in
-    gates.kernelprep.source_trees)."""
-    from reprostack.kernels import ncclwheel
-    from reprostack.sources import SourceTree
-
-    out = {}
-    for n in names:
-        if n == "nccl" and not ncclwheel.needs_source(lock, "nccl"):
-            continue
-        pin = lock.get(n)
-        where = Path(out_dir) / "stand-in" / "not-fetched" / n
-        out[n] = SourceTree(pin, where, pin.patched_tree or pin.tree, bool(pin.patches), True)
-    return out
-
-
-def wrap(argv: list[str], *, root: Path, nccl_lib: Path, version: str) -> list[str]:
-    """The command that replays `argv` (the plan's command for this node) through the stand-in."""
-    return [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "replay",
-        "--root",
-        str(root),
-        "--nccl-lib",
-        str(nccl_lib),
-        "--nccl-version",
-        version,
-        "--",
-        *argv,
-    ]
 
 
 # --------------------------------------------------------------------------- the replay (its own process)

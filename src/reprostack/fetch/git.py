@@ -364,7 +364,7 @@ def _gone_message(
             f"its entry in REPROSTACK_MIRRORS, or fetch from a bundle that holds the commit."
         )
     return (
-        f"{want.label}: commit {what} is gone from the server {want.url}{_via(want.url, mirrors)}: "
+        f"{want.label}: commit {what} is gone from the server {want.url}: "
         f"it cannot be fetched by id, nor from the hint refs tried ({hints}), nor from any branch or tag "
         f"(force-pushed and pruned?). Pin a commit the server still has, add a `fetch-refs` hint that "
         f"reaches it, or fetch from a mirror or bundle that still holds it."
